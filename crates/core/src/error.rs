@@ -1,0 +1,144 @@
+//! Every refusal the registry can give, each with a stable machine-readable code.
+//!
+//! The code ([`Rejection::code`]) is the contract: the HTTP API returns it as
+//! `{"error": {"code": ..., "message": ...}}`, clients branch on it, and it never changes
+//! once published. The message is for people: it names the field and the limit it broke.
+//! A rejected command changes nothing, its revision included.
+
+use std::net::IpAddr;
+
+use crate::{Incarnation, InstanceId, LeaseId, Revision};
+
+/// Why a command was refused. `#[non_exhaustive]`: new refusals may appear; match on
+/// [`Rejection::code`] across crate boundaries.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// A mutation from an older incarnation than the one the registry holds (SPEC L2).
+    #[error(
+        "incarnation: instance '{instance}' presented incarnation {presented}, but incarnation {current} is registered or was removed"
+    )]
+    StaleIncarnation {
+        /// The instance addressed.
+        instance: InstanceId,
+        /// The incarnation the command carried.
+        presented: Incarnation,
+        /// The highest incarnation the registry knows for the instance.
+        current: Incarnation,
+    },
+    /// The compare-and-swap precondition failed.
+    #[error("expected_revision: expected {expected}, but {subject} is at revision {actual}")]
+    RevisionMismatch {
+        /// What the revision belongs to (an endpoint or a lease).
+        subject: String,
+        /// The revision the command expected.
+        expected: Revision,
+        /// The revision the registry holds.
+        actual: Revision,
+    },
+    /// The addressed endpoint (or incarnation of it) is not registered.
+    #[error("{subject} is not registered")]
+    NotFound {
+        /// What was looked for.
+        subject: String,
+    },
+    /// The lease does not exist (never granted, revoked, expired, or another tenant's).
+    #[error("lease: lease {lease} does not exist")]
+    LeaseNotFound {
+        /// The lease asked for.
+        lease: LeaseId,
+    },
+    /// A name breaks the DNS-label rules or a length limit.
+    #[error("{field}: {reason}")]
+    InvalidName {
+        /// The offending field, e.g. `namespace` or `ports[1].name`.
+        field: String,
+        /// What is wrong, with the limit.
+        reason: String,
+    },
+    /// An address does not parse or is not usable as an endpoint address.
+    #[error("{field}: {reason}")]
+    InvalidAddress {
+        /// The offending field, e.g. `addresses[0].ip`.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An address lies outside every permitted network (SPEC M5).
+    #[error("{field}: {address} is outside the permitted networks ({permitted})")]
+    AddressOutOfScope {
+        /// The offending field.
+        field: String,
+        /// The canonical address.
+        address: IpAddr,
+        /// The permitted networks, comma-separated.
+        permitted: String,
+    },
+    /// Labels break a bound (SPEC M4): count, key or value length, characters, total bytes.
+    #[error("{field}: {reason}")]
+    LabelLimit {
+        /// The offending field, e.g. `labels.team`.
+        field: String,
+        /// What is wrong, with the limit.
+        reason: String,
+    },
+    /// The record, or one of its lists, is larger than allowed.
+    #[error("{field}: {size} exceeds the limit of {limit}")]
+    RecordTooLarge {
+        /// What is too large, e.g. `record bytes` or `addresses`.
+        field: String,
+        /// Its size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A tenant or service quota would be exceeded.
+    #[error("{quota}: {scope} is at its limit of {limit}")]
+    QuotaExceeded {
+        /// The quota's name, e.g. `endpoints_per_service`.
+        quota: &'static str,
+        /// Whose quota, e.g. `tenant 'acme'`.
+        scope: String,
+        /// The limit.
+        limit: u64,
+    },
+    /// A field other than a name, address or label is out of range (weight, port, TTL ...).
+    #[error("{field}: {reason}")]
+    InvalidField {
+        /// The offending field.
+        field: String,
+        /// What is wrong, with the accepted range.
+        reason: String,
+    },
+}
+
+impl Rejection {
+    /// The stable, machine-readable code of this refusal.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Rejection::StaleIncarnation { .. } => "stale_incarnation",
+            Rejection::RevisionMismatch { .. } => "revision_mismatch",
+            Rejection::NotFound { .. } => "not_found",
+            Rejection::LeaseNotFound { .. } => "lease_not_found",
+            Rejection::InvalidName { .. } => "invalid_name",
+            Rejection::InvalidAddress { .. } => "invalid_address",
+            Rejection::AddressOutOfScope { .. } => "address_out_of_scope",
+            Rejection::LabelLimit { .. } => "label_limit",
+            Rejection::RecordTooLarge { .. } => "record_too_large",
+            Rejection::QuotaExceeded { .. } => "quota_exceeded",
+            Rejection::InvalidField { .. } => "invalid_field",
+        }
+    }
+
+    pub(crate) fn invalid_name(field: impl Into<String>, reason: impl Into<String>) -> Rejection {
+        Rejection::InvalidName { field: field.into(), reason: reason.into() }
+    }
+
+    pub(crate) fn invalid_field(field: impl Into<String>, reason: impl Into<String>) -> Rejection {
+        Rejection::InvalidField { field: field.into(), reason: reason.into() }
+    }
+
+    pub(crate) fn label_limit(field: impl Into<String>, reason: impl Into<String>) -> Rejection {
+        Rejection::LabelLimit { field: field.into(), reason: reason.into() }
+    }
+}

@@ -1,0 +1,45 @@
+//! Muster's vocabulary: the types every other crate speaks.
+//!
+//! A caller asks for a [`ServiceKey`] (tenant / namespace / service, never one string) and gets
+//! back a [`ServiceSnapshot`]: the complete set of [`Endpoint`]s at a [`Revision`], with a
+//! [`Digest`] that proves which set it is. Changes travel as [`ServiceUpdate`]s, each naming the
+//! service's previous revision, so a receiver can tell a contiguous history from a gap:
+//!
+//! ```text
+//!  snapshot(rev 20, digest d20) ──update(rev 21, prev 20, d21)──▶ (rev 21, d21)
+//!                                 ──update(rev 24, prev 21, d24)──▶ (rev 24, d24)
+//!  an update whose prev_revision is not the receiver's revision, or whose digest the
+//!  receiver cannot reproduce, means something was missed: resnapshot.
+//! ```
+//!
+//! # Layout
+//! - [`name`]: DNS-label names and the typed keys built from them.
+//! - [`address`]: canonical addresses and the permitted-network policy.
+//! - [`labels`]: bounded metadata labels.
+//! - [`endpoint`]: the endpoint record and its serving state.
+//! - [`spec`]: what a registrar submits, and its validation into typed attributes.
+//! - [`ids`]: revisions, incarnations, lease ids, digests.
+//! - [`event`]: events, per-service updates and snapshots.
+//! - [`error`]: [`Rejection`], every refusal with its stable code.
+//!
+//! Nothing here does I/O, reads a clock or draws a random number.
+
+pub mod address;
+pub mod endpoint;
+pub mod error;
+pub mod event;
+pub mod ids;
+pub mod labels;
+pub mod limits;
+pub mod name;
+pub mod spec;
+
+pub use address::{Address, Cidr, NetworkPolicy};
+pub use endpoint::{Actor, Endpoint, Locality, NamedPort, Observation, Protocol, Provenance, ServingState};
+pub use error::Rejection;
+pub use event::{DeleteReason, Event, GapError, ServiceSnapshot, ServiceUpdate};
+pub use ids::{Digest, Incarnation, LeaseId, Revision};
+pub use labels::Labels;
+pub use limits::Limits;
+pub use name::{InstanceId, Label, NamespaceKey, Principal, ServiceKey};
+pub use spec::{AddressSpec, Attributes, EndpointSpec, LocalitySpec, PortSpec};
