@@ -26,9 +26,15 @@ pub struct Address {
 
 /// Parses `text` into a canonical unicast IP; `field` names it in the error.
 pub fn canonical_ip(field: &str, text: &str) -> Result<IpAddr, Rejection> {
-    let invalid = |reason: String| Rejection::InvalidAddress { field: field.to_owned(), reason };
+    let invalid = |reason: String| Rejection::InvalidAddress {
+        field: field.to_owned(),
+        reason,
+    };
     if text.contains('%') {
-        return Err(invalid(format!("'{}' carries a zone id, which is not allowed", text.escape_debug())));
+        return Err(invalid(format!(
+            "'{}' carries a zone id, which is not allowed",
+            text.escape_debug()
+        )));
     }
     let ip = IpAddr::from_str(text)
         .map_err(|_| invalid(format!("'{}' is not an IPv4 or IPv6 address", text.escape_debug())))?;
@@ -58,9 +64,15 @@ pub struct Cidr {
 
 impl Cidr {
     /// Every IPv4 address.
-    pub const ALL_V4: Cidr = Cidr { network: IpAddr::V4(Ipv4Addr::UNSPECIFIED), prefix: 0 };
+    pub const ALL_V4: Cidr = Cidr {
+        network: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        prefix: 0,
+    };
     /// Every IPv6 address.
-    pub const ALL_V6: Cidr = Cidr { network: IpAddr::V6(Ipv6Addr::UNSPECIFIED), prefix: 0 };
+    pub const ALL_V6: Cidr = Cidr {
+        network: IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        prefix: 0,
+    };
 
     /// Whether `ip` lies in this network. IPv4 never matches an IPv6 network or back.
     pub fn contains(&self, ip: IpAddr) -> bool {
@@ -84,7 +96,10 @@ impl FromStr for Cidr {
     /// Parses `ip/prefix` (a bare IP is a host route). Host bits must be zero, so that a
     /// typo like `10.1.0.0/8` is caught rather than silently widened.
     fn from_str(text: &str) -> Result<Cidr, Rejection> {
-        let invalid = |reason: String| Rejection::InvalidAddress { field: "permitted_networks".into(), reason };
+        let invalid = |reason: String| Rejection::InvalidAddress {
+            field: "permitted_networks".into(),
+            reason,
+        };
         let (ip_text, prefix_text) = text.split_once('/').unwrap_or((text, ""));
         let network = IpAddr::from_str(ip_text).map_err(|_| invalid(format!("'{text}' is not a CIDR network")))?;
         let max = if network.is_ipv4() { 32 } else { 128 };
@@ -142,7 +157,10 @@ impl Default for NetworkPolicy {
     /// Everything is permitted: a single-node registry on a laptop must just work. Operators
     /// narrow it to their pod and host networks.
     fn default() -> Self {
-        NetworkPolicy { permitted: vec![Cidr::ALL_V4, Cidr::ALL_V6], revision: Revision::ZERO }
+        NetworkPolicy {
+            permitted: vec![Cidr::ALL_V4, Cidr::ALL_V6],
+            revision: Revision::ZERO,
+        }
     }
 }
 
@@ -152,8 +170,17 @@ impl NetworkPolicy {
         if self.permitted.iter().any(|net| net.contains(ip)) {
             return Ok(());
         }
-        let permitted = self.permitted.iter().map(Cidr::to_string).collect::<Vec<_>>().join(", ");
-        Err(Rejection::AddressOutOfScope { field: field.to_owned(), address: ip, permitted })
+        let permitted = self
+            .permitted
+            .iter()
+            .map(Cidr::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        Err(Rejection::AddressOutOfScope {
+            field: field.to_owned(),
+            address: ip,
+            permitted,
+        })
     }
 }
 
@@ -168,13 +195,27 @@ mod tests {
     #[test]
     fn addresses_are_canonicalised() {
         assert_eq!(canonical_ip("ip", "::ffff:10.0.0.1").unwrap(), ip("10.0.0.1"));
-        assert_eq!(canonical_ip("ip", "2001:DB8:0:0::1").unwrap().to_string(), "2001:db8::1");
+        assert_eq!(
+            canonical_ip("ip", "2001:DB8:0:0::1").unwrap().to_string(),
+            "2001:db8::1"
+        );
         assert_eq!(canonical_ip("ip", "127.0.0.1").unwrap(), ip("127.0.0.1"));
     }
 
     #[test]
     fn unusable_addresses_are_refused() {
-        for bad in ["", "10.0.0", "010.0.0.1", "fe80::1%eth0", "0.0.0.0", "::", "224.0.0.1", "ff02::1", "255.255.255.255", "host.example"] {
+        for bad in [
+            "",
+            "10.0.0",
+            "010.0.0.1",
+            "fe80::1%eth0",
+            "0.0.0.0",
+            "::",
+            "224.0.0.1",
+            "ff02::1",
+            "255.255.255.255",
+            "host.example",
+        ] {
             let err = canonical_ip("addresses[0].ip", bad).unwrap_err();
             assert_eq!(err.code(), "invalid_address", "{bad:?}");
             assert!(err.to_string().starts_with("addresses[0].ip: "), "{err}");
@@ -197,10 +238,16 @@ mod tests {
 
     #[test]
     fn policy_names_the_permitted_networks() {
-        let policy = NetworkPolicy { permitted: vec!["10.0.0.0/8".parse().unwrap()], revision: Revision(3) };
+        let policy = NetworkPolicy {
+            permitted: vec!["10.0.0.0/8".parse().unwrap()],
+            revision: Revision(3),
+        };
         assert!(policy.admit("ip", ip("10.1.2.3")).is_ok());
         let err = policy.admit("addresses[0].ip", ip("192.168.0.1")).unwrap_err();
         assert_eq!(err.code(), "address_out_of_scope");
-        assert_eq!(err.to_string(), "addresses[0].ip: 192.168.0.1 is outside the permitted networks (10.0.0.0/8)");
+        assert_eq!(
+            err.to_string(),
+            "addresses[0].ip: 192.168.0.1 is outside the permitted networks (10.0.0.0/8)"
+        );
     }
 }

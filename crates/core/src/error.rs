@@ -131,14 +131,23 @@ impl Rejection {
     }
 
     pub(crate) fn invalid_name(field: impl Into<String>, reason: impl Into<String>) -> Rejection {
-        Rejection::InvalidName { field: field.into(), reason: reason.into() }
+        Rejection::InvalidName {
+            field: field.into(),
+            reason: reason.into(),
+        }
     }
 
     pub(crate) fn invalid_field(field: impl Into<String>, reason: impl Into<String>) -> Rejection {
-        Rejection::InvalidField { field: field.into(), reason: reason.into() }
+        Rejection::InvalidField {
+            field: field.into(),
+            reason: reason.into(),
+        }
     }
 
     pub(crate) fn label_limit(field: impl Into<String>, reason: impl Into<String>) -> Rejection {
-        Rejection::LabelLimit { field: field.into(), reason: reason.into() }
+        Rejection::LabelLimit {
+            field: field.into(),
+            reason: reason.into(),
+        }
     }
 }

@@ -82,9 +82,9 @@ pub enum GapError {
     #[error("update for {update} applied to a snapshot of {snapshot}")]
     WrongService {
         /// The snapshot's service.
-        snapshot: ServiceKey,
+        snapshot: Box<ServiceKey>,
         /// The update's service.
-        update: ServiceKey,
+        update: Box<ServiceKey>,
     },
     /// Something between the snapshot and the update was missed.
     #[error("gap: snapshot is at revision {have}, update {revision} follows revision {prev}")]
@@ -121,11 +121,20 @@ pub struct ServiceSnapshot {
 impl ServiceSnapshot {
     /// The empty set of a service that has no history yet (revision 0).
     pub fn empty(key: ServiceKey) -> ServiceSnapshot {
-        ServiceSnapshot { key, revision: Revision::ZERO, digest: Digest::EMPTY, endpoints: OrdMap::new() }
+        ServiceSnapshot {
+            key,
+            revision: Revision::ZERO,
+            digest: Digest::EMPTY,
+            endpoints: OrdMap::new(),
+        }
     }
 
     /// A set built from its parts; the digest is computed.
-    pub fn from_endpoints(key: ServiceKey, revision: Revision, endpoints: impl IntoIterator<Item = Arc<Endpoint>>) -> ServiceSnapshot {
+    pub fn from_endpoints(
+        key: ServiceKey,
+        revision: Revision,
+        endpoints: impl IntoIterator<Item = Arc<Endpoint>>,
+    ) -> ServiceSnapshot {
         let mut snapshot = ServiceSnapshot::empty(key);
         for endpoint in endpoints {
             snapshot.put(endpoint);
@@ -220,13 +229,20 @@ impl ServiceSnapshot {
     /// already applied), `Ok(true)` once applied. On any error the snapshot is unchanged.
     pub fn apply(&mut self, update: &ServiceUpdate) -> Result<bool, GapError> {
         if update.key != self.key {
-            return Err(GapError::WrongService { snapshot: self.key.clone(), update: update.key.clone() });
+            return Err(GapError::WrongService {
+                snapshot: Box::new(self.key.clone()),
+                update: Box::new(update.key.clone()),
+            });
         }
         if update.revision <= self.revision {
             return Ok(false);
         }
         if update.prev_revision != self.revision {
-            return Err(GapError::Gap { have: self.revision, revision: update.revision, prev: update.prev_revision });
+            return Err(GapError::Gap {
+                have: self.revision,
+                revision: update.revision,
+                prev: update.prev_revision,
+            });
         }
         let mut next = self.clone();
         for event in &update.events {
@@ -236,7 +252,11 @@ impl ServiceSnapshot {
             };
         }
         if next.digest != update.digest {
-            return Err(GapError::DigestMismatch { revision: update.revision, expected: update.digest, actual: next.digest });
+            return Err(GapError::DigestMismatch {
+                revision: update.revision,
+                expected: update.digest,
+                actual: next.digest,
+            });
         }
         next.revision = update.revision;
         *self = next;

@@ -35,7 +35,10 @@ impl Labels {
         if total > limits.max_label_bytes {
             return Err(Rejection::label_limit(
                 "labels",
-                format!("{total} bytes of keys and values exceed the limit of {}", limits.max_label_bytes),
+                format!(
+                    "{total} bytes of keys and values exceed the limit of {}",
+                    limits.max_label_bytes
+                ),
             ));
         }
         Ok(Labels::pack(labels))
@@ -56,7 +59,10 @@ impl Labels {
 
     /// The pairs, sorted by key.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.split('\n').filter(|pair| !pair.is_empty()).filter_map(|pair| pair.split_once('='))
+        self.0
+            .split('\n')
+            .filter(|pair| !pair.is_empty())
+            .filter_map(|pair| pair.split_once('='))
     }
 
     /// The value of `key`.
@@ -66,7 +72,11 @@ impl Labels {
 
     /// How many labels there are.
     pub fn len(&self) -> usize {
-        if self.0.is_empty() { 0 } else { self.0.split('\n').count() }
+        if self.0.is_empty() {
+            0
+        } else {
+            self.0.split('\n').count()
+        }
     }
 
     /// Whether there are none.
@@ -87,7 +97,10 @@ fn check_pair(key: &str, value: &str, max_key: usize, max_value: usize) -> Resul
             format!("key must be 1 to {max_key} bytes, got {}", key.len()),
         ));
     }
-    if let Some(bad) = key.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'))) {
+    if let Some(bad) = key
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/')))
+    {
         return Err(Rejection::label_limit(
             format!("labels.{}", key.escape_debug()),
             format!("key may hold only A-Z, a-z, 0-9, '.', '_', '-' and '/', found {bad:?}"),
@@ -100,7 +113,10 @@ fn check_pair(key: &str, value: &str, max_key: usize, max_value: usize) -> Resul
         ));
     }
     if value.chars().any(char::is_control) {
-        return Err(Rejection::label_limit(format!("labels.{key}"), "value must not hold control characters"));
+        return Err(Rejection::label_limit(
+            format!("labels.{key}"),
+            "value must not hold control characters",
+        ));
     }
     Ok(())
 }
@@ -144,24 +160,37 @@ mod tests {
     #[test]
     fn packs_sorted_and_reads_back() {
         let labels = Labels::new(&map(&[("version", "v=2"), ("team", "core")]), &Limits::default()).unwrap();
-        assert_eq!(labels.iter().collect::<Vec<_>>(), vec![("team", "core"), ("version", "v=2")]);
+        assert_eq!(
+            labels.iter().collect::<Vec<_>>(),
+            vec![("team", "core"), ("version", "v=2")]
+        );
         assert_eq!(labels.get("version"), Some("v=2"));
         assert_eq!(labels.len(), 2);
-        assert_eq!(serde_json::to_string(&labels).unwrap(), r#"{"team":"core","version":"v=2"}"#);
+        assert_eq!(
+            serde_json::to_string(&labels).unwrap(),
+            r#"{"team":"core","version":"v=2"}"#
+        );
         let back: Labels = serde_json::from_str(r#"{"team":"core","version":"v=2"}"#).unwrap();
         assert_eq!(back, labels);
-        assert!(Labels::default().is_empty() && Labels::default().len() == 0);
+        assert!(Labels::default().is_empty());
+        assert_eq!(Labels::default().len(), 0);
     }
 
     #[test]
     fn each_bound_is_enforced_and_named() {
         let limits = Limits::default();
         let cases: Vec<(BTreeMap<String, String>, &str)> = vec![
-            ((0..33).map(|i| (format!("k{i}"), String::new())).collect(), "33 labels exceed the limit of 32"),
+            (
+                (0..33).map(|i| (format!("k{i}"), String::new())).collect(),
+                "33 labels exceed the limit of 32",
+            ),
             (map(&[(&"k".repeat(64), "v")]), "key must be 1 to 63 bytes, got 64"),
             (map(&[("", "v")]), "key must be 1 to 63 bytes, got 0"),
             (map(&[("a=b", "v")]), "key may hold only"),
-            (map(&[("k", &"v".repeat(192))]), "value of 192 bytes exceeds the limit of 191"),
+            (
+                map(&[("k", &"v".repeat(192))]),
+                "value of 192 bytes exceeds the limit of 191",
+            ),
             (map(&[("k", "line\nbreak")]), "control characters"),
             (
                 (0..12).map(|i| (format!("key{i:02}"), "v".repeat(180))).collect(),

@@ -38,7 +38,10 @@ impl Label {
         if let Some(bad) = value.chars().find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '-')) {
             return Err(Rejection::invalid_name(
                 field,
-                format!("'{}' may hold only a-z, 0-9 and '-', found {bad:?}", value.escape_debug()),
+                format!(
+                    "'{}' may hold only a-z, 0-9 and '-', found {bad:?}",
+                    value.escape_debug()
+                ),
             ));
         }
         if value.starts_with('-') || value.ends_with('-') {
@@ -147,7 +150,10 @@ impl ServiceKey {
 
     /// The namespace this service lives in.
     pub fn namespace_key(&self) -> NamespaceKey {
-        NamespaceKey { tenant: self.tenant.clone(), namespace: self.namespace.clone() }
+        NamespaceKey {
+            tenant: self.tenant.clone(),
+            namespace: self.namespace.clone(),
+        }
     }
 }
 
@@ -177,7 +183,10 @@ impl Principal {
             ));
         }
         if !value.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(Rejection::invalid_name("principal", "must be printable ASCII without spaces"));
+            return Err(Rejection::invalid_name(
+                "principal",
+                "must be printable ASCII without spaces",
+            ));
         }
         Ok(Principal(SmolStr::new(value)))
     }
@@ -216,7 +225,16 @@ mod tests {
         for good in ["a", "payments", "api-v2", "0day", &"x".repeat(63)] {
             assert_eq!(Label::new("service", good).unwrap().as_str(), good);
         }
-        for bad in ["", "-api", "api-", "Payments", "pay_ments", "pay.ments", "päy", &"x".repeat(64)] {
+        for bad in [
+            "",
+            "-api",
+            "api-",
+            "Payments",
+            "pay_ments",
+            "pay.ments",
+            "päy",
+            &"x".repeat(64),
+        ] {
             let err = Label::new("service", bad).unwrap_err();
             assert_eq!(err.code(), "invalid_name", "{bad:?}");
             assert!(err.to_string().starts_with("service: "), "{err}");

@@ -128,10 +128,17 @@ impl EndpointSpec {
             let field = format!("addresses[{i}].ip");
             let ip = canonical_ip(&field, &spec.ip)?;
             policy.admit(&field, ip)?;
-            let scope = spec.scope.as_deref().map(|s| Label::new(&format!("addresses[{i}].scope"), s)).transpose()?;
+            let scope = spec
+                .scope
+                .as_deref()
+                .map(|s| Label::new(&format!("addresses[{i}].scope"), s))
+                .transpose()?;
             let address = Address { ip, scope };
             if addresses.contains(&address) {
-                return Err(Rejection::InvalidAddress { field, reason: format!("{ip} is listed twice") });
+                return Err(Rejection::InvalidAddress {
+                    field,
+                    reason: format!("{ip} is listed twice"),
+                });
             }
             addresses.push(address);
         }
@@ -139,14 +146,25 @@ impl EndpointSpec {
         for (i, spec) in self.ports.iter().enumerate() {
             let name = Label::with_max_len(&format!("ports[{i}].name"), &spec.name, MAX_PORT_NAME)?;
             if ports.iter().any(|p| p.name == name) {
-                return Err(Rejection::invalid_name(format!("ports[{i}].name"), format!("'{name}' is used twice")));
+                return Err(Rejection::invalid_name(
+                    format!("ports[{i}].name"),
+                    format!("'{name}' is used twice"),
+                ));
             }
             if spec.port == 0 {
-                return Err(Rejection::invalid_field(format!("ports[{i}].port"), "must be 1 to 65535, got 0"));
+                return Err(Rejection::invalid_field(
+                    format!("ports[{i}].port"),
+                    "must be 1 to 65535, got 0",
+                ));
             }
-            ports.push(NamedPort { name, port: spec.port, protocol: spec.protocol });
+            ports.push(NamedPort {
+                name,
+                port: spec.port,
+                protocol: spec.protocol,
+            });
         }
-        let optional_label = |field: &str, value: &Option<String>| value.as_deref().map(|v| Label::new(field, v)).transpose();
+        let optional_label =
+            |field: &str, value: &Option<String>| value.as_deref().map(|v| Label::new(field, v)).transpose();
         let locality = Locality {
             region: optional_label("locality.region", &self.locality.region)?,
             zone: optional_label("locality.zone", &self.locality.zone)?,
@@ -180,7 +198,11 @@ impl EndpointSpec {
 
 fn too_large(field: &str, size: usize, limit: usize) -> Result<(), Rejection> {
     if size > limit {
-        return Err(Rejection::RecordTooLarge { field: field.into(), size, limit });
+        return Err(Rejection::RecordTooLarge {
+            field: field.into(),
+            size,
+            limit,
+        });
     }
     Ok(())
 }
@@ -188,7 +210,11 @@ fn too_large(field: &str, size: usize, limit: usize) -> Result<(), Rejection> {
 /// Validates a free-text field (a reason, a source revision): bounded, no control characters.
 pub fn bounded_text(field: &str, text: &str, max_bytes: usize) -> Result<SmolStr, Rejection> {
     if text.len() > max_bytes {
-        return Err(Rejection::RecordTooLarge { field: field.into(), size: text.len(), limit: max_bytes });
+        return Err(Rejection::RecordTooLarge {
+            field: field.into(),
+            size: text.len(),
+            limit: max_bytes,
+        });
     }
     if text.chars().any(char::is_control) {
         return Err(Rejection::invalid_field(field, "must not hold control characters"));
@@ -202,8 +228,15 @@ mod tests {
 
     fn spec() -> EndpointSpec {
         EndpointSpec {
-            addresses: vec![AddressSpec { ip: "10.0.0.1".into(), scope: None }],
-            ports: vec![PortSpec { name: "http".into(), port: 8080, protocol: Protocol::Http }],
+            addresses: vec![AddressSpec {
+                ip: "10.0.0.1".into(),
+                scope: None,
+            }],
+            ports: vec![PortSpec {
+                name: "http".into(),
+                port: 8080,
+                protocol: Protocol::Http,
+            }],
             ..EndpointSpec::default()
         }
     }
@@ -211,7 +244,8 @@ mod tests {
     fn reject(edit: impl FnOnce(&mut EndpointSpec)) -> Rejection {
         let mut spec = spec();
         edit(&mut spec);
-        spec.validate(&Limits::default(), &NetworkPolicy::default()).unwrap_err()
+        spec.validate(&Limits::default(), &NetworkPolicy::default())
+            .unwrap_err()
     }
 
     #[test]
@@ -225,21 +259,81 @@ mod tests {
     #[test]
     fn every_rule_has_its_code_and_field() {
         let cases: Vec<(Rejection, &str, &str)> = vec![
-            (reject(|s| s.addresses.clear()), "invalid_address", "addresses: at least one"),
-            (reject(|s| s.addresses[0].ip = "10.0.0.300".into()), "invalid_address", "addresses[0].ip:"),
-            (reject(|s| s.addresses.push(s.addresses[0].clone())), "invalid_address", "addresses[1].ip: 10.0.0.1 is listed twice"),
-            (reject(|s| s.addresses[0].scope = Some("LAN".into())), "invalid_name", "addresses[0].scope:"),
-            (reject(|s| s.addresses = vec![s.addresses[0].clone(); 9]), "record_too_large", "addresses: 9 exceeds the limit of 8"),
-            (reject(|s| s.ports[0].name = "http_alt".into()), "invalid_name", "ports[0].name:"),
-            (reject(|s| s.ports[0].name = "a-very-long-port".into()), "invalid_name", "must be 1 to 15 characters, got 16"),
-            (reject(|s| s.ports.push(s.ports[0].clone())), "invalid_name", "ports[1].name: 'http' is used twice"),
-            (reject(|s| s.ports[0].port = 0), "invalid_field", "ports[0].port: must be 1 to 65535"),
-            (reject(|s| s.ports = vec![s.ports[0].clone(); 17]), "record_too_large", "ports: 17 exceeds the limit of 16"),
-            (reject(|s| s.locality.zone = Some("Zone A".into())), "invalid_name", "locality.zone:"),
-            (reject(|s| s.weight = Some(0)), "invalid_field", "weight: must be 1 to 65535, got 0"),
-            (reject(|s| s.weight = Some(70_000)), "invalid_field", "weight: must be 1 to 65535, got 70000"),
-            (reject(|s| s.source_revision = Some("x".repeat(257))), "record_too_large", "source_revision: 257 exceeds the limit of 256"),
-            (reject(|s| s.labels.insert("bad key".into(), "v".into()).map_or((), drop)), "label_limit", "labels.bad key:"),
+            (
+                reject(|s| s.addresses.clear()),
+                "invalid_address",
+                "addresses: at least one",
+            ),
+            (
+                reject(|s| s.addresses[0].ip = "10.0.0.300".into()),
+                "invalid_address",
+                "addresses[0].ip:",
+            ),
+            (
+                reject(|s| s.addresses.push(s.addresses[0].clone())),
+                "invalid_address",
+                "addresses[1].ip: 10.0.0.1 is listed twice",
+            ),
+            (
+                reject(|s| s.addresses[0].scope = Some("LAN".into())),
+                "invalid_name",
+                "addresses[0].scope:",
+            ),
+            (
+                reject(|s| s.addresses = vec![s.addresses[0].clone(); 9]),
+                "record_too_large",
+                "addresses: 9 exceeds the limit of 8",
+            ),
+            (
+                reject(|s| s.ports[0].name = "http_alt".into()),
+                "invalid_name",
+                "ports[0].name:",
+            ),
+            (
+                reject(|s| s.ports[0].name = "a-very-long-port".into()),
+                "invalid_name",
+                "must be 1 to 15 characters, got 16",
+            ),
+            (
+                reject(|s| s.ports.push(s.ports[0].clone())),
+                "invalid_name",
+                "ports[1].name: 'http' is used twice",
+            ),
+            (
+                reject(|s| s.ports[0].port = 0),
+                "invalid_field",
+                "ports[0].port: must be 1 to 65535",
+            ),
+            (
+                reject(|s| s.ports = vec![s.ports[0].clone(); 17]),
+                "record_too_large",
+                "ports: 17 exceeds the limit of 16",
+            ),
+            (
+                reject(|s| s.locality.zone = Some("Zone A".into())),
+                "invalid_name",
+                "locality.zone:",
+            ),
+            (
+                reject(|s| s.weight = Some(0)),
+                "invalid_field",
+                "weight: must be 1 to 65535, got 0",
+            ),
+            (
+                reject(|s| s.weight = Some(70_000)),
+                "invalid_field",
+                "weight: must be 1 to 65535, got 70000",
+            ),
+            (
+                reject(|s| s.source_revision = Some("x".repeat(257))),
+                "record_too_large",
+                "source_revision: 257 exceeds the limit of 256",
+            ),
+            (
+                reject(|s| s.labels.insert("bad key".into(), "v".into()).map_or((), drop)),
+                "label_limit",
+                "labels.bad key:",
+            ),
         ];
         for (err, code, text) in cases {
             assert_eq!(err.code(), code, "{err}");
@@ -249,7 +343,10 @@ mod tests {
 
     #[test]
     fn out_of_scope_addresses_are_refused() {
-        let policy = NetworkPolicy { permitted: vec!["10.0.0.0/8".parse().unwrap()], ..NetworkPolicy::default() };
+        let policy = NetworkPolicy {
+            permitted: vec!["10.0.0.0/8".parse().unwrap()],
+            ..NetworkPolicy::default()
+        };
         let mut outside = spec();
         outside.addresses[0].ip = "192.168.1.1".into();
         let err = outside.validate(&Limits::default(), &policy).unwrap_err();

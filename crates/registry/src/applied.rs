@@ -1,0 +1,73 @@
+//! What applying a command yields, and what a read can refuse.
+
+use std::sync::Arc;
+
+use muster_core::{LeaseId, Revision, ServiceUpdate};
+
+/// The result of an accepted command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The committed revision that holds this command's effect: the new revision, or for a
+    /// command that changed nothing, the revision the caller's intent was already committed at.
+    pub revision: Revision,
+    /// The per-service updates of the new revision, sorted by service; empty when nothing
+    /// changed. The same values the change log holds.
+    pub updates: Vec<Arc<ServiceUpdate>>,
+    /// The lease the command granted or attached, for the renewal deadline in the reply.
+    pub lease: Option<LeaseGrant>,
+    /// Why nothing changed, when nothing did.
+    pub unchanged: Option<Unchanged>,
+}
+
+/// A lease in a reply: the server turns the TTL into a deadline on its own clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseGrant {
+    /// The lease.
+    pub id: LeaseId,
+    /// Its TTL.
+    pub ttl_ms: u64,
+}
+
+/// Why an accepted command changed nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unchanged {
+    /// The same intent is already committed (a retry after a lost reply, SPEC L1).
+    AlreadyCommitted,
+    /// An app or checker reported readiness while the endpoint is draining: the drain holds
+    /// until the owner lifts it (SPEC L5).
+    DrainHeld,
+    /// None of the leases to expire exists any more.
+    NothingToExpire,
+}
+
+/// Why a read could not be answered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// The requested revision is older than the retained history: take a fresh snapshot.
+    #[error("compacted: history before revision {compacted} is gone; the current revision is {current}")]
+    Compacted {
+        /// Every revision up to and including this one is compacted.
+        compacted: Revision,
+        /// The current revision, to snapshot at.
+        current: Revision,
+    },
+    /// The requested revision is not committed yet.
+    #[error("revision {requested} is in the future; the current revision is {current}")]
+    FutureRevision {
+        /// What was asked for.
+        requested: Revision,
+        /// The current revision.
+        current: Revision,
+    },
+}
+
+impl ReadError {
+    /// The stable, machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ReadError::Compacted { .. } => "compacted",
+            ReadError::FutureRevision { .. } => "future_revision",
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! The commands the registry applies: what goes into the Raft log.
+//!
+//! Commands carry typed keys (validated where they were parsed, at the API edge) and the
+//! registrar's [`EndpointSpec`] as submitted; the registry validates the spec inside
+//! `apply`, deterministically, so every replica reaches the same verdict.
+
+use muster_core::{
+    Actor, EndpointSpec, Incarnation, InstanceId, Label, LeaseId, Principal, Revision, ServiceKey, ServingState,
+};
+use serde::{Deserialize, Serialize};
+
+/// Who issued a command and when: assigned by the leader when it proposes, and logged with
+/// the command, so replay sees the same values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandMeta {
+    /// Milliseconds on the proposing leader's clock.
+    pub at_ms: u64,
+    /// The authenticated caller.
+    pub principal: Principal,
+    /// The caller's authority (SPEC L5).
+    pub actor: Actor,
+}
+
+/// One registry command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Command {
+    /// Create or update an endpoint, or replace an older incarnation.
+    Register(Register),
+    /// Report an endpoint's serving state.
+    SetServing(SetServing),
+    /// Put an endpoint in `draining` (SPEC L6).
+    Drain(Drain),
+    /// Remove an endpoint, fenced by incarnation (SPEC L7).
+    Deregister(Deregister),
+    /// Remove an endpoint without its incarnation: an operator's action.
+    Evict(Evict),
+    /// Grant a lease.
+    GrantLease(GrantLease),
+    /// Revoke a lease and remove every endpoint attached to it.
+    RevokeLease(RevokeLease),
+    /// Expire a batch of leases in one revision (proposed by the lease keeper).
+    ExpireLeases(ExpireLeases),
+}
+
+/// Which endpoint incarnation a command addresses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    /// The service.
+    pub key: ServiceKey,
+    /// The instance.
+    pub instance: InstanceId,
+    /// The incarnation the caller speaks for.
+    pub incarnation: Incarnation,
+}
+
+/// How a registration's lease is chosen: record and lease commit together (SPEC L3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseSpec {
+    /// No lease: the record stays until deregistered.
+    #[default]
+    None,
+    /// Attach to an existing lease of the same tenant.
+    Attach(LeaseId),
+    /// Grant a new lease with this TTL in the same revision.
+    Grant {
+        /// The TTL asked for.
+        ttl_ms: u64,
+    },
+}
+
+/// Create or update an endpoint. Idempotent for (key, instance, incarnation, content): a
+/// retry returns the committed result. A higher incarnation replaces the old record atomically.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Register {
+    /// The endpoint addressed.
+    pub target: Target,
+    /// The record as submitted.
+    pub spec: EndpointSpec,
+    /// The lease.
+    #[serde(default)]
+    pub lease: LeaseSpec,
+    /// Compare-and-swap: the record's current revision (0: must not exist).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_revision: Option<Revision>,
+}
+
+/// Report a serving state. An app's report never lifts an owner's drain (SPEC L5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetServing {
+    /// The endpoint addressed.
+    pub target: Target,
+    /// The new state.
+    pub state: ServingState,
+    /// Why, in words.
+    pub reason: String,
+    /// Compare-and-swap: the record's current revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_revision: Option<Revision>,
+}
+
+/// Stop new work for an endpoint before it is removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Drain {
+    /// The endpoint addressed.
+    pub target: Target,
+    /// Why, in words.
+    pub reason: String,
+    /// Compare-and-swap: the record's current revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_revision: Option<Revision>,
+}
+
+/// Remove an endpoint. A lower incarnation than the registered one is refused; a higher one
+/// removes the record and fences every lower incarnation from coming back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deregister {
+    /// The endpoint addressed.
+    pub target: Target,
+    /// Compare-and-swap: the record's current revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_revision: Option<Revision>,
+}
+
+/// Remove an endpoint whatever its incarnation (an operator's action, reason `evicted`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evict {
+    /// The service.
+    pub key: ServiceKey,
+    /// The instance.
+    pub instance: InstanceId,
+    /// Compare-and-swap: the record's current revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_revision: Option<Revision>,
+}
+
+/// Grant a lease to a tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantLease {
+    /// The tenant that owns the lease; only its records can attach.
+    pub tenant: Label,
+    /// The TTL asked for.
+    pub ttl_ms: u64,
+}
+
+/// Revoke a lease: its endpoints leave with reason `deregistered`, in one revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevokeLease {
+    /// The tenant that owns the lease.
+    pub tenant: Label,
+    /// The lease.
+    pub lease: LeaseId,
+    /// Compare-and-swap: the revision the lease was granted at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_revision: Option<Revision>,
+}
+
+/// Expire leases: every endpoint attached to any of them leaves with reason `lease_expired`,
+/// all in one revision. Leases already gone are skipped (the keeper may lag a revoke).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpireLeases {
+    /// The leases whose deadlines passed.
+    pub leases: Vec<LeaseId>,
+}
+
+/// `impl From<Variant> for Command` for every command struct.
+macro_rules! into_command {
+    ($($variant:ident),*) => {$(
+        impl From<$variant> for Command {
+            fn from(command: $variant) -> Command {
+                Command::$variant(command)
+            }
+        }
+    )*};
+}
+
+into_command!(
+    Register,
+    SetServing,
+    Drain,
+    Deregister,
+    Evict,
+    GrantLease,
+    RevokeLease,
+    ExpireLeases
+);

@@ -1,0 +1,462 @@
+//! Turning a command into a [`Plan`] of writes, or a refusal, without changing anything.
+//!
+//! Every check (validation, fencing, idempotency, compare-and-swap, quotas) happens here,
+//! on `&Registry`; `Registry::commit` then applies the plan at one new revision. That split
+//! is what makes "a rejected command changes nothing" hold by construction.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use muster_core::spec::bounded_text;
+use muster_core::{
+    Actor, DeleteReason, Endpoint, Incarnation, InstanceId, Label, LeaseId, Observation, Provenance, Rejection,
+    Revision, ServiceKey, ServingState,
+};
+use smol_str::SmolStr;
+
+use crate::applied::{Applied, LeaseGrant, Unchanged};
+use crate::command::{
+    CommandMeta, Deregister, Evict, ExpireLeases, GrantLease, LeaseSpec, Register, RevokeLease, Target,
+};
+use crate::leases::Lease;
+use crate::registry::Registry;
+
+/// What an accepted command will do.
+pub(crate) enum Planned {
+    /// Write these changes at the next revision.
+    Commit(Plan),
+    /// Nothing to write; reply with this.
+    Unchanged(Applied),
+}
+
+/// The writes of one command, all committed at one revision.
+#[derive(Default)]
+pub(crate) struct Plan {
+    pub(crate) puts: Vec<(ServiceKey, Arc<Endpoint>)>,
+    pub(crate) deletes: Vec<Delete>,
+    pub(crate) grant: Option<Lease>,
+    pub(crate) revoke: Vec<LeaseId>,
+    /// The lease to report in the reply.
+    pub(crate) lease: Option<LeaseGrant>,
+}
+
+pub(crate) struct Delete {
+    pub(crate) key: ServiceKey,
+    pub(crate) instance: InstanceId,
+    /// The incarnation the tombstone fences: at least the removed record's.
+    pub(crate) fence: Incarnation,
+    pub(crate) reason: DeleteReason,
+}
+
+fn unchanged(revision: Revision, lease: Option<LeaseGrant>, why: Unchanged) -> Planned {
+    Planned::Unchanged(Applied {
+        revision,
+        updates: Vec::new(),
+        lease,
+        unchanged: Some(why),
+    })
+}
+
+fn check_expected(
+    subject: impl FnOnce() -> String,
+    expected: Option<Revision>,
+    actual: Revision,
+) -> Result<(), Rejection> {
+    match expected {
+        Some(expected) if expected != actual => Err(Rejection::RevisionMismatch {
+            subject: subject(),
+            expected,
+            actual,
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn not_found(target: &Target) -> Rejection {
+    Rejection::NotFound {
+        subject: format!(
+            "instance '{}' incarnation {} of {}",
+            target.instance, target.incarnation, target.key
+        ),
+    }
+}
+
+impl Registry {
+    pub(crate) fn plan_register(&self, cmd: &Register, meta: &CommandMeta) -> Result<Planned, Rejection> {
+        let config = self.config();
+        let target = &cmd.target;
+        let attrs = cmd.spec.validate(&config.limits, &config.network)?;
+        let service = self.service(&target.key);
+        let existing = service.and_then(|s| s.current.get(&target.instance));
+        let highest = service.and_then(|s| s.highest_incarnation(&target.instance));
+        let same_incarnation = existing.filter(|e| e.incarnation == target.incarnation);
+        if let Some(current) =
+            highest.filter(|h| target.incarnation < *h || (existing.is_none() && target.incarnation == *h))
+        {
+            return Err(Rejection::StaleIncarnation {
+                instance: target.instance.clone(),
+                presented: target.incarnation,
+                current,
+            });
+        }
+
+        // The lease: an existing one of this tenant, the one a retried register-with-grant
+        // already got, or a new grant (`true`) committed with the record.
+        let lease: Option<(LeaseGrant, bool)> = match cmd.lease {
+            LeaseSpec::None => None,
+            LeaseSpec::Attach(id) => Some((self.tenant_lease(&target.key.tenant, id)?, false)),
+            LeaseSpec::Grant { ttl_ms } => {
+                self.check_ttl(ttl_ms)?;
+                let held = same_incarnation
+                    .and_then(|e| e.lease)
+                    .and_then(|id| self.leases().get(id))
+                    .filter(|held| held.ttl_ms == ttl_ms);
+                Some(match held {
+                    Some(held) => (LeaseGrant { id: held.id, ttl_ms }, false),
+                    None => (
+                        LeaseGrant {
+                            id: self.leases().next_id(),
+                            ttl_ms,
+                        },
+                        true,
+                    ),
+                })
+            }
+        };
+        let reply_lease = lease.map(|(grant, _)| grant);
+        if let Some(existing) = same_incarnation
+            && existing.lease == reply_lease.map(|l| l.id)
+            && has_attributes(existing, &attrs)
+        {
+            return Ok(unchanged(existing.revision, reply_lease, Unchanged::AlreadyCommitted));
+        }
+        check_expected(
+            || format!("instance '{}' of {}", target.instance, target.key),
+            cmd.expected_revision,
+            existing.map_or(Revision::ZERO, |e| e.revision),
+        )?;
+        if existing.is_none() {
+            self.check_quota_endpoints(&target.key, service.is_none())?;
+        }
+        let grant = match lease {
+            Some((LeaseGrant { id, ttl_ms }, true)) => {
+                self.check_quota_leases(&target.key.tenant)?;
+                Some(Lease {
+                    id,
+                    tenant: target.key.tenant.clone(),
+                    ttl_ms,
+                    revision: self.revision().next(),
+                })
+            }
+            _ => None,
+        };
+
+        let (serving, observation) = match same_incarnation {
+            Some(e) => (e.serving, e.observation.clone()),
+            None => (
+                attrs.initial_serving,
+                Observation {
+                    actor: meta.actor,
+                    principal: meta.principal.clone(),
+                    at_ms: meta.at_ms,
+                    reason: SmolStr::new_static("registered"),
+                },
+            ),
+        };
+        let endpoint = Endpoint {
+            instance: target.instance.clone(),
+            incarnation: target.incarnation,
+            addresses: attrs.addresses,
+            ports: attrs.ports,
+            locality: attrs.locality,
+            serving,
+            weight: attrs.weight,
+            capacity: attrs.capacity,
+            labels: attrs.labels,
+            lease: reply_lease.map(|l| l.id),
+            revision: self.revision().next(),
+            provenance: Provenance {
+                registrar: meta.principal.clone(),
+                source_revision: attrs.source_revision,
+                policy_revision: config.network.revision,
+            },
+            observation,
+        };
+        self.check_size(&endpoint)?;
+        Ok(Planned::Commit(Plan {
+            puts: vec![(target.key.clone(), Arc::new(endpoint))],
+            grant,
+            lease: reply_lease,
+            ..Plan::default()
+        }))
+    }
+
+    /// Set-serving and drain: the owner/app precedence of SPEC L5 lives here.
+    pub(crate) fn plan_serving(
+        &self,
+        target: &Target,
+        state: ServingState,
+        reason: &str,
+        expected: Option<Revision>,
+        meta: &CommandMeta,
+    ) -> Result<Planned, Rejection> {
+        let reason = bounded_text("reason", reason, self.config().limits.max_text_bytes)?;
+        let existing = self.fenced_existing(target)?;
+        if existing.serving == state {
+            return Ok(unchanged(existing.revision, None, Unchanged::AlreadyCommitted));
+        }
+        if existing.serving == ServingState::Draining && meta.actor != Actor::Owner {
+            return Ok(unchanged(existing.revision, None, Unchanged::DrainHeld));
+        }
+        check_expected(
+            || format!("instance '{}' of {}", target.instance, target.key),
+            expected,
+            existing.revision,
+        )?;
+        let mut endpoint = Endpoint::clone(existing);
+        endpoint.serving = state;
+        endpoint.revision = self.revision().next();
+        endpoint.observation = Observation {
+            actor: meta.actor,
+            principal: meta.principal.clone(),
+            at_ms: meta.at_ms,
+            reason,
+        };
+        self.check_size(&endpoint)?;
+        Ok(Planned::Commit(Plan {
+            puts: vec![(target.key.clone(), Arc::new(endpoint))],
+            ..Plan::default()
+        }))
+    }
+
+    pub(crate) fn plan_deregister(&self, cmd: &Deregister) -> Result<Planned, Rejection> {
+        let target = &cmd.target;
+        let service = self.service(&target.key);
+        let existing = service.and_then(|s| s.current.get(&target.instance));
+        let Some(existing) = existing else {
+            let tombstone = service.and_then(|s| s.tombstones.get(&target.instance));
+            return match tombstone {
+                Some(t) if t.incarnation == target.incarnation => {
+                    Ok(unchanged(t.revision, None, Unchanged::AlreadyCommitted))
+                }
+                Some(t) if t.incarnation > target.incarnation => Err(Rejection::StaleIncarnation {
+                    instance: target.instance.clone(),
+                    presented: target.incarnation,
+                    current: t.incarnation,
+                }),
+                _ => Err(not_found(target)),
+            };
+        };
+        if target.incarnation < existing.incarnation {
+            return Err(Rejection::StaleIncarnation {
+                instance: target.instance.clone(),
+                presented: target.incarnation,
+                current: existing.incarnation,
+            });
+        }
+        check_expected(
+            || format!("instance '{}' of {}", target.instance, target.key),
+            cmd.expected_revision,
+            existing.revision,
+        )?;
+        Ok(Planned::Commit(Plan {
+            deletes: vec![Delete {
+                key: target.key.clone(),
+                instance: target.instance.clone(),
+                fence: target.incarnation,
+                reason: DeleteReason::Deregistered,
+            }],
+            ..Plan::default()
+        }))
+    }
+
+    pub(crate) fn plan_evict(&self, cmd: &Evict) -> Result<Planned, Rejection> {
+        let existing = self
+            .service(&cmd.key)
+            .and_then(|s| s.current.get(&cmd.instance))
+            .ok_or_else(|| Rejection::NotFound {
+                subject: format!("instance '{}' of {}", cmd.instance, cmd.key),
+            })?;
+        check_expected(
+            || format!("instance '{}' of {}", cmd.instance, cmd.key),
+            cmd.expected_revision,
+            existing.revision,
+        )?;
+        Ok(Planned::Commit(Plan {
+            deletes: vec![Delete {
+                key: cmd.key.clone(),
+                instance: cmd.instance.clone(),
+                fence: existing.incarnation,
+                reason: DeleteReason::Evicted,
+            }],
+            ..Plan::default()
+        }))
+    }
+
+    pub(crate) fn plan_grant(&self, cmd: &GrantLease) -> Result<Planned, Rejection> {
+        self.check_ttl(cmd.ttl_ms)?;
+        self.check_quota_leases(&cmd.tenant)?;
+        let id = self.leases().next_id();
+        Ok(Planned::Commit(Plan {
+            grant: Some(Lease {
+                id,
+                tenant: cmd.tenant.clone(),
+                ttl_ms: cmd.ttl_ms,
+                revision: self.revision().next(),
+            }),
+            lease: Some(LeaseGrant { id, ttl_ms: cmd.ttl_ms }),
+            ..Plan::default()
+        }))
+    }
+
+    pub(crate) fn plan_revoke(&self, cmd: &RevokeLease) -> Result<Planned, Rejection> {
+        let lease = self.tenant_lease(&cmd.tenant, cmd.lease)?;
+        let granted_at = self.leases().get(lease.id).map_or(Revision::ZERO, |l| l.revision);
+        check_expected(|| format!("lease {}", cmd.lease), cmd.expected_revision, granted_at)?;
+        Ok(Planned::Commit(
+            self.plan_lease_removal([cmd.lease], DeleteReason::Deregistered),
+        ))
+    }
+
+    pub(crate) fn plan_expire(&self, cmd: &ExpireLeases) -> Planned {
+        let live: BTreeSet<LeaseId> = cmd
+            .leases
+            .iter()
+            .copied()
+            .filter(|id| self.leases().get(*id).is_some())
+            .collect();
+        if live.is_empty() {
+            return unchanged(self.revision(), None, Unchanged::NothingToExpire);
+        }
+        Planned::Commit(self.plan_lease_removal(live, DeleteReason::LeaseExpired))
+    }
+
+    fn plan_lease_removal(&self, leases: impl IntoIterator<Item = LeaseId>, reason: DeleteReason) -> Plan {
+        let mut plan = Plan::default();
+        for id in leases {
+            for (key, instance) in self.leases().attached(id) {
+                let fence = self
+                    .service(key)
+                    .and_then(|s| s.current.get(instance))
+                    .map(|e| e.incarnation)
+                    .expect("the lease index only names live endpoints");
+                plan.deletes.push(Delete {
+                    key: ServiceKey::clone(key),
+                    instance: instance.clone(),
+                    fence,
+                    reason,
+                });
+            }
+            plan.revoke.push(id);
+        }
+        plan
+    }
+
+    /// The live record of exactly the target's incarnation, or the refusal that explains why not.
+    fn fenced_existing(&self, target: &Target) -> Result<&Arc<Endpoint>, Rejection> {
+        let service = self.service(&target.key);
+        if let Some(current) = service.and_then(|s| s.highest_incarnation(&target.instance))
+            && target.incarnation < current
+        {
+            return Err(Rejection::StaleIncarnation {
+                instance: target.instance.clone(),
+                presented: target.incarnation,
+                current,
+            });
+        }
+        service
+            .and_then(|s| s.current.get(&target.instance))
+            .filter(|e| e.incarnation == target.incarnation)
+            .ok_or_else(|| not_found(target))
+    }
+
+    fn tenant_lease(&self, tenant: &Label, id: LeaseId) -> Result<LeaseGrant, Rejection> {
+        match self.leases().get(id) {
+            Some(lease) if &lease.tenant == tenant => Ok(LeaseGrant {
+                id,
+                ttl_ms: lease.ttl_ms,
+            }),
+            // Another tenant's lease is reported as missing: its existence is not ours to learn.
+            _ => Err(Rejection::LeaseNotFound { lease: id }),
+        }
+    }
+
+    fn check_ttl(&self, ttl_ms: u64) -> Result<(), Rejection> {
+        let config = self.config();
+        if !(config.min_lease_ttl_ms..=config.max_lease_ttl_ms).contains(&ttl_ms) {
+            return Err(Rejection::InvalidField {
+                field: "ttl_ms".into(),
+                reason: format!(
+                    "must be {} to {} ms, got {ttl_ms}",
+                    config.min_lease_ttl_ms, config.max_lease_ttl_ms
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_size(&self, endpoint: &Endpoint) -> Result<(), Rejection> {
+        let limit = self.config().limits.max_record_bytes;
+        let size = endpoint.size();
+        if size > limit {
+            return Err(Rejection::RecordTooLarge {
+                field: "record bytes".into(),
+                size,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_quota_endpoints(&self, key: &ServiceKey, new_service: bool) -> Result<(), Rejection> {
+        let quotas = &self.config().quotas;
+        let usage = self.usage(&key.tenant);
+        let tenant = || format!("tenant '{}'", key.tenant);
+        if new_service && usage.services >= quotas.services_per_tenant {
+            return Err(Rejection::QuotaExceeded {
+                quota: "services_per_tenant",
+                scope: tenant(),
+                limit: quotas.services_per_tenant,
+            });
+        }
+        if usage.endpoints >= quotas.endpoints_per_tenant {
+            return Err(Rejection::QuotaExceeded {
+                quota: "endpoints_per_tenant",
+                scope: tenant(),
+                limit: quotas.endpoints_per_tenant,
+            });
+        }
+        let in_service = self.service(key).map_or(0, |s| s.current.len() as u64);
+        if in_service >= quotas.endpoints_per_service {
+            return Err(Rejection::QuotaExceeded {
+                quota: "endpoints_per_service",
+                scope: format!("service {key}"),
+                limit: quotas.endpoints_per_service,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_quota_leases(&self, tenant: &Label) -> Result<(), Rejection> {
+        let limit = self.config().quotas.leases_per_tenant;
+        if self.usage(tenant).leases >= limit {
+            return Err(Rejection::QuotaExceeded {
+                quota: "leases_per_tenant",
+                scope: format!("tenant '{tenant}'"),
+                limit,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Whether a record already holds exactly these registrant-controlled attributes.
+fn has_attributes(endpoint: &Endpoint, attrs: &muster_core::Attributes) -> bool {
+    endpoint.addresses == attrs.addresses
+        && endpoint.ports == attrs.ports
+        && endpoint.locality == attrs.locality
+        && endpoint.weight == attrs.weight
+        && endpoint.capacity == attrs.capacity
+        && endpoint.labels == attrs.labels
+        && endpoint.provenance.source_revision == attrs.source_revision
+}

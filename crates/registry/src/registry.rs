@@ -1,0 +1,410 @@
+//! The registry state machine: [`Registry::apply`] and the reads.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use muster_core::{
+    DeleteReason, Endpoint, Event, InstanceId, Label, NamespaceKey, Rejection, Revision, ServiceKey, ServiceSnapshot,
+    ServiceUpdate,
+};
+
+use crate::applied::{Applied, ReadError};
+use crate::command::{Command, CommandMeta};
+use crate::config::RegistryConfig;
+use crate::leases::{Lease, LeaseTable};
+use crate::plan::{Plan, Planned};
+use crate::service::{Change, ServiceState, Tombstone, delete_event};
+
+/// What a change-log query covers (SPEC W4: per key or per namespace).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// One service.
+    Service(ServiceKey),
+    /// Every service of one namespace.
+    Namespace(NamespaceKey),
+}
+
+/// One page of a service's endpoints, all read at one revision (SPEC W2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// The global revision the page was read at: pass it back to read the next page.
+    pub at: Revision,
+    /// The service's last change at or before `at`.
+    pub revision: Revision,
+    /// The digest of the whole set at `at`.
+    pub digest: muster_core::Digest,
+    /// How many endpoints the whole set holds.
+    pub total: usize,
+    /// This page's endpoints, sorted by instance.
+    pub endpoints: Vec<Arc<Endpoint>>,
+    /// The instance to continue after, if more remain.
+    pub next: Option<InstanceId>,
+}
+
+/// What a tenant holds, for quotas.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Usage {
+    pub(crate) services: u64,
+    pub(crate) endpoints: u64,
+    pub(crate) leases: u64,
+}
+
+/// The deterministic registry state machine.
+///
+/// `apply` takes a command and its [`CommandMeta`] (time and caller are inputs) and either
+/// refuses it, changing nothing, or commits it at one new revision. Reads hand out shared,
+/// immutable snapshots. No clock, no randomness, no hash-map order: the same commands give
+/// the same state, events and bytes on every replica.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    config: RegistryConfig,
+    revision: Revision,
+    /// Every revision up to and including this one has left the change history.
+    compacted: Revision,
+    namespaces: BTreeMap<NamespaceKey, BTreeMap<Label, ServiceState>>,
+    leases: LeaseTable,
+    usage: BTreeMap<Label, Usage>,
+    /// (revision, service) for every retained change, oldest first: what compaction visits.
+    touched: VecDeque<(Revision, Arc<ServiceKey>)>,
+}
+
+impl Registry {
+    /// An empty registry at revision 0.
+    pub fn new(config: RegistryConfig) -> Registry {
+        Registry {
+            config,
+            revision: Revision::ZERO,
+            compacted: Revision::ZERO,
+            namespaces: BTreeMap::new(),
+            leases: LeaseTable::new(muster_core::LeaseId(1)),
+            usage: BTreeMap::new(),
+            touched: VecDeque::new(),
+        }
+    }
+
+    /// Applies one command: either every effect at one new revision, or a refusal that
+    /// changes nothing.
+    pub fn apply(&mut self, command: &Command, meta: &CommandMeta) -> Result<Applied, Rejection> {
+        let planned = match command {
+            Command::Register(c) => self.plan_register(c, meta)?,
+            Command::SetServing(c) => self.plan_serving(&c.target, c.state, &c.reason, c.expected_revision, meta)?,
+            Command::Drain(c) => self.plan_serving(
+                &c.target,
+                muster_core::ServingState::Draining,
+                &c.reason,
+                c.expected_revision,
+                meta,
+            )?,
+            Command::Deregister(c) => self.plan_deregister(c)?,
+            Command::Evict(c) => self.plan_evict(c)?,
+            Command::GrantLease(c) => self.plan_grant(c)?,
+            Command::RevokeLease(c) => self.plan_revoke(c)?,
+            Command::ExpireLeases(c) => self.plan_expire(c),
+        };
+        Ok(match planned {
+            Planned::Unchanged(applied) => applied,
+            Planned::Commit(plan) => self.commit(plan),
+        })
+    }
+
+    /// Writes a plan at the next revision. Cannot fail: every check happened in planning.
+    fn commit(&mut self, plan: Plan) -> Applied {
+        let revision = self.revision.next();
+        let mut writes: BTreeMap<ServiceKey, BTreeMap<InstanceId, Option<Arc<Endpoint>>>> = BTreeMap::new();
+        for (key, endpoint) in plan.puts {
+            writes
+                .entry(key)
+                .or_default()
+                .insert(endpoint.instance.clone(), Some(endpoint));
+        }
+        let mut fences = BTreeMap::new();
+        for delete in plan.deletes {
+            writes
+                .entry(delete.key.clone())
+                .or_default()
+                .insert(delete.instance.clone(), None);
+            fences.insert((delete.key, delete.instance), (delete.fence, delete.reason));
+        }
+        if let Some(lease) = plan.grant {
+            self.usage.entry(lease.tenant.clone()).or_default().leases += 1;
+            self.leases.insert(lease);
+        }
+
+        let mut updates = Vec::with_capacity(writes.len());
+        for (key, changes) in writes {
+            let tenant = key.tenant.clone();
+            let namespace = self.namespaces.entry(key.namespace_key()).or_default();
+            let service = namespace.entry(key.service.clone()).or_insert_with(|| {
+                self.usage.entry(tenant.clone()).or_default().services += 1;
+                ServiceState::new(key.clone())
+            });
+            let usage = self.usage.entry(tenant).or_default();
+            let snapshot = Arc::make_mut(&mut service.current);
+            let prev_revision = snapshot.revision();
+            let mut events = Vec::with_capacity(changes.len());
+            let mut before = Vec::with_capacity(changes.len());
+            for (instance, after) in changes {
+                let old = match &after {
+                    Some(endpoint) => snapshot.put(Arc::clone(endpoint)),
+                    None => snapshot.remove(&instance),
+                };
+                match (&old, &after) {
+                    (None, Some(_)) => usage.endpoints += 1,
+                    (Some(_), None) => usage.endpoints -= 1,
+                    _ => {}
+                }
+                let old_lease = old.as_ref().and_then(|e| e.lease);
+                let new_lease = after.as_ref().and_then(|e| e.lease);
+                if old_lease != new_lease {
+                    if let Some(id) = old_lease {
+                        self.leases.detach(id, &service.key, &instance);
+                    }
+                    if let Some(id) = new_lease {
+                        self.leases.attach(id, &service.key, &instance);
+                    }
+                }
+                match after {
+                    Some(endpoint) => {
+                        service.tombstones.remove(&instance);
+                        events.push(Event::Put { endpoint });
+                    }
+                    None => {
+                        let removed = old.as_ref().expect("plans only delete live endpoints");
+                        let (fence, reason): (_, DeleteReason) = fences[&(key.clone(), instance.clone())];
+                        service.tombstones.insert(
+                            instance,
+                            Tombstone {
+                                incarnation: fence.max(removed.incarnation),
+                                revision,
+                            },
+                        );
+                        events.push(delete_event(removed, reason));
+                    }
+                }
+                before.push(old);
+            }
+            snapshot.set_revision(revision);
+            let update = Arc::new(ServiceUpdate {
+                key,
+                revision,
+                prev_revision,
+                digest: snapshot.digest(),
+                events,
+            });
+            service.history.push_back(Change {
+                update: Arc::clone(&update),
+                before,
+            });
+            self.touched.push_back((revision, Arc::clone(&service.key)));
+            updates.push(update);
+        }
+        for id in plan.revoke {
+            if let Some(lease) = self.leases.remove(id) {
+                self.usage.entry(lease.tenant).or_default().leases -= 1;
+            }
+        }
+        self.revision = revision;
+        self.compact();
+        Applied {
+            revision,
+            updates,
+            lease: plan.lease,
+            unchanged: None,
+        }
+    }
+
+    /// Drops history older than the configured number of revisions.
+    fn compact(&mut self) {
+        let floor = Revision(self.revision.0.saturating_sub(self.config.history_revisions));
+        if floor <= self.compacted {
+            return;
+        }
+        while let Some((revision, key)) = self.touched.front() {
+            if *revision > floor {
+                break;
+            }
+            if let Some(service) = self
+                .namespaces
+                .get_mut(&key.namespace_key())
+                .and_then(|ns| ns.get_mut(&key.service))
+            {
+                service.compact(floor);
+            }
+            self.touched.pop_front();
+        }
+        self.compacted = floor;
+    }
+
+    // ---- reads -------------------------------------------------------------------------
+
+    /// The configuration.
+    pub fn config(&self) -> &RegistryConfig {
+        &self.config
+    }
+
+    /// The current global revision.
+    pub fn revision(&self) -> Revision {
+        self.revision
+    }
+
+    /// Every revision up to and including this one has been compacted away.
+    pub fn compacted(&self) -> Revision {
+        self.compacted
+    }
+
+    /// The current endpoint set of a service, shared (O(1) after the lookup). `None` means
+    /// the service is unknown; a known service with no endpoints is an empty snapshot (W5).
+    pub fn snapshot(&self, key: &ServiceKey) -> Option<Arc<ServiceSnapshot>> {
+        self.service(key).map(|s| Arc::clone(&s.current))
+    }
+
+    /// The endpoint set of a service as it was at global revision `at` (within retained
+    /// history). `Ok(None)`: the service did not exist then.
+    pub fn snapshot_at(&self, key: &ServiceKey, at: Revision) -> Result<Option<Arc<ServiceSnapshot>>, ReadError> {
+        self.check_readable(at)?;
+        Ok(self.service(key).and_then(|s| s.snapshot_at(at)))
+    }
+
+    /// One page of a service's endpoints at revision `at` (the current one when `None`), after
+    /// instance `after`. Read every page at the `at` of the first to see one consistent set.
+    pub fn page(
+        &self,
+        key: &ServiceKey,
+        at: Option<Revision>,
+        after: Option<&InstanceId>,
+        limit: usize,
+    ) -> Result<Option<Page>, ReadError> {
+        let at = at.unwrap_or(self.revision);
+        let Some(snapshot) = self.snapshot_at(key, at)? else {
+            return Ok(None);
+        };
+        let (endpoints, next) = snapshot.page(after, limit);
+        Ok(Some(Page {
+            at,
+            revision: snapshot.revision(),
+            digest: snapshot.digest(),
+            total: snapshot.len(),
+            endpoints,
+            next,
+        }))
+    }
+
+    /// The services of a namespace, sorted by name, each as its current snapshot.
+    pub fn services(&self, namespace: &NamespaceKey) -> Vec<Arc<ServiceSnapshot>> {
+        self.namespaces
+            .get(namespace)
+            .map(|services| services.values().map(|s| Arc::clone(&s.current)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Every update of `scope` after `since`, oldest first (ties by service), each carrying
+    /// its `prev_revision` and digest; or `Compacted` if any of them may be gone. Never a
+    /// partial answer.
+    pub fn changes_since(&self, scope: &Scope, since: Revision) -> Result<Vec<Arc<ServiceUpdate>>, ReadError> {
+        if since < self.compacted {
+            return Err(ReadError::Compacted {
+                compacted: self.compacted,
+                current: self.revision,
+            });
+        }
+        Ok(match scope {
+            Scope::Service(key) => self
+                .service(key)
+                .map(|s| s.updates_after(since).cloned().collect())
+                .unwrap_or_default(),
+            Scope::Namespace(namespace) => {
+                let mut updates: Vec<Arc<ServiceUpdate>> = self
+                    .namespaces
+                    .get(namespace)
+                    .into_iter()
+                    .flat_map(|services| services.values())
+                    .flat_map(|s| s.updates_after(since).cloned())
+                    .collect();
+                // Services come in name order, each oldest first: a stable sort by revision
+                // keeps name order within a revision.
+                updates.sort_by_key(|u| u.revision);
+                updates
+            }
+        })
+    }
+
+    /// A lease, if it exists.
+    pub fn lease(&self, id: muster_core::LeaseId) -> Option<&Lease> {
+        self.leases.get(id)
+    }
+
+    /// Every lease, by id: what a new leader extends deadlines for.
+    pub fn leases_iter(&self) -> impl Iterator<Item = &Lease> {
+        self.leases.iter()
+    }
+
+    /// The endpoints attached to a lease, by service and instance.
+    pub fn lease_endpoints(&self, id: muster_core::LeaseId) -> Vec<(ServiceKey, InstanceId)> {
+        self.leases
+            .attached(id)
+            .map(|(key, instance)| (ServiceKey::clone(key), instance.clone()))
+            .collect()
+    }
+
+    fn check_readable(&self, at: Revision) -> Result<(), ReadError> {
+        if at > self.revision {
+            return Err(ReadError::FutureRevision {
+                requested: at,
+                current: self.revision,
+            });
+        }
+        if at < self.compacted {
+            return Err(ReadError::Compacted {
+                compacted: self.compacted,
+                current: self.revision,
+            });
+        }
+        Ok(())
+    }
+
+    // ---- crate internals ---------------------------------------------------------------
+
+    pub(crate) fn service(&self, key: &ServiceKey) -> Option<&ServiceState> {
+        self.namespaces.get(&key.namespace_key())?.get(&key.service)
+    }
+
+    pub(crate) fn leases(&self) -> &LeaseTable {
+        &self.leases
+    }
+
+    pub(crate) fn namespaces(&self) -> impl Iterator<Item = &BTreeMap<Label, ServiceState>> {
+        self.namespaces.values()
+    }
+
+    /// Assembles an imported registry; `state.rs` has checked the parts.
+    pub(crate) fn from_parts(
+        config: RegistryConfig,
+        revision: Revision,
+        compacted: Revision,
+        services: Vec<ServiceState>,
+        leases: LeaseTable,
+        usage: BTreeMap<Label, Usage>,
+        touched: VecDeque<(Revision, Arc<ServiceKey>)>,
+    ) -> Registry {
+        let mut namespaces: BTreeMap<NamespaceKey, BTreeMap<Label, ServiceState>> = BTreeMap::new();
+        for service in services {
+            namespaces
+                .entry(service.key.namespace_key())
+                .or_default()
+                .insert(service.key.service.clone(), service);
+        }
+        Registry {
+            config,
+            revision,
+            compacted,
+            namespaces,
+            leases,
+            usage,
+            touched,
+        }
+    }
+
+    pub(crate) fn usage(&self, tenant: &Label) -> Usage {
+        self.usage.get(tenant).copied().unwrap_or_default()
+    }
+}
