@@ -1,0 +1,8 @@
+//! Integration tests of the registry state machine: one binary (CRATES.md tip 6).
+
+mod lifecycle;
+mod properties;
+mod reads;
+mod scenarios;
+mod support;
+mod validation;
