@@ -1,6 +1,7 @@
 //! Integration tests of the registry state machine: one binary (CRATES.md tip 6).
 
 mod lifecycle;
+mod model;
 mod properties;
 mod reads;
 mod scenarios;
