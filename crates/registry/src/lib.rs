@@ -18,6 +18,34 @@
 //! applies the same commands holds the same state, emits the same events and exports the
 //! same bytes. Lease deadlines are deliberately absent (DESIGN "Leases off the log").
 //!
+//! # Example
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use muster_core::*;
+//! use muster_registry::*;
+//!
+//! let mut registry = Registry::new(RegistryConfig::default());
+//! let meta = CommandMeta { at_ms: 0, principal: Principal::new("deployer")?, actor: Actor::Owner };
+//! let key = ServiceKey::new("acme", "prod", "api")?;
+//! let register = Register {
+//!     target: Target { key: key.clone(), instance: InstanceId::new("api-0")?, incarnation: Incarnation(1) },
+//!     spec: serde_json::from_str(
+//!         r#"{"addresses":[{"ip":"10.0.0.1"}],"ports":[{"name":"http","port":8080,"protocol":"http"}]}"#,
+//!     )?,
+//!     lease: LeaseSpec::Grant { ttl_ms: 10_000 },
+//!     expected_revision: None,
+//! };
+//! let applied = registry.apply(&register.into(), &meta)?;
+//! assert_eq!(applied.revision, Revision(1)); // record and lease in one revision
+//! let snapshot = registry.snapshot(&key).expect("known service");
+//! assert_eq!(snapshot.len(), 1);
+//! let updates = registry.changes_since(&Scope::Service(key), Revision(0))?;
+//! assert_eq!(updates[0].digest, snapshot.digest());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Correctness
 //! - A refused command changes nothing, its revision included: every check runs in
 //!   planning, on `&self`; commit cannot fail.

@@ -109,13 +109,13 @@ impl Registry {
                 self.check_ttl(ttl_ms)?;
                 let held = same_incarnation
                     .and_then(|e| e.lease)
-                    .and_then(|id| self.leases().get(id))
+                    .and_then(|id| self.lease_table().get(id))
                     .filter(|held| held.ttl_ms == ttl_ms);
                 Some(match held {
                     Some(held) => (LeaseGrant { id: held.id, ttl_ms }, false),
                     None => (
                         LeaseGrant {
-                            id: self.leases().next_id(),
+                            id: self.lease_table().next_id(),
                             ttl_ms,
                         },
                         true,
@@ -296,7 +296,7 @@ impl Registry {
     pub(crate) fn plan_grant(&self, cmd: &GrantLease) -> Result<Planned, Rejection> {
         self.check_ttl(cmd.ttl_ms)?;
         self.check_quota_leases(&cmd.tenant)?;
-        let id = self.leases().next_id();
+        let id = self.lease_table().next_id();
         Ok(Planned::Commit(Plan {
             grant: Some(Lease {
                 id,
@@ -311,7 +311,7 @@ impl Registry {
 
     pub(crate) fn plan_revoke(&self, cmd: &RevokeLease) -> Result<Planned, Rejection> {
         let lease = self.tenant_lease(&cmd.tenant, cmd.lease)?;
-        let granted_at = self.leases().get(lease.id).map_or(Revision::ZERO, |l| l.revision);
+        let granted_at = self.lease_table().get(lease.id).map_or(Revision::ZERO, |l| l.revision);
         check_expected(|| format!("lease {}", cmd.lease), cmd.expected_revision, granted_at)?;
         Ok(Planned::Commit(
             self.plan_lease_removal([cmd.lease], DeleteReason::Deregistered),
@@ -323,7 +323,7 @@ impl Registry {
             .leases
             .iter()
             .copied()
-            .filter(|id| self.leases().get(*id).is_some())
+            .filter(|id| self.lease_table().get(*id).is_some())
             .collect();
         if live.is_empty() {
             return unchanged(self.revision(), None, Unchanged::NothingToExpire);
@@ -334,7 +334,7 @@ impl Registry {
     fn plan_lease_removal(&self, leases: impl IntoIterator<Item = LeaseId>, reason: DeleteReason) -> Plan {
         let mut plan = Plan::default();
         for id in leases {
-            for (key, instance) in self.leases().attached(id) {
+            for (key, instance) in self.lease_table().attached(id) {
                 let fence = self
                     .service(key)
                     .and_then(|s| s.current.get(instance))
@@ -371,7 +371,7 @@ impl Registry {
     }
 
     fn tenant_lease(&self, tenant: &Label, id: LeaseId) -> Result<LeaseGrant, Rejection> {
-        match self.leases().get(id) {
+        match self.lease_table().get(id) {
             Some(lease) if &lease.tenant == tenant => Ok(LeaseGrant {
                 id,
                 ttl_ms: lease.ttl_ms,

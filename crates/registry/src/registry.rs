@@ -334,7 +334,7 @@ impl Registry {
     }
 
     /// Every lease, by id: what a new leader extends deadlines for.
-    pub fn leases_iter(&self) -> impl Iterator<Item = &Lease> {
+    pub fn leases(&self) -> impl Iterator<Item = &Lease> {
         self.leases.iter()
     }
 
@@ -368,7 +368,7 @@ impl Registry {
         self.namespaces.get(&key.namespace_key())?.get(&key.service)
     }
 
-    pub(crate) fn leases(&self) -> &LeaseTable {
+    pub(crate) fn lease_table(&self) -> &LeaseTable {
         &self.leases
     }
 

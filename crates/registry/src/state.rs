@@ -69,8 +69,8 @@ impl Registry {
         RegistryState {
             revision: self.revision(),
             compacted: self.compacted(),
-            next_lease: self.leases().next_id(),
-            leases: self.leases().iter().cloned().collect(),
+            next_lease: self.lease_table().next_id(),
+            leases: self.lease_table().iter().cloned().collect(),
             services,
         }
     }

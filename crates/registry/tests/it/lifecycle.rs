@@ -38,7 +38,7 @@ fn a_retried_register_with_grant_returns_the_same_lease() {
     assert_eq!(registry.lease(lease.id).unwrap().revision, rev(1));
     let retry = ok(&mut registry, command);
     assert_eq!((retry.revision, retry.lease), (first.revision, Some(lease)));
-    assert_eq!(registry.leases_iter().count(), 1, "no second lease");
+    assert_eq!(registry.leases().count(), 1, "no second lease");
 }
 
 #[test]

@@ -10,14 +10,48 @@ use muster_core::{Actor, ServingState};
 /// collisions (same instance, older incarnation, shared lease) are frequent.
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
-    Register { service: u8, instance: u8, incarnation: u64, ip: u8, weight: u32, lease: LeaseChoice, expected: Option<u64> },
-    Serving { service: u8, instance: u8, incarnation: u64, state: ServingState, owner: bool, expected: Option<u64> },
-    Drain { service: u8, instance: u8, incarnation: u64, owner: bool },
-    Deregister { service: u8, instance: u8, incarnation: u64, expected: Option<u64> },
-    Evict { service: u8, instance: u8 },
-    Grant { ttl_ms: u64 },
-    Revoke { lease: u64 },
-    Expire { leases: Vec<u64> },
+    Register {
+        service: u8,
+        instance: u8,
+        incarnation: u64,
+        ip: u8,
+        weight: u32,
+        lease: LeaseChoice,
+        expected: Option<u64>,
+    },
+    Serving {
+        service: u8,
+        instance: u8,
+        incarnation: u64,
+        state: ServingState,
+        owner: bool,
+        expected: Option<u64>,
+    },
+    Drain {
+        service: u8,
+        instance: u8,
+        incarnation: u64,
+        owner: bool,
+    },
+    Deregister {
+        service: u8,
+        instance: u8,
+        incarnation: u64,
+        expected: Option<u64>,
+    },
+    Evict {
+        service: u8,
+        instance: u8,
+    },
+    Grant {
+        ttl_ms: u64,
+    },
+    Revoke {
+        lease: u64,
+    },
+    Expire {
+        leases: Vec<u64>,
+    },
 }
 
 impl Op {
@@ -31,10 +65,30 @@ impl Op {
         };
         let shifted = live.incarnation.saturating_add_signed(i64::from(delta));
         match self {
-            Op::Register { service, instance, incarnation, .. }
-            | Op::Serving { service, instance, incarnation, .. }
-            | Op::Drain { service, instance, incarnation, .. }
-            | Op::Deregister { service, instance, incarnation, .. } => {
+            Op::Register {
+                service,
+                instance,
+                incarnation,
+                ..
+            }
+            | Op::Serving {
+                service,
+                instance,
+                incarnation,
+                ..
+            }
+            | Op::Drain {
+                service,
+                instance,
+                incarnation,
+                ..
+            }
+            | Op::Deregister {
+                service,
+                instance,
+                incarnation,
+                ..
+            } => {
                 (*service, *instance, *incarnation) = (s, i, shifted);
             }
             Op::Evict { service, instance } => (*service, *instance) = (s, i),
@@ -93,7 +147,10 @@ pub(crate) struct Model {
 
 impl Model {
     pub(crate) fn new() -> Model {
-        Model { next_lease: 1, ..Model::default() }
+        Model {
+            next_lease: 1,
+            ..Model::default()
+        }
     }
 
     fn highest(&self, at: (u8, u8)) -> Option<u64> {
@@ -116,7 +173,15 @@ impl Model {
     pub(crate) fn apply(&mut self, op: &Op) -> Verdict {
         use Verdict::*;
         match op.clone() {
-            Op::Register { service, instance, incarnation, ip, weight, lease, expected } => {
+            Op::Register {
+                service,
+                instance,
+                incarnation,
+                ip,
+                weight,
+                lease,
+                expected,
+            } => {
                 let at = (service, instance);
                 if ip as usize == 3 {
                     return Refused("invalid_address");
@@ -137,7 +202,11 @@ impl Model {
                     LeaseChoice::Attach(_) => return Refused("lease_not_found"),
                     LeaseChoice::Grant(ttl) if !(MIN_TTL..=MAX_TTL).contains(&ttl) => return Refused("invalid_field"),
                     LeaseChoice::Grant(ttl) => {
-                        match same.as_ref().and_then(|e| e.lease).filter(|id| self.leases.get(id) == Some(&ttl)) {
+                        match same
+                            .as_ref()
+                            .and_then(|e| e.lease)
+                            .filter(|id| self.leases.get(id) == Some(&ttl))
+                        {
                             Some(held) => (Some(held), None),
                             None => (Some(self.next_lease), Some(ttl)),
                         }
@@ -162,18 +231,41 @@ impl Model {
                     self.next_lease += 1;
                 }
                 let serving = same.map_or(ServingState::Ready, |e| e.serving);
-                self.endpoints.insert(at, ModelEndpoint { incarnation, ip, weight, serving, lease: lease_id, revision });
+                self.endpoints.insert(
+                    at,
+                    ModelEndpoint {
+                        incarnation,
+                        ip,
+                        weight,
+                        serving,
+                        lease: lease_id,
+                        revision,
+                    },
+                );
                 self.removed.remove(&at);
                 self.service_revision.insert(service, revision);
                 Committed(revision)
             }
-            Op::Serving { service, instance, incarnation, state, owner, expected } => {
-                self.serving(service, instance, incarnation, state, owner, expected)
-            }
-            Op::Drain { service, instance, incarnation, owner } => {
-                self.serving(service, instance, incarnation, ServingState::Draining, owner, None)
-            }
-            Op::Deregister { service, instance, incarnation, expected } => {
+            Op::Serving {
+                service,
+                instance,
+                incarnation,
+                state,
+                owner,
+                expected,
+            } => self.serving(service, instance, incarnation, state, owner, expected),
+            Op::Drain {
+                service,
+                instance,
+                incarnation,
+                owner,
+            } => self.serving(service, instance, incarnation, ServingState::Draining, owner, None),
+            Op::Deregister {
+                service,
+                instance,
+                incarnation,
+                expected,
+            } => {
                 let at = (service, instance);
                 let Some(live) = self.endpoints.get(&at).cloned() else {
                     return match self.removed.get(&at) {
@@ -194,7 +286,9 @@ impl Model {
             }
             Op::Evict { service, instance } => {
                 let at = (service, instance);
-                let Some(live) = self.endpoints.get(&at).cloned() else { return Refused("not_found") };
+                let Some(live) = self.endpoints.get(&at).cloned() else {
+                    return Refused("not_found");
+                };
                 let revision = self.commit();
                 self.remove(at, live.incarnation, revision);
                 Committed(revision)
@@ -224,12 +318,25 @@ impl Model {
         }
     }
 
-    fn serving(&mut self, service: u8, instance: u8, incarnation: u64, state: ServingState, owner: bool, expected: Option<u64>) -> Verdict {
+    fn serving(
+        &mut self,
+        service: u8,
+        instance: u8,
+        incarnation: u64,
+        state: ServingState,
+        owner: bool,
+        expected: Option<u64>,
+    ) -> Verdict {
         let at = (service, instance);
         if self.highest(at).is_some_and(|h| incarnation < h) {
             return Verdict::Refused("stale_incarnation");
         }
-        let Some(live) = self.endpoints.get(&at).cloned().filter(|e| e.incarnation == incarnation) else {
+        let Some(live) = self
+            .endpoints
+            .get(&at)
+            .cloned()
+            .filter(|e| e.incarnation == incarnation)
+        else {
             return Verdict::Refused("not_found");
         };
         if live.serving == state {

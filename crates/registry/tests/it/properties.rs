@@ -59,7 +59,13 @@ fn op() -> impl Strategy<Value = Op> {
 type Step = (Op, Option<(prop::sample::Index, i8)>);
 
 fn ops(max: usize) -> impl Strategy<Value = Vec<Step>> {
-    let pick = prop::option::weighted(0.6, (any::<prop::sample::Index>(), prop_oneof![Just(-1i8), Just(0), Just(0), Just(0), Just(1)]));
+    let pick = prop::option::weighted(
+        0.6,
+        (
+            any::<prop::sample::Index>(),
+            prop_oneof![Just(-1i8), Just(0), Just(0), Just(0), Just(1)],
+        ),
+    );
     prop::collection::vec((op(), pick), 1..max)
 }
 
@@ -99,13 +105,32 @@ fn acme() -> muster_core::Label {
 }
 
 fn to_command(op: &Op) -> (Command, CommandMeta) {
-    let meta = |owner| CommandMeta { at_ms: 7, principal: Principal::new("prop").unwrap(), actor: Model::actor(owner) };
+    let meta = |owner| CommandMeta {
+        at_ms: 7,
+        principal: Principal::new("prop").unwrap(),
+        actor: Model::actor(owner),
+    };
     let command: Command = match op.clone() {
-        Op::Register { service, instance, incarnation, ip, weight, lease, expected } => Register {
+        Op::Register {
+            service,
+            instance,
+            incarnation,
+            ip,
+            weight,
+            lease,
+            expected,
+        } => Register {
             target: target(service, instance, incarnation),
             spec: muster_core::EndpointSpec {
-                addresses: vec![AddressSpec { ip: IPS[ip as usize].into(), scope: None }],
-                ports: vec![PortSpec { name: "http".into(), port: 80, protocol: Protocol::Http }],
+                addresses: vec![AddressSpec {
+                    ip: IPS[ip as usize].into(),
+                    scope: None,
+                }],
+                ports: vec![PortSpec {
+                    name: "http".into(),
+                    port: 80,
+                    protocol: Protocol::Http,
+                }],
                 weight: Some(weight),
                 ..Default::default()
             },
@@ -117,7 +142,14 @@ fn to_command(op: &Op) -> (Command, CommandMeta) {
             expected_revision: expected.map(Revision),
         }
         .into(),
-        Op::Serving { service, instance, incarnation, state, owner, expected } => {
+        Op::Serving {
+            service,
+            instance,
+            incarnation,
+            state,
+            owner,
+            expected,
+        } => {
             let command = SetServing {
                 target: target(service, instance, incarnation),
                 state,
@@ -126,20 +158,49 @@ fn to_command(op: &Op) -> (Command, CommandMeta) {
             };
             return (command.into(), meta(owner));
         }
-        Op::Drain { service, instance, incarnation, owner } => {
-            let command = Drain { target: target(service, instance, incarnation), reason: "prop".into(), expected_revision: None };
+        Op::Drain {
+            service,
+            instance,
+            incarnation,
+            owner,
+        } => {
+            let command = Drain {
+                target: target(service, instance, incarnation),
+                reason: "prop".into(),
+                expected_revision: None,
+            };
             return (command.into(), meta(owner));
         }
-        Op::Deregister { service, instance, incarnation, expected } => {
-            Deregister { target: target(service, instance, incarnation), expected_revision: expected.map(Revision) }.into()
+        Op::Deregister {
+            service,
+            instance,
+            incarnation,
+            expected,
+        } => Deregister {
+            target: target(service, instance, incarnation),
+            expected_revision: expected.map(Revision),
         }
+        .into(),
         Op::Evict { service, instance } => {
             let t = target(service, instance, 0);
-            Evict { key: t.key, instance: t.instance, expected_revision: None }.into()
+            Evict {
+                key: t.key,
+                instance: t.instance,
+                expected_revision: None,
+            }
+            .into()
         }
         Op::Grant { ttl_ms } => GrantLease { tenant: acme(), ttl_ms }.into(),
-        Op::Revoke { lease } => RevokeLease { tenant: acme(), lease: LeaseId(lease), expected_revision: None }.into(),
-        Op::Expire { leases } => ExpireLeases { leases: leases.into_iter().map(LeaseId).collect() }.into(),
+        Op::Revoke { lease } => RevokeLease {
+            tenant: acme(),
+            lease: LeaseId(lease),
+            expected_revision: None,
+        }
+        .into(),
+        Op::Expire { leases } => ExpireLeases {
+            leases: leases.into_iter().map(LeaseId).collect(),
+        }
+        .into(),
     };
     (command, meta(false))
 }
@@ -147,7 +208,10 @@ fn to_command(op: &Op) -> (Command, CommandMeta) {
 /// History long enough that nothing is compacted within a generated sequence, so fencing
 /// by tombstone holds for the whole run (tombstones live as long as history).
 fn config() -> RegistryConfig {
-    RegistryConfig { history_revisions: 10_000, ..RegistryConfig::default() }
+    RegistryConfig {
+        history_revisions: 10_000,
+        ..RegistryConfig::default()
+    }
 }
 
 fn verdict(result: &Result<Applied, muster_core::Rejection>) -> Verdict {
@@ -188,14 +252,22 @@ fn assert_agrees(registry: &Registry, model: &Model) -> Result<(), TestCaseError
             .iter()
             .filter(|((s, _), _)| *s as usize == index)
             .map(|((_, i), e)| {
-                (INSTANCES[*i as usize].to_string(), e.incarnation, e.ip.clone(), e.weight, e.serving, e.lease, e.revision)
+                (
+                    INSTANCES[*i as usize].to_string(),
+                    e.incarnation,
+                    e.ip.clone(),
+                    e.weight,
+                    e.serving,
+                    e.lease,
+                    e.revision,
+                )
             })
             .collect();
         prop_assert_eq!(actual, expected);
         let recomputed = ServiceSnapshot::from_endpoints(key(name), snapshot.revision(), snapshot.iter().cloned());
         prop_assert_eq!(recomputed.digest(), snapshot.digest(), "the incremental digest drifted");
     }
-    let leases: Vec<u64> = registry.leases_iter().map(|l| l.id.0).collect();
+    let leases: Vec<u64> = registry.leases().map(|l| l.id.0).collect();
     prop_assert_eq!(leases, model.leases.keys().copied().collect::<Vec<_>>());
     Ok(())
 }
