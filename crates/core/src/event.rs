@@ -115,7 +115,14 @@ pub struct ServiceSnapshot {
     key: ServiceKey,
     revision: Revision,
     digest: Digest,
-    endpoints: OrdMap<InstanceId, Arc<Endpoint>>,
+    endpoints: OrdMap<InstanceId, Entry>,
+}
+
+/// A record with its fingerprint, so that replacing or removing it never rehashes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    endpoint: Arc<Endpoint>,
+    fingerprint: u64,
 }
 
 impl ServiceSnapshot {
@@ -170,12 +177,12 @@ impl ServiceSnapshot {
 
     /// One endpoint.
     pub fn get(&self, instance: &InstanceId) -> Option<&Arc<Endpoint>> {
-        self.endpoints.get(instance)
+        self.endpoints.get(instance).map(|e| &e.endpoint)
     }
 
     /// The endpoints, sorted by instance.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Endpoint>> {
-        self.endpoints.values()
+        self.endpoints.values().map(|e| &e.endpoint)
     }
 
     /// Up to `limit` endpoints after `after` (exclusive), sorted by instance, and the instance
@@ -186,9 +193,9 @@ impl ServiceSnapshot {
                 .endpoints
                 .range::<_, InstanceId>((Bound::Excluded(after), Bound::Unbounded))
                 .take(limit.saturating_add(1))
-                .map(|(_, e)| Arc::clone(e))
+                .map(|(_, e)| Arc::clone(&e.endpoint))
                 .collect(),
-            None => self.endpoints.values().take(limit.saturating_add(1)).cloned().collect(),
+            None => self.iter().take(limit.saturating_add(1)).cloned().collect(),
         };
         let next = if items.len() > limit {
             items.truncate(limit);
@@ -201,21 +208,20 @@ impl ServiceSnapshot {
 
     /// Inserts or replaces a record, keeping the digest current. Returns the record replaced.
     pub fn put(&mut self, endpoint: Arc<Endpoint>) -> Option<Arc<Endpoint>> {
-        self.digest = self.digest.with(endpoint.fingerprint());
-        let old = self.endpoints.insert(endpoint.instance.clone(), endpoint);
-        if let Some(old) = &old {
-            self.digest = self.digest.without(old.fingerprint());
-        }
-        old
+        let fingerprint = endpoint.fingerprint();
+        self.digest = self.digest.with(fingerprint);
+        let old = self
+            .endpoints
+            .insert(endpoint.instance.clone(), Entry { endpoint, fingerprint })?;
+        self.digest = self.digest.without(old.fingerprint);
+        Some(old.endpoint)
     }
 
     /// Removes a record, keeping the digest current. Returns the record removed.
     pub fn remove(&mut self, instance: &InstanceId) -> Option<Arc<Endpoint>> {
-        let old = self.endpoints.remove(instance);
-        if let Some(old) = &old {
-            self.digest = self.digest.without(old.fingerprint());
-        }
-        old
+        let old = self.endpoints.remove(instance)?;
+        self.digest = self.digest.without(old.fingerprint);
+        Some(old.endpoint)
     }
 
     /// Sets the revision of the set (after applying a change at that revision).
@@ -275,11 +281,11 @@ impl Serialize for ServiceSnapshot {
     }
 }
 
-struct SerializeValues<'a>(&'a OrdMap<InstanceId, Arc<Endpoint>>);
+struct SerializeValues<'a>(&'a OrdMap<InstanceId, Entry>);
 
 impl Serialize for SerializeValues<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.values())
+        serializer.collect_seq(self.0.values().map(|e| &e.endpoint))
     }
 }
 

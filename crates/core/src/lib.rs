@@ -24,6 +24,8 @@
 //!
 //! Nothing here does I/O, reads a clock or draws a random number.
 
+#![forbid(unsafe_code)]
+
 pub mod address;
 pub mod endpoint;
 pub mod error;

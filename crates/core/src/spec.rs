@@ -123,28 +123,32 @@ impl EndpointSpec {
                 reason: "at least one address is required".into(),
             });
         }
+        // Field names are built only on refusal: validation runs on every write.
         let mut addresses = Vec::with_capacity(self.addresses.len());
         for (i, spec) in self.addresses.iter().enumerate() {
-            let field = format!("addresses[{i}].ip");
-            let ip = canonical_ip(&field, &spec.ip)?;
-            policy.admit(&field, ip)?;
+            let at = |field: &'static str| move |e: Rejection| e.for_field(format!("addresses[{i}].{field}"));
+            let ip = canonical_ip("ip", &spec.ip).map_err(at("ip"))?;
+            policy.admit("ip", ip).map_err(at("ip"))?;
             let scope = spec
                 .scope
                 .as_deref()
-                .map(|s| Label::new(&format!("addresses[{i}].scope"), s))
-                .transpose()?;
+                .map(|s| Label::new("scope", s))
+                .transpose()
+                .map_err(at("scope"))?;
             let address = Address { ip, scope };
             if addresses.contains(&address) {
+                let reason = format!("{ip} is listed twice");
                 return Err(Rejection::InvalidAddress {
-                    field,
-                    reason: format!("{ip} is listed twice"),
+                    field: format!("addresses[{i}].ip"),
+                    reason,
                 });
             }
             addresses.push(address);
         }
         let mut ports: Vec<NamedPort> = Vec::with_capacity(self.ports.len());
         for (i, spec) in self.ports.iter().enumerate() {
-            let name = Label::with_max_len(&format!("ports[{i}].name"), &spec.name, MAX_PORT_NAME)?;
+            let at = |field: &'static str| move |e: Rejection| e.for_field(format!("ports[{i}].{field}"));
+            let name = Label::with_max_len("name", &spec.name, MAX_PORT_NAME).map_err(at("name"))?;
             if ports.iter().any(|p| p.name == name) {
                 return Err(Rejection::invalid_name(
                     format!("ports[{i}].name"),

@@ -34,16 +34,14 @@
 //! Run with
 //! `cargo bench -p muster-registry --bench registry -- --warm-up-time 1 --measurement-time 3`.
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use muster_core::{
-    Actor, AddressSpec, Endpoint, EndpointSpec, Incarnation, InstanceId, PortSpec, Principal, Protocol, ServiceKey,
-    ServiceSnapshot,
-};
-use muster_registry::{Command, CommandMeta, LeaseSpec, Register, Registry, RegistryConfig, Scope, Target};
+use muster_core::{Endpoint, ServiceKey, ServiceSnapshot};
+use muster_registry::{Command, LeaseSpec, Registry, RegistryConfig, Scope};
+
+mod common;
 
 /// The set size of the write and change-log benches: the largest service the quotas are
 /// sized around (`endpoints_per_service` is five times this).
@@ -54,14 +52,6 @@ const TYPICAL_SERVICE: u32 = 500;
 const WEIGHT: u32 = 100;
 const FLIPPED_WEIGHT: u32 = 101;
 
-fn meta() -> CommandMeta {
-    CommandMeta {
-        at_ms: 0,
-        principal: Principal::new("bench").expect("a valid principal"),
-        actor: Actor::App,
-    }
-}
-
 fn service_key(service: &str) -> ServiceKey {
     ServiceKey::new("acme", "prod", service).expect("valid names")
 }
@@ -70,55 +60,14 @@ fn instance(n: u32) -> String {
     format!("pod-{n:05}")
 }
 
-/// One endpoint as a registrar would submit it: one IPv4 address, two ports, four labels.
-fn spec(n: u32, weight: u32) -> EndpointSpec {
-    let zones = ["eu-west-1a", "eu-west-1b", "eu-west-1c"];
-    let labels = BTreeMap::from([
-        ("team".to_owned(), "core".to_owned()),
-        ("version".to_owned(), "v1.2.3".to_owned()),
-        ("zone".to_owned(), zones[n as usize % zones.len()].to_owned()),
-        ("pod".to_owned(), instance(n)),
-    ]);
-    EndpointSpec {
-        addresses: vec![AddressSpec {
-            ip: format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff),
-            scope: None,
-        }],
-        ports: vec![
-            PortSpec {
-                name: "http".into(),
-                port: 8080,
-                protocol: Protocol::Http,
-            },
-            PortSpec {
-                name: "grpc".into(),
-                port: 9090,
-                protocol: Protocol::Grpc,
-            },
-        ],
-        weight: Some(weight),
-        labels,
-        ..EndpointSpec::default()
-    }
-}
-
 fn register(key: &ServiceKey, n: u32, weight: u32) -> Command {
-    Command::Register(Register {
-        target: Target {
-            key: key.clone(),
-            instance: InstanceId::new(&instance(n)).expect("a valid instance id"),
-            incarnation: Incarnation(1),
-        },
-        spec: spec(n, weight),
-        lease: LeaseSpec::None,
-        expected_revision: None,
-    })
+    common::register(key, &instance(n), n, weight, LeaseSpec::None)
 }
 
 /// A registry with default configuration holding one service of `size` endpoints.
 fn registry_with(key: &ServiceKey, size: u32) -> Registry {
     let mut registry = Registry::new(RegistryConfig::default());
-    let meta = meta();
+    let meta = common::meta();
     for n in 0..size {
         registry
             .apply(&register(key, n, WEIGHT), &meta)
@@ -153,7 +102,7 @@ impl Flips {
 
 fn register_into_10k(c: &mut Criterion) {
     let key = service_key("api");
-    let meta = meta();
+    let meta = common::meta();
     let mut group = c.benchmark_group("register_into_10k");
 
     let mut registry = registry_with(&key, LARGE_SERVICE);
@@ -207,7 +156,7 @@ fn changes_since_1_in_10k(c: &mut Criterion) {
     let mut registry = registry_with(&key, LARGE_SERVICE);
     let before = registry.revision();
     let applied = registry
-        .apply(&register(&key, LARGE_SERVICE / 2, FLIPPED_WEIGHT), &meta())
+        .apply(&register(&key, LARGE_SERVICE / 2, FLIPPED_WEIGHT), &common::meta())
         .expect("re-registration accepted");
     assert!(applied.unchanged.is_none(), "the change commits");
     let scope = Scope::Service(key);

@@ -56,6 +56,8 @@
 //!   removed within the retained history) never changes anything.
 //! - `changes_since` returns every update after a revision or `Compacted`, never a subset.
 
+#![forbid(unsafe_code)]
+
 mod applied;
 mod command;
 mod config;
