@@ -36,10 +36,6 @@ impl ServingState {
             _ => false,
         }
     }
-
-    fn tag(self) -> u8 {
-        self as u8
-    }
 }
 
 /// Who is changing an endpoint: the split of authority in SPEC L5.
@@ -194,7 +190,7 @@ impl Endpoint {
             h.opt_text(part.as_ref().map(Label::as_str));
         }
         h.u64(u64::from(locality.priority));
-        h.u64(u64::from(self.serving.tag()));
+        h.u64(self.serving as u64);
         h.u64(u64::from(self.weight));
         h.u64(self.capacity.map_or(u64::MAX, u64::from));
         h.text(self.labels.packed());

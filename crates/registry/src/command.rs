@@ -55,6 +55,9 @@ pub struct Target {
 }
 
 /// How a registration's lease is chosen: record and lease commit together (SPEC L3).
+///
+/// Moving a record to another lease (or to none) detaches it from the old one but does not
+/// revoke that lease: leases may be shared, and an orphaned one simply expires at its deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LeaseSpec {

@@ -16,7 +16,10 @@ pub struct RegistryConfig {
     pub quotas: Quotas,
     /// How many revisions of change history to keep for `changes_since` and past reads.
     /// 100,000 lets a watcher that was away for over a minute at 1,000 writes/s resume
-    /// without a resnapshot, for tens of MiB of history.
+    /// without a resnapshot, for tens of MiB of history. Tombstones (what fences a removed
+    /// instance's older incarnations) are kept exactly as long, so 0 also turns off fencing
+    /// across deregistration; keep it well above a delayed message's plausible age in
+    /// revisions.
     pub history_revisions: u64,
     /// Shortest lease TTL: 1 s. Shorter leases turn renewal into a hot loop and let a GC
     /// pause expire a healthy instance.

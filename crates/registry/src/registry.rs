@@ -12,7 +12,7 @@ use crate::applied::{Applied, ReadError};
 use crate::command::{Command, CommandMeta};
 use crate::config::RegistryConfig;
 use crate::leases::{Lease, LeaseTable};
-use crate::plan::{Plan, Planned};
+use crate::plan::{Delete, Plan, Planned};
 use crate::service::{Change, ServiceState, Tombstone, delete_event};
 
 /// What a change-log query covers (SPEC W4: per key or per namespace).
@@ -39,6 +39,15 @@ pub struct Page {
     pub endpoints: Vec<Arc<Endpoint>>,
     /// The instance to continue after, if more remain.
     pub next: Option<InstanceId>,
+}
+
+/// One endpoint's change within a commit.
+enum Write {
+    Put(Arc<Endpoint>),
+    Delete {
+        fence: muster_core::Incarnation,
+        reason: DeleteReason,
+    },
 }
 
 /// What a tenant holds, for quotas.
@@ -110,94 +119,33 @@ impl Registry {
     /// Writes a plan at the next revision. Cannot fail: every check happened in planning.
     fn commit(&mut self, plan: Plan) -> Applied {
         let revision = self.revision.next();
-        let mut writes: BTreeMap<ServiceKey, BTreeMap<InstanceId, Option<Arc<Endpoint>>>> = BTreeMap::new();
-        for (key, endpoint) in plan.puts {
-            writes
-                .entry(key)
-                .or_default()
-                .insert(endpoint.instance.clone(), Some(endpoint));
-        }
-        let mut fences = BTreeMap::new();
-        for delete in plan.deletes {
-            writes
-                .entry(delete.key.clone())
-                .or_default()
-                .insert(delete.instance.clone(), None);
-            fences.insert((delete.key, delete.instance), (delete.fence, delete.reason));
-        }
         if let Some(lease) = plan.grant {
             self.usage.entry(lease.tenant.clone()).or_default().leases += 1;
             self.leases.insert(lease);
         }
-
-        let mut updates = Vec::with_capacity(writes.len());
-        for (key, changes) in writes {
-            let tenant = key.tenant.clone();
-            let namespace = self.namespaces.entry(key.namespace_key()).or_default();
-            let service = namespace.entry(key.service.clone()).or_insert_with(|| {
-                self.usage.entry(tenant.clone()).or_default().services += 1;
-                ServiceState::new(key.clone())
-            });
-            let usage = self.usage.entry(tenant).or_default();
-            let snapshot = Arc::make_mut(&mut service.current);
-            let prev_revision = snapshot.revision();
-            let mut events = Vec::with_capacity(changes.len());
-            let mut before = Vec::with_capacity(changes.len());
-            for (instance, after) in changes {
-                let old = match &after {
-                    Some(endpoint) => snapshot.put(Arc::clone(endpoint)),
-                    None => snapshot.remove(&instance),
-                };
-                match (&old, &after) {
-                    (None, Some(_)) => usage.endpoints += 1,
-                    (Some(_), None) => usage.endpoints -= 1,
-                    _ => {}
-                }
-                let old_lease = old.as_ref().and_then(|e| e.lease);
-                let new_lease = after.as_ref().and_then(|e| e.lease);
-                if old_lease != new_lease {
-                    if let Some(id) = old_lease {
-                        self.leases.detach(id, &service.key, &instance);
-                    }
-                    if let Some(id) = new_lease {
-                        self.leases.attach(id, &service.key, &instance);
-                    }
-                }
-                match after {
-                    Some(endpoint) => {
-                        service.tombstones.remove(&instance);
-                        events.push(Event::Put { endpoint });
-                    }
-                    None => {
-                        let removed = old.as_ref().expect("plans only delete live endpoints");
-                        let (fence, reason): (_, DeleteReason) = fences[&(key.clone(), instance.clone())];
-                        service.tombstones.insert(
-                            instance,
-                            Tombstone {
-                                incarnation: fence.max(removed.incarnation),
-                                revision,
-                            },
-                        );
-                        events.push(delete_event(removed, reason));
-                    }
-                }
-                before.push(old);
-            }
-            snapshot.set_revision(revision);
-            let update = Arc::new(ServiceUpdate {
-                key,
-                revision,
-                prev_revision,
-                digest: snapshot.digest(),
-                events,
-            });
-            service.history.push_back(Change {
-                update: Arc::clone(&update),
-                before,
-            });
-            self.touched.push_back((revision, Arc::clone(&service.key)));
-            updates.push(update);
+        let mut writes: BTreeMap<ServiceKey, BTreeMap<InstanceId, Write>> = BTreeMap::new();
+        for (key, endpoint) in plan.puts {
+            writes
+                .entry(key)
+                .or_default()
+                .insert(endpoint.instance.clone(), Write::Put(endpoint));
         }
+        for Delete {
+            key,
+            instance,
+            fence,
+            reason,
+        } in plan.deletes
+        {
+            writes
+                .entry(key)
+                .or_default()
+                .insert(instance, Write::Delete { fence, reason });
+        }
+        let updates = writes
+            .into_iter()
+            .map(|(key, writes)| self.commit_service(key, writes, revision))
+            .collect();
         for id in plan.revoke {
             if let Some(lease) = self.leases.remove(id) {
                 self.usage.entry(lease.tenant).or_default().leases -= 1;
@@ -211,6 +159,77 @@ impl Registry {
             lease: plan.lease,
             unchanged: None,
         }
+    }
+
+    /// Applies one service's writes at `revision`: the snapshot (and its digest), tombstones,
+    /// lease index, usage and history all move together.
+    fn commit_service(
+        &mut self,
+        key: ServiceKey,
+        writes: BTreeMap<InstanceId, Write>,
+        revision: Revision,
+    ) -> Arc<ServiceUpdate> {
+        let usage = self.usage.entry(key.tenant.clone()).or_default();
+        let service = self
+            .namespaces
+            .entry(key.namespace_key())
+            .or_default()
+            .entry(key.service.clone())
+            .or_insert_with(|| {
+                usage.services += 1;
+                ServiceState::new(key.clone())
+            });
+        let snapshot = Arc::make_mut(&mut service.current);
+        let prev_revision = snapshot.revision();
+        let mut events = Vec::with_capacity(writes.len());
+        let mut before = Vec::with_capacity(writes.len());
+        for (instance, write) in writes {
+            let (old, new_lease) = match &write {
+                Write::Put(endpoint) => (snapshot.put(Arc::clone(endpoint)), endpoint.lease),
+                Write::Delete { .. } => (snapshot.remove(&instance), None),
+            };
+            let old_lease = old.as_ref().and_then(|e| e.lease);
+            if old_lease != new_lease {
+                if let Some(id) = old_lease {
+                    self.leases.detach(id, &service.key, &instance);
+                }
+                if let Some(id) = new_lease {
+                    self.leases.attach(id, &service.key, &instance);
+                }
+            }
+            match write {
+                Write::Put(endpoint) => {
+                    usage.endpoints += u64::from(old.is_none());
+                    service.tombstones.remove(&instance);
+                    events.push(Event::Put { endpoint });
+                }
+                Write::Delete { fence, reason } => {
+                    let removed = old.as_ref().expect("plans only delete live endpoints");
+                    usage.endpoints -= 1;
+                    events.push(delete_event(removed, reason));
+                    let tombstone = Tombstone {
+                        incarnation: fence.max(removed.incarnation),
+                        revision,
+                    };
+                    service.tombstones.insert(instance, tombstone);
+                }
+            }
+            before.push(old);
+        }
+        snapshot.set_revision(revision);
+        let update = Arc::new(ServiceUpdate {
+            key,
+            revision,
+            prev_revision,
+            digest: snapshot.digest(),
+            events,
+        });
+        service.history.push_back(Change {
+            update: Arc::clone(&update),
+            before,
+        });
+        self.touched.push_back((revision, Arc::clone(&service.key)));
+        update
     }
 
     /// Drops history older than the configured number of revisions.
