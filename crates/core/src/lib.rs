@@ -21,12 +21,14 @@
 //! - [`ids`]: revisions, incarnations, lease ids, digests.
 //! - [`event`]: events, per-service updates and snapshots.
 //! - [`error`]: [`Rejection`], every refusal with its stable code.
+//! - [`api`]: the HTTP/JSON bodies and watch frames.
 //!
 //! Nothing here does I/O, reads a clock or draws a random number.
 
 #![forbid(unsafe_code)]
 
 pub mod address;
+pub mod api;
 pub mod endpoint;
 pub mod error;
 pub mod event;

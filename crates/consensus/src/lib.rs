@@ -1,0 +1,19 @@
+//! Durability and replication (DESIGN "Crates": `muster-consensus`): the registry state
+//! machine behind a log.
+//!
+//! ```text
+//!  propose(Command, CommandMeta) ──▶ log append (fsync) ──▶ Registry::apply ──▶ reply
+//!                                                              │
+//!                                                              └──▶ ApplyObserver (hub: watches, DNS)
+//! ```
+//!
+//! A [`Node`] owns the registry. Writes go through [`Node::propose`] and are acknowledged
+//! only once durable and applied; reads borrow the registry through [`Node::read`] and clone
+//! what they need (snapshots are `Arc`s, so that is O(1)). Every applied command is reported,
+//! in log order, to the [`ApplyObserver`] given at open.
+
+#![forbid(unsafe_code)]
+
+mod node;
+
+pub use node::{ApplyObserver, ConsensusError, Node, NodeConfig, NodeStatus};

@@ -1,0 +1,251 @@
+//! The HTTP/JSON API's bodies and watch frames: the contract between the server, the CLI and
+//! the client library. Requests refuse unknown fields; replies may grow fields, so readers
+//! should ignore what they do not know.
+//!
+//! # Routes (all under `/v1`)
+//! | method and path | body → reply |
+//! |---|---|
+//! | `PUT /registry/{tenant}/{namespace}/{service}/{instance}` | [`RegisterRequest`] → [`WriteReply`] |
+//! | `PUT /registry/{tenant}/{namespace}/{service}/{instance}/serving` | [`SetServingRequest`] → [`WriteReply`] |
+//! | `POST /registry/{tenant}/{namespace}/{service}/{instance}/drain` | [`DrainRequest`] → [`WriteReply`] |
+//! | `DELETE /registry/{tenant}/{namespace}/{service}/{instance}?incarnation=N[&expected_revision=R]` | → [`WriteReply`] |
+//! | `GET /registry/{tenant}/{namespace}/{service}[?revision=R][&limit=N][&page_token=T][&index=N&wait=30s]` | → [`SnapshotReply`] |
+//! | `GET /registry/{tenant}/{namespace}` | → [`ServicesReply`] |
+//! | `GET /watch/{tenant}/{namespace}/{service}[?from_revision=R]` | → NDJSON [`Frame`]s |
+//! | `GET /watch/{tenant}/{namespace}[?from_revision=R]` | → NDJSON [`Frame`]s |
+//! | `POST /leases/{tenant}` | [`GrantLeaseRequest`] → [`WriteReply`] (with `lease`) |
+//! | `PUT /leases/{tenant}/{id}/renew` | → [`LeaseReply`] (no log write) |
+//! | `DELETE /leases/{tenant}/{id}` | → [`WriteReply`] |
+//! | `GET /status` | → [`StatusReply`] |
+//!
+//! Errors are [`ErrorBody`] with the stable code of a [`Rejection`](crate::Rejection) or of
+//! the API itself (`bad_request`, `payload_too_large`, `method_not_allowed`, `compacted`, ...).
+//!
+//! # Watches
+//! Without `from_revision`, a watch starts with the current set: one `snapshot` frame per
+//! service (none for an unknown service), then a `progress` frame with the revision they
+//! were read at. With `from_revision=R` it replays every update after R, or sends `error`
+//! with code `compacted` and the current revision (take a snapshot and watch from there).
+//! Then it streams `update`s live, `progress` every few seconds while idle, `resync` (and
+//! closes) if the consumer falls too far behind, and `closing` when the server stops.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    Endpoint, EndpointSpec, Incarnation, Label, LeaseId, Revision, ServiceSnapshot, ServiceUpdate, ServingState,
+};
+
+/// How a registration gets its lease: a new one with this TTL, or an existing one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged, deny_unknown_fields)]
+pub enum LeaseRequest {
+    /// Grant a new lease in the same revision as the record.
+    Grant {
+        /// The TTL asked for.
+        ttl_ms: u64,
+    },
+    /// Attach to an existing lease of the tenant.
+    Attach {
+        /// The lease.
+        id: LeaseId,
+    },
+}
+
+/// `PUT /v1/registry/{tenant}/{namespace}/{service}/{instance}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterRequest {
+    /// The incarnation registering.
+    pub incarnation: Incarnation,
+    /// The record.
+    pub endpoint: EndpointSpec,
+    /// The lease, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseRequest>,
+    /// Compare-and-swap on the record's revision (0: must not exist).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_revision: Option<Revision>,
+}
+
+/// `PUT .../{instance}/serving`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetServingRequest {
+    /// The incarnation speaking.
+    pub incarnation: Incarnation,
+    /// The new state.
+    pub state: ServingState,
+    /// Why.
+    #[serde(default)]
+    pub reason: String,
+    /// Compare-and-swap on the record's revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_revision: Option<Revision>,
+}
+
+/// `POST .../{instance}/drain`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainRequest {
+    /// The incarnation speaking.
+    pub incarnation: Incarnation,
+    /// Why.
+    #[serde(default)]
+    pub reason: String,
+    /// Compare-and-swap on the record's revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_revision: Option<Revision>,
+}
+
+/// The query of `DELETE .../{instance}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeregisterQuery {
+    /// The incarnation speaking.
+    pub incarnation: Incarnation,
+    /// Compare-and-swap on the record's revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_revision: Option<Revision>,
+}
+
+/// `POST /v1/leases/{tenant}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrantLeaseRequest {
+    /// The TTL asked for.
+    pub ttl_ms: u64,
+}
+
+/// A lease in a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseReply {
+    /// The lease.
+    pub id: LeaseId,
+    /// Its TTL.
+    pub ttl_ms: u64,
+    /// When it expires unless renewed, in Unix milliseconds on the server's clock.
+    pub deadline_unix_ms: u64,
+}
+
+/// The reply of every write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteReply {
+    /// The committed revision holding the write's effect.
+    pub revision: Revision,
+    /// The lease granted or attached, with its deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseReply>,
+    /// When nothing changed, why: `already_committed`, `drain_held` or `nothing_to_expire`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unchanged: Option<String>,
+}
+
+/// `GET /v1/registry/{tenant}/{namespace}/{service}`: one page of the set at one revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotReply {
+    /// The global revision the set was read at (resume a watch from here).
+    pub revision: Revision,
+    /// The service's last change at or before `revision`.
+    pub service_revision: Revision,
+    /// The digest of the whole set.
+    pub digest: crate::Digest,
+    /// How many endpoints the whole set holds.
+    pub total: usize,
+    /// This page's endpoints, sorted by instance.
+    pub endpoints: Vec<Endpoint>,
+    /// Pass as `page_token` for the next page; absent on the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_page_token: Option<String>,
+}
+
+/// One service in a namespace listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceSummary {
+    /// The service's name.
+    pub service: Label,
+    /// Its last change.
+    pub revision: Revision,
+    /// The digest of its set.
+    pub digest: crate::Digest,
+    /// How many endpoints it has.
+    pub endpoints: usize,
+}
+
+/// `GET /v1/registry/{tenant}/{namespace}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServicesReply {
+    /// The global revision the listing was read at.
+    pub revision: Revision,
+    /// The services, sorted by name.
+    pub services: Vec<ServiceSummary>,
+}
+
+/// `GET /v1/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusReply {
+    /// This node's id.
+    pub node_id: u64,
+    /// The leader's id, if known.
+    pub leader: Option<u64>,
+    /// The registry's revision.
+    pub revision: Revision,
+    /// The last applied log index.
+    pub applied_index: u64,
+    /// Milliseconds since the server started.
+    pub uptime_ms: u64,
+    /// Whether the server accepts writes and reads (false while starting or stopping).
+    pub ready: bool,
+}
+
+/// An error's code and message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// The stable, machine-readable code.
+    pub code: String,
+    /// For people: names the field and the limit.
+    pub message: String,
+}
+
+/// Every error reply: `{"error": {"code": ..., "message": ...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// One newline-delimited JSON frame of a watch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Frame {
+    /// A service's complete set.
+    Snapshot {
+        /// The global revision it was read at.
+        revision: Revision,
+        /// The set.
+        snapshot: ServiceSnapshot,
+    },
+    /// One revision's events for one service.
+    Update(ServiceUpdate),
+    /// Nothing to report; everything up to `revision` has been sent.
+    Progress {
+        /// The current revision.
+        revision: Revision,
+    },
+    /// The watch cannot continue (e.g. `compacted`); the stream closes after it.
+    Error {
+        /// The error.
+        error: ErrorDetail,
+        /// The current revision (take a snapshot there).
+        revision: Revision,
+    },
+    /// The consumer fell too far behind; take a snapshot and watch again. The stream closes.
+    Resync {
+        /// The current revision.
+        revision: Revision,
+    },
+    /// The server is stopping; reconnect (to another node) and resume from your revision.
+    Closing {
+        /// The last revision sent.
+        revision: Revision,
+    },
+}

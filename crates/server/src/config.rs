@@ -1,0 +1,42 @@
+//! The server's configuration: TOML file, overridden by command-line flags.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use muster_registry::RegistryConfig;
+use serde::{Deserialize, Serialize};
+
+/// Everything `muster serve` can be told. Every field has a default that makes a working
+/// single-node registry on loopback.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Where the Raft log, vote and snapshots live.
+    pub data_dir: PathBuf,
+    /// The HTTP API's address. Loopback unless auth is configured (SPEC S1).
+    pub http: SocketAddr,
+    /// The DNS listener's address (issue 6).
+    pub dns: SocketAddr,
+    /// The registry's limits, policy, quotas and history.
+    pub registry: RegistryConfig,
+    /// Largest accepted request body: 64 KiB is sixteen maximal records.
+    pub max_body_bytes: usize,
+    /// Frames a watcher may have queued before it is told to resync: 1,024.
+    pub watch_queue_frames: usize,
+    /// How often an idle watch gets a `progress` frame: 5 s.
+    pub progress_interval_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            data_dir: PathBuf::from("muster-data"),
+            http: SocketAddr::from(([127, 0, 0, 1], 7070)),
+            dns: SocketAddr::from(([127, 0, 0, 1], 7053)),
+            registry: RegistryConfig::default(),
+            max_body_bytes: 64 * 1024,
+            watch_queue_frames: 1024,
+            progress_interval_ms: 5_000,
+        }
+    }
+}
