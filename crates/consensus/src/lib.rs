@@ -14,6 +14,13 @@
 
 #![forbid(unsafe_code)]
 
+mod log_store;
+mod network;
 mod node;
+mod state_machine;
+#[cfg(test)]
+mod storage_tests;
+mod types;
 
 pub use node::{ApplyObserver, ConsensusError, Node, NodeConfig, NodeStatus};
+pub use types::{Outcome, Proposal, TypeConfig};

@@ -1,10 +1,29 @@
-//! The node: the one way into the registry.
+//! The node: the one way into the registry. A Raft group of one on openraft, with the log on
+//! redb and snapshots in the data directory.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+use std::time::Duration;
 
 use muster_core::{Rejection, Revision};
 use muster_registry::{Applied, Command, CommandMeta, Registry, RegistryConfig};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
+
+use crate::log_store::LogStore;
+use crate::network::NoPeers;
+use crate::state_machine::{Shared, StateMachine};
+use crate::types::{Outcome, Proposal, TypeConfig};
+
+/// The only member of a group of one.
+const NODE_ID: u64 = 1;
+/// How long `open` waits for the node to elect itself: an election takes one election timeout
+/// (at most 600 ms here); ten seconds covers a slow disk replaying a long log.
+const LEADERSHIP_WAIT: Duration = Duration::from_secs(10);
+
+/// How long `shutdown` waits for the log writer's last commit: far beyond one fsync.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// How to open a node.
 #[derive(Debug, Clone)]
@@ -13,8 +32,20 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     /// The registry's configuration (identical on every replica).
     pub registry: RegistryConfig,
-    /// Log entries between state-machine snapshots.
+    /// Log entries between state-machine snapshots; the log before a snapshot is purged.
     pub snapshot_every: u64,
+}
+
+impl NodeConfig {
+    /// A node in `data_dir` with default registry settings and a snapshot every 10,000
+    /// entries: at ~1 KiB an entry that bounds the log replayed at restart to ~10 MiB.
+    pub fn new(data_dir: impl Into<PathBuf>) -> NodeConfig {
+        NodeConfig {
+            data_dir: data_dir.into(),
+            registry: RegistryConfig::default(),
+            snapshot_every: 10_000,
+        }
+    }
 }
 
 /// Told about every applied command, in log order, while the registry is locked for the
@@ -22,8 +53,8 @@ pub struct NodeConfig {
 pub trait ApplyObserver: Send + Sync + 'static {
     /// A command was applied (a refusal is not reported: it changed nothing).
     fn applied(&self, registry: &Registry, applied: &Applied);
-    /// The whole state was replaced (restored from a snapshot): everything derived from it
-    /// must be rebuilt, and watchers resynchronised.
+    /// The whole state was replaced (at open, or restored from a snapshot): everything
+    /// derived from it must be rebuilt, and watchers resynchronised.
     fn reset(&self, registry: &Registry);
 }
 
@@ -47,77 +78,144 @@ pub enum ConsensusError {
     /// The node is shutting down or has stopped.
     #[error("the node is shutting down")]
     ShuttingDown,
-    /// Storage failed.
+    /// No leader is known, so the write cannot be committed now.
+    #[error("no leader: the write was not committed")]
+    NoLeader,
+    /// Storage or the Raft core failed.
     #[error("storage: {0}")]
     Storage(String),
 }
 
-/// A registry node (a group of one for now).
+/// A registry node. Cheap to clone.
 #[derive(Clone)]
 pub struct Node {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    registry: RwLock<Registry>,
-    observer: Arc<dyn ApplyObserver>,
-    applied_index: std::sync::atomic::AtomicU64,
+    raft: Raft<TypeConfig>,
+    shared: Arc<Shared>,
+    /// The log's writer thread, joined by `shutdown` so the database is closed when it returns.
+    log_writer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 impl Node {
-    /// Opens (or creates) the node's data directory and recovers its state.
+    /// Opens (or creates) the data directory, recovers the registry from the last snapshot
+    /// plus the log after it, and waits until the node leads its group of one.
     pub async fn open(config: NodeConfig, observer: Arc<dyn ApplyObserver>) -> Result<Node, ConsensusError> {
-        let registry = Registry::new(config.registry);
-        observer.reset(&registry);
+        let storage = |e: std::io::Error| ConsensusError::Storage(e.to_string());
+        std::fs::create_dir_all(&config.data_dir).map_err(storage)?;
+        let log = LogStore::open(&config.data_dir.join("raft-log.redb")).map_err(storage)?;
+        let log_writer = Arc::new(std::sync::Mutex::new(log.take_writer_thread()));
+        let machine = StateMachine::open(&config.data_dir, config.registry.clone(), observer).map_err(storage)?;
+        let shared = machine.shared();
+        let raft_config = openraft::Config {
+            cluster_name: "muster".into(),
+            // Heartbeats and elections matter once there are peers (issue 7); a single node
+            // elects itself after one timeout at start.
+            heartbeat_interval: 100,
+            election_timeout_min: 300,
+            election_timeout_max: 600,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+            // Keep some log behind a snapshot so a lagging follower can catch up without
+            // a full snapshot transfer.
+            max_in_snapshot_log_to_keep: 1_000,
+            ..openraft::Config::default()
+        }
+        .validate()
+        .map_err(|e| ConsensusError::Storage(e.to_string()))?;
+        let raft = Raft::new(NODE_ID, Arc::new(raft_config), NoPeers, log, machine)
+            .await
+            .map_err(|e| ConsensusError::Storage(e.to_string()))?;
+        if !raft
+            .is_initialized()
+            .await
+            .map_err(|e| ConsensusError::Storage(e.to_string()))?
+        {
+            let members = BTreeMap::from([(NODE_ID, BasicNode::default())]);
+            raft.initialize(members)
+                .await
+                .map_err(|e| ConsensusError::Storage(e.to_string()))?;
+        }
+        raft.wait(Some(LEADERSHIP_WAIT))
+            .state(ServerState::Leader, "single node elects itself")
+            .await
+            .map_err(|_| ConsensusError::NoLeader)?;
         Ok(Node {
-            inner: Arc::new(Inner {
-                registry: RwLock::new(registry),
-                observer,
-                applied_index: std::sync::atomic::AtomicU64::new(0),
-            }),
+            raft,
+            shared,
+            log_writer,
         })
     }
 
-    /// Proposes a command; returns once it is durable and applied, with the registry's
-    /// verdict.
+    /// Proposes a command; returns once it is durable (fsynced) and applied, with the
+    /// registry's verdict. Concurrent proposals share log appends and fsyncs.
     pub async fn propose(
         &self,
         command: Command,
         meta: CommandMeta,
     ) -> Result<Result<Applied, Rejection>, ConsensusError> {
-        let mut registry = self.inner.registry.write().map_err(|_| ConsensusError::ShuttingDown)?;
-        let result = registry.apply(&command, &meta);
-        self.inner
-            .applied_index
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Ok(applied) = &result {
-            self.inner.observer.applied(&registry, applied);
+        match self.raft.client_write(Proposal { command, meta }).await {
+            Ok(response) => match response.data {
+                Outcome(Some(result)) => Ok(result),
+                Outcome(None) => Err(ConsensusError::Storage("a proposal applied as a Raft entry".into())),
+            },
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(ConsensusError::NoLeader),
+            Err(RaftError::APIError(e)) => Err(ConsensusError::Storage(e.to_string())),
+            Err(RaftError::Fatal(openraft::error::Fatal::Stopped)) => Err(ConsensusError::ShuttingDown),
+            Err(RaftError::Fatal(e)) => Err(ConsensusError::Storage(e.to_string())),
         }
-        Ok(result)
     }
 
     /// Reads the registry. Keep `f` short: clone the `Arc`s you need and return.
     pub fn read<R>(&self, f: impl FnOnce(&Registry) -> R) -> R {
-        let registry = self
-            .inner
-            .registry
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        f(&registry)
+        f(&self.shared.read())
     }
 
     /// The node's status.
     pub fn status(&self) -> NodeStatus {
+        let metrics = self.raft.metrics().borrow().clone();
         NodeStatus {
-            node_id: 1,
-            leader: Some(1),
-            applied_index: self.inner.applied_index.load(std::sync::atomic::Ordering::Relaxed),
+            node_id: NODE_ID,
+            leader: metrics.current_leader,
+            applied_index: self.shared.applied_index.load(std::sync::atomic::Ordering::Acquire),
             revision: self.read(Registry::revision),
         }
     }
 
-    /// Stops the node after in-flight proposals finish.
+    /// Writes a snapshot now and purges the log it covers; returns when it is on disk.
+    pub async fn snapshot(&self) -> Result<(), ConsensusError> {
+        let before = self.raft.metrics().borrow().snapshot;
+        self.raft
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|e| ConsensusError::Storage(e.to_string()))?;
+        let applied = self.raft.metrics().borrow().last_applied;
+        if applied.is_none() || applied == before {
+            return Ok(());
+        }
+        self.raft
+            .wait(Some(LEADERSHIP_WAIT))
+            .metrics(|m| m.snapshot >= applied, "snapshot written")
+            .await
+            .map(|_| ())
+            .map_err(|e| ConsensusError::Storage(e.to_string()))
+    }
+
+    /// Stops the node: in-flight proposals finish or fail with `ShuttingDown`. Returns once
+    /// the log database is closed, so the data directory can be opened again at once.
     pub async fn shutdown(&self) -> Result<(), ConsensusError> {
-        Ok(())
+        self.raft
+            .shutdown()
+            .await
+            .map_err(|e| ConsensusError::Storage(e.to_string()))?;
+        let writer = self
+            .log_writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        let Some(writer) = writer else { return Ok(()) };
+        let joined = tokio::time::timeout(CLOSE_WAIT, tokio::task::spawn_blocking(move || writer.join())).await;
+        match joined {
+            Ok(Ok(Ok(()))) => Ok(()),
+            _ => Err(ConsensusError::Storage("the log writer did not stop".into())),
+        }
     }
 }

@@ -5,13 +5,17 @@
 //! once published. The message is for people: it names the field and the limit it broke.
 //! A rejected command changes nothing, its revision included.
 
+use std::fmt;
 use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
 
 use crate::{Incarnation, InstanceId, LeaseId, Revision};
 
 /// Why a command was refused. `#[non_exhaustive]`: new refusals may appear; match on
 /// [`Rejection::code`] across crate boundaries.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "code", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Rejection {
     /// A mutation from an older incarnation than the one the registry holds (SPEC L2).
@@ -95,8 +99,8 @@ pub enum Rejection {
     /// A tenant or service quota would be exceeded.
     #[error("{quota}: {scope} is at its limit of {limit}")]
     QuotaExceeded {
-        /// The quota's name, e.g. `endpoints_per_service`.
-        quota: &'static str,
+        /// Which quota.
+        quota: Quota,
         /// Whose quota, e.g. `tenant 'acme'`.
         scope: String,
         /// The limit.
@@ -110,6 +114,31 @@ pub enum Rejection {
         /// What is wrong, with the accepted range.
         reason: String,
     },
+}
+
+/// The quotas a registry enforces (SPEC S5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Quota {
+    /// Services per tenant.
+    ServicesPerTenant,
+    /// Endpoints per service.
+    EndpointsPerService,
+    /// Endpoints per tenant.
+    EndpointsPerTenant,
+    /// Leases per tenant.
+    LeasesPerTenant,
+}
+
+impl fmt::Display for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Quota::ServicesPerTenant => "services_per_tenant",
+            Quota::EndpointsPerService => "endpoints_per_service",
+            Quota::EndpointsPerTenant => "endpoints_per_tenant",
+            Quota::LeasesPerTenant => "leases_per_tenant",
+        })
+    }
 }
 
 impl Rejection {

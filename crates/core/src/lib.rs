@@ -40,7 +40,7 @@ pub mod spec;
 
 pub use address::{Address, Cidr, NetworkPolicy};
 pub use endpoint::{Actor, Endpoint, Locality, NamedPort, Observation, Protocol, Provenance, ServingState};
-pub use error::Rejection;
+pub use error::{Quota, Rejection};
 pub use event::{DeleteReason, Event, GapError, ServiceSnapshot, ServiceUpdate};
 pub use ids::{Digest, Incarnation, LeaseId, Revision};
 pub use labels::Labels;

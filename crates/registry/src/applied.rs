@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use muster_core::{LeaseId, Revision, ServiceUpdate};
+use serde::{Deserialize, Serialize};
 
 /// The result of an accepted command.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Applied {
     /// The committed revision that holds this command's effect: the new revision, or for a
     /// command that changed nothing, the revision the caller's intent was already committed at.
@@ -20,7 +21,7 @@ pub struct Applied {
 }
 
 /// A lease in a reply: the server turns the TTL into a deadline on its own clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseGrant {
     /// The lease.
     pub id: LeaseId,
@@ -29,7 +30,8 @@ pub struct LeaseGrant {
 }
 
 /// Why an accepted command changed nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Unchanged {
     /// The same intent is already committed (a retry after a lost reply, SPEC L1).
     AlreadyCommitted,

@@ -21,9 +21,9 @@ pub struct CommandMeta {
     pub actor: Actor,
 }
 
-/// One registry command.
+/// One registry command, as the log stores it (`{"register": {...}}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum Command {
     /// Create or update an endpoint, or replace an older incarnation.
     Register(Register),

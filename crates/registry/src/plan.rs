@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use muster_core::error::Quota;
 use muster_core::spec::bounded_text;
 use muster_core::{
     Actor, DeleteReason, Endpoint, Incarnation, InstanceId, Label, LeaseId, Observation, Provenance, Rejection,
@@ -414,14 +415,14 @@ impl Registry {
         let tenant = || format!("tenant '{}'", key.tenant);
         if new_service && usage.services >= quotas.services_per_tenant {
             return Err(Rejection::QuotaExceeded {
-                quota: "services_per_tenant",
+                quota: Quota::ServicesPerTenant,
                 scope: tenant(),
                 limit: quotas.services_per_tenant,
             });
         }
         if usage.endpoints >= quotas.endpoints_per_tenant {
             return Err(Rejection::QuotaExceeded {
-                quota: "endpoints_per_tenant",
+                quota: Quota::EndpointsPerTenant,
                 scope: tenant(),
                 limit: quotas.endpoints_per_tenant,
             });
@@ -429,7 +430,7 @@ impl Registry {
         let in_service = self.service(key).map_or(0, |s| s.current.len() as u64);
         if in_service >= quotas.endpoints_per_service {
             return Err(Rejection::QuotaExceeded {
-                quota: "endpoints_per_service",
+                quota: Quota::EndpointsPerService,
                 scope: format!("service {key}"),
                 limit: quotas.endpoints_per_service,
             });
@@ -441,7 +442,7 @@ impl Registry {
         let limit = self.config().quotas.leases_per_tenant;
         if self.usage(tenant).leases >= limit {
             return Err(Rejection::QuotaExceeded {
-                quota: "leases_per_tenant",
+                quota: Quota::LeasesPerTenant,
                 scope: format!("tenant '{tenant}'"),
                 limit,
             });

@@ -1,0 +1,399 @@
+//! The Raft log and vote on redb, written by one thread that turns many appends into one
+//! fsynced transaction (group commit).
+//!
+//! ```text
+//!  append(entries, callback) ─┐
+//!  append(entries, callback) ─┼─▶ channel ─▶ writer thread: one write transaction for all
+//!  save_vote / truncate ──────┘                queued ops, one commit (fsync), then every
+//!                                              callback in order
+//! ```
+//!
+//! openraft acknowledges a client write only after its entry's `LogFlushed` callback fires,
+//! which here is after the commit that holds it: nothing is acknowledged before it is on disk.
+//!
+//! # Correctness
+//! - Operations are applied in the order they were issued (one channel, one thread), and a
+//!   transaction is atomic, so a crash leaves a prefix of the issued operations.
+//! - A reader asking for entries beyond what is durable first waits for the writer to drain,
+//!   so it never misses an entry openraft believes appended.
+
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+
+use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
+use openraft::{AnyError, ErrorSubject, ErrorVerb, StorageIOError, Vote};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::types::{Entry, LogId, StorageError, TypeConfig};
+
+const LOG: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("log");
+const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
+const VOTE: &str = "vote";
+const COMMITTED: &str = "committed";
+const LAST_PURGED: &str = "last_purged";
+
+/// Ops drained into one transaction at most: bounds a transaction's size and the latency of
+/// the first op in it, while leaving room for hundreds of concurrent writers per fsync.
+const MAX_OPS_PER_COMMIT: usize = 4096;
+
+enum WriteOp {
+    Append {
+        entries: Vec<(u64, Vec<u8>)>,
+        last: u64,
+        done: LogFlushed<TypeConfig>,
+    },
+    Meta {
+        key: &'static str,
+        value: Vec<u8>,
+        done: Reply,
+    },
+    Truncate {
+        from: u64,
+        done: Reply,
+    },
+    Purge {
+        upto: u64,
+        last_purged: Vec<u8>,
+        done: Reply,
+    },
+    Barrier {
+        done: Reply,
+    },
+}
+
+type Reply = tokio::sync::oneshot::Sender<Result<(), io::Error>>;
+
+/// The log store. Cheap to clone: clones share the database and the writer.
+#[derive(Clone)]
+pub(crate) struct LogStore {
+    // Field order matters: a clone drops its database handle before its sender, so when the
+    // writer sees the channel close, its own handle is the last one.
+    db: Arc<Database>,
+    writer: mpsc::Sender<WriteOp>,
+    thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+    /// The highest index whose append is durable.
+    durable: Arc<AtomicU64>,
+    /// The highest index handed to the writer.
+    issued: Arc<AtomicU64>,
+    cache: Arc<Mutex<Cache>>,
+}
+
+#[derive(Default)]
+struct Cache {
+    last_log: Option<LogId>,
+    last_purged: Option<LogId>,
+}
+
+fn io_error(e: impl std::error::Error + Send + Sync + 'static) -> io::Error {
+    io::Error::other(e)
+}
+
+fn storage_error(subject: ErrorSubject<u64>, verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {
+    StorageIOError::new(subject, verb, AnyError::new(&e)).into()
+}
+
+// JSON, not a compact binary format: the command types use `skip_serializing_if` and
+// internally tagged enums for a readable API, which non-self-describing formats cannot read
+// back. A registration encodes in about a microsecond; the fsync dominates anyway.
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, io::Error> {
+    serde_json::from_slice(bytes).map_err(io_error)
+}
+
+fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).expect("log entries and Raft metadata always serialise")
+}
+
+impl LogStore {
+    /// Opens or creates the log database and starts its writer thread.
+    pub(crate) fn open(path: &Path) -> Result<LogStore, io::Error> {
+        let db = Database::create(path).map_err(io_error)?;
+        let txn = db.begin_write().map_err(io_error)?;
+        txn.open_table(LOG).map_err(io_error)?;
+        txn.open_table(META).map_err(io_error)?;
+        txn.commit().map_err(io_error)?;
+        let db = Arc::new(db);
+
+        let last_purged: Option<LogId> = read_meta(&db, LAST_PURGED)?;
+        let last_entry = {
+            let txn = db.begin_read().map_err(io_error)?;
+            let table = txn.open_table(LOG).map_err(io_error)?;
+            let last = table.last().map_err(io_error)?;
+            match last {
+                Some((_, bytes)) => Some(decode::<Entry>(bytes.value())?.log_id),
+                None => None,
+            }
+        };
+        let last_log = last_entry.or(last_purged);
+        let last_index = last_log.map_or(0, |id| id.index);
+        let durable = Arc::new(AtomicU64::new(last_index));
+        let (writer, ops) = mpsc::channel();
+        let thread_db = Arc::clone(&db);
+        let thread_durable = Arc::clone(&durable);
+        let thread = std::thread::Builder::new()
+            .name("muster-log-writer".into())
+            .spawn(move || write_loop(&thread_db, &ops, &thread_durable))?;
+        Ok(LogStore {
+            db,
+            writer,
+            thread: Arc::new(Mutex::new(Some(thread))),
+            durable,
+            issued: Arc::new(AtomicU64::new(last_index)),
+            cache: Arc::new(Mutex::new(Cache { last_log, last_purged })),
+        })
+    }
+
+    /// The writer thread, to join once every store clone is gone: it exits when the last one
+    /// drops its sender, and drops the last database handle (releasing redb's file lock)
+    /// before it ends. Taken once.
+    pub(crate) fn take_writer_thread(&self) -> Option<std::thread::JoinHandle<()>> {
+        self.thread
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+    }
+
+    async fn send(&self, op: impl FnOnce(Reply) -> WriteOp) -> Result<(), io::Error> {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        self.writer
+            .send(op(done))
+            .map_err(|_| io::Error::other("the log writer has stopped"))?;
+        wait.await.map_err(|_| io::Error::other("the log writer has stopped"))?
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn read_meta<T: serde::de::DeserializeOwned>(db: &Database, key: &str) -> Result<Option<T>, io::Error> {
+    let txn = db.begin_read().map_err(io_error)?;
+    let table = txn.open_table(META).map_err(io_error)?;
+    let value = table.get(key).map_err(io_error)?;
+    value.map(|v| decode(v.value())).transpose()
+}
+
+/// The writer thread: drains queued ops into one transaction, commits, then answers them.
+fn write_loop(db: &Database, ops: &mpsc::Receiver<WriteOp>, durable: &AtomicU64) {
+    while let Ok(first) = ops.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_OPS_PER_COMMIT {
+            match ops.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
+        }
+        let result = commit(db, &batch);
+        let highest = batch
+            .iter()
+            .filter_map(|op| {
+                if let WriteOp::Append { last, .. } = op {
+                    Some(*last)
+                } else {
+                    None
+                }
+            })
+            .max();
+        if result.is_ok()
+            && let Some(highest) = highest
+        {
+            durable.fetch_max(highest, Ordering::AcqRel);
+        }
+        for op in batch {
+            let result = result
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| io::Error::new(e.kind(), e.to_string()));
+            match op {
+                WriteOp::Append { done, .. } => done.log_io_completed(result),
+                WriteOp::Meta { done, .. }
+                | WriteOp::Truncate { done, .. }
+                | WriteOp::Purge { done, .. }
+                | WriteOp::Barrier { done } => {
+                    let _ = done.send(result);
+                }
+            }
+        }
+    }
+}
+
+fn commit(db: &Database, batch: &[WriteOp]) -> Result<(), io::Error> {
+    let txn = db.begin_write().map_err(io_error)?;
+    {
+        let mut log = txn.open_table(LOG).map_err(io_error)?;
+        let mut meta = txn.open_table(META).map_err(io_error)?;
+        for op in batch {
+            match op {
+                WriteOp::Append { entries, .. } => {
+                    for (index, bytes) in entries {
+                        log.insert(*index, bytes.as_slice()).map_err(io_error)?;
+                    }
+                }
+                WriteOp::Meta { key, value, .. } => {
+                    meta.insert(*key, value.as_slice()).map_err(io_error)?;
+                }
+                WriteOp::Truncate { from, .. } => {
+                    log.retain_in(*from.., |_, _| false).map_err(io_error)?;
+                }
+                WriteOp::Purge { upto, last_purged, .. } => {
+                    log.retain_in(..=*upto, |_, _| false).map_err(io_error)?;
+                    meta.insert(LAST_PURGED, last_purged.as_slice()).map_err(io_error)?;
+                }
+                WriteOp::Barrier { .. } => {}
+            }
+        }
+    }
+    txn.commit().map_err(io_error)
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let start = match range.start_bound() {
+            Bound::Included(&n) => n,
+            Bound::Excluded(&n) => n + 1,
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&n) => n.saturating_add(1),
+            Bound::Excluded(&n) => n,
+            Bound::Unbounded => u64::MAX,
+        };
+        let wanted_last = end.saturating_sub(1).min(self.issued.load(Ordering::Acquire));
+        if wanted_last > self.durable.load(Ordering::Acquire) {
+            self.send(|done| WriteOp::Barrier { done })
+                .await
+                .map_err(|e| storage_error(ErrorSubject::Logs, ErrorVerb::Read, e))?;
+        }
+        let read = || -> Result<Vec<Entry>, io::Error> {
+            let txn = self.db.begin_read().map_err(io_error)?;
+            let table = txn.open_table(LOG).map_err(io_error)?;
+            let mut entries = Vec::new();
+            for item in table.range(start..end).map_err(io_error)? {
+                let (_, bytes) = item.map_err(io_error)?;
+                entries.push(decode::<Entry>(bytes.value())?);
+            }
+            Ok(entries)
+        };
+        read().map_err(|e| storage_error(ErrorSubject::Logs, ErrorVerb::Read, e))
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let cache = self.cache();
+        Ok(LogState {
+            last_purged_log_id: cache.last_purged,
+            last_log_id: cache.last_log,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError> {
+        let value = encode(vote);
+        self.send(|done| WriteOp::Meta { key: VOTE, value, done })
+            .await
+            .map_err(|e| storage_error(ErrorSubject::Vote, ErrorVerb::Write, e))
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, StorageError> {
+        read_meta(&self.db, VOTE).map_err(|e| storage_error(ErrorSubject::Vote, ErrorVerb::Read, e))
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        // Queued behind the appends it covers, and not awaited: openraft only needs it to be
+        // at most as new as what is durable, which the writer's ordering guarantees.
+        let (done, _ignored) = tokio::sync::oneshot::channel();
+        let op = WriteOp::Meta {
+            key: COMMITTED,
+            value: encode(&committed),
+            done,
+        };
+        self.writer
+            .send(op)
+            .map_err(|e| storage_error(ErrorSubject::Store, ErrorVerb::Write, io_error(e)))
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(read_meta::<Option<LogId>>(&self.db, COMMITTED)
+            .map_err(|e| storage_error(ErrorSubject::Store, ErrorVerb::Read, e))?
+            .flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let mut encoded = Vec::new();
+        let mut last = None;
+        for entry in entries {
+            encoded.push((entry.log_id.index, encode(&entry)));
+            last = Some(entry.log_id);
+        }
+        let Some(last) = last else {
+            callback.log_io_completed(Ok(()));
+            return Ok(());
+        };
+        self.cache().last_log = Some(last);
+        self.issued.fetch_max(last.index, Ordering::AcqRel);
+        self.writer
+            .send(WriteOp::Append {
+                entries: encoded,
+                last: last.index,
+                done: callback,
+            })
+            .map_err(|e| storage_error(ErrorSubject::Logs, ErrorVerb::Write, io_error(e)))
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.send(|done| WriteOp::Truncate {
+            from: log_id.index,
+            done,
+        })
+        .await
+        .map_err(|e| storage_error(ErrorSubject::Logs, ErrorVerb::Delete, e))?;
+        let previous = if log_id.index == 0 {
+            None
+        } else {
+            let mut reader = self.clone();
+            reader
+                .try_get_log_entries(log_id.index - 1..log_id.index)
+                .await?
+                .pop()
+                .map(|e| e.log_id)
+        };
+        self.durable.fetch_min(log_id.index.saturating_sub(1), Ordering::AcqRel);
+        self.issued.fetch_min(log_id.index.saturating_sub(1), Ordering::AcqRel);
+        let mut cache = self.cache();
+        cache.last_log = previous.or(cache.last_purged);
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        let last_purged = encode(&log_id);
+        self.send(|done| WriteOp::Purge {
+            upto: log_id.index,
+            last_purged,
+            done,
+        })
+        .await
+        .map_err(|e| storage_error(ErrorSubject::Logs, ErrorVerb::Delete, e))?;
+        let mut cache = self.cache();
+        cache.last_purged = Some(log_id);
+        if cache.last_log.is_none_or(|last| last.index < log_id.index) {
+            cache.last_log = Some(log_id);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,36 @@
+//! The Raft type configuration: what a log entry carries and what applying it returns.
+
+use std::io::Cursor;
+
+use muster_core::Rejection;
+use muster_registry::{Applied, Command, CommandMeta};
+use serde::{Deserialize, Serialize};
+
+openraft::declare_raft_types!(
+    /// Muster's Raft types: proposals in, registry verdicts out, node ids `u64`.
+    pub TypeConfig:
+        D = Proposal,
+        R = Outcome,
+);
+
+/// One log entry's payload: a registry command with who sent it and when (the leader's clock,
+/// fixed at proposal so replay sees the same time).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proposal {
+    /// The command.
+    pub command: Command,
+    /// Caller and time.
+    pub meta: CommandMeta,
+}
+
+/// What applying one log entry gave: the registry's verdict for a proposal, `None` for Raft's
+/// own entries (blank leader entries, membership changes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome(pub Option<Result<Applied, Rejection>>);
+
+/// The log id type of this configuration.
+pub(crate) type LogId = openraft::LogId<u64>;
+/// A stored log entry.
+pub(crate) type Entry = openraft::Entry<TypeConfig>;
+/// Storage errors as openraft wants them.
+pub(crate) type StorageError = openraft::StorageError<u64>;
