@@ -1,8 +1,63 @@
 //! `muster`: the server and the command-line client in one binary (DESIGN "Interfaces").
+//! Wiring only: argv, logging, the runtime, and the error → exit code mapping; everything
+//! else is in the `muster_cli` library.
 
 #![forbid(unsafe_code)]
 
-fn main() {
-    eprintln!("muster: the command line is being built (issue 3)");
-    std::process::exit(2);
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use muster_cli::cli::{Cli, Command};
+use tracing_subscriber::EnvFilter;
+
+/// How long `serve` lets the runtime's remaining tasks finish after the server returned:
+/// the server has already stopped gracefully by then, so this only bounds stragglers.
+const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(10);
+
+fn main() -> ExitCode {
+    // Usage errors exit 2 here, and --help / --version exit 0.
+    let cli = Cli::parse();
+    let serving = matches!(cli.command, Command::Serve(_));
+    init_logging(serving);
+    let json = cli.json;
+    let runtime = if serving {
+        tokio::runtime::Builder::new_multi_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    };
+    let runtime = match runtime {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: runtime: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut stdout = std::io::stdout();
+    let result = runtime.block_on(muster_cli::commands::run(cli, &mut stdout));
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {}: {err}", err.code());
+            if json && let Ok(body) = serde_json::to_string(&err.to_body()) {
+                println!("{body}");
+            }
+            ExitCode::from(err.exit_code())
+        }
+    }
+}
+
+/// Logs go to stderr, filtered by `MUSTER_LOG` (or `RUST_LOG`), e.g. `MUSTER_LOG=debug`.
+/// The server logs at `info` by default; the client commands only warn, so their stdout and
+/// stderr stay what the user asked for.
+fn init_logging(serving: bool) {
+    let default = if serving { "info" } else { "warn" };
+    let filter = EnvFilter::try_from_env("MUSTER_LOG")
+        .or_else(|_| EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }

@@ -25,6 +25,12 @@ pub struct ServerConfig {
     pub watch_queue_frames: usize,
     /// How often an idle watch gets a `progress` frame: 5 s.
     pub progress_interval_ms: u64,
+    /// Log entries between state-machine snapshots: 10,000 bounds replay at restart to a
+    /// fraction of a second while snapshotting a large registry rarely.
+    pub snapshot_every: u64,
+    /// How long a stopping server waits for in-flight requests and watchers to finish before
+    /// it closes their connections: 10 s, well inside a typical orchestrator's 30 s grace.
+    pub shutdown_grace_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -37,6 +43,8 @@ impl Default for ServerConfig {
             max_body_bytes: 64 * 1024,
             watch_queue_frames: 1024,
             progress_interval_ms: 5_000,
+            snapshot_every: 10_000,
+            shutdown_grace_ms: 10_000,
         }
     }
 }

@@ -1,11 +1,58 @@
 //! The daemon (DESIGN "Crates": `muster-server`): HTTP API, watch hub, lease keeper.
 //! Wiring only; logic lives in the pure crates.
+//!
+//! ```text
+//!  HTTP (axum) ──▶ routes ──▶ writes / lease_routes ──propose──▶ Node ──▶ Registry::apply
+//!                    │                                            │ ApplyObserver
+//!                    ├──▶ reads, status ──Node::read──────────────┤
+//!                    └──▶ watch ──read + subscribe──▶ WatchHub ◀──┘ (encode once, bounded queues)
+//!  lease_keeper (tick) ──▶ LeaseDeadlines (pure) ──expired──▶ propose ExpireLeases
+//! ```
+//!
+//! # Layout
+//! - [`server`](crate::start): [`start`], [`run`], [`RunningServer`].
+//! - `routes`: the route table and the JSON error safety net; `error`: codes and statuses.
+//! - `extract`: body, query, path and header extraction with API errors.
+//! - `writes`, `lease_routes`, `reads`, `watch`, `status`: the handlers.
+//! - `hub`, `frame_queue`, `frames`: the watch fan-out.
+//! - `lease_deadlines` (pure) and `lease_keeper` (its task).
+//! - `clock`, `page_token`, `wait`: small pieces.
+//!
+//! # HTTP conventions
+//! - Bodies and replies are the types of [`muster_core::api`]; every error is
+//!   `{"error":{"code":...,"message":...}}` (status table in the `error` module: content
+//!   refusals are 422, fencing and CAS 409, quotas 403, compacted history 410, malformed
+//!   requests and bad path segments 400).
+//! - `X-Muster-Actor: owner|app|checker` says whose authority a write speaks with (SPEC L5);
+//!   drain defaults to `owner`, everything else to `app`.
+//! - Reads reply with `X-Muster-Index: <revision read at>`; pass it back as `?index=` for a
+//!   blocking query (`&wait=30s`, default 60 s, at most 5 min).
 
 #![forbid(unsafe_code)]
 
+mod app;
+mod clock;
 mod config;
+mod error;
+mod extract;
+mod frame_queue;
+mod frames;
+mod hub;
+mod lease_deadlines;
+mod lease_keeper;
+mod lease_routes;
+mod page_token;
+mod reads;
+mod routes;
+mod server;
+mod status;
+mod wait;
+mod watch;
+mod writes;
 
 pub use config::ServerConfig;
+pub use hub::WatchStats;
+pub use server::{RunningServer, run, start};
 
 /// Why the server could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
@@ -25,14 +72,7 @@ pub enum ServerError {
     /// The consensus layer failed.
     #[error(transparent)]
     Consensus(#[from] muster_consensus::ConsensusError),
-}
-
-/// Runs the server until `shutdown` resolves, then stops gracefully: stop accepting, finish
-/// in-flight writes, send watchers a final `closing` frame, return.
-pub async fn run(
-    config: ServerConfig,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(), ServerError> {
-    let _ = (config, shutdown);
-    Err(ServerError::Config("the HTTP server is being built (issue 3)".into()))
+    /// The HTTP server failed while serving.
+    #[error("serving HTTP: {0}")]
+    Serve(std::io::Error),
 }

@@ -1,0 +1,157 @@
+//! The parsers clap cannot do alone, strict so that nothing malformed is ever sent.
+//!
+//! `NAMESPACE/SERVICE` becomes a typed [`ServiceKey`] with the `--tenant`, each part checked
+//! by `muster-core`'s own DNS-label rules, so a name the server would refuse is refused here
+//! with the same code (`invalid_name`) before any request.
+
+use std::net::SocketAddr;
+
+use muster_core::{Actor, InstanceId, Label, LeaseId, NamespaceKey, Protocol, Rejection, ServiceKey, ServingState};
+
+/// Parses `NAMESPACE/SERVICE` within `tenant`.
+pub fn parse_service_key(tenant: &str, text: &str) -> Result<ServiceKey, Rejection> {
+    let mut parts = text.split('/');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(namespace), Some(service), None) => ServiceKey::new(tenant, namespace, service),
+        _ => Err(Rejection::InvalidName {
+            field: "NAMESPACE/SERVICE".into(),
+            reason: format!(
+                "expected two names joined by '/', e.g. prod/api, got '{}'",
+                text.escape_debug()
+            ),
+        }),
+    }
+}
+
+/// Parses `NAMESPACE` within `tenant`.
+pub fn parse_namespace_key(tenant: &str, text: &str) -> Result<NamespaceKey, Rejection> {
+    NamespaceKey::new(tenant, text)
+}
+
+/// Parses an instance id.
+pub fn parse_instance(text: &str) -> Result<InstanceId, Rejection> {
+    InstanceId::new(text)
+}
+
+/// Parses a tenant name (for the lease commands, which have no service key).
+pub fn parse_tenant(text: &str) -> Result<Label, Rejection> {
+    Label::new("tenant", text)
+}
+
+/// Parses `IP:PORT`: `10.0.0.1:8080` or `[2001:db8::1]:8080`. Port 0 is refused (an endpoint
+/// that listens nowhere). Canonical form and permitted networks are the server's to check.
+pub fn parse_addr(text: &str) -> Result<SocketAddr, String> {
+    let addr: SocketAddr = text
+        .parse()
+        .map_err(|_| format!("'{}' is not IP:PORT (write IPv6 as [::1]:8080)", text.escape_debug()))?;
+    if addr.port() == 0 {
+        return Err(format!("'{text}': the port must be 1 to 65535"));
+    }
+    Ok(addr)
+}
+
+/// Parses a label `KEY=VALUE`. The key must not be empty; limits are the server's to check.
+pub fn parse_label(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("'{}' is not KEY=VALUE", text.escape_debug())),
+    }
+}
+
+/// Parses a lease id.
+pub fn parse_lease_id(text: &str) -> Result<LeaseId, String> {
+    text.parse()
+        .map(LeaseId)
+        .map_err(|_| format!("'{}' is not a lease id (a number)", text.escape_debug()))
+}
+
+/// A serving state as typed on the command line (SPEC M3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StateArg {
+    /// Initialising; no normal traffic yet.
+    Starting,
+    /// Accepting new work.
+    Ready,
+    /// Accepting work in a reduced mode.
+    Degraded,
+    /// Planned shutdown: no new work.
+    Draining,
+    /// Refusing new work.
+    #[value(name = "not_serving", alias = "not-serving")]
+    NotServing,
+    /// Nobody can tell.
+    Unknown,
+}
+
+impl From<StateArg> for ServingState {
+    fn from(state: StateArg) -> ServingState {
+        match state {
+            StateArg::Starting => ServingState::Starting,
+            StateArg::Ready => ServingState::Ready,
+            StateArg::Degraded => ServingState::Degraded,
+            StateArg::Draining => ServingState::Draining,
+            StateArg::NotServing => ServingState::NotServing,
+            StateArg::Unknown => ServingState::Unknown,
+        }
+    }
+}
+
+/// A port protocol as typed on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProtocolArg {
+    /// Plain TCP.
+    Tcp,
+    /// Plain UDP.
+    Udp,
+    /// HTTP/1.1.
+    Http,
+    /// HTTP/2.
+    Http2,
+    /// gRPC.
+    Grpc,
+}
+
+impl From<ProtocolArg> for Protocol {
+    fn from(protocol: ProtocolArg) -> Protocol {
+        match protocol {
+            ProtocolArg::Tcp => Protocol::Tcp,
+            ProtocolArg::Udp => Protocol::Udp,
+            ProtocolArg::Http => Protocol::Http,
+            ProtocolArg::Http2 => Protocol::Http2,
+            ProtocolArg::Grpc => Protocol::Grpc,
+        }
+    }
+}
+
+/// The protocol a port speaks when `--protocol` is not given: the one its conventional name
+/// says (`http`, `http2`, `grpc`, `udp`), else TCP.
+pub fn protocol_for_port_name(name: &str) -> Protocol {
+    match name {
+        "http" => Protocol::Http,
+        "http2" | "h2" | "h2c" => Protocol::Http2,
+        "grpc" => Protocol::Grpc,
+        "udp" | "dns" => Protocol::Udp,
+        _ => Protocol::Tcp,
+    }
+}
+
+/// Whose authority a write speaks with (SPEC L5), sent as `X-Muster-Actor`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ActorArg {
+    /// The orchestrator or operator: owns the lifecycle, may lift a drain.
+    Owner,
+    /// The application: owns readiness within the lifecycle.
+    App,
+    /// A health checker, with the application's authority.
+    Checker,
+}
+
+impl From<ActorArg> for Actor {
+    fn from(actor: ActorArg) -> Actor {
+        match actor {
+            ActorArg::Owner => Actor::Owner,
+            ActorArg::App => Actor::App,
+            ActorArg::Checker => Actor::Checker,
+        }
+    }
+}

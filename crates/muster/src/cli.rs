@@ -1,0 +1,309 @@
+//! The command line's shape (clap derive). Every subcommand has `--help`; every client
+//! subcommand takes `--server` and `--tenant`; `--json` is accepted everywhere.
+//!
+//! Names are taken as text here and parsed in [`crate::commands`] together with `--tenant`,
+//! so an invalid name is reported as `error: invalid_name: ...` with the registry's code.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::args::{ActorArg, ProtocolArg, StateArg, parse_addr, parse_label, parse_lease_id};
+use crate::client::DEFAULT_SERVER;
+use crate::duration::parse_duration;
+use muster_core::LeaseId;
+
+/// Muster: a service-discovery registry. `muster serve` runs it; the other commands talk to
+/// it over HTTP.
+#[derive(Debug, Parser)]
+#[command(name = "muster", version, propagate_version = true)]
+#[command(after_help = "Exit codes: 0 ok, 1 refused by the server, 2 usage or invalid input, \
+                        3 server unreachable or stream lost, 4 watch must resync.")]
+pub struct Cli {
+    /// Machine-readable output: the API's JSON on stdout (errors too, as {"error":{...}}).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a single-node registry: HTTP API, DNS, Raft log on disk.
+    Serve(ServeArgs),
+    /// Register (or re-register) an instance of a service, with a lease.
+    Register(RegisterArgs),
+    /// Set an instance's serving state (ready, degraded, not_serving ...).
+    SetState(SetStateArgs),
+    /// Mark an instance draining: callers stop sending it new work at once.
+    Drain(DrainArgs),
+    /// Remove an instance (fenced by its incarnation).
+    Deregister(DeregisterArgs),
+    /// List a service's endpoints: the eligible ones, or --all with their states.
+    Resolve(ResolveArgs),
+    /// Stream a service's (or a namespace's) changes as they are committed.
+    Watch(WatchArgs),
+    /// List the services of a namespace.
+    Services(ServicesArgs),
+    /// Grant, renew or revoke a lease.
+    #[command(subcommand)]
+    Lease(LeaseCommand),
+    /// Show the server's revision, leader and readiness.
+    Status(StatusArgs),
+}
+
+/// Where the server is and whose data to address.
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// The server's HTTP API.
+    #[arg(long, env = "MUSTER_SERVER", default_value = DEFAULT_SERVER, value_name = "URL")]
+    pub server: String,
+    /// The tenant whose services to address.
+    #[arg(long, env = "MUSTER_TENANT", default_value = "default", value_name = "T")]
+    pub tenant: String,
+}
+
+/// `muster serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Where the Raft log, vote and snapshots live [default: muster-data, or the config file's].
+    #[arg(long, env = "MUSTER_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// The HTTP API's address; loopback only unless auth is configured [default: 127.0.0.1:7070].
+    #[arg(long, env = "MUSTER_HTTP", value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// The DNS listener's address [default: 127.0.0.1:7053].
+    #[arg(long, env = "MUSTER_DNS", value_name = "ADDR")]
+    pub dns: Option<SocketAddr>,
+    /// A TOML file of server settings; the flags above override it.
+    #[arg(long, env = "MUSTER_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// `muster register`.
+#[derive(Debug, Clone, Args)]
+pub struct RegisterArgs {
+    /// The service, e.g. prod/api.
+    #[arg(value_name = "NAMESPACE/SERVICE")]
+    pub service: String,
+    /// The instance's stable identity (a DNS label), e.g. api-0.
+    #[arg(value_name = "INSTANCE")]
+    pub instance: String,
+    /// Where it listens; repeat for more addresses (all on the same port). IPv6: `[::1]:8080`.
+    #[arg(long = "addr", value_name = "IP:PORT", required = true, value_parser = parse_addr)]
+    pub addrs: Vec<SocketAddr>,
+    /// The name of the port (becomes the SRV name _NAME._tcp).
+    #[arg(long, value_name = "NAME", default_value = "http")]
+    pub port_name: String,
+    /// What the port speaks [default: what --port-name says (http, http2, grpc), else tcp].
+    #[arg(long, value_enum, value_name = "PROTOCOL")]
+    pub protocol: Option<ProtocolArg>,
+    /// This run's fencing token: a restart registers with a higher one.
+    #[arg(long, value_name = "N")]
+    pub incarnation: u64,
+    /// Grant a lease with this TTL in the same revision (10s, 500ms, 2m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, required_unless_present = "lease", conflicts_with = "lease")]
+    pub ttl: Option<Duration>,
+    /// Attach to an existing lease instead of granting one.
+    #[arg(long, value_name = "ID", value_parser = parse_lease_id)]
+    pub lease: Option<LeaseId>,
+    /// The serving state of a new incarnation.
+    #[arg(long, value_enum, value_name = "STATE", default_value = "ready")]
+    pub state: StateArg,
+    /// The zone it runs in.
+    #[arg(long, value_name = "Z")]
+    pub zone: Option<String>,
+    /// The region it runs in.
+    #[arg(long, value_name = "R")]
+    pub region: Option<String>,
+    /// Relative weight, 1 to 65535 [server default: 100].
+    #[arg(long, value_name = "W")]
+    pub weight: Option<u32>,
+    /// A descriptive label; repeat for more.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// Only if the record is at this revision (0: only if it does not exist).
+    #[arg(long, value_name = "R")]
+    pub expected_revision: Option<u64>,
+    /// Speak as the owner (may lift a drain), the app or a checker [server default: drain as
+    /// owner, the rest as app].
+    #[arg(long, value_enum, value_name = "ACTOR")]
+    pub actor: Option<ActorArg>,
+    /// Server and tenant.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `muster set-state`.
+#[derive(Debug, Clone, Args)]
+pub struct SetStateArgs {
+    /// The service, e.g. prod/api.
+    #[arg(value_name = "NAMESPACE/SERVICE")]
+    pub service: String,
+    /// The instance.
+    #[arg(value_name = "INSTANCE")]
+    pub instance: String,
+    /// The incarnation speaking.
+    #[arg(long, value_name = "N")]
+    pub incarnation: u64,
+    /// The new state.
+    #[arg(long, value_enum, value_name = "STATE")]
+    pub state: StateArg,
+    /// Why, recorded with the state.
+    #[arg(long, value_name = "TEXT", default_value = "")]
+    pub reason: String,
+    /// Only if the record is at this revision.
+    #[arg(long, value_name = "R")]
+    pub expected_revision: Option<u64>,
+    /// Speak as the owner (may lift a drain), the app or a checker [server default: drain as
+    /// owner, the rest as app].
+    #[arg(long, value_enum, value_name = "ACTOR")]
+    pub actor: Option<ActorArg>,
+    /// Server and tenant.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `muster drain`.
+#[derive(Debug, Clone, Args)]
+pub struct DrainArgs {
+    /// The service, e.g. prod/api.
+    #[arg(value_name = "NAMESPACE/SERVICE")]
+    pub service: String,
+    /// The instance.
+    #[arg(value_name = "INSTANCE")]
+    pub instance: String,
+    /// The incarnation speaking.
+    #[arg(long, value_name = "N")]
+    pub incarnation: u64,
+    /// Why, recorded with the state.
+    #[arg(long, value_name = "TEXT", default_value = "")]
+    pub reason: String,
+    /// Only if the record is at this revision.
+    #[arg(long, value_name = "R")]
+    pub expected_revision: Option<u64>,
+    /// Speak as the owner (may lift a drain), the app or a checker [server default: drain as
+    /// owner, the rest as app].
+    #[arg(long, value_enum, value_name = "ACTOR")]
+    pub actor: Option<ActorArg>,
+    /// Server and tenant.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `muster deregister`.
+#[derive(Debug, Clone, Args)]
+pub struct DeregisterArgs {
+    /// The service, e.g. prod/api.
+    #[arg(value_name = "NAMESPACE/SERVICE")]
+    pub service: String,
+    /// The instance.
+    #[arg(value_name = "INSTANCE")]
+    pub instance: String,
+    /// The incarnation speaking (an older one cannot delete its replacement).
+    #[arg(long, value_name = "N")]
+    pub incarnation: u64,
+    /// Only if the record is at this revision.
+    #[arg(long, value_name = "R")]
+    pub expected_revision: Option<u64>,
+    /// Speak as the owner (may lift a drain), the app or a checker [server default: drain as
+    /// owner, the rest as app].
+    #[arg(long, value_enum, value_name = "ACTOR")]
+    pub actor: Option<ActorArg>,
+    /// Server and tenant.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `muster resolve`.
+#[derive(Debug, Clone, Args)]
+pub struct ResolveArgs {
+    /// The service, e.g. prod/api.
+    #[arg(value_name = "NAMESPACE/SERVICE")]
+    pub service: String,
+    /// Every endpoint, with its serving state and who set it why, not only the eligible.
+    #[arg(long)]
+    pub all: bool,
+    /// Count degraded endpoints as eligible.
+    #[arg(long, conflicts_with = "all")]
+    pub degraded: bool,
+    /// Read the set as it was at this past revision.
+    #[arg(long, value_name = "R")]
+    pub revision: Option<u64>,
+    /// Server and tenant.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `muster watch`.
+#[derive(Debug, Clone, Args)]
+pub struct WatchArgs {
+    /// The service (prod/api), or a whole namespace (prod).
+    #[arg(value_name = "NAMESPACE/SERVICE")]
+    pub service: String,
+    /// Replay every change after this revision, then stream live (default: a snapshot first).
+    #[arg(long, value_name = "R")]
+    pub from_revision: Option<u64>,
+    /// Give up when nothing (not even a progress frame) arrives for this long.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "60s")]
+    pub idle_timeout: Duration,
+    /// Server and tenant.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `muster services`.
+#[derive(Debug, Clone, Args)]
+pub struct ServicesArgs {
+    /// The namespace, e.g. prod.
+    #[arg(value_name = "NAMESPACE")]
+    pub namespace: String,
+    /// Server and tenant.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `muster status`.
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// Server and tenant.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `muster lease ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum LeaseCommand {
+    /// Grant a lease; attach instances with `register --lease ID`.
+    Grant(LeaseGrantArgs),
+    /// Renew a lease: its deadline moves to now + TTL.
+    Renew(LeaseIdArgs),
+    /// Revoke a lease: every instance attached to it is removed.
+    Revoke(LeaseIdArgs),
+}
+
+/// `muster lease grant`.
+#[derive(Debug, Clone, Args)]
+pub struct LeaseGrantArgs {
+    /// The TTL (10s, 500ms, 2m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// Server and tenant.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `muster lease renew` and `muster lease revoke`.
+#[derive(Debug, Clone, Args)]
+pub struct LeaseIdArgs {
+    /// The lease.
+    #[arg(value_name = "ID", value_parser = parse_lease_id)]
+    pub id: LeaseId,
+    /// Server and tenant.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}

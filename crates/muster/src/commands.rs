@@ -1,0 +1,264 @@
+//! What each subcommand does: parse names strictly (nothing is sent for an invalid one),
+//! make the call, print the reply as a table or as the API's JSON.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use muster_core::api::{
+    DeregisterQuery, DrainRequest, Frame, GrantLeaseRequest, LeaseRequest, RegisterRequest, SetServingRequest,
+};
+use muster_core::{AddressSpec, EndpointSpec, Incarnation, LocalitySpec, PortSpec, Revision, ServingState};
+use serde::Serialize;
+
+use crate::args::{parse_instance, parse_namespace_key, parse_service_key, parse_tenant, protocol_for_port_name};
+use crate::cli::{
+    Cli, ClientArgs, Command, DeregisterArgs, DrainArgs, LeaseCommand, RegisterArgs, ResolveArgs, ServicesArgs,
+    SetStateArgs, WatchArgs,
+};
+use crate::client::{Client, ClientError};
+use crate::duration::millis;
+use crate::error::CliError;
+use crate::render;
+
+/// Runs the parsed command line, printing results on `out`.
+pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
+    let json = cli.json;
+    match cli.command {
+        Command::Serve(args) => crate::serve::serve(args, json, out).await,
+        Command::Register(args) => register(args, json, out).await,
+        Command::SetState(args) => set_state(args, json, out).await,
+        Command::Drain(args) => drain(args, json, out).await,
+        Command::Deregister(args) => deregister(args, json, out).await,
+        Command::Resolve(args) => resolve(args, json, out).await,
+        Command::Watch(args) => watch(args, json, out).await,
+        Command::Services(args) => services(args, json, out).await,
+        Command::Lease(command) => lease(command, json, out).await,
+        Command::Status(args) => {
+            let client = connect(&args.client)?;
+            let status = client.status().await?;
+            emit(out, json, &status, || render::status_text(client.server(), &status))
+        }
+    }
+}
+
+/// The [`EndpointSpec`] that `muster register` sends.
+pub fn endpoint_spec(args: &RegisterArgs) -> Result<EndpointSpec, CliError> {
+    let port = args.addrs[0].port();
+    if let Some(other) = args.addrs.iter().find(|addr| addr.port() != port) {
+        return Err(CliError::usage(
+            "invalid_address",
+            format!(
+                "--addr {other}: every address of an endpoint shares its port ({port}); register another instance for another port"
+            ),
+        ));
+    }
+    Ok(EndpointSpec {
+        addresses: args
+            .addrs
+            .iter()
+            .map(|addr| AddressSpec {
+                ip: addr.ip().to_string(),
+                scope: None,
+            })
+            .collect(),
+        ports: vec![PortSpec {
+            name: args.port_name.clone(),
+            port,
+            protocol: args
+                .protocol
+                .map_or_else(|| protocol_for_port_name(&args.port_name), Into::into),
+        }],
+        locality: LocalitySpec {
+            region: args.region.clone(),
+            zone: args.zone.clone(),
+            ..LocalitySpec::default()
+        },
+        serving: Some(args.state.into()),
+        weight: args.weight,
+        labels: args.labels.iter().cloned().collect::<BTreeMap<_, _>>(),
+        ..EndpointSpec::default()
+    })
+}
+
+async fn register(args: RegisterArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    let key = parse_service_key(&args.client.tenant, &args.service)?;
+    let instance = parse_instance(&args.instance)?;
+    let lease = match (args.ttl, args.lease) {
+        (_, Some(id)) => LeaseRequest::Attach { id },
+        (Some(ttl), None) => LeaseRequest::Grant { ttl_ms: millis(ttl) },
+        (None, None) => return Err(CliError::usage("usage", "give --ttl or --lease")),
+    };
+    let request = RegisterRequest {
+        incarnation: Incarnation(args.incarnation),
+        endpoint: endpoint_spec(&args)?,
+        lease: Some(lease),
+        expected_revision: args.expected_revision.map(Revision),
+    };
+    let client = connect(&args.client)?.with_actor(args.actor.map(Into::into));
+    let reply = client.register(&key, &instance, &request).await?;
+    let what = format!("registered {key} {instance} incarnation {}", args.incarnation);
+    emit(out, json, &reply, || render::write_text(&what, &reply))
+}
+
+async fn set_state(args: SetStateArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    let key = parse_service_key(&args.client.tenant, &args.service)?;
+    let instance = parse_instance(&args.instance)?;
+    let state: ServingState = args.state.into();
+    let request = SetServingRequest {
+        incarnation: Incarnation(args.incarnation),
+        state,
+        reason: args.reason,
+        expected_revision: args.expected_revision.map(Revision),
+    };
+    let client = connect(&args.client)?.with_actor(args.actor.map(Into::into));
+    let reply = client.set_serving(&key, &instance, &request).await?;
+    let what = format!("set {key} {instance} to {}", render::wire_name(&state));
+    emit(out, json, &reply, || render::write_text(&what, &reply))
+}
+
+async fn drain(args: DrainArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    let key = parse_service_key(&args.client.tenant, &args.service)?;
+    let instance = parse_instance(&args.instance)?;
+    let request = DrainRequest {
+        incarnation: Incarnation(args.incarnation),
+        reason: args.reason,
+        expected_revision: args.expected_revision.map(Revision),
+    };
+    let client = connect(&args.client)?.with_actor(args.actor.map(Into::into));
+    let reply = client.drain(&key, &instance, &request).await?;
+    let what = format!("marked {key} {instance} draining");
+    emit(out, json, &reply, || render::write_text(&what, &reply))
+}
+
+async fn deregister(args: DeregisterArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    let key = parse_service_key(&args.client.tenant, &args.service)?;
+    let instance = parse_instance(&args.instance)?;
+    let query = DeregisterQuery {
+        incarnation: Incarnation(args.incarnation),
+        expected_revision: args.expected_revision.map(Revision),
+    };
+    let client = connect(&args.client)?.with_actor(args.actor.map(Into::into));
+    let reply = client.deregister(&key, &instance, &query).await?;
+    let what = format!("deregistered {key} {instance} incarnation {}", args.incarnation);
+    emit(out, json, &reply, || render::write_text(&what, &reply))
+}
+
+async fn resolve(args: ResolveArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    let key = parse_service_key(&args.client.tenant, &args.service)?;
+    let client = connect(&args.client)?;
+    let mut reply = client.snapshot_all(&key, args.revision.map(Revision)).await?;
+    if !args.all {
+        reply = render::eligible_only(reply, args.degraded);
+    }
+    emit(out, json, &reply, || render::resolve_text(&key, &reply, args.all))
+}
+
+async fn services(args: ServicesArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    let namespace = parse_namespace_key(&args.client.tenant, &args.namespace)?;
+    let client = connect(&args.client)?;
+    let reply = client.services(&namespace).await?;
+    emit(out, json, &reply, || render::services_text(&namespace, &reply))
+}
+
+async fn lease(command: LeaseCommand, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    match command {
+        LeaseCommand::Grant(args) => {
+            let tenant = parse_tenant(&args.client.tenant)?;
+            let client = connect(&args.client)?;
+            let request = GrantLeaseRequest {
+                ttl_ms: millis(args.ttl),
+            };
+            let reply = client.grant_lease(&tenant, &request).await?;
+            emit(out, json, &reply, || render::grant_text(&reply))
+        }
+        LeaseCommand::Renew(args) => {
+            let tenant = parse_tenant(&args.client.tenant)?;
+            let client = connect(&args.client)?;
+            let reply = client.renew_lease(&tenant, args.id).await?;
+            emit(out, json, &reply, || {
+                format!("renewed {}\n", render::lease_text(&reply))
+            })
+        }
+        LeaseCommand::Revoke(args) => {
+            let tenant = parse_tenant(&args.client.tenant)?;
+            let client = connect(&args.client)?;
+            let reply = client.revoke_lease(&tenant, args.id).await?;
+            let what = format!("revoked lease {}", args.id);
+            emit(out, json, &reply, || render::write_text(&what, &reply))
+        }
+    }
+}
+
+/// Prints frames as they arrive until the stream ends; the ending decides the exit code.
+async fn watch(args: WatchArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    let from = args.from_revision.map(Revision);
+    let client = connect(&args.client)?;
+    let mut stream = if args.service.contains('/') {
+        let key = parse_service_key(&args.client.tenant, &args.service)?;
+        client.watch_service(&key, from, args.idle_timeout).await?
+    } else {
+        let namespace = parse_namespace_key(&args.client.tenant, &args.service)?;
+        client.watch_namespace(&namespace, from, args.idle_timeout).await?
+    };
+    loop {
+        let Some((raw, frame)) = stream.next_frame().await? else {
+            return Err(ClientError::StreamLost {
+                server: client.server().to_owned(),
+                reason: "the server ended the stream without a final frame".into(),
+            }
+            .into());
+        };
+        let ending = match &frame {
+            Frame::Error { error, .. } => Some(CliError::Refused(error.clone())),
+            Frame::Resync { revision } => Some(CliError::Resync { revision: *revision }),
+            Frame::Closing { revision } => Some(CliError::Closing { revision: *revision }),
+            Frame::Snapshot { .. } | Frame::Update(_) | Frame::Progress { .. } => None,
+        };
+        // In human mode a final frame is reported once, as the error on stderr.
+        let reader_gone = if json {
+            !print(out, &format!("{raw}\n"))?
+        } else if ending.is_none() {
+            !print(out, &format!("{}\n", render::frame_line(&frame)))?
+        } else {
+            false
+        };
+        if let Some(ending) = ending {
+            return Err(ending);
+        }
+        if reader_gone {
+            return Ok(());
+        }
+    }
+}
+
+fn connect(args: &ClientArgs) -> Result<Client, CliError> {
+    Client::new(&args.server).map_err(|err| CliError::usage(err.code(), err.to_string()))
+}
+
+/// Prints `value` as one line of JSON, or the human text.
+fn emit<T: Serialize>(
+    out: &mut dyn Write,
+    json: bool,
+    value: &T,
+    human: impl FnOnce() -> String,
+) -> Result<(), CliError> {
+    let text = if json {
+        let mut line = serde_json::to_string(value)
+            .map_err(|err| CliError::usage("internal", format!("cannot encode the reply: {err}")))?;
+        line.push('\n');
+        line
+    } else {
+        human()
+    };
+    print(out, &text).map(drop)
+}
+
+/// Writes and flushes. A closed pipe (`muster watch | head`) is not an error: the result
+/// says whether anyone is still reading.
+fn print(out: &mut dyn Write, text: &str) -> Result<bool, CliError> {
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(err) => Err(CliError::usage("output", format!("cannot write the output: {err}"))),
+    }
+}

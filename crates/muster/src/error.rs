@@ -1,0 +1,110 @@
+//! [`CliError`]: every way a command can fail, with its stable code and exit code (the table
+//! is in the crate docs).
+
+use muster_core::Rejection;
+use muster_core::Revision;
+use muster_core::api::{ErrorBody, ErrorDetail};
+
+use crate::client::ClientError;
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CliError {
+    /// Bad input caught before anything was sent (exit 2).
+    #[error("{message}")]
+    Usage {
+        /// The stable code (`invalid_name`, `config`, ...).
+        code: String,
+        /// For people.
+        message: String,
+    },
+    /// The server, or a watch's `error` frame, refused (exit 1).
+    #[error("{}", .0.message)]
+    Refused(ErrorDetail),
+    /// The server could not be reached or did not speak the API (exit 3).
+    #[error(transparent)]
+    Client(ClientError),
+    /// A watch was told to resync (exit 4).
+    #[error(
+        "the watch fell behind at revision {revision}; take a fresh snapshot (muster resolve) and watch again from its revision"
+    )]
+    Resync {
+        /// The current revision.
+        revision: Revision,
+    },
+    /// A watch was closed by a stopping server (exit 3).
+    #[error(
+        "the server is stopping; everything up to revision {revision} was sent: resume with --from-revision {revision}"
+    )]
+    Closing {
+        /// The last revision sent.
+        revision: Revision,
+    },
+    /// `serve` failed at run time (exit 1; exit 2 for a configuration the server refused).
+    #[error(transparent)]
+    Server(#[from] muster_server::ServerError),
+}
+
+impl CliError {
+    /// A usage error with this code.
+    pub fn usage(code: impl Into<String>, message: impl Into<String>) -> CliError {
+        CliError::Usage {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The stable, machine-readable code printed after `error:`.
+    pub fn code(&self) -> &str {
+        match self {
+            CliError::Usage { code, .. } => code,
+            CliError::Refused(detail) => &detail.code,
+            CliError::Client(err) => err.code(),
+            CliError::Resync { .. } => "resync",
+            CliError::Closing { .. } => "closing",
+            CliError::Server(muster_server::ServerError::Config(_)) => "config",
+            CliError::Server(muster_server::ServerError::Bind { .. }) => "cannot_listen",
+            CliError::Server(_) => "server_failed",
+        }
+    }
+
+    /// The process exit code (see the crate docs).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Refused(_) => 1,
+            CliError::Usage { .. } => 2,
+            CliError::Client(_) | CliError::Closing { .. } => 3,
+            CliError::Resync { .. } => 4,
+            CliError::Server(muster_server::ServerError::Config(_)) => 2,
+            CliError::Server(_) => 1,
+        }
+    }
+
+    /// The error as the API's error body, for `--json`.
+    pub fn to_body(&self) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                code: self.code().to_owned(),
+                message: self.to_string(),
+            },
+        }
+    }
+}
+
+impl From<Rejection> for CliError {
+    /// A name or field refused locally, before sending: a usage error with the server's code.
+    fn from(rejection: Rejection) -> CliError {
+        CliError::usage(rejection.code(), rejection.to_string())
+    }
+}
+
+impl From<ClientError> for CliError {
+    /// The server's own refusals keep their code; transport failures stay client errors.
+    fn from(err: ClientError) -> CliError {
+        match err {
+            ClientError::Api { body, .. } => CliError::Refused(body.error),
+            other => CliError::Client(other),
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! `muster`: the server and the command-line client in one binary (DESIGN "Interfaces",
+//! SPEC U1). This library is everything but `main`, so that the tests can reach the parsers
+//! and the renderers with fixed data.
+//!
+//! # Layout
+//! ```text
+//!  main.rs ── parse argv (cli) ── logging, runtime ── commands::run ──▶ exit code (error)
+//!                                                         │
+//!               serve: serve::serve ── muster_server::run(config, SIGTERM/Ctrl-C)
+//!               others: client::Client (one fn per HTTP route) ──▶ render (tables, lines)
+//!                       watch: client::Client::watch_* ──▶ watch::Watch (NDJSON frames)
+//! ```
+//! - [`cli`]: the command line's shape (clap derive).
+//! - [`args`]: the parsers clap cannot do alone: `NAMESPACE/SERVICE`, `IP:PORT`, `k=v`.
+//! - [`duration`]: `10s`, `500ms`, `2m` and back.
+//! - [`client`]: the plain-HTTP client of the `/v1` API, typed replies and errors.
+//! - [`watch`]: a streamed watch, split into newline-delimited JSON frames.
+//! - [`table`]: aligned text tables.
+//! - [`render`]: human output for every reply and frame.
+//! - [`commands`]: what each subcommand does.
+//! - [`serve`]: `muster serve`: config file, flags, signals.
+//! - [`error`]: [`CliError`], its stable code and its exit code.
+//!
+//! # Exit codes
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success (for `serve`: a graceful stop after SIGTERM or Ctrl-C) |
+//! | 1 | refused: the server answered with an error code (`stale_incarnation`, `not_found`, a watch's `compacted` ...), or `serve` failed at run time |
+//! | 2 | usage: bad arguments, an invalid name (nothing was sent), an unusable config |
+//! | 3 | unreachable: cannot connect, no answer in time, a reply that is not the API's, a watch cut off or closed by a stopping server |
+//! | 4 | a watch fell behind and was told to `resync`: take a fresh snapshot and watch again |
+//!
+//! Every error prints `error: <code>: <message>` on stderr; with `--json` the same error
+//! is also printed on stdout as `{"error":{"code":...,"message":...}}`.
+
+#![forbid(unsafe_code)]
+
+pub mod args;
+pub mod cli;
+pub mod client;
+pub mod commands;
+pub mod duration;
+pub mod error;
+pub mod render;
+pub mod serve;
+pub mod table;
+pub mod watch;
+
+pub use error::CliError;

@@ -1,0 +1,315 @@
+//! Human output for every reply and watch frame. Pure functions of the data, so the tests
+//! check them on fixed records; `--json` bypasses all of this and prints the API's JSON.
+
+use muster_core::api::{Frame, LeaseReply, ServicesReply, SnapshotReply, StatusReply, WriteReply};
+use muster_core::{Endpoint, Event, NamespaceKey, ServiceKey, ServiceUpdate};
+
+use crate::duration::format_millis;
+use crate::table::Table;
+
+/// How many endpoints a watch's one-line snapshot names before summarising the rest: enough
+/// for a small service at a glance, short enough to stay one terminal line.
+const SNAPSHOT_NAMES: usize = 8;
+
+/// The snapshot restricted to the endpoints eligible for new work (SPEC M3): `ready`, and
+/// `degraded` when `accept_degraded`. `total` and `digest` still describe the whole set.
+pub fn eligible_only(mut reply: SnapshotReply, accept_degraded: bool) -> SnapshotReply {
+    reply
+        .endpoints
+        .retain(|endpoint| endpoint.serving.is_eligible(accept_degraded));
+    reply
+}
+
+/// `muster resolve`: the table and a one-line summary. `all` adds state and reason columns.
+pub fn resolve_text(key: &ServiceKey, reply: &SnapshotReply, all: bool) -> String {
+    let shown = reply.endpoints.len();
+    let summary = if all {
+        format!("{key}: {} at revision {}", count(shown, "endpoint"), reply.revision)
+    } else {
+        format!(
+            "{key}: {shown} eligible of {} at revision {}",
+            count(reply.total, "endpoint"),
+            reply.revision
+        )
+    };
+    if shown == 0 {
+        return format!("{summary}\n");
+    }
+    format!("{}{summary}\n", endpoints_table(&reply.endpoints, all).render())
+}
+
+/// The endpoints as a table; `all` adds the serving state and who set it, why.
+pub fn endpoints_table(endpoints: &[Endpoint], all: bool) -> Table {
+    let mut headers = vec!["INSTANCE", "INCARNATION"];
+    if all {
+        headers.push("STATE");
+    }
+    headers.extend(["ADDRESSES", "PORTS", "LOCALITY", "WEIGHT", "LEASE", "REVISION"]);
+    if all {
+        headers.push("REASON");
+    }
+    let mut table = Table::new(headers);
+    for endpoint in endpoints {
+        let mut cells = vec![endpoint.instance.to_string(), endpoint.incarnation.to_string()];
+        if all {
+            cells.push(state_name(endpoint));
+        }
+        cells.extend([
+            addresses(endpoint),
+            ports(endpoint),
+            locality(endpoint),
+            endpoint.weight.to_string(),
+            endpoint.lease.map_or_else(|| "-".to_owned(), |lease| lease.to_string()),
+            endpoint.revision.to_string(),
+        ]);
+        if all {
+            cells.push(observation(endpoint));
+        }
+        table.row(cells);
+    }
+    table
+}
+
+/// `muster services`: the table and a one-line summary.
+pub fn services_text(namespace: &NamespaceKey, reply: &ServicesReply) -> String {
+    let summary = format!(
+        "{namespace}: {} at revision {}",
+        count(reply.services.len(), "service"),
+        reply.revision
+    );
+    if reply.services.is_empty() {
+        return format!("{summary}\n");
+    }
+    let mut table = Table::new(["SERVICE", "ENDPOINTS", "REVISION", "DIGEST"]);
+    for service in &reply.services {
+        table.row([
+            service.service.to_string(),
+            service.endpoints.to_string(),
+            service.revision.to_string(),
+            service.digest.to_string(),
+        ]);
+    }
+    format!("{}{summary}\n", table.render())
+}
+
+/// A write's outcome: `"{what} at revision R"` and the lease; when nothing changed, why.
+pub fn write_text(what: &str, reply: &WriteReply) -> String {
+    let mut text = what.to_owned();
+    if let Some(unchanged) = &reply.unchanged {
+        text.push_str(&format!(": unchanged ({unchanged}{})", unchanged_hint(unchanged)));
+    }
+    text.push_str(&format!(" at revision {}", reply.revision));
+    if let Some(lease) = &reply.lease {
+        text.push_str(&format!("; {}", lease_text(lease)));
+    }
+    text.push('\n');
+    text
+}
+
+/// `muster lease grant`: `granted lease 7 (ttl 10s, ...) at revision R`.
+pub fn grant_text(reply: &WriteReply) -> String {
+    match &reply.lease {
+        Some(lease) => format!("granted {} at revision {}\n", lease_text(lease), reply.revision),
+        None => write_text("granted a lease", reply),
+    }
+}
+
+/// Why a write that changed nothing did so, for people.
+fn unchanged_hint(code: &str) -> &'static str {
+    match code {
+        "already_committed" => ": a retry of a write that was already committed",
+        "drain_held" => ": the owner's drain holds; the owner lifts it (--actor owner)",
+        "nothing_to_expire" => ": nothing was due",
+        _ => "",
+    }
+}
+
+/// A lease: `lease 7 (ttl 10s, expires 2026-11-30T06:03:40.599Z unless renewed)`.
+pub fn lease_text(lease: &LeaseReply) -> String {
+    format!(
+        "lease {} (ttl {}, expires {} unless renewed)",
+        lease.id,
+        format_millis(lease.ttl_ms),
+        utc(lease.deadline_unix_ms)
+    )
+}
+
+/// Unix milliseconds as an RFC 3339 UTC time, `1970-01-01T00:00:00.000Z`. Computed from the
+/// number alone (no clock, no time-zone database): Howard Hinnant's `civil_from_days`.
+pub fn utc(unix_ms: u64) -> String {
+    let (days, ms_of_day) = (unix_ms / 86_400_000, unix_ms % 86_400_000);
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    let (hours, minutes) = (ms_of_day / 3_600_000, ms_of_day / 60_000 % 60);
+    let (seconds, millis) = (ms_of_day / 1_000 % 60, ms_of_day % 1_000);
+    format!("{year:04}-{month:02}-{day:02}T{hours:02}:{minutes:02}:{seconds:02}.{millis:03}Z")
+}
+
+/// `1 endpoint`, `2 endpoints`.
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// `muster status`.
+pub fn status_text(server: &str, status: &StatusReply) -> String {
+    let leader = status
+        .leader
+        .map_or_else(|| "unknown".to_owned(), |leader| leader.to_string());
+    let mut table = Table::new(["SERVER", "READY", "NODE", "LEADER", "REVISION", "APPLIED", "UPTIME"]);
+    table.row([
+        server.to_owned(),
+        status.ready.to_string(),
+        status.node_id.to_string(),
+        leader,
+        status.revision.to_string(),
+        status.applied_index.to_string(),
+        format_millis(status.uptime_ms / 1_000 * 1_000),
+    ]);
+    table.render()
+}
+
+/// A watch frame as one line (without newline): `rev 12 update prod/api: ...`.
+pub fn frame_line(frame: &Frame) -> String {
+    match frame {
+        Frame::Snapshot { revision, snapshot } => {
+            let mut names: Vec<String> = snapshot
+                .iter()
+                .take(SNAPSHOT_NAMES)
+                .map(|e| format!("{}#{} {}", e.instance, e.incarnation, state_name(e)))
+                .collect();
+            if snapshot.len() > SNAPSHOT_NAMES {
+                names.push(format!("and {} more", snapshot.len() - SNAPSHOT_NAMES));
+            }
+            let list = if names.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", names.join(", "))
+            };
+            format!(
+                "rev {revision} snapshot {}: {} (service at revision {}){list}",
+                snapshot.key(),
+                count(snapshot.len(), "endpoint"),
+                snapshot.revision()
+            )
+        }
+        Frame::Update(update) => update_line(update),
+        Frame::Progress { revision } => format!("rev {revision} progress"),
+        Frame::Error { error, revision } => format!("rev {revision} error {}: {}", error.code, error.message),
+        Frame::Resync { revision } => format!("rev {revision} resync"),
+        Frame::Closing { revision } => format!("rev {revision} closing"),
+    }
+}
+
+fn update_line(update: &ServiceUpdate) -> String {
+    let events: Vec<String> = update
+        .events
+        .iter()
+        .map(|event| match event {
+            Event::Put { endpoint } => format!(
+                "put {}#{} {} [{}]",
+                endpoint.instance,
+                endpoint.incarnation,
+                state_name(endpoint),
+                observation(endpoint)
+            ),
+            Event::Delete {
+                instance,
+                incarnation,
+                reason,
+            } => format!("delete {instance}#{incarnation} {}", wire_name(reason)),
+        })
+        .collect();
+    format!(
+        "rev {} update {} (after {}): {}",
+        update.revision,
+        update.key,
+        update.prev_revision,
+        events.join("; ")
+    )
+}
+
+/// A serde enum's wire name (`not_serving`, `lease_expired`): the names users type and see.
+pub fn wire_name(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => "?".to_owned(),
+    }
+}
+
+fn state_name(endpoint: &Endpoint) -> String {
+    wire_name(&endpoint.serving)
+}
+
+fn observation(endpoint: &Endpoint) -> String {
+    let seen = &endpoint.observation;
+    let who = format!("{} {}", wire_name(&seen.actor), seen.principal);
+    if seen.reason.is_empty() {
+        who
+    } else {
+        format!("{who}: {}", seen.reason)
+    }
+}
+
+fn addresses(endpoint: &Endpoint) -> String {
+    let list: Vec<String> = endpoint
+        .addresses
+        .iter()
+        .map(|address| match &address.scope {
+            Some(scope) => format!("{}@{scope}", address.ip),
+            None => address.ip.to_string(),
+        })
+        .collect();
+    list.join(",")
+}
+
+fn ports(endpoint: &Endpoint) -> String {
+    if endpoint.ports.is_empty() {
+        return "-".to_owned();
+    }
+    let list: Vec<String> = endpoint
+        .ports
+        .iter()
+        .map(|port| {
+            let protocol = wire_name(&port.protocol);
+            if protocol == port.name.as_str() {
+                format!("{}:{}", port.name, port.port)
+            } else {
+                format!("{}:{}/{protocol}", port.name, port.port)
+            }
+        })
+        .collect();
+    list.join(",")
+}
+
+fn locality(endpoint: &Endpoint) -> String {
+    let place = &endpoint.locality;
+    let parts: Vec<&str> = [&place.region, &place.zone, &place.sub_zone]
+        .into_iter()
+        .flatten()
+        .map(|label| label.as_str())
+        .collect();
+    let mut text = if parts.is_empty() {
+        "-".to_owned()
+    } else {
+        parts.join("/")
+    };
+    if place.priority > 0 {
+        text.push_str(&format!(" p{}", place.priority));
+    }
+    text
+}

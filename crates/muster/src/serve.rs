@@ -1,0 +1,96 @@
+//! `muster serve`: the settings (TOML file, then flags on top), the stop signals, and
+//! the server's start and graceful stop.
+//!
+//! ```text
+//!  defaults ◀── --config FILE ◀── --data-dir / --http / --dns   (later wins)
+//!  SIGTERM or Ctrl-C ──▶ shutdown future ──▶ server stops gracefully ──▶ exit 0
+//! ```
+
+use std::io::Write;
+use std::path::Path;
+
+use muster_server::ServerConfig;
+use tracing::info;
+
+use crate::cli::ServeArgs;
+use crate::error::CliError;
+
+/// The server's settings: the config file's (or the defaults), overridden by the flags.
+pub fn load_config(args: &ServeArgs) -> Result<ServerConfig, CliError> {
+    let mut config = match &args.config {
+        Some(path) => read_config(path)?,
+        None => ServerConfig::default(),
+    };
+    if let Some(data_dir) = &args.data_dir {
+        config.data_dir.clone_from(data_dir);
+    }
+    if let Some(http) = args.http {
+        config.http = http;
+    }
+    if let Some(dns) = args.dns {
+        config.dns = dns;
+    }
+    Ok(config)
+}
+
+/// Parses a TOML config file (unknown keys are refused, so a typo is never silently ignored).
+pub fn read_config(path: &Path) -> Result<ServerConfig, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| CliError::usage("config", format!("cannot read {}: {err}", path.display())))?;
+    toml::from_str(&text).map_err(|err| CliError::usage("config", format!("{}: {err}", path.display())))
+}
+
+/// Runs the server until SIGTERM or Ctrl-C, then waits for its graceful stop.
+///
+/// This is [`muster_server::run`] unrolled into `start` and `stop`, so that the address
+/// actually bound (`--http 127.0.0.1:0` picks a free port) can be printed in between: one
+/// line on stdout, `muster serving http://ADDR ...`, or `{"http":"ADDR",...}` with `--json`.
+pub async fn serve(args: ServeArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    let config = load_config(&args)?;
+    // Signals are installed before the server starts, so an early SIGTERM stops it
+    // gracefully instead of killing the process with the default action.
+    let shutdown = stop_signal()?;
+    let data_dir = config.data_dir.display().to_string();
+    info!(http = %config.http, dns = %config.dns, data_dir, "starting muster serve");
+    let server = muster_server::start(config).await?;
+    let http = server.local_addr();
+    let line = if json {
+        serde_json::json!({ "http": http.to_string(), "data_dir": data_dir }).to_string()
+    } else {
+        format!("muster serving http://{http} (data in {data_dir}); Ctrl-C or SIGTERM stops it")
+    };
+    // A closed stdout must not stop the server: the line is a convenience, the logs say it too.
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+    shutdown.await;
+    server.stop().await?;
+    Ok(())
+}
+
+/// A future that resolves on the first SIGTERM or SIGINT (Ctrl-C).
+#[cfg(unix)]
+fn stop_signal() -> Result<impl Future<Output = ()> + Send + 'static, CliError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let install = |kind: SignalKind, name: &str| {
+        signal(kind).map_err(|err| CliError::usage("signal", format!("cannot install a {name} handler: {err}")))
+    };
+    let mut term = install(SignalKind::terminate(), "SIGTERM")?;
+    let mut interrupt = install(SignalKind::interrupt(), "SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM: stopping"),
+            _ = interrupt.recv() => info!("interrupted: stopping"),
+        }
+    })
+}
+
+/// A future that resolves on Ctrl-C.
+#[cfg(not(unix))]
+fn stop_signal() -> Result<impl Future<Output = ()> + Send + 'static, CliError> {
+    Ok(async {
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            tracing::warn!("cannot wait for Ctrl-C ({err}); stop the process another way");
+            std::future::pending::<()>().await;
+        }
+        info!("interrupted: stopping");
+    })
+}

@@ -1,0 +1,11 @@
+//! The `muster` command line: its parsers and renderers on fixed data, its exact surface
+//! (issue 3 item 8), and end-to-end runs of the real binary against `muster serve` on a free
+//! loopback port. One test binary (CRATES.md tip 6); each file one concern.
+
+mod e2e;
+mod fixtures;
+mod parsers;
+mod render;
+mod support;
+mod surface;
+mod watch_lines;

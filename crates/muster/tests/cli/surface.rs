@@ -1,0 +1,179 @@
+//! The command-line surface of issue 3 item 8, exactly: acceptance checks type these.
+
+use clap::{CommandFactory, Parser};
+use muster_cli::args::StateArg;
+use muster_cli::cli::{Cli, Command, LeaseCommand};
+use muster_cli::commands::endpoint_spec;
+use muster_core::{LeaseId, Protocol, ServingState};
+
+fn parse(line: &str) -> Result<Cli, clap::Error> {
+    Cli::try_parse_from(line.split_whitespace())
+}
+
+#[test]
+fn the_clap_definition_is_consistent() {
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn every_command_has_help() {
+    for line in [
+        "muster --help",
+        "muster serve --help",
+        "muster register --help",
+        "muster set-state --help",
+        "muster drain --help",
+        "muster deregister --help",
+        "muster resolve --help",
+        "muster watch --help",
+        "muster services --help",
+        "muster status --help",
+        "muster lease --help",
+        "muster lease grant --help",
+        "muster lease renew --help",
+        "muster lease revoke --help",
+    ] {
+        let err = parse(line).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::DisplayHelp, "{line}");
+    }
+}
+
+#[test]
+fn serve_takes_data_dir_http_dns_and_config() {
+    let cli =
+        parse("muster serve --data-dir /tmp/d --http 127.0.0.1:7070 --dns 127.0.0.1:7053 --config m.toml").unwrap();
+    let Command::Serve(args) = cli.command else {
+        panic!("not serve")
+    };
+    assert_eq!(args.data_dir.unwrap().to_str(), Some("/tmp/d"));
+    assert_eq!(args.http.unwrap().to_string(), "127.0.0.1:7070");
+    assert_eq!(args.dns.unwrap().to_string(), "127.0.0.1:7053");
+    assert_eq!(args.config.unwrap().to_str(), Some("m.toml"));
+}
+
+#[test]
+fn register_takes_the_whole_surface_and_builds_the_spec() {
+    let cli = parse(
+        "muster register prod/api api-0 --addr 10.0.0.1:8080 --addr [fd00::1]:8080 --port-name http \
+         --incarnation 7 --ttl 10s --state starting --zone a --region eu --weight 5 \
+         --label team=core --label tier=web --server http://127.0.0.1:9 --tenant acme --json",
+    )
+    .unwrap();
+    assert!(cli.json);
+    let Command::Register(args) = cli.command else {
+        panic!("not register")
+    };
+    assert_eq!((args.service.as_str(), args.instance.as_str()), ("prod/api", "api-0"));
+    assert_eq!(args.incarnation, 7);
+    assert_eq!(args.ttl, Some(std::time::Duration::from_secs(10)));
+    assert_eq!(
+        (args.client.server.as_str(), args.client.tenant.as_str()),
+        ("http://127.0.0.1:9", "acme")
+    );
+    let spec = endpoint_spec(&args).unwrap();
+    assert_eq!(
+        spec.addresses.iter().map(|a| a.ip.as_str()).collect::<Vec<_>>(),
+        ["10.0.0.1", "fd00::1"]
+    );
+    assert_eq!(spec.ports[0].port, 8080);
+    assert_eq!(
+        spec.ports[0].protocol,
+        Protocol::Http,
+        "the protocol follows the port name"
+    );
+    assert_eq!(spec.serving, Some(ServingState::Starting));
+    assert_eq!(spec.locality.zone.as_deref(), Some("a"));
+    assert_eq!(spec.locality.region.as_deref(), Some("eu"));
+    assert_eq!(spec.weight, Some(5));
+    assert_eq!(spec.labels.get("team").map(String::as_str), Some("core"));
+    assert_eq!(spec.labels.len(), 2);
+}
+
+#[test]
+fn register_defaults_to_ready_on_a_port_named_http() {
+    let cli = parse("muster register prod/api api-0 --addr 10.0.0.1:8080 --incarnation 1 --ttl 10s").unwrap();
+    let Command::Register(args) = cli.command else {
+        panic!("not register")
+    };
+    assert_eq!(args.state, StateArg::Ready);
+    assert_eq!(args.client.tenant, "default");
+    let spec = endpoint_spec(&args).unwrap();
+    assert_eq!(spec.ports[0].name, "http");
+    assert_eq!(spec.serving, Some(ServingState::Ready));
+}
+
+#[test]
+fn register_needs_an_address_an_incarnation_and_a_lease() {
+    for line in [
+        "muster register prod/api api-0 --incarnation 1 --ttl 10s",
+        "muster register prod/api api-0 --addr 10.0.0.1:8080 --ttl 10s",
+        "muster register prod/api api-0 --addr 10.0.0.1:8080 --incarnation 1",
+        "muster register prod/api api-0 --addr 10.0.0.1:8080 --incarnation 1 --ttl 10",
+        "muster register prod/api api-0 --addr 10.0.0.1:8080 --incarnation 1 --ttl 10s --lease 4",
+        "muster register prod/api api-0 --addr 10.0.0.1 --incarnation 1 --ttl 10s",
+        "muster register prod/api api-0 --addr 10.0.0.1:8080 --incarnation 1 --ttl 10s --label team",
+    ] {
+        let err = parse(line).unwrap_err();
+        assert_eq!(err.exit_code(), 2, "{line}");
+    }
+    let attach = parse("muster register prod/api api-0 --addr 10.0.0.1:8080 --incarnation 1 --lease 4").unwrap();
+    let Command::Register(args) = attach.command else {
+        panic!("not register")
+    };
+    assert_eq!(args.lease, Some(LeaseId(4)));
+}
+
+#[test]
+fn addresses_of_one_endpoint_share_its_port() {
+    let cli =
+        parse("muster register prod/api api-0 --addr 10.0.0.1:8080 --addr 10.0.0.2:9090 --incarnation 1 --ttl 1m")
+            .unwrap();
+    let Command::Register(args) = cli.command else {
+        panic!("not register")
+    };
+    let err = endpoint_spec(&args).unwrap_err();
+    assert_eq!((err.code(), err.exit_code()), ("invalid_address", 2));
+}
+
+#[test]
+fn set_state_drain_deregister_resolve_watch_services_parse() {
+    let cli = parse("muster set-state prod/api api-0 --incarnation 2 --state not_serving --reason oom").unwrap();
+    let Command::SetState(args) = cli.command else {
+        panic!("not set-state")
+    };
+    assert_eq!(
+        (ServingState::from(args.state), args.reason.as_str()),
+        (ServingState::NotServing, "oom")
+    );
+    assert!(parse("muster set-state prod/api api-0 --incarnation 2 --state not-serving").is_ok());
+    assert!(parse("muster set-state prod/api api-0 --incarnation 2 --state sleepy").is_err());
+    assert!(parse("muster set-state prod/api api-0 --incarnation 2").is_err());
+
+    let cli = parse("muster drain prod/api api-0 --incarnation 2 --reason deploy").unwrap();
+    assert!(matches!(cli.command, Command::Drain(args) if args.reason == "deploy" && args.incarnation == 2));
+    let cli = parse("muster deregister prod/api api-0 --incarnation 2").unwrap();
+    assert!(matches!(cli.command, Command::Deregister(args) if args.incarnation == 2));
+    assert!(
+        parse("muster deregister prod/api api-0").is_err(),
+        "deregistration is fenced"
+    );
+
+    let cli = parse("muster resolve prod/api --all --json").unwrap();
+    assert!(cli.json);
+    assert!(matches!(cli.command, Command::Resolve(args) if args.all));
+    let cli = parse("muster watch prod/api --from-revision 20 --json").unwrap();
+    assert!(matches!(cli.command, Command::Watch(args) if args.from_revision == Some(20)));
+    let cli = parse("muster services prod --json --tenant acme").unwrap();
+    assert!(matches!(cli.command, Command::Services(args) if args.namespace == "prod" && args.client.tenant == "acme"));
+}
+
+#[test]
+fn lease_subcommands_parse() {
+    let cli = parse("muster lease grant --ttl 30s").unwrap();
+    assert!(matches!(cli.command, Command::Lease(LeaseCommand::Grant(args)) if args.ttl.as_secs() == 30));
+    let cli = parse("muster lease renew 7").unwrap();
+    assert!(matches!(cli.command, Command::Lease(LeaseCommand::Renew(args)) if args.id == LeaseId(7)));
+    let cli = parse("muster lease revoke 7").unwrap();
+    assert!(matches!(cli.command, Command::Lease(LeaseCommand::Revoke(args)) if args.id == LeaseId(7)));
+    assert!(parse("muster lease renew seven").is_err());
+}

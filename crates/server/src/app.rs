@@ -1,0 +1,114 @@
+//! What every handler shares: the node, the hub, the lease deadlines and the clock.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use muster_consensus::Node;
+use muster_core::api::{LeaseReply, WriteReply};
+use muster_core::{Actor, Principal};
+use muster_registry::{Applied, Command, CommandMeta, LeaseGrant, Unchanged};
+use tokio::sync::watch;
+
+use crate::clock::ServerClock;
+use crate::error::ApiError;
+use crate::hub::WatchHub;
+use crate::lease_deadlines::LeaseDeadlines;
+
+/// The principal of every request until authentication exists (SPEC S1 is a later issue).
+pub(crate) const ANONYMOUS: &str = "anonymous";
+
+/// The handlers' shared state.
+pub(crate) struct App {
+    pub(crate) node: Node,
+    pub(crate) hub: Arc<WatchHub>,
+    pub(crate) clock: ServerClock,
+    pub(crate) progress_interval: Duration,
+    leases: Mutex<LeaseDeadlines>,
+    ready: AtomicBool,
+    /// Turns true when the server starts stopping: blocking queries return at once.
+    stopping: watch::Receiver<bool>,
+    anonymous: Principal,
+}
+
+impl App {
+    pub(crate) fn new(
+        node: Node,
+        hub: Arc<WatchHub>,
+        clock: ServerClock,
+        progress_interval: Duration,
+        stopping: watch::Receiver<bool>,
+    ) -> App {
+        App {
+            node,
+            hub,
+            clock,
+            progress_interval,
+            leases: Mutex::new(LeaseDeadlines::new()),
+            ready: AtomicBool::new(false),
+            stopping,
+            anonymous: Principal::new(ANONYMOUS).expect("'anonymous' is a valid principal"),
+        }
+    }
+
+    /// The lease deadline table.
+    pub(crate) fn leases(&self) -> MutexGuard<'_, LeaseDeadlines> {
+        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the server serves (false while starting and stopping).
+    pub(crate) fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// Follows whether the server is stopping.
+    pub(crate) fn stopping(&self) -> watch::Receiver<bool> {
+        self.stopping.clone()
+    }
+
+    /// The metadata of a command proposed now by the anonymous caller.
+    pub(crate) fn meta(&self, actor: Actor) -> CommandMeta {
+        CommandMeta {
+            at_ms: self.clock.unix_now_ms(),
+            principal: self.anonymous.clone(),
+            actor,
+        }
+    }
+
+    /// Proposes a command; a refusal or a node failure becomes an [`ApiError`].
+    pub(crate) async fn propose(&self, command: Command, meta: CommandMeta) -> Result<Applied, ApiError> {
+        Ok(self.node.propose(command, meta).await??)
+    }
+
+    /// A lease in a reply, with its deadline (a new grant's starts now).
+    pub(crate) fn lease_reply(&self, grant: LeaseGrant) -> LeaseReply {
+        let now = self.clock.now_ms();
+        let deadline = self.leases().ensure(grant.id, grant.ttl_ms, now);
+        LeaseReply {
+            id: grant.id,
+            ttl_ms: grant.ttl_ms,
+            deadline_unix_ms: self.clock.unix_ms(deadline),
+        }
+    }
+
+    /// The reply of a write.
+    pub(crate) fn write_reply(&self, applied: &Applied) -> WriteReply {
+        WriteReply {
+            revision: applied.revision,
+            lease: applied.lease.map(|grant| self.lease_reply(grant)),
+            unchanged: applied.unchanged.map(|why| unchanged_code(why).to_owned()),
+        }
+    }
+}
+
+fn unchanged_code(why: Unchanged) -> &'static str {
+    match why {
+        Unchanged::AlreadyCommitted => "already_committed",
+        Unchanged::DrainHeld => "drain_held",
+        Unchanged::NothingToExpire => "nothing_to_expire",
+    }
+}

@@ -1,0 +1,81 @@
+//! Lease routes: grant and revoke are committed commands; renewal only moves the deadline in
+//! the server's memory (DESIGN "Leases off the log").
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use muster_core::api::{GrantLeaseRequest, LeaseReply, WriteReply};
+use muster_core::{Actor, Rejection, Revision};
+use muster_registry::{GrantLease, RevokeLease};
+use serde::Deserialize;
+
+use crate::app::App;
+use crate::error::ApiError;
+use crate::extract::{JsonBody, QueryParams, Segments, actor};
+
+/// The query of `DELETE /v1/leases/{tenant}/{id}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RevokeQuery {
+    /// Compare-and-swap on the revision the lease was granted at.
+    #[serde(default)]
+    expected_revision: Option<Revision>,
+}
+
+/// `POST /v1/leases/{tenant}`.
+pub(crate) async fn grant(
+    State(app): State<Arc<App>>,
+    segments: Segments,
+    headers: HeaderMap,
+    JsonBody(request): JsonBody<GrantLeaseRequest>,
+) -> Result<Json<WriteReply>, ApiError> {
+    let tenant = segments.tenant()?;
+    let actor = actor(&headers, Actor::App)?;
+    let command = GrantLease {
+        tenant,
+        ttl_ms: request.ttl_ms,
+    };
+    let applied = app.propose(command.into(), app.meta(actor)).await?;
+    Ok(Json(app.write_reply(&applied)))
+}
+
+/// `PUT /v1/leases/{tenant}/{id}/renew`: no log write.
+pub(crate) async fn renew(State(app): State<Arc<App>>, segments: Segments) -> Result<Json<LeaseReply>, ApiError> {
+    let tenant = segments.tenant()?;
+    let id = segments.lease()?;
+    let not_found = || ApiError::from(Rejection::LeaseNotFound { lease: id });
+    let ttl_ms = app
+        .node
+        .read(|registry| registry.lease(id).filter(|l| l.tenant == tenant).map(|l| l.ttl_ms))
+        .ok_or_else(not_found)?;
+    let now = app.clock.now_ms();
+    let deadline = app.leases().renew(id, ttl_ms, now).map_err(|_| not_found())?;
+    Ok(Json(LeaseReply {
+        id,
+        ttl_ms,
+        deadline_unix_ms: app.clock.unix_ms(deadline),
+    }))
+}
+
+/// `DELETE /v1/leases/{tenant}/{id}[?expected_revision=R]`: the lease's endpoints leave with
+/// reason `deregistered`.
+pub(crate) async fn revoke(
+    State(app): State<Arc<App>>,
+    segments: Segments,
+    headers: HeaderMap,
+    QueryParams(query): QueryParams<RevokeQuery>,
+) -> Result<Json<WriteReply>, ApiError> {
+    let tenant = segments.tenant()?;
+    let id = segments.lease()?;
+    let actor = actor(&headers, Actor::App)?;
+    let command = RevokeLease {
+        tenant,
+        lease: id,
+        expected_revision: query.expected_revision,
+    };
+    let applied = app.propose(command.into(), app.meta(actor)).await?;
+    app.leases().forget(id);
+    Ok(Json(app.write_reply(&applied)))
+}

@@ -1,0 +1,244 @@
+//! Reads: a service's snapshot (paged at one revision, at a past revision, or as a blocking
+//! query) and a namespace's service listing (SPEC W2).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::HeaderValue;
+use axum::response::{IntoResponse, Response};
+use muster_core::api::{ServiceSummary, ServicesReply};
+use muster_core::{Digest, Endpoint, Revision, ServiceKey};
+use muster_registry::Page;
+use serde::{Deserialize, Serialize};
+
+use crate::app::App;
+use crate::error::ApiError;
+use crate::extract::{INDEX_HEADER, QueryParams, Segments};
+use crate::page_token::PageToken;
+use crate::wait::{DEFAULT_WAIT, parse_wait};
+
+/// The query of `GET /v1/registry/{tenant}/{namespace}/{service}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SnapshotQuery {
+    /// Read at this past revision (within retained history).
+    #[serde(default)]
+    revision: Option<Revision>,
+    /// At most this many endpoints per page.
+    #[serde(default)]
+    limit: Option<usize>,
+    /// Continue after the previous page (same revision).
+    #[serde(default)]
+    page_token: Option<String>,
+    /// Blocking query: answer once the service's revision is above this.
+    #[serde(default)]
+    index: Option<Revision>,
+    /// Blocking query: the longest wait (`30s`, `500ms`, `5m`).
+    #[serde(default)]
+    wait: Option<String>,
+}
+
+/// A [`SnapshotReply`](muster_core::api::SnapshotReply) borrowing the page's endpoints, so a
+/// read copies no record. Serialises exactly as `SnapshotReply`.
+#[derive(Serialize)]
+struct SnapshotReplyRef<'a> {
+    revision: Revision,
+    service_revision: Revision,
+    digest: Digest,
+    total: usize,
+    endpoints: &'a [Arc<Endpoint>],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_page_token: Option<String>,
+}
+
+/// Where a read starts: its revision and the instance to continue after.
+struct ReadAt {
+    at: Option<Revision>,
+    after: Option<muster_core::InstanceId>,
+}
+
+fn read_at(query: &SnapshotQuery) -> Result<ReadAt, ApiError> {
+    let token = match &query.page_token {
+        None => None,
+        Some(text) => Some(PageToken::decode(text).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "page_token: '{}' is not a page token from this server",
+                text.escape_debug()
+            ))
+        })?),
+    };
+    if let (Some(token), Some(revision)) = (&token, query.revision)
+        && token.at != revision
+    {
+        return Err(ApiError::bad_request(format!(
+            "revision: {revision} differs from the page token's revision {}",
+            token.at
+        )));
+    }
+    if query.limit == Some(0) {
+        return Err(ApiError::bad_request("limit: must be at least 1"));
+    }
+    Ok(match token {
+        Some(token) => ReadAt {
+            at: Some(token.at),
+            after: Some(token.after),
+        },
+        None => ReadAt {
+            at: query.revision,
+            after: None,
+        },
+    })
+}
+
+/// `GET /v1/registry/{tenant}/{namespace}/{service}`.
+pub(crate) async fn snapshot(
+    State(app): State<Arc<App>>,
+    segments: Segments,
+    QueryParams(query): QueryParams<SnapshotQuery>,
+) -> Result<Response, ApiError> {
+    let key = segments.service()?;
+    let start = read_at(&query)?;
+    match (query.index, &query.wait) {
+        (Some(index), wait) => {
+            if start.at.is_some() {
+                return Err(ApiError::bad_request(
+                    "index: a blocking query reads the current set; drop revision and page_token",
+                ));
+            }
+            let wait = match wait {
+                None => DEFAULT_WAIT,
+                Some(text) => parse_wait(text).ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "wait: '{}' is not a duration like 30s, 500ms or 5m",
+                        text.escape_debug()
+                    ))
+                })?,
+            };
+            wait_for_change(&app, &key, index, wait).await;
+        }
+        (None, Some(_)) => return Err(ApiError::bad_request("wait: only meaningful with index")),
+        (None, None) => {}
+    }
+    let limit = query.limit.unwrap_or(usize::MAX);
+    // Take the page (shared records) under the read lock; encode it after releasing it, so a
+    // large set never holds up a write.
+    let page = app
+        .node
+        .read(|registry| registry.page(&key, start.at, start.after.as_ref(), limit))?
+        .ok_or_else(|| match start.at {
+            Some(at) => ApiError::not_found(format!("service {key} did not exist at revision {at}")),
+            None => ApiError::not_found(format!("service {key} is not registered")),
+        })?;
+    Ok(page_response(&page))
+}
+
+fn page_response(page: &Page) -> Response {
+    let reply = SnapshotReplyRef {
+        revision: page.at,
+        service_revision: page.revision,
+        digest: page.digest,
+        total: page.total,
+        endpoints: &page.endpoints,
+        next_page_token: page.next.clone().map(|after| PageToken { at: page.at, after }.encode()),
+    };
+    let mut response = Json(reply).into_response();
+    response
+        .headers_mut()
+        .insert(INDEX_HEADER, HeaderValue::from(page.at.0));
+    response
+}
+
+/// Waits until the service's last change is after `index`, `wait` passes, or the server
+/// starts stopping. An unknown service counts as revision 0.
+async fn wait_for_change(app: &App, key: &ServiceKey, index: Revision, wait: Duration) {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut revisions = app.hub.revisions();
+    let mut stopping = app.stopping();
+    loop {
+        revisions.borrow_and_update();
+        let service_revision = app
+            .node
+            .read(|registry| registry.snapshot(key).map_or(Revision::ZERO, |s| s.revision()));
+        if service_revision > index || *stopping.borrow_and_update() {
+            return;
+        }
+        tokio::select! {
+            changed = revisions.changed() => if changed.is_err() { return },
+            _ = stopping.changed() => return,
+            () = tokio::time::sleep_until(deadline) => return,
+        }
+    }
+}
+
+/// `GET /v1/registry/{tenant}/{namespace}`: the namespace's services, sorted by name.
+pub(crate) async fn services(State(app): State<Arc<App>>, segments: Segments) -> Result<Json<ServicesReply>, ApiError> {
+    let namespace = segments.namespace()?;
+    let (revision, snapshots) = app
+        .node
+        .read(|registry| (registry.revision(), registry.services(&namespace)));
+    let services = snapshots
+        .iter()
+        .map(|snapshot| ServiceSummary {
+            service: snapshot.key().service.clone(),
+            revision: snapshot.revision(),
+            digest: snapshot.digest(),
+            endpoints: snapshot.len(),
+        })
+        .collect();
+    Ok(Json(ServicesReply { revision, services }))
+}
+
+#[cfg(test)]
+mod tests {
+    use muster_core::api::SnapshotReply;
+
+    use super::*;
+
+    #[test]
+    fn the_borrowed_reply_encodes_like_the_contract() {
+        use muster_core::{Actor, Incarnation, InstanceId, Principal};
+        use muster_registry::{CommandMeta, LeaseSpec, Register, Registry, RegistryConfig, Target};
+
+        let mut registry = Registry::new(RegistryConfig::default());
+        let key = ServiceKey::new("acme", "prod", "api").unwrap();
+        let command = Register {
+            target: Target {
+                key: key.clone(),
+                instance: InstanceId::new("a").unwrap(),
+                incarnation: Incarnation(1),
+            },
+            spec: serde_json::from_str(r#"{"addresses":[{"ip":"10.0.0.1"}]}"#).unwrap(),
+            lease: LeaseSpec::None,
+            expected_revision: None,
+        };
+        let meta = CommandMeta {
+            at_ms: 0,
+            principal: Principal::new("test").unwrap(),
+            actor: Actor::App,
+        };
+        registry.apply(&command.into(), &meta).unwrap();
+        let endpoints: Vec<Arc<Endpoint>> = registry.snapshot(&key).unwrap().iter().cloned().collect();
+        let owned = SnapshotReply {
+            revision: Revision(20),
+            service_revision: Revision(19),
+            digest: Digest(5),
+            total: 3,
+            endpoints: endpoints.iter().map(|e| Endpoint::clone(e)).collect(),
+            next_page_token: Some("20.a".into()),
+        };
+        let borrowed = SnapshotReplyRef {
+            revision: Revision(20),
+            service_revision: Revision(19),
+            digest: Digest(5),
+            total: 3,
+            endpoints: &endpoints,
+            next_page_token: Some("20.a".into()),
+        };
+        assert_eq!(
+            serde_json::to_string(&borrowed).unwrap(),
+            serde_json::to_string(&owned).unwrap()
+        );
+    }
+}

@@ -1,0 +1,84 @@
+//! The route table (the contract is in [`muster_core::api`]) and the error safety net.
+//!
+//! Every error is JSON: handlers and extractors answer with [`ApiError`]; unknown routes and
+//! wrong methods have JSON fallbacks; and a last layer turns any other error response (one
+//! axum or hyper made on its own) into the same shape, so no client ever parses plain text.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post, put};
+
+use crate::app::App;
+use crate::error::{ApiError, code_for_status};
+use crate::{lease_routes, reads, status, watch, writes};
+
+/// How much of a stray plain-text error body the safety net quotes in its message: error
+/// texts from axum and hyper are one line; 1 KiB keeps a surprise from growing the reply.
+const STRAY_ERROR_QUOTE_BYTES: usize = 1024;
+
+/// The API's routes.
+pub(crate) fn router(app: Arc<App>, max_body_bytes: usize) -> Router {
+    const INSTANCE: &str = "/v1/registry/{tenant}/{namespace}/{service}/{instance}";
+    Router::new()
+        .route(INSTANCE, put(writes::register).delete(writes::deregister))
+        .route(&format!("{INSTANCE}/serving"), put(writes::set_serving))
+        .route(&format!("{INSTANCE}/drain"), post(writes::drain))
+        .route("/v1/registry/{tenant}/{namespace}/{service}", get(reads::snapshot))
+        .route("/v1/registry/{tenant}/{namespace}", get(reads::services))
+        .route("/v1/watch/{tenant}/{namespace}/{service}", get(watch::watch_service))
+        .route("/v1/watch/{tenant}/{namespace}", get(watch::watch_namespace))
+        .route("/v1/leases/{tenant}", post(lease_routes::grant))
+        .route("/v1/leases/{tenant}/{id}", delete(lease_routes::revoke))
+        .route("/v1/leases/{tenant}/{id}/renew", put(lease_routes::renew))
+        .route("/v1/status", get(status::status))
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::middleware::map_response(json_errors))
+        .with_state(app)
+}
+
+async fn no_route() -> ApiError {
+    ApiError::not_found("no such route; the API is under /v1 (see muster_core::api)")
+}
+
+async fn wrong_method(request: axum::extract::Request) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} is not allowed on {}", request.method(), request.uri().path()),
+    )
+}
+
+/// Rewrites an error response that is not JSON into an [`ApiError`] body.
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v == HeaderValue::from_static("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, STRAY_ERROR_QUOTE_BYTES)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_owned()
+    } else {
+        text
+    };
+    let mut fixed = ApiError::new(status, code_for_status(status), message).into_response();
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            fixed.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    fixed
+}

@@ -1,0 +1,166 @@
+//! Starting and stopping the daemon: the node, the HTTP listener, the lease keeper.
+//!
+//! ```text
+//!  start: check config ─▶ hub ─▶ Node::open(observer = hub) ─▶ bind ─▶ serve + keeper ─▶ ready
+//!  stop:  not ready ─▶ stop accepting (graceful) ─▶ watchers get `closing`, blocking
+//!         queries return ─▶ in-flight requests finish (bounded by shutdown_grace_ms)
+//!         ─▶ keeper stops ─▶ Node::shutdown
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use muster_consensus::{Node, NodeConfig};
+use axum::serve::ListenerExt;
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::app::App;
+use crate::clock::ServerClock;
+use crate::hub::{WatchHub, WatchStats};
+use crate::{ServerConfig, ServerError, lease_keeper, routes};
+
+/// A server that is running; [`RunningServer::stop`] stops it gracefully.
+pub struct RunningServer {
+    local_addr: SocketAddr,
+    app: Arc<App>,
+    stopping: watch::Sender<bool>,
+    stop_accepting: oneshot::Sender<()>,
+    serve: JoinHandle<std::io::Result<()>>,
+    keeper: JoinHandle<()>,
+    shutdown_grace: Duration,
+}
+
+fn check(config: &ServerConfig) -> Result<(), ServerError> {
+    if !config.http.ip().is_loopback() {
+        return Err(ServerError::Config(format!(
+            "http: {} is not a loopback address; the API has no authentication configured yet \
+             (SPEC S1), so it binds loopback only (e.g. 127.0.0.1:7070)",
+            config.http
+        )));
+    }
+    if config.watch_queue_frames == 0 {
+        return Err(ServerError::Config("watch_queue_frames: must be at least 1".into()));
+    }
+    if config.progress_interval_ms == 0 {
+        return Err(ServerError::Config("progress_interval_ms: must be at least 1".into()));
+    }
+    if config.max_body_bytes == 0 {
+        return Err(ServerError::Config("max_body_bytes: must be at least 1".into()));
+    }
+    Ok(())
+}
+
+/// Opens the node, binds the HTTP API and starts serving. Bind `127.0.0.1:0` and read
+/// [`RunningServer::local_addr`] to run on a free port.
+pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
+    check(&config)?;
+    let clock = ServerClock::start();
+    let hub = WatchHub::new(config.watch_queue_frames);
+    let node = Node::open(
+        NodeConfig {
+            data_dir: config.data_dir.clone(),
+            registry: config.registry.clone(),
+            snapshot_every: config.snapshot_every,
+        },
+        hub.clone(),
+    )
+    .await?;
+    let listener = match TcpListener::bind(config.http).await {
+        Ok(listener) => listener,
+        Err(source) => {
+            let _ = node.shutdown().await;
+            return Err(ServerError::Bind {
+                addr: config.http,
+                source,
+            });
+        }
+    };
+    let local_addr = listener.local_addr().map_err(|source| ServerError::Bind {
+        addr: config.http,
+        source,
+    })?;
+    let (stopping, stopping_rx) = watch::channel(false);
+    let app = Arc::new(App::new(
+        node,
+        hub,
+        clock,
+        Duration::from_millis(config.progress_interval_ms),
+        stopping_rx.clone(),
+    ));
+    let router = routes::router(Arc::clone(&app), config.max_body_bytes);
+    let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
+    let serve = tokio::spawn(async move {
+        // Watch frames are small writes that must leave at once: no Nagle delay.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(error) = tcp.set_nodelay(true) {
+                tracing::debug!(%error, "cannot set TCP_NODELAY");
+            }
+        });
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                let _ = stop_accepting_rx.await;
+            })
+            .await
+    });
+    let keeper = tokio::spawn(lease_keeper::run(Arc::clone(&app), stopping_rx));
+    app.set_ready(true);
+    tracing::info!(%local_addr, "muster serving");
+    Ok(RunningServer {
+        local_addr,
+        app,
+        stopping,
+        stop_accepting,
+        serve,
+        keeper,
+        shutdown_grace: Duration::from_millis(config.shutdown_grace_ms),
+    })
+}
+
+impl RunningServer {
+    /// The address the HTTP API listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// What the watch hub holds.
+    pub fn watch_stats(&self) -> WatchStats {
+        self.app.hub.stats()
+    }
+
+    /// Stops gracefully: stop accepting, tell watchers `closing`, let in-flight requests
+    /// finish (up to `shutdown_grace_ms`), stop the lease keeper, shut the node down.
+    pub async fn stop(self) -> Result<(), ServerError> {
+        self.app.set_ready(false);
+        let _ = self.stop_accepting.send(());
+        self.app.hub.close();
+        let _ = self.stopping.send(true);
+        let mut serve = self.serve;
+        let served = match tokio::time::timeout(self.shutdown_grace, &mut serve).await {
+            Ok(Ok(result)) => result.map_err(ServerError::Serve),
+            Ok(Err(join)) => Err(ServerError::Serve(std::io::Error::other(join))),
+            Err(_) => {
+                tracing::warn!(grace = ?self.shutdown_grace, "connections still open after the grace; closing them");
+                serve.abort();
+                Ok(())
+            }
+        };
+        let _ = self.keeper.await;
+        self.app.node.shutdown().await?;
+        tracing::info!("muster stopped");
+        served
+    }
+}
+
+/// Runs the server until `shutdown` resolves, then stops gracefully: stop accepting, finish
+/// in-flight writes, send watchers a final `closing` frame, return.
+pub async fn run(
+    config: ServerConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let server = start(config).await?;
+    shutdown.await;
+    server.stop().await
+}

@@ -1,0 +1,22 @@
+//! `GET /v1/status`: the node's identity, leader, revision and readiness.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use muster_core::api::StatusReply;
+
+use crate::app::App;
+
+/// `GET /v1/status`.
+pub(crate) async fn status(State(app): State<Arc<App>>) -> Json<StatusReply> {
+    let node = app.node.status();
+    Json(StatusReply {
+        node_id: node.node_id,
+        leader: node.leader,
+        revision: node.revision,
+        applied_index: node.applied_index,
+        uptime_ms: app.clock.now_ms(),
+        ready: app.is_ready(),
+    })
+}

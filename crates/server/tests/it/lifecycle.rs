@@ -1,0 +1,70 @@
+//! Status, readiness, binding rules and restart (issue 3 item 6; SPEC S1).
+
+use hyper::StatusCode;
+use muster_server::{ServerConfig, ServerError};
+
+use crate::support::{TestServer, test_config};
+
+#[tokio::test]
+async fn status_reports_node_leader_revision_and_readiness() {
+    let server = TestServer::start().await;
+    let status = server.get("/v1/status").await.expect(StatusCode::OK);
+    assert_eq!(status.body["ready"], true);
+    assert_eq!(status.revision(), 0);
+    let node = status.body["node_id"].as_u64().unwrap();
+    assert_eq!(
+        status.body["leader"].as_u64(),
+        Some(node),
+        "a group of one leads itself"
+    );
+    assert!(status.body["applied_index"].as_u64().is_some());
+    assert!(status.body["uptime_ms"].as_u64().is_some());
+    server.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
+    let after = server.get("/v1/status").await.expect(StatusCode::OK);
+    assert_eq!(after.revision(), 1);
+    assert!(after.body["applied_index"].as_u64() > status.body["applied_index"].as_u64());
+}
+
+#[tokio::test]
+async fn a_non_loopback_http_address_is_refused_because_auth_is_not_configured() {
+    // SPEC S1: without configured authentication the server binds loopback only.
+    let dir = tempfile::tempdir().unwrap();
+    let config = ServerConfig {
+        http: "0.0.0.0:0".parse().unwrap(),
+        ..test_config(&dir)
+    };
+    let Err(ServerError::Config(message)) = muster_server::start(config).await else {
+        panic!("a non-loopback address must be refused");
+    };
+    assert!(message.contains("0.0.0.0"), "{message}");
+    assert!(message.contains("auth"), "{message}");
+}
+
+#[tokio::test]
+async fn run_serves_until_shutdown_resolves_then_returns_ok() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = test_config(&dir);
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(muster_server::run(config, async move {
+        let _ = rx.await;
+    }));
+    tx.send(()).unwrap();
+    let result = tokio::time::timeout(crate::support::STEP, running)
+        .await
+        .expect("run returns in time")
+        .unwrap();
+    assert!(result.is_ok(), "{result:?}");
+}
+
+#[tokio::test]
+async fn committed_writes_survive_a_restart_and_the_revision_keeps_increasing() {
+    let mut server = TestServer::start().await;
+    server.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
+    server.register("api", "b", "10.0.0.2").await.expect(StatusCode::OK);
+    server.restart().await;
+    let read = server.get("/v1/registry/acme/prod/api").await.expect(StatusCode::OK);
+    assert_eq!(read.revision(), 2);
+    assert_eq!(read.body["total"], 2);
+    let next = server.register("api", "c", "10.0.0.3").await.expect(StatusCode::OK);
+    assert_eq!(next.revision(), 3);
+}

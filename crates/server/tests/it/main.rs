@@ -1,0 +1,13 @@
+//! HTTP integration tests of `muster-server`, each against a real server on `127.0.0.1:0`
+//! with a temporary data directory. One test binary (CRATES.md "Testing").
+//!
+//! Every wait is bounded ([`support::STEP`]) so a failing test fails instead of hanging; no
+//! test asserts on timing.
+
+mod errors;
+mod leases;
+mod lifecycle;
+mod reads;
+mod support;
+mod watch;
+mod writes;

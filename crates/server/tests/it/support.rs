@@ -1,0 +1,327 @@
+//! A test server and a small HTTP client for it.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use muster_core::api::Frame;
+use muster_server::{RunningServer, ServerConfig, WatchStats};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+/// The longest any single step may take before the test fails: generous for a loaded 2-core
+/// machine, and only ever reached when something is broken.
+pub(crate) const STEP: Duration = Duration::from_secs(20);
+
+/// A reply: status, headers and JSON body (`Value::Null` when empty).
+pub(crate) struct Reply {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: hyper::HeaderMap,
+    pub(crate) body: Value,
+}
+
+impl Reply {
+    /// The error code of an error reply.
+    pub(crate) fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("<no error code>")
+    }
+
+    /// The error message of an error reply.
+    pub(crate) fn message(&self) -> &str {
+        self.body["error"]["message"].as_str().unwrap_or("<no error message>")
+    }
+
+    /// The `revision` field of a reply.
+    pub(crate) fn revision(&self) -> u64 {
+        self.body["revision"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no revision in {}", self.body))
+    }
+
+    /// Asserts a status, with the body in the failure message.
+    #[track_caller]
+    pub(crate) fn expect(self, status: StatusCode) -> Reply {
+        assert_eq!(self.status, status, "body: {}", self.body);
+        self
+    }
+}
+
+/// A running test server with its data directory.
+pub(crate) struct TestServer {
+    server: Option<RunningServer>,
+    config: ServerConfig,
+    /// Kept so the data directory lives as long as the server.
+    _dir: TempDir,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+/// A configuration for tests: a temporary data dir, a free loopback port, short progress.
+pub(crate) fn test_config(dir: &TempDir) -> ServerConfig {
+    ServerConfig {
+        data_dir: dir.path().to_path_buf(),
+        http: "127.0.0.1:0".parse().unwrap(),
+        progress_interval_ms: 200,
+        shutdown_grace_ms: 5_000,
+        ..ServerConfig::default()
+    }
+}
+
+impl TestServer {
+    pub(crate) async fn start() -> TestServer {
+        TestServer::start_with(|_| {}).await
+    }
+
+    pub(crate) async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = test_config(&dir);
+        configure(&mut config);
+        let server = tokio::time::timeout(STEP, muster_server::start(config.clone()))
+            .await
+            .expect("the server starts in time")
+            .expect("the server starts");
+        TestServer {
+            server: Some(server),
+            config,
+            _dir: dir,
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    fn running(&self) -> &RunningServer {
+        self.server.as_ref().expect("the server is running")
+    }
+
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.running().local_addr(), path)
+    }
+
+    pub(crate) fn watch_stats(&self) -> WatchStats {
+        self.running().watch_stats()
+    }
+
+    /// Stops the server gracefully.
+    pub(crate) async fn stop(&mut self) {
+        let server = self.server.take().expect("running");
+        tokio::time::timeout(STEP, server.stop())
+            .await
+            .expect("the server stops in time")
+            .expect("the server stops cleanly");
+    }
+
+    /// Stops and starts again on the same data directory (and a new port).
+    pub(crate) async fn restart(&mut self) {
+        self.stop().await;
+        let server = tokio::time::timeout(STEP, muster_server::start(self.config.clone()))
+            .await
+            .expect("the server restarts in time")
+            .expect("the server restarts");
+        self.server = Some(server);
+    }
+
+    /// Sends a request with raw body bytes and extra headers.
+    pub(crate) async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, &str)],
+    ) -> Reply {
+        let mut request = Request::builder().method(method).uri(self.url(path));
+        if body.is_some() {
+            request = request.header("content-type", "application/json");
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(Full::new(Bytes::from(body.unwrap_or_default()))).unwrap();
+        let response = tokio::time::timeout(STEP, self.client.request(request))
+            .await
+            .expect("a reply in time")
+            .expect("a reply");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = tokio::time::timeout(STEP, response.into_body().collect())
+            .await
+            .expect("the body in time")
+            .expect("the body")
+            .to_bytes();
+        if status.is_client_error() || status.is_server_error() {
+            assert_eq!(
+                headers.get("content-type").and_then(|v| v.to_str().ok()),
+                Some("application/json"),
+                "every error is JSON; got {:?}",
+                String::from_utf8_lossy(&bytes)
+            );
+        }
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&bytes)))
+        };
+        Reply { status, headers, body }
+    }
+
+    pub(crate) async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Reply {
+        self.send(method, path, body.map(|b| serde_json::to_vec(&b).unwrap()), &[])
+            .await
+    }
+
+    pub(crate) async fn get(&self, path: &str) -> Reply {
+        self.call(Method::GET, path, None).await
+    }
+
+    /// The server's current revision, from `/v1/status`.
+    pub(crate) async fn revision(&self) -> u64 {
+        self.get("/v1/status").await.expect(StatusCode::OK).revision()
+    }
+
+    /// Registers `instance` of `acme/prod/{service}` at `ip`, incarnation 1, without a lease.
+    pub(crate) async fn register(&self, service: &str, instance: &str, ip: &str) -> Reply {
+        self.call(
+            Method::PUT,
+            &instance_path(service, instance),
+            Some(json!({"incarnation": 1, "endpoint": endpoint(ip)})),
+        )
+        .await
+    }
+
+    /// Deregisters incarnation 1 of `instance`.
+    pub(crate) async fn deregister(&self, service: &str, instance: &str) -> Reply {
+        self.call(
+            Method::DELETE,
+            &format!("{}?incarnation=1", instance_path(service, instance)),
+            None,
+        )
+        .await
+    }
+
+    /// Opens a watch.
+    pub(crate) async fn watch(&self, path: &str) -> Watch {
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(self.url(path))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let response = tokio::time::timeout(STEP, self.client.request(request))
+            .await
+            .expect("the watch answers in time")
+            .expect("the watch answers");
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers().get("content-type").unwrap(), "application/x-ndjson");
+        Watch {
+            body: response.into_body(),
+            buffer: Vec::new(),
+            _connection: None,
+        }
+    }
+
+    /// The server's address.
+    pub(crate) fn addr(&self) -> std::net::SocketAddr {
+        self.running().local_addr()
+    }
+}
+
+/// The receive buffer of a slow watcher's socket: small, so the server's queue, not the
+/// kernel, is what fills up when the watcher stops reading.
+const SLOW_RECEIVE_BUFFER: u32 = 4096;
+
+/// Opens a watch on its own connection with a small receive buffer, for a watcher that stops
+/// reading.
+pub(crate) async fn slow_watch(server: &TestServer, path: &str) -> Watch {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(SLOW_RECEIVE_BUFFER).unwrap();
+    let stream = tokio::time::timeout(STEP, socket.connect(server.addr()))
+        .await
+        .expect("connects in time")
+        .unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let request = Request::builder()
+        .method(Method::GET)
+        .uri(path)
+        .header("host", server.addr().to_string())
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = tokio::time::timeout(STEP, sender.send_request(request))
+        .await
+        .expect("the watch answers in time")
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    Watch {
+        body: response.into_body(),
+        buffer: Vec::new(),
+        _connection: Some(sender),
+    }
+}
+
+/// `/v1/registry/acme/prod/{service}/{instance}`.
+pub(crate) fn instance_path(service: &str, instance: &str) -> String {
+    format!("/v1/registry/acme/prod/{service}/{instance}")
+}
+
+/// A minimal endpoint record.
+pub(crate) fn endpoint(ip: &str) -> Value {
+    json!({"addresses": [{"ip": ip}], "ports": [{"name": "http", "port": 8080, "protocol": "http"}]})
+}
+
+/// An open watch stream.
+pub(crate) struct Watch {
+    body: Incoming,
+    buffer: Vec<u8>,
+    /// Keeps a dedicated connection open.
+    _connection: Option<hyper::client::conn::http1::SendRequest<Full<Bytes>>>,
+}
+
+impl Watch {
+    /// The next frame, or `None` when the stream ended. Fails the test after [`STEP`].
+    pub(crate) async fn next(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+                return Some(
+                    serde_json::from_slice(&line)
+                        .unwrap_or_else(|e| panic!("bad frame ({e}): {:?}", String::from_utf8_lossy(&line))),
+                );
+            }
+            let frame = tokio::time::timeout(STEP, self.body.frame())
+                .await
+                .expect("a frame in time");
+            match frame {
+                None => {
+                    assert!(self.buffer.is_empty(), "the stream ended mid-frame");
+                    return None;
+                }
+                Some(frame) => {
+                    if let Ok(data) = frame.expect("the stream is healthy").into_data() {
+                        self.buffer.extend_from_slice(&data);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next frame that is not `progress`.
+    pub(crate) async fn next_event(&mut self) -> Option<Frame> {
+        loop {
+            match self.next().await? {
+                Frame::Progress { .. } => {}
+                frame => return Some(frame),
+            }
+        }
+    }
+
+    /// Asserts the stream ends.
+    pub(crate) async fn expect_end(&mut self) {
+        if let Some(frame) = self.next().await {
+            panic!("expected the stream to end, got {frame:?}");
+        }
+    }
+}
