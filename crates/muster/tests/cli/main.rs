@@ -2,6 +2,7 @@
 //! (issue 3 item 8), and end-to-end runs of the real binary against `muster serve` on a free
 //! loopback port. One test binary (CRATES.md tip 6); each file one concern.
 
+mod durability;
 mod e2e;
 mod fixtures;
 mod parsers;

@@ -81,9 +81,18 @@ impl Server {
     /// Starts a server on a free port (`--http 127.0.0.1:0`, the bound address read from
     /// its first stdout line) and waits until `/v1/status` answers 200.
     pub(crate) fn start() -> Server {
-        let dir = tempfile::tempdir().unwrap();
+        Server::start_in(tempfile::tempdir().unwrap())
+    }
+
+    /// Starts a server whose data dir is `dir/data`: a fresh scratch dir, or the one a
+    /// [`Server::kill9`]ed server left behind.
+    pub(crate) fn start_in(dir: TempDir) -> Server {
         let data = dir.path().join("data");
-        let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.path().join("serve.log"))
+            .unwrap();
         let mut child = muster()
             .args(["serve", "--json", "--data-dir", data.to_str().unwrap()])
             .args([
@@ -170,6 +179,19 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn muster")
+    }
+
+    /// Kills the server with SIGKILL (no shutdown code runs, as in a crash) and returns its
+    /// scratch dir, data dir inside, for a restart with [`Server::start_in`].
+    pub(crate) fn kill9(mut self) -> TempDir {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
+    }
+
+    /// The `host:port` the server listens on.
+    pub(crate) fn http_addr(&self) -> &str {
+        &self.http
     }
 
     /// Sends SIGTERM and waits (bounded) for the exit status.
