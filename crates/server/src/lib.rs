@@ -10,7 +10,7 @@
 //! ```
 //!
 //! # Layout
-//! - [`server`](crate::start): [`start`], [`run`], [`RunningServer`].
+//! - `server`: [`start`], [`run`], [`RunningServer`].
 //! - `routes`: the route table and the JSON error safety net; `error`: codes and statuses.
 //! - `extract`: body, query, path and header extraction with API errors.
 //! - `writes`, `lease_routes`, `reads`, `watch`, `status`: the handlers.

@@ -11,8 +11,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use muster_consensus::{Node, NodeConfig};
 use axum::serve::ListenerExt;
+use muster_consensus::{Node, NodeConfig};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
