@@ -11,8 +11,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::args::{ActorArg, ProtocolArg, StateArg, parse_addr, parse_label, parse_lease_id};
-use crate::client::DEFAULT_SERVER;
 use crate::duration::parse_duration;
+use muster_client::http::DEFAULT_SERVER;
 use muster_core::LeaseId;
 
 /// Muster: a service-discovery registry. `muster serve` runs it; the other commands talk to

@@ -15,10 +15,10 @@ use crate::cli::{
     Cli, ClientArgs, Command, DeregisterArgs, DrainArgs, LeaseCommand, RegisterArgs, ResolveArgs, ServicesArgs,
     SetStateArgs, WatchArgs,
 };
-use crate::client::{Client, ClientError};
 use crate::duration::millis;
 use crate::error::CliError;
 use crate::render;
+use muster_client::http::{Client, ClientError};
 
 /// Runs the parsed command line, printing results on `out`.
 pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {

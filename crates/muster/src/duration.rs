@@ -2,7 +2,8 @@
 //!
 //! A unit is required: a bare `10` could mean seconds or milliseconds, and a TTL that is a
 //! thousand times too short expires a fleet. Written by hand because the grammar is five
-//! lines and a crate for it would be one more dependency to audit.
+//! lines and a crate for it would be one more dependency to audit. Formatting lives in
+//! [`muster_client::http::duration`], re-exported here.
 
 use std::time::Duration;
 
@@ -40,26 +41,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_millis(total_ms))
 }
 
-/// Whole milliseconds of `duration`, saturating (no duration a person types comes near).
-pub fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Formats milliseconds the way [`parse_duration`] reads them: `10s`, `1m30s`, `1500ms`.
-pub fn format_millis(ms: u64) -> String {
-    if ms == 0 {
-        return "0s".into();
-    }
-    if !ms.is_multiple_of(1_000) {
-        return format!("{ms}ms");
-    }
-    let mut out = String::new();
-    let mut seconds = ms / 1_000;
-    for (unit, size) in [("h", 3_600), ("m", 60), ("s", 1)] {
-        if seconds >= size {
-            out.push_str(&format!("{}{unit}", seconds / size));
-            seconds %= size;
-        }
-    }
-    out
-}
+/// Whole milliseconds, and their text in the form [`parse_duration`] reads back: the client
+/// library owns them because its error messages and the API's `ttl_ms` use them too.
+pub use muster_client::http::{format_millis, millis};

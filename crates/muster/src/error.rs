@@ -5,7 +5,7 @@ use muster_core::Rejection;
 use muster_core::Revision;
 use muster_core::api::{ErrorBody, ErrorDetail};
 
-use crate::client::ClientError;
+use muster_client::http::ClientError;
 
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]

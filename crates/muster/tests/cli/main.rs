@@ -1,12 +1,13 @@
 //! The `muster` command line: its parsers and renderers on fixed data, its exact surface
-//! (issue 3 item 8), and end-to-end runs of the real binary against `muster serve` on a free
-//! loopback port. One test binary (CRATES.md tip 6); each file one concern.
+//! (issue 3 item 8), end-to-end runs of the real binary against `muster serve` on a free
+//! loopback port, and the client library's registrar against an in-process registry. One
+//! test binary (CRATES.md tip 6); each file one concern.
 
 mod durability;
 mod e2e;
 mod fixtures;
 mod parsers;
+mod registrar;
 mod render;
 mod support;
 mod surface;
-mod watch_lines;

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use muster_cli::CliError;
-use muster_cli::client::ClientError;
 use muster_cli::render::{eligible_only, frame_line, grant_text, resolve_text, services_text, utc, write_text};
 use muster_cli::table::Table;
+use muster_client::http::ClientError;
 use muster_core::api::{
     ErrorBody, ErrorDetail, Frame, LeaseReply, ServiceSummary, ServicesReply, SnapshotReply, WriteReply,
 };

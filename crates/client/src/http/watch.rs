@@ -12,78 +12,11 @@ use std::time::Duration;
 
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-
 use muster_core::api::Frame;
 
-use crate::client::{ClientError, causes};
-
-/// The longest line accepted: a snapshot frame of a service at the registry's endpoint
-/// quota is a few MiB; 64 MiB bounds memory if a server (or something posing as one)
-/// never sends a newline.
-pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
-
-/// Splits a byte stream into newline-terminated lines, skipping blank ones.
-#[derive(Debug)]
-pub struct LineSplitter {
-    buf: Vec<u8>,
-    /// Bytes of `buf` already searched for a newline, so a long line is scanned once.
-    scanned: usize,
-    /// Length of the unfinished line at the end of `buf`.
-    tail: usize,
-    max_line: usize,
-}
-
-impl LineSplitter {
-    /// A splitter refusing lines longer than `max_line` bytes.
-    pub fn new(max_line: usize) -> LineSplitter {
-        LineSplitter {
-            buf: Vec::new(),
-            scanned: 0,
-            tail: 0,
-            max_line,
-        }
-    }
-
-    /// Appends a chunk. Fails when an unfinished line grows past the limit.
-    pub fn push(&mut self, chunk: &[u8]) -> Result<(), String> {
-        self.tail = match chunk.iter().rposition(|b| *b == b'\n') {
-            Some(last) => chunk.len() - last - 1,
-            None => self.tail + chunk.len(),
-        };
-        if self.tail > self.max_line {
-            return Err(format!("a frame is longer than {} bytes", self.max_line));
-        }
-        self.buf.extend_from_slice(chunk);
-        Ok(())
-    }
-
-    /// The next complete, non-blank line, without its newline (and `\r`).
-    pub fn next_line(&mut self) -> Option<Vec<u8>> {
-        loop {
-            let Some(at) = self.buf[self.scanned..].iter().position(|b| *b == b'\n') else {
-                self.scanned = self.buf.len();
-                return None;
-            };
-            let mut line: Vec<u8> = self.buf.drain(..=self.scanned + at).collect();
-            self.scanned = 0;
-            line.pop();
-            if line.last() == Some(&b'\r') {
-                line.pop();
-            }
-            if !line.iter().all(u8::is_ascii_whitespace) {
-                return Some(line);
-            }
-        }
-    }
-
-    /// What is left after the stream ended: a last line without a newline, if any.
-    pub fn finish(&mut self) -> Option<Vec<u8>> {
-        self.scanned = 0;
-        self.tail = 0;
-        let rest = std::mem::take(&mut self.buf);
-        (!rest.iter().all(u8::is_ascii_whitespace)).then_some(rest)
-    }
-}
+use crate::http::duration::{format_millis, millis};
+use crate::http::error::{ClientError, causes};
+use crate::http::lines::{LineSplitter, MAX_LINE_BYTES};
 
 /// An open watch.
 #[derive(Debug)]
@@ -129,7 +62,7 @@ impl Watch {
                 .map_err(|_| {
                     self.lost(format!(
                         "nothing arrived for {}",
-                        crate::duration::format_millis(crate::duration::millis(self.idle_timeout))
+                        format_millis(millis(self.idle_timeout))
                     ))
                 })?;
             match frame {

@@ -1,9 +1,10 @@
-//! The HTTP client of the `/v1` API ([`muster_core::api`]): one function per route, typed
-//! replies, the server's `{"error": {"code", "message"}}` as [`ClientError::Api`].
+//! [`Client`]: one function per route of the `/v1` API ([`muster_core::api`]), typed replies,
+//! the server's `{"error": {"code", "message"}}` as [`ClientError::Api`].
 //!
 //! Plain HTTP/1.1 on hyper-util's pooled legacy client (CRATES.md "HTTP"): no TLS stack to
 //! build, and a custom connector can be slotted in later (turmoil, TLS). Every unary call is
-//! bounded by [`REQUEST_TIMEOUT`]; a watch is bounded per frame instead (see [`Watch`]).
+//! bounded by [`REQUEST_TIMEOUT`] (or the caller's own, see [`Client::with_timeout`]); a
+//! watch is bounded per frame instead (see [`Watch`]).
 
 use std::time::Duration;
 
@@ -18,15 +19,16 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use muster_core::api::{
-    DeregisterQuery, DrainRequest, ErrorBody, GrantLeaseRequest, LeaseReply, RegisterRequest, ServicesReply,
-    SetServingRequest, SnapshotReply, StatusReply, WriteReply,
+    DeregisterQuery, DrainRequest, GrantLeaseRequest, LeaseReply, RegisterRequest, ServicesReply, SetServingRequest,
+    SnapshotReply, StatusReply, WriteReply,
 };
 use muster_core::{Actor, InstanceId, Label, LeaseId, NamespaceKey, Revision, ServiceKey};
 
-use crate::watch::Watch;
+use crate::http::error::{ClientError, bad_reply, causes, error_reply, quote};
+use crate::http::watch::Watch;
 
-/// The server a client talks to when neither `--server` nor `MUSTER_SERVER` says otherwise:
-/// `muster serve`'s default HTTP address.
+/// The server a client talks to when nothing says otherwise: `muster serve`'s default HTTP
+/// address.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7070";
 
 /// How long to wait for a TCP connection: the registry is on loopback or the local network,
@@ -38,80 +40,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// with room, and still ends a hung call.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How much of a non-API error reply to quote: enough to recognise a proxy's error page.
-const QUOTE_BYTES: usize = 200;
-
 /// Pages a snapshot read follows before giving up: at the server's page sizes this is
 /// millions of endpoints, far past any one service, so hitting it means a looping server.
 const MAX_PAGES: usize = 100_000;
 
-/// Why a call failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ClientError {
-    /// The server refused, with one of the API's stable codes.
-    #[error("{}: {}", .body.error.code, .body.error.message)]
-    Api {
-        /// The HTTP status.
-        status: u16,
-        /// The error.
-        body: ErrorBody,
-    },
-    /// `--server` is not a usable `http://host:port` URL.
-    #[error("invalid server URL '{url}': {reason}")]
-    InvalidUrl {
-        /// The URL given.
-        url: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// No connection could be made, or it broke before a reply.
-    #[error("cannot connect to {server}: {reason}")]
-    Connect {
-        /// The server.
-        server: String,
-        /// The cause, innermost last.
-        reason: String,
-    },
-    /// The server did not answer in time.
-    #[error("{server} did not answer within {}", crate::duration::format_millis(crate::duration::millis(*.after)))]
-    Timeout {
-        /// The server.
-        server: String,
-        /// How long we waited.
-        after: Duration,
-    },
-    /// The reply is not the API's (wrong JSON, wrong status, not JSON at all).
-    #[error("unexpected reply from the server (HTTP {status}): {reason}")]
-    BadReply {
-        /// The HTTP status.
-        status: u16,
-        /// What was wrong, with a quote of the body.
-        reason: String,
-    },
-    /// A watch stream broke, stalled or ended without a final frame.
-    #[error("the watch stream from {server} was cut off: {reason}")]
-    StreamLost {
-        /// The server.
-        server: String,
-        /// How.
-        reason: String,
-    },
-}
-
-impl ClientError {
-    /// The stable code printed after `error:`.
-    pub fn code(&self) -> &str {
-        match self {
-            ClientError::Api { body, .. } => &body.error.code,
-            ClientError::InvalidUrl { .. } => "invalid_url",
-            ClientError::Connect { .. } => "cannot_connect",
-            ClientError::Timeout { .. } => "timeout",
-            ClientError::BadReply { .. } => "bad_reply",
-            ClientError::StreamLost { .. } => "stream_lost",
-        }
-    }
-}
+/// The header a write uses to say whose authority it speaks with (SPEC L5). Without it the
+/// server takes drain as the owner's and everything else as the app's.
+pub const ACTOR_HEADER: &str = "x-muster-actor";
 
 /// A client of one server. Cheap to clone (the connection pool is shared).
 #[derive(Debug, Clone)]
@@ -121,11 +56,9 @@ pub struct Client {
     base: String,
     /// Sent as [`ACTOR_HEADER`] when set; the server's default otherwise.
     actor: Option<Actor>,
+    /// The bound on one unary call.
+    timeout: Duration,
 }
-
-/// The header a write uses to say whose authority it speaks with (SPEC L5). Without it the
-/// server takes drain as the owner's and everything else as the app's.
-pub const ACTOR_HEADER: &str = "x-muster-actor";
 
 /// The optional parts of a snapshot read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -166,6 +99,7 @@ impl Client {
             http,
             base: base.to_owned(),
             actor: None,
+            timeout: REQUEST_TIMEOUT,
         })
     }
 
@@ -173,6 +107,15 @@ impl Client {
     #[must_use]
     pub fn with_actor(mut self, actor: Option<Actor>) -> Client {
         self.actor = actor;
+        self
+    }
+
+    /// The same client, bounding every unary call (and a watch's opening) by `timeout`
+    /// instead of [`REQUEST_TIMEOUT`]: a lease renewal must fail fast enough to be retried
+    /// before the lease runs out.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = timeout;
         self
     }
 
@@ -338,7 +281,7 @@ impl Client {
             path.push_str(&format!("?from_revision={from}"));
         }
         let exchange = self.send(Method::GET, &path, None);
-        let response = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+        let response = tokio::time::timeout(self.timeout, exchange)
             .await
             .map_err(|_| self.timeout())??;
         if !response.status().is_success() {
@@ -349,7 +292,7 @@ impl Client {
         Ok(Watch::new(response.into_body(), self.base.clone(), idle_timeout))
     }
 
-    /// One unary exchange, bounded by [`REQUEST_TIMEOUT`], decoded as `T` or an error body.
+    /// One unary exchange, bounded by the client's timeout, decoded as `T` or an error body.
     async fn call<T: DeserializeOwned>(
         &self,
         method: Method,
@@ -366,7 +309,7 @@ impl Client {
             let bytes = self.read_body(response).await?;
             Ok::<_, ClientError>((status, bytes))
         };
-        let (status, bytes) = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+        let (status, bytes) = tokio::time::timeout(self.timeout, exchange)
             .await
             .map_err(|_| self.timeout())??;
         if !status.is_success() {
@@ -384,7 +327,7 @@ impl Client {
             request = request.header(CONTENT_TYPE, "application/json");
         }
         if let Some(actor) = self.actor {
-            request = request.header(ACTOR_HEADER, crate::render::wire_name(&actor));
+            request = request.header(ACTOR_HEADER, actor_header(actor));
         }
         let request = request
             .body(Full::new(body.unwrap_or_default()))
@@ -411,7 +354,7 @@ impl Client {
     fn timeout(&self) -> ClientError {
         ClientError::Timeout {
             server: self.base.clone(),
-            after: REQUEST_TIMEOUT,
+            after: self.timeout,
         }
     }
 }
@@ -424,45 +367,13 @@ fn instance_path(key: &ServiceKey, instance: &InstanceId, suffix: &str) -> Strin
     )
 }
 
-/// The error of a non-success reply: the API's error body, or a [`ClientError::BadReply`].
-fn error_reply(status: StatusCode, bytes: &[u8]) -> ClientError {
-    match serde_json::from_slice::<ErrorBody>(bytes) {
-        Ok(body) => ClientError::Api {
-            status: status.as_u16(),
-            body,
-        },
-        Err(_) => bad_reply(status, &format!("not an API error: {}", quote(bytes))),
+/// The [`ACTOR_HEADER`] value of an actor: its wire name, as the server parses it.
+fn actor_header(actor: Actor) -> &'static str {
+    match actor {
+        Actor::Owner => "owner",
+        Actor::App => "app",
+        Actor::Checker => "checker",
     }
-}
-
-fn bad_reply(status: StatusCode, reason: &str) -> ClientError {
-    ClientError::BadReply {
-        status: status.as_u16(),
-        reason: reason.to_owned(),
-    }
-}
-
-/// The start of a body, for error messages.
-fn quote(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(QUOTE_BYTES)]);
-    let ellipsis = if bytes.len() > QUOTE_BYTES { "..." } else { "" };
-    format!("'{}{ellipsis}'", text.trim().escape_debug())
-}
-
-/// An error and its sources, joined: hyper's top-level messages alone ("client error
-/// (Connect)") do not say what happened.
-pub(crate) fn causes(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// Percent-encodes everything but RFC 3986's unreserved characters.
@@ -476,4 +387,47 @@ fn percent_encode(text: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_http_urls_without_a_query_are_accepted() {
+        let client = Client::new("http://127.0.0.1:7070/").unwrap();
+        assert_eq!(client.server(), "http://127.0.0.1:7070");
+        for (url, reason) in [
+            ("https://a:1", "https is not supported"),
+            ("127.0.0.1:7070", "must start with http://"),
+            ("http://a:1/?x=1", "must not hold a query"),
+        ] {
+            let err = Client::new(url).unwrap_err();
+            assert_eq!(err.code(), "invalid_url");
+            assert!(err.to_string().contains(reason), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_actor_header_speaks_the_servers_names() {
+        for actor in [Actor::Owner, Actor::App, Actor::Checker] {
+            let wire = serde_json::to_value(actor).unwrap();
+            assert_eq!(wire.as_str(), Some(actor_header(actor)));
+        }
+    }
+
+    #[test]
+    fn page_tokens_are_percent_encoded() {
+        assert_eq!(percent_encode("a+b/c=~"), "a%2Bb%2Fc%3D~");
+    }
+
+    #[test]
+    fn instance_paths_name_every_part_of_the_key() {
+        let key = ServiceKey::new("acme", "prod", "api").unwrap();
+        let instance = InstanceId::new("api-1").unwrap();
+        assert_eq!(
+            instance_path(&key, &instance, "/serving"),
+            "/v1/registry/acme/prod/api/api-1/serving"
+        );
+    }
 }

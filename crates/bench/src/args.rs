@@ -1,0 +1,301 @@
+//! `muster bench`'s flags ([`BenchArgs`], a clap `Args` the CLI embeds) and their
+//! resolution into a [`Plan`]: `--quick` defaults, explicit flags on top. Pure.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+
+use crate::BenchError;
+
+/// One workload of the benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Workload {
+    /// Durable registrations of new instances (etcd: `kv/put`).
+    Register,
+    /// Lease renewals (etcd: `lease/keepalive`).
+    Renew,
+    /// Snapshot reads of a 5-endpoint service (etcd: a range over 5 keys).
+    Read,
+    /// One change delivered to many watchers: commit→delivery latency.
+    Fanout,
+    /// Server memory per idle watch stream.
+    Watchers,
+}
+
+impl Workload {
+    /// Every workload, in the order they run.
+    pub const ALL: [Workload; 5] = [
+        Workload::Register,
+        Workload::Renew,
+        Workload::Read,
+        Workload::Fanout,
+        Workload::Watchers,
+    ];
+
+    /// The name used in flags and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Register => "register",
+            Workload::Renew => "renew",
+            Workload::Read => "read",
+            Workload::Fanout => "fanout",
+            Workload::Watchers => "watchers",
+        }
+    }
+}
+
+/// `muster bench`: drive load at Muster and etcd over HTTP, side by side, and report
+/// throughput, p50/p99 and the ratio against the issue's targets (reported, never asserted).
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// A running Muster server to load, e.g. http://127.0.0.1:7070.
+    #[arg(long = "server", value_name = "URL", conflicts_with = "spawn")]
+    pub server: Option<String>,
+    /// Start `muster serve` on a free loopback port with a temporary data dir, and stop it after.
+    #[arg(long)]
+    pub spawn: bool,
+    /// The muster binary `--spawn` runs [default: this executable].
+    #[arg(long, value_name = "PATH")]
+    pub muster_bin: Option<PathBuf>,
+    /// The PID of the `--server` process, for the memory workload (`--spawn` knows its own).
+    #[arg(long, value_name = "PID", requires = "server")]
+    pub server_pid: Option<u32>,
+    /// A running etcd 3.4 to compare against, through its /v3 JSON gateway.
+    #[arg(long = "etcd", value_name = "URL", conflicts_with = "spawn_etcd")]
+    pub etcd: Option<String>,
+    /// Start etcd on free loopback ports with a temporary data dir, and stop it after.
+    #[arg(long)]
+    pub spawn_etcd: bool,
+    /// The etcd binary `--spawn-etcd` runs.
+    #[arg(long, value_name = "PATH", default_value = "/usr/bin/etcd")]
+    pub etcd_bin: PathBuf,
+    /// The PID of the `--etcd` process, for the memory workload.
+    #[arg(long, value_name = "PID", requires = "etcd")]
+    pub etcd_pid: Option<u32>,
+    /// Which workloads to run, comma-separated [default: all].
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
+    pub workloads: Vec<Workload>,
+    /// Concurrent connections (one request in flight on each) for register, renew and read.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub connections: usize,
+    /// How long each request workload runs per system (10s, 500ms) [default: 10s; --quick: 2s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// At most this many requests per workload per system, whichever bound comes first
+    /// (register: at most 900,000, inside the server's default per-tenant endpoint quota).
+    #[arg(long, value_name = "N", default_value_t = 2_000_000)]
+    pub max_requests: u64,
+    /// Watch streams for fanout and watchers [default: 10000; --quick: 1000].
+    #[arg(long, value_name = "N")]
+    pub watchers: Option<usize>,
+    /// Changes committed one at a time in fanout [default: 20; --quick: 5].
+    #[arg(long, value_name = "N")]
+    pub changes: Option<usize>,
+    /// Pause between fanout changes, after the previous one reached every watcher.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "100ms")]
+    pub change_interval: Duration,
+    /// Leases granted before the renew workload, renewed round-robin.
+    #[arg(long, value_name = "N", default_value_t = 1_000)]
+    pub leases: usize,
+    /// Services the register workload spreads its new instances over.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub services: usize,
+    /// A short run for CI: 2 s per workload, 1,000 watchers, 5 changes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub report_file: Option<PathBuf>,
+}
+
+/// What a run will do, with every default resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    /// The workloads, in running order.
+    pub workloads: Vec<Workload>,
+    /// Connections for request workloads.
+    pub connections: usize,
+    /// Time bound of each request workload, per system.
+    #[serde(serialize_with = "crate::report::as_secs")]
+    pub duration: Duration,
+    /// Count bound of each request workload, per system.
+    pub max_requests: u64,
+    /// Watch streams for fanout and watchers.
+    pub watchers: usize,
+    /// Fanout changes.
+    pub changes: usize,
+    /// Pause between fanout changes.
+    #[serde(serialize_with = "crate::report::as_secs")]
+    pub change_interval: Duration,
+    /// Leases renewed.
+    pub leases: usize,
+    /// Services registered into.
+    pub services: usize,
+}
+
+/// Per-workload duration of a full run: long enough for p99 to settle over ~10^5 requests.
+const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+/// The issue's fanout scale: one service watched by 10,000 clients.
+const DEFAULT_WATCHERS: usize = 10_000;
+/// 20 changes give 200,000 deliveries at the default scale: enough for a stable p99.
+const DEFAULT_CHANGES: usize = 20;
+/// `--quick`: the whole run stays around half a minute on a CI machine.
+const QUICK_DURATION: Duration = Duration::from_secs(2);
+/// `--quick`: a tenth of the watchers; they open in well under a second.
+const QUICK_WATCHERS: usize = 1_000;
+/// `--quick`: enough changes for a median, not for a tail.
+const QUICK_CHANGES: usize = 5;
+
+impl BenchArgs {
+    /// Resolves the defaults (`--quick` changes them; explicit flags win) and checks the counts.
+    pub fn plan(&self) -> Result<Plan, BenchError> {
+        let mut workloads = if self.workloads.is_empty() {
+            Workload::ALL.to_vec()
+        } else {
+            self.workloads.clone()
+        };
+        workloads.sort();
+        workloads.dedup();
+        let (duration, watchers, changes) = if self.quick {
+            (QUICK_DURATION, QUICK_WATCHERS, QUICK_CHANGES)
+        } else {
+            (DEFAULT_DURATION, DEFAULT_WATCHERS, DEFAULT_CHANGES)
+        };
+        let plan = Plan {
+            workloads,
+            connections: self.connections,
+            duration: self.duration.unwrap_or(duration),
+            max_requests: self.max_requests,
+            watchers: self.watchers.unwrap_or(watchers),
+            changes: self.changes.unwrap_or(changes),
+            change_interval: self.change_interval,
+            leases: self.leases,
+            services: self.services,
+        };
+        for (name, value) in [
+            ("--connections", plan.connections),
+            ("--watchers", plan.watchers),
+            ("--changes", plan.changes),
+            ("--leases", plan.leases),
+            ("--services", plan.services),
+        ] {
+            if value == 0 {
+                return Err(BenchError::Usage(format!("{name} must be at least 1")));
+            }
+        }
+        if plan.duration.is_zero() || plan.max_requests == 0 {
+            return Err(BenchError::Usage(
+                "--duration and --max-requests must be above 0".into(),
+            ));
+        }
+        Ok(plan)
+    }
+}
+
+/// Parses `10s`, `500ms`, `2m`, `1.5s` or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a duration (try 10s, 500ms, 2m)"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1_000.0,
+        "m" => value * 60.0,
+        _ => return Err(format!("'{text}': unknown unit '{unit}' (use ms, s or m)")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("'{text}' is out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    /// The `muster` CLI's shape: a global `--json` and `bench` as a subcommand.
+    #[derive(Debug, Parser)]
+    struct Muster {
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        command: Subcommand,
+    }
+
+    #[derive(Debug, clap::Subcommand)]
+    enum Subcommand {
+        Bench(BenchArgs),
+    }
+
+    #[test]
+    fn embeds_as_a_subcommand_next_to_a_global_json_flag() {
+        use clap::CommandFactory;
+        Muster::command().debug_assert();
+        let cli = Muster::try_parse_from(["muster", "bench", "--spawn", "--quick", "--json"]).unwrap();
+        let Subcommand::Bench(args) = cli.command;
+        assert!(cli.json && args.spawn && args.quick);
+    }
+
+    fn plan(args: &[&str]) -> Result<Plan, BenchError> {
+        let cli = Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).unwrap();
+        cli.bench.plan()
+    }
+
+    #[test]
+    fn defaults_match_the_issue() {
+        let plan = plan(&["--spawn"]).unwrap();
+        assert_eq!(plan.workloads, Workload::ALL);
+        assert_eq!(plan.connections, 64);
+        assert_eq!(plan.duration, Duration::from_secs(10));
+        assert_eq!(plan.watchers, 10_000);
+        assert_eq!(plan.changes, 20);
+        assert_eq!(plan.leases, 1_000);
+    }
+
+    #[test]
+    fn quick_shortens_everything_but_explicit_flags_win() {
+        let plan = plan(&["--spawn", "--quick", "--watchers", "300"]).unwrap();
+        assert_eq!(plan.duration, Duration::from_secs(2));
+        assert_eq!(plan.watchers, 300);
+        assert_eq!(plan.changes, 5);
+    }
+
+    #[test]
+    fn workloads_run_in_a_fixed_order_once_each() {
+        let plan = plan(&["--workloads", "read,register,read"]).unwrap();
+        assert_eq!(plan.workloads, [Workload::Register, Workload::Read]);
+    }
+
+    #[test]
+    fn zero_connections_is_refused() {
+        assert!(matches!(plan(&["--connections", "0"]), Err(BenchError::Usage(_))));
+    }
+
+    #[test]
+    fn server_and_spawn_conflict() {
+        assert!(Cli::try_parse_from(["bench", "--spawn", "--server", "http://127.0.0.1:1"]).is_err());
+    }
+
+    #[test]
+    fn durations_take_the_cli_units() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1_500)));
+        assert!(parse_duration("10h").is_err());
+        assert!(parse_duration("fast").is_err());
+    }
+}

@@ -1,0 +1,83 @@
+//! The request/response HTTP client: hyper-util's legacy `Client` (CRATES.md "HTTP"),
+//! HTTP/1.1 with keep-alive, its pool sized to the worker count so each worker keeps one
+//! connection, and `TCP_NODELAY` so small requests are not held back by Nagle.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+/// A request that takes this long is counted as an error: far above any healthy latency
+/// (milliseconds), short enough that a stalled server cannot hold a run hostage.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A client of one base URL.
+#[derive(Debug, Clone)]
+pub(crate) struct Http {
+    client: Client<HttpConnector, Full<Bytes>>,
+    base: String,
+}
+
+impl Http {
+    /// A client of `base` (`http://host:port`) keeping up to `pool` idle connections.
+    pub(crate) fn new(base: &str, pool: usize) -> Http {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(pool)
+            .build(connector);
+        Http {
+            client,
+            base: base.trim_end_matches('/').to_owned(),
+        }
+    }
+
+    /// The base URL.
+    pub(crate) fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Sends one request and reads the whole reply. `Err` for transport errors and timeouts.
+    pub(crate) async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+    ) -> Result<(StatusCode, Bytes), String> {
+        let mut request = Request::builder().method(method).uri(format!("{}{path}", self.base));
+        if body.is_some() {
+            request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+        }
+        let request = request
+            .body(Full::new(body.unwrap_or_default()))
+            .map_err(|err| format!("bad request: {err}"))?;
+        let exchange = async {
+            let response = self.client.request(request).await.map_err(|err| format!("{err:?}"))?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|err| format!("reading the reply: {err}"))?
+                .to_bytes();
+            Ok((status, body))
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+            .await
+            .map_err(|_| format!("no reply within {REQUEST_TIMEOUT:?}"))?
+    }
+
+    /// Like [`Http::send`], but a non-2xx status is an error too (with the reply's text).
+    pub(crate) async fn send_ok(&self, method: Method, path: &str, body: Option<Bytes>) -> Result<Bytes, String> {
+        let (status, body) = self.send(method, path, body).await?;
+        if status.is_success() {
+            Ok(body)
+        } else {
+            Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&body)))
+        }
+    }
+}

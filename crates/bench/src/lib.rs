@@ -1,0 +1,177 @@
+//! The load driver behind `muster bench` (issue 3, "Performance"): the same workloads
+//! against Muster and etcd 3.4 (through its `/v3` JSON gateway), one system at a time, with
+//! a report of throughput, p50/p99, the Muster/etcd ratio and the issue's targets. Targets
+//! are reported, never asserted.
+//!
+//! # Layout
+//! ```text
+//!  args (BenchArgs → Plan) ──▶ run ──▶ spawn (muster serve / etcd, free loopback ports)
+//!                               │
+//!                               ├─▶ workloads: register, renew, read ──▶ driver (closed loop)
+//!                               │       requests (paths, bodies: pure) ── client (hyper-util)
+//!                               ├─▶ watch: N streams ──▶ watchers (RSS ÷ N), fanout (latency)
+//!                               └─▶ report (pure: Histogram → SystemResult → Report)
+//! ```
+//! The pure core (histogram, report math, request bodies, codecs, flag resolution) is unit
+//! tested; the I/O shells (client, driver, watch, spawn) are thin.
+//!
+//! # Workloads
+//! - `register`: `PUT /v1/registry/...` of new instances over `--services` services, no
+//!   lease, vs etcd `kv/put` of the same record under new keys.
+//! - `renew`: `PUT /v1/leases/{tenant}/{id}/renew` round-robin over `--leases` leases, vs one
+//!   `lease/keepalive` stream message per request (the gateway's way of calling a stream RPC).
+//! - `read`: `GET /v1/registry/...` of a 5-endpoint service, vs a `kv/range` over 5 keys.
+//! - `fanout`: `--watchers` streams of one service, then `--changes` writes one at a time;
+//!   latency from sending the write to each watcher receiving the update of its revision.
+//! - `watchers`: server RSS growth (`/proc/PID/status` VmRSS) with those streams open, ÷ N.
+//!
+//! # Use from the CLI
+//! ```ignore
+//! Command::Bench(args) => {
+//!     let report = muster_bench::run(args).await?;
+//!     print!("{}", if json { report.render_json() } else { report.render_table() });
+//! }
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod args;
+mod client;
+mod clock;
+mod codec;
+mod driver;
+mod error;
+mod histogram;
+mod meter;
+mod render;
+mod report;
+mod requests;
+mod spawn;
+mod watch;
+mod workloads;
+
+use std::sync::Arc;
+
+use tracing::info;
+
+pub use args::{BenchArgs, Plan, Workload, parse_duration};
+pub use error::BenchError;
+pub use histogram::Histogram;
+pub use report::{
+    LatencySummary, MemorySummary, Report, System, SystemInfo, SystemResult, Target, WorkloadReport, anchors,
+};
+
+use client::Http;
+use requests::Names;
+use spawn::{Spawned, spawn_etcd, spawn_muster};
+use workloads::Subject;
+
+/// Runs every planned workload against every named system (Muster first, then etcd, never
+/// both at once) and returns the report. Spawned systems are stopped before this returns.
+pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
+    let plan = args.plan()?;
+    let load_average_at_start = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| codec::parse_load_average(&text));
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    if args.server.is_none() && !args.spawn && args.etcd.is_none() && !args.spawn_etcd {
+        return Err(BenchError::NoSystem);
+    }
+    // Kept alive until the end of the run; dropping one stops its process.
+    let mut spawned: Vec<Spawned> = Vec::new();
+    let mut systems = Vec::new();
+    let mut subjects = Vec::new();
+    let muster = if args.spawn {
+        let bin = match &args.muster_bin {
+            Some(bin) => bin.clone(),
+            None => std::env::current_exe().map_err(|err| BenchError::Spawn {
+                what: "muster",
+                detail: format!("cannot find this executable ({err}); pass --muster-bin"),
+            })?,
+        };
+        info!(bin = %bin.display(), "starting muster serve");
+        let process = spawn_muster(&bin).await?;
+        let found = Some((process.url.clone(), Some(process.pid), true));
+        spawned.push(process);
+        found
+    } else {
+        args.server.clone().map(|url| (url, args.server_pid, false))
+    };
+    let etcd = if args.spawn_etcd {
+        info!(bin = %args.etcd_bin.display(), "starting etcd");
+        let process = spawn_etcd(&args.etcd_bin).await?;
+        let found = Some((process.url.clone(), Some(process.pid), true));
+        spawned.push(process);
+        found
+    } else {
+        args.etcd.clone().map(|url| (url, args.etcd_pid, false))
+    };
+    for (system, found) in [(System::Muster, muster), (System::Etcd, etcd)] {
+        if let Some((url, pid, was_spawned)) = found {
+            let http = Http::new(&url, plan.connections);
+            systems.push(SystemInfo {
+                system,
+                url: http.base().to_owned(),
+                spawned: was_spawned,
+                pid,
+            });
+            subjects.push(Subject { system, http, pid });
+        }
+    }
+
+    let names = Arc::new(Names::new(clock::run_id(), plan.services));
+    let mut workloads = Vec::new();
+    for workload in [Workload::Register, Workload::Renew, Workload::Read] {
+        if !plan.workloads.contains(&workload) {
+            continue;
+        }
+        let mut results = Vec::new();
+        for subject in &subjects {
+            info!(workload = workload.name(), system = subject.system.name(), "running");
+            let result = match workload {
+                Workload::Register => workloads::register(subject, &plan, &names).await,
+                Workload::Renew => workloads::renew(subject, &plan, &names).await?,
+                _ => workloads::read(subject, &plan, &names).await?,
+            };
+            results.push(result);
+        }
+        workloads.push(WorkloadReport::new(workload, results, Vec::new()));
+    }
+    let fanout = plan.workloads.contains(&Workload::Fanout);
+    let memory = plan.workloads.contains(&Workload::Watchers);
+    if fanout || memory {
+        let (mut fanout_results, mut memory_results, mut skipped) = (Vec::new(), Vec::new(), Vec::new());
+        for subject in &subjects {
+            info!(
+                system = subject.system.name(),
+                watchers = plan.watchers,
+                "running the watch phase"
+            );
+            let figures = watch::watch_phase(subject, &plan, &names, fanout, memory).await?;
+            fanout_results.extend(figures.fanout);
+            memory_results.extend(figures.watchers);
+            skipped.extend(figures.memory_skipped);
+        }
+        if fanout {
+            workloads.push(WorkloadReport::new(Workload::Fanout, fanout_results, Vec::new()));
+        }
+        if memory {
+            workloads.push(WorkloadReport::new(Workload::Watchers, memory_results, skipped));
+        }
+    }
+    drop(spawned);
+    let report = Report {
+        plan,
+        systems,
+        cpus,
+        load_average_at_start,
+        workloads,
+    };
+    if let Some(path) = &args.report_file {
+        std::fs::write(path, report.render_json()).map_err(|source| BenchError::ReportFile {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(report)
+}

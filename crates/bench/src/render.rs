@@ -1,0 +1,224 @@
+//! The report for people (an aligned table with the targets, anchors and notes) and for
+//! machines (pretty JSON). Pure.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::Workload;
+use crate::report::{LatencySummary, Report, anchors};
+
+impl Report {
+    /// The report as pretty JSON.
+    pub fn render_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|err| format!("{{\"error\":\"{err}\"}}"))
+    }
+
+    /// The report as a human table, with the targets and the issue's anchor figures.
+    pub fn render_table(&self) -> String {
+        let plan = &self.plan;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "muster bench: {} connections, {} per workload (at most {} requests), {} watchers, {} changes",
+            plan.connections,
+            format_duration(plan.duration),
+            thousands(plan.max_requests),
+            thousands(plan.watchers as u64),
+            plan.changes,
+        );
+        let load = self
+            .load_average_at_start
+            .map_or_else(String::new, |load| format!(", load average {load:.2} at start"));
+        let _ = writeln!(
+            out,
+            "  machine: {} CPUs shared by the load generator and the systems under test{load}",
+            self.cpus
+        );
+        for info in &self.systems {
+            let how = if info.spawned { "spawned" } else { "running" };
+            let pid = info
+                .pid
+                .map_or_else(|| "pid unknown".to_owned(), |p| format!("pid {p}"));
+            let _ = writeln!(out, "  {:<6} {} ({how}, {pid})", info.system.name(), info.url);
+        }
+        let header = [
+            "workload",
+            "system",
+            "requests",
+            "errors",
+            "throughput/s",
+            "p50",
+            "p99",
+            "max",
+            "memory",
+            "muster/etcd",
+            "target",
+        ];
+        let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| (*h).to_owned()).collect()];
+        for workload in &self.workloads {
+            for (i, result) in workload.results.iter().enumerate() {
+                let first = i == 0;
+                let latency = |pick: fn(&LatencySummary) -> f64| {
+                    result
+                        .latency
+                        .as_ref()
+                        .map_or_else(|| "-".to_owned(), |l| format_ms(pick(l)))
+                };
+                let verdict = match workload.target_met {
+                    Some(true) => "met",
+                    Some(false) => "not met",
+                    None => "n/a",
+                };
+                rows.push(vec![
+                    if first {
+                        workload.workload.name().to_owned()
+                    } else {
+                        String::new()
+                    },
+                    result.system.name().to_owned(),
+                    thousands(result.requests),
+                    thousands(result.errors),
+                    // Fanout and watchers are judged on latency and memory; their rate would
+                    // mostly measure the pauses between changes.
+                    if matches!(workload.workload, Workload::Watchers | Workload::Fanout) {
+                        "-".to_owned()
+                    } else {
+                        thousands(result.throughput_per_s.round() as u64)
+                    },
+                    latency(|l| l.p50_ms),
+                    latency(|l| l.p99_ms),
+                    latency(|l| l.max_ms),
+                    result.memory.as_ref().map_or_else(
+                        || "-".to_owned(),
+                        |m| format!("{:.1} KiB/w", m.per_watcher_bytes / 1024.0),
+                    ),
+                    match (first, workload.ratio_muster_to_etcd) {
+                        (true, Some(r)) => format!("{r:.2}×"),
+                        (true, None) => "-".to_owned(),
+                        (false, _) => String::new(),
+                    },
+                    if first {
+                        format!("{}: {verdict}", workload.target.describe())
+                    } else {
+                        String::new()
+                    },
+                ]);
+            }
+        }
+        let widths: Vec<usize> = (0..header.len())
+            .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+            .collect();
+        for row in &rows {
+            let mut line = String::new();
+            for (c, cell) in row.iter().enumerate() {
+                let pad = widths[c] - cell.chars().count();
+                // Names and verdicts read left to right; figures line up on the right.
+                if c <= 1 || c == header.len() - 1 {
+                    line.push_str(cell);
+                    line.push_str(&" ".repeat(pad));
+                } else {
+                    line.push_str(&" ".repeat(pad));
+                    line.push_str(cell);
+                }
+                line.push_str("  ");
+            }
+            let _ = writeln!(out, "{}", line.trim_end());
+        }
+        let _ = writeln!(
+            out,
+            "muster/etcd compares the figure the target judges: throughput (higher is better), \
+             fanout p99 and memory per watcher (lower is better)."
+        );
+        let _ = writeln!(
+            out,
+            "fanout: requests = expected deliveries (watchers × changes), latency = commit sent → update frame received."
+        );
+        for workload in &self.workloads {
+            let _ = writeln!(
+                out,
+                "{}: issue anchors: {}",
+                workload.workload.name(),
+                anchors(workload.workload)
+            );
+            for skipped in &workload.skipped {
+                let _ = writeln!(out, "{}: skipped {skipped}", workload.workload.name());
+            }
+            for result in &workload.results {
+                if let (Some(server), Some(client)) = (result.server_cores, result.client_cores) {
+                    let _ = writeln!(
+                        out,
+                        "{} ({}): CPU: server {server:.2} cores, load generator {client:.2} cores",
+                        workload.workload.name(),
+                        result.system.name(),
+                    );
+                }
+                if let Some(note) = &result.note {
+                    let _ = writeln!(out, "{} ({}): {note}", workload.workload.name(), result.system.name());
+                }
+                if let Some(m) = &result.memory {
+                    let _ = writeln!(
+                        out,
+                        "{} ({}): RSS {} → {} with {} idle watch streams",
+                        workload.workload.name(),
+                        result.system.name(),
+                        format_bytes(m.rss_before_bytes),
+                        format_bytes(m.rss_after_bytes),
+                        thousands(m.watchers),
+                    );
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `1234567` → `1,234,567`.
+pub(crate) fn thousands(value: u64) -> String {
+    let digits = value.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// Milliseconds with three significant figures: `812 µs`, `2.31 ms`, `48.2 ms`, `1.23 s`.
+pub(crate) fn format_ms(ms: f64) -> String {
+    if ms < 1.0 {
+        format!("{:.0} µs", ms * 1_000.0)
+    } else if ms < 10.0 {
+        format!("{ms:.2} ms")
+    } else if ms < 1_000.0 {
+        format!("{ms:.1} ms")
+    } else {
+        format!("{:.2} s", ms / 1_000.0)
+    }
+}
+
+fn format_duration(duration: Duration) -> String {
+    format_ms(duration.as_secs_f64() * 1_000.0)
+}
+
+fn format_bytes(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_formatted_for_people() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000), "1,000");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(format_ms(0.8124), "812 µs");
+        assert_eq!(format_ms(2.314), "2.31 ms");
+        assert_eq!(format_ms(48.23), "48.2 ms");
+        assert_eq!(format_ms(1_230.0), "1.23 s");
+    }
+}

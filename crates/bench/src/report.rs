@@ -1,0 +1,293 @@
+//! The report: per workload and system, requests, errors, throughput, latency percentiles
+//! or memory per watcher, the Muster/etcd ratio, and the issue's target next to it. Targets
+//! are reported (met / not met), never asserted. Pure: rendering and math only.
+//!
+//! ```text
+//!  driver / watch ──▶ SystemResult ──▶ WorkloadReport (target, ratio) ──▶ Report
+//!                                                       (rendered in `render`: table, JSON)
+//! ```
+
+use std::time::Duration;
+
+use serde::{Serialize, Serializer};
+
+use crate::histogram::Histogram;
+use crate::render::thousands;
+use crate::{Plan, Workload};
+
+/// Which system a result is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum System {
+    /// The Muster server.
+    Muster,
+    /// etcd 3.4 through its JSON gateway.
+    Etcd,
+}
+
+impl System {
+    /// The name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Muster => "muster",
+            System::Etcd => "etcd",
+        }
+    }
+}
+
+/// A workload's target from the issue, and which figure it judges.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    /// Successful requests per second, at least.
+    MinThroughput {
+        /// Requests per second.
+        per_second: f64,
+    },
+    /// p99 of commit→delivery, at most.
+    MaxP99 {
+        /// Milliseconds.
+        ms: f64,
+    },
+    /// Server RSS growth per idle watcher, at most.
+    MaxBytesPerWatcher {
+        /// Bytes.
+        bytes: f64,
+    },
+}
+
+impl Target {
+    /// The issue's target for `workload` (issue 3, "Performance").
+    pub fn for_workload(workload: Workload) -> Target {
+        match workload {
+            Workload::Register => Target::MinThroughput { per_second: 20_000.0 },
+            Workload::Renew => Target::MinThroughput { per_second: 50_000.0 },
+            Workload::Read => Target::MinThroughput { per_second: 60_000.0 },
+            Workload::Fanout => Target::MaxP99 { ms: 50.0 },
+            Workload::Watchers => Target::MaxBytesPerWatcher { bytes: 20.0 * 1024.0 },
+        }
+    }
+
+    /// The figure of `result` this target judges.
+    pub fn figure(&self, result: &SystemResult) -> Option<f64> {
+        match self {
+            Target::MinThroughput { .. } => Some(result.throughput_per_s),
+            Target::MaxP99 { .. } => result.latency.as_ref().map(|l| l.p99_ms),
+            Target::MaxBytesPerWatcher { .. } => result.memory.as_ref().map(|m| m.per_watcher_bytes),
+        }
+    }
+
+    /// Whether `figure` meets the target.
+    pub fn is_met(&self, figure: f64) -> bool {
+        match *self {
+            Target::MinThroughput { per_second } => figure >= per_second,
+            Target::MaxP99 { ms } => figure <= ms,
+            Target::MaxBytesPerWatcher { bytes } => figure <= bytes,
+        }
+    }
+
+    /// E.g. `≥ 20,000/s`.
+    pub fn describe(&self) -> String {
+        match *self {
+            Target::MinThroughput { per_second } => format!("≥ {}/s", thousands(per_second as u64)),
+            Target::MaxP99 { ms } => format!("p99 ≤ {ms} ms"),
+            Target::MaxBytesPerWatcher { bytes } => format!("≤ {} KiB/watcher", bytes / 1024.0),
+        }
+    }
+}
+
+/// The figures the issue quotes for comparison (measured with wrk, 64 connections, same box).
+pub fn anchors(workload: Workload) -> &'static str {
+    match workload {
+        Workload::Register => "etcd 3.4 ≈ 6,600 puts/s; a Rust Nacos 44,000/s (in memory, not durable)",
+        Workload::Renew => "etcd 3.4 ≈ 5,500 keepalives/s; the Rust Nacos 35,000 beats/s",
+        Workload::Read => "the Rust Nacos 48,000/s",
+        Workload::Fanout => "10,000 watchers of one service",
+        Workload::Watchers => "etcd publishes ≈ 35 KiB per connection+stream",
+    }
+}
+
+/// Latency percentiles in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LatencySummary {
+    /// Median.
+    pub p50_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Largest.
+    pub max_ms: f64,
+    /// Mean.
+    pub mean_ms: f64,
+}
+
+impl LatencySummary {
+    /// The summary of `histogram`; `None` when it is empty.
+    pub fn of(histogram: &Histogram) -> Option<LatencySummary> {
+        let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
+        Some(LatencySummary {
+            p50_ms: ms(histogram.quantile(0.50)?),
+            p99_ms: ms(histogram.quantile(0.99)?),
+            max_ms: ms(histogram.max()?),
+            mean_ms: ms(histogram.mean()?),
+        })
+    }
+}
+
+/// Server memory before and after opening idle watchers.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MemorySummary {
+    /// Watch streams open when `rss_after_bytes` was read.
+    pub watchers: u64,
+    /// Server RSS before opening them.
+    pub rss_before_bytes: u64,
+    /// Server RSS with all of them open and idle.
+    pub rss_after_bytes: u64,
+    /// Growth divided by `watchers` (0 if RSS shrank).
+    pub per_watcher_bytes: f64,
+}
+
+impl MemorySummary {
+    /// The per-watcher growth from two RSS readings.
+    pub fn new(watchers: u64, rss_before_bytes: u64, rss_after_bytes: u64) -> MemorySummary {
+        let growth = rss_after_bytes.saturating_sub(rss_before_bytes);
+        MemorySummary {
+            watchers,
+            rss_before_bytes,
+            rss_after_bytes,
+            per_watcher_bytes: if watchers == 0 {
+                0.0
+            } else {
+                growth as f64 / watchers as f64
+            },
+        }
+    }
+}
+
+/// One system's figures for one workload.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SystemResult {
+    /// Which system.
+    pub system: System,
+    /// Operations attempted (requests; for fanout, expected deliveries; for watchers, streams).
+    pub requests: u64,
+    /// Operations that failed (error status, transport error, timeout, missed delivery).
+    pub errors: u64,
+    /// Wall time of the measured phase.
+    #[serde(serialize_with = "as_secs")]
+    pub elapsed: Duration,
+    /// Successful operations per second of `elapsed`.
+    pub throughput_per_s: f64,
+    /// Latency of successful operations.
+    pub latency: Option<LatencySummary>,
+    /// For the watchers workload.
+    pub memory: Option<MemorySummary>,
+    /// CPU the system under test used in the measured phase, in cores (CPU s ÷ wall s), when
+    /// its PID is known: on a machine shared with the load generator this says who was busy.
+    pub server_cores: Option<f64>,
+    /// CPU the load generator (this process) used in the measured phase, in cores.
+    pub client_cores: Option<f64>,
+    /// Anything the reader should know (e.g. why a figure is missing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl SystemResult {
+    /// The figures of a request workload.
+    pub fn from_requests(system: System, requests: u64, errors: u64, elapsed: Duration, ok: &Histogram) -> Self {
+        let secs = elapsed.as_secs_f64();
+        SystemResult {
+            system,
+            requests,
+            errors,
+            elapsed,
+            throughput_per_s: if secs > 0.0 { ok.count() as f64 / secs } else { 0.0 },
+            latency: LatencySummary::of(ok),
+            memory: None,
+            server_cores: None,
+            client_cores: None,
+            note: None,
+        }
+    }
+}
+
+/// One workload: its target and each system's figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkloadReport {
+    /// Which workload.
+    pub workload: Workload,
+    /// The issue's target (for Muster).
+    pub target: Target,
+    /// Figures per system, Muster first.
+    pub results: Vec<SystemResult>,
+    /// Muster's figure divided by etcd's, on the figure the target judges.
+    pub ratio_muster_to_etcd: Option<f64>,
+    /// Whether Muster meets the target (reported, never asserted).
+    pub target_met: Option<bool>,
+    /// Systems skipped and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+}
+
+impl WorkloadReport {
+    /// Computes the ratio and the verdict from `results`.
+    pub fn new(workload: Workload, results: Vec<SystemResult>, skipped: Vec<String>) -> WorkloadReport {
+        let target = Target::for_workload(workload);
+        let figure = |system| {
+            results
+                .iter()
+                .find(|r| r.system == system)
+                .and_then(|r| target.figure(r))
+        };
+        let muster = figure(System::Muster);
+        let ratio = match (muster, figure(System::Etcd)) {
+            (Some(m), Some(e)) if e > 0.0 => Some(m / e),
+            _ => None,
+        };
+        WorkloadReport {
+            workload,
+            target,
+            target_met: muster.map(|m| target.is_met(m)),
+            results,
+            ratio_muster_to_etcd: ratio,
+            skipped,
+        }
+    }
+}
+
+/// Where a system under test was.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SystemInfo {
+    /// Which system.
+    pub system: System,
+    /// Its base URL.
+    pub url: String,
+    /// Whether the bench started it.
+    pub spawned: bool,
+    /// Its PID, when known (needed for memory figures).
+    pub pid: Option<u32>,
+}
+
+/// Everything one run measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// The resolved flags.
+    pub plan: Plan,
+    /// The systems loaded.
+    pub systems: Vec<SystemInfo>,
+    /// CPUs of this machine (shared by the load generator and the systems under test).
+    pub cpus: usize,
+    /// The 1-minute load average when the run started: other work on the machine skews
+    /// every figure.
+    pub load_average_at_start: Option<f64>,
+    /// One entry per workload run.
+    pub workloads: Vec<WorkloadReport>,
+}
+
+/// Serializes a duration as fractional seconds.
+pub(crate) fn as_secs<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_f64(duration.as_secs_f64())
+}
+
+#[cfg(test)]
+#[path = "report_tests.rs"]
+mod tests;

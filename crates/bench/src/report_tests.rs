@@ -1,0 +1,133 @@
+use super::*;
+
+fn plan() -> Plan {
+    Plan {
+        workloads: Workload::ALL.to_vec(),
+        connections: 64,
+        duration: Duration::from_secs(10),
+        max_requests: 2_000_000,
+        watchers: 10_000,
+        changes: 20,
+        change_interval: Duration::from_millis(100),
+        leases: 1_000,
+        services: 100,
+    }
+}
+
+fn requests(system: System, ok: u64, errors: u64, secs: u64) -> SystemResult {
+    let mut histogram = Histogram::new();
+    for i in 0..ok {
+        histogram.record(Duration::from_micros(1_000 + i % 1_000));
+    }
+    SystemResult::from_requests(system, ok + errors, errors, Duration::from_secs(secs), &histogram)
+}
+
+#[test]
+fn throughput_counts_only_successful_requests() {
+    let result = requests(System::Muster, 20_000, 5_000, 2);
+    assert_eq!(result.requests, 25_000);
+    assert_eq!(result.throughput_per_s, 10_000.0);
+}
+
+#[test]
+fn the_ratio_divides_musters_figure_by_etcds() {
+    let report = WorkloadReport::new(
+        Workload::Register,
+        vec![
+            requests(System::Muster, 250_000, 0, 10),
+            requests(System::Etcd, 66_000, 0, 10),
+        ],
+        vec![],
+    );
+    let ratio = report.ratio_muster_to_etcd.unwrap();
+    assert!((ratio - 250_000.0 / 66_000.0).abs() < 1e-9, "{ratio}");
+    assert_eq!(report.target_met, Some(true));
+}
+
+#[test]
+fn a_throughput_below_target_is_reported_not_met() {
+    let report = WorkloadReport::new(Workload::Renew, vec![requests(System::Muster, 100_000, 0, 10)], vec![]);
+    assert_eq!(report.target_met, Some(false));
+    assert_eq!(report.ratio_muster_to_etcd, None, "no etcd figure, no ratio");
+}
+
+#[test]
+fn fanout_is_judged_on_p99_and_lower_is_better() {
+    let fast = requests(System::Muster, 1_000, 0, 1); // p99 about 2 ms
+    let report = WorkloadReport::new(Workload::Fanout, vec![fast], vec![]);
+    assert_eq!(report.target_met, Some(true));
+    assert!(Target::MaxP99 { ms: 50.0 }.is_met(50.0));
+    assert!(!Target::MaxP99 { ms: 50.0 }.is_met(50.1));
+}
+
+#[test]
+fn memory_per_watcher_is_rss_growth_over_watchers() {
+    let m = MemorySummary::new(10_000, 100 << 20, (100 << 20) + 150_000_000);
+    assert_eq!(m.per_watcher_bytes, 15_000.0);
+    assert_eq!(
+        MemorySummary::new(10, 500, 400).per_watcher_bytes,
+        0.0,
+        "shrinking RSS is not negative"
+    );
+    let mut muster = requests(System::Muster, 0, 0, 1);
+    muster.memory = Some(m);
+    let mut etcd = requests(System::Etcd, 0, 0, 1);
+    etcd.memory = Some(MemorySummary::new(10_000, 0, 300_000_000));
+    let report = WorkloadReport::new(Workload::Watchers, vec![muster, etcd], vec![]);
+    assert_eq!(report.target_met, Some(true), "15,000 bytes ≤ 20 KiB");
+    assert_eq!(report.ratio_muster_to_etcd, Some(0.5));
+}
+
+#[test]
+fn a_workload_without_muster_figures_has_no_verdict() {
+    let report = WorkloadReport::new(Workload::Read, vec![requests(System::Etcd, 10, 0, 1)], vec![]);
+    assert_eq!(report.target_met, None);
+}
+
+#[test]
+fn the_table_shows_figures_ratio_target_and_anchors() {
+    let report = Report {
+        plan: plan(),
+        systems: vec![],
+        cpus: 2,
+        load_average_at_start: Some(0.5),
+        workloads: vec![WorkloadReport::new(
+            Workload::Register,
+            vec![
+                requests(System::Muster, 250_000, 3, 10),
+                requests(System::Etcd, 66_000, 0, 10),
+            ],
+            vec!["nothing".into()],
+        )],
+    };
+    let table = report.render_table();
+    assert!(table.contains("register  muster"), "{table}");
+    assert!(table.contains("25,000"), "{table}");
+    assert!(table.contains("3.79×"), "{table}");
+    assert!(table.contains("≥ 20,000/s: met"), "{table}");
+    assert!(table.contains("6,600 puts/s"), "{table}");
+    assert!(table.contains("register: skipped nothing"), "{table}");
+}
+
+#[test]
+fn the_json_carries_every_figure() {
+    let report = Report {
+        plan: plan(),
+        systems: vec![],
+        cpus: 2,
+        load_average_at_start: Some(0.5),
+        workloads: vec![WorkloadReport::new(
+            Workload::Read,
+            vec![requests(System::Muster, 1_000, 0, 1)],
+            vec![],
+        )],
+    };
+    let json: serde_json::Value = serde_json::from_str(&report.render_json()).unwrap();
+    let result = &json["workloads"][0]["results"][0];
+    assert_eq!(json["workloads"][0]["workload"], "read");
+    assert_eq!(result["system"], "muster");
+    assert_eq!(result["throughput_per_s"], 1_000.0);
+    assert!(result["latency"]["p99_ms"].as_f64().unwrap() >= 1.0);
+    assert_eq!(json["workloads"][0]["target"]["min_throughput"]["per_second"], 60_000.0);
+    assert_eq!(json["plan"]["duration"], 10.0);
+}

@@ -1,0 +1,198 @@
+//! `--spawn` and `--spawn-etcd`: start the system under test on free loopback ports with a
+//! temporary data dir, wait until it answers, and stop it (SIGKILL) when dropped. Its output
+//! goes to a log file in the data dir, quoted in the error if it fails to start.
+
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use hyper::Method;
+use muster_core::api::StatusReply;
+use tempfile::TempDir;
+
+use crate::BenchError;
+use crate::client::Http;
+use crate::clock::now;
+
+/// How long a spawned system may take to answer: etcd elects itself in about a second and
+/// Muster opens its log in well under one; 30 s allows for a cold disk cache.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often readiness is polled while waiting.
+const READY_POLL: Duration = Duration::from_millis(100);
+/// Lines of the log quoted when a spawned system fails.
+const LOG_TAIL_LINES: usize = 20;
+
+/// A system the bench started; killed and its data dir removed on drop.
+#[derive(Debug)]
+pub(crate) struct Spawned {
+    child: Child,
+    /// Its HTTP base URL.
+    pub(crate) url: String,
+    /// Its PID.
+    pub(crate) pid: u32,
+    // Removed after the child is killed (fields drop after `Drop::drop`).
+    dir: TempDir,
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        // Nothing to do if it already exited; the data dir is thrown away either way.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback TCP port free right now (the kernel picks it; the listener is closed at once).
+fn free_tcp_port() -> Result<u16, String> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).map_err(|err| format!("finding a free port: {err}"))?;
+    listener
+        .local_addr()
+        .map(|addr| addr.port())
+        .map_err(|err| err.to_string())
+}
+
+/// A loopback port free for both UDP and TCP (DNS listens on both).
+fn free_dns_port() -> Result<u16, String> {
+    for _ in 0..20 {
+        let udp = UdpSocket::bind(("127.0.0.1", 0)).map_err(|err| format!("finding a free port: {err}"))?;
+        let port = udp.local_addr().map_err(|err| err.to_string())?.port();
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err("no port free for both UDP and TCP".into())
+}
+
+fn start(what: &'static str, mut command: Command, dir: TempDir, url: String) -> Result<Spawned, BenchError> {
+    let fail = |detail: String| BenchError::Spawn { what, detail };
+    let log_path = dir.path().join("log");
+    let log = File::create(&log_path).map_err(|err| fail(format!("creating {}: {err}", log_path.display())))?;
+    let log_err = log.try_clone().map_err(|err| fail(err.to_string()))?;
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        .spawn()
+        .map_err(|err| fail(format!("running {:?}: {err}", command.get_program())))?;
+    Ok(Spawned {
+        pid: child.id(),
+        child,
+        url,
+        dir,
+    })
+}
+
+impl Spawned {
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
+    }
+
+    /// Waits until `probe` says ready, or the process exits, or the timeout.
+    async fn wait_ready(mut self, what: &'static str, probe: impl AsyncProbe) -> Result<Spawned, BenchError> {
+        let http = Http::new(&self.url, 1);
+        let start = now();
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(BenchError::Spawn {
+                    what,
+                    detail: format!("it exited with {status}; its log ends:\n{}", self.log_tail()),
+                });
+            }
+            if probe.ready(&http).await {
+                return Ok(self);
+            }
+            if now() - start > READY_TIMEOUT {
+                return Err(BenchError::Spawn {
+                    what,
+                    detail: format!(
+                        "not ready at {} after {READY_TIMEOUT:?}; its log ends:\n{}",
+                        self.url,
+                        self.log_tail()
+                    ),
+                });
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+    }
+}
+
+/// A readiness check.
+trait AsyncProbe {
+    async fn ready(&self, http: &Http) -> bool;
+}
+
+struct MusterReady;
+
+impl AsyncProbe for MusterReady {
+    async fn ready(&self, http: &Http) -> bool {
+        let Ok(body) = http.send_ok(Method::GET, "/v1/status", None).await else {
+            return false;
+        };
+        serde_json::from_slice::<StatusReply>(&body).is_ok_and(|status| status.ready)
+    }
+}
+
+struct EtcdReady;
+
+impl AsyncProbe for EtcdReady {
+    async fn ready(&self, http: &Http) -> bool {
+        // etcd 3.4 answers {"health":"true"} once it has a leader.
+        http.send_ok(Method::GET, "/health", None)
+            .await
+            .is_ok_and(|body| String::from_utf8_lossy(&body).contains("\"true\""))
+    }
+}
+
+/// Starts `bin serve` on free loopback ports with a temporary data dir.
+pub(crate) async fn spawn_muster(bin: &Path) -> Result<Spawned, BenchError> {
+    let fail = |detail: String| BenchError::Spawn { what: "muster", detail };
+    let dir = tempfile::Builder::new()
+        .prefix("muster-bench-")
+        .tempdir()
+        .map_err(|err| fail(err.to_string()))?;
+    let http = SocketAddr::from(([127, 0, 0, 1], free_tcp_port().map_err(fail)?));
+    let dns = SocketAddr::from(([127, 0, 0, 1], free_dns_port().map_err(fail)?));
+    let mut command = Command::new(bin);
+    command
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--http")
+        .arg(http.to_string())
+        .arg("--dns")
+        .arg(dns.to_string());
+    if std::env::var_os("RUST_LOG").is_none() {
+        // Per-request logging would cost the server CPU the benchmark is measuring.
+        command.env("RUST_LOG", "warn");
+    }
+    let spawned = start("muster", command, dir, format!("http://{http}"))?;
+    spawned.wait_ready("muster", MusterReady).await
+}
+
+/// Starts etcd as a single member on free loopback ports with a temporary data dir.
+pub(crate) async fn spawn_etcd(bin: &Path) -> Result<Spawned, BenchError> {
+    let fail = |detail: String| BenchError::Spawn { what: "etcd", detail };
+    let dir = tempfile::Builder::new()
+        .prefix("etcd-bench-")
+        .tempdir()
+        .map_err(|err| fail(err.to_string()))?;
+    let client = format!("http://127.0.0.1:{}", free_tcp_port().map_err(fail)?);
+    let peer = format!("http://127.0.0.1:{}", free_tcp_port().map_err(fail)?);
+    let mut command = Command::new(bin);
+    command
+        .arg("--name")
+        .arg("bench")
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+        .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+        .arg("--initial-cluster")
+        .arg(format!("bench={peer}"))
+        .args(["--logger", "zap", "--log-level", "warn"]);
+    let spawned = start("etcd", command, dir, client)?;
+    spawned.wait_ready("etcd", EtcdReady).await
+}

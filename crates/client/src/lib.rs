@@ -1,0 +1,23 @@
+//! Muster's client library (SPEC section 7): resolve a service to an eligible endpoint from a
+//! local view that is provably complete and current, keep working through registry outages
+//! within a stated budget, route around failing endpoints locally, and register with correct
+//! fencing and draining.
+//!
+//! # Layout
+//! - [`view`]: the view state machine (pure, C1) and the stale budget (C2).
+//! - [`http`]: the HTTP client of the whole `/v1` API.
+//! - [`lkg`]: the last-known-good set on disk.
+//! - [`balance`]: eligibility (C3) and the balancers (C4), all over one eligible set.
+//! - [`eject`]: local outlier ejection (C5, H6).
+//! - [`registrar`]: register, renew with jitter, report readiness, drain on shutdown (C6).
+//! - [`discover`]: a `tower::discover::Discover` source (C7).
+
+#![forbid(unsafe_code)]
+
+pub mod balance;
+pub mod discover;
+pub mod eject;
+pub mod http;
+pub mod lkg;
+pub mod registrar;
+pub mod view;

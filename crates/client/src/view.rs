@@ -1,0 +1,314 @@
+//! The view state machine (SPEC C1) and the stale budget (SPEC C2): pure, time as input.
+//!
+//! ```text
+//!                 snapshot ──▶ install (whole set, digest verified on decode)
+//!  frames ──▶ View ──update──▶ apply only if prev_revision == active revision and the digest
+//!                 │             of the result matches; otherwise keep the old set, resnapshot
+//!                 ├─progress──▶ the active set is still current up to that revision
+//!                 └─compacted / resync / undecodable / wrong service ──▶ keep, resnapshot
+//! ```
+//!
+//! The active set only ever changes to a set the server really had: a validated snapshot, or
+//! a validated snapshot plus contiguous, digest-checked updates. Anything doubtful leaves the
+//! old set in place (never an empty one) and asks the shell for a fresh snapshot. The view
+//! reports three revisions apart — received (highest seen in any frame), validated (highest
+//! whose content was checked), active (what picks use) — and the age of the active set: time
+//! since the server last confirmed it (snapshot, applied update or progress).
+
+use std::sync::Arc;
+
+use muster_core::api::Frame;
+use muster_core::{Revision, ServiceKey, ServiceSnapshot, ServiceUpdate};
+
+/// Why the view wants a fresh snapshot. The active set is kept meanwhile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resnapshot {
+    /// There is no active set yet.
+    NoView,
+    /// An update did not follow the active revision: something was missed.
+    Gap {
+        /// The active revision.
+        have: Revision,
+        /// The update's previous revision.
+        prev: Revision,
+    },
+    /// An update's events did not produce the digest it vouched for.
+    DigestMismatch {
+        /// The update's revision.
+        revision: Revision,
+    },
+    /// The server no longer has the history after the active revision.
+    Compacted,
+    /// The server cut the stream because the view fell behind.
+    Resync,
+    /// A frame could not be decoded or was about another service.
+    Invalid(String),
+}
+
+/// What the shell should do after a frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Keep reading the stream.
+    Continue,
+    /// Take a snapshot and watch from its revision.
+    Resnapshot(Resnapshot),
+}
+
+/// The three revisions and the age the view reports (SPEC C1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ViewStatus {
+    /// The highest revision seen in any frame.
+    pub received: Revision,
+    /// The highest revision whose content was validated.
+    pub validated: Revision,
+    /// The revision of the active set (`None`: no view yet).
+    pub active: Option<Revision>,
+    /// Milliseconds since the server last confirmed the active set (`None`: no view yet).
+    pub age_ms: Option<u64>,
+    /// Whether the view is waiting for a fresh snapshot.
+    pub resnapshot_pending: bool,
+}
+
+/// One service's view.
+#[derive(Debug, Clone)]
+pub struct View {
+    key: ServiceKey,
+    active: Option<Arc<ServiceSnapshot>>,
+    /// The global revision up to which the server confirmed the active set.
+    current_to: Revision,
+    confirmed_ms: u64,
+    received: Revision,
+    validated: Revision,
+    pending: Option<Resnapshot>,
+}
+
+impl View {
+    /// An empty view of `key`: no set until a snapshot (or a last-known-good) is installed.
+    pub fn new(key: ServiceKey) -> View {
+        View {
+            key,
+            active: None,
+            current_to: Revision::ZERO,
+            confirmed_ms: 0,
+            received: Revision::ZERO,
+            validated: Revision::ZERO,
+            pending: Some(Resnapshot::NoView),
+        }
+    }
+
+    /// The service.
+    pub fn key(&self) -> &ServiceKey {
+        &self.key
+    }
+
+    /// The active set, if any.
+    pub fn active(&self) -> Option<&Arc<ServiceSnapshot>> {
+        self.active.as_ref()
+    }
+
+    /// The global revision the active set is known current at: where a watch resumes.
+    pub fn resume_from(&self) -> Option<Revision> {
+        self.active.as_ref().map(|_| self.current_to)
+    }
+
+    /// The revisions and age.
+    pub fn status(&self, now_ms: u64) -> ViewStatus {
+        ViewStatus {
+            received: self.received,
+            validated: self.validated,
+            active: self.active.as_ref().map(|s| s.revision()),
+            age_ms: self.active.as_ref().map(|_| now_ms.saturating_sub(self.confirmed_ms)),
+            resnapshot_pending: self.pending.is_some(),
+        }
+    }
+
+    /// Installs a complete set read at global revision `read_at` (its digest was checked when
+    /// it was decoded). A set for another service is refused and the old one kept.
+    pub fn install(&mut self, snapshot: ServiceSnapshot, read_at: Revision, now_ms: u64) -> Next {
+        if snapshot.key() != &self.key {
+            return self.doubt(Resnapshot::Invalid(format!("a snapshot of {} for a view of {}", snapshot.key(), self.key)));
+        }
+        self.received = self.received.max(read_at);
+        self.validated = self.validated.max(read_at);
+        self.current_to = read_at.max(snapshot.revision());
+        self.active = Some(Arc::new(snapshot));
+        self.confirmed_ms = now_ms;
+        self.pending = None;
+        Next::Continue
+    }
+
+    /// Installs a last-known-good set loaded from disk at start: usable within the stale
+    /// budget, but the view still wants a fresh snapshot. `saved_ms` is when it was last
+    /// confirmed, so its age counts from then, not from the load.
+    pub fn install_last_known_good(&mut self, snapshot: ServiceSnapshot, current_to: Revision, saved_ms: u64) {
+        if snapshot.key() != &self.key || self.active.is_some() {
+            return;
+        }
+        self.current_to = current_to;
+        self.active = Some(Arc::new(snapshot));
+        self.confirmed_ms = saved_ms;
+        self.pending = Some(Resnapshot::NoView);
+    }
+
+    /// Applies one watch frame.
+    pub fn on_frame(&mut self, frame: &Frame, now_ms: u64) -> Next {
+        match frame {
+            Frame::Snapshot { revision, snapshot } => self.install(snapshot.clone(), *revision, now_ms),
+            Frame::Update(update) => self.on_update(update, now_ms),
+            Frame::Progress { revision } => self.on_progress(*revision, now_ms),
+            Frame::Error { error, revision } => {
+                self.received = self.received.max(*revision);
+                if error.code == "compacted" {
+                    self.doubt(Resnapshot::Compacted)
+                } else {
+                    self.doubt(Resnapshot::Invalid(format!("{}: {}", error.code, error.message)))
+                }
+            }
+            Frame::Resync { revision } => {
+                self.received = self.received.max(*revision);
+                self.doubt(Resnapshot::Resync)
+            }
+            // The server is stopping: nothing is wrong with the set; the shell reconnects
+            // and resumes from `resume_from`.
+            Frame::Closing { revision } => {
+                self.received = self.received.max(*revision);
+                Next::Continue
+            }
+        }
+    }
+
+    /// A line that did not decode as a frame.
+    pub fn on_undecodable(&mut self, why: &str) -> Next {
+        self.doubt(Resnapshot::Invalid(why.to_owned()))
+    }
+
+    /// Applies an update if it is the contiguous next one of the active set's lineage and
+    /// its digest checks out; otherwise keeps the active set and asks for a snapshot.
+    pub fn on_update(&mut self, update: &ServiceUpdate, now_ms: u64) -> Next {
+        self.received = self.received.max(update.revision);
+        if self.pending.is_some() {
+            // Waiting for a snapshot: updates on a doubted lineage are not applied.
+            return Next::Resnapshot(self.pending.clone().unwrap_or(Resnapshot::NoView));
+        }
+        let Some(active) = &self.active else {
+            return self.doubt(Resnapshot::NoView);
+        };
+        let mut next = ServiceSnapshot::clone(active);
+        match next.apply(update) {
+            Ok(true) => {
+                self.active = Some(Arc::new(next));
+                self.validated = self.validated.max(update.revision);
+                self.current_to = self.current_to.max(update.revision);
+                self.confirmed_ms = now_ms;
+                Next::Continue
+            }
+            // A replay of something already applied: harmless.
+            Ok(false) => Next::Continue,
+            Err(muster_core::GapError::Gap { have, prev, .. }) => self.doubt(Resnapshot::Gap { have, prev }),
+            Err(muster_core::GapError::DigestMismatch { revision, .. }) => {
+                self.doubt(Resnapshot::DigestMismatch { revision })
+            }
+            Err(other) => self.doubt(Resnapshot::Invalid(other.to_string())),
+        }
+    }
+
+    /// The server says everything up to `revision` has been sent: with nothing pending and
+    /// nothing missed, the active set is current up to there.
+    pub fn on_progress(&mut self, revision: Revision, now_ms: u64) -> Next {
+        self.received = self.received.max(revision);
+        if self.pending.is_none() && self.active.is_some() && revision >= self.current_to {
+            self.current_to = revision;
+            self.confirmed_ms = now_ms;
+        }
+        Next::Continue
+    }
+
+    fn doubt(&mut self, why: Resnapshot) -> Next {
+        if self.pending.is_none() {
+            self.pending = Some(why.clone());
+        }
+        Next::Resnapshot(why)
+    }
+}
+
+/// How risky an operation is, which decides how stale a view it may use (SPEC C2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Risk {
+    /// Read-only or idempotent: may continue on a stale view if configured.
+    ReadOnly,
+    /// A stateful mutation: fails closed beyond the budget.
+    Mutation,
+    /// A privileged or irreversible effect: fails closed beyond its own, tighter budget.
+    Privileged,
+}
+
+/// How stale a view each kind of operation may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaleBudget {
+    /// Age up to which any operation may use the view.
+    pub budget_ms: u64,
+    /// Age up to which a privileged operation may use it (at most `budget_ms`).
+    pub privileged_budget_ms: u64,
+    /// Whether read-only operations continue beyond `budget_ms` (reporting the age).
+    pub stale_reads_allowed: bool,
+}
+
+impl Default for StaleBudget {
+    /// 30 s covers a registry leader election and a watch reconnect with room; privileged
+    /// effects get 5 s, about one missed progress frame; stale reads are off unless chosen.
+    fn default() -> Self {
+        StaleBudget { budget_ms: 30_000, privileged_budget_ms: 5_000, stale_reads_allowed: false }
+    }
+}
+
+/// Why a view may not be used for an operation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StaleError {
+    /// There has never been a view (first start, registry down, no last-known-good).
+    #[error("unavailable: no view of {key} yet")]
+    Unavailable {
+        /// The service.
+        key: ServiceKey,
+    },
+    /// The view is older than this operation's budget: fail closed.
+    #[error("stale: the view of {key} is {age_ms} ms old, beyond the {budget_ms} ms budget for this operation")]
+    Stale {
+        /// The service.
+        key: ServiceKey,
+        /// The view's age.
+        age_ms: u64,
+        /// The budget it broke.
+        budget_ms: u64,
+    },
+}
+
+/// A set an operation may use, with how old it is.
+#[derive(Debug, Clone)]
+pub struct Usable {
+    /// The set: possibly empty, which is an answer (SPEC W5), never replaced by an older one.
+    pub snapshot: Arc<ServiceSnapshot>,
+    /// Its age.
+    pub age_ms: u64,
+    /// Whether it is beyond the budget (allowed only for stale-tolerant reads).
+    pub stale: bool,
+}
+
+impl View {
+    /// The active set if an operation of this risk may use it now.
+    pub fn usable(&self, risk: Risk, budget: &StaleBudget, now_ms: u64) -> Result<Usable, StaleError> {
+        let Some(snapshot) = &self.active else {
+            return Err(StaleError::Unavailable { key: self.key.clone() });
+        };
+        let age_ms = now_ms.saturating_sub(self.confirmed_ms);
+        let limit = match risk {
+            Risk::Privileged => budget.privileged_budget_ms.min(budget.budget_ms),
+            Risk::ReadOnly | Risk::Mutation => budget.budget_ms,
+        };
+        let stale = age_ms > limit;
+        if stale && !(risk == Risk::ReadOnly && budget.stale_reads_allowed) {
+            return Err(StaleError::Stale { key: self.key.clone(), age_ms, budget_ms: limit });
+        }
+        Ok(Usable { snapshot: Arc::clone(snapshot), age_ms, stale })
+    }
+}

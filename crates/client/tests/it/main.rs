@@ -1,0 +1,3 @@
+//! Integration tests of the client library's pure parts against the real registry.
+
+mod view;
