@@ -21,9 +21,16 @@ fn apply_update(c: &mut Criterion) {
     // One endpoint's weight changes: the update every iteration applies to a fresh copy of
     // the 10,000-endpoint view (a copy shares structure with `start`, as a view shares its
     // set with readers, so the apply pays the copy-on-write).
-    registry.apply(&fixture::register(ENDPOINTS / 2, 101), &fixture::meta()).expect("accepted");
-    let updates = registry.changes_since(&Scope::Service(fixture::key()), base).expect("retained");
-    let start = registry.snapshot_at(&fixture::key(), base).expect("retained").expect("known");
+    registry
+        .apply(&fixture::register(ENDPOINTS / 2, 101), &fixture::meta())
+        .expect("accepted");
+    let updates = registry
+        .changes_since(&Scope::Service(fixture::key()), base)
+        .expect("retained");
+    let start = registry
+        .snapshot_at(&fixture::key(), base)
+        .expect("retained")
+        .expect("known");
     let mut group = c.benchmark_group("view_10k");
     group.bench_function("apply_one_update", |b| {
         b.iter_batched(
@@ -40,7 +47,13 @@ fn apply_update(c: &mut Criterion) {
         );
     });
     group.bench_function("anchor_rebuild_set", |b| {
-        b.iter(|| black_box(ServiceSnapshot::from_endpoints(fixture::key(), Revision(1), start.iter().cloned())));
+        b.iter(|| {
+            black_box(ServiceSnapshot::from_endpoints(
+                fixture::key(),
+                Revision(1),
+                start.iter().cloned(),
+            ))
+        });
     });
     group.finish();
 }

@@ -69,7 +69,11 @@ fn main() {
     view.install(snapshot, muster_core::Revision(u64::from(ENDPOINTS)), 0);
     let live = LIVE_BYTES.load(Ordering::Relaxed) - before;
     let per_endpoint = live / ENDPOINTS as usize;
-    let verdict = if per_endpoint <= TARGET_BYTES_PER_ENDPOINT { "met" } else { "MISSED" };
+    let verdict = if per_endpoint <= TARGET_BYTES_PER_ENDPOINT {
+        "met"
+    } else {
+        "MISSED"
+    };
     println!("view of {ENDPOINTS} endpoints: {live} live bytes");
     println!("bytes per endpoint: {per_endpoint} (target ≤ {TARGET_BYTES_PER_ENDPOINT}: {verdict})");
     drop(view);

@@ -20,4 +20,6 @@ pub mod eject;
 pub mod http;
 pub mod lkg;
 pub mod registrar;
+pub mod resolver;
+mod seed;
 pub mod view;

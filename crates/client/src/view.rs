@@ -80,6 +80,10 @@ pub struct View {
     received: Revision,
     validated: Revision,
     pending: Option<Resnapshot>,
+    /// The service was confirmed unknown at `current_to` (a watch from "now" sent no
+    /// snapshot before its first progress): its first update, from revision 0, may start
+    /// the set. Unknown is not empty (SPEC W5): there is still no active set.
+    absent: bool,
 }
 
 impl View {
@@ -93,6 +97,7 @@ impl View {
             received: Revision::ZERO,
             validated: Revision::ZERO,
             pending: Some(Resnapshot::NoView),
+            absent: false,
         }
     }
 
@@ -126,7 +131,11 @@ impl View {
     /// it was decoded). A set for another service is refused and the old one kept.
     pub fn install(&mut self, snapshot: ServiceSnapshot, read_at: Revision, now_ms: u64) -> Next {
         if snapshot.key() != &self.key {
-            return self.doubt(Resnapshot::Invalid(format!("a snapshot of {} for a view of {}", snapshot.key(), self.key)));
+            return self.doubt(Resnapshot::Invalid(format!(
+                "a snapshot of {} for a view of {}",
+                snapshot.key(),
+                self.key
+            )));
         }
         self.received = self.received.max(read_at);
         self.validated = self.validated.max(read_at);
@@ -134,6 +143,7 @@ impl View {
         self.active = Some(Arc::new(snapshot));
         self.confirmed_ms = now_ms;
         self.pending = None;
+        self.absent = false;
         Next::Continue
     }
 
@@ -190,12 +200,14 @@ impl View {
             // Waiting for a snapshot: updates on a doubted lineage are not applied.
             return Next::Resnapshot(self.pending.clone().unwrap_or(Resnapshot::NoView));
         }
-        let Some(active) = &self.active else {
-            return self.doubt(Resnapshot::NoView);
+        let mut next = match &self.active {
+            Some(active) => ServiceSnapshot::clone(active),
+            None if self.absent => ServiceSnapshot::empty(self.key.clone()),
+            None => return self.doubt(Resnapshot::NoView),
         };
-        let mut next = ServiceSnapshot::clone(active);
         match next.apply(update) {
             Ok(true) => {
+                self.absent = false;
                 self.active = Some(Arc::new(next));
                 self.validated = self.validated.max(update.revision);
                 self.current_to = self.current_to.max(update.revision);
@@ -214,8 +226,18 @@ impl View {
 
     /// The server says everything up to `revision` has been sent: with nothing pending and
     /// nothing missed, the active set is current up to there.
+    ///
+    /// A progress that arrives while a fresh watch still owes its snapshot means the service
+    /// is unknown at that revision: the view stays without a set, but follows the stream.
     pub fn on_progress(&mut self, revision: Revision, now_ms: u64) -> Next {
         self.received = self.received.max(revision);
+        if self.active.is_none() && self.pending == Some(Resnapshot::NoView) {
+            self.pending = None;
+            self.absent = true;
+            self.current_to = revision;
+            self.confirmed_ms = now_ms;
+            return Next::Continue;
+        }
         if self.pending.is_none() && self.active.is_some() && revision >= self.current_to {
             self.current_to = revision;
             self.confirmed_ms = now_ms;
@@ -257,7 +279,11 @@ impl Default for StaleBudget {
     /// 30 s covers a registry leader election and a watch reconnect with room; privileged
     /// effects get 5 s, about one missed progress frame; stale reads are off unless chosen.
     fn default() -> Self {
-        StaleBudget { budget_ms: 30_000, privileged_budget_ms: 5_000, stale_reads_allowed: false }
+        StaleBudget {
+            budget_ms: 30_000,
+            privileged_budget_ms: 5_000,
+            stale_reads_allowed: false,
+        }
     }
 }
 
@@ -307,8 +333,16 @@ impl View {
         };
         let stale = age_ms > limit;
         if stale && !(risk == Risk::ReadOnly && budget.stale_reads_allowed) {
-            return Err(StaleError::Stale { key: self.key.clone(), age_ms, budget_ms: limit });
+            return Err(StaleError::Stale {
+                key: self.key.clone(),
+                age_ms,
+                budget_ms: limit,
+            });
         }
-        Ok(Usable { snapshot: Arc::clone(snapshot), age_ms, stale })
+        Ok(Usable {
+            snapshot: Arc::clone(snapshot),
+            age_ms,
+            stale,
+        })
     }
 }

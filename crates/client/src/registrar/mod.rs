@@ -48,7 +48,6 @@ pub mod config;
 pub mod incarnation;
 pub mod machine;
 pub mod outcome;
-mod seed;
 pub mod status;
 pub mod task;
 pub mod timing;

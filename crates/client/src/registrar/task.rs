@@ -16,8 +16,8 @@ use crate::http::Client;
 use crate::registrar::config::{LeaseLossPolicy, RegistrarConfig};
 use crate::registrar::machine::RegistrarMachine;
 use crate::registrar::outcome::{Action, Outcome};
-use crate::registrar::seed::SplitMix64;
 use crate::registrar::status::{RegistrarStatus, Registration};
+use crate::seed::SplitMix64;
 
 /// The serving state the application asks for, with its reason.
 type Desired = (ServingState, String);

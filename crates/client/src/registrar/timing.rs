@@ -54,7 +54,7 @@ pub fn jitter<R: RngCore + ?Sized>(rng: &mut R, delay: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registrar::seed::SplitMix64;
+    use crate::seed::SplitMix64;
 
     #[test]
     fn jitter_spans_exactly_ninety_to_one_hundred_ten_percent() {

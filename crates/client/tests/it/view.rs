@@ -9,7 +9,9 @@ use muster_core::{
     Actor, AddressSpec, EndpointSpec, Incarnation, InstanceId, Principal, Revision, ServiceKey, ServiceSnapshot,
     ServiceUpdate, ServingState,
 };
-use muster_registry::{Command, CommandMeta, Deregister, LeaseSpec, Register, Registry, RegistryConfig, Scope, SetServing, Target};
+use muster_registry::{
+    Command, CommandMeta, Deregister, LeaseSpec, Register, Registry, RegistryConfig, Scope, SetServing, Target,
+};
 use proptest::prelude::*;
 
 fn key(service: &str) -> ServiceKey {
@@ -17,40 +19,77 @@ fn key(service: &str) -> ServiceKey {
 }
 
 fn target(service: &str, instance: u8, incarnation: u64) -> Target {
-    Target { key: key(service), instance: InstanceId::new(&format!("i{instance}")).unwrap(), incarnation: Incarnation(incarnation) }
+    Target {
+        key: key(service),
+        instance: InstanceId::new(&format!("i{instance}")).unwrap(),
+        incarnation: Incarnation(incarnation),
+    }
 }
 
 #[derive(Debug, Clone)]
 enum Op {
-    Register { other: bool, instance: u8, incarnation: u64, ip: u8 },
-    Serving { instance: u8, incarnation: u64, state: ServingState },
-    Deregister { instance: u8, incarnation: u64 },
+    Register {
+        other: bool,
+        instance: u8,
+        incarnation: u64,
+        ip: u8,
+    },
+    Serving {
+        instance: u8,
+        incarnation: u64,
+        state: ServingState,
+    },
+    Deregister {
+        instance: u8,
+        incarnation: u64,
+    },
 }
 
 fn command(op: &Op) -> Command {
     match op {
-        Op::Register { other, instance, incarnation, ip } => Register {
+        Op::Register {
+            other,
+            instance,
+            incarnation,
+            ip,
+        } => Register {
             target: target(if *other { "other" } else { "api" }, *instance, *incarnation),
-            spec: EndpointSpec { addresses: vec![AddressSpec { ip: format!("10.0.0.{}", ip + 1), scope: None }], ..EndpointSpec::default() },
+            spec: EndpointSpec {
+                addresses: vec![AddressSpec {
+                    ip: format!("10.0.0.{}", ip + 1),
+                    scope: None,
+                }],
+                ..EndpointSpec::default()
+            },
             lease: LeaseSpec::None,
             expected_revision: None,
         }
         .into(),
-        Op::Serving { instance, incarnation, state } => SetServing {
+        Op::Serving {
+            instance,
+            incarnation,
+            state,
+        } => SetServing {
             target: target("api", *instance, *incarnation),
             state: *state,
             reason: "prop".into(),
             expected_revision: None,
         }
         .into(),
-        Op::Deregister { instance, incarnation } => {
-            Deregister { target: target("api", *instance, *incarnation), expected_revision: None }.into()
+        Op::Deregister { instance, incarnation } => Deregister {
+            target: target("api", *instance, *incarnation),
+            expected_revision: None,
         }
+        .into(),
     }
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let state = prop_oneof![Just(ServingState::Ready), Just(ServingState::Draining), Just(ServingState::Degraded)];
+    let state = prop_oneof![
+        Just(ServingState::Ready),
+        Just(ServingState::Draining),
+        Just(ServingState::Degraded)
+    ];
     prop_oneof![
         4 => (any::<bool>(), 0..5u8, 1..3u64, 0..3u8).prop_map(|(other, instance, incarnation, ip)| Op::Register { other, instance, incarnation, ip }),
         2 => (0..5u8, 1..3u64, state).prop_map(|(instance, incarnation, state)| Op::Serving { instance, incarnation, state }),
@@ -92,15 +131,29 @@ struct History {
 
 fn history(ops: &[Op]) -> History {
     let mut registry = Registry::new(RegistryConfig::default());
-    let meta = CommandMeta { at_ms: 1, principal: Principal::new("prop").unwrap(), actor: Actor::App };
+    let meta = CommandMeta {
+        at_ms: 1,
+        principal: Principal::new("prop").unwrap(),
+        actor: Actor::App,
+    };
     let mut states = vec![(Revision::ZERO, None)];
     for op in ops {
         let _ = registry.apply(&command(op), &meta);
         states.push((registry.revision(), registry.snapshot(&key("api"))));
     }
-    let by_service_revision = states.iter().filter_map(|(_, s)| s.clone()).map(|s| (s.revision(), s)).collect();
-    let updates = registry.changes_since(&Scope::Service(key("api")), Revision::ZERO).unwrap();
-    History { states, by_service_revision, updates }
+    let by_service_revision = states
+        .iter()
+        .filter_map(|(_, s)| s.clone())
+        .map(|s| (s.revision(), s))
+        .collect();
+    let updates = registry
+        .changes_since(&Scope::Service(key("api")), Revision::ZERO)
+        .unwrap();
+    History {
+        states,
+        by_service_revision,
+        updates,
+    }
 }
 
 /// A client connection: the view, the server position it is at, and the stream it reads.
@@ -119,7 +172,10 @@ impl Connection {
         let (read_at, snapshot) = &history.states[self.now];
         if view.status(now_ms).resnapshot_pending {
             if let Some(snapshot) = snapshot {
-                assert_eq!(view.install(ServiceSnapshot::clone(snapshot), *read_at, now_ms), Next::Continue);
+                assert_eq!(
+                    view.install(ServiceSnapshot::clone(snapshot), *read_at, now_ms),
+                    Next::Continue
+                );
             }
             self.after = *read_at;
         } else {
@@ -132,16 +188,29 @@ impl Connection {
     fn refill(&mut self, history: &History) {
         let present = history.states[self.now].0;
         let last_queued = self.queue.back().map_or(self.after, |u| u.revision);
-        self.queue
-            .extend(history.updates.iter().filter(|u| u.revision > last_queued && u.revision <= present).cloned());
+        self.queue.extend(
+            history
+                .updates
+                .iter()
+                .filter(|u| u.revision > last_queued && u.revision <= present)
+                .cloned(),
+        );
     }
 }
 
 fn assert_real(view: &View, history: &History) -> Result<(), TestCaseError> {
     if let Some(active) = view.active() {
         let real = history.by_service_revision.get(&active.revision());
-        prop_assert!(real.is_some(), "active revision {} was never a state of the service", active.revision());
-        prop_assert_eq!(&**active, &**real.unwrap(), "the active set differs from the server's at its revision");
+        prop_assert!(
+            real.is_some(),
+            "active revision {} was never a state of the service",
+            active.revision()
+        );
+        prop_assert_eq!(
+            &**active,
+            &**real.unwrap(),
+            "the active set differs from the server's at its revision"
+        );
     }
     Ok(())
 }
@@ -206,8 +275,17 @@ proptest! {
 }
 
 fn register(registry: &mut Registry, instance: u8) -> Arc<ServiceUpdate> {
-    let meta = CommandMeta { at_ms: 1, principal: Principal::new("t").unwrap(), actor: Actor::App };
-    let op = Op::Register { other: false, instance, incarnation: 1, ip: instance };
+    let meta = CommandMeta {
+        at_ms: 1,
+        principal: Principal::new("t").unwrap(),
+        actor: Actor::App,
+    };
+    let op = Op::Register {
+        other: false,
+        instance,
+        incarnation: 1,
+        ip: instance,
+    };
     registry.apply(&command(&op), &meta).unwrap().updates[0].clone()
 }
 
@@ -218,24 +296,42 @@ fn a_gap_or_a_bad_digest_keeps_the_old_set_and_asks_for_a_snapshot() {
     let mut registry = Registry::new(RegistryConfig::default());
     register(&mut registry, 0);
     let mut view = View::new(key("api"));
-    view.install(ServiceSnapshot::clone(&registry.snapshot(&key("api")).unwrap()), registry.revision(), 0);
+    view.install(
+        ServiceSnapshot::clone(&registry.snapshot(&key("api")).unwrap()),
+        registry.revision(),
+        0,
+    );
     let _missed = register(&mut registry, 1);
     let after_gap = register(&mut registry, 2);
     assert!(matches!(view.on_update(&after_gap, 5), Next::Resnapshot(_)));
     let status = view.status(5);
-    assert_eq!((status.received, status.validated, status.active), (Revision(3), Revision(1), Some(Revision(1))));
+    assert_eq!(
+        (status.received, status.validated, status.active),
+        (Revision(3), Revision(1), Some(Revision(1)))
+    );
     assert!(status.resnapshot_pending);
     assert_eq!(view.active().unwrap().len(), 1, "the old set is kept, never emptied");
 
     let mut fresh = View::new(key("api"));
-    fresh.install(ServiceSnapshot::clone(&registry.snapshot(&key("api")).unwrap()), Revision(2), 0);
+    fresh.install(
+        ServiceSnapshot::clone(&registry.snapshot(&key("api")).unwrap()),
+        Revision(2),
+        0,
+    );
     let mut mangled = ServiceUpdate::clone(&after_gap);
     mangled.prev_revision = Revision(2);
     mangled.digest = muster_core::Digest(mangled.digest.0 ^ 1);
     // The snapshot above is at service revision 3 already; build one at 2 to apply onto.
     let mut at_two = View::new(key("api"));
-    at_two.install(ServiceSnapshot::clone(&registry.snapshot_at(&key("api"), Revision(2)).unwrap().unwrap()), Revision(2), 0);
-    assert!(matches!(at_two.on_update(&mangled, 1), Next::Resnapshot(muster_client::view::Resnapshot::DigestMismatch { .. })));
+    at_two.install(
+        ServiceSnapshot::clone(&registry.snapshot_at(&key("api"), Revision(2)).unwrap().unwrap()),
+        Revision(2),
+        0,
+    );
+    assert!(matches!(
+        at_two.on_update(&mangled, 1),
+        Next::Resnapshot(muster_client::view::Resnapshot::DigestMismatch { .. })
+    ));
     assert_eq!(at_two.active().unwrap().revision(), Revision(2));
 }
 
@@ -244,19 +340,38 @@ fn a_gap_or_a_bad_digest_keeps_the_old_set_and_asks_for_a_snapshot() {
 /// budget; an authoritative empty set is an answer, not a reason to fall back.
 #[test]
 fn the_stale_budget_depends_on_the_operations_risk() {
-    let budget = StaleBudget { budget_ms: 1_000, privileged_budget_ms: 100, stale_reads_allowed: true };
+    let budget = StaleBudget {
+        budget_ms: 1_000,
+        privileged_budget_ms: 100,
+        stale_reads_allowed: true,
+    };
     let mut view = View::new(key("api"));
-    assert!(matches!(view.usable(Risk::ReadOnly, &budget, 0), Err(StaleError::Unavailable { .. })));
+    assert!(matches!(
+        view.usable(Risk::ReadOnly, &budget, 0),
+        Err(StaleError::Unavailable { .. })
+    ));
 
     view.install(ServiceSnapshot::empty(key("api")), Revision(7), 1_000);
     let fresh = view.usable(Risk::Mutation, &budget, 1_050).unwrap();
-    assert!(fresh.snapshot.is_empty() && !fresh.stale, "an empty set is returned as empty");
-    assert!(matches!(view.usable(Risk::Privileged, &budget, 1_200), Err(StaleError::Stale { budget_ms: 100, .. })));
+    assert!(
+        fresh.snapshot.is_empty() && !fresh.stale,
+        "an empty set is returned as empty"
+    );
+    assert!(matches!(
+        view.usable(Risk::Privileged, &budget, 1_200),
+        Err(StaleError::Stale { budget_ms: 100, .. })
+    ));
 
     let late = 1_000 + 5_000;
     assert!(view.usable(Risk::ReadOnly, &budget, late).unwrap().stale);
-    assert!(matches!(view.usable(Risk::Mutation, &budget, late), Err(StaleError::Stale { age_ms: 5_000, .. })));
-    let strict = StaleBudget { stale_reads_allowed: false, ..budget };
+    assert!(matches!(
+        view.usable(Risk::Mutation, &budget, late),
+        Err(StaleError::Stale { age_ms: 5_000, .. })
+    ));
+    let strict = StaleBudget {
+        stale_reads_allowed: false,
+        ..budget
+    };
     assert!(view.usable(Risk::ReadOnly, &strict, late).is_err());
 
     // A progress frame renews the confirmation: the same set is current again.
@@ -273,7 +388,11 @@ fn the_last_known_good_set_round_trips_and_a_damaged_one_is_refused() {
     register(&mut registry, 0);
     register(&mut registry, 1);
     let mut view = View::new(key("api"));
-    view.install(ServiceSnapshot::clone(&registry.snapshot(&key("api")).unwrap()), Revision(2), 100);
+    view.install(
+        ServiceSnapshot::clone(&registry.snapshot(&key("api")).unwrap()),
+        Revision(2),
+        100,
+    );
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("api.lkg");
     assert!(muster_client::lkg::save(&view, 150, &path).unwrap());
@@ -283,10 +402,22 @@ fn the_last_known_good_set_round_trips_and_a_damaged_one_is_refused() {
     restarted.install_last_known_good(saved.snapshot, saved.current_to, saved.confirmed_ms);
     assert_eq!(restarted.active().map(|a| a.len()), Some(2));
     assert_eq!(restarted.resume_from(), Some(Revision(2)));
-    assert_eq!(restarted.status(400).age_ms, Some(300), "age counts from the last confirmation, not the load");
-    assert!(restarted.status(400).resnapshot_pending, "a loaded set still wants a fresh snapshot");
+    assert_eq!(
+        restarted.status(400).age_ms,
+        Some(300),
+        "age counts from the last confirmation, not the load"
+    );
+    assert!(
+        restarted.status(400).resnapshot_pending,
+        "a loaded set still wants a fresh snapshot"
+    );
 
-    let text = std::fs::read_to_string(&path).unwrap().replacen("10.0.0.1", "10.0.0.9", 1);
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replacen("10.0.0.1", "10.0.0.9", 1);
     std::fs::write(&path, text).unwrap();
-    assert!(muster_client::lkg::load(&path).is_err(), "a set whose digest does not match is not trusted");
+    assert!(
+        muster_client::lkg::load(&path).is_err(),
+        "a set whose digest does not match is not trusted"
+    );
 }

@@ -6,8 +6,10 @@
 mod durability;
 mod e2e;
 mod fixtures;
+mod inproc;
 mod parsers;
 mod registrar;
 mod render;
+mod resolver;
 mod support;
 mod surface;

@@ -11,73 +11,9 @@ use muster_core::{
     AddressSpec, DeleteReason, Endpoint, EndpointSpec, Event, Incarnation, InstanceId, PortSpec, Protocol, ServiceKey,
     ServingState,
 };
-use muster_server::{RunningServer, ServerConfig};
-use tempfile::TempDir;
 use tokio::sync::watch;
 
-/// The longest any single step may take: generous for a loaded 2-core machine, reached only
-/// when something is broken.
-const STEP: Duration = Duration::from_secs(20);
-
-/// The registry's shortest TTL: the tests outlive several of them in a few seconds.
-const TTL: Duration = Duration::from_secs(1);
-
-/// How often a bounded wait looks again.
-const POLL: Duration = Duration::from_millis(50);
-
-/// A registry on a free loopback port with a scratch data dir.
-struct Registry {
-    server: Option<RunningServer>,
-    config: ServerConfig,
-    _dir: TempDir,
-}
-
-impl Registry {
-    async fn start() -> Registry {
-        let dir = tempfile::tempdir().unwrap();
-        let config = ServerConfig {
-            data_dir: dir.path().to_path_buf(),
-            http: "127.0.0.1:0".parse().unwrap(),
-            progress_interval_ms: 200,
-            shutdown_grace_ms: 1_000,
-            ..ServerConfig::default()
-        };
-        let server = tokio::time::timeout(STEP, muster_server::start(config.clone()))
-            .await
-            .expect("the registry starts in time")
-            .expect("the registry starts");
-        Registry {
-            config: ServerConfig {
-                // A restart comes back on the same port, where the registrar's client points.
-                http: server.local_addr(),
-                ..config
-            },
-            server: Some(server),
-            _dir: dir,
-        }
-    }
-
-    fn client(&self) -> Client {
-        let server = self.server.as_ref().expect("running");
-        Client::new(&format!("http://{}", server.local_addr())).unwrap()
-    }
-
-    async fn stop(&mut self) {
-        let server = self.server.take().expect("running");
-        tokio::time::timeout(STEP, server.stop())
-            .await
-            .expect("the registry stops in time")
-            .expect("the registry stops");
-    }
-
-    async fn restart(&mut self) {
-        let server = tokio::time::timeout(STEP, muster_server::start(self.config.clone()))
-            .await
-            .expect("the registry restarts in time")
-            .expect("the registry restarts");
-        self.server = Some(server);
-    }
-}
+use crate::inproc::{POLL, Registry, STEP, TTL};
 
 fn key() -> ServiceKey {
     ServiceKey::new("acme", "prod", "api").unwrap()

@@ -1,4 +1,5 @@
-//! [`SplitMix64`]: the registrar's default jitter source when the caller injects none.
+//! [`SplitMix64`]: the default jitter source (registrar renewals, resolver reconnects) when the
+//! caller injects none.
 //!
 //! Jitter only has to differ between instances, not resist prediction, so the default is
 //! seeded from what makes an instance unique (service, instance, incarnation) instead of

@@ -1,0 +1,228 @@
+//! The client library's resolver (SPEC C1, C2, C3) against a real registry: a restart keeps
+//! the view and recovers it, compaction while disconnected forces a resnapshot that loses no
+//! delete, a drain leaves the eligible set at once, and a last-known-good set serves at start
+//! while the registry is down.
+
+use std::time::Duration;
+
+use muster_client::balance::{EligibilityConfig, EligibleSet};
+use muster_client::eject::OutlierDetector;
+use muster_client::http::Client;
+use muster_client::resolver::{Resolver, ResolverConfig};
+use muster_client::view::{Risk, StaleBudget};
+use muster_core::api::{DeregisterQuery, DrainRequest, RegisterRequest};
+use muster_core::{AddressSpec, EndpointSpec, Incarnation, InstanceId, ServiceKey, ServingState};
+
+use crate::inproc::{POLL, Registry, STEP};
+
+fn key() -> ServiceKey {
+    ServiceKey::new("acme", "prod", "api").unwrap()
+}
+
+async fn register(client: &Client, instance: &str, ip: &str) {
+    let request = RegisterRequest {
+        incarnation: Incarnation(1),
+        endpoint: EndpointSpec {
+            addresses: vec![AddressSpec {
+                ip: ip.into(),
+                scope: None,
+            }],
+            ..EndpointSpec::default()
+        },
+        lease: None,
+        expected_revision: None,
+    };
+    client
+        .register(&key(), &InstanceId::new(instance).unwrap(), &request)
+        .await
+        .unwrap();
+}
+
+fn once() -> DeregisterQuery {
+    DeregisterQuery {
+        incarnation: Incarnation(1),
+        expected_revision: None,
+    }
+}
+
+/// The instances of the resolver's active set.
+fn members(resolver: &Resolver) -> Vec<String> {
+    resolver
+        .view()
+        .active()
+        .map(|set| set.iter().map(|e| e.instance.to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Waits (bounded) until `done` holds.
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..(STEP.as_millis() / POLL.as_millis()) {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+fn lenient() -> ResolverConfig {
+    ResolverConfig {
+        budget: StaleBudget {
+            budget_ms: 60_000,
+            ..StaleBudget::default()
+        },
+        ..ResolverConfig::default()
+    }
+}
+
+/// The registry restarts while a client follows it: the view is kept (never emptied) and
+/// its age grows while the registry is away; once it is back, the view catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_restart_keeps_the_view_and_it_recovers() {
+    let mut registry = Registry::start().await;
+    let client = registry.client();
+    register(&client, "api-0", "10.0.0.1").await;
+    register(&client, "api-1", "10.0.0.2").await;
+    let resolver = Resolver::start(client.clone(), key(), lenient());
+    until("the view holds both", || members(&resolver) == ["api-0", "api-1"]).await;
+
+    registry.stop().await;
+    let age_then = resolver.status().age_ms.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(members(&resolver), ["api-0", "api-1"], "an outage keeps the last set");
+    assert!(
+        resolver.status().age_ms.unwrap() >= age_then + 500,
+        "the stale age grows while away"
+    );
+    assert!(
+        resolver.usable(Risk::ReadOnly).is_ok(),
+        "within the budget the set is still usable"
+    );
+
+    registry.restart().await;
+    register(&registry.client(), "api-2", "10.0.0.3").await;
+    until("the view recovers", || {
+        members(&resolver) == ["api-0", "api-1", "api-2"]
+    })
+    .await;
+    assert!(resolver.status().age_ms.unwrap() < 2_000);
+    resolver.stop().await;
+}
+
+/// reference/control-plane-state.txt, "Watch gap silently loses a deletion", over the wire:
+/// while the client is disconnected an endpoint is deleted and the history compacted; the
+/// resume gets `compacted`, the resolver resnapshots, and the deleted endpoint is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_while_disconnected_forces_a_resnapshot_that_keeps_the_delete() {
+    let mut registry = Registry::start_with(|mut config| {
+        config.registry.history_revisions = 2;
+        config
+    })
+    .await;
+    let client = registry.client();
+    register(&client, "api-0", "10.0.0.1").await;
+    register(&client, "api-1", "10.0.0.2").await;
+    let resolver = Resolver::start(client.clone(), key(), lenient());
+    until("the view holds both", || members(&resolver) == ["api-0", "api-1"]).await;
+    let resume_from = resolver.view().resume_from().unwrap();
+
+    registry
+        .away(|elsewhere| async move {
+            let id = InstanceId::new("api-0").unwrap();
+            elsewhere.deregister(&key(), &id, &once()).await.unwrap();
+            for n in 0..5 {
+                register(&elsewhere, &format!("pad-{n}"), "10.0.1.1").await;
+                let pad = InstanceId::new(&format!("pad-{n}")).unwrap();
+                elsewhere.deregister(&key(), &pad, &once()).await.unwrap();
+            }
+        })
+        .await;
+    until("the resolver resnapshots", || members(&resolver) == ["api-1"]).await;
+    assert!(resolver.view().resume_from().unwrap() > resume_from);
+    resolver.stop().await;
+}
+
+/// SPEC L6 / C3: a drain reaches the view, and the endpoint leaves the eligible set at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_leaves_the_eligible_set_as_soon_as_the_update_arrives() {
+    let registry = Registry::start().await;
+    let client = registry.client();
+    register(&client, "api-0", "10.0.0.1").await;
+    register(&client, "api-1", "10.0.0.2").await;
+    let resolver = Resolver::start(client.clone(), key(), lenient());
+    until("the view holds both", || members(&resolver).len() == 2).await;
+    let drained = client
+        .drain(
+            &key(),
+            &InstanceId::new("api-1").unwrap(),
+            &DrainRequest {
+                incarnation: Incarnation(1),
+                reason: "deploy".into(),
+                expected_revision: None,
+            },
+        )
+        .await
+        .unwrap();
+    until("the drain arrives", || {
+        resolver.view().active().unwrap().revision() >= drained.revision
+    })
+    .await;
+    let view = resolver.view();
+    let set = view.active().unwrap();
+    assert_eq!(
+        set.get(&InstanceId::new("api-1").unwrap()).unwrap().serving,
+        ServingState::Draining
+    );
+    let eligible = EligibleSet::build(
+        set.revision(),
+        set.iter(),
+        &EligibilityConfig::default(),
+        &OutlierDetector::default(),
+        0,
+    );
+    let names: Vec<String> = eligible.eligible().iter().map(|e| e.instance.to_string()).collect();
+    assert_eq!(names, ["api-0"]);
+    resolver.stop().await;
+}
+
+/// SPEC C1 step 1 / C2: with the registry down at start, a saved last-known-good set serves
+/// within the stale budget; beyond it, mutations fail closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_last_known_good_set_serves_at_start_while_the_registry_is_down() {
+    let mut registry = Registry::start().await;
+    let client = registry.client();
+    register(&client, "api-0", "10.0.0.1").await;
+    let scratch = tempfile::tempdir().unwrap();
+    let path = scratch.path().join("api.lkg");
+    let saving = Resolver::start(
+        client.clone(),
+        key(),
+        ResolverConfig {
+            last_known_good: Some(path.clone()),
+            ..lenient()
+        },
+    );
+    until("the set is saved", || path.exists()).await;
+    saving.stop().await;
+    registry.stop().await;
+
+    let config = ResolverConfig {
+        last_known_good: Some(path),
+        budget: StaleBudget {
+            budget_ms: 60_000,
+            privileged_budget_ms: 0,
+            stale_reads_allowed: false,
+        },
+    };
+    let resolver = Resolver::start(client.clone(), key(), config);
+    let usable = resolver
+        .usable(Risk::ReadOnly)
+        .expect("the saved set is usable at once");
+    assert_eq!(usable.snapshot.len(), 1);
+    assert!(resolver.status().resnapshot_pending, "it still wants a fresh snapshot");
+    assert!(
+        resolver.usable(Risk::Privileged).is_err(),
+        "a zero privileged budget fails closed"
+    );
+    resolver.stop().await;
+}
