@@ -107,6 +107,20 @@ impl Pick {
             reason: self.reason,
         }
     }
+
+    /// A `tracing` span for the call made with this pick, carrying service, revision,
+    /// endpoint, incarnation and reason (SPEC C8): enter it (or `instrument` the call's
+    /// future with it) so everything the call logs says which selection it came from.
+    pub fn span(&self, service: &ServiceKey) -> tracing::Span {
+        tracing::info_span!(
+            "pick",
+            service = %service,
+            revision = self.revision.0,
+            instance = %self.endpoint.instance,
+            incarnation = self.endpoint.incarnation.0,
+            reason = self.reason.code(),
+        )
+    }
 }
 
 /// Why an endpoint was picked from the pool it was picked from.
@@ -195,5 +209,43 @@ mod tests {
         );
         assert_eq!(PickReason::Spillover(tier).code(), "spillover");
         assert_eq!(PickReason::Panic.code(), "panic");
+    }
+
+    #[test]
+    fn a_picks_span_carries_the_selection_into_what_the_call_logs() {
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let sink = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .finish();
+        let set = set_of([Fixture::ready(7).incarnation(3).build()]);
+        let pick = RoundRobin::new(&set, &mut rng(0)).pick(&mut rng(0)).unwrap();
+        let service = ServiceKey::new("acme", "prod", "api").unwrap();
+        tracing::subscriber::with_default(subscriber, || {
+            let _call = pick.span(&service).entered();
+            tracing::info!("request sent");
+        });
+        let logged = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        for field in [
+            "service=acme/prod/api",
+            "revision=42",
+            "instance=ep-0007",
+            "incarnation=3",
+            "reason=\"normal\"",
+        ] {
+            assert!(logged.contains(field), "{field} missing from {logged}");
+        }
     }
 }
