@@ -25,13 +25,10 @@
 //!   latency from sending the write to each watcher receiving the update of its revision.
 //! - `watchers`: server RSS growth (`/proc/PID/status` VmRSS) with those streams open, ÷ N.
 //!
-//! # Use from the CLI
-//! ```ignore
-//! Command::Bench(args) => {
-//!     let report = muster_bench::run(args).await?;
-//!     print!("{}", if json { report.render_json() } else { report.render_table() });
-//! }
-//! ```
+//! # Use
+//! `muster bench` embeds [`BenchArgs`] and prints [`Report::render_table`] (or
+//! [`Report::render_json`] with `--json`): `muster bench --spawn --spawn-etcd` measures a
+//! fresh server and a fresh etcd side by side.
 
 #![forbid(unsafe_code)]
 

@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+mod batcher;
 mod log_store;
 mod network;
 mod node;
@@ -23,4 +24,4 @@ mod storage_tests;
 mod types;
 
 pub use node::{ApplyObserver, ConsensusError, Node, NodeConfig, NodeStatus};
-pub use types::{Outcome, Proposal, TypeConfig};
+pub use types::{Batch, Outcome, Proposal, TypeConfig};

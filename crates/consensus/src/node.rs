@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use muster_core::{Rejection, Revision};
 use muster_registry::{Applied, Command, CommandMeta, Registry, RegistryConfig};
-use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
 
+use crate::batcher::Batcher;
 use crate::log_store::LogStore;
 use crate::network::NoPeers;
 use crate::state_machine::{Shared, StateMachine};
-use crate::types::{Outcome, Proposal, TypeConfig};
+use crate::types::{Proposal, TypeConfig};
 
 /// The only member of a group of one.
 const NODE_ID: u64 = 1;
@@ -72,7 +72,7 @@ pub struct NodeStatus {
 }
 
 /// Why a proposal or the node itself failed (not a registry refusal).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConsensusError {
     /// The node is shutting down or has stopped.
@@ -93,6 +93,8 @@ pub struct Node {
     shared: Arc<Shared>,
     /// The log's writer thread, joined by `shutdown` so the database is closed when it returns.
     log_writer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
+    /// Group commit: concurrent proposals share one log entry.
+    batcher: Batcher,
 }
 
 impl Node {
@@ -137,30 +139,24 @@ impl Node {
             .state(ServerState::Leader, "single node elects itself")
             .await
             .map_err(|_| ConsensusError::NoLeader)?;
+        let batcher = Batcher::spawn(raft.clone());
         Ok(Node {
             raft,
             shared,
             log_writer,
+            batcher,
         })
     }
 
     /// Proposes a command; returns once it is durable (fsynced) and applied, with the
-    /// registry's verdict. Concurrent proposals share log appends and fsyncs.
+    /// registry's verdict. Concurrent proposals share one log entry and one fsync
+    /// (group commit).
     pub async fn propose(
         &self,
         command: Command,
         meta: CommandMeta,
     ) -> Result<Result<Applied, Rejection>, ConsensusError> {
-        match self.raft.client_write(Proposal { command, meta }).await {
-            Ok(response) => match response.data {
-                Outcome(Some(result)) => Ok(result),
-                Outcome(None) => Err(ConsensusError::Storage("a proposal applied as a Raft entry".into())),
-            },
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(ConsensusError::NoLeader),
-            Err(RaftError::APIError(e)) => Err(ConsensusError::Storage(e.to_string())),
-            Err(RaftError::Fatal(openraft::error::Fatal::Stopped)) => Err(ConsensusError::ShuttingDown),
-            Err(RaftError::Fatal(e)) => Err(ConsensusError::Storage(e.to_string())),
-        }
+        self.batcher.propose(Proposal { command, meta }).await
     }
 
     /// Reads the registry. Keep `f` short: clone the `Arc`s you need and return.

@@ -182,17 +182,23 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 .applied_index
                 .store(entry.log_id.index, std::sync::atomic::Ordering::Release);
             outcomes.push(match entry.payload {
-                EntryPayload::Blank => Outcome(None),
-                EntryPayload::Normal(proposal) => {
-                    let result = registry.apply(&proposal.command, &proposal.meta);
-                    if let Ok(applied) = &result {
-                        self.shared.observer.applied(&registry, applied);
-                    }
-                    Outcome(Some(result))
-                }
+                EntryPayload::Blank => Outcome(Vec::new()),
+                EntryPayload::Normal(batch) => Outcome(
+                    batch
+                        .0
+                        .iter()
+                        .map(|proposal| {
+                            let result = registry.apply(&proposal.command, &proposal.meta);
+                            if let Ok(applied) = &result {
+                                self.shared.observer.applied(&registry, applied);
+                            }
+                            result
+                        })
+                        .collect(),
+                ),
                 EntryPayload::Membership(membership) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), membership);
-                    Outcome(None)
+                    Outcome(Vec::new())
                 }
             });
         }

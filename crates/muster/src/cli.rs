@@ -54,6 +54,8 @@ pub enum Command {
     Lease(LeaseCommand),
     /// Show the server's revision, leader and readiness.
     Status(StatusArgs),
+    /// Load Muster (and etcd) over HTTP: throughput, p50/p99, the Muster/etcd ratio, the targets.
+    Bench(muster_bench::BenchArgs),
 }
 
 /// Where the server is and whose data to address.

@@ -38,6 +38,17 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
             let status = client.status().await?;
             emit(out, json, &status, || render::status_text(client.server(), &status))
         }
+        Command::Bench(args) => {
+            let report = muster_bench::run(args)
+                .await
+                .map_err(|e| CliError::usage(e.code(), e.to_string()))?;
+            let text = if json {
+                report.render_json()
+            } else {
+                report.render_table()
+            };
+            print(out, &text).map(drop)
+        }
     }
 }
 

@@ -18,7 +18,8 @@ const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(10);
 fn main() -> ExitCode {
     // Usage errors exit 2 here, and --help / --version exit 0.
     let cli = Cli::parse();
-    let serving = matches!(cli.command, Command::Serve(_));
+    // The server and the load generator need every core; a client command needs one.
+    let serving = matches!(cli.command, Command::Serve(_) | Command::Bench(_));
     init_logging(serving);
     let json = cli.json;
     let runtime = if serving {
