@@ -18,53 +18,12 @@
 //!
 //! Run with `cargo bench -p muster-registry --bench memory`.
 
-// A counting allocator must implement `GlobalAlloc`, an unsafe trait: the one measured need
-// for unsafe code in the workspace, confined to this benchmark binary.
-#![allow(unsafe_code)]
-
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use muster_core::ServiceKey;
 use muster_registry::{Command, LeaseSpec, Quotas, Registry, RegistryConfig};
-
-mod common;
-
-/// The system allocator, counting the bytes currently allocated.
-struct Counting;
-
-static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is forwarded unchanged to `System`, which upholds `GlobalAlloc`'s
-// contract; the counter is only arithmetic on the sizes passed through.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's layout.
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `System` with this layout (we forwarded it there).
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded unchanged; `ptr` and `layout` come from an earlier allocation.
-        let new = unsafe { System.realloc(ptr, layout, new_size) };
-        if !new.is_null() {
-            LIVE_BYTES.fetch_add(new_size, Ordering::Relaxed);
-            LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-        }
-        new
-    }
-}
+use muster_testkit::Counting;
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -99,9 +58,9 @@ fn main() {
 
     let building = build_all(&keys);
     let before = resident_anonymous_bytes();
-    let live_before = LIVE_BYTES.load(Ordering::Relaxed);
+    let live_before = muster_testkit::live_bytes();
     let (registry, elapsed) = register_all(config, &keys);
-    let live = LIVE_BYTES.load(Ordering::Relaxed).saturating_sub(live_before) as u64;
+    let live = muster_testkit::live_bytes().saturating_sub(live_before) as u64;
     let after = resident_anonymous_bytes();
 
     let count: usize = keys
@@ -157,7 +116,7 @@ fn build_all(keys: &[ServiceKey]) -> Duration {
     reason = "a benchmark measures wall time; no registry code reads this clock"
 )]
 fn register_all(config: RegistryConfig, keys: &[ServiceKey]) -> (Registry, Duration) {
-    let meta = common::meta();
+    let meta = muster_testkit::meta();
     let mut registry = Registry::new(config);
     let start = Instant::now();
     for n in 0..ENDPOINTS {
@@ -170,7 +129,7 @@ fn register_all(config: RegistryConfig, keys: &[ServiceKey]) -> (Registry, Durat
 
 fn register(key: &ServiceKey, n: u32) -> Command {
     let pod = format!("pod-{:08x}", scramble(n));
-    common::register(key, &pod, n, 100, LeaseSpec::Grant { ttl_ms: LEASE_TTL_MS })
+    muster_testkit::register(key, &pod, n, 100, LeaseSpec::Grant { ttl_ms: LEASE_TTL_MS })
 }
 
 /// A bijection on `u32` (multiplication by an odd constant), so ids are unique but arrive in

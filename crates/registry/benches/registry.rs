@@ -41,8 +41,6 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use muster_core::{Endpoint, ServiceKey, ServiceSnapshot};
 use muster_registry::{Command, LeaseSpec, Registry, RegistryConfig, Scope};
 
-mod common;
-
 /// The set size of the write and change-log benches: the largest service the quotas are
 /// sized around (`endpoints_per_service` is five times this).
 const LARGE_SERVICE: u32 = 10_000;
@@ -61,13 +59,13 @@ fn instance(n: u32) -> String {
 }
 
 fn register(key: &ServiceKey, n: u32, weight: u32) -> Command {
-    common::register(key, &instance(n), n, weight, LeaseSpec::None)
+    muster_testkit::register(key, &instance(n), n, weight, LeaseSpec::None)
 }
 
 /// A registry with default configuration holding one service of `size` endpoints.
 fn registry_with(key: &ServiceKey, size: u32) -> Registry {
     let mut registry = Registry::new(RegistryConfig::default());
-    let meta = common::meta();
+    let meta = muster_testkit::meta();
     for n in 0..size {
         registry
             .apply(&register(key, n, WEIGHT), &meta)
@@ -102,7 +100,7 @@ impl Flips {
 
 fn register_into_10k(c: &mut Criterion) {
     let key = service_key("api");
-    let meta = common::meta();
+    let meta = muster_testkit::meta();
     let mut group = c.benchmark_group("register_into_10k");
 
     let mut registry = registry_with(&key, LARGE_SERVICE);
@@ -156,7 +154,10 @@ fn changes_since_1_in_10k(c: &mut Criterion) {
     let mut registry = registry_with(&key, LARGE_SERVICE);
     let before = registry.revision();
     let applied = registry
-        .apply(&register(&key, LARGE_SERVICE / 2, FLIPPED_WEIGHT), &common::meta())
+        .apply(
+            &register(&key, LARGE_SERVICE / 2, FLIPPED_WEIGHT),
+            &muster_testkit::meta(),
+        )
         .expect("re-registration accepted");
     assert!(applied.unchanged.is_none(), "the change commits");
     let scope = Scope::Service(key);
