@@ -1,0 +1,405 @@
+//! Checks as registrations carry them: the kind is picked by the URL's scheme
+//! (`http://host:port/path`, `tcp://host:port`, `grpc://host:port[/service]`, or a TTL check
+//! the instance updates itself), with interval, timeout, jitter, rise and fall.
+
+use std::time::Duration;
+
+use muster_core::Rejection;
+use serde::{Deserialize, Serialize};
+
+/// Which signal a check feeds (SPEC H1): they route differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Signal {
+    /// Can it take new work now? Failing removes it from routing.
+    #[default]
+    Readiness,
+    /// Is it making progress? Failing is reported (a restart hint), never a routing vote.
+    Liveness,
+    /// Has it finished starting? Holds the endpoint in `starting` until its first pass.
+    Startup,
+}
+
+/// A check as submitted.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckSpec {
+    /// `http://host:port/path`, `tcp://host:port`, `grpc://host:port[/service]`; absent for a
+    /// TTL check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// For a TTL check: how long a pass or warn report stays valid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// The signal it feeds; readiness when omitted.
+    #[serde(default)]
+    pub signal: Signal,
+    /// Time between probes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_ms: Option<u64>,
+    /// Time a probe may take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Consecutive passes to pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rise: Option<u32>,
+    /// Consecutive failures to fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fall: Option<u32>,
+    /// HTTP: the accepted status range, `[low, high]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<(u16, u16)>,
+    /// HTTP: a string the body must contain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_contains: Option<String>,
+}
+
+/// What is probed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckKind {
+    /// An HTTP GET whose status must lie in `status` and whose body must hold `body_contains`.
+    Http {
+        /// `host:port`.
+        authority: String,
+        /// The path, starting with `/`.
+        path: String,
+        /// Accepted statuses, inclusive.
+        status: (u16, u16),
+        /// Required body text.
+        body_contains: Option<String>,
+    },
+    /// A TCP connect.
+    Tcp {
+        /// `host:port`.
+        authority: String,
+    },
+    /// `grpc.health.v1.Health/Check` for `service` (empty: the server as a whole).
+    Grpc {
+        /// `host:port`.
+        authority: String,
+        /// The service name asked about.
+        service: String,
+    },
+    /// The instance (or its agent) reports pass / warn / fail within each TTL.
+    Ttl {
+        /// How long a report stays valid.
+        ttl: Duration,
+    },
+}
+
+/// A validated check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// What is probed.
+    pub kind: CheckKind,
+    /// The signal it feeds.
+    pub signal: Signal,
+    /// Time between probes (for a TTL check: how often the deadline is looked at).
+    pub interval: Duration,
+    /// Time a probe may take; never more than the interval, so probes do not pile up.
+    pub timeout: Duration,
+    /// Consecutive passes to pass.
+    pub rise: u32,
+    /// Consecutive failures to fail.
+    pub fall: u32,
+}
+
+/// 10 s between probes: the common default (Consul, Kubernetes), 1,000 probes/s for 10,000
+/// endpoints.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+/// 2 s per probe: a healthy loopback or LAN answer takes milliseconds; a wedged one is cut off
+/// well inside one interval.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Two passes to pass, three failures to fail (HAProxy's defaults): one lost packet never
+/// removes an endpoint, a dead one is gone within three intervals.
+pub const DEFAULT_RISE: u32 = 2;
+/// See [`DEFAULT_RISE`].
+pub const DEFAULT_FALL: u32 = 3;
+/// The shortest interval: 100 ms keeps one check from becoming a load test of its target.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// Thresholds above 10 make detection slower than any operator expects from "a few probes".
+pub const MAX_THRESHOLD: u32 = 10;
+
+fn invalid(field: &str, reason: impl Into<String>) -> Rejection {
+    Rejection::InvalidField {
+        field: field.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn authority_and_rest<'a>(field: &str, rest: &'a str) -> Result<(&'a str, &'a str), Rejection> {
+    let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+    let port_ok = authority
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0));
+    if !port_ok {
+        return Err(invalid(
+            field,
+            format!("'{authority}' must be host:port with a port of 1 to 65535"),
+        ));
+    }
+    Ok((authority, path))
+}
+
+impl CheckSpec {
+    /// Validates the spec; `field` names it in errors (e.g. `checks[0]`).
+    pub fn validate(&self, field: &str) -> Result<Check, Rejection> {
+        let at = |name: &str| format!("{field}.{name}");
+        let kind = match (&self.url, self.ttl_ms) {
+            (Some(_), Some(_)) => return Err(invalid(field, "a check has either a url or a ttl_ms, not both")),
+            (None, None) => return Err(invalid(field, "a check needs a url (http, tcp, grpc) or a ttl_ms")),
+            (None, Some(ttl)) => {
+                if ttl < MIN_INTERVAL.as_millis() as u64 {
+                    return Err(invalid(
+                        &at("ttl_ms"),
+                        format!("must be at least {} ms, got {ttl}", MIN_INTERVAL.as_millis()),
+                    ));
+                }
+                CheckKind::Ttl {
+                    ttl: Duration::from_millis(ttl),
+                }
+            }
+            (Some(url), None) => {
+                let (scheme, rest) = url
+                    .split_once("://")
+                    .ok_or_else(|| invalid(&at("url"), format!("'{url}' has no scheme (http://, tcp://, grpc://)")))?;
+                match scheme {
+                    "http" => {
+                        let (authority, path) = authority_and_rest(&at("url"), rest)?;
+                        let status = self.status.unwrap_or((200, 399));
+                        if !(100..=599).contains(&status.0) || !(status.0..=599).contains(&status.1) {
+                            return Err(invalid(
+                                &at("status"),
+                                format!("must be a range within 100..=599, got {status:?}"),
+                            ));
+                        }
+                        CheckKind::Http {
+                            authority: authority.to_owned(),
+                            path: format!("/{path}"),
+                            status,
+                            body_contains: self.body_contains.clone(),
+                        }
+                    }
+                    "tcp" => {
+                        let (authority, path) = authority_and_rest(&at("url"), rest)?;
+                        if !path.is_empty() {
+                            return Err(invalid(&at("url"), "a tcp check has no path"));
+                        }
+                        CheckKind::Tcp {
+                            authority: authority.to_owned(),
+                        }
+                    }
+                    "grpc" => {
+                        let (authority, service) = authority_and_rest(&at("url"), rest)?;
+                        CheckKind::Grpc {
+                            authority: authority.to_owned(),
+                            service: service.to_owned(),
+                        }
+                    }
+                    other => {
+                        return Err(invalid(
+                            &at("url"),
+                            format!(
+                                "scheme '{other}' is not a check kind (http, tcp, grpc; or ttl_ms for a TTL check)"
+                            ),
+                        ));
+                    }
+                }
+            }
+        };
+        if !matches!(kind, CheckKind::Http { .. }) && (self.status.is_some() || self.body_contains.is_some()) {
+            return Err(invalid(field, "status and body_contains apply to http checks only"));
+        }
+        let interval = self.interval_ms.map_or(DEFAULT_INTERVAL, Duration::from_millis);
+        if interval < MIN_INTERVAL {
+            return Err(invalid(
+                &at("interval_ms"),
+                format!(
+                    "must be at least {} ms, got {}",
+                    MIN_INTERVAL.as_millis(),
+                    interval.as_millis()
+                ),
+            ));
+        }
+        let timeout = self
+            .timeout_ms
+            .map_or(DEFAULT_TIMEOUT.min(interval), Duration::from_millis);
+        if timeout.is_zero() || timeout > interval {
+            return Err(invalid(
+                &at("timeout_ms"),
+                format!(
+                    "must be 1 ms to the interval ({} ms), got {}",
+                    interval.as_millis(),
+                    timeout.as_millis()
+                ),
+            ));
+        }
+        let threshold = |name: &str, value: Option<u32>, default: u32| match value.unwrap_or(default) {
+            n @ 1..=MAX_THRESHOLD => Ok(n),
+            n => Err(invalid(&at(name), format!("must be 1 to {MAX_THRESHOLD}, got {n}"))),
+        };
+        Ok(Check {
+            kind,
+            signal: self.signal,
+            interval,
+            timeout,
+            rise: threshold("rise", self.rise, DEFAULT_RISE)?,
+            fall: threshold("fall", self.fall, DEFAULT_FALL)?,
+        })
+    }
+}
+
+impl Check {
+    /// The longest a dead target keeps passing: `fall` probes, the last one timing out, each
+    /// started up to one interval (plus jitter) after the previous. The checker's bench
+    /// measures detection against this.
+    pub fn detection_bound(&self, jitter: Duration) -> Duration {
+        (self.interval + jitter) * self.fall + self.timeout
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(url: &str) -> CheckSpec {
+        CheckSpec {
+            url: Some(url.into()),
+            ..CheckSpec::default()
+        }
+    }
+
+    #[test]
+    fn the_scheme_picks_the_kind_and_defaults_are_sane() {
+        let http = url("http://10.0.0.1:8080/healthz").validate("checks[0]").unwrap();
+        assert_eq!(
+            http.kind,
+            CheckKind::Http {
+                authority: "10.0.0.1:8080".into(),
+                path: "/healthz".into(),
+                status: (200, 399),
+                body_contains: None
+            }
+        );
+        assert_eq!(
+            (http.interval, http.timeout, http.rise, http.fall),
+            (DEFAULT_INTERVAL, DEFAULT_TIMEOUT, 2, 3)
+        );
+        assert_eq!(
+            url("tcp://db:5432").validate("c").unwrap().kind,
+            CheckKind::Tcp {
+                authority: "db:5432".into()
+            }
+        );
+        assert_eq!(
+            url("grpc://127.0.0.1:50051/pay.v1.Pay").validate("c").unwrap().kind,
+            CheckKind::Grpc {
+                authority: "127.0.0.1:50051".into(),
+                service: "pay.v1.Pay".into()
+            }
+        );
+        let ttl = CheckSpec {
+            ttl_ms: Some(30_000),
+            ..CheckSpec::default()
+        }
+        .validate("c")
+        .unwrap();
+        assert_eq!(
+            ttl.kind,
+            CheckKind::Ttl {
+                ttl: Duration::from_secs(30)
+            }
+        );
+        assert_eq!(http.detection_bound(Duration::from_secs(1)), Duration::from_secs(35));
+    }
+
+    #[test]
+    fn bad_checks_are_refused_with_a_code_naming_the_field() {
+        let cases: Vec<(CheckSpec, &str)> = vec![
+            (
+                CheckSpec {
+                    interval_ms: Some(0),
+                    ..url("tcp://a:1")
+                },
+                "checks[0].interval_ms: must be at least 100 ms, got 0",
+            ),
+            (
+                CheckSpec {
+                    timeout_ms: Some(5_000),
+                    interval_ms: Some(1_000),
+                    ..url("tcp://a:1")
+                },
+                "checks[0].timeout_ms: must be 1 ms to the interval (1000 ms), got 5000",
+            ),
+            (
+                CheckSpec {
+                    timeout_ms: Some(0),
+                    ..url("tcp://a:1")
+                },
+                "checks[0].timeout_ms: must be 1 ms",
+            ),
+            (
+                CheckSpec {
+                    rise: Some(0),
+                    ..url("tcp://a:1")
+                },
+                "checks[0].rise: must be 1 to 10, got 0",
+            ),
+            (
+                CheckSpec {
+                    fall: Some(11),
+                    ..url("tcp://a:1")
+                },
+                "checks[0].fall: must be 1 to 10, got 11",
+            ),
+            (url("ftp://a:21"), "checks[0].url: scheme 'ftp' is not a check kind"),
+            (
+                url("https://a:443/"),
+                "checks[0].url: scheme 'https' is not a check kind",
+            ),
+            (url("a:80"), "has no scheme"),
+            (url("http://no-port/x"), "must be host:port"),
+            (url("tcp://a:0"), "must be host:port with a port of 1 to 65535"),
+            (url("tcp://a:1/path"), "a tcp check has no path"),
+            (
+                CheckSpec {
+                    status: Some((200, 700)),
+                    ..url("http://a:1/")
+                },
+                "checks[0].status: must be a range",
+            ),
+            (
+                CheckSpec {
+                    body_contains: Some("ok".into()),
+                    ..url("tcp://a:1")
+                },
+                "http checks only",
+            ),
+            (CheckSpec::default(), "needs a url"),
+            (
+                CheckSpec {
+                    ttl_ms: Some(10),
+                    ..CheckSpec::default()
+                },
+                "checks[0].ttl_ms: must be at least 100 ms",
+            ),
+            (
+                CheckSpec {
+                    ttl_ms: Some(1_000),
+                    ..url("tcp://a:1")
+                },
+                "not both",
+            ),
+        ];
+        for (spec, message) in cases {
+            let err = spec.validate("checks[0]").unwrap_err();
+            assert_eq!(err.code(), "invalid_field", "{err}");
+            assert!(err.to_string().contains(message), "{err} should contain {message}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        assert!(serde_json::from_str::<CheckSpec>(r#"{"url":"tcp://a:1","intervall_ms":5}"#).is_err());
+    }
+}

@@ -1,0 +1,23 @@
+//! Health decisions (SPEC section 4), pure: no sockets, no clock, no randomness. The checker
+//! that probes (issue 5) is a thin shell around these.
+//!
+//! ```text
+//!  CheckSpec (wire) ──validate──▶ Check { kind, signal, interval, timeout, jitter, rise, fall }
+//!
+//!  probe results ──▶ Hysteresis (rise/fall, startup hold, flap damping) ──▶ Transition?
+//!                                                              │ only threshold crossings
+//!                                                              ▼
+//!                    Preservation (per service: removal rate, serving floor) ──▶ propose / hold
+//! ```
+//!
+//! - [`check`]: what a registration asks to be checked, validated with stable codes.
+//! - [`hysteresis`]: one check's state over time: only crossings of the rise/fall thresholds
+//!   change the serving state; flapping is damped to `degraded`.
+//! - [`preservation`]: a service-wide brake: when too many endpoints would leave at once, stop
+//!   removing them and say so (H5).
+
+#![forbid(unsafe_code)]
+
+pub mod check;
+pub mod hysteresis;
+pub mod preservation;

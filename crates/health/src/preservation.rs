@@ -1,0 +1,148 @@
+//! Self-preservation and the serving floor (SPEC H5): a brake per service on how fast
+//! endpoints may leave routing, so that one shared-dependency incident cannot evict a fleet.
+//!
+//! Every removal the checker or the lease keeper wants to make (a readiness failure, an
+//! expiry) asks [`Preservation::decide`] first. A removal is held when the service would drop
+//! to its serving floor, or when removals within the window would exceed `max_fraction` of
+//! the service: then protection is active, the service says so (`protection_active`), and
+//! held removals are retried as the window slides. An instance that is really dead keeps its
+//! traffic a little longer; a fleet that only looks dead keeps serving.
+
+use std::collections::VecDeque;
+
+/// The brake's settings for one service.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PreservationConfig {
+    /// Fraction of the service that may leave within `window_ms`: 30% — a rolling deploy
+    /// or a zone loss fits, "everything at once" does not.
+    pub max_fraction: f64,
+    /// The window over which removals are counted: 60 s, several check intervals.
+    pub window_ms: u64,
+    /// Serving endpoints never removed below: 1 by default, so a service is never emptied by
+    /// its health checks alone.
+    pub floor: usize,
+}
+
+impl Default for PreservationConfig {
+    fn default() -> Self {
+        PreservationConfig {
+            max_fraction: 0.3,
+            window_ms: 60_000,
+            floor: 1,
+        }
+    }
+}
+
+/// What to do with one wanted removal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Remove it (the removal is counted).
+    Remove,
+    /// Keep it serving for now, and why.
+    Hold(String),
+}
+
+/// One service's brake.
+#[derive(Debug, Clone)]
+pub struct Preservation {
+    config: PreservationConfig,
+    /// Times of removals within the window, oldest first.
+    removals: VecDeque<u64>,
+    active: bool,
+}
+
+impl Preservation {
+    /// A brake with no removals yet.
+    pub fn new(config: PreservationConfig) -> Preservation {
+        Preservation {
+            config,
+            removals: VecDeque::new(),
+            active: false,
+        }
+    }
+
+    /// Whether protection is active (reported in the API and metrics).
+    pub fn protection_active(&self) -> bool {
+        self.active
+    }
+
+    /// Decides one removal from a service of `total` endpoints of which `serving` are in
+    /// routing now.
+    pub fn decide(&mut self, serving: usize, total: usize, now_ms: u64) -> Verdict {
+        self.expire(now_ms);
+        if serving <= self.config.floor {
+            return Verdict::Hold(format!(
+                "serving floor: {serving} of {total} serving, floor {}",
+                self.config.floor
+            ));
+        }
+        let allowed = (self.config.max_fraction * total as f64).floor() as usize;
+        if self.removals.len() + 1 > allowed.max(1) {
+            self.active = true;
+            return Verdict::Hold(format!(
+                "protection_active: {} of {total} endpoints already left within {} s (at most {:.0}%)",
+                self.removals.len(),
+                self.config.window_ms / 1_000,
+                self.config.max_fraction * 100.0
+            ));
+        }
+        self.removals.push_back(now_ms);
+        Verdict::Remove
+    }
+
+    /// Slides the window; protection ends once the removals in it fall below the limit.
+    pub fn expire(&mut self, now_ms: u64) {
+        while self
+            .removals
+            .front()
+            .is_some_and(|at| now_ms.saturating_sub(*at) >= self.config.window_ms)
+        {
+            self.removals.pop_front();
+        }
+        if self.removals.is_empty() {
+            self.active = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// reference/control-plane-state.txt, "Health checker causes fleet eviction": a shared
+    /// dependency slows, every instance's deep check fails at once. Only the allowed fraction
+    /// leaves; the rest keep serving, and the service says protection is active.
+    #[test]
+    fn a_shared_dependency_failure_does_not_evict_the_fleet() {
+        let mut brake = Preservation::new(PreservationConfig::default());
+        let total = 10;
+        let mut serving = total;
+        for _ in 0..total {
+            if brake.decide(serving, total, 1_000) == Verdict::Remove {
+                serving -= 1;
+            }
+        }
+        assert_eq!(serving, 7, "30% of 10 may leave within the window");
+        assert!(brake.protection_active());
+        let held = brake.decide(serving, total, 2_000);
+        assert!(
+            matches!(&held, Verdict::Hold(why) if why.starts_with("protection_active")),
+            "{held:?}"
+        );
+        // The window slides: the rate has fallen, removals resume and protection ends.
+        brake.expire(61_000);
+        assert!(!brake.protection_active());
+        assert_eq!(brake.decide(serving, total, 61_000), Verdict::Remove);
+    }
+
+    #[test]
+    fn the_serving_floor_is_never_crossed() {
+        let mut brake = Preservation::new(PreservationConfig {
+            max_fraction: 1.0,
+            floor: 2,
+            ..PreservationConfig::default()
+        });
+        assert_eq!(brake.decide(3, 3, 0), Verdict::Remove);
+        assert!(matches!(brake.decide(2, 3, 0), Verdict::Hold(why) if why.starts_with("serving floor")));
+    }
+}
