@@ -69,9 +69,16 @@ async fn diff_views<S, F>(
     // readiness signals, so no local ejections are applied here.
     let ejections = OutlierDetector::default();
     let mut sent: BTreeSet<EndpointKey> = BTreeSet::new();
+    // The set last diffed: the resolver publishes on every frame, progress included, and a
+    // view whose set did not change has nothing to diff (only new sets get a new `Arc`).
+    let mut diffed: Option<Arc<muster_core::ServiceSnapshot>> = None;
     loop {
         let view = Arc::clone(&views.borrow_and_update());
-        if let Some(set) = view.active() {
+        if let Some(set) = view
+            .active()
+            .filter(|set| !diffed.as_ref().is_some_and(|last| Arc::ptr_eq(last, set)))
+        {
+            diffed = Some(Arc::clone(set));
             let eligible = EligibleSet::build(set.revision(), set.iter(), &eligibility, &ejections, 0);
             let now: BTreeSet<EndpointKey> = eligible
                 .routable()

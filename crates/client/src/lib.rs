@@ -6,6 +6,8 @@
 //! # Layout
 //! - [`view`]: the view state machine (pure, C1) and the stale budget (C2).
 //! - [`http`]: the HTTP client of the whole `/v1` API.
+//! - [`resolver`]: the I/O shell that keeps one service's view current over a watch and
+//!   publishes it (reconnects, backoff, last-known-good saves).
 //! - [`lkg`]: the last-known-good set on disk.
 //! - [`balance`]: eligibility (C3) and the balancers (C4), all over one eligible set.
 //! - [`eject`]: local outlier ejection (C5, H6).

@@ -33,7 +33,11 @@ pub fn save(view: &View, now_ms: u64, path: &Path) -> io::Result<bool> {
         confirmed_ms: now_ms.saturating_sub(age),
     };
     let bytes = serde_json::to_vec(&saved).map_err(io::Error::other)?;
-    let temporary = path.with_extension("tmp");
+    // `<name>.tmp` beside it, not `with_extension`: that would make `a.json` and `a.lkg` (or a
+    // file already named `a.tmp`) share one temporary, and the rename would stop being atomic.
+    let mut temporary_name = path.file_name().unwrap_or_default().to_owned();
+    temporary_name.push(".tmp");
+    let temporary = path.with_file_name(temporary_name);
     let mut file = std::fs::File::create(&temporary)?;
     file.write_all(&bytes)?;
     file.sync_all()?;

@@ -130,7 +130,8 @@ async fn follow(
     last_known_good: Option<PathBuf>,
 ) {
     let key = view.key().clone();
-    let mut rng = SplitMix64::from_identity(&key);
+    // Not from the key alone: every client of this service would then back off in step.
+    let mut rng = SplitMix64::per_process(&key);
     let mut backoff = MIN_BACKOFF;
     loop {
         let from = if view.status(now_ms()).resnapshot_pending {
@@ -147,6 +148,15 @@ async fn follow(
             Ok(stream) => stream,
             Err(error) => {
                 tracing::warn!(service = %key, %error, "watch failed; the last set stays in use");
+                // A refusal (not an outage) of the resume point repeats on every retry: e.g.
+                // `future_revision` from a registry that lost its state. Resnapshot instead.
+                if let crate::http::ClientError::Api { body, .. } = &error
+                    && !error.is_transient()
+                    && from.is_some()
+                {
+                    view.on_refused(&body.error);
+                    publish.send_replace(Arc::new(view.clone()));
+                }
                 if pause(&mut stopped, jittered(backoff, &mut rng)).await {
                     return;
                 }

@@ -1,11 +1,15 @@
 //! [`SplitMix64`]: the default jitter source (registrar renewals, resolver reconnects) when the
 //! caller injects none.
 //!
-//! Jitter only has to differ between instances, not resist prediction, so the default is
-//! seeded from what makes an instance unique (service, instance, incarnation) instead of
-//! from OS entropy: no extra dependency, and a run can be replayed from its identity.
+//! Jitter only has to differ between instances, not resist prediction. A registrar has an
+//! identity that is unique to its process (service, instance, incarnation), so it is seeded
+//! from that ([`SplitMix64::from_identity`]): no extra dependency, and a run can be replayed
+//! from its identity. A resolver's identity is only the service it follows, which every
+//! client of that service shares: seeded from it alone, a whole fleet would reconnect in
+//! step after a registry restart, so it also takes the process's random hash keys
+//! ([`SplitMix64::per_process`]).
 
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher, RandomState};
 
 use rand_core::RngCore;
 
@@ -23,6 +27,14 @@ impl SplitMix64 {
         let mut hasher = DefaultHasher::new();
         identity.hash(&mut hasher);
         SplitMix64 { state: hasher.finish() }
+    }
+
+    /// A generator seeded from `identity` and keys drawn at random once per process (std's
+    /// `RandomState`), so that processes sharing an identity still draw apart.
+    pub(crate) fn per_process(identity: &impl Hash) -> SplitMix64 {
+        SplitMix64 {
+            state: RandomState::new().hash_one(identity),
+        }
     }
 }
 
@@ -61,5 +73,14 @@ mod tests {
         let mut bytes = [0_u8; 11];
         SplitMix64 { state: 0 }.fill_bytes(&mut bytes);
         assert_ne!(bytes, [0; 11]);
+    }
+
+    #[test]
+    fn clients_sharing_a_service_still_draw_apart() {
+        // Two resolvers of one service (standing in for two processes: each `RandomState`
+        // gets fresh keys) must not reconnect in step.
+        let a = SplitMix64::per_process(&"prod/api").next_u64();
+        let b = SplitMix64::per_process(&"prod/api").next_u64();
+        assert_ne!(a, b);
     }
 }

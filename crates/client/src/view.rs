@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use muster_core::api::Frame;
+use muster_core::api::{ErrorDetail, Frame};
 use muster_core::{Revision, ServiceKey, ServiceSnapshot, ServiceUpdate};
 
 /// Why the view wants a fresh snapshot. The active set is kept meanwhile.
@@ -168,11 +168,7 @@ impl View {
             Frame::Progress { revision } => self.on_progress(*revision, now_ms),
             Frame::Error { error, revision } => {
                 self.received = self.received.max(*revision);
-                if error.code == "compacted" {
-                    self.doubt(Resnapshot::Compacted)
-                } else {
-                    self.doubt(Resnapshot::Invalid(format!("{}: {}", error.code, error.message)))
-                }
+                self.on_refused(error)
             }
             Frame::Resync { revision } => {
                 self.received = self.received.max(*revision);
@@ -187,6 +183,18 @@ impl View {
         }
     }
 
+    /// The server refused to go on from the active set's lineage: a watch's `error` frame, or
+    /// a watch it would not open from [`resume_from`](Self::resume_from) (`future_revision`
+    /// once a registry has lost its state and counts from a lower revision, `compacted`).
+    /// Resuming again would be refused again, so the set is kept and a snapshot asked for.
+    pub fn on_refused(&mut self, error: &ErrorDetail) -> Next {
+        if error.code == "compacted" {
+            self.doubt(Resnapshot::Compacted)
+        } else {
+            self.doubt(Resnapshot::Invalid(format!("{}: {}", error.code, error.message)))
+        }
+    }
+
     /// A line that did not decode as a frame.
     pub fn on_undecodable(&mut self, why: &str) -> Next {
         self.doubt(Resnapshot::Invalid(why.to_owned()))
@@ -196,9 +204,9 @@ impl View {
     /// its digest checks out; otherwise keeps the active set and asks for a snapshot.
     pub fn on_update(&mut self, update: &ServiceUpdate, now_ms: u64) -> Next {
         self.received = self.received.max(update.revision);
-        if self.pending.is_some() {
+        if let Some(why) = &self.pending {
             // Waiting for a snapshot: updates on a doubted lineage are not applied.
-            return Next::Resnapshot(self.pending.clone().unwrap_or(Resnapshot::NoView));
+            return Next::Resnapshot(why.clone());
         }
         let mut next = match &self.active {
             Some(active) => ServiceSnapshot::clone(active),
@@ -229,9 +237,12 @@ impl View {
     ///
     /// A progress that arrives while a fresh watch still owes its snapshot means the service
     /// is unknown at that revision: the view stays without a set, but follows the stream.
+    /// Whatever the doubt that asked for that watch (no view yet, or a gap in the stream of
+    /// a service that was unknown), the fresh watch's answer settles it; waiting for a
+    /// snapshot the server will never send would leave the view pending for good.
     pub fn on_progress(&mut self, revision: Revision, now_ms: u64) -> Next {
         self.received = self.received.max(revision);
-        if self.active.is_none() && self.pending == Some(Resnapshot::NoView) {
+        if self.active.is_none() && self.pending.is_some() {
             self.pending = None;
             self.absent = true;
             self.current_to = revision;

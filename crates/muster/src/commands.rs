@@ -39,9 +39,7 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
             emit(out, json, &status, || render::status_text(client.server(), &status))
         }
         Command::Bench(args) => {
-            let report = muster_bench::run(args)
-                .await
-                .map_err(|e| CliError::usage(e.code(), e.to_string()))?;
+            let report = muster_bench::run(args).await?;
             let text = if json {
                 report.render_json()
             } else {
@@ -54,7 +52,10 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
 
 /// The [`EndpointSpec`] that `muster register` sends.
 pub fn endpoint_spec(args: &RegisterArgs) -> Result<EndpointSpec, CliError> {
-    let port = args.addrs[0].port();
+    // clap requires one `--addr`; a caller building the arguments by hand may not have.
+    let Some(port) = args.addrs.first().map(|addr| addr.port()) else {
+        return Err(CliError::usage("invalid_address", "give at least one --addr IP:PORT"));
+    };
     if let Some(other) = args.addrs.iter().find(|addr| addr.port() != port) {
         return Err(CliError::usage(
             "invalid_address",

@@ -44,6 +44,10 @@ pub enum CliError {
     /// `serve` failed at run time (exit 1; exit 2 for a configuration the server refused).
     #[error(transparent)]
     Server(#[from] muster_server::ServerError),
+    /// `bench` could not run (exit 2 for flags that make no run; exit 1 when a system would
+    /// not start or prepare, or the report could not be written).
+    #[error(transparent)]
+    Bench(#[from] muster_bench::BenchError),
 }
 
 impl CliError {
@@ -66,6 +70,7 @@ impl CliError {
             CliError::Server(muster_server::ServerError::Config(_)) => "config",
             CliError::Server(muster_server::ServerError::Bind { .. }) => "cannot_listen",
             CliError::Server(_) => "server_failed",
+            CliError::Bench(err) => err.code(),
         }
     }
 
@@ -78,6 +83,8 @@ impl CliError {
             CliError::Resync { .. } => 4,
             CliError::Server(muster_server::ServerError::Config(_)) => 2,
             CliError::Server(_) => 1,
+            CliError::Bench(muster_bench::BenchError::Usage(_) | muster_bench::BenchError::NoSystem) => 2,
+            CliError::Bench(_) => 1,
         }
     }
 

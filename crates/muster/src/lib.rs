@@ -25,7 +25,7 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success (for `serve`: a graceful stop after SIGTERM or Ctrl-C) |
-//! | 1 | refused: the server answered with an error code (`stale_incarnation`, `not_found`, a watch's `compacted` ...), or `serve` failed at run time |
+//! | 1 | refused: the server answered with an error code (`stale_incarnation`, `not_found`, a watch's `compacted` ...), or `serve` or `bench` failed at run time |
 //! | 2 | usage: bad arguments, an invalid name (nothing was sent), an unusable config |
 //! | 3 | unreachable: cannot connect, no answer in time, a reply that is not the API's, a watch cut off or closed by a stopping server |
 //! | 4 | a watch fell behind and was told to `resync`: take a fresh snapshot and watch again |

@@ -30,7 +30,7 @@
 //! weighted only when built (a random starting point, so a fleet does not move in step).
 //!
 //! Everything here is pure: time is a `now_ms` input, randomness an injected
-//! [`RngCore`](rand_core::RngCore), so that tests and the lab replay exact pick sequences.
+//! [`RngCore`], so that tests and the lab replay exact pick sequences.
 //!
 //! # Eligibility and panic
 //!

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{ACCEPT, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
@@ -25,6 +25,7 @@ use muster_core::api::{
 use muster_core::{Actor, InstanceId, Label, LeaseId, NamespaceKey, Revision, ServiceKey};
 
 use crate::http::error::{ClientError, bad_reply, causes, error_reply, quote};
+use crate::http::lines::MAX_LINE_BYTES;
 use crate::http::watch::Watch;
 
 /// The server a client talks to when nothing says otherwise: `muster serve`'s default HTTP
@@ -43,6 +44,12 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pages a snapshot read follows before giving up: at the server's page sizes this is
 /// millions of endpoints, far past any one service, so hitting it means a looping server.
 const MAX_PAGES: usize = 100_000;
+
+/// The largest unary reply read into memory: the same bound as a watch's snapshot frame
+/// ([`MAX_LINE_BYTES`]), since an unpaged snapshot read carries the same set. Without it a
+/// broken server (or something posing as one) could fill the caller's memory within the
+/// request timeout.
+const MAX_REPLY_BYTES: usize = MAX_LINE_BYTES;
 
 /// The header a write uses to say whose authority it speaks with (SPEC L5). Without it the
 /// server takes drain as the owner's and everything else as the app's.
@@ -211,12 +218,23 @@ impl Client {
             }
             query.page_token = Some(token);
             let page = self.snapshot(key, &query).await?;
+            // The token pins the first page's revision; pages of two revisions joined would be
+            // a set the server never had.
+            if page.revision != whole.revision {
+                return Err(bad_reply(
+                    StatusCode::OK,
+                    &format!(
+                        "a snapshot page at revision {} continued one at revision {}",
+                        page.revision, whole.revision
+                    ),
+                ));
+            }
             whole.endpoints.extend(page.endpoints);
             whole.next_page_token = page.next_page_token;
         }
         Err(bad_reply(
             StatusCode::OK,
-            "the snapshot did not end after 100,000 pages",
+            &format!("the snapshot did not end after {MAX_PAGES} pages"),
         ))
     }
 
@@ -280,15 +298,20 @@ impl Client {
         if let Some(from) = from {
             path.push_str(&format!("?from_revision={from}"));
         }
-        let exchange = self.send(Method::GET, &path, None);
-        let response = tokio::time::timeout(self.timeout, exchange)
-            .await
-            .map_err(|_| self.timeout())??;
-        if !response.status().is_success() {
+        // The opening and, for a refusal, its error body share the bound: a server that sends
+        // headers and then stalls must not hang the caller.
+        let opening = async {
+            let response = self.send(Method::GET, &path, None).await?;
+            if response.status().is_success() {
+                return Ok(response);
+            }
             let status = response.status();
             let body = self.read_body(response).await?;
-            return Err(error_reply(status, &body));
-        }
+            Err(error_reply(status, &body))
+        };
+        let response = tokio::time::timeout(self.timeout, opening)
+            .await
+            .map_err(|_| self.timeout())??;
         Ok(Watch::new(response.into_body(), self.base.clone(), idle_timeout))
     }
 
@@ -343,12 +366,17 @@ impl Client {
 
     async fn read_body(&self, response: Response<Incoming>) -> Result<Bytes, ClientError> {
         let status = response.status();
-        response
-            .into_body()
+        Limited::new(response.into_body(), MAX_REPLY_BYTES)
             .collect()
             .await
             .map(|collected| collected.to_bytes())
-            .map_err(|err| bad_reply(status, &format!("the reply broke off: {}", causes(&err))))
+            .map_err(|err| {
+                if err.is::<LengthLimitError>() {
+                    bad_reply(status, &format!("the reply is longer than {MAX_REPLY_BYTES} bytes"))
+                } else {
+                    bad_reply(status, &format!("the reply broke off: {}", causes(&*err)))
+                }
+            })
     }
 
     fn timeout(&self) -> ClientError {

@@ -1,10 +1,12 @@
 //! [`LineSplitter`]: the pure half of a watch, a byte stream cut into newline-terminated
 //! lines whatever the chunking, with a bound on an unfinished line.
 
-/// The longest line accepted: a snapshot frame of a service at the registry's endpoint
-/// quota is a few MiB; 64 MiB bounds memory if a server (or something posing as one)
-/// never sends a newline.
-pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+/// The longest line accepted: one snapshot frame carries a whole service, and at the
+/// registry's default quota (50,000 endpoints a service) of records at the 4 KiB record
+/// limit that is about 200 MiB of JSON. A smaller bound would refuse a legal service's
+/// snapshot on every reconnect, forever; 256 MiB admits it and still bounds memory if a
+/// server (or something posing as one) never sends a newline.
+pub const MAX_LINE_BYTES: usize = 256 * 1024 * 1024;
 
 /// Splits a byte stream into newline-terminated lines, skipping blank ones.
 #[derive(Debug)]

@@ -13,7 +13,8 @@
 //!  shutdown: Live ──Drain──▶ Grace (keep renewing) ──Deregister──▶ RevokeLease ──▶ Stopped
 //! ```
 //!
-//! The delays and their jitter are in [`crate::registrar::timing`].
+//! The delays and their jitter are in [`crate::registrar::timing`]; the shutdown sequence
+//! (drain, grace, deregister, revoke) is in the private `shutdown` submodule.
 //!
 //! The machine performs one action at a time: [`RegistrarMachine::poll`] hands out at most
 //! one until [`RegistrarMachine::complete`] reports it. Renewal comes first whenever it is due:
@@ -29,10 +30,14 @@ use tokio::time::Instant;
 use crate::http::ClientError;
 use crate::registrar::config::{LeaseLossPolicy, RegistrarConfig};
 use crate::registrar::incarnation::MAX_REREGISTRATIONS;
-use crate::registrar::status::{RegistrarStatus, Registration, ShutdownStage};
-use crate::registrar::timing::{self, RENEW_RETRY_DIVISOR, RENEW_TIMEOUT_DIVISOR};
+use crate::registrar::status::{RegistrarStatus, Registration};
+use crate::registrar::timing::{self, RENEW_TIMEOUT_DIVISOR};
 
 pub use crate::registrar::outcome::{Action, Outcome};
+
+mod shutdown;
+
+use shutdown::{Stage, stopped};
 
 /// The registration the application wants to present.
 #[derive(Debug, Clone)]
@@ -61,19 +66,6 @@ struct Live {
     submitted: u64,
     /// When to retry a set-serving that failed transiently, and how many did in a row.
     serving_retry: Option<(Instant, u32)>,
-}
-
-/// Where a shutdown is.
-#[derive(Debug, Clone, Copy)]
-enum Stage {
-    /// Publish `draining`; give up (and deregister anyway) at `until`.
-    Drain { until: Instant },
-    /// Wait until `until`.
-    Grace { until: Instant },
-    /// Delete the record; give up (the lease's expiry removes it) at `until`.
-    Deregister { until: Instant },
-    /// Revoke the lease.
-    Revoke,
 }
 
 #[derive(Debug, Clone)]
@@ -148,10 +140,10 @@ impl<R: RngCore> RegistrarMachine<R> {
         match &self.phase {
             Phase::Registering { incarnation, .. } => *incarnation,
             Phase::Live(live) | Phase::ShuttingDown { live, .. } => live.registration.incarnation,
-            Phase::Finished(status) => match status {
-                RegistrarStatus::Superseded { incarnation, .. } => *incarnation,
-                other => other.registration().map_or(Incarnation(0), |r| r.incarnation),
-            },
+            Phase::Finished(RegistrarStatus::Superseded { incarnation, .. }) => *incarnation,
+            Phase::Finished(RegistrarStatus::LeaseLost { lost, .. }) => lost.incarnation,
+            // Stopped or refused: nothing is registered any more.
+            Phase::Finished(_) => Incarnation(0),
         }
     }
 
@@ -214,12 +206,7 @@ impl<R: RngCore> RegistrarMachine<R> {
             },
             Phase::ShuttingDown { live, stage, .. } => RegistrarStatus::ShuttingDown {
                 registration: live.registration.clone(),
-                stage: match stage {
-                    Stage::Drain { .. } => ShutdownStage::Draining,
-                    Stage::Grace { until } => ShutdownStage::Grace { until: *until },
-                    Stage::Deregister { .. } => ShutdownStage::Deregistering,
-                    Stage::Revoke => ShutdownStage::RevokingLease,
-                },
+                stage: stage.reported(),
             },
             Phase::Finished(status) => status.clone(),
         }
@@ -232,26 +219,6 @@ impl<R: RngCore> RegistrarMachine<R> {
             state,
             reason: reason.into(),
             generation: self.desired.generation + 1,
-        };
-    }
-
-    /// Begins a planned shutdown: drain, grace, deregister. With nothing registered the
-    /// machine simply stops.
-    pub fn shutdown(&mut self, now: Instant) {
-        let phase = std::mem::replace(&mut self.phase, Phase::Finished(stopped(false, None)));
-        self.phase = match phase {
-            Phase::Live(live) => Phase::ShuttingDown {
-                live,
-                stage: Stage::Drain {
-                    until: now + self.config.drain_grace,
-                },
-                retry_at: now,
-                failures: 0,
-                deregistered: false,
-                last_error: None,
-            },
-            Phase::Registering { .. } => Phase::Finished(stopped(false, None)),
-            other @ (Phase::ShuttingDown { .. } | Phase::Finished(_)) => other,
         };
     }
 
@@ -292,35 +259,13 @@ impl<R: RngCore> RegistrarMachine<R> {
                     reason: desired.reason.clone(),
                 })
             }
-            Phase::ShuttingDown {
-                live, stage, retry_at, ..
-            } => {
+            Phase::ShuttingDown { live, .. } => {
                 if now >= live.renew_at {
                     return Some(Action::Renew {
                         lease: live.registration.lease,
                     });
                 }
-                let incarnation = live.registration.incarnation;
-                match *stage {
-                    Stage::Drain { .. } => (now >= *retry_at).then(|| Action::Drain {
-                        incarnation,
-                        reason: self.config.drain_reason.clone(),
-                    }),
-                    Stage::Grace { until } => {
-                        if now < until {
-                            return None;
-                        }
-                        *stage = Stage::Deregister {
-                            until: now + self.config.ttl,
-                        };
-                        *retry_at = now;
-                        Some(Action::Deregister { incarnation })
-                    }
-                    Stage::Deregister { .. } => (now >= *retry_at).then_some(Action::Deregister { incarnation }),
-                    Stage::Revoke => Some(Action::RevokeLease {
-                        lease: live.registration.lease,
-                    }),
-                }
+                self.next_shutdown_action(now)
             }
         }
     }
@@ -342,13 +287,7 @@ impl<R: RngCore> RegistrarMachine<R> {
             }
             Phase::ShuttingDown {
                 live, stage, retry_at, ..
-            } => {
-                let stage_at = match stage {
-                    Stage::Grace { until } => *until,
-                    Stage::Drain { .. } | Stage::Deregister { .. } | Stage::Revoke => *retry_at,
-                };
-                Some(stage_at.min(live.renew_at))
-            }
+            } => Some(stage.wake(*retry_at).min(live.renew_at)),
         }
     }
 
@@ -384,7 +323,10 @@ impl<R: RngCore> RegistrarMachine<R> {
         outcome: Outcome,
     ) {
         let Phase::Registering {
-            failures, last_error, ..
+            due,
+            failures,
+            last_error,
+            ..
         } = &mut self.phase
         else {
             return;
@@ -400,7 +342,7 @@ impl<R: RngCore> RegistrarMachine<R> {
                     lease: lease.id,
                     ttl_ms: lease.ttl_ms,
                     revision,
-                    lease_deadline: sent_at + Duration::from_millis(lease.ttl_ms),
+                    lease_deadline: sent_at + timing::granted_ttl(lease.ttl_ms),
                     serving,
                     serving_error: None,
                     lease_losses: self.lease_losses,
@@ -422,15 +364,11 @@ impl<R: RngCore> RegistrarMachine<R> {
             Outcome::Failed(error) => error,
         };
         if error.code() == "stale_incarnation" {
-            self.phase = Phase::Finished(RegistrarStatus::Superseded { incarnation, error });
+            self.supersede(incarnation, error);
         } else if error.is_transient() || error.code() == "quota_exceeded" {
             *failures += 1;
-            let failures = *failures;
             *last_error = Some(error);
-            let delay = timing::backoff(&mut self.rng, failures);
-            if let Phase::Registering { due, .. } = &mut self.phase {
-                *due = now + delay;
-            }
+            *due = now + timing::backoff(&mut self.rng, *failures);
         } else {
             self.phase = Phase::Finished(RegistrarStatus::Refused { error });
         }
@@ -447,7 +385,7 @@ impl<R: RngCore> RegistrarMachine<R> {
         match outcome {
             Outcome::Renewed(reply) => {
                 live.registration.ttl_ms = reply.ttl_ms;
-                live.registration.lease_deadline = sent_at + Duration::from_millis(reply.ttl_ms);
+                live.registration.lease_deadline = sent_at + timing::granted_ttl(reply.ttl_ms);
                 live.failing = None;
                 live.renew_at = now + timing::renew_interval(&mut self.rng, reply.ttl_ms);
             }
@@ -467,9 +405,7 @@ impl<R: RngCore> RegistrarMachine<R> {
                 });
                 failing.attempts += 1;
                 failing.error = error;
-                let ttl_ms = live.registration.ttl_ms;
-                let delay = timing::jitter(&mut self.rng, Duration::from_millis(ttl_ms) / RENEW_RETRY_DIVISOR);
-                live.renew_at = now + delay;
+                live.renew_at = now + timing::renew_retry(&mut self.rng, live.registration.ttl_ms);
             }
             Outcome::Written(_) => {}
         }
@@ -495,7 +431,7 @@ impl<R: RngCore> RegistrarMachine<R> {
             }
             Outcome::Failed(error) if error.code() == "stale_incarnation" => {
                 let incarnation = live.registration.incarnation;
-                self.phase = Phase::Finished(RegistrarStatus::Superseded { incarnation, error });
+                self.supersede(incarnation, error);
             }
             Outcome::Failed(error) if error.code() == "not_found" => {
                 // The record is gone while the lease lives: evicted, or expired a moment ago.
@@ -515,121 +451,9 @@ impl<R: RngCore> RegistrarMachine<R> {
         }
     }
 
-    fn drained(&mut self, now: Instant, outcome: Outcome) {
-        let grace = self.config.drain_grace;
-        let ttl = self.config.ttl;
-        let Phase::ShuttingDown {
-            live,
-            stage,
-            retry_at,
-            failures,
-            last_error,
-            ..
-        } = &mut self.phase
-        else {
-            return;
-        };
-        let Stage::Drain { until } = *stage else { return };
-        match outcome {
-            Outcome::Written(reply) => {
-                live.registration.serving = ServingState::Draining;
-                live.registration.revision = live.registration.revision.max(reply.revision);
-                *stage = Stage::Grace { until: now + grace };
-                *failures = 0;
-                *retry_at = now;
-            }
-            Outcome::Failed(error) if error.code() == "stale_incarnation" => {
-                let incarnation = live.registration.incarnation;
-                self.phase = Phase::Finished(RegistrarStatus::Superseded { incarnation, error });
-            }
-            Outcome::Failed(error) if error.code() == "not_found" => {
-                // Nothing left to drain or delete; the lease is still ours to revoke.
-                *last_error = Some(error);
-                *stage = Stage::Revoke;
-                *retry_at = now;
-            }
-            Outcome::Failed(error) => {
-                *failures += 1;
-                let failures = *failures;
-                let transient = error.is_transient();
-                *last_error = Some(error);
-                let delay = timing::backoff(&mut self.rng, failures);
-                let Phase::ShuttingDown { stage, retry_at, .. } = &mut self.phase else {
-                    return;
-                };
-                if transient && now + delay < until {
-                    *retry_at = now + delay;
-                } else {
-                    // Draining could not be published in the grace: deregister anyway, so the
-                    // endpoint still leaves by a fenced delete rather than by expiry.
-                    *stage = Stage::Deregister { until: now + ttl };
-                    *retry_at = now;
-                }
-            }
-            Outcome::Renewed(_) => {}
-        }
-    }
-
-    fn deregistered(&mut self, now: Instant, outcome: Outcome) {
-        let Phase::ShuttingDown {
-            stage,
-            failures,
-            deregistered,
-            last_error,
-            ..
-        } = &mut self.phase
-        else {
-            return;
-        };
-        let Stage::Deregister { until } = *stage else { return };
-        match outcome {
-            Outcome::Written(_) => {
-                *deregistered = true;
-                *stage = Stage::Revoke;
-            }
-            Outcome::Failed(error) if matches!(error.code(), "stale_incarnation" | "not_found") => {
-                // Already gone (expired, evicted, or replaced by a newer incarnation): the
-                // lease is still ours to revoke.
-                *last_error = Some(error);
-                *stage = Stage::Revoke;
-            }
-            Outcome::Failed(error) => {
-                *failures += 1;
-                let failures = *failures;
-                let transient = error.is_transient();
-                let delay = timing::backoff(&mut self.rng, failures);
-                if transient && now + delay < until {
-                    if let Phase::ShuttingDown {
-                        retry_at, last_error, ..
-                    } = &mut self.phase
-                    {
-                        *retry_at = now + delay;
-                        *last_error = Some(error);
-                    }
-                } else {
-                    // Past a TTL of trying, stopping renewal lets expiry remove the record
-                    // just as surely (with reason `lease_expired`).
-                    self.phase = Phase::Finished(stopped(false, Some(error)));
-                }
-            }
-            Outcome::Renewed(_) => {}
-        }
-    }
-
-    fn revoked(&mut self, outcome: Outcome) {
-        let Phase::ShuttingDown {
-            deregistered,
-            last_error,
-            ..
-        } = &mut self.phase
-        else {
-            return;
-        };
-        let error = match outcome {
-            Outcome::Failed(error) if error.code() != "lease_not_found" => last_error.take().or(Some(error)),
-            _ => last_error.take(),
-        };
-        self.phase = Phase::Finished(stopped(*deregistered, error));
+    /// A newer process owns the instance (`stale_incarnation`): stop, writing nothing more.
+    fn supersede(&mut self, incarnation: Incarnation, error: ClientError) {
+        self.phase = Phase::Finished(RegistrarStatus::Superseded { incarnation, error });
     }
 
     /// The lease (or the record) is gone: register again with the next incarnation, or stop.
@@ -655,8 +479,4 @@ impl<R: RngCore> RegistrarMachine<R> {
                 })
             };
     }
-}
-
-fn stopped(deregistered: bool, error: Option<ClientError>) -> RegistrarStatus {
-    RegistrarStatus::Stopped { deregistered, error }
 }

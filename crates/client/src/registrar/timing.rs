@@ -31,9 +31,26 @@ pub const BACKOFF_MIN: Duration = Duration::from_millis(200);
 /// of thousands retries at a rate the registry absorbs.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
 
+/// The longest granted TTL the registrar schedules by: a day. The registry grants at most an
+/// hour by default; a larger grant (a misconfigured or broken server) is taken as a day, which
+/// only renews earlier than needed, and keeps every `Instant` sum and jitter product far from
+/// the overflow that would panic the registrar's task.
+pub const MAX_SCHEDULED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// A TTL the registry granted, as the registrar schedules by it (at most
+/// [`MAX_SCHEDULED_TTL`]).
+pub fn granted_ttl(ttl_ms: u64) -> Duration {
+    Duration::from_millis(ttl_ms).min(MAX_SCHEDULED_TTL)
+}
+
 /// The jittered delay until the next renewal of a lease with this TTL.
 pub fn renew_interval<R: RngCore + ?Sized>(rng: &mut R, ttl_ms: u64) -> Duration {
-    jitter(rng, Duration::from_millis(ttl_ms) / RENEW_DIVISOR)
+    jitter(rng, granted_ttl(ttl_ms) / RENEW_DIVISOR)
+}
+
+/// The jittered delay before retrying a failed renewal of a lease with this TTL.
+pub fn renew_retry<R: RngCore + ?Sized>(rng: &mut R, ttl_ms: u64) -> Duration {
+    jitter(rng, granted_ttl(ttl_ms) / RENEW_RETRY_DIVISOR)
 }
 
 /// The jittered delay before retry number `failures` (1-based): doubling from
@@ -55,6 +72,14 @@ pub fn jitter<R: RngCore + ?Sized>(rng: &mut R, delay: Duration) -> Duration {
 mod tests {
     use super::*;
     use crate::seed::SplitMix64;
+
+    #[test]
+    fn an_absurd_grant_schedules_like_a_day_instead_of_overflowing() {
+        let mut rng = SplitMix64::from_identity(&"ttl");
+        assert_eq!(granted_ttl(u64::MAX), MAX_SCHEDULED_TTL);
+        assert!(renew_interval(&mut rng, u64::MAX) <= MAX_SCHEDULED_TTL / 2);
+        assert!(renew_retry(&mut rng, u64::MAX) <= MAX_SCHEDULED_TTL / 5);
+    }
 
     #[test]
     fn jitter_spans_exactly_ninety_to_one_hundred_ten_percent() {

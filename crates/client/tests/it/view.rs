@@ -312,12 +312,6 @@ fn a_gap_or_a_bad_digest_keeps_the_old_set_and_asks_for_a_snapshot() {
     assert!(status.resnapshot_pending);
     assert_eq!(view.active().unwrap().len(), 1, "the old set is kept, never emptied");
 
-    let mut fresh = View::new(key("api"));
-    fresh.install(
-        ServiceSnapshot::clone(&registry.snapshot(&key("api")).unwrap()),
-        Revision(2),
-        0,
-    );
     let mut mangled = ServiceUpdate::clone(&after_gap);
     mangled.prev_revision = Revision(2);
     mangled.digest = muster_core::Digest(mangled.digest.0 ^ 1);
@@ -333,6 +327,32 @@ fn a_gap_or_a_bad_digest_keeps_the_old_set_and_asks_for_a_snapshot() {
         Next::Resnapshot(muster_client::view::Resnapshot::DigestMismatch { .. })
     ));
     assert_eq!(at_two.active().unwrap().revision(), Revision(2));
+}
+
+/// A registry that lost its state counts from a lower revision and refuses to resume the
+/// view's watch (`future_revision`): retrying the resume would be refused forever, so the
+/// view keeps its set and asks for a snapshot.
+#[test]
+fn a_watch_refused_at_the_resume_point_keeps_the_set_and_asks_for_a_snapshot() {
+    let mut registry = Registry::new(RegistryConfig::default());
+    register(&mut registry, 0);
+    let mut view = View::new(key("api"));
+    view.install(
+        ServiceSnapshot::clone(&registry.snapshot(&key("api")).unwrap()),
+        registry.revision(),
+        0,
+    );
+    assert!(!view.status(0).resnapshot_pending);
+    let refusal = muster_core::api::ErrorDetail {
+        code: "future_revision".into(),
+        message: "revision 1 is past the current revision 0".into(),
+    };
+    assert!(matches!(
+        view.on_refused(&refusal),
+        Next::Resnapshot(muster_client::view::Resnapshot::Invalid(_))
+    ));
+    assert!(view.status(0).resnapshot_pending);
+    assert_eq!(view.active().unwrap().len(), 1, "the old set is kept, never emptied");
 }
 
 /// SPEC C2: no view is `Unavailable`; within budget everything may use it; beyond it reads

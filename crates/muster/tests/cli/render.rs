@@ -220,4 +220,14 @@ fn errors_map_to_their_code_and_exit_code() {
     let resync = CliError::Resync { revision: Revision(9) };
     assert_eq!((resync.code(), resync.exit_code()), ("resync", 4));
     assert_eq!(resync.to_body().error.code, "resync");
+
+    // A bench whose flags make no run is a usage error; one whose system would not start
+    // failed at run time, like `serve`.
+    let no_system = CliError::from(muster_bench::BenchError::NoSystem);
+    assert_eq!((no_system.code(), no_system.exit_code()), ("usage", 2));
+    let spawn = CliError::from(muster_bench::BenchError::Spawn {
+        what: "etcd",
+        detail: "not on PATH".into(),
+    });
+    assert_eq!((spawn.code(), spawn.exit_code()), ("spawn_failed", 1));
 }

@@ -1,0 +1,224 @@
+//! The planned shutdown of a [`RegistrarMachine`] (SPEC L6): publish `draining`, wait the
+//! grace, delete the record, revoke the now-empty lease — fenced by the incarnation, and
+//! still renewing the lease until the record is gone (renewal stays in the parent module,
+//! shared with the live phase).
+//!
+//! ```text
+//!  Drain ──ok──▶ Grace ──(grace over)──▶ Deregister ──ok / already gone──▶ Revoke ──▶ Stopped
+//!    │ fails past the grace: deregister anyway        │ fails for a TTL: Stopped (expiry removes it)
+//!    └ not_found: nothing to drain ───────────────────┴──────────────────▶ Revoke
+//! ```
+
+use muster_core::ServingState;
+use rand_core::RngCore;
+use tokio::time::Instant;
+
+use crate::http::ClientError;
+use crate::registrar::machine::{Phase, RegistrarMachine};
+use crate::registrar::outcome::{Action, Outcome};
+use crate::registrar::status::{RegistrarStatus, ShutdownStage};
+use crate::registrar::timing;
+
+/// Where a shutdown is.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Stage {
+    /// Publish `draining`; give up (and deregister anyway) at `until`.
+    Drain { until: Instant },
+    /// Wait until `until`.
+    Grace { until: Instant },
+    /// Delete the record; give up (the lease's expiry removes it) at `until`.
+    Deregister { until: Instant },
+    /// Revoke the lease.
+    Revoke,
+}
+
+impl Stage {
+    /// The stage as the application sees it.
+    pub(super) fn reported(self) -> ShutdownStage {
+        match self {
+            Stage::Drain { .. } => ShutdownStage::Draining,
+            Stage::Grace { until } => ShutdownStage::Grace { until },
+            Stage::Deregister { .. } => ShutdownStage::Deregistering,
+            Stage::Revoke => ShutdownStage::RevokingLease,
+        }
+    }
+
+    /// When this stage next wants the machine polled, given its next attempt at `retry_at`.
+    pub(super) fn wake(self, retry_at: Instant) -> Instant {
+        match self {
+            Stage::Grace { until } => until,
+            Stage::Drain { .. } | Stage::Deregister { .. } | Stage::Revoke => retry_at,
+        }
+    }
+}
+
+/// The final status of a shutdown.
+pub(super) fn stopped(deregistered: bool, error: Option<ClientError>) -> RegistrarStatus {
+    RegistrarStatus::Stopped { deregistered, error }
+}
+
+impl<R: RngCore> RegistrarMachine<R> {
+    /// Begins a planned shutdown: drain, grace, deregister. With nothing registered the
+    /// machine simply stops.
+    pub fn shutdown(&mut self, now: Instant) {
+        let phase = std::mem::replace(&mut self.phase, Phase::Finished(stopped(false, None)));
+        self.phase = match phase {
+            Phase::Live(live) => Phase::ShuttingDown {
+                live,
+                stage: Stage::Drain {
+                    until: now + self.config.drain_grace,
+                },
+                retry_at: now,
+                failures: 0,
+                deregistered: false,
+                last_error: None,
+            },
+            Phase::Registering { .. } => Phase::Finished(stopped(false, None)),
+            other @ (Phase::ShuttingDown { .. } | Phase::Finished(_)) => other,
+        };
+    }
+
+    /// The shutdown's next call, once any due renewal has been handed out.
+    pub(super) fn next_shutdown_action(&mut self, now: Instant) -> Option<Action> {
+        let Phase::ShuttingDown {
+            live,
+            stage,
+            retry_at,
+            failures,
+            ..
+        } = &mut self.phase
+        else {
+            return None;
+        };
+        let incarnation = live.registration.incarnation;
+        match *stage {
+            Stage::Drain { .. } => (now >= *retry_at).then(|| Action::Drain {
+                incarnation,
+                reason: self.config.drain_reason.clone(),
+            }),
+            Stage::Grace { until } => {
+                if now < until {
+                    return None;
+                }
+                *stage = Stage::Deregister {
+                    until: now + self.config.ttl,
+                };
+                *retry_at = now;
+                *failures = 0;
+                Some(Action::Deregister { incarnation })
+            }
+            Stage::Deregister { .. } => (now >= *retry_at).then_some(Action::Deregister { incarnation }),
+            Stage::Revoke => Some(Action::RevokeLease {
+                lease: live.registration.lease,
+            }),
+        }
+    }
+
+    pub(super) fn drained(&mut self, now: Instant, outcome: Outcome) {
+        let grace = self.config.drain_grace;
+        let ttl = self.config.ttl;
+        let Phase::ShuttingDown {
+            live,
+            stage,
+            retry_at,
+            failures,
+            last_error,
+            ..
+        } = &mut self.phase
+        else {
+            return;
+        };
+        let Stage::Drain { until } = *stage else { return };
+        match outcome {
+            Outcome::Written(reply) => {
+                live.registration.serving = ServingState::Draining;
+                live.registration.revision = live.registration.revision.max(reply.revision);
+                *stage = Stage::Grace { until: now + grace };
+                *failures = 0;
+                *retry_at = now;
+            }
+            Outcome::Failed(error) if error.code() == "stale_incarnation" => {
+                let incarnation = live.registration.incarnation;
+                self.supersede(incarnation, error);
+            }
+            Outcome::Failed(error) if error.code() == "not_found" => {
+                // Nothing left to drain or delete; the lease is still ours to revoke.
+                *last_error = Some(error);
+                *stage = Stage::Revoke;
+                *retry_at = now;
+            }
+            Outcome::Failed(error) => {
+                *failures += 1;
+                let delay = timing::backoff(&mut self.rng, *failures);
+                if error.is_transient() && now + delay < until {
+                    *retry_at = now + delay;
+                } else {
+                    // Draining could not be published in the grace: deregister anyway, so the
+                    // endpoint still leaves by a fenced delete rather than by expiry. The
+                    // deregistration's own retries start from the shortest backoff.
+                    *stage = Stage::Deregister { until: now + ttl };
+                    *retry_at = now;
+                    *failures = 0;
+                }
+                *last_error = Some(error);
+            }
+            Outcome::Renewed(_) => {}
+        }
+    }
+
+    pub(super) fn deregistered(&mut self, now: Instant, outcome: Outcome) {
+        let Phase::ShuttingDown {
+            stage,
+            retry_at,
+            failures,
+            deregistered,
+            last_error,
+            ..
+        } = &mut self.phase
+        else {
+            return;
+        };
+        let Stage::Deregister { until } = *stage else { return };
+        match outcome {
+            Outcome::Written(_) => {
+                *deregistered = true;
+                *stage = Stage::Revoke;
+            }
+            Outcome::Failed(error) if matches!(error.code(), "stale_incarnation" | "not_found") => {
+                // Already gone (expired, evicted, or replaced by a newer incarnation): the
+                // lease is still ours to revoke.
+                *last_error = Some(error);
+                *stage = Stage::Revoke;
+            }
+            Outcome::Failed(error) => {
+                *failures += 1;
+                let delay = timing::backoff(&mut self.rng, *failures);
+                if error.is_transient() && now + delay < until {
+                    *retry_at = now + delay;
+                    *last_error = Some(error);
+                } else {
+                    // Past a TTL of trying, stopping renewal lets expiry remove the record
+                    // just as surely (with reason `lease_expired`).
+                    self.phase = Phase::Finished(stopped(false, Some(error)));
+                }
+            }
+            Outcome::Renewed(_) => {}
+        }
+    }
+
+    pub(super) fn revoked(&mut self, outcome: Outcome) {
+        let Phase::ShuttingDown {
+            deregistered,
+            last_error,
+            ..
+        } = &mut self.phase
+        else {
+            return;
+        };
+        let error = match outcome {
+            Outcome::Failed(error) if error.code() != "lease_not_found" => last_error.take().or(Some(error)),
+            _ => last_error.take(),
+        };
+        self.phase = Phase::Finished(stopped(*deregistered, error));
+    }
+}
