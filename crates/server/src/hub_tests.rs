@@ -2,8 +2,10 @@ use muster_core::api::Frame;
 use muster_core::{Actor, Incarnation, InstanceId, Principal};
 use muster_registry::{CommandMeta, LeaseSpec, Register, RegistryConfig, Target};
 
+use futures_util::StreamExt;
+
 use super::*;
-use crate::frame_queue::Popped;
+use crate::subscription::Next;
 
 fn key(service: &str) -> ServiceKey {
     ServiceKey::new("acme", "prod", service).unwrap()
@@ -28,10 +30,10 @@ fn register(registry: &mut Registry, service: &str, instance: &str) -> Applied {
     registry.apply(&command.into(), &meta).unwrap()
 }
 
-fn pop_frame(queue: &FrameQueue) -> Option<Frame> {
-    match queue.try_pop() {
-        Popped::Frame(bytes) => Some(serde_json::from_slice(&bytes).unwrap()),
-        Popped::Empty | Popped::Done => None,
+fn pop_frame(watcher: &mut Subscription) -> Option<Frame> {
+    match watcher.try_next() {
+        Next::Frame(bytes) => Some(serde_json::from_slice(&bytes).unwrap()),
+        Next::Empty | Next::Done => None,
     }
 }
 
@@ -45,16 +47,16 @@ fn apply(hub: &WatchHub, registry: &mut Registry, service: &str, instance: &str)
 fn one_encoding_reaches_service_and_namespace_watchers_only() {
     let hub = WatchHub::new(8);
     let mut registry = Registry::new(RegistryConfig::default());
-    let api = hub.subscribe(Scope::Service(key("api"))).unwrap();
-    let namespace = hub.subscribe(Scope::Namespace(key("api").namespace_key())).unwrap();
-    let web = hub.subscribe(Scope::Service(key("web"))).unwrap();
+    let mut api = hub.subscribe(Scope::Service(key("api"))).unwrap();
+    let mut namespace = hub.subscribe(Scope::Namespace(key("api").namespace_key())).unwrap();
+    let mut web = hub.subscribe(Scope::Service(key("web"))).unwrap();
     apply(&hub, &mut registry, "api", "a");
 
-    let (Popped::Frame(one), Popped::Frame(two)) = (api.queue().try_pop(), namespace.queue().try_pop()) else {
+    let (Next::Frame(one), Next::Frame(two)) = (api.try_next(), namespace.try_next()) else {
         panic!("both watchers get the update");
     };
     assert_eq!(one.as_ptr(), two.as_ptr(), "encoded once, shared");
-    assert_eq!(web.queue().try_pop(), Popped::Empty);
+    assert_eq!(web.try_next(), Next::Empty);
     assert_eq!(hub.revision(), Revision(1));
 }
 
@@ -62,7 +64,7 @@ fn one_encoding_reaches_service_and_namespace_watchers_only() {
 fn a_full_queue_gets_resync_and_leaves_the_hub() {
     let hub = WatchHub::new(2);
     let mut registry = Registry::new(RegistryConfig::default());
-    let slow = hub.subscribe(Scope::Service(key("api"))).unwrap();
+    let mut slow = hub.subscribe(Scope::Service(key("api"))).unwrap();
     for instance in ["a", "b"] {
         apply(&hub, &mut registry, "api", instance);
     }
@@ -75,10 +77,10 @@ fn a_full_queue_gets_resync_and_leaves_the_hub() {
             ..WatchStats::default()
         }
     );
-    assert_eq!(pop_frame(slow.queue()), Some(Frame::Resync { revision: Revision(3) }));
-    assert_eq!(slow.queue().try_pop(), Popped::Done);
+    assert_eq!(pop_frame(&mut slow), Some(Frame::Resync { revision: Revision(3) }));
+    assert_eq!(slow.try_next(), Next::Done);
     apply(&hub, &mut registry, "api", "d");
-    assert_eq!(slow.queue().try_pop(), Popped::Done, "nothing after the resync");
+    assert_eq!(slow.try_next(), Next::Done, "nothing after the resync");
 }
 
 #[test]
@@ -86,12 +88,9 @@ fn reset_resyncs_every_watcher() {
     let hub = WatchHub::new(8);
     let mut registry = Registry::new(RegistryConfig::default());
     apply(&hub, &mut registry, "api", "a");
-    let watcher = hub.subscribe(Scope::Service(key("web"))).unwrap();
+    let mut watcher = hub.subscribe(Scope::Service(key("web"))).unwrap();
     hub.reset(&registry);
-    assert_eq!(
-        pop_frame(watcher.queue()),
-        Some(Frame::Resync { revision: Revision(1) })
-    );
+    assert_eq!(pop_frame(&mut watcher), Some(Frame::Resync { revision: Revision(1) }));
     assert_eq!(hub.stats().watchers, 0);
 }
 
@@ -99,15 +98,12 @@ fn reset_resyncs_every_watcher() {
 fn close_sends_closing_after_queued_frames_and_refuses_new_watchers() {
     let hub = WatchHub::new(8);
     let mut registry = Registry::new(RegistryConfig::default());
-    let watcher = hub.subscribe(Scope::Service(key("api"))).unwrap();
+    let mut watcher = hub.subscribe(Scope::Service(key("api"))).unwrap();
     apply(&hub, &mut registry, "api", "a");
     hub.close();
-    assert!(matches!(pop_frame(watcher.queue()), Some(Frame::Update(_))));
-    assert_eq!(
-        pop_frame(watcher.queue()),
-        Some(Frame::Closing { revision: Revision(1) })
-    );
-    assert_eq!(watcher.queue().try_pop(), Popped::Done);
+    assert!(matches!(pop_frame(&mut watcher), Some(Frame::Update(_))));
+    assert_eq!(pop_frame(&mut watcher), Some(Frame::Closing { revision: Revision(1) }));
+    assert_eq!(watcher.try_next(), Next::Done);
     assert!(hub.subscribe(Scope::Service(key("api"))).is_none());
 }
 
@@ -121,5 +117,64 @@ fn dropping_a_subscription_unsubscribes() {
     assert_eq!(hub.stats().watchers, 1);
     drop(second);
     assert_eq!(hub.stats().watchers, 0);
-    assert!(hub.lock().services.is_empty());
+    assert!(hub.lock().services.is_empty(), "the topic goes with its last watcher");
+}
+
+#[test]
+fn a_watcher_subscribed_after_an_apply_starts_after_it() {
+    // Trace: the initial read saw revision 1; the live part must not repeat it.
+    let hub = WatchHub::new(8);
+    let mut registry = Registry::new(RegistryConfig::default());
+    let mut early = hub.subscribe(Scope::Service(key("api"))).unwrap();
+    apply(&hub, &mut registry, "api", "a");
+    let mut late = hub.subscribe(Scope::Service(key("api"))).unwrap();
+    apply(&hub, &mut registry, "api", "b");
+    let revisions = |watcher: &mut Subscription| {
+        std::iter::from_fn(|| pop_frame(watcher))
+            .map(|frame| match frame {
+                Frame::Update(update) => update.revision,
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(revisions(&mut early), vec![Revision(1), Revision(2)]);
+    assert_eq!(revisions(&mut late), vec![Revision(2)]);
+}
+
+#[test]
+fn a_read_frame_is_freed_once_every_watcher_has_it() {
+    let hub = WatchHub::new(8);
+    let mut registry = Registry::new(RegistryConfig::default());
+    let mut one = hub.subscribe(Scope::Service(key("api"))).unwrap();
+    let mut two = hub.subscribe(Scope::Service(key("api"))).unwrap();
+    apply(&hub, &mut registry, "api", "a");
+    assert_eq!(hub.stats().queued_frames, 2);
+    assert!(pop_frame(&mut one).is_some());
+    assert_eq!(hub.stats().queued_frames, 1);
+    drop(two);
+    assert_eq!(hub.stats().queued_frames, 0);
+    assert_eq!(one.try_next(), Next::Empty);
+    two = hub.subscribe(Scope::Service(key("api"))).unwrap();
+    assert_eq!(two.try_next(), Next::Empty, "a new watcher starts at the head");
+}
+
+#[tokio::test]
+async fn an_idle_watcher_answers_a_tick_with_progress_at_the_published_revision() {
+    let hub = WatchHub::new(8);
+    let mut registry = Registry::new(RegistryConfig::default());
+    let mut watcher = hub.subscribe(Scope::Service(key("api"))).unwrap();
+    apply(&hub, &mut registry, "api", "a");
+    apply(&hub, &mut registry, "web", "b");
+    assert!(matches!(
+        watcher.next().await.map(|f| serde_json::from_slice(&f).unwrap()),
+        Some(Frame::Update(_))
+    ));
+    assert!(hub.progress_tick());
+    let progress: Frame = serde_json::from_slice(&watcher.next().await.unwrap()).unwrap();
+    assert_eq!(progress, Frame::Progress { revision: Revision(2) });
+    hub.close();
+    assert!(!hub.progress_tick(), "a closed hub stops ticking");
+    let closing: Frame = serde_json::from_slice(&watcher.next().await.unwrap()).unwrap();
+    assert_eq!(closing, Frame::Closing { revision: Revision(2) });
+    assert_eq!(watcher.next().await, None);
 }

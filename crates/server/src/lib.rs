@@ -2,7 +2,7 @@
 //! Wiring only; logic lives in the pure crates.
 //!
 //! ```text
-//!  HTTP (axum) ──▶ routes ──▶ writes / lease_routes ──propose──▶ Node ──▶ Registry::apply
+//!  HTTP (hyper + axum) ──▶ routes ──▶ writes / lease_routes ──propose──▶ Node ──▶ Registry::apply
 //!                    │                                            │ ApplyObserver
 //!                    ├──▶ reads, status ──Node::read──────────────┤
 //!                    └──▶ watch ──read + subscribe──▶ WatchHub ◀──┘ (encode once, bounded queues)
@@ -10,11 +10,11 @@
 //! ```
 //!
 //! # Layout
-//! - `server`: [`start`], [`run`], [`RunningServer`].
+//! - `server`: [`start`], [`run`], [`RunningServer`]; `accept`: the HTTP/1.1 accept loop.
 //! - `routes`: the route table and the JSON error safety net; `error`: codes and statuses.
 //! - `extract`: body, query, path and header extraction with API errors.
 //! - `writes`, `lease_routes`, `reads`, `watch`, `status`: the handlers.
-//! - `hub`, `frame_queue`, `frames`: the watch fan-out.
+//! - `hub`, `topic`, `subscription`, `frames`: the watch fan-out.
 //! - `lease_deadlines` (pure) and `lease_keeper` (its task).
 //! - `clock`, `page_token`, `wait`: small pieces.
 //!
@@ -30,12 +30,12 @@
 
 #![forbid(unsafe_code)]
 
+mod accept;
 mod app;
 mod clock;
 mod config;
 mod error;
 mod extract;
-mod frame_queue;
 mod frames;
 mod hub;
 mod lease_deadlines;
@@ -46,6 +46,8 @@ mod reads;
 mod routes;
 mod server;
 mod status;
+mod subscription;
+mod topic;
 mod wait;
 mod watch;
 mod writes;

@@ -11,7 +11,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use muster_consensus::{Node, NodeConfig};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
@@ -20,7 +19,7 @@ use tokio::task::JoinHandle;
 use crate::app::App;
 use crate::clock::ServerClock;
 use crate::hub::{WatchHub, WatchStats};
-use crate::{ServerConfig, ServerError, lease_keeper, routes};
+use crate::{ServerConfig, ServerError, accept, lease_keeper, routes};
 
 /// A server that is running; [`RunningServer::stop`] stops it gracefully.
 pub struct RunningServer {
@@ -92,19 +91,9 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     ));
     let router = routes::router(Arc::clone(&app), config.max_body_bytes);
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
-    let serve = tokio::spawn(async move {
-        // Watch frames are small writes that must leave at once: no Nagle delay.
-        let listener = listener.tap_io(|tcp| {
-            if let Err(error) = tcp.set_nodelay(true) {
-                tracing::debug!(%error, "cannot set TCP_NODELAY");
-            }
-        });
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                let _ = stop_accepting_rx.await;
-            })
-            .await
-    });
+    let serve = tokio::spawn(accept::serve(listener, router, stop_accepting_rx));
+    // One timer for every watch stream's `progress` frames; it ends when the hub closes.
+    tokio::spawn(Arc::clone(&app.hub).run_progress_ticker(app.progress_interval));
     let keeper = tokio::spawn(lease_keeper::run(Arc::clone(&app), stopping_rx));
     app.set_ready(true);
     tracing::info!(%local_addr, "muster serving");

@@ -13,7 +13,6 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -29,9 +28,8 @@ use serde::Deserialize;
 use crate::app::App;
 use crate::error::ApiError;
 use crate::extract::{INDEX_HEADER, QueryParams, Segments};
-use crate::frame_queue::Popped;
 use crate::frames;
-use crate::hub::Subscription;
+use crate::subscription::Subscription;
 
 /// The query of a watch.
 #[derive(Debug, Default, Deserialize)]
@@ -115,19 +113,11 @@ fn start(app: &Arc<App>, scope: Scope, from: Option<Revision>) -> Result<Respons
             initial.push(frames::progress(at));
         }
     }
-    Ok(stream_response(at, initial, subscription, app.progress_interval))
+    Ok(stream_response(at, initial, subscription))
 }
 
-fn stream_response(
-    at: Revision,
-    initial: Vec<Bytes>,
-    subscription: Option<Subscription>,
-    progress_interval: Duration,
-) -> Response {
-    let live = futures_util::stream::unfold(subscription, move |subscription| async move {
-        let frame = next_live_frame(subscription.as_ref()?, progress_interval).await?;
-        Some((frame, subscription))
-    });
+fn stream_response(at: Revision, initial: Vec<Bytes>, subscription: Option<Subscription>) -> Response {
+    let live = futures_util::stream::iter(subscription).flatten();
     let frames = futures_util::stream::iter(initial)
         .chain(live)
         .map(Ok::<Bytes, Infallible>);
@@ -137,31 +127,4 @@ fn stream_response(
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(INDEX_HEADER, HeaderValue::from(at.0));
     response
-}
-
-/// The watcher's next frame: a queued one, or `progress` after `interval` of quiet; `None`
-/// once the queue is finished and empty.
-async fn next_live_frame(subscription: &Subscription, interval: Duration) -> Option<Bytes> {
-    let queue = subscription.queue();
-    loop {
-        match queue.try_pop() {
-            Popped::Frame(frame) => return Some(frame),
-            Popped::Done => return None,
-            Popped::Empty => {}
-        }
-        tokio::select! {
-            () = queue.changed() => {}
-            () = tokio::time::sleep(interval) => {
-                // Read the revision before looking at the queue again: frames of a revision
-                // are queued before it is published, so an empty queue now means everything
-                // up to `revision` has been sent.
-                let revision = subscription.hub().revision();
-                return match queue.try_pop() {
-                    Popped::Frame(frame) => Some(frame),
-                    Popped::Done => None,
-                    Popped::Empty => Some(frames::progress(revision)),
-                };
-            }
-        }
-    }
 }

@@ -1,0 +1,98 @@
+//! Serving HTTP/1.1 with our own accept loop on hyper's connection builder, instead of
+//! `axum::serve`: that one serves through hyper-util's HTTP/1+2 auto builder and gives no
+//! access to its settings, and every connection it serves carries the HTTP/2 variant's size
+//! and two shutdown-signal futures. A registry with 10,000 open watch streams pays each
+//! byte 10,000 times.
+//!
+//! ```text
+//!  accept ──▶ TCP_NODELAY ──▶ spawn: http1 connection(router) ──┬─▶ done
+//!    │                                                          └─ stop: graceful_shutdown
+//!  stop ──▶ stop accepting, tell every connection ──▶ wait for the last one to finish
+//! ```
+//!
+//! Graceful shutdown: in-flight responses finish (watch streams end after the hub's `closing`
+//! frame), idle keep-alive connections close, and [`serve`] returns once all are gone.
+
+use std::io;
+use std::time::Duration;
+
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// hyper's smallest allowed read/write buffer bound (its default is ~400 KiB): requests are
+/// small JSON bodies (capped by `max_body_bytes`, read in chunks anyway) and responses are
+/// written as they are produced, so a larger buffer would only let one connection hold more.
+const MAX_BUF_SIZE: usize = 8 * 1024;
+
+/// After an accept error (typically EMFILE: out of file descriptors), wait before trying
+/// again rather than spinning; as `axum::serve` does.
+const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Serves `router` on `listener` until `stop` fires, then shuts down gracefully and returns
+/// once every connection has finished.
+pub(crate) async fn serve(listener: TcpListener, router: Router, stop: oneshot::Receiver<()>) -> io::Result<()> {
+    let mut builder = http1::Builder::new();
+    builder.max_buf_size(MAX_BUF_SIZE).writev(true).keep_alive(true);
+    let (stopping, stopping_rx) = watch::channel(false);
+    // Every connection task holds a sender; `recv` returns `None` once all have finished.
+    let (alive, mut all_done) = mpsc::channel::<()>(1);
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let tcp = tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
+                    continue;
+                }
+            },
+        };
+        tokio::spawn(connection(
+            builder.clone(),
+            tcp,
+            router.clone(),
+            stopping_rx.clone(),
+            alive.clone(),
+        ));
+    }
+    drop(listener);
+    let _ = stopping.send(true);
+    drop(alive);
+    let _ = all_done.recv().await;
+    Ok(())
+}
+
+async fn connection(
+    builder: http1::Builder,
+    tcp: TcpStream,
+    router: Router,
+    mut stopping: watch::Receiver<bool>,
+    _alive: mpsc::Sender<()>,
+) {
+    // Watch frames are small writes that must leave at once: no Nagle delay.
+    if let Err(error) = tcp.set_nodelay(true) {
+        tracing::debug!(%error, "cannot set TCP_NODELAY");
+    }
+    let connection = builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(router));
+    let mut connection = std::pin::pin!(connection);
+    let finished = tokio::select! {
+        result = connection.as_mut() => Some(result),
+        _ = stopping.wait_for(|stopping| *stopping) => None,
+    };
+    let result = match finished {
+        Some(result) => result,
+        None => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(error) = result {
+        tracing::debug!(%error, "connection ended with an error");
+    }
+}

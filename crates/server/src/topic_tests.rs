@@ -1,0 +1,94 @@
+use super::*;
+
+fn frame(text: &'static str) -> Bytes {
+    Bytes::from_static(text.as_bytes())
+}
+
+#[test]
+fn a_watcher_that_falls_a_bound_behind_lags_once() {
+    let topic = Topic::new(2);
+    let slow = topic.join(0);
+    for text in ["1", "2", "3"] {
+        topic.append(frame(text));
+    }
+    let backlog = topic.backlog();
+    assert_eq!((backlog.watchers, backlog.newly_cut), (0, 1), "cut by the look");
+    assert_eq!(topic.read(&slow, None), Read::Lagged { newly: false }, "counted once");
+}
+
+#[test]
+fn a_reader_finds_its_own_lag() {
+    let topic = Topic::new(1);
+    let slow = topic.join(0);
+    topic.append(frame("1"));
+    topic.append(frame("2"));
+    assert_eq!(topic.read(&slow, None), Read::Lagged { newly: true });
+    assert!(topic.leave(&slow), "leaving after the cut is harmless");
+}
+
+#[test]
+fn closing_comes_after_unread_frames_and_resync_replaces_them() {
+    let topic = Topic::new(4);
+    let watcher = topic.join(0);
+    topic.append(frame("1"));
+    topic.end_with_closing(frame("closing"));
+    topic.end_with_resync(frame("ignored: the first end wins"));
+    topic.append(frame("dropped: ended"));
+    assert_eq!(topic.read(&watcher, None), Read::Frame(frame("1")));
+    assert_eq!(topic.read(&watcher, None), Read::Last(frame("closing")));
+
+    let reset = Topic::new(4);
+    let watcher = reset.join(0);
+    reset.append(frame("1"));
+    reset.end_with_resync(frame("resync"));
+    assert_eq!(reset.read(&watcher, None), Read::Last(frame("resync")));
+}
+
+#[test]
+fn slots_are_freed_by_the_last_reader() {
+    let topic = Topic::new(4);
+    let one = topic.join(0);
+    let two = topic.join(1);
+    topic.append(frame("1"));
+    assert_eq!(topic.read(&one, None), Read::Frame(frame("1")));
+    assert_eq!(topic.lock().slots.len(), 1);
+    assert_eq!(topic.read(&two, None), Read::Frame(frame("1")));
+    assert!(topic.lock().slots.is_empty());
+    assert_eq!(topic.read(&two, None), Read::Empty);
+}
+
+/// A waker that counts its wakes.
+#[derive(Default)]
+struct Counting(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for Counting {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn an_empty_read_registers_once_and_the_next_append_wakes() {
+    let topic = Topic::new(4);
+    let watcher = topic.join(0);
+    let counting = Arc::new(Counting::default());
+    let waker = Waker::from(Arc::clone(&counting));
+    assert_eq!(topic.read(&watcher, Some(&waker)), Read::Empty);
+    assert_eq!(
+        topic.read(&watcher, Some(&waker)),
+        Read::Empty,
+        "polled again: still one waker"
+    );
+    assert_eq!(topic.lock().waiting.len(), 1);
+    topic.append(frame("1"));
+    assert_eq!(counting.0.load(Ordering::SeqCst), 1);
+    assert_eq!(topic.read(&watcher, Some(&waker)), Read::Frame(frame("1")));
+    assert_eq!(
+        topic.read(&watcher, Some(&waker)),
+        Read::Empty,
+        "registers for the next round"
+    );
+    topic.end_with_closing(frame("closing"));
+    assert_eq!(counting.0.load(Ordering::SeqCst), 2);
+    assert_eq!(topic.read(&watcher, None), Read::Last(frame("closing")));
+}
