@@ -12,6 +12,7 @@
 //! - [`balance`]: eligibility (C3) and the balancers (C4), all over one eligible set.
 //! - [`eject`]: local outlier ejection (C5, H6).
 //! - [`registrar`]: register, renew with jitter, report readiness, drain on shutdown (C6).
+//! - [`picker`]: resolve and pick in one call, traced, with local ejection.
 //! - [`discover`]: a `tower::discover::Discover` source (C7).
 
 #![forbid(unsafe_code)]
@@ -21,6 +22,7 @@ pub mod discover;
 pub mod eject;
 pub mod http;
 pub mod lkg;
+pub mod picker;
 pub mod registrar;
 pub mod resolver;
 mod seed;

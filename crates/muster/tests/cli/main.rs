@@ -9,6 +9,7 @@ mod e2e;
 mod fixtures;
 mod inproc;
 mod parsers;
+mod picker;
 mod registrar;
 mod render;
 mod resolver;

@@ -1,0 +1,170 @@
+//! Resolve and pick in one call (SPEC C1–C5, C8): the resolver's current view, checked
+//! against the stale budget for the operation's risk, turned into an eligible set (local
+//! ejections applied) and a balancer, rebuilt only when the view's set or the ejections
+//! change, then one pick, traced.
+//!
+//! ```text
+//!  Resolver ──view──▶ usable(risk)? ──▶ EligibleSet + balancer (cached per set and
+//!                                        ejection epoch) ──▶ Pick ── span: service, revision,
+//!                                                                    instance, incarnation, reason
+//!  call outcome ──report_success / report_failure──▶ OutlierDetector (local only)
+//! ```
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use muster_core::{Endpoint, ServiceSnapshot};
+
+use crate::balance::{
+    Balance, EligibilityConfig, EligibleSet, LocalityAware, LocalityConfig, Pick, RoundRobin, SmoothWeighted,
+};
+use crate::eject::OutlierDetector;
+use crate::resolver::Resolver;
+use crate::seed::SplitMix64;
+use crate::view::{Risk, StaleError};
+
+/// Which balancer a [`Picker`] uses.
+#[derive(Debug, Clone)]
+pub enum Strategy {
+    /// Each eligible endpoint in turn.
+    RoundRobin,
+    /// In proportion to the endpoints' weights (smooth, nginx-style).
+    Weighted,
+    /// Same zone, then region, then failover priorities, with spillover.
+    Locality(LocalityConfig),
+}
+
+/// Why nothing was picked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PickError {
+    /// The view may not be used for this operation (no view yet, or too stale).
+    #[error(transparent)]
+    View(#[from] StaleError),
+    /// The view is usable but holds no endpoint that may be picked (an empty set is an
+    /// answer, never a reason to use an older one).
+    #[error("no eligible endpoint")]
+    NoEndpoint,
+}
+
+enum Built {
+    RoundRobin(RoundRobin),
+    Weighted(SmoothWeighted),
+    Locality(LocalityAware),
+}
+
+struct Cache {
+    /// The set the balancer was built from (compared by pointer).
+    set: Option<Arc<ServiceSnapshot>>,
+    /// The ejection state it was built with.
+    epoch: u64,
+    /// When an ejection ends and the set must be rebuilt.
+    rebuild_at_ms: Option<u64>,
+    eligible: Option<EligibleSet>,
+    balancer: Option<Built>,
+    ejections: OutlierDetector,
+    epoch_now: u64,
+    rng: SplitMix64,
+}
+
+/// Resolves a service and picks endpoints for calls.
+pub struct Picker {
+    resolver: Arc<Resolver>,
+    eligibility: EligibilityConfig,
+    strategy: Strategy,
+    cache: Mutex<Cache>,
+}
+
+impl std::fmt::Debug for Picker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Picker")
+            .field("service", self.resolver.key())
+            .field("strategy", &self.strategy)
+            .finish()
+    }
+}
+
+impl Picker {
+    /// A picker over `resolver`'s views.
+    pub fn new(
+        resolver: Arc<Resolver>,
+        eligibility: EligibilityConfig,
+        strategy: Strategy,
+        ejections: OutlierDetector,
+    ) -> Picker {
+        let key = resolver.key().clone();
+        Picker {
+            resolver,
+            eligibility,
+            strategy,
+            cache: Mutex::new(Cache {
+                set: None,
+                epoch: 0,
+                rebuild_at_ms: None,
+                eligible: None,
+                balancer: None,
+                ejections,
+                epoch_now: 0,
+                rng: SplitMix64::per_process(&key),
+            }),
+        }
+    }
+
+    fn cache(&self) -> MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Picks an endpoint for one call of this risk, at `now_ms` (the caller's clock for
+    /// ejection times), and emits a `pick` span event carrying the selection (SPEC C8).
+    pub fn pick(&self, risk: Risk, now_ms: u64) -> Result<Pick, PickError> {
+        let usable = self.resolver.usable(risk)?;
+        let mut guard = self.cache();
+        let cache = &mut *guard;
+        let same_set = cache.set.as_ref().is_some_and(|set| Arc::ptr_eq(set, &usable.snapshot));
+        let ejection_ended = cache.rebuild_at_ms.is_some_and(|at| now_ms >= at);
+        if !same_set || cache.epoch != cache.epoch_now || ejection_ended || cache.balancer.is_none() {
+            let set = EligibleSet::build(
+                usable.snapshot.revision(),
+                usable.snapshot.iter(),
+                &self.eligibility,
+                &cache.ejections,
+                now_ms,
+            );
+            let balancer = match &self.strategy {
+                Strategy::RoundRobin => Built::RoundRobin(RoundRobin::new(&set, &mut cache.rng)),
+                Strategy::Weighted => Built::Weighted(SmoothWeighted::new(&set, &mut cache.rng)),
+                Strategy::Locality(config) => Built::Locality(LocalityAware::new(&set, config)),
+            };
+            cache.balancer = Some(balancer);
+            cache.eligible = Some(set);
+            cache.set = Some(Arc::clone(&usable.snapshot));
+            cache.epoch = cache.epoch_now;
+            cache.rebuild_at_ms = cache.ejections.next_return_ms(now_ms);
+        }
+        let picked = match cache.balancer.as_mut() {
+            Some(Built::RoundRobin(b)) => b.pick(&mut cache.rng),
+            Some(Built::Weighted(b)) => b.pick(&mut cache.rng),
+            Some(Built::Locality(b)) => Balance::pick(b, &mut cache.rng),
+            None => None,
+        };
+        let pick = picked.ok_or(PickError::NoEndpoint)?;
+        let span = pick.span(self.resolver.key());
+        tracing::debug!(parent: &span, stale = usable.stale, age_ms = usable.age_ms, "pick");
+        Ok(pick)
+    }
+
+    /// The call to `endpoint` succeeded.
+    pub fn report_success(&self, endpoint: &Endpoint, now_ms: u64) {
+        self.cache().ejections.record_success(endpoint, now_ms);
+    }
+
+    /// The call to `endpoint` failed (connection refused, reset, timeout): counts toward its
+    /// local ejection; an ejection rebuilds the eligible set at the next pick. Local only.
+    pub fn report_failure(&self, endpoint: &Endpoint, now_ms: u64) {
+        let mut cache = self.cache();
+        let known = cache.eligible.as_ref().map_or(0, |set| set.known().len());
+        let outcome = cache.ejections.record_failure(endpoint, known, now_ms);
+        if matches!(outcome, crate::eject::FailureOutcome::Ejected(_)) {
+            cache.epoch_now += 1;
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! The client library's `Picker` against a real registry: picks cycle over the eligible
+//! endpoints, local failures eject (for this client only), a drain removes at once, and an
+//! empty set is "no endpoint", never an older set.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use muster_client::balance::EligibilityConfig;
+use muster_client::eject::OutlierDetector;
+use muster_client::picker::{PickError, Picker, Strategy};
+use muster_client::resolver::{Resolver, ResolverConfig};
+use muster_client::view::Risk;
+use muster_core::api::{DeregisterQuery, DrainRequest, RegisterRequest};
+use muster_core::{AddressSpec, EndpointSpec, Incarnation, InstanceId, ServiceKey};
+
+use crate::inproc::{POLL, Registry, STEP};
+
+fn key() -> ServiceKey {
+    ServiceKey::new("acme", "prod", "pay").unwrap()
+}
+
+fn id(name: &str) -> InstanceId {
+    InstanceId::new(name).unwrap()
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..(STEP.as_millis() / POLL.as_millis()) {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+fn picked(picker: &Picker, times: usize) -> BTreeSet<String> {
+    (0..times)
+        .map(|_| picker.pick(Risk::ReadOnly, 0).unwrap().endpoint.instance.to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn picks_follow_eligibility_ejection_and_drain() {
+    let registry = Registry::start().await;
+    let client = registry.client();
+    for (name, ip) in [("pay-0", "10.0.0.1"), ("pay-1", "10.0.0.2"), ("pay-2", "10.0.0.3")] {
+        let request = RegisterRequest {
+            incarnation: Incarnation(1),
+            endpoint: EndpointSpec {
+                addresses: vec![AddressSpec {
+                    ip: ip.into(),
+                    scope: None,
+                }],
+                ..EndpointSpec::default()
+            },
+            lease: None,
+            expected_revision: None,
+        };
+        client.register(&key(), &id(name), &request).await.unwrap();
+    }
+    let resolver = Arc::new(Resolver::start(client.clone(), key(), ResolverConfig::default()));
+    let picker = Picker::new(
+        Arc::clone(&resolver),
+        EligibilityConfig::default(),
+        Strategy::RoundRobin,
+        OutlierDetector::default(),
+    );
+    until("the view holds all three", || {
+        resolver.view().active().is_some_and(|set| set.len() == 3)
+    })
+    .await;
+    assert_eq!(
+        picked(&picker, 6),
+        BTreeSet::from(["pay-0".into(), "pay-1".into(), "pay-2".into()])
+    );
+
+    // Five failures in a row eject pay-0 for this client.
+    let pay0 = resolver.view().active().unwrap().get(&id("pay-0")).unwrap().clone();
+    for _ in 0..5 {
+        picker.report_failure(&pay0, 1_000);
+    }
+    let after_ejection: BTreeSet<String> = (0..6)
+        .map(|_| {
+            picker
+                .pick(Risk::ReadOnly, 1_000)
+                .unwrap()
+                .endpoint
+                .instance
+                .to_string()
+        })
+        .collect();
+    assert_eq!(after_ejection, BTreeSet::from(["pay-1".into(), "pay-2".into()]));
+
+    let drain = DrainRequest {
+        incarnation: Incarnation(1),
+        reason: "deploy".into(),
+        expected_revision: None,
+    };
+    let drained = client.drain(&key(), &id("pay-1"), &drain).await.unwrap();
+    until("the drain arrives", || {
+        resolver.view().active().unwrap().revision() >= drained.revision
+    })
+    .await;
+    let after_drain: BTreeSet<String> = (0..4)
+        .map(|_| {
+            picker
+                .pick(Risk::ReadOnly, 1_000)
+                .unwrap()
+                .endpoint
+                .instance
+                .to_string()
+        })
+        .collect();
+    assert_eq!(after_drain, BTreeSet::from(["pay-2".into()]));
+
+    for name in ["pay-0", "pay-1", "pay-2"] {
+        client
+            .deregister(
+                &key(),
+                &id(name),
+                &DeregisterQuery {
+                    incarnation: Incarnation(1),
+                    expected_revision: None,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    until("the set is empty", || {
+        resolver.view().active().is_some_and(|set| set.is_empty())
+    })
+    .await;
+    assert_eq!(picker.pick(Risk::ReadOnly, 1_000).unwrap_err(), PickError::NoEndpoint);
+}
