@@ -18,6 +18,17 @@ pub(crate) const TTL: Duration = Duration::from_secs(1);
 /// How often a bounded wait looks again.
 pub(crate) const POLL: Duration = Duration::from_millis(50);
 
+/// Waits (bounded by [`STEP`]) until `done` holds.
+pub(crate) async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..(STEP.as_millis() / POLL.as_millis()) {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
 /// A registry on a free loopback port with a scratch data dir.
 pub(crate) struct Registry {
     server: Option<RunningServer>,

@@ -13,7 +13,7 @@ use muster_client::view::Risk;
 use muster_core::api::{DeregisterQuery, DrainRequest, RegisterRequest};
 use muster_core::{AddressSpec, EndpointSpec, Incarnation, InstanceId, ServiceKey};
 
-use crate::inproc::{POLL, Registry, STEP};
+use crate::inproc::{Registry, until};
 
 fn key() -> ServiceKey {
     ServiceKey::new("acme", "prod", "pay").unwrap()
@@ -23,19 +23,17 @@ fn id(name: &str) -> InstanceId {
     InstanceId::new(name).unwrap()
 }
 
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..(STEP.as_millis() / POLL.as_millis()) {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(POLL).await;
-    }
-    panic!("timed out waiting until {what}");
-}
-
-fn picked(picker: &Picker, times: usize) -> BTreeSet<String> {
+/// The instances picked by `times` picks at `now_ms`.
+fn picked(picker: &Picker, times: usize, now_ms: u64) -> BTreeSet<String> {
     (0..times)
-        .map(|_| picker.pick(Risk::ReadOnly, 0).unwrap().endpoint.instance.to_string())
+        .map(|_| {
+            picker
+                .pick(Risk::ReadOnly, now_ms)
+                .unwrap()
+                .endpoint
+                .instance
+                .to_string()
+        })
         .collect()
 }
 
@@ -70,7 +68,7 @@ async fn picks_follow_eligibility_ejection_and_drain() {
     })
     .await;
     assert_eq!(
-        picked(&picker, 6),
+        picked(&picker, 6, 0),
         BTreeSet::from(["pay-0".into(), "pay-1".into(), "pay-2".into()])
     );
 
@@ -79,16 +77,7 @@ async fn picks_follow_eligibility_ejection_and_drain() {
     for _ in 0..5 {
         picker.report_failure(&pay0, 1_000);
     }
-    let after_ejection: BTreeSet<String> = (0..6)
-        .map(|_| {
-            picker
-                .pick(Risk::ReadOnly, 1_000)
-                .unwrap()
-                .endpoint
-                .instance
-                .to_string()
-        })
-        .collect();
+    let after_ejection = picked(&picker, 6, 1_000);
     assert_eq!(after_ejection, BTreeSet::from(["pay-1".into(), "pay-2".into()]));
 
     let drain = DrainRequest {
@@ -101,16 +90,7 @@ async fn picks_follow_eligibility_ejection_and_drain() {
         resolver.view().active().unwrap().revision() >= drained.revision
     })
     .await;
-    let after_drain: BTreeSet<String> = (0..4)
-        .map(|_| {
-            picker
-                .pick(Risk::ReadOnly, 1_000)
-                .unwrap()
-                .endpoint
-                .instance
-                .to_string()
-        })
-        .collect();
+    let after_drain = picked(&picker, 4, 1_000);
     assert_eq!(after_drain, BTreeSet::from(["pay-2".into()]));
 
     for name in ["pay-0", "pay-1", "pay-2"] {

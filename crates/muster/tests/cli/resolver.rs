@@ -13,7 +13,7 @@ use muster_client::view::{Risk, StaleBudget};
 use muster_core::api::{DeregisterQuery, DrainRequest, RegisterRequest};
 use muster_core::{AddressSpec, EndpointSpec, Incarnation, InstanceId, ServiceKey, ServingState};
 
-use crate::inproc::{POLL, Registry, STEP};
+use crate::inproc::{Registry, until};
 
 fn key() -> ServiceKey {
     ServiceKey::new("acme", "prod", "api").unwrap()
@@ -52,17 +52,6 @@ fn members(resolver: &Resolver) -> Vec<String> {
         .active()
         .map(|set| set.iter().map(|e| e.instance.to_string()).collect())
         .unwrap_or_default()
-}
-
-/// Waits (bounded) until `done` holds.
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..(STEP.as_millis() / POLL.as_millis()) {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(POLL).await;
-    }
-    panic!("timed out waiting until {what}");
 }
 
 fn lenient() -> ResolverConfig {
