@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use muster_core::{Endpoint, ServiceSnapshot};
 
 use crate::balance::{
-    Balance, EligibilityConfig, EligibleSet, LocalityAware, LocalityConfig, Pick, RoundRobin, SmoothWeighted,
+    Balance, EligibilityConfig, EligibleSet, LeastRequest, LocalityAware, LocalityConfig, Pick, RoundRobin,
+    SmoothWeighted,
 };
 use crate::eject::OutlierDetector;
 use crate::resolver::Resolver;
@@ -31,6 +32,9 @@ pub enum Strategy {
     Weighted,
     /// Same zone, then region, then failover priorities, with spillover.
     Locality(LocalityConfig),
+    /// Power of two choices by requests in flight: report each call's start and end with
+    /// [`Picker::call_started`] / [`Picker::call_ended`].
+    LeastRequest,
 }
 
 /// Why nothing was picked.
@@ -50,6 +54,7 @@ enum Built {
     RoundRobin(RoundRobin),
     Weighted(SmoothWeighted),
     Locality(LocalityAware),
+    LeastRequest(LeastRequest),
 }
 
 struct Cache {
@@ -129,10 +134,16 @@ impl Picker {
                 &cache.ejections,
                 now_ms,
             );
-            let balancer = match &self.strategy {
-                Strategy::RoundRobin => Built::RoundRobin(RoundRobin::new(&set, &mut cache.rng)),
-                Strategy::Weighted => Built::Weighted(SmoothWeighted::new(&set, &mut cache.rng)),
-                Strategy::Locality(config) => Built::Locality(LocalityAware::new(&set, config)),
+            let balancer = match (&self.strategy, cache.balancer.take()) {
+                (Strategy::RoundRobin, _) => Built::RoundRobin(RoundRobin::new(&set, &mut cache.rng)),
+                (Strategy::Weighted, _) => Built::Weighted(SmoothWeighted::new(&set, &mut cache.rng)),
+                (Strategy::Locality(config), _) => Built::Locality(LocalityAware::new(&set, config)),
+                // Rebuilt in place, so the requests in flight keep counting.
+                (Strategy::LeastRequest, Some(Built::LeastRequest(mut p2c))) => {
+                    p2c.rebuild(&set);
+                    Built::LeastRequest(p2c)
+                }
+                (Strategy::LeastRequest, _) => Built::LeastRequest(LeastRequest::new(&set)),
             };
             cache.balancer = Some(balancer);
             cache.eligible = Some(set);
@@ -144,12 +155,27 @@ impl Picker {
             Some(Built::RoundRobin(b)) => b.pick(&mut cache.rng),
             Some(Built::Weighted(b)) => b.pick(&mut cache.rng),
             Some(Built::Locality(b)) => Balance::pick(b, &mut cache.rng),
+            Some(Built::LeastRequest(b)) => b.pick(&mut cache.rng),
             None => None,
         };
         let pick = picked.ok_or(PickError::NoEndpoint)?;
         let span = pick.span(self.resolver.key());
         tracing::debug!(parent: &span, stale = usable.stale, age_ms = usable.age_ms, "pick");
         Ok(pick)
+    }
+
+    /// A call to `endpoint` started (counts for [`Strategy::LeastRequest`]).
+    pub fn call_started(&self, endpoint: &Endpoint) {
+        if let Some(Built::LeastRequest(p2c)) = self.cache().balancer.as_mut() {
+            p2c.start(endpoint);
+        }
+    }
+
+    /// A call to `endpoint` ended, whatever its outcome.
+    pub fn call_ended(&self, endpoint: &Endpoint) {
+        if let Some(Built::LeastRequest(p2c)) = self.cache().balancer.as_mut() {
+            p2c.end(endpoint);
+        }
     }
 
     /// The call to `endpoint` succeeded.

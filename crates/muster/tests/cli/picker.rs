@@ -112,3 +112,54 @@ async fn picks_follow_eligibility_ejection_and_drain() {
     .await;
     assert_eq!(picker.pick(Risk::ReadOnly, 1_000).unwrap_err(), PickError::NoEndpoint);
 }
+
+/// With `LeastRequest`, picks prefer the endpoint with fewer calls in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_request_picks_prefer_the_idle_endpoint() {
+    let registry = Registry::start().await;
+    let client = registry.client();
+    for (name, ip) in [("pay-0", "10.0.0.1"), ("pay-1", "10.0.0.2"), ("pay-2", "10.0.0.3")] {
+        let request = RegisterRequest {
+            incarnation: Incarnation(1),
+            endpoint: EndpointSpec {
+                addresses: vec![AddressSpec {
+                    ip: ip.into(),
+                    scope: None,
+                }],
+                ..EndpointSpec::default()
+            },
+            lease: None,
+            expected_revision: None,
+        };
+        client.register(&key(), &id(name), &request).await.unwrap();
+    }
+    let resolver = Arc::new(Resolver::start(client.clone(), key(), ResolverConfig::default()));
+    let picker = Picker::new(
+        Arc::clone(&resolver),
+        EligibilityConfig::default(),
+        Strategy::LeastRequest,
+        OutlierDetector::default(),
+    );
+    until("the view holds all three", || {
+        resolver.view().active().is_some_and(|set| set.len() == 3)
+    })
+    .await;
+    picker.pick(Risk::ReadOnly, 0).unwrap();
+    let set = resolver.view().active().unwrap().clone();
+    for busy in ["pay-0", "pay-1"] {
+        for _ in 0..10 {
+            picker.call_started(set.get(&id(busy)).unwrap());
+        }
+    }
+    let mut counts = std::collections::BTreeMap::new();
+    for _ in 0..60 {
+        *counts
+            .entry(picker.pick(Risk::ReadOnly, 0).unwrap().endpoint.instance.to_string())
+            .or_insert(0) += 1;
+    }
+    let idle = counts.get("pay-2").copied().unwrap_or(0);
+    assert!(
+        counts.iter().all(|(name, n)| name == "pay-2" || *n < idle),
+        "{counts:?}"
+    );
+}
