@@ -12,6 +12,9 @@
 //!
 //! Graceful shutdown: in-flight responses finish (watch streams end after the hub's `closing`
 //! frame), idle keep-alive connections close, and [`serve`] returns once all are gone.
+//! The connection tasks belong to [`serve`]'s future (a `JoinSet`): when the caller gives up
+//! waiting and drops or aborts it, every connection still open is aborted with it, so no
+//! connection outlives the server.
 
 use std::io;
 use std::time::Duration;
@@ -21,7 +24,8 @@ use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinSet;
 
 /// hyper's smallest allowed read/write buffer bound (its default is ~400 KiB): requests are
 /// small JSON bodies (capped by `max_body_bytes`, read in chunks anyway) and responses are
@@ -33,17 +37,18 @@ const MAX_BUF_SIZE: usize = 8 * 1024;
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Serves `router` on `listener` until `stop` fires, then shuts down gracefully and returns
-/// once every connection has finished.
+/// once every connection has finished. Dropping the future aborts the connections left.
 pub(crate) async fn serve(listener: TcpListener, router: Router, stop: oneshot::Receiver<()>) -> io::Result<()> {
     let mut builder = http1::Builder::new();
     builder.max_buf_size(MAX_BUF_SIZE).writev(true).keep_alive(true);
     let (stopping, stopping_rx) = watch::channel(false);
-    // Every connection task holds a sender; `recv` returns `None` once all have finished.
-    let (alive, mut all_done) = mpsc::channel::<()>(1);
+    let mut connections = JoinSet::new();
     let mut stop = std::pin::pin!(stop);
     loop {
         let tcp = tokio::select! {
             _ = &mut stop => break,
+            // Reap finished connections, so the set holds only open ones.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             accepted = listener.accept() => match accepted {
                 Ok((tcp, _)) => tcp,
                 Err(error) => {
@@ -53,28 +58,15 @@ pub(crate) async fn serve(listener: TcpListener, router: Router, stop: oneshot::
                 }
             },
         };
-        tokio::spawn(connection(
-            builder.clone(),
-            tcp,
-            router.clone(),
-            stopping_rx.clone(),
-            alive.clone(),
-        ));
+        connections.spawn(connection(builder.clone(), tcp, router.clone(), stopping_rx.clone()));
     }
     drop(listener);
     let _ = stopping.send(true);
-    drop(alive);
-    let _ = all_done.recv().await;
+    while connections.join_next().await.is_some() {}
     Ok(())
 }
 
-async fn connection(
-    builder: http1::Builder,
-    tcp: TcpStream,
-    router: Router,
-    mut stopping: watch::Receiver<bool>,
-    _alive: mpsc::Sender<()>,
-) {
+async fn connection(builder: http1::Builder, tcp: TcpStream, router: Router, mut stopping: watch::Receiver<bool>) {
     // Watch frames are small writes that must leave at once: no Nagle delay.
     if let Err(error) = tcp.set_nodelay(true) {
         tracing::debug!(%error, "cannot set TCP_NODELAY");

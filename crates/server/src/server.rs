@@ -132,7 +132,10 @@ impl RunningServer {
             Ok(Err(join)) => Err(ServerError::Serve(std::io::Error::other(join))),
             Err(_) => {
                 tracing::warn!(grace = ?self.shutdown_grace, "connections still open after the grace; closing them");
+                // Aborting the accept loop aborts the connections it still holds; wait for
+                // that, so none outlives `stop`.
                 serve.abort();
+                let _ = serve.await;
                 Ok(())
             }
         };

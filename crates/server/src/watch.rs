@@ -89,31 +89,40 @@ fn start(app: &Arc<App>, scope: Scope, from: Option<Revision>) -> Result<Respons
         Ok((at, beginning, app.hub.subscribe(scope)))
     })?;
 
-    let mut initial: Vec<Bytes> = Vec::new();
-    match beginning {
+    let initial = initial_frames(at, beginning, subscription.is_some());
+    Ok(stream_response(at, initial, subscription))
+}
+
+/// The frames a watch begins with, read at `at`. Without a subscription (the hub is closed:
+/// the server is stopping) they end with `closing` instead of `progress`, still after the
+/// snapshots or the replay: `closing` says everything up to `at` was sent, so it must have
+/// been, or a client resuming from it would skip the replay.
+fn initial_frames(at: Revision, beginning: Beginning, subscribed: bool) -> Vec<Bytes> {
+    let mut initial: Vec<Bytes> = match beginning {
         Beginning::Refused(error) => {
             let current = match &error {
                 ReadError::Compacted { current, .. } => *current,
                 _ => at,
             };
-            initial.push(frames::error(error.code(), error.to_string(), current));
+            return vec![frames::error(error.code(), error.to_string(), current)];
         }
-        _ if subscription.is_none() => initial.push(frames::closing(at)),
-        Beginning::Snapshots(snapshots) => {
-            initial.extend(snapshots.iter().map(|snapshot| {
+        Beginning::Snapshots(snapshots) => snapshots
+            .iter()
+            .map(|snapshot| {
                 frames::encode(&Frame::Snapshot {
                     revision: at,
                     snapshot: ServiceSnapshot::clone(snapshot),
                 })
-            }));
-            initial.push(frames::progress(at));
-        }
-        Beginning::Replay(updates) => {
-            initial.extend(updates.iter().map(|update| frames::encode_update(update)));
-            initial.push(frames::progress(at));
-        }
-    }
-    Ok(stream_response(at, initial, subscription))
+            })
+            .collect(),
+        Beginning::Replay(updates) => updates.iter().map(|update| frames::encode_update(update)).collect(),
+    };
+    initial.push(if subscribed {
+        frames::progress(at)
+    } else {
+        frames::closing(at)
+    });
+    initial
 }
 
 fn stream_response(at: Revision, initial: Vec<Bytes>, subscription: Option<Subscription>) -> Response {
@@ -127,4 +136,55 @@ fn stream_response(at: Revision, initial: Vec<Bytes>, subscription: Option<Subsc
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(INDEX_HEADER, HeaderValue::from(at.0));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use muster_core::{Digest, Event, Incarnation, InstanceId, ServiceKey};
+
+    use super::*;
+
+    fn decode(frames: &[Bytes]) -> Vec<Frame> {
+        frames.iter().map(|f| serde_json::from_slice(f).unwrap()).collect()
+    }
+
+    #[test]
+    fn a_replay_refused_a_subscription_by_a_closing_hub_is_still_sent_before_closing() {
+        // Trace: `from_revision=20` while the server stops; the hub refuses the subscription.
+        // `closing{22}` alone would tell the client it had everything up to 22 and it would
+        // resume from there, skipping the delete at 21 and the add at 22.
+        let update = |revision: u64| {
+            Arc::new(ServiceUpdate {
+                key: ServiceKey::new("acme", "prod", "api").unwrap(),
+                revision: Revision(revision),
+                prev_revision: Revision(revision - 1),
+                digest: Digest(revision),
+                events: vec![Event::Delete {
+                    instance: InstanceId::new("a").unwrap(),
+                    incarnation: Incarnation(1),
+                    reason: muster_core::DeleteReason::Deregistered,
+                }],
+            })
+        };
+        let replay = || Beginning::Replay(vec![update(21), update(22)]);
+        let revisions = |frames: Vec<Frame>| {
+            frames
+                .into_iter()
+                .map(|frame| match frame {
+                    Frame::Update(update) => format!("update {}", update.revision),
+                    Frame::Progress { revision } => format!("progress {revision}"),
+                    Frame::Closing { revision } => format!("closing {revision}"),
+                    other => panic!("unexpected {other:?}"),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            revisions(decode(&initial_frames(Revision(22), replay(), false))),
+            ["update 21", "update 22", "closing 22"]
+        );
+        assert_eq!(
+            revisions(decode(&initial_frames(Revision(22), replay(), true))),
+            ["update 21", "update 22", "progress 22"]
+        );
+    }
 }

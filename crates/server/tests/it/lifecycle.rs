@@ -68,3 +68,25 @@ async fn committed_writes_survive_a_restart_and_the_revision_keeps_increasing() 
     let next = server.register("api", "c", "10.0.0.3").await.expect(StatusCode::OK);
     assert_eq!(next.revision(), 3);
 }
+
+#[tokio::test]
+async fn a_connection_still_open_after_the_grace_is_closed_when_stop_returns() {
+    // Trace: a client sends a request head promising a body and never sends it. Graceful
+    // shutdown waits for it up to the grace, then `stop` returns; the connection must not
+    // outlive the server (it would go on serving requests against a node that is shut down).
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut server = TestServer::start_with(|config| config.shutdown_grace_ms = 200).await;
+    let mut stalled = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    stalled
+        .write_all(b"PUT /v1/registry/acme/prod/api/a HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{")
+        .await
+        .unwrap();
+    // Let the server read the head and start waiting for the body.
+    server.get("/v1/status").await.expect(StatusCode::OK);
+    server.stop().await;
+    let mut buf = [0u8; 1024];
+    let read = tokio::time::timeout(crate::support::STEP / 4, stalled.read(&mut buf))
+        .await
+        .expect("the stalled connection is closed once stop has returned");
+    assert!(matches!(read, Ok(0) | Err(_)), "no reply expected, got {read:?}");
+}

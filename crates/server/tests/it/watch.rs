@@ -283,3 +283,34 @@ async fn a_slow_watcher_is_cut_off_with_resync_and_the_hub_stays_bounded() {
     }
     assert!(matches!(last, Some(Frame::Resync { .. })), "last frame: {last:?}");
 }
+
+#[tokio::test]
+async fn a_watcher_that_disconnects_mid_stream_leaves_the_hub() {
+    // Trace: a client goes away with frames still queued for it. Its subscription must be
+    // dropped with the connection, releasing its unread frames; the server goes on serving.
+    let server = TestServer::start().await;
+    server.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
+    let mut gone = server.watch("/v1/watch/acme/prod/api").await;
+    let mut stays = server.watch("/v1/watch/acme/prod/api?from_revision=1").await;
+    assert!(matches!(gone.next().await, Some(Frame::Snapshot { .. })));
+    assert_eq!(stays.next().await, Some(Frame::Progress { revision: Revision(1) }));
+    assert_eq!(server.watch_stats().watchers, 2);
+    drop(gone);
+    server.register("api", "b", "10.0.0.2").await.expect(StatusCode::OK);
+    let left = tokio::time::timeout(STEP, async {
+        while server.watch_stats().watchers > 1 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        left.is_ok(),
+        "the hub let go of the watcher: {:?}",
+        server.watch_stats()
+    );
+    let Some(Frame::Update(update)) = stays.next_event().await else {
+        panic!("the other watcher still gets updates");
+    };
+    assert_eq!(update.revision, Revision(2));
+    assert_eq!(server.watch_stats().queued_frames, 0);
+}
