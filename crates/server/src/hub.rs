@@ -163,13 +163,20 @@ impl WatchHub {
     }
 
     /// One progress tick: every idle watcher sends `progress`. False once the hub is closed.
+    ///
+    /// The wakes happen after the hub's lock is released: `applied` needs that lock while it
+    /// holds the registry's write lock, so waking 10,000 idle watchers under it would stall
+    /// commits for the whole tick.
     pub(crate) fn progress_tick(&self) -> bool {
-        let topics = self.lock();
-        if topics.closed {
-            return false;
-        }
-        self.ticks.fetch_add(1, Ordering::AcqRel);
-        for topic in topics.all() {
+        let topics: Vec<Arc<Topic>> = {
+            let topics = self.lock();
+            if topics.closed {
+                return false;
+            }
+            self.ticks.fetch_add(1, Ordering::AcqRel);
+            topics.all().cloned().collect()
+        };
+        for topic in topics {
             topic.wake_all();
         }
         true
