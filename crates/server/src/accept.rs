@@ -40,7 +40,13 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_secs(1);
 /// once every connection has finished. Dropping the future aborts the connections left.
 pub(crate) async fn serve(listener: TcpListener, router: Router, stop: oneshot::Receiver<()>) -> io::Result<()> {
     let mut builder = http1::Builder::new();
-    builder.max_buf_size(MAX_BUF_SIZE).writev(true).keep_alive(true);
+    // The timer makes hyper's header read timeout (30 s by default) real: without one, a
+    // client could hold a connection forever with half a request head.
+    builder
+        .max_buf_size(MAX_BUF_SIZE)
+        .writev(true)
+        .keep_alive(true)
+        .timer(hyper_util::rt::TokioTimer::new());
     let (stopping, stopping_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
     let mut stop = std::pin::pin!(stop);

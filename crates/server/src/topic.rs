@@ -16,6 +16,9 @@
 //! old per-watcher queue overflowing, and it ends with a single `resync`.
 //!
 //! # Correctness
+//! - A watcher registers one waker per wake round, the one of the task that polls it: a
+//!   subscription must be polled from a single task (hyper polls a response body from its
+//!   connection's task). Polling it from several tasks would need `will_wake` checks.
 //! - A watcher's cursor starts at `head` when it subscribes, under the same lock as appends,
 //!   so it reads exactly the frames appended after its subscription.
 //! - Each slot counts the watchers that still have to read it; a watcher that leaves
