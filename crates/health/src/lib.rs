@@ -13,6 +13,7 @@
 //! - [`check`]: what a registration asks to be checked, validated with stable codes.
 //! - [`hysteresis`]: one check's state over time: only crossings of the rise/fall thresholds
 //!   change the serving state; flapping is damped to `degraded`.
+//! - [`probe`]: one TCP, HTTP or gRPC probe, bounded by its timeout (the I/O edge).
 //! - [`preservation`]: a service-wide brake: when too many endpoints would leave at once, stop
 //!   removing them and say so (H5).
 
@@ -21,3 +22,4 @@
 pub mod check;
 pub mod hysteresis;
 pub mod preservation;
+pub mod probe;
