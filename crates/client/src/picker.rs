@@ -15,13 +15,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use muster_core::{Endpoint, ServiceSnapshot};
 
 use crate::balance::{
-    Balance, EligibilityConfig, EligibleSet, LeastRequest, LocalityAware, LocalityConfig, Pick, RoundRobin,
-    SmoothWeighted,
+    Balance, ConfigError, EligibilityConfig, EligibleSet, HashRing, HashRingConfig, LeastRequest, LocalityAware,
+    LocalityConfig, Pick, RoundRobin, SmoothWeighted,
 };
 use crate::eject::OutlierDetector;
 use crate::resolver::Resolver;
 use crate::seed::SplitMix64;
 use crate::view::{Risk, StaleError};
+use rand_core::RngCore;
 
 /// Which balancer a [`Picker`] uses.
 #[derive(Debug, Clone)]
@@ -35,6 +36,9 @@ pub enum Strategy {
     /// Power of two choices by requests in flight: report each call's start and end with
     /// [`Picker::call_started`] / [`Picker::call_ended`].
     LeastRequest,
+    /// Consistent hashing for affinity: [`Picker::pick_keyed`] sends one key to one endpoint
+    /// for as long as it stays eligible.
+    Hash(HashRingConfig),
 }
 
 /// Why nothing was picked.
@@ -55,6 +59,7 @@ enum Built {
     Weighted(SmoothWeighted),
     Locality(LocalityAware),
     LeastRequest(LeastRequest),
+    Hash(HashRing),
 }
 
 struct Cache {
@@ -89,15 +94,23 @@ impl std::fmt::Debug for Picker {
 }
 
 impl Picker {
-    /// A picker over `resolver`'s views.
+    /// A picker over `resolver`'s views; refuses a strategy that cannot work (a hash ring
+    /// without points).
     pub fn new(
         resolver: Arc<Resolver>,
         eligibility: EligibilityConfig,
         strategy: Strategy,
         ejections: OutlierDetector,
-    ) -> Picker {
+    ) -> Result<Picker, ConfigError> {
+        if let Strategy::Hash(config) = &strategy
+            && config.vnodes_per_endpoint == 0
+        {
+            return Err(ConfigError::Zero {
+                field: "vnodes_per_endpoint",
+            });
+        }
         let key = resolver.key().clone();
-        Picker {
+        Ok(Picker {
             resolver,
             eligibility,
             strategy,
@@ -111,7 +124,7 @@ impl Picker {
                 epoch_now: 0,
                 rng: SplitMix64::per_process(&key),
             }),
-        }
+        })
     }
 
     fn cache(&self) -> MutexGuard<'_, Cache> {
@@ -121,6 +134,16 @@ impl Picker {
     /// Picks an endpoint for one call of this risk, at `now_ms` (the caller's clock for
     /// ejection times), and emits a `pick` span event carrying the selection (SPEC C8).
     pub fn pick(&self, risk: Risk, now_ms: u64) -> Result<Pick, PickError> {
+        self.pick_with(risk, now_ms, None)
+    }
+
+    /// Like [`Picker::pick`], with an affinity key: with [`Strategy::Hash`] the same key goes
+    /// to the same endpoint while it stays eligible; other strategies ignore the key.
+    pub fn pick_keyed(&self, risk: Risk, key: u64, now_ms: u64) -> Result<Pick, PickError> {
+        self.pick_with(risk, now_ms, Some(key))
+    }
+
+    fn pick_with(&self, risk: Risk, now_ms: u64, key: Option<u64>) -> Result<Pick, PickError> {
         let usable = self.resolver.usable(risk)?;
         let mut guard = self.cache();
         let cache = &mut *guard;
@@ -144,6 +167,9 @@ impl Picker {
                     Built::LeastRequest(p2c)
                 }
                 (Strategy::LeastRequest, _) => Built::LeastRequest(LeastRequest::new(&set)),
+                (Strategy::Hash(config), _) => {
+                    Built::Hash(HashRing::new(&set, config).expect("points per endpoint checked in Picker::new"))
+                }
             };
             cache.balancer = Some(balancer);
             cache.eligible = Some(set);
@@ -156,6 +182,8 @@ impl Picker {
             Some(Built::Weighted(b)) => b.pick(&mut cache.rng),
             Some(Built::Locality(b)) => Balance::pick(b, &mut cache.rng),
             Some(Built::LeastRequest(b)) => b.pick(&mut cache.rng),
+            // Without a key, any point of the ring: spread like random.
+            Some(Built::Hash(ring)) => ring.pick_u64(key.unwrap_or_else(|| cache.rng.next_u64())),
             None => None,
         };
         let pick = picked.ok_or(PickError::NoEndpoint)?;

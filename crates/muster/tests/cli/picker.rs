@@ -62,7 +62,8 @@ async fn picks_follow_eligibility_ejection_and_drain() {
         EligibilityConfig::default(),
         Strategy::RoundRobin,
         OutlierDetector::default(),
-    );
+    )
+    .unwrap();
     until("the view holds all three", || {
         resolver.view().active().is_some_and(|set| set.len() == 3)
     })
@@ -139,7 +140,8 @@ async fn least_request_picks_prefer_the_idle_endpoint() {
         EligibilityConfig::default(),
         Strategy::LeastRequest,
         OutlierDetector::default(),
-    );
+    )
+    .unwrap();
     until("the view holds all three", || {
         resolver.view().active().is_some_and(|set| set.len() == 3)
     })
@@ -162,4 +164,61 @@ async fn least_request_picks_prefer_the_idle_endpoint() {
         counts.iter().all(|(name, n)| name == "pay-2" || *n < idle),
         "{counts:?}"
     );
+}
+
+/// With `Hash`, a key keeps its endpoint; a hash ring without points is refused up front.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hash_picks_keep_a_key_on_its_endpoint() {
+    let registry = Registry::start().await;
+    let client = registry.client();
+    for (name, ip) in [("pay-0", "10.0.0.1"), ("pay-1", "10.0.0.2"), ("pay-2", "10.0.0.3")] {
+        let request = RegisterRequest {
+            incarnation: Incarnation(1),
+            endpoint: EndpointSpec {
+                addresses: vec![AddressSpec {
+                    ip: ip.into(),
+                    scope: None,
+                }],
+                ..EndpointSpec::default()
+            },
+            lease: None,
+            expected_revision: None,
+        };
+        client.register(&key(), &id(name), &request).await.unwrap();
+    }
+    let resolver = Arc::new(Resolver::start(client.clone(), key(), ResolverConfig::default()));
+    let zero = muster_client::balance::HashRingConfig { vnodes_per_endpoint: 0 };
+    let refused = Picker::new(
+        Arc::clone(&resolver),
+        EligibilityConfig::default(),
+        Strategy::Hash(zero),
+        OutlierDetector::default(),
+    );
+    assert_eq!(refused.unwrap_err().code(), "zero_not_allowed");
+    let hash = Strategy::Hash(muster_client::balance::HashRingConfig::default());
+    let picker = Picker::new(
+        Arc::clone(&resolver),
+        EligibilityConfig::default(),
+        hash,
+        OutlierDetector::default(),
+    )
+    .unwrap();
+    until("the view holds all three", || {
+        resolver.view().active().is_some_and(|set| set.len() == 3)
+    })
+    .await;
+    for key in [7_u64, 42, 1_000_003] {
+        let first = picker
+            .pick_keyed(Risk::ReadOnly, key, 0)
+            .unwrap()
+            .endpoint
+            .instance
+            .clone();
+        for _ in 0..5 {
+            assert_eq!(
+                picker.pick_keyed(Risk::ReadOnly, key, 0).unwrap().endpoint.instance,
+                first
+            );
+        }
+    }
 }
