@@ -43,7 +43,7 @@ use tokio::sync::watch;
 
 use crate::frames;
 use crate::subscription::Subscription;
-use crate::topic::{Cursor, Topic};
+use crate::topic::Topic;
 
 /// What the hub holds, for tests, metrics and the dashboard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -62,7 +62,6 @@ pub struct WatchStats {
 struct Topics {
     services: HashMap<ServiceKey, Arc<Topic>>,
     namespaces: HashMap<NamespaceKey, Arc<Topic>>,
-    next_id: u64,
     closed: bool,
 }
 
@@ -83,7 +82,8 @@ pub(crate) struct WatchHub {
     /// The last applied revision: blocking queries and `progress` frames read it.
     revision: watch::Sender<Revision>,
     queue_frames: usize,
-    resyncs: AtomicU64,
+    /// Watchers told to resync, counted by the topics as they cut them off.
+    resyncs: Arc<AtomicU64>,
     /// Progress ticks so far: a watcher with nothing to send answers each new one.
     ticks: AtomicU64,
 }
@@ -95,7 +95,7 @@ impl WatchHub {
             topics: Mutex::new(Topics::default()),
             revision: watch::Sender::new(Revision::ZERO),
             queue_frames,
-            resyncs: AtomicU64::new(0),
+            resyncs: Arc::new(AtomicU64::new(0)),
             ticks: AtomicU64::new(0),
         })
     }
@@ -111,24 +111,22 @@ impl WatchHub {
         if topics.closed {
             return None;
         }
-        let id = topics.next_id;
-        topics.next_id += 1;
-        let new_topic = || Arc::new(Topic::new(self.queue_frames));
+        let new_topic = || Arc::new(Topic::new(self.queue_frames, Arc::clone(&self.resyncs)));
         let topic = match &scope {
             Scope::Service(key) => Arc::clone(topics.services.entry(key.clone()).or_insert_with(new_topic)),
             Scope::Namespace(namespace) => {
                 Arc::clone(topics.namespaces.entry(namespace.clone()).or_insert_with(new_topic))
             }
         };
-        let cursor = topic.join(id);
+        let id = topic.join();
         drop(topics);
-        Some(Subscription::new(Arc::clone(self), scope, topic, cursor, self.tick()))
+        Some(Subscription::new(Arc::clone(self), scope, topic, id, self.tick()))
     }
 
     /// A watcher leaves; its topic goes when it was the last one.
-    pub(crate) fn leave(&self, scope: &Scope, topic: &Arc<Topic>, cursor: &Cursor) {
+    pub(crate) fn leave(&self, scope: &Scope, topic: &Arc<Topic>, id: u64) {
         let mut topics = self.lock();
-        if !topic.leave(cursor) {
+        if !topic.leave(id) {
             return;
         }
         let current = match scope {
@@ -156,10 +154,6 @@ impl WatchHub {
     /// Progress ticks so far.
     pub(crate) fn tick(&self) -> u64 {
         self.ticks.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn count_resyncs(&self, count: u64) {
-        self.resyncs.fetch_add(count, Ordering::Relaxed);
     }
 
     /// One progress tick: every idle watcher sends `progress`. False once the hub is closed.
@@ -212,15 +206,12 @@ impl WatchHub {
     pub(crate) fn stats(&self) -> WatchStats {
         let topics = self.lock();
         let mut stats = WatchStats::default();
-        let mut cut = 0;
         for topic in topics.all() {
             let backlog = topic.backlog();
             stats.watchers += backlog.watchers;
             stats.queued_frames += backlog.queued;
             stats.max_queued_frames = stats.max_queued_frames.max(backlog.max_queued);
-            cut += backlog.newly_cut as u64;
         }
-        self.count_resyncs(cut);
         stats.resyncs = self.resyncs.load(Ordering::Relaxed);
         stats
     }
@@ -261,12 +252,9 @@ impl ApplyObserver for WatchHub {
     fn reset(&self, registry: &Registry) {
         let mut topics = self.lock();
         let resync = frames::resync(registry.revision());
-        let mut count = 0;
         for topic in topics.all() {
-            count += topic.watchers() as u64;
             topic.end_with_resync(resync.clone());
         }
-        self.count_resyncs(count);
         topics.clear();
         drop(topics);
         self.revision.send_replace(registry.revision());

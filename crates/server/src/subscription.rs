@@ -1,4 +1,4 @@
-//! A watcher's place in the hub: its topic, its cursor, and the loop that turns them into the
+//! A watcher's place in the hub: its topic, its id there (the cursor lives in the topic), and the loop that turns them into the
 //! stream's live frames (updates, `progress` on the hub's ticks, a final `resync` or
 //! `closing`).
 //!
@@ -11,7 +11,7 @@
 //! ```
 //!
 //! The subscription is itself the [`Stream`] of live frames: no future, timer or channel per
-//! watcher, only its cursor.
+//! watcher, only its cursor in the topic.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use muster_registry::Scope;
 
 use crate::frames;
 use crate::hub::WatchHub;
-use crate::topic::{Cursor, Read, Topic};
+use crate::topic::{Read, Topic};
 
 /// What the watcher has next, without waiting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,19 +41,20 @@ pub(crate) struct Subscription {
     hub: Arc<WatchHub>,
     scope: Scope,
     topic: Arc<Topic>,
-    cursor: Arc<Cursor>,
+    /// The watcher's id in its topic.
+    id: u64,
     /// The last progress tick this watcher answered.
     seen_tick: u64,
     done: bool,
 }
 
 impl Subscription {
-    pub(crate) fn new(hub: Arc<WatchHub>, scope: Scope, topic: Arc<Topic>, cursor: Arc<Cursor>, tick: u64) -> Self {
+    pub(crate) fn new(hub: Arc<WatchHub>, scope: Scope, topic: Arc<Topic>, id: u64, tick: u64) -> Self {
         Subscription {
             hub,
             scope,
             topic,
-            cursor,
+            id,
             seen_tick: tick,
             done: false,
         }
@@ -69,17 +70,14 @@ impl Subscription {
         if self.done {
             return Next::Done;
         }
-        match self.topic.read(&self.cursor, waker) {
+        match self.topic.read(self.id, waker) {
             Read::Frame(frame) => Next::Frame(frame),
             Read::Empty => Next::Empty,
             Read::Last(last) => {
                 self.done = true;
                 Next::Frame(last)
             }
-            Read::Lagged { newly } => {
-                if newly {
-                    self.hub.count_resyncs(1);
-                }
+            Read::Lagged => {
                 self.done = true;
                 Next::Frame(frames::resync(self.hub.revision()))
             }
@@ -118,6 +116,6 @@ impl Stream for Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        self.hub.leave(&self.scope, &self.topic, &self.cursor);
+        self.hub.leave(&self.scope, &self.topic, self.id);
     }
 }

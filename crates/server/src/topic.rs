@@ -15,18 +15,25 @@
 //! `bound` frames behind finds its next frame evicted: it is *lagged*, which is exactly the
 //! old per-watcher queue overflowing, and it ends with a single `resync`.
 //!
+//! A watcher is only an id: its cursor lives in the log's `watchers` map, under the log's
+//! lock, and a watcher missing from the map has been cut off (lagged, or the topic was
+//! reset). Resyncs are counted only where watchers are cut: one lagged watcher
+//! (`Log::cut`), or all of them when the topic ends with `resync`.
+//!
 //! # Correctness
 //! - A watcher registers one waker per wake round, the one of the task that polls it: a
 //!   subscription must be polled from a single task (hyper polls a response body from its
 //!   connection's task). Polling it from several tasks would need `will_wake` checks.
 //! - A watcher's cursor starts at `head` when it subscribes, under the same lock as appends,
 //!   so it reads exactly the frames appended after its subscription.
-//! - Each slot counts the watchers that still have to read it; a watcher that leaves
-//!   releases the slots it has not read, so a read frame is freed as soon as the slowest
+//! - Each slot counts the watchers that still have to read it; a watcher that leaves or is
+//!   cut releases the slots it has not read, so a read frame is freed as soon as the slowest
 //!   reader has it, and the log never holds more than `bound` frames.
+//! - A watcher is cut at most once (it leaves the map), so each lagged or reset watcher
+//!   counts one resync, whether its own read or the hub's stats found it lagged.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 
@@ -48,25 +55,15 @@ struct Slot {
     unread_by: usize,
 }
 
-/// A watcher's position, shared with the hub so that stats can see its backlog.
+/// A watcher's position in the log.
 #[derive(Debug)]
-pub(crate) struct Cursor {
-    /// The watcher's id in its topic.
-    id: u64,
+struct Cursor {
     /// The sequence number of the next frame to read.
-    next: AtomicU64,
-    /// Set once the watcher has been counted as lagged (by itself or by the hub's stats).
-    cut: AtomicBool,
+    next: u64,
     /// The log's wake round in which this watcher's waker is registered (see `Log::round`).
     /// A watcher is polled from one task (its connection's), so one waker per round is
     /// enough.
-    registered_in: AtomicU64,
-}
-
-impl Cursor {
-    fn is_cut(&self) -> bool {
-        self.cut.load(Ordering::Acquire)
-    }
+    registered_in: u64,
 }
 
 #[derive(Debug)]
@@ -75,26 +72,20 @@ struct Log {
     /// The sequence number the next frame gets.
     head: u64,
     end: Option<End>,
-    watchers: BTreeMap<u64, Arc<Cursor>>,
+    /// The watchers still following the log, by id; a cut watcher is no longer here.
+    watchers: BTreeMap<u64, Cursor>,
+    /// The id the next watcher gets.
+    next_id: u64,
     /// The wakers of the watchers waiting for the next append or end.
     waiting: Vec<Waker>,
     /// Counts the times `waiting` was emptied and woken, from 1: a watcher registers at most
     /// once per round, however often it is polled.
     round: u64,
+    /// The hub's count of watchers told to resync, shared by all its topics.
+    resyncs: Arc<AtomicU64>,
 }
 
 impl Log {
-    fn new() -> Log {
-        Log {
-            slots: VecDeque::new(),
-            head: 0,
-            end: None,
-            watchers: BTreeMap::new(),
-            waiting: Vec::new(),
-            round: 1,
-        }
-    }
-
     /// Empties `waiting`; wake them once the lock is released.
     fn take_waiting(&mut self) -> Vec<Waker> {
         self.round += 1;
@@ -105,9 +96,13 @@ impl Log {
         self.head - self.slots.len() as u64
     }
 
-    fn release(&mut self, from: u64) {
+    /// Removes watcher `id` if it is still here, releasing the frames it has not read.
+    fn remove(&mut self, id: u64) -> bool {
+        let Some(cursor) = self.watchers.remove(&id) else {
+            return false;
+        };
         let oldest = self.oldest();
-        for seq in from.max(oldest)..self.head {
+        for seq in cursor.next.max(oldest)..self.head {
             let slot = &mut self.slots[(seq - oldest) as usize];
             slot.unread_by = slot.unread_by.saturating_sub(1);
             if slot.unread_by == 0 {
@@ -115,23 +110,20 @@ impl Log {
             }
         }
         self.trim();
+        true
+    }
+
+    /// Cuts a lagged watcher off, counting its resync the first time.
+    fn cut(&mut self, id: u64) {
+        if self.remove(id) {
+            self.resyncs.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn trim(&mut self) {
         while self.slots.front().is_some_and(|slot| slot.frame.is_none()) {
             self.slots.pop_front();
         }
-    }
-
-    /// Cuts a lagged watcher off: it stops counting as a reader. True the first time.
-    fn cut(&mut self, cursor: &Cursor) -> bool {
-        if cursor.cut.swap(true, Ordering::AcqRel) {
-            return false;
-        }
-        if self.watchers.remove(&cursor.id).is_some() {
-            self.release(cursor.next.load(Ordering::Acquire));
-        }
-        true
     }
 }
 
@@ -142,12 +134,9 @@ pub(crate) enum Read {
     Frame(Bytes),
     /// Nothing new yet.
     Empty,
-    /// The watcher fell more than `bound` frames behind: it must resync. `newly` is true for
-    /// the read that found out (the hub counts one resync per watcher).
-    Lagged {
-        /// First found by this read.
-        newly: bool,
-    },
+    /// The watcher fell more than `bound` frames behind and was cut off (its resync is
+    /// counted): it must resync.
+    Lagged,
     /// The topic ended: send this last frame and stop.
     Last(Bytes),
 }
@@ -161,8 +150,6 @@ pub(crate) struct Backlog {
     pub(crate) queued: usize,
     /// The largest backlog of one of them.
     pub(crate) max_queued: usize,
-    /// Watchers found lagged (and cut) by this look.
-    pub(crate) newly_cut: usize,
 }
 
 /// A bounded broadcast log of encoded frames.
@@ -173,10 +160,20 @@ pub(crate) struct Topic {
 }
 
 impl Topic {
-    /// A topic keeping at most `bound` unread frames (at least one).
-    pub(crate) fn new(bound: usize) -> Topic {
+    /// A topic keeping at most `bound` unread frames (at least one), counting the watchers it
+    /// cuts off in `resyncs`.
+    pub(crate) fn new(bound: usize, resyncs: Arc<AtomicU64>) -> Topic {
         Topic {
-            log: Mutex::new(Log::new()),
+            log: Mutex::new(Log {
+                slots: VecDeque::new(),
+                head: 0,
+                end: None,
+                watchers: BTreeMap::new(),
+                next_id: 0,
+                waiting: Vec::new(),
+                round: 1,
+                resyncs,
+            }),
             bound: bound.max(1),
         }
     }
@@ -185,25 +182,23 @@ impl Topic {
         self.log.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Adds watcher `id`, reading from the next frame appended.
-    pub(crate) fn join(&self, id: u64) -> Arc<Cursor> {
+    /// Adds a watcher, reading from the next frame appended; returns its id.
+    pub(crate) fn join(&self) -> u64 {
         let mut log = self.lock();
-        let cursor = Arc::new(Cursor {
-            id,
-            next: AtomicU64::new(log.head),
-            cut: AtomicBool::new(false),
-            registered_in: AtomicU64::new(0),
-        });
-        log.watchers.insert(id, Arc::clone(&cursor));
-        cursor
+        let id = log.next_id;
+        log.next_id += 1;
+        let cursor = Cursor {
+            next: log.head,
+            registered_in: 0,
+        };
+        log.watchers.insert(id, cursor);
+        id
     }
 
-    /// Removes the watcher, releasing the frames it has not read; true if none is left.
-    pub(crate) fn leave(&self, cursor: &Cursor) -> bool {
+    /// Removes watcher `id`, releasing the frames it has not read; true if none is left.
+    pub(crate) fn leave(&self, id: u64) -> bool {
         let mut log = self.lock();
-        if let Some(cursor) = log.watchers.remove(&cursor.id) {
-            log.release(cursor.next.load(Ordering::Acquire));
-        }
+        log.remove(id);
         log.watchers.is_empty()
     }
 
@@ -228,13 +223,14 @@ impl Topic {
         waiting.into_iter().for_each(Waker::wake);
     }
 
-    /// Ends the topic: `closing` after what each watcher has left to read, or `resync` at
-    /// once. The first end wins.
+    /// Ends the topic: `closing` after what each watcher has left to read. The first end
+    /// wins.
     pub(crate) fn end_with_closing(&self, closing: Bytes) {
         self.end(End::Closing(closing));
     }
 
-    /// See [`Topic::end_with_closing`].
+    /// Ends the topic with `resync` at once: every watcher still here is cut off (and
+    /// counted) and what is unread is dropped. The first end wins.
     pub(crate) fn end_with_resync(&self, resync: Bytes) {
         self.end(End::Resync(resync));
     }
@@ -242,6 +238,12 @@ impl Topic {
     fn end(&self, end: End) {
         let mut log = self.lock();
         if log.end.is_none() {
+            if matches!(end, End::Resync(_)) {
+                let cut = log.watchers.len() as u64;
+                log.resyncs.fetch_add(cut, Ordering::Relaxed);
+                log.watchers.clear();
+                log.slots.clear();
+            }
             log.end = Some(end);
         }
         let waiting = log.take_waiting();
@@ -249,22 +251,25 @@ impl Topic {
         waiting.into_iter().for_each(Waker::wake);
     }
 
-    /// The next frame for `cursor`, advancing it; with a `waker`, registers it to be woken
-    /// by the next append or end when there is nothing to read.
-    pub(crate) fn read(&self, cursor: &Cursor, waker: Option<&Waker>) -> Read {
-        let mut log = self.lock();
+    /// The next frame for watcher `id`, advancing its cursor; with a `waker`, registers it to
+    /// be woken by the next append or end when there is nothing to read.
+    pub(crate) fn read(&self, id: u64, waker: Option<&Waker>) -> Read {
+        let mut guard = self.lock();
+        let log = &mut *guard;
         if let Some(End::Resync(last)) = &log.end {
             return Read::Last(last.clone());
         }
-        if cursor.is_cut() {
-            return Read::Lagged { newly: false };
-        }
-        let next = cursor.next.load(Ordering::Acquire);
-        if next < log.oldest() {
-            return Read::Lagged { newly: log.cut(cursor) };
+        let oldest = log.oldest();
+        let Some(cursor) = log.watchers.get_mut(&id) else {
+            return Read::Lagged;
+        };
+        let next = cursor.next;
+        if next < oldest {
+            log.cut(id);
+            return Read::Lagged;
         }
         if next < log.head {
-            let oldest = log.oldest();
+            cursor.next = next + 1;
             let slot = &mut log.slots[(next - oldest) as usize];
             slot.unread_by = slot.unread_by.saturating_sub(1);
             let frame = if slot.unread_by == 0 {
@@ -272,17 +277,16 @@ impl Topic {
             } else {
                 slot.frame.clone()
             };
-            cursor.next.store(next + 1, Ordering::Release);
             log.trim();
             // Every watcher subscribed before the append counts in `unread_by`, so the
             // frame is still there for this one.
-            return frame.map_or(Read::Lagged { newly: false }, Read::Frame);
+            return frame.map_or(Read::Lagged, Read::Frame);
         }
         if let Some(End::Closing(last)) = &log.end {
             return Read::Last(last.clone());
         }
         if let Some(waker) = waker
-            && cursor.registered_in.swap(log.round, Ordering::AcqRel) != log.round
+            && std::mem::replace(&mut cursor.registered_in, log.round) != log.round
         {
             log.waiting.push(waker.clone());
         }
@@ -300,28 +304,23 @@ impl Topic {
     pub(crate) fn backlog(&self) -> Backlog {
         let mut log = self.lock();
         let oldest = log.oldest();
-        let lagged: Vec<Arc<Cursor>> = log
+        let lagged: Vec<u64> = log
             .watchers
-            .values()
-            .filter(|cursor| cursor.next.load(Ordering::Acquire) < oldest)
-            .cloned()
+            .iter()
+            .filter(|(_, cursor)| cursor.next < oldest)
+            .map(|(&id, _)| id)
             .collect();
-        let mut backlog = Backlog::default();
-        for cursor in &lagged {
-            backlog.newly_cut += usize::from(log.cut(cursor));
+        for id in lagged {
+            log.cut(id);
         }
+        let mut backlog = Backlog::default();
         for cursor in log.watchers.values() {
-            let queued = (log.head - cursor.next.load(Ordering::Acquire)) as usize;
+            let queued = (log.head - cursor.next) as usize;
             backlog.watchers += 1;
             backlog.queued += queued;
             backlog.max_queued = backlog.max_queued.max(queued);
         }
         backlog
-    }
-
-    /// How many watchers follow the topic.
-    pub(crate) fn watchers(&self) -> usize {
-        self.lock().watchers.len()
     }
 }
 

@@ -4,57 +4,77 @@ fn frame(text: &'static str) -> Bytes {
     Bytes::from_static(text.as_bytes())
 }
 
+/// A topic and the resync count it reports to.
+fn topic(bound: usize) -> (Topic, Arc<AtomicU64>) {
+    let resyncs = Arc::new(AtomicU64::new(0));
+    (Topic::new(bound, Arc::clone(&resyncs)), resyncs)
+}
+
+fn count(resyncs: &AtomicU64) -> u64 {
+    resyncs.load(Ordering::Relaxed)
+}
+
 #[test]
 fn a_watcher_that_falls_a_bound_behind_lags_once() {
-    let topic = Topic::new(2);
-    let slow = topic.join(0);
+    let (topic, resyncs) = topic(2);
+    let slow = topic.join();
     for text in ["1", "2", "3"] {
         topic.append(frame(text));
     }
     let backlog = topic.backlog();
-    assert_eq!((backlog.watchers, backlog.newly_cut), (0, 1), "cut by the look");
-    assert_eq!(topic.read(&slow, None), Read::Lagged { newly: false }, "counted once");
+    assert_eq!((backlog.watchers, count(&resyncs)), (0, 1), "cut by the look");
+    assert!(topic.lock().slots.is_empty(), "the cut watcher's slots are released");
+    assert_eq!(topic.read(slow, None), Read::Lagged);
+    assert_eq!(count(&resyncs), 1, "counted once");
 }
 
 #[test]
 fn a_reader_finds_its_own_lag() {
-    let topic = Topic::new(1);
-    let slow = topic.join(0);
+    let (topic, resyncs) = topic(1);
+    let slow = topic.join();
     topic.append(frame("1"));
     topic.append(frame("2"));
-    assert_eq!(topic.read(&slow, None), Read::Lagged { newly: true });
-    assert!(topic.leave(&slow), "leaving after the cut is harmless");
+    assert_eq!(topic.read(slow, None), Read::Lagged);
+    assert_eq!(count(&resyncs), 1);
+    assert_eq!(topic.backlog().watchers, 0, "not counted again by the look");
+    assert_eq!(count(&resyncs), 1);
+    assert!(topic.leave(slow), "leaving after the cut is harmless");
 }
 
 #[test]
 fn closing_comes_after_unread_frames_and_resync_replaces_them() {
-    let topic = Topic::new(4);
-    let watcher = topic.join(0);
+    let (topic, resyncs) = topic(4);
+    let watcher = topic.join();
     topic.append(frame("1"));
     topic.end_with_closing(frame("closing"));
     topic.end_with_resync(frame("ignored: the first end wins"));
     topic.append(frame("dropped: ended"));
-    assert_eq!(topic.read(&watcher, None), Read::Frame(frame("1")));
-    assert_eq!(topic.read(&watcher, None), Read::Last(frame("closing")));
+    assert_eq!(topic.read(watcher, None), Read::Frame(frame("1")));
+    assert_eq!(topic.read(watcher, None), Read::Last(frame("closing")));
 
-    let reset = Topic::new(4);
-    let watcher = reset.join(0);
+    assert_eq!(count(&resyncs), 0, "closing is no resync");
+
+    let (reset, resyncs) = self::topic(4);
+    let watcher = reset.join();
     reset.append(frame("1"));
     reset.end_with_resync(frame("resync"));
-    assert_eq!(reset.read(&watcher, None), Read::Last(frame("resync")));
+    assert_eq!(count(&resyncs), 1, "one resync per watcher");
+    assert_eq!(reset.read(watcher, None), Read::Last(frame("resync")));
+    assert!(reset.leave(watcher));
+    assert_eq!(count(&resyncs), 1);
 }
 
 #[test]
 fn slots_are_freed_by_the_last_reader() {
-    let topic = Topic::new(4);
-    let one = topic.join(0);
-    let two = topic.join(1);
+    let (topic, _) = topic(4);
+    let one = topic.join();
+    let two = topic.join();
     topic.append(frame("1"));
-    assert_eq!(topic.read(&one, None), Read::Frame(frame("1")));
+    assert_eq!(topic.read(one, None), Read::Frame(frame("1")));
     assert_eq!(topic.lock().slots.len(), 1);
-    assert_eq!(topic.read(&two, None), Read::Frame(frame("1")));
+    assert_eq!(topic.read(two, None), Read::Frame(frame("1")));
     assert!(topic.lock().slots.is_empty());
-    assert_eq!(topic.read(&two, None), Read::Empty);
+    assert_eq!(topic.read(two, None), Read::Empty);
 }
 
 /// A waker that counts its wakes.
@@ -69,26 +89,26 @@ impl std::task::Wake for Counting {
 
 #[test]
 fn an_empty_read_registers_once_and_the_next_append_wakes() {
-    let topic = Topic::new(4);
-    let watcher = topic.join(0);
+    let (topic, _) = topic(4);
+    let watcher = topic.join();
     let counting = Arc::new(Counting::default());
     let waker = Waker::from(Arc::clone(&counting));
-    assert_eq!(topic.read(&watcher, Some(&waker)), Read::Empty);
+    assert_eq!(topic.read(watcher, Some(&waker)), Read::Empty);
     assert_eq!(
-        topic.read(&watcher, Some(&waker)),
+        topic.read(watcher, Some(&waker)),
         Read::Empty,
         "polled again: still one waker"
     );
     assert_eq!(topic.lock().waiting.len(), 1);
     topic.append(frame("1"));
     assert_eq!(counting.0.load(Ordering::SeqCst), 1);
-    assert_eq!(topic.read(&watcher, Some(&waker)), Read::Frame(frame("1")));
+    assert_eq!(topic.read(watcher, Some(&waker)), Read::Frame(frame("1")));
     assert_eq!(
-        topic.read(&watcher, Some(&waker)),
+        topic.read(watcher, Some(&waker)),
         Read::Empty,
         "registers for the next round"
     );
     topic.end_with_closing(frame("closing"));
     assert_eq!(counting.0.load(Ordering::SeqCst), 2);
-    assert_eq!(topic.read(&watcher, None), Read::Last(frame("closing")));
+    assert_eq!(topic.read(watcher, None), Read::Last(frame("closing")));
 }
