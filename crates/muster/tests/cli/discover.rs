@@ -8,8 +8,8 @@ use std::time::Duration;
 use muster_client::balance::EligibilityConfig;
 use muster_client::discover::{EndpointDiscover, EndpointKey};
 use muster_client::resolver::{Resolver, ResolverConfig};
-use muster_core::api::{DrainRequest, RegisterRequest};
-use muster_core::{AddressSpec, EndpointSpec, Incarnation, InstanceId, ServiceKey};
+use muster_core::api::DrainRequest;
+use muster_core::{Incarnation, InstanceId, ServiceKey};
 use tower::discover::Change;
 
 use crate::inproc::{Registry, STEP};
@@ -19,22 +19,7 @@ fn key() -> ServiceKey {
 }
 
 async fn register(client: &muster_client::http::Client, instance: &str, incarnation: u64) {
-    let request = RegisterRequest {
-        incarnation: Incarnation(incarnation),
-        endpoint: EndpointSpec {
-            addresses: vec![AddressSpec {
-                ip: "10.0.0.1".into(),
-                scope: None,
-            }],
-            ..EndpointSpec::default()
-        },
-        lease: None,
-        expected_revision: None,
-    };
-    client
-        .register(&key(), &InstanceId::new(instance).unwrap(), &request)
-        .await
-        .unwrap();
+    crate::inproc::register(client, &key(), instance, incarnation, "10.0.0.1").await;
 }
 
 /// The next change, bounded.

@@ -5,6 +5,8 @@
 use std::time::Duration;
 
 use muster_client::http::Client;
+use muster_core::api::RegisterRequest;
+use muster_core::{AddressSpec, EndpointSpec, Incarnation, InstanceId, ServiceKey};
 use muster_server::{RunningServer, ServerConfig};
 use tempfile::TempDir;
 
@@ -27,6 +29,26 @@ pub(crate) async fn until(what: &str, mut done: impl FnMut() -> bool) {
         tokio::time::sleep(POLL).await;
     }
     panic!("timed out waiting until {what}");
+}
+
+/// Registers `instance` of `key` at `ip`, without a lease: the plain record the client tests use.
+pub(crate) async fn register(client: &Client, key: &ServiceKey, instance: &str, incarnation: u64, ip: &str) {
+    let request = RegisterRequest {
+        incarnation: Incarnation(incarnation),
+        endpoint: EndpointSpec {
+            addresses: vec![AddressSpec {
+                ip: ip.into(),
+                scope: None,
+            }],
+            ..EndpointSpec::default()
+        },
+        lease: None,
+        expected_revision: None,
+    };
+    client
+        .register(key, &InstanceId::new(instance).unwrap(), &request)
+        .await
+        .unwrap();
 }
 
 /// A registry on a free loopback port with a scratch data dir.

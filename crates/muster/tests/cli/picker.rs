@@ -10,8 +10,8 @@ use muster_client::eject::OutlierDetector;
 use muster_client::picker::{PickError, Picker, Strategy};
 use muster_client::resolver::{Resolver, ResolverConfig};
 use muster_client::view::Risk;
-use muster_core::api::{DeregisterQuery, DrainRequest, RegisterRequest};
-use muster_core::{AddressSpec, EndpointSpec, Incarnation, InstanceId, ServiceKey};
+use muster_core::api::{DeregisterQuery, DrainRequest};
+use muster_core::{Incarnation, InstanceId, ServiceKey};
 
 use crate::inproc::{Registry, until};
 
@@ -21,6 +21,13 @@ fn key() -> ServiceKey {
 
 fn id(name: &str) -> InstanceId {
     InstanceId::new(name).unwrap()
+}
+
+/// Registers pay-0, pay-1 and pay-2, ready.
+async fn register_three(client: &muster_client::http::Client) {
+    for (n, ip) in ["10.0.0.1", "10.0.0.2", "10.0.0.3"].into_iter().enumerate() {
+        crate::inproc::register(client, &key(), &format!("pay-{n}"), 1, ip).await;
+    }
 }
 
 /// The instances picked by `times` picks at `now_ms`.
@@ -41,21 +48,7 @@ fn picked(picker: &Picker, times: usize, now_ms: u64) -> BTreeSet<String> {
 async fn picks_follow_eligibility_ejection_and_drain() {
     let registry = Registry::start().await;
     let client = registry.client();
-    for (name, ip) in [("pay-0", "10.0.0.1"), ("pay-1", "10.0.0.2"), ("pay-2", "10.0.0.3")] {
-        let request = RegisterRequest {
-            incarnation: Incarnation(1),
-            endpoint: EndpointSpec {
-                addresses: vec![AddressSpec {
-                    ip: ip.into(),
-                    scope: None,
-                }],
-                ..EndpointSpec::default()
-            },
-            lease: None,
-            expected_revision: None,
-        };
-        client.register(&key(), &id(name), &request).await.unwrap();
-    }
+    register_three(&client).await;
     let resolver = Arc::new(Resolver::start(client.clone(), key(), ResolverConfig::default()));
     let picker = Picker::new(
         Arc::clone(&resolver),
@@ -119,21 +112,7 @@ async fn picks_follow_eligibility_ejection_and_drain() {
 async fn least_request_picks_prefer_the_idle_endpoint() {
     let registry = Registry::start().await;
     let client = registry.client();
-    for (name, ip) in [("pay-0", "10.0.0.1"), ("pay-1", "10.0.0.2"), ("pay-2", "10.0.0.3")] {
-        let request = RegisterRequest {
-            incarnation: Incarnation(1),
-            endpoint: EndpointSpec {
-                addresses: vec![AddressSpec {
-                    ip: ip.into(),
-                    scope: None,
-                }],
-                ..EndpointSpec::default()
-            },
-            lease: None,
-            expected_revision: None,
-        };
-        client.register(&key(), &id(name), &request).await.unwrap();
-    }
+    register_three(&client).await;
     let resolver = Arc::new(Resolver::start(client.clone(), key(), ResolverConfig::default()));
     let picker = Picker::new(
         Arc::clone(&resolver),
@@ -171,21 +150,7 @@ async fn least_request_picks_prefer_the_idle_endpoint() {
 async fn hash_picks_keep_a_key_on_its_endpoint() {
     let registry = Registry::start().await;
     let client = registry.client();
-    for (name, ip) in [("pay-0", "10.0.0.1"), ("pay-1", "10.0.0.2"), ("pay-2", "10.0.0.3")] {
-        let request = RegisterRequest {
-            incarnation: Incarnation(1),
-            endpoint: EndpointSpec {
-                addresses: vec![AddressSpec {
-                    ip: ip.into(),
-                    scope: None,
-                }],
-                ..EndpointSpec::default()
-            },
-            lease: None,
-            expected_revision: None,
-        };
-        client.register(&key(), &id(name), &request).await.unwrap();
-    }
+    register_three(&client).await;
     let resolver = Arc::new(Resolver::start(client.clone(), key(), ResolverConfig::default()));
     let zero = muster_client::balance::HashRingConfig { vnodes_per_endpoint: 0 };
     let refused = Picker::new(

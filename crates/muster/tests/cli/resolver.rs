@@ -10,8 +10,8 @@ use muster_client::eject::OutlierDetector;
 use muster_client::http::Client;
 use muster_client::resolver::{Resolver, ResolverConfig};
 use muster_client::view::{Risk, StaleBudget};
-use muster_core::api::{DeregisterQuery, DrainRequest, RegisterRequest};
-use muster_core::{AddressSpec, EndpointSpec, Incarnation, InstanceId, ServiceKey, ServingState};
+use muster_core::api::{DeregisterQuery, DrainRequest};
+use muster_core::{Incarnation, InstanceId, ServiceKey, ServingState};
 
 use crate::inproc::{Registry, until};
 
@@ -20,22 +20,7 @@ fn key() -> ServiceKey {
 }
 
 async fn register(client: &Client, instance: &str, ip: &str) {
-    let request = RegisterRequest {
-        incarnation: Incarnation(1),
-        endpoint: EndpointSpec {
-            addresses: vec![AddressSpec {
-                ip: ip.into(),
-                scope: None,
-            }],
-            ..EndpointSpec::default()
-        },
-        lease: None,
-        expected_revision: None,
-    };
-    client
-        .register(&key(), &InstanceId::new(instance).unwrap(), &request)
-        .await
-        .unwrap();
+    crate::inproc::register(client, &key(), instance, 1, ip).await;
 }
 
 fn once() -> DeregisterQuery {
