@@ -22,6 +22,18 @@ pub enum Signal {
     Startup,
 }
 
+/// A TTL check's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    /// Healthy.
+    Pass,
+    /// Serving, degraded.
+    Warn,
+    /// Unhealthy.
+    Fail,
+}
+
 /// A check as submitted.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -37,6 +37,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::time::Duration;
 
+use muster_core::check::CheckStatus;
 use muster_core::{Check, CheckKind, Endpoint, Incarnation, InstanceId, ServiceKey, ServingState, Signal};
 use rand_core::RngCore;
 
@@ -133,17 +134,6 @@ pub enum Decision {
     },
 }
 
-/// A TTL report's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TtlStatus {
-    /// Healthy.
-    Pass,
-    /// Degraded.
-    Warn,
-    /// Unhealthy.
-    Fail,
-}
-
 /// A TTL check's report, from the instance or its agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TtlReport {
@@ -154,7 +144,7 @@ pub struct TtlReport {
     /// The incarnation reporting (a stale one is refused).
     pub incarnation: Incarnation,
     /// Its status.
-    pub status: TtlStatus,
+    pub status: CheckStatus,
 }
 
 /// Why a TTL report was refused (nothing changed).
@@ -480,9 +470,9 @@ impl<R: RngCore> Checker<R> {
             });
         }
         let result = match status {
-            TtlStatus::Pass => ProbeResult::Pass,
-            TtlStatus::Warn => ProbeResult::Warn,
-            TtlStatus::Fail => ProbeResult::Fail,
+            CheckStatus::Pass => ProbeResult::Pass,
+            CheckStatus::Warn => ProbeResult::Warn,
+            CheckStatus::Fail => ProbeResult::Fail,
         };
         let mut decisions = Vec::new();
         for (check, ttl) in ttl_checks {

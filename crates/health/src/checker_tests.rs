@@ -145,7 +145,7 @@ impl Harness {
         per_second
     }
 
-    fn report(&mut self, n: u32, incarnation: u64, status: TtlStatus, now: u64) -> Result<(), ReportError> {
+    fn report(&mut self, n: u32, incarnation: u64, status: CheckStatus, now: u64) -> Result<(), ReportError> {
         let states = self.states.clone();
         let mut counts = |_: &ServiceKey| Counts::of(states.values().copied());
         let report = TtlReport {
@@ -308,9 +308,9 @@ fn ttl_checks_follow_reports_and_fail_without_one() {
     h.add(&endpoint(2, ServingState::Ready, vec![]));
     h.add(&endpoint(3, ServingState::Ready, vec![]));
     h.add(&endpoint(4, ServingState::Ready, vec![]));
-    h.report(1, 1, TtlStatus::Pass, 500).unwrap();
+    h.report(1, 1, CheckStatus::Pass, 500).unwrap();
     assert_eq!(h.states_proposed(), [ServingState::Ready]);
-    h.report(1, 1, TtlStatus::Warn, 1_000).unwrap();
+    h.report(1, 1, CheckStatus::Warn, 1_000).unwrap();
     assert_eq!(h.proposals.last().unwrap().state, ServingState::Degraded);
     assert_eq!(
         h.proposals.last().unwrap().reason,
@@ -335,9 +335,9 @@ fn bad_ttl_reports_are_refused_with_codes_and_change_nothing() {
         vec![check("tcp://10.0.0.1:80", 1, 1)],
     ));
     let codes: Vec<&str> = [
-        h.report(1, 2, TtlStatus::Pass, 0),
-        h.report(2, 1, TtlStatus::Pass, 0),
-        h.report(9, 1, TtlStatus::Pass, 0),
+        h.report(1, 2, CheckStatus::Pass, 0),
+        h.report(2, 1, CheckStatus::Pass, 0),
+        h.report(9, 1, CheckStatus::Pass, 0),
     ]
     .iter()
     .map(|r| r.as_ref().unwrap_err().code())
