@@ -20,8 +20,9 @@ pub struct PreservationConfig {
     pub max_fraction: f64,
     /// The window over which removals are counted: 60 s, several check intervals.
     pub window_ms: u64,
-    /// Serving endpoints never removed below: 1 by default, so a service is never emptied by
-    /// its health checks alone.
+    /// Serving endpoints never removed below: 0 by default. A floor keeps dead endpoints in
+    /// routing on purpose (fail-open), a choice to make per service where it is justified
+    /// (reference/control-plane-state.txt), not for every service.
     pub floor: usize,
 }
 
@@ -30,7 +31,7 @@ impl Default for PreservationConfig {
         PreservationConfig {
             max_fraction: 0.3,
             window_ms: 60_000,
-            floor: 1,
+            floor: 0,
         }
     }
 }
