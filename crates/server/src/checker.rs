@@ -22,6 +22,7 @@
 //! floor.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -193,6 +194,14 @@ impl Shell {
             self.checker
                 .due(now, &mut brakes, &mut |key| Shell::counts(app, pending, key))
         };
+        let stats = &self.app.checker_stats;
+        stats.probes.fetch_add(probes.len() as u64, Ordering::Relaxed);
+        stats
+            .in_flight
+            .store(self.checker.in_flight() as u64, Ordering::Relaxed);
+        stats
+            .endpoints
+            .store(self.checker.endpoints() as u64, Ordering::Relaxed);
         for probe_task in probes {
             let internal = self.internal.clone();
             tokio::spawn(async move {
@@ -339,6 +348,7 @@ impl Shell {
     fn take(&mut self, decision: Decision) -> Option<Proposal> {
         match decision {
             Decision::Propose(proposal) => {
+                self.app.checker_stats.proposals.fetch_add(1, Ordering::Relaxed);
                 if !in_routing(proposal.state) {
                     *self.pending_removals.entry(proposal.key.clone()).or_insert(0) += 1;
                 }
@@ -349,6 +359,7 @@ impl Shell {
                 Some(proposal)
             }
             Decision::Held { key, instance, reason } => {
+                self.app.checker_stats.held.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(service = %key, %instance, %reason, "checker: removal held by self-preservation");
                 None
             }

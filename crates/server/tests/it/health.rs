@@ -410,6 +410,14 @@ async fn trace_health_checker_causes_fleet_eviction() {
     assert_eq!(status.body["protected_services"], json!(["acme/prod/fleet"]));
     let services = server.get("/v1/registry/acme/prod").await.expect(StatusCode::OK);
     assert_eq!(services.body["services"][0]["protection_active"], true);
+    let (status, metrics) = server.get_text("/v1/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        metrics.contains("muster_protection_active{service=\"acme/prod/fleet\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("muster_checker_endpoints 10"), "{metrics}");
+    assert!(!metrics.contains("muster_checker_held_total 0"), "{metrics}");
 
     dependency.set(OK);
     until(&server, "fleet", "all ready again", |e, _| count(e, "ready") == 10).await;
