@@ -113,7 +113,15 @@ impl ApplyObserver for CheckFeed {
         }
     }
 
-    fn reset(&self, _registry: &Registry) {
+    fn reset(&self, registry: &Registry) {
+        // The services with checks in the new state: their later deletes and check-less
+        // re-registrations must reach the task too.
+        let mut checked = self.checked.lock().unwrap_or_else(PoisonError::into_inner);
+        *checked = registry
+            .all_services()
+            .filter(|snapshot| snapshot.iter().any(|e| !e.checks.is_empty()))
+            .map(|snapshot| snapshot.key().clone())
+            .collect();
         let _ = self.tx.send(Message::Reset);
     }
 }

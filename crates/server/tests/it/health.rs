@@ -514,3 +514,34 @@ async fn zero_requests_in_flight_ends_a_drains_grace_at_once() {
     assert!(done.body.get("unchanged").is_none(), "{}", done.body);
     assert!(read(&server, "api").await.0.is_empty(), "deregistered at once");
 }
+
+#[tokio::test]
+async fn checks_resume_after_a_restart_and_stop_when_the_endpoint_leaves() {
+    let mut server = TestServer::start().await;
+    let target = HttpTarget::start().await;
+    register_checked(&server, "web", "web-0", json!([fast_check(&target.url())])).await;
+    server.register("web", "web-1", "10.0.0.2").await.expect(StatusCode::OK);
+    until_state(&server, "web", "web-0", "ready").await;
+
+    server.restart().await;
+    target.set(UNAVAILABLE);
+    until_state(&server, "web", "web-0", "not_serving").await;
+
+    server
+        .call(
+            Method::DELETE,
+            &format!("{}?incarnation=1", instance_path("web", "web-0")),
+            None,
+        )
+        .await
+        .expect(StatusCode::OK);
+    // A probe already running may still land; none starts after it (5 intervals pass).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = target.requests();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(
+        target.requests(),
+        after,
+        "the checker stopped probing a deregistered endpoint"
+    );
+}
