@@ -43,7 +43,8 @@ async fn a_non_loopback_http_address_is_refused_because_auth_is_not_configured()
 #[tokio::test]
 async fn bad_health_settings_are_refused_naming_the_setting() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(fn(&mut muster_server::HealthConfig), &str); 3] = [
+    type Spoil = fn(&mut muster_server::HealthConfig);
+    let cases: [(Spoil, &str); 3] = [
         (|h| h.preservation_percent = 101, "health.preservation_percent"),
         (|h| h.jitter_percent = 80, "health.jitter_percent"),
         (
