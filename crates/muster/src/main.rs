@@ -18,8 +18,9 @@ const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(10);
 fn main() -> ExitCode {
     // Usage errors exit 2 here, and --help / --version exit 0.
     let cli = Cli::parse();
-    // The server and the load generator need every core; a client command needs one.
-    let serving = matches!(cli.command, Command::Serve(_) | Command::Bench(_));
+    // The server, the load generator and the lab (its live server) need every core; a
+    // client command needs one.
+    let serving = matches!(cli.command, Command::Serve(_) | Command::Bench(_) | Command::Lab(_));
     init_logging(serving);
     let json = cli.json;
     let runtime = if serving {
