@@ -26,10 +26,12 @@ use crate::units::{format_ms, parse_ms, parse_share};
 
 /// `muster lab`: simulate a fleet on Muster's real registry and client code.
 #[derive(Debug, Clone, Default, Args)]
-#[command(after_help = "With no arguments: the reference scenario (500 instances, 50 crash at 20 s, \
+#[command(
+    after_help = "With no arguments: the reference scenario (500 instances, 50 crash at 20 s, \
                         60 s in 10 ms ticks, 20 callers × 100 req/s) and its three setups: \
                         hard-coded, ttl-10s, ttl-2s. Known setups: hard-coded, ttl-10s, ttl-2s, \
-                        watch, eject, drain, silence, preservation (or 'reference', 'all').")]
+                        watch, eject, drain, silence, preservation (or 'reference', 'all')."
+)]
 pub struct LabArgs {
     /// Setups from the catalogue to run (comma-separated or repeated; `reference`, `all`).
     #[arg(long = "setup", value_name = "NAME", value_delimiter = ',')]
@@ -461,7 +463,10 @@ pub fn plan(args: &LabArgs, file: Option<ScenarioFile>) -> Result<Plan, Scenario
         if setups.iter().filter(|other| other.name == setup.name).count() > 1 {
             return Err(ScenarioError::Parse {
                 field: "setup".into(),
-                why: format!("two setups are named '{}'; name them apart (--name, or name = ...)", setup.name),
+                why: format!(
+                    "two setups are named '{}'; name them apart (--name, or name = ...)",
+                    setup.name
+                ),
             });
         }
     }

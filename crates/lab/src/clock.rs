@@ -12,9 +12,14 @@ pub(crate) struct Stopwatch {
 
 impl Stopwatch {
     /// Starts now.
-    #[allow(clippy::disallowed_methods, reason = "the live lab and the timing line measure wall-clock time")]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the live lab and the timing line measure wall-clock time"
+    )]
     pub(crate) fn start() -> Stopwatch {
-        Stopwatch { started: Instant::now() }
+        Stopwatch {
+            started: Instant::now(),
+        }
     }
 
     /// Time since the start.

@@ -192,7 +192,10 @@ impl ControlPlane {
     /// refused).
     pub(crate) fn renew(&mut self, lease: LeaseId, now_ms: u64) -> Result<(), LeaseLost> {
         let ttl_ms = self.registry.lease(lease).map(|l| l.ttl_ms).ok_or(LeaseLost)?;
-        self.deadlines.renew(lease, ttl_ms, now_ms).map(drop).map_err(|_| LeaseLost)
+        self.deadlines
+            .renew(lease, ttl_ms, now_ms)
+            .map(drop)
+            .map_err(|_| LeaseLost)
     }
 
     /// The owner drains instance `index` (planned shutdown, first step).
@@ -283,7 +286,11 @@ mod tests {
         assert_eq!(control.keeper_tick(1_990), Expiry::default());
         assert_eq!(control.keeper_tick(2_000).removed, vec![0]);
         assert_eq!(control.registered(), 1);
-        assert_eq!(control.renew(quiet, 2_010), Err(LeaseLost), "the server answers lease_not_found");
+        assert_eq!(
+            control.renew(quiet, 2_010),
+            Err(LeaseLost),
+            "the server answers lease_not_found"
+        );
         assert_eq!(control.keeper_tick(3_500).removed, vec![1]);
     }
 

@@ -93,7 +93,11 @@ pub fn expected(scenario: &Scenario, setup: &Setup, run: &Run) -> Expected {
     // Failures of one pair over an exposure: one per request to it.
     let pair_failures = |exposure_ms: f64| exposure_ms / 1_000.0 * rate / n;
     let ejecting = setup.eject_ms.is_some();
-    let pair_bound = |exposure_ms: u64| setup.eject_ms.map(|eject| ejection_failures_at_most(exposure_ms, eject, tick));
+    let pair_bound = |exposure_ms: u64| {
+        setup
+            .eject_ms
+            .map(|eject| ejection_failures_at_most(exposure_ms, eject, tick))
+    };
     let Discovery::Registry(registry) = &setup.discovery else {
         let exposure = scenario.duration_ms - crash;
         let failed = (!ejecting).then(|| dead * callers * pair_failures(exposure as f64));
@@ -135,8 +139,14 @@ pub fn expected(scenario: &Scenario, setup: &Setup, run: &Run) -> Expected {
         return Expected {
             failed: (!ejecting).then_some(failed),
             failed_at_most: ejecting.then(|| exposures.iter().filter_map(|&e| pair_bound(e)).sum::<f64>() * dead),
-            failed_nominal: Some(dead * callers * pair_failures(nominal_drain_exposure(registry.refresh, grace_ms, tick))),
-            stale_window_bound_s: Some(if worst > 0.0 { (worst + tick as f64) / 1_000.0 } else { 0.0 }),
+            failed_nominal: Some(
+                dead * callers * pair_failures(nominal_drain_exposure(registry.refresh, grace_ms, tick)),
+            ),
+            stale_window_bound_s: Some(if worst > 0.0 {
+                (worst + tick as f64) / 1_000.0
+            } else {
+                0.0
+            }),
             heartbeats_per_s,
             lookups_per_s,
             mean_heartbeat_age_s: None,

@@ -30,9 +30,7 @@ use muster_client::registrar::{Registrar, RegistrarConfig};
 use muster_client::resolver::{Resolver, ResolverConfig};
 use muster_client::view::Risk;
 use muster_core::api::DrainRequest;
-use muster_core::{
-    AddressSpec, EndpointSpec, Incarnation, PortSpec, Protocol, ServiceKey, ServingState,
-};
+use muster_core::{AddressSpec, EndpointSpec, Incarnation, PortSpec, Protocol, ServiceKey, ServingState};
 use rand_core::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use tokio::net::{TcpListener, TcpStream};
@@ -169,7 +167,13 @@ fn live_error(what: &str) -> impl FnOnce(String) -> LabError + '_ {
 }
 
 /// Starts instance `index`: a listener that accepts and closes, and its registrar.
-async fn start_instance(client: &Client, key: &ServiceKey, index: u32, ttl_ms: u64, seed: u64) -> Result<Instance, LabError> {
+async fn start_instance(
+    client: &Client,
+    key: &ServiceKey,
+    index: u32,
+    ttl_ms: u64,
+    seed: u64,
+) -> Result<Instance, LabError> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| LabError::Live(format!("instance {index}: bind: {e}")))?;
@@ -196,10 +200,16 @@ async fn start_instance(client: &Client, key: &ServiceKey, index: u32, ttl_ms: u
         initial_serving: ServingState::Ready,
         ..RegistrarConfig::default()
     };
-    let registrar = Registrar::builder(client.clone(), key.clone(), instance_id(index), endpoint, Incarnation(1))
-        .config(config)
-        .rng(Xoshiro256PlusPlus::seed_from_u64(seed ^ u64::from(index)))
-        .start();
+    let registrar = Registrar::builder(
+        client.clone(),
+        key.clone(),
+        instance_id(index),
+        endpoint,
+        Incarnation(1),
+    )
+    .config(config)
+    .rng(Xoshiro256PlusPlus::seed_from_u64(seed ^ u64::from(index)))
+    .start();
     registrar
         .registered()
         .await
@@ -292,7 +302,8 @@ pub async fn run(live: &LiveScenario, progress: &mut dyn FnMut(u64, u64)) -> Res
     let (n, killed) = (f64::from(scenario.instances), f64::from(scenario.killed));
     let ttl = live.ttl_ms as f64;
     let interval_ms = ttl / RENEW_DIVISOR as f64;
-    let mean_live = (n * crash as f64 + (n - killed) * (scenario.duration_ms - crash) as f64) / scenario.duration_ms as f64;
+    let mean_live =
+        (n * crash as f64 + (n - killed) * (scenario.duration_ms - crash) as f64) / scenario.duration_ms as f64;
     // Crash to removal: TTL − the last renewal's age (a third of the TTL, halved), plus half a
     // keeper tick on average, plus the measured propagation.
     let exposure_ms = ttl - interval_ms / 2.0 + KEEPER_TICK_MS as f64 / 2.0 + propagation_ms as f64;
@@ -391,7 +402,14 @@ async fn drive(
     let watch = Stopwatch::start();
     let callers: Vec<JoinHandle<CallerRecord>> = pickers
         .iter()
-        .map(|picker| tokio::spawn(run_caller(Arc::clone(picker), watch, scenario.rate_per_caller, scenario.duration_ms)))
+        .map(|picker| {
+            tokio::spawn(run_caller(
+                Arc::clone(picker),
+                watch,
+                scenario.rate_per_caller,
+                scenario.duration_ms,
+            ))
+        })
         .collect();
     let killed = killed_instances(scenario);
     let mut crashed = false;

@@ -81,7 +81,13 @@ fn axes(svg: &mut String, y_max: f64, y_step: f64, y_label: &str) {
 pub fn failed_per_second(report: &Report) -> String {
     let mut svg = String::new();
     open(&mut svg, "Failed requests per second");
-    let seconds = report.setups.iter().map(|s| s.failed_per_s.len()).max().unwrap_or(1).max(1);
+    let seconds = report
+        .setups
+        .iter()
+        .map(|s| s.failed_per_s.len())
+        .max()
+        .unwrap_or(1)
+        .max(1);
     let peak = report
         .setups
         .iter()
@@ -120,7 +126,12 @@ pub fn failed_per_second(report: &Report) -> String {
         let mut points = String::new();
         for (second, &count) in setup.failed_per_s.iter().enumerate() {
             let y = y0 - (y0 - y1) * count as f64 / y_max;
-            let _ = write!(points, "{:.1},{y:.1} {:.1},{y:.1} ", x_of(second as f64), x_of(second as f64 + 1.0));
+            let _ = write!(
+                points,
+                "{:.1},{y:.1} {:.1},{y:.1} ",
+                x_of(second as f64),
+                x_of(second as f64 + 1.0)
+            );
         }
         let _ = writeln!(
             svg,
@@ -207,7 +218,10 @@ mod tests {
         assert_eq!(nice_axis(420.0).0, 500.0);
         for value in [0.3, 7.0, 13.0, 99.0, 420.0, 8_000.0] {
             let (max, step) = nice_axis(value);
-            assert!(max >= value && step > 0.0 && max / step <= 10.0, "{value}: {max} {step}");
+            assert!(
+                max >= value && step > 0.0 && max / step <= 10.0,
+                "{value}: {max} {step}"
+            );
         }
     }
 }

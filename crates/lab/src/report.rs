@@ -128,9 +128,9 @@ impl SetupReport {
             refresh,
             cache_s,
             failed: run.failed,
-            stale_window_s: run
-                .last_failed_ms
-                .map_or(0.0, |last| seconds((last + scenario.tick_ms).saturating_sub(scenario.crash_at_ms))),
+            stale_window_s: run.last_failed_ms.map_or(0.0, |last| {
+                seconds((last + scenario.tick_ms).saturating_sub(scenario.crash_at_ms))
+            }),
             heartbeats_per_s: run.heartbeats as f64 / duration_s,
             lookups_per_s: run.lookups as f64 / duration_s,
             failed_per_window: run.failed_per_window.clone(),
@@ -156,7 +156,13 @@ impl SetupReport {
 fn table(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
-        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for row in rows {
@@ -284,7 +290,10 @@ pub(crate) fn extras(setup: &SetupReport) -> Option<String> {
         parts.push(format!("{} live instances evicted", setup.evicted_alive));
     }
     if setup.protection_s > 0.0 {
-        parts.push(format!("self-preservation held expiries for {:.1} s", setup.protection_s));
+        parts.push(format!(
+            "self-preservation held expiries for {:.1} s",
+            setup.protection_s
+        ));
     }
     if setup.reregistrations > 0 {
         parts.push(format!("{} re-registrations", setup.reregistrations));

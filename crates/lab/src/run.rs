@@ -49,8 +49,14 @@ impl ProgressBar {
         if !self.enabled {
             return;
         }
-        let filled = (done as usize * BAR_WIDTH).checked_div(total as usize).unwrap_or(BAR_WIDTH);
-        let bar = format!("{}{}", "#".repeat(filled), " ".repeat(BAR_WIDTH - filled.min(BAR_WIDTH)));
+        let filled = (done as usize * BAR_WIDTH)
+            .checked_div(total as usize)
+            .unwrap_or(BAR_WIDTH);
+        let bar = format!(
+            "{}{}",
+            "#".repeat(filled),
+            " ".repeat(BAR_WIDTH - filled.min(BAR_WIDTH))
+        );
         let percent = (done * 100).checked_div(total).unwrap_or(100);
         eprint!("\r{label:<24} [{bar}] {percent:>3}%");
         self.drawn = true;

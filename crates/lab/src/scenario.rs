@@ -70,7 +70,10 @@ impl Scenario {
     pub fn validate(&self) -> Result<(), ScenarioError> {
         let invalid = |field: &'static str, why: String| Err(ScenarioError::Invalid { field, why });
         if self.instances == 0 || self.instances > MAX_INSTANCES {
-            return invalid("instances", format!("{} is not between 1 and {MAX_INSTANCES}", self.instances));
+            return invalid(
+                "instances",
+                format!("{} is not between 1 and {MAX_INSTANCES}", self.instances),
+            );
         }
         if self.killed > self.instances {
             return invalid(
@@ -84,7 +87,10 @@ impl Scenario {
         if self.duration_ms == 0 || !self.duration_ms.is_multiple_of(self.tick_ms) {
             return invalid(
                 "duration",
-                format!("{} ms is not a positive multiple of the {} ms tick", self.duration_ms, self.tick_ms),
+                format!(
+                    "{} ms is not a positive multiple of the {} ms tick",
+                    self.duration_ms, self.tick_ms
+                ),
             );
         }
         if !self.crash_at_ms.is_multiple_of(self.tick_ms) || self.crash_at_ms >= self.duration_ms {
@@ -99,7 +105,10 @@ impl Scenario {
         if self.window_ms == 0 || !self.window_ms.is_multiple_of(self.tick_ms) {
             return invalid(
                 "window",
-                format!("{} ms is not a positive multiple of the {} ms tick", self.window_ms, self.tick_ms),
+                format!(
+                    "{} ms is not a positive multiple of the {} ms tick",
+                    self.window_ms, self.tick_ms
+                ),
             );
         }
         if self.callers == 0 {
@@ -316,7 +325,10 @@ impl Setup {
 
     /// Every setup of the catalogue.
     pub fn all(scenario: &Scenario) -> Vec<Setup> {
-        SETUP_NAMES.iter().filter_map(|name| Setup::named(name, scenario)).collect()
+        SETUP_NAMES
+            .iter()
+            .filter_map(|name| Setup::named(name, scenario))
+            .collect()
     }
 
     /// The same setup under another name.
@@ -386,7 +398,10 @@ impl Setup {
         }
         let Some(registry) = self.registry_setup() else {
             if matches!(self.stop, Stop::Drain { .. }) {
-                return invalid("drain", "a hard-coded list cannot be drained: there is no registry".into());
+                return invalid(
+                    "drain",
+                    "a hard-coded list cannot be drained: there is no registry".into(),
+                );
             }
             return Ok(());
         };
@@ -394,14 +409,15 @@ impl Setup {
         if !(min_ttl..=max_ttl).contains(&registry.ttl_ms) {
             return invalid(
                 "ttl",
-                format!("{} ms is outside the registry's {min_ttl} ms to {max_ttl} ms", registry.ttl_ms),
+                format!(
+                    "{} ms is outside the registry's {min_ttl} ms to {max_ttl} ms",
+                    registry.ttl_ms
+                ),
             );
         }
         // The longest jittered interval (+10%) plus the tick must stay inside the TTL, or a
         // live instance would expire between two of its own heartbeats.
-        if registry.heartbeat_ms == 0
-            || registry.heartbeat_ms * 11 / 10 + scenario.tick_ms >= registry.ttl_ms
-        {
+        if registry.heartbeat_ms == 0 || registry.heartbeat_ms * 11 / 10 + scenario.tick_ms >= registry.ttl_ms {
             return invalid(
                 "heartbeat",
                 format!(
@@ -415,7 +431,10 @@ impl Setup {
         {
             return invalid(
                 "cache",
-                format!("{period_ms} ms is not a positive multiple of the {} ms tick", scenario.tick_ms),
+                format!(
+                    "{period_ms} ms is not a positive multiple of the {} ms tick",
+                    scenario.tick_ms
+                ),
             );
         }
         if let Some(silence) = registry.silence {
@@ -430,7 +449,10 @@ impl Setup {
                 );
             }
             if !silence.from_ms.is_multiple_of(scenario.tick_ms) || !silence.for_ms.is_multiple_of(scenario.tick_ms) {
-                return invalid("silence", format!("start and length must be multiples of the {} ms tick", scenario.tick_ms));
+                return invalid(
+                    "silence",
+                    format!("start and length must be multiples of the {} ms tick", scenario.tick_ms),
+                );
             }
         }
         if let Some(config) = registry.preservation
@@ -487,11 +509,17 @@ mod tests {
             from_ms: 0,
             for_ms: 1_000,
         };
-        assert_eq!(refused(Setup::registry("x", 2_000, 500).with_silence(too_many)), "silence");
+        assert_eq!(
+            refused(Setup::registry("x", 2_000, 500).with_silence(too_many)),
+            "silence"
+        );
         let bad = Scenario {
             killed: 501,
             ..Scenario::reference()
         };
-        assert!(matches!(bad.validate(), Err(ScenarioError::Invalid { field: "kill", .. })));
+        assert!(matches!(
+            bad.validate(),
+            Err(ScenarioError::Invalid { field: "kill", .. })
+        ));
     }
 }

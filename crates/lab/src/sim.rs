@@ -113,7 +113,9 @@ pub fn killed_instances(scenario: &Scenario) -> Vec<u32> {
 /// `count` instances drawn among those that do not crash.
 fn silenced_instances(scenario: &Scenario, killed: &[u32], count: u32) -> Vec<u32> {
     let mut rng = stream(scenario.seed, streams::SILENCED);
-    let mut pool: Vec<u32> = (0..scenario.instances).filter(|i| killed.binary_search(i).is_err()).collect();
+    let mut pool: Vec<u32> = (0..scenario.instances)
+        .filter(|i| killed.binary_search(i).is_err())
+        .collect();
     for j in 0..count as usize {
         let pick = j + below(&mut rng, (pool.len() - j) as u64) as usize;
         pool.swap(j, pick);
@@ -252,18 +254,18 @@ pub fn simulate(scenario: &Scenario, setup: &Setup, progress: Progress<'_>) -> R
             }
             heartbeating -= killed.len();
         }
-        if let Some((from, until)) = silence_ticks {
-            if tick == from || tick == until {
-                let quiet = tick == from;
-                for &i in &silenced {
-                    fleet.silenced[i as usize] = quiet;
-                }
-                heartbeating = if quiet {
-                    heartbeating - silenced.len()
-                } else {
-                    heartbeating + silenced.len()
-                };
+        if let Some((from, until)) = silence_ticks
+            && (tick == from || tick == until)
+        {
+            let quiet = tick == from;
+            for &i in &silenced {
+                fleet.silenced[i as usize] = quiet;
             }
+            heartbeating = if quiet {
+                heartbeating - silenced.len()
+            } else {
+                heartbeating + silenced.len()
+            };
         }
         // 2. Heartbeats.
         if let Some(registry) = registry {
@@ -357,7 +359,14 @@ fn heartbeat(
 }
 
 /// Step 4 for watchers: the updates after `delivered` through `target` reach every caller.
-fn deliver(callers: &mut [Caller], control: &ControlPlane, delivered: Revision, target: Revision, now: u64, run: &mut Run) {
+fn deliver(
+    callers: &mut [Caller],
+    control: &ControlPlane,
+    delivered: Revision,
+    target: Revision,
+    now: u64,
+    run: &mut Run,
+) {
     let updates = control.updates(delivered, target);
     run.watch_deliveries += 1;
     for caller in callers {
@@ -379,7 +388,10 @@ pub fn describe(setup: &Setup) -> String {
             let refresh = match r.refresh {
                 Refresh::Cache { period_ms } => format!("callers cache {}", crate::units::format_ms(period_ms)),
                 Refresh::Watch { propagation_ms } => {
-                    format!("callers watch ({} propagation)", crate::units::format_ms(propagation_ms))
+                    format!(
+                        "callers watch ({} propagation)",
+                        crate::units::format_ms(propagation_ms)
+                    )
                 }
             };
             format!(
@@ -390,7 +402,10 @@ pub fn describe(setup: &Setup) -> String {
         }
     };
     if let Some(eject) = setup.eject_ms {
-        text.push_str(&format!(", ejection on first failure for {}", crate::units::format_ms(eject)));
+        text.push_str(&format!(
+            ", ejection on first failure for {}",
+            crate::units::format_ms(eject)
+        ));
     }
     if let Stop::Drain { grace_ms } = setup.stop {
         text.push_str(&format!(", drain {} before stop", crate::units::format_ms(grace_ms)));

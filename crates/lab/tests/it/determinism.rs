@@ -22,11 +22,20 @@ fn another_seed_draws_differently_within_the_same_bounds() {
     let setups = Setup::reference(&reference);
     let baseline = simulate_all(&reference, &setups, &mut |_, _, _| {});
     for seed in [1, 2, 3] {
-        let scenario = Scenario { seed, ..reference.clone() };
+        let scenario = Scenario {
+            seed,
+            ..reference.clone()
+        };
         assert_ne!(killed_instances(&scenario), killed_instances(&reference), "seed {seed}");
         let report = simulate_all(&scenario, &setups, &mut |_, _, _| {});
-        assert_ne!(report.setups[1].failed_per_s, baseline.setups[1].failed_per_s, "seed {seed}");
-        assert_eq!(report.setups[0].failed, 8_000, "seed {seed}: the hard-coded figure is exact for any draw");
+        assert_ne!(
+            report.setups[1].failed_per_s, baseline.setups[1].failed_per_s,
+            "seed {seed}"
+        );
+        assert_eq!(
+            report.setups[0].failed, 8_000,
+            "seed {seed}: the hard-coded figure is exact for any draw"
+        );
         for s in &report.setups[1..] {
             let expected = s.expected.failed.unwrap();
             assert!(
@@ -35,8 +44,16 @@ fn another_seed_draws_differently_within_the_same_bounds() {
                 s.name,
                 s.failed
             );
-            assert!(s.stale_window_s <= s.expected.stale_window_bound_s.unwrap(), "seed {seed} {}", s.name);
-            assert!(relative_error(s.heartbeats_per_s, s.expected.heartbeats_per_s) <= 0.02, "seed {seed} {}", s.name);
+            assert!(
+                s.stale_window_s <= s.expected.stale_window_bound_s.unwrap(),
+                "seed {seed} {}",
+                s.name
+            );
+            assert!(
+                relative_error(s.heartbeats_per_s, s.expected.heartbeats_per_s) <= 0.02,
+                "seed {seed} {}",
+                s.name
+            );
         }
     }
 }

@@ -33,7 +33,14 @@ async fn the_live_stale_window_stays_within_ttl_plus_propagation_plus_margin() {
     );
     // 3 dead of 30, 200 requests/s: about 20 failed requests per second of exposure.
     assert!(setup.failed > 0, "no request reached a dead instance");
-    assert!(setup.stale_window_s > 0.0 && setup.stale_window_s <= bound, "{} > {bound}", setup.stale_window_s);
-    assert!(setup.failed_per_window[..2].iter().all(|&w| w == 0), "failures before the crash");
+    assert!(
+        setup.stale_window_s > 0.0 && setup.stale_window_s <= bound,
+        "{} > {bound}",
+        setup.stale_window_s
+    );
+    assert!(
+        setup.failed_per_window[..2].iter().all(|&w| w == 0),
+        "failures before the crash"
+    );
     assert!(setup.heartbeats_per_s > 0.0);
 }

@@ -26,8 +26,15 @@ fn each_registry_setups_total_is_within_five_percent_and_its_stale_window_within
             s.failed
         );
         let bound = s.expected.stale_window_bound_s.unwrap();
-        assert!(s.stale_window_s <= bound, "{name}: stale {} > {bound}", s.stale_window_s);
-        assert!(s.failed_per_window[..4].iter().all(|&w| w == 0), "{name}: failures before the crash");
+        assert!(
+            s.stale_window_s <= bound,
+            "{name}: stale {} > {bound}",
+            s.stale_window_s
+        );
+        assert!(
+            s.failed_per_window[..4].iter().all(|&w| w == 0),
+            "{name}: failures before the crash"
+        );
     }
     // The bounds are TTL + 3 s cache + one tick.
     assert_eq!(setup("ttl-10s").expected.stale_window_bound_s, Some(13.01));
@@ -46,8 +53,15 @@ fn heartbeat_rates_are_within_two_percent_of_mean_live_over_interval() {
     for name in ["ttl-10s", "ttl-2s"] {
         let s = setup(name);
         let expected = s.expected.heartbeats_per_s;
-        assert!(relative_error(s.heartbeats_per_s, expected) <= 0.02, "{name}: {} vs {expected}", s.heartbeats_per_s);
-        assert!(s.heartbeats_per_s < expected, "{name}: tick rounding can only delay heartbeats");
+        assert!(
+            relative_error(s.heartbeats_per_s, expected) <= 0.02,
+            "{name}: {} vs {expected}",
+            s.heartbeats_per_s
+        );
+        assert!(
+            s.heartbeats_per_s < expected,
+            "{name}: tick rounding can only delay heartbeats"
+        );
     }
     // Mean live: 500 for 20 s, 450 for 40 s (466.7), over 2.5 s.
     assert!((setup("ttl-10s").expected.heartbeats_per_s - 466.666_666 / 2.5).abs() < 1e-3);
@@ -57,7 +71,11 @@ fn heartbeat_rates_are_within_two_percent_of_mean_live_over_interval() {
 fn lookups_are_one_per_caller_per_cache_lifetime() {
     for name in ["ttl-10s", "ttl-2s"] {
         let s = setup(name);
-        assert!((s.lookups_per_s - 20.0 / 3.0).abs() < 1e-9, "{name}: {}", s.lookups_per_s);
+        assert!(
+            (s.lookups_per_s - 20.0 / 3.0).abs() < 1e-9,
+            "{name}: {}",
+            s.lookups_per_s
+        );
         assert_eq!(s.lookups_per_s, s.expected.lookups_per_s);
     }
 }

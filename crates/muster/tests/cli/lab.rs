@@ -35,7 +35,11 @@ fn json_has_the_issues_fields_for_each_reference_setup() {
         ] {
             assert!(!setup[field].is_null(), "{field} in {setup}");
         }
-        assert_eq!(setup["failed_per_window"].as_array().unwrap().len(), 4, "20 s in 5 s windows");
+        assert_eq!(
+            setup["failed_per_window"].as_array().unwrap().len(),
+            4,
+            "20 s in 5 s windows"
+        );
     }
     assert!(setups[0]["ttl_s"].is_null() && setups[0]["heartbeat_interval_s"].is_null());
     assert_eq!(setups[1]["ttl_s"], 10.0);
@@ -55,7 +59,10 @@ fn out_writes_a_markdown_report_and_two_svg_plots() {
     let table = String::from_utf8(output.stdout).unwrap();
     assert!(table.contains("stale window") && table.contains("watch"), "{table}");
     let markdown = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert!(markdown.contains("| ttl-2s |") && markdown.contains("failed-per-second.svg"), "{markdown}");
+    assert!(
+        markdown.contains("| ttl-2s |") && markdown.contains("failed-per-second.svg"),
+        "{markdown}"
+    );
     for plot in ["failed-per-second.svg", "stale-window.svg"] {
         let svg = std::fs::read_to_string(out.join(plot)).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("watch"), "{plot}");
