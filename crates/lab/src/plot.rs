@@ -20,7 +20,7 @@ const BOTTOM: f64 = 48.0;
 
 /// Line colours, distinguishable in colour and in greyscale (the Okabe–Ito palette).
 const PALETTE: [&str; 8] = [
-    "#000000", "#E69F00", "#0072B2", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
+    "#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442",
 ];
 
 /// A "nice" axis maximum (1, 2 or 5 × 10^k) at or above `value`, and its step (a fifth).

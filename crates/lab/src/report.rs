@@ -301,7 +301,7 @@ pub(crate) fn extras(setup: &SetupReport) -> Option<String> {
     if setup.unroutable > 0 {
         parts.push(format!("{} requests found no endpoint", setup.unroutable));
     }
-    if setup.refresh == "watch" {
+    if setup.watch_deliveries_per_s > 0.0 {
         parts.push(format!("{:.2} watch deliveries/s", setup.watch_deliveries_per_s));
     }
     (!parts.is_empty()).then(|| {

@@ -96,8 +96,9 @@ pub async fn run(args: LabArgs, json: bool, out: &mut dyn Write) -> Result<(), L
             bar.finish();
             let requests: u64 = report.setups.iter().map(|s| s.requests).sum();
             eprintln!(
-                "simulated {} setups ({} virtual seconds, {requests} requests) in {:.3} s",
+                "simulated {} setup{} ({} virtual seconds, {requests} requests) in {:.3} s",
                 setups.len(),
+                if setups.len() == 1 { "" } else { "s" },
                 scenario.duration_ms as f64 / 1_000.0 * setups.len() as f64,
                 watch.elapsed().as_secs_f64()
             );
