@@ -23,6 +23,9 @@ pub enum Workload {
     Fanout,
     /// Server memory per idle watch stream.
     Watchers,
+    /// The health checker at fleet scale (probe rate, CPU) and detection latency per check
+    /// kind (issue 5). Muster only; not part of the default set (it runs about a minute).
+    Checks,
 }
 
 impl Workload {
@@ -43,6 +46,7 @@ impl Workload {
             Workload::Read => "read",
             Workload::Fanout => "fanout",
             Workload::Watchers => "watchers",
+            Workload::Checks => "checks",
         }
     }
 }
@@ -103,6 +107,16 @@ pub struct BenchArgs {
     /// Services the register workload spreads its new instances over.
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub services: usize,
+    /// Endpoints with HTTP checks (10 s interval) in the checks workload [default: 10000;
+    /// --quick: 1000].
+    #[arg(long, value_name = "N")]
+    pub checks: Option<usize>,
+    /// How long the checks workload counts probes and server CPU [default: 30s; --quick: 5s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub check_window: Option<Duration>,
+    /// Detections measured per check kind [default: 3; --quick: 1].
+    #[arg(long, value_name = "N")]
+    pub detection_samples: Option<usize>,
     /// A short run for CI: 2 s per workload, 1,000 watchers, 5 changes.
     #[arg(long)]
     pub quick: bool,
@@ -134,6 +148,13 @@ pub struct Plan {
     pub leases: usize,
     /// Services registered into.
     pub services: usize,
+    /// Endpoints with checks in the checks workload.
+    pub checks: usize,
+    /// The checks workload's measuring window.
+    #[serde(serialize_with = "crate::report::as_secs")]
+    pub check_window: Duration,
+    /// Detections per check kind.
+    pub detection_samples: usize,
 }
 
 /// Per-workload duration of a full run: long enough for p99 to settle over ~10^5 requests.
@@ -164,6 +185,11 @@ impl BenchArgs {
         } else {
             (DEFAULT_DURATION, DEFAULT_WATCHERS, DEFAULT_CHANGES)
         };
+        let (checks, check_window, detection_samples) = if self.quick {
+            (1_000, Duration::from_secs(5), 1)
+        } else {
+            (10_000, Duration::from_secs(30), 3)
+        };
         let plan = Plan {
             workloads,
             connections: self.connections,
@@ -174,6 +200,9 @@ impl BenchArgs {
             change_interval: self.change_interval,
             leases: self.leases,
             services: self.services,
+            checks: self.checks.unwrap_or(checks),
+            check_window: self.check_window.unwrap_or(check_window),
+            detection_samples: self.detection_samples.unwrap_or(detection_samples),
         };
         for (name, value) in [
             ("--connections", plan.connections),
@@ -181,6 +210,8 @@ impl BenchArgs {
             ("--changes", plan.changes),
             ("--leases", plan.leases),
             ("--services", plan.services),
+            ("--checks", plan.checks),
+            ("--detection-samples", plan.detection_samples),
         ] {
             if value == 0 {
                 return Err(BenchError::Usage(format!("{name} must be at least 1")));

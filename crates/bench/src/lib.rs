@@ -24,6 +24,9 @@
 //! - `fanout`: `--watchers` streams of one service, then `--changes` writes one at a time;
 //!   latency from sending the write to each watcher receiving the update of its revision.
 //! - `watchers`: server RSS growth (`/proc/PID/status` VmRSS) with those streams open, ÷ N.
+//! - `checks` (opt-in): `--checks` endpoints with HTTP checks at 10 s against a target in
+//!   this process: probes per second and server CPU, then detection latency per check kind
+//!   against its bound (see the `checks` module). Muster only.
 //!
 //! # Use
 //! `muster bench` embeds [`BenchArgs`] and prints [`Report::render_table`] (or
@@ -33,6 +36,7 @@
 #![forbid(unsafe_code)]
 
 mod args;
+mod checks;
 mod client;
 mod clock;
 mod codec;
@@ -52,6 +56,7 @@ use std::sync::Arc;
 use tracing::info;
 
 pub use args::{BenchArgs, Plan, Workload, parse_duration};
+pub use checks::{ChecksSummary, DetectionSummary};
 pub use error::BenchError;
 pub use histogram::Histogram;
 pub use report::{
@@ -155,6 +160,19 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         if memory {
             workloads.push(WorkloadReport::new(Workload::Watchers, memory_results, skipped));
         }
+    }
+    if plan.workloads.contains(&Workload::Checks) {
+        let mut results = Vec::new();
+        let mut skipped = Vec::new();
+        for subject in &subjects {
+            if subject.system == System::Muster {
+                info!(checks = plan.checks, "running the checks workload");
+                results.push(checks::checks(subject, &plan, clock::run_id()).await);
+            } else {
+                skipped.push(format!("{}: it has no health checks", subject.system.name()));
+            }
+        }
+        workloads.push(WorkloadReport::new(Workload::Checks, results, skipped));
     }
     drop(spawned);
     let report = Report {

@@ -155,6 +155,9 @@ impl Report {
                 if let Some(note) = &result.note {
                     let _ = writeln!(out, "{} ({}): {note}", workload.workload.name(), result.system.name());
                 }
+                if let Some(checks) = &result.checks {
+                    let _ = write!(out, "{}", checks_notes(checks));
+                }
                 if let Some(m) = &result.memory {
                     let _ = writeln!(
                         out,
@@ -170,6 +173,55 @@ impl Report {
         }
         out
     }
+}
+
+/// The checks workload's figures: the probe schedule and detection per kind.
+fn checks_notes(checks: &crate::ChecksSummary) -> String {
+    let mut out = String::new();
+    let mut sorted = checks.per_second.clone();
+    sorted.sort_unstable();
+    let (min, max) = (
+        sorted.first().copied().unwrap_or(0),
+        sorted.last().copied().unwrap_or(0),
+    );
+    let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "checks: {} endpoints at {} s: {} probes/s expected; per second over {} s: min {min}, median {median}, max {max} (largest deviation {:.1}%)",
+        thousands(checks.endpoints),
+        checks.interval_s,
+        checks.expected_per_s,
+        checks.per_second.len(),
+        checks.max_deviation * 100.0
+    );
+    for kind in &checks.detection {
+        let mut latencies = kind.latencies_ms.clone();
+        latencies.sort_by(f64::total_cmp);
+        let median = latencies.get(latencies.len() / 2).copied();
+        let max = latencies.last().copied();
+        let figures = match (median, max) {
+            (Some(median), Some(max)) => format!("median {median:.0} ms, max {max:.0} ms"),
+            _ => "no sample completed".to_owned(),
+        };
+        let failed = if kind.failed > 0 {
+            format!(", {} failed", kind.failed)
+        } else {
+            String::new()
+        };
+        let verdict = match max {
+            Some(max) if max <= kind.bound_ms => "within",
+            Some(_) => "OVER",
+            None => "n/a:",
+        };
+        let _ = writeln!(
+            out,
+            "checks: detection {}: {figures} over {} samples{failed}: {verdict} its bound {:.0} ms",
+            kind.kind,
+            kind.latencies_ms.len(),
+            kind.bound_ms
+        );
+    }
+    out
 }
 
 /// `1234567` → `1,234,567`.

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 
+use crate::checks::ChecksSummary;
 use crate::histogram::Histogram;
 use crate::render::thousands;
 use crate::{Plan, Workload};
@@ -54,6 +55,14 @@ pub enum Target {
         /// Bytes.
         bytes: f64,
     },
+    /// Every second's probe count within this fraction of the fleet's rate, and the server
+    /// under this many cores.
+    ProbeSchedule {
+        /// Largest relative deviation of one second from endpoints ÷ interval.
+        tolerance: f64,
+        /// Server CPU, in cores.
+        max_cores: f64,
+    },
 }
 
 impl Target {
@@ -65,6 +74,10 @@ impl Target {
             Workload::Read => Target::MinThroughput { per_second: 60_000.0 },
             Workload::Fanout => Target::MaxP99 { ms: 50.0 },
             Workload::Watchers => Target::MaxBytesPerWatcher { bytes: 20.0 * 1024.0 },
+            Workload::Checks => Target::ProbeSchedule {
+                tolerance: 0.2,
+                max_cores: 0.5,
+            },
         }
     }
 
@@ -74,6 +87,13 @@ impl Target {
             Target::MinThroughput { .. } => Some(result.throughput_per_s),
             Target::MaxP99 { .. } => result.latency.as_ref().map(|l| l.p99_ms),
             Target::MaxBytesPerWatcher { .. } => result.memory.as_ref().map(|m| m.per_watcher_bytes),
+            // One figure for two limits: the larger of deviation ÷ tolerance and cores ÷ limit
+            // (at most 1 when both are met); the notes give both.
+            Target::ProbeSchedule { tolerance, max_cores } => {
+                let checks = result.checks.as_ref()?;
+                let cores = result.server_cores?;
+                Some((checks.max_deviation / tolerance).max(cores / max_cores))
+            }
         }
     }
 
@@ -83,6 +103,7 @@ impl Target {
             Target::MinThroughput { per_second } => figure >= per_second,
             Target::MaxP99 { ms } => figure <= ms,
             Target::MaxBytesPerWatcher { bytes } => figure <= bytes,
+            Target::ProbeSchedule { .. } => figure <= 1.0,
         }
     }
 
@@ -92,6 +113,9 @@ impl Target {
             Target::MinThroughput { per_second } => format!("≥ {}/s", thousands(per_second as u64)),
             Target::MaxP99 { ms } => format!("p99 ≤ {ms} ms"),
             Target::MaxBytesPerWatcher { bytes } => format!("≤ {} KiB/watcher", bytes / 1024.0),
+            Target::ProbeSchedule { tolerance, max_cores } => {
+                format!("probes/s within ±{:.0}%, server < {max_cores} core", tolerance * 100.0)
+            }
         }
     }
 }
@@ -104,6 +128,7 @@ pub fn anchors(workload: Workload) -> &'static str {
         Workload::Read => "the Rust Nacos 48,000/s",
         Workload::Fanout => "10,000 watchers of one service",
         Workload::Watchers => "etcd publishes ≈ 35 KiB per connection+stream",
+        Workload::Checks => "10,000 endpoints with HTTP checks at 10 s: 1,000 probes/s; etcd has no checks",
     }
 }
 
@@ -189,6 +214,9 @@ pub struct SystemResult {
     /// Anything the reader should know (e.g. why a figure is missing).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// For the checks workload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checks: Option<ChecksSummary>,
 }
 
 impl SystemResult {
@@ -206,6 +234,7 @@ impl SystemResult {
             server_cores: None,
             client_cores: None,
             note: None,
+            checks: None,
         }
     }
 }

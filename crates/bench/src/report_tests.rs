@@ -11,6 +11,9 @@ fn plan() -> Plan {
         change_interval: Duration::from_millis(100),
         leases: 1_000,
         services: 100,
+        checks: 10_000,
+        check_window: Duration::from_secs(30),
+        detection_samples: 3,
     }
 }
 
@@ -130,4 +133,48 @@ fn the_json_carries_every_figure() {
     assert!(result["latency"]["p99_ms"].as_f64().unwrap() >= 1.0);
     assert_eq!(json["workloads"][0]["target"]["min_throughput"]["per_second"], 60_000.0);
     assert_eq!(json["plan"]["duration"], 10.0);
+}
+
+fn checks_result(max_deviation: f64, cores: Option<f64>) -> SystemResult {
+    let mut result = requests(System::Muster, 0, 0, 30);
+    result.server_cores = cores;
+    result.checks = Some(crate::ChecksSummary {
+        endpoints: 10_000,
+        interval_s: 10.0,
+        expected_per_s: 1_000.0,
+        per_second: vec![990, 1_010, 1_000],
+        max_deviation,
+        detection: vec![crate::DetectionSummary {
+            kind: "http",
+            latencies_ms: vec![2_100.0, 2_900.0],
+            failed: 0,
+            bound_ms: 3_800.0,
+        }],
+    });
+    result
+}
+
+#[test]
+fn the_probe_schedule_is_judged_on_both_its_rate_and_the_servers_cpu() {
+    let met = WorkloadReport::new(Workload::Checks, vec![checks_result(0.05, Some(0.2))], vec![]);
+    assert_eq!(met.target_met, Some(true));
+    let bunched = WorkloadReport::new(Workload::Checks, vec![checks_result(0.3, Some(0.2))], vec![]);
+    assert_eq!(bunched.target_met, Some(false));
+    let busy = WorkloadReport::new(Workload::Checks, vec![checks_result(0.05, Some(0.6))], vec![]);
+    assert_eq!(busy.target_met, Some(false));
+    let unmetered = WorkloadReport::new(Workload::Checks, vec![checks_result(0.05, None)], vec![]);
+    assert_eq!(unmetered.target_met, None, "no CPU figure, no verdict");
+    let report = Report {
+        plan: plan(),
+        systems: Vec::new(),
+        cpus: 2,
+        load_average_at_start: None,
+        workloads: vec![met],
+    };
+    let table = report.render_table();
+    assert!(table.contains("min 990, median 1000, max 1010"), "{table}");
+    assert!(
+        table.contains("detection http: median 2900 ms, max 2900 ms over 2 samples: within its bound 3800 ms"),
+        "{table}"
+    );
 }

@@ -75,6 +75,7 @@ fn endpoint(n: u32) -> Arc<Endpoint> {
             at_ms: 0,
             reason: "bench".into(),
         },
+        checks: Box::default(),
     })
 }
 

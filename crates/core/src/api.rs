@@ -9,6 +9,8 @@
 //! | `PUT /registry/{tenant}/{namespace}/{service}/{instance}/serving` | [`SetServingRequest`] → [`WriteReply`] |
 //! | `POST /registry/{tenant}/{namespace}/{service}/{instance}/drain` | [`DrainRequest`] → [`WriteReply`] |
 //! | `DELETE /registry/{tenant}/{namespace}/{service}/{instance}?incarnation=N[&expected_revision=R]` | → [`WriteReply`] |
+//! | `PUT /registry/{tenant}/{namespace}/{service}/{instance}/check` | [`CheckReportRequest`] → [`CheckReportReply`] |
+//! | `PUT /registry/{tenant}/{namespace}/{service}/{instance}/in-flight` | [`InFlightRequest`] → [`WriteReply`] |
 //! | `GET /registry/{tenant}/{namespace}/{service}[?revision=R][&limit=N][&page_token=T][&index=N&wait=30s]` | → [`SnapshotReply`] |
 //! | `GET /registry/{tenant}/{namespace}` | → [`ServicesReply`] |
 //! | `GET /watch/{tenant}/{namespace}/{service}[?from_revision=R]` | → NDJSON [`Frame`]s |
@@ -17,6 +19,7 @@
 //! | `PUT /leases/{tenant}/{id}/renew` | → [`LeaseReply`] (no log write) |
 //! | `DELETE /leases/{tenant}/{id}` | → [`WriteReply`] |
 //! | `GET /status` | → [`StatusReply`] |
+//! | `GET /metrics` | → Prometheus text exposition |
 //!
 //! Errors are [`ErrorBody`] with the stable code of a [`Rejection`](crate::Rejection) or of
 //! the API itself (`bad_request`, `payload_too_large`, `method_not_allowed`, `compacted`, ...).
@@ -31,6 +34,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::check::CheckStatus;
 use crate::{
     Endpoint, EndpointSpec, Incarnation, Label, LeaseId, Revision, ServiceSnapshot, ServiceUpdate, ServingState,
 };
@@ -95,6 +99,40 @@ pub struct DrainRequest {
     /// Compare-and-swap on the record's revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_revision: Option<Revision>,
+    /// Deregister the instance (fenced by its incarnation) this long after the drain commits,
+    /// or earlier when it reports zero requests in flight (SPEC L6). At most one hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_ms: Option<u64>,
+}
+
+/// `PUT .../{instance}/check`: a TTL check's report from the instance or its agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckReportRequest {
+    /// The incarnation reporting.
+    pub incarnation: Incarnation,
+    /// Pass, warn or fail.
+    pub status: CheckStatus,
+}
+
+/// The reply to a TTL report, after any change it caused has committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckReportReply {
+    /// The routing state the endpoint's checks now combine to.
+    pub serving: ServingState,
+    /// The revision of the change the report caused, if it caused one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<Revision>,
+}
+
+/// `PUT .../{instance}/in-flight`: how many requests a draining instance still serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InFlightRequest {
+    /// The incarnation reporting.
+    pub incarnation: Incarnation,
+    /// Requests in flight; zero ends a pending drain grace at once.
+    pub in_flight: u64,
 }
 
 /// The query of `DELETE .../{instance}`.
@@ -135,7 +173,8 @@ pub struct WriteReply {
     /// The lease granted or attached, with its deadline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseReply>,
-    /// When nothing changed, why: `already_committed`, `drain_held` or `nothing_to_expire`.
+    /// When nothing changed, why: `already_committed`, `drain_held`, `nothing_to_expire`, or
+    /// `no_drain_ended` (an in-flight report that ended no drain).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unchanged: Option<String>,
 }
@@ -156,6 +195,10 @@ pub struct SnapshotReply {
     /// Pass as `page_token` for the next page; absent on the last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_page_token: Option<String>,
+    /// Self-preservation holds removals from this service now (SPEC H5): endpoints that look
+    /// dead may still be listed, on purpose.
+    #[serde(default)]
+    pub protection_active: bool,
 }
 
 /// One service in a namespace listing.
@@ -169,6 +212,9 @@ pub struct ServiceSummary {
     pub digest: crate::Digest,
     /// How many endpoints it has.
     pub endpoints: usize,
+    /// Self-preservation holds removals from this service now (SPEC H5).
+    #[serde(default)]
+    pub protection_active: bool,
 }
 
 /// `GET /v1/registry/{tenant}/{namespace}`.
@@ -195,6 +241,9 @@ pub struct StatusReply {
     pub uptime_ms: u64,
     /// Whether the server accepts writes and reads (false while starting or stopping).
     pub ready: bool,
+    /// Services whose removals self-preservation holds now (`tenant/namespace/service`).
+    #[serde(default)]
+    pub protected_services: Vec<String>,
 }
 
 /// An error's code and message.

@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use smol_str::SmolStr;
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::{Address, Incarnation, InstanceId, Label, Labels, LeaseId, Principal, Revision};
+use crate::check::CheckKind;
+use crate::{Address, Check, Incarnation, InstanceId, Label, Labels, LeaseId, Principal, Revision};
 
 /// Whether an endpoint may get new work. An enum, never a Boolean: "alive but not ready",
 /// "draining" and "nobody knows" route differently.
@@ -162,6 +163,9 @@ pub struct Endpoint {
     pub provenance: Provenance,
     /// Who set its serving state.
     pub observation: Observation,
+    /// The health checks the registry runs for it.
+    #[serde(default, skip_serializing_if = "<[Check]>::is_empty")]
+    pub checks: Box<[Check]>,
 }
 
 impl Endpoint {
@@ -203,6 +207,10 @@ impl Endpoint {
         h.text(self.observation.principal.as_str());
         h.u64(self.observation.at_ms);
         h.text(&self.observation.reason);
+        // Absent checks add nothing, so records without checks keep their fingerprints.
+        for check in &self.checks {
+            h.check(check);
+        }
         h.0.digest()
     }
 
@@ -230,6 +238,7 @@ impl Endpoint {
             + self.provenance.source_revision.as_ref().map_or(0, SmolStr::len)
             + self.observation.principal.as_str().len()
             + self.observation.reason.len()
+            + self.checks.iter().map(Check::size).sum::<usize>()
     }
 }
 
@@ -254,6 +263,31 @@ impl Fingerprint {
             }
             None => self.0.update(&[0]),
         }
+    }
+
+    /// A check as its canonical parts: kind, target, HTTP expectations, signal, timing.
+    fn check(&mut self, check: &Check) {
+        let (kind, status, body) = match &check.kind {
+            CheckKind::Http {
+                status, body_contains, ..
+            } => (
+                1,
+                u64::from(status.0) << 16 | u64::from(status.1),
+                body_contains.as_deref(),
+            ),
+            CheckKind::Tcp { .. } => (2, 0, None),
+            CheckKind::Grpc { .. } => (3, 0, None),
+            CheckKind::Ttl { .. } => (4, 0, None),
+        };
+        self.u64(kind);
+        self.text(&check.target());
+        self.u64(status);
+        self.opt_text(body);
+        self.u64(check.signal as u64);
+        self.u64(check.interval.as_millis() as u64);
+        self.u64(check.timeout.as_millis() as u64);
+        self.u64(u64::from(check.rise));
+        self.u64(u64::from(check.fall));
     }
 
     fn ip(&mut self, ip: IpAddr) {

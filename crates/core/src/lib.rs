@@ -18,6 +18,7 @@
 //! - [`labels`]: bounded metadata labels.
 //! - [`endpoint`]: the endpoint record and its serving state.
 //! - [`spec`]: what a registrar submits, and its validation into typed attributes.
+//! - [`check`]: the health checks a registration carries (the checker runs them).
 //! - [`ids`]: revisions, incarnations, lease ids, digests.
 //! - [`event`]: events, per-service updates and snapshots.
 //! - [`error`]: [`Rejection`], every refusal with its stable code.
@@ -29,6 +30,7 @@
 
 pub mod address;
 pub mod api;
+pub mod check;
 pub mod endpoint;
 pub mod error;
 pub mod event;
@@ -39,6 +41,7 @@ pub mod name;
 pub mod spec;
 
 pub use address::{Address, Cidr, NetworkPolicy};
+pub use check::{Check, CheckKind, CheckSpec, Signal};
 pub use endpoint::{Actor, Endpoint, Locality, NamedPort, Observation, Protocol, Provenance, ServingState};
 pub use error::{Quota, Rejection};
 pub use event::{DeleteReason, Event, GapError, ServiceSnapshot, ServiceUpdate};

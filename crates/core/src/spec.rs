@@ -11,7 +11,11 @@ use serde::{Deserialize, Serialize};
 use smol_str::SmolStr;
 
 use crate::address::canonical_ip;
-use crate::{Address, Label, Labels, Limits, Locality, NamedPort, NetworkPolicy, Protocol, Rejection, ServingState};
+use crate::check::MAX_CHECKS;
+use crate::{
+    Address, Check, CheckSpec, Label, Labels, Limits, Locality, NamedPort, NetworkPolicy, Protocol, Rejection,
+    ServingState,
+};
 
 /// An address as submitted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,9 +71,10 @@ pub struct EndpointSpec {
     /// Where it runs.
     #[serde(default)]
     pub locality: LocalitySpec,
-    /// Serving state of a new incarnation; `ready` when omitted (a registration without
-    /// checks is usable at once, as in Consul). Ignored when the incarnation already exists:
-    /// later changes go through set-serving and drain.
+    /// Serving state of a new incarnation; when omitted, `ready` for a registration without
+    /// routing checks (usable at once, as in Consul) and `starting` for one with readiness or
+    /// startup checks (usable after its first pass, SPEC H1). Ignored when the incarnation
+    /// already exists: later changes go through set-serving and drain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serving: Option<ServingState>,
     /// Relative weight, 1 to 65535; 100 when omitted.
@@ -84,6 +89,11 @@ pub struct EndpointSpec {
     /// The registrar's own source revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_revision: Option<String>,
+    /// Health checks the registry's checker runs for this endpoint (at most
+    /// [`MAX_CHECKS`](crate::check::MAX_CHECKS)). Re-registering the same incarnation with
+    /// other checks replaces them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckSpec>,
 }
 
 /// The registrant-controlled part of a record, validated and canonical.
@@ -105,6 +115,8 @@ pub struct Attributes {
     pub labels: Labels,
     /// Source revision.
     pub source_revision: Option<SmolStr>,
+    /// Validated health checks.
+    pub checks: Box<[Check]>,
 }
 
 /// IANA service names are at most 15 characters (RFC 6335); port names become SRV labels.
@@ -187,15 +199,35 @@ impl EndpointSpec {
             .as_deref()
             .map(|text| bounded_text("source_revision", text, limits.max_text_bytes))
             .transpose()?;
+        if self.checks.len() > MAX_CHECKS {
+            return Err(Rejection::RecordTooLarge {
+                field: "checks".into(),
+                size: self.checks.len(),
+                limit: MAX_CHECKS,
+            });
+        }
+        let checks = self
+            .checks
+            .iter()
+            .enumerate()
+            .map(|(i, check)| check.validate(&format!("checks[{i}]")))
+            .collect::<Result<Box<[Check]>, Rejection>>()?;
+        let routed = checks.iter().any(Check::routes);
+        let initial_serving = self.serving.unwrap_or(if routed {
+            ServingState::Starting
+        } else {
+            ServingState::Ready
+        });
         Ok(Attributes {
             addresses: addresses.into(),
             ports: ports.into(),
             locality,
-            initial_serving: self.serving.unwrap_or(ServingState::Ready),
+            initial_serving,
             weight,
             capacity: self.capacity,
             labels: Labels::new(&self.labels, limits)?,
             source_revision,
+            checks,
         })
     }
 }

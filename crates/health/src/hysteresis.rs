@@ -124,6 +124,22 @@ impl Hysteresis {
         }
     }
 
+    /// A check resumed where its endpoint's record stands (after a restart or a leader
+    /// change): a record already routed as `ready` is not sent back to `starting`.
+    pub fn resume(thresholds: Thresholds, serving: ServingState) -> Hysteresis {
+        let health = match serving {
+            ServingState::Ready => Health::Passing,
+            ServingState::Degraded => Health::Warning,
+            ServingState::NotServing => Health::Failing,
+            ServingState::Unknown => Health::Unknown,
+            ServingState::Starting | ServingState::Draining => Health::Starting,
+        };
+        Hysteresis {
+            health,
+            ..Hysteresis::new(thresholds)
+        }
+    }
+
     /// Where the check stands (before damping).
     pub fn health(&self) -> Health {
         self.health

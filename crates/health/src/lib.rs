@@ -10,7 +10,8 @@
 //!                    Preservation (per service: removal rate, serving floor) ──▶ propose / hold
 //! ```
 //!
-//! - [`check`]: what a registration asks to be checked, validated with stable codes.
+//! - [`check`] (from `muster-core`, where registrations carry them): what a registration asks
+//!   to be checked, validated with stable codes.
 //! - [`hysteresis`]: one check's state over time: only crossings of the rise/fall thresholds
 //!   change the serving state; flapping is damped to `degraded`.
 //! - [`probe`]: one TCP, HTTP or gRPC probe, bounded by its timeout (the I/O edge).
@@ -19,7 +20,9 @@
 
 #![forbid(unsafe_code)]
 
-pub mod check;
+pub use muster_core::check;
+
+pub mod checker;
 pub mod hysteresis;
 pub mod preservation;
 pub mod probe;

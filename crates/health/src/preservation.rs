@@ -8,7 +8,9 @@
 //! held removals are retried as the window slides. An instance that is really dead keeps its
 //! traffic a little longer; a fleet that only looks dead keeps serving.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+
+use muster_core::{ServiceKey, ServingState};
 
 /// The brake's settings for one service.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -18,8 +20,9 @@ pub struct PreservationConfig {
     pub max_fraction: f64,
     /// The window over which removals are counted: 60 s, several check intervals.
     pub window_ms: u64,
-    /// Serving endpoints never removed below: 1 by default, so a service is never emptied by
-    /// its health checks alone.
+    /// Serving endpoints never removed below: 0 by default. A floor keeps dead endpoints in
+    /// routing on purpose (fail-open), a choice to make per service where it is justified
+    /// (reference/control-plane-state.txt), not for every service.
     pub floor: usize,
 }
 
@@ -28,7 +31,7 @@ impl Default for PreservationConfig {
         PreservationConfig {
             max_fraction: 0.3,
             window_ms: 60_000,
-            floor: 1,
+            floor: 0,
         }
     }
 }
@@ -102,6 +105,99 @@ impl Preservation {
         if self.removals.is_empty() {
             self.active = false;
         }
+    }
+}
+
+/// Serving and total endpoints of one service, as the registry holds them now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counts {
+    /// Endpoints in routing (`ready` or `degraded`).
+    pub serving: usize,
+    /// All endpoints.
+    pub total: usize,
+}
+
+impl Counts {
+    /// Counts a set of serving states.
+    pub fn of(states: impl IntoIterator<Item = ServingState>) -> Counts {
+        states.into_iter().fold(Counts::default(), |counts, state| Counts {
+            serving: counts.serving + usize::from(in_routing(state)),
+            total: counts.total + 1,
+        })
+    }
+}
+
+/// Whether an endpoint in this state takes traffic, for the brake: `ready` or `degraded`.
+pub fn in_routing(state: ServingState) -> bool {
+    state.is_eligible(true)
+}
+
+/// The brakes of every service, shared by everything that removes endpoints (the checker and
+/// the lease keeper), with per-service serving floors.
+#[derive(Debug, Clone, Default)]
+pub struct Brakes {
+    config: PreservationConfig,
+    floors: HashMap<ServiceKey, usize>,
+    services: HashMap<ServiceKey, Preservation>,
+}
+
+impl Brakes {
+    /// Brakes with `config` for every service, and a floor of its own for some.
+    pub fn new(config: PreservationConfig, floors: HashMap<ServiceKey, usize>) -> Brakes {
+        Brakes {
+            config,
+            floors,
+            services: HashMap::new(),
+        }
+    }
+
+    /// Decides one removal from `key`, which has `counts` now.
+    pub fn decide(&mut self, key: &ServiceKey, counts: Counts, now_ms: u64) -> Verdict {
+        let brake = self.services.entry(key.clone()).or_insert_with(|| {
+            Preservation::new(PreservationConfig {
+                floor: self.floors.get(key).copied().unwrap_or(self.config.floor),
+                ..self.config
+            })
+        });
+        let was_active = brake.protection_active();
+        let verdict = brake.decide(counts.serving, counts.total, now_ms);
+        if !was_active && brake.protection_active() {
+            tracing::error!(
+                service = %key, serving = counts.serving, total = counts.total,
+                "SELF-PRESERVATION: too many endpoints leaving at once; holding removals (protection_active)"
+            );
+        }
+        verdict
+    }
+
+    /// Whether `key` is protected now.
+    pub fn protection_active(&self, key: &ServiceKey) -> bool {
+        self.services.get(key).is_some_and(Preservation::protection_active)
+    }
+
+    /// The services under protection, sorted.
+    pub fn protected(&self) -> Vec<ServiceKey> {
+        let mut keys: Vec<ServiceKey> = self
+            .services
+            .iter()
+            .filter(|(_, brake)| brake.protection_active())
+            .map(|(key, _)| key.clone())
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// Slides every window; forgets services with nothing left in theirs. Protection that
+    /// ends is logged, as loudly as it began.
+    pub fn expire(&mut self, now_ms: u64) {
+        self.services.retain(|key, brake| {
+            let was_active = brake.protection_active();
+            brake.expire(now_ms);
+            if was_active && !brake.protection_active() {
+                tracing::warn!(service = %key, "self-preservation ended: removals resume");
+            }
+            brake.protection_active() || !brake.removals.is_empty()
+        });
     }
 }
 

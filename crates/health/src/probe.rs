@@ -20,8 +20,8 @@ use hyper::{Method, Request};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 
-use crate::check::CheckKind;
 use crate::hysteresis::ProbeResult;
+use muster_core::CheckKind;
 
 /// How much of an HTTP check's body is read: health pages are small; a large one must not
 /// cost the checker more than this.

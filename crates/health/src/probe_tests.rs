@@ -18,8 +18,8 @@ use muster_core::ServingState;
 use tokio::net::TcpListener;
 
 use super::*;
-use crate::check::CheckSpec;
 use crate::hysteresis::{Hysteresis, Thresholds};
+use muster_core::CheckSpec;
 
 /// Every probe in these tests gets this long: far beyond a loopback answer, short enough
 /// that the wedged case ends quickly.

@@ -6,6 +6,7 @@
 
 use std::net::SocketAddr;
 
+use muster_core::check::CheckStatus;
 use muster_core::{Actor, InstanceId, Label, LeaseId, NamespaceKey, Protocol, Rejection, ServiceKey, ServingState};
 
 /// Parses `NAMESPACE/SERVICE` within `tenant`.
@@ -92,6 +93,27 @@ impl From<StateArg> for ServingState {
             StateArg::Draining => ServingState::Draining,
             StateArg::NotServing => ServingState::NotServing,
             StateArg::Unknown => ServingState::Unknown,
+        }
+    }
+}
+
+/// A TTL check's report as typed on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CheckStatusArg {
+    /// Healthy: the endpoint may take traffic.
+    Pass,
+    /// Serving, degraded: only callers that accept degraded endpoints use it.
+    Warn,
+    /// Unhealthy: out of routing.
+    Fail,
+}
+
+impl From<CheckStatusArg> for CheckStatus {
+    fn from(status: CheckStatusArg) -> CheckStatus {
+        match status {
+            CheckStatusArg::Pass => CheckStatus::Pass,
+            CheckStatusArg::Warn => CheckStatus::Warn,
+            CheckStatusArg::Fail => CheckStatus::Fail,
         }
     }
 }

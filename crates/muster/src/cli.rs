@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::args::{ActorArg, ProtocolArg, StateArg, parse_addr, parse_label, parse_lease_id};
+use crate::args::{ActorArg, CheckStatusArg, ProtocolArg, StateArg, parse_addr, parse_label, parse_lease_id};
 use crate::duration::parse_duration;
 use muster_client::http::DEFAULT_SERVER;
 use muster_core::LeaseId;
@@ -43,6 +43,8 @@ pub enum Command {
     Drain(DrainArgs),
     /// Remove an instance (fenced by its incarnation).
     Deregister(DeregisterArgs),
+    /// Report a TTL check's result: pass, warn or fail.
+    Check(CheckArgs),
     /// List a service's endpoints: the eligible ones, or --all with their states.
     Resolve(ResolveArgs),
     /// Stream a service's (or a namespace's) changes as they are committed.
@@ -115,9 +117,31 @@ pub struct RegisterArgs {
     /// Attach to an existing lease instead of granting one.
     #[arg(long, value_name = "ID", value_parser = parse_lease_id)]
     pub lease: Option<LeaseId>,
-    /// The serving state of a new incarnation.
-    #[arg(long, value_enum, value_name = "STATE", default_value = "ready")]
-    pub state: StateArg,
+    /// The serving state of a new incarnation [server default: ready, or starting with a
+    /// readiness check until it passes].
+    #[arg(long, value_enum, value_name = "STATE")]
+    pub state: Option<StateArg>,
+    /// A health check the registry runs; the scheme picks the kind: http://HOST:PORT/PATH
+    /// (2xx/3xx passes), tcp://HOST:PORT (connects), grpc://HOST:PORT[/SERVICE]
+    /// (grpc.health.v1 SERVING).
+    #[arg(long, value_name = "URL", conflicts_with = "check_ttl")]
+    pub check: Option<String>,
+    /// Time between probes [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "check")]
+    pub check_interval: Option<Duration>,
+    /// Time a probe may take, at most the interval [default: 2s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "check")]
+    pub check_timeout: Option<Duration>,
+    /// Consecutive passes to pass [default: 2; 1 for a TTL check].
+    #[arg(long, value_name = "N")]
+    pub check_rise: Option<u32>,
+    /// Consecutive failures to fail [default: 3; 1 for a TTL check].
+    #[arg(long, value_name = "N")]
+    pub check_fall: Option<u32>,
+    /// A TTL check instead: the instance reports with `muster check pass|warn|fail` at least
+    /// this often, or it fails.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub check_ttl: Option<Duration>,
     /// The zone it runs in.
     #[arg(long, value_name = "Z")]
     pub zone: Option<String>,
@@ -187,6 +211,10 @@ pub struct DrainArgs {
     /// Why, recorded with the state.
     #[arg(long, value_name = "TEXT", default_value = "")]
     pub reason: String,
+    /// Deregister the instance this long after the drain (10s, 2m), or as soon as it
+    /// reports nothing in flight; without it, the instance stays draining until removed.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub grace: Option<Duration>,
     /// Only if the record is at this revision.
     #[arg(long, value_name = "R")]
     pub expected_revision: Option<u64>,
@@ -194,6 +222,26 @@ pub struct DrainArgs {
     /// owner, the rest as app].
     #[arg(long, value_enum, value_name = "ACTOR")]
     pub actor: Option<ActorArg>,
+    /// Server and tenant.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `muster check`.
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// The result: pass, warn or fail.
+    #[arg(value_enum, value_name = "STATUS")]
+    pub status: CheckStatusArg,
+    /// The service, e.g. prod/api.
+    #[arg(value_name = "NAMESPACE/SERVICE")]
+    pub service: String,
+    /// The instance.
+    #[arg(value_name = "INSTANCE")]
+    pub instance: String,
+    /// The incarnation reporting.
+    #[arg(long, value_name = "N")]
+    pub incarnation: u64,
     /// Server and tenant.
     #[command(flatten)]
     pub client: ClientArgs,

@@ -5,15 +5,16 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use muster_core::api::{
-    DeregisterQuery, DrainRequest, Frame, GrantLeaseRequest, LeaseRequest, RegisterRequest, SetServingRequest,
+    CheckReportRequest, DeregisterQuery, DrainRequest, Frame, GrantLeaseRequest, LeaseRequest, RegisterRequest,
+    SetServingRequest,
 };
-use muster_core::{AddressSpec, EndpointSpec, Incarnation, LocalitySpec, PortSpec, Revision, ServingState};
+use muster_core::{AddressSpec, CheckSpec, EndpointSpec, Incarnation, LocalitySpec, PortSpec, Revision, ServingState};
 use serde::Serialize;
 
 use crate::args::{parse_instance, parse_namespace_key, parse_service_key, parse_tenant, protocol_for_port_name};
 use crate::cli::{
-    Cli, ClientArgs, Command, DeregisterArgs, DrainArgs, LeaseCommand, RegisterArgs, ResolveArgs, ServicesArgs,
-    SetStateArgs, WatchArgs,
+    CheckArgs, Cli, ClientArgs, Command, DeregisterArgs, DrainArgs, LeaseCommand, RegisterArgs, ResolveArgs,
+    ServicesArgs, SetStateArgs, WatchArgs,
 };
 use crate::duration::millis;
 use crate::error::CliError;
@@ -29,6 +30,7 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::SetState(args) => set_state(args, json, out).await,
         Command::Drain(args) => drain(args, json, out).await,
         Command::Deregister(args) => deregister(args, json, out).await,
+        Command::Check(args) => check(args, json, out).await,
         Command::Resolve(args) => resolve(args, json, out).await,
         Command::Watch(args) => watch(args, json, out).await,
         Command::Services(args) => services(args, json, out).await,
@@ -86,10 +88,57 @@ pub fn endpoint_spec(args: &RegisterArgs) -> Result<EndpointSpec, CliError> {
             zone: args.zone.clone(),
             ..LocalitySpec::default()
         },
-        serving: Some(args.state.into()),
+        serving: args.state.map(Into::into),
         weight: args.weight,
         labels: args.labels.iter().cloned().collect::<BTreeMap<_, _>>(),
+        checks: check_spec(args)?.into_iter().collect(),
         ..EndpointSpec::default()
+    })
+}
+
+/// The check `--check URL` or `--check-ttl` asks for, validated here with the server's own
+/// rules (same codes), so a bad check is refused before any request.
+fn check_spec(args: &RegisterArgs) -> Result<Option<CheckSpec>, CliError> {
+    if args.check.is_none() && args.check_ttl.is_none() {
+        if args.check_rise.is_some() || args.check_fall.is_some() {
+            return Err(CliError::usage(
+                "usage",
+                "--check-rise and --check-fall need --check URL or --check-ttl",
+            ));
+        }
+        return Ok(None);
+    }
+    let spec = CheckSpec {
+        url: args.check.clone(),
+        ttl_ms: args.check_ttl.map(millis),
+        interval_ms: args.check_interval.map(millis),
+        timeout_ms: args.check_timeout.map(millis),
+        rise: args.check_rise,
+        fall: args.check_fall,
+        ..CheckSpec::default()
+    };
+    spec.validate("checks[0]")?;
+    Ok(Some(spec))
+}
+
+async fn check(args: CheckArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    let key = parse_service_key(&args.client.tenant, &args.service)?;
+    let instance = parse_instance(&args.instance)?;
+    let request = CheckReportRequest {
+        incarnation: Incarnation(args.incarnation),
+        status: args.status.into(),
+    };
+    let reply = connect(&args.client)?.report_check(&key, &instance, &request).await?;
+    emit(out, json, &reply, || {
+        let changed = reply.revision.map_or_else(
+            || "no change".to_owned(),
+            |revision| format!("changed at revision {revision}"),
+        );
+        format!(
+            "reported {} for {key} {instance}: {} ({changed})\n",
+            render::wire_name(&request.status),
+            render::wire_name(&reply.serving)
+        )
     })
 }
 
@@ -136,10 +185,14 @@ async fn drain(args: DrainArgs, json: bool, out: &mut dyn Write) -> Result<(), C
         incarnation: Incarnation(args.incarnation),
         reason: args.reason,
         expected_revision: args.expected_revision.map(Revision),
+        grace_ms: args.grace.map(millis),
     };
     let client = connect(&args.client)?.with_actor(args.actor.map(Into::into));
     let reply = client.drain(&key, &instance, &request).await?;
-    let what = format!("marked {key} {instance} draining");
+    let what = match args.grace {
+        Some(grace) => format!("marked {key} {instance} draining; deregistered in {} ms", millis(grace)),
+        None => format!("marked {key} {instance} draining"),
+    };
     emit(out, json, &reply, || render::write_text(&what, &reply))
 }
 

@@ -32,6 +32,14 @@ pub fn resolve_text(key: &ServiceKey, reply: &SnapshotReply, all: bool) -> Strin
             reply.revision
         )
     };
+    let summary = if reply.protection_active {
+        format!(
+            "{summary}\nprotection_active: self-preservation holds removals from this service \
+             (too many endpoints leaving at once); some listed endpoints may be down"
+        )
+    } else {
+        summary
+    };
     if shown == 0 {
         return format!("{summary}\n");
     }

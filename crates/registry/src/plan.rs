@@ -182,6 +182,7 @@ impl Registry {
                 policy_revision: config.network.revision,
             },
             observation,
+            checks: attrs.checks,
         };
         self.check_size(&endpoint)?;
         Ok(Planned::Commit(Plan {

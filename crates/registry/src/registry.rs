@@ -316,6 +316,14 @@ impl Registry {
             .unwrap_or_default()
     }
 
+    /// Every service of every tenant, each as its current snapshot (for rebuilding derived
+    /// state after a reset: the checker, DNS answers).
+    pub fn all_services(&self) -> impl Iterator<Item = &Arc<ServiceSnapshot>> {
+        self.namespaces
+            .values()
+            .flat_map(|services| services.values().map(|s| &s.current))
+    }
+
     /// Every update of `scope` after `since`, oldest first (ties by service), each carrying
     /// its `prev_revision` and digest; or `Compacted` if any of them may be gone. Never a
     /// partial answer.

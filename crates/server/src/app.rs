@@ -1,4 +1,5 @@
-//! What every handler shares: the node, the hub, the lease deadlines and the clock.
+//! What every handler shares: the node, the hub, the lease deadlines, the checker's handle,
+//! the self-preservation brakes, pending drains and the clock.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -6,11 +7,14 @@ use std::time::Duration;
 
 use muster_consensus::Node;
 use muster_core::api::{LeaseReply, WriteReply};
-use muster_core::{Actor, Principal};
+use muster_core::{Actor, Principal, ServiceKey};
+use muster_health::preservation::{Brakes, Counts};
 use muster_registry::{Applied, Command, CommandMeta, LeaseGrant, Unchanged};
 use tokio::sync::watch;
 
+use crate::checker::CheckerHandle;
 use crate::clock::ServerClock;
+use crate::drains::Drains;
 use crate::error::ApiError;
 use crate::hub::WatchHub;
 use crate::lease_deadlines::LeaseDeadlines;
@@ -25,6 +29,11 @@ pub(crate) struct App {
     pub(crate) clock: ServerClock,
     pub(crate) progress_interval: Duration,
     leases: Mutex<LeaseDeadlines>,
+    /// Self-preservation, shared by the checker and the lease keeper.
+    brakes: Mutex<Brakes>,
+    drains: Mutex<Drains>,
+    /// Hands TTL reports to the checker task.
+    pub(crate) checker: CheckerHandle,
     ready: AtomicBool,
     /// Turns true when the server starts stopping: blocking queries return at once.
     stopping: watch::Receiver<bool>,
@@ -38,6 +47,8 @@ impl App {
         clock: ServerClock,
         progress_interval: Duration,
         stopping: watch::Receiver<bool>,
+        brakes: Brakes,
+        checker: CheckerHandle,
     ) -> App {
         App {
             node,
@@ -45,6 +56,9 @@ impl App {
             clock,
             progress_interval,
             leases: Mutex::new(LeaseDeadlines::new()),
+            brakes: Mutex::new(brakes),
+            drains: Mutex::new(Drains::default()),
+            checker,
             ready: AtomicBool::new(false),
             stopping,
             anonymous: Principal::new(ANONYMOUS).expect("'anonymous' is a valid principal"),
@@ -54,6 +68,31 @@ impl App {
     /// The lease deadline table.
     pub(crate) fn leases(&self) -> MutexGuard<'_, LeaseDeadlines> {
         self.leases.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The self-preservation brakes.
+    pub(crate) fn brakes(&self) -> MutexGuard<'_, Brakes> {
+        self.brakes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether self-preservation holds removals from `key` now.
+    pub(crate) fn protection_active(&self, key: &ServiceKey) -> bool {
+        self.brakes().protection_active(key)
+    }
+
+    /// Drains waiting for their grace to end.
+    pub(crate) fn drains(&self) -> MutexGuard<'_, Drains> {
+        self.drains.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Serving and total endpoints of a service as the registry holds them now.
+    pub(crate) fn counts(&self, key: &ServiceKey) -> Counts {
+        self.node.read(|registry| {
+            registry
+                .snapshot(key)
+                .map(|snapshot| Counts::of(snapshot.iter().map(|e| e.serving)))
+                .unwrap_or_default()
+        })
     }
 
     /// Whether the server serves (false while starting and stopping).
@@ -72,9 +111,15 @@ impl App {
 
     /// The metadata of a command proposed now by the anonymous caller.
     pub(crate) fn meta(&self, actor: Actor) -> CommandMeta {
+        self.meta_as(actor, &self.anonymous)
+    }
+
+    /// The metadata of a command proposed now by the server itself (the checker, the lease
+    /// keeper, the drain timer): the principal names the observer (SPEC H4).
+    pub(crate) fn meta_as(&self, actor: Actor, principal: &Principal) -> CommandMeta {
         CommandMeta {
             at_ms: self.clock.unix_now_ms(),
-            principal: self.anonymous.clone(),
+            principal: principal.clone(),
             actor,
         }
     }

@@ -1,8 +1,12 @@
 //! The server's configuration: TOML file, overridden by command-line flags.
 
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use muster_core::ServiceKey;
+use muster_health::checker::CheckerConfig;
+use muster_health::preservation::{Brakes, PreservationConfig};
 use muster_registry::RegistryConfig;
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +35,102 @@ pub struct ServerConfig {
     /// How long a stopping server waits for in-flight requests and watchers to finish before
     /// it closes their connections: 10 s, well inside a typical orchestrator's 30 s grace.
     pub shutdown_grace_ms: u64,
+    /// The health checker and self-preservation.
+    pub health: HealthConfig,
+}
+
+/// The health checker's limits and the self-preservation brake (SPEC H2, H5). Defaults are
+/// those of [`CheckerConfig`] and [`PreservationConfig`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HealthConfig {
+    /// Probes running at once.
+    pub max_in_flight: usize,
+    /// Probes started per second at most.
+    pub budget_per_s: u32,
+    /// Probe times spread by ± this percentage of the interval.
+    pub jitter_percent: u8,
+    /// Crossings tolerated within `flap_window_ms` before an endpoint is held `degraded`.
+    pub flap_limit: usize,
+    /// The flap window.
+    pub flap_window_ms: u64,
+    /// Percentage of a service's endpoints that may leave routing (checks failing, leases
+    /// expiring) within `preservation_window_ms` before self-preservation holds the rest.
+    pub preservation_percent: u8,
+    /// The self-preservation window.
+    pub preservation_window_ms: u64,
+    /// Serving endpoints never removed below, per service unless `floors` says otherwise.
+    pub floor: usize,
+    /// Per-service floors: `"tenant/namespace/service" = 3`.
+    pub floors: BTreeMap<String, usize>,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        let checker = CheckerConfig::default();
+        let brake = PreservationConfig::default();
+        HealthConfig {
+            max_in_flight: checker.max_in_flight,
+            budget_per_s: checker.budget_per_s,
+            jitter_percent: (checker.jitter * 100.0).round() as u8,
+            flap_limit: checker.flap_limit,
+            flap_window_ms: checker.flap_window_ms,
+            preservation_percent: (brake.max_fraction * 100.0).round() as u8,
+            preservation_window_ms: brake.window_ms,
+            floor: brake.floor,
+            floors: BTreeMap::new(),
+        }
+    }
+}
+
+impl HealthConfig {
+    /// The checker's settings.
+    pub(crate) fn checker(&self) -> CheckerConfig {
+        CheckerConfig {
+            jitter: f64::from(self.jitter_percent) / 100.0,
+            max_in_flight: self.max_in_flight,
+            budget_per_s: self.budget_per_s,
+            flap_limit: self.flap_limit,
+            flap_window_ms: self.flap_window_ms,
+        }
+    }
+
+    /// The brakes, with their floors; an error names a bad setting.
+    pub(crate) fn brakes(&self) -> Result<Brakes, String> {
+        if self.jitter_percent > 50 {
+            return Err(format!(
+                "health.jitter_percent: must be 0 to 50, got {}",
+                self.jitter_percent
+            ));
+        }
+        if self.preservation_percent > 100 {
+            return Err(format!(
+                "health.preservation_percent: must be 0 to 100, got {}",
+                self.preservation_percent
+            ));
+        }
+        if self.max_in_flight == 0 || self.budget_per_s == 0 {
+            return Err("health.max_in_flight and health.budget_per_s: must be at least 1".into());
+        }
+        let mut floors = HashMap::new();
+        for (name, floor) in &self.floors {
+            let parts: Vec<&str> = name.split('/').collect();
+            let key = match parts[..] {
+                [tenant, namespace, service] => ServiceKey::new(tenant, namespace, service).map_err(|e| e.to_string()),
+                _ => Err("expected tenant/namespace/service".to_owned()),
+            }
+            .map_err(|why| format!("health.floors: '{name}': {why}"))?;
+            floors.insert(key, *floor);
+        }
+        Ok(Brakes::new(
+            PreservationConfig {
+                max_fraction: f64::from(self.preservation_percent) / 100.0,
+                window_ms: self.preservation_window_ms,
+                floor: self.floor,
+            },
+            floors,
+        ))
+    }
 }
 
 impl Default for ServerConfig {
@@ -45,6 +145,7 @@ impl Default for ServerConfig {
             progress_interval_ms: 5_000,
             snapshot_every: 10_000,
             shutdown_grace_ms: 10_000,
+            health: HealthConfig::default(),
         }
     }
 }

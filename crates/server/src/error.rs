@@ -51,6 +51,11 @@ impl ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, rejection.code(), rejection.to_string())
     }
 
+    /// 503 `unavailable`: the server cannot do it now (e.g. it is stopping).
+    pub(crate) fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+    }
+
     /// 404 `not_found` for something that is not there.
     pub(crate) fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", message)

@@ -4,12 +4,19 @@
 //! Every [`TICK`] it proposes the leases whose deadlines passed as one `ExpireLeases`
 //! command; every [`RECONCILE_EVERY`] ticks (and on the first) it reconciles the table with
 //! the registry's leases, which gives every lease a deadline after a restart.
+//!
+//! Expiry asks the self-preservation brakes first (SPEC H5): a lease whose expiry would take
+//! a serving endpoint out of a service that is losing too many at once (or is at its floor)
+//! is held, and tried again every tick until the rate falls. The same tick deregisters
+//! drained instances whose grace ended (`drains`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use muster_core::{Actor, Principal};
-use muster_registry::{CommandMeta, ExpireLeases};
+use muster_core::{Actor, LeaseId, Principal, ServiceKey};
+use muster_health::preservation::{Verdict, in_routing};
+use muster_registry::{CommandMeta, Deregister, ExpireLeases};
 use tokio::sync::watch;
 
 use crate::app::App;
@@ -31,9 +38,13 @@ pub(crate) const MAX_EXPIRE_BATCH: usize = 4096;
 /// The principal the keeper's commands are logged under.
 const KEEPER_PRINCIPAL: &str = "muster-lease-keeper";
 
+/// The principal of deregistrations at the end of a drain's grace.
+const DRAIN_PRINCIPAL: &str = "muster-drain";
+
 /// Runs until `stop` turns true.
 pub(crate) async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
     let principal = Principal::new(KEEPER_PRINCIPAL).expect("a valid principal");
+    let drain_principal = Principal::new(DRAIN_PRINCIPAL).expect("a valid principal");
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for tick in 0_u64.. {
@@ -45,7 +56,9 @@ pub(crate) async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
             reconcile(&app);
         }
         let now = app.clock.now_ms();
+        end_drains(&app, &drain_principal, now).await;
         let expired = app.leases().expired(now, MAX_EXPIRE_BATCH);
+        let expired = unprotected(&app, expired, now);
         if expired.is_empty() {
             continue;
         }
@@ -77,4 +90,71 @@ fn reconcile(app: &App) {
     let now = app.clock.now_ms();
     let mut leases = app.leases();
     LeaseDeadlines::reconcile(&mut leases, live, now);
+}
+
+/// The expired leases whose expiry the brakes allow: a lease is held (kept for the next tick)
+/// when removing any serving endpoint attached to it is held.
+fn unprotected(app: &App, expired: Vec<LeaseId>, now: u64) -> Vec<LeaseId> {
+    if expired.is_empty() {
+        return expired;
+    }
+    let attached: Vec<(LeaseId, Vec<(ServiceKey, bool)>)> = app.node.read(|registry| {
+        expired
+            .iter()
+            .map(|id| {
+                let endpoints = registry
+                    .lease_endpoints(*id)
+                    .into_iter()
+                    .map(|(key, instance)| {
+                        let serving = registry
+                            .snapshot(&key)
+                            .and_then(|snapshot| snapshot.get(&instance).map(|e| in_routing(e.serving)))
+                            .unwrap_or(false);
+                        (key, serving)
+                    })
+                    .collect();
+                (*id, endpoints)
+            })
+            .collect()
+    });
+    let mut brakes = app.brakes();
+    brakes.expire(now);
+    // Serving endpoints already let go in this batch, per service: the registry does not
+    // show them gone yet.
+    let mut leaving: HashMap<ServiceKey, usize> = HashMap::new();
+    let mut allowed = Vec::with_capacity(attached.len());
+    'leases: for (id, endpoints) in attached {
+        for (key, _) in endpoints.iter().filter(|(_, serving)| *serving) {
+            let mut counts = app.counts(key);
+            counts.serving = counts.serving.saturating_sub(leaving.get(key).copied().unwrap_or(0));
+            if let Verdict::Hold(why) = brakes.decide(key, counts, now) {
+                tracing::debug!(lease = id.0, service = %key, %why, "lease expiry held by self-preservation");
+                continue 'leases;
+            }
+            *leaving.entry(key.clone()).or_insert(0) += 1;
+        }
+        allowed.push(id);
+    }
+    allowed
+}
+
+/// Deregisters (as the owner, fenced by incarnation) the drained instances whose grace ended.
+async fn end_drains(app: &App, principal: &Principal, now: u64) {
+    let due = app.drains().due(now);
+    for target in due {
+        let command = Deregister {
+            target,
+            expected_revision: None,
+        };
+        match app
+            .node
+            .propose(command.into(), app.meta_as(Actor::Owner, principal))
+            .await
+        {
+            Ok(Ok(_)) => {}
+            // Already gone, or replaced by a newer incarnation: nothing left to end.
+            Ok(Err(rejection)) => tracing::debug!(%rejection, "drain grace ended; deregister refused"),
+            Err(error) => tracing::warn!(%error, "drain grace ended; deregister not committed"),
+        }
+    }
 }

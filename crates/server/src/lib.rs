@@ -6,7 +6,9 @@
 //!                    │                                            │ ApplyObserver
 //!                    ├──▶ reads, status ──Node::read──────────────┤
 //!                    └──▶ watch ──read + subscribe──▶ WatchHub ◀──┘ (encode once, bounded queues)
-//!  lease_keeper (tick) ──▶ LeaseDeadlines (pure) ──expired──▶ propose ExpireLeases
+//!  lease_keeper (tick) ──▶ LeaseDeadlines (pure) ──expired──▶ Brakes ──▶ propose ExpireLeases
+//!                     └──▶ Drains (pure) ──grace ended──▶ propose Deregister
+//!  checker (task) ──▶ Checker (muster-health, pure) ──crossings──▶ Brakes ──▶ propose SetServing
 //! ```
 //!
 //! # Layout
@@ -15,7 +17,9 @@
 //! - `extract`: body, query, path and header extraction with API errors.
 //! - `writes`, `lease_routes`, `reads`, `watch`, `status`: the handlers.
 //! - `hub`, `topic`, `subscription`, `frames`: the watch fan-out.
-//! - `lease_deadlines` (pure) and `lease_keeper` (its task).
+//! - `lease_deadlines` (pure) and `lease_keeper` (its task, which also ends drain graces
+//!   kept by `drains`).
+//! - `checker`: the health checker task and its feed; `observers`: the apply fan-out.
 //! - `clock`, `page_token`, `wait`: small pieces.
 //!
 //! # HTTP conventions
@@ -32,8 +36,10 @@
 
 mod accept;
 mod app;
+mod checker;
 mod clock;
 mod config;
+mod drains;
 mod error;
 mod extract;
 mod frames;
@@ -41,6 +47,7 @@ mod hub;
 mod lease_deadlines;
 mod lease_keeper;
 mod lease_routes;
+mod observers;
 mod page_token;
 mod reads;
 mod routes;
@@ -52,7 +59,7 @@ mod wait;
 mod watch;
 mod writes;
 
-pub use config::ServerConfig;
+pub use config::{HealthConfig, ServerConfig};
 pub use hub::WatchStats;
 pub use server::{RunningServer, run, start};
 

@@ -51,6 +51,7 @@ struct SnapshotReplyRef<'a> {
     endpoints: &'a [Arc<Endpoint>],
     #[serde(skip_serializing_if = "Option::is_none")]
     next_page_token: Option<String>,
+    protection_active: bool,
 }
 
 /// Where a read starts: its revision and the instance to continue after.
@@ -131,10 +132,10 @@ pub(crate) async fn snapshot(
             Some(at) => ApiError::not_found(format!("service {key} did not exist at revision {at}")),
             None => ApiError::not_found(format!("service {key} is not registered")),
         })?;
-    Ok(page_response(&page))
+    Ok(page_response(&page, app.protection_active(&key)))
 }
 
-fn page_response(page: &Page) -> Response {
+fn page_response(page: &Page, protection_active: bool) -> Response {
     let reply = SnapshotReplyRef {
         revision: page.at,
         service_revision: page.revision,
@@ -142,6 +143,7 @@ fn page_response(page: &Page) -> Response {
         total: page.total,
         endpoints: &page.endpoints,
         next_page_token: page.next.clone().map(|after| PageToken { at: page.at, after }.encode()),
+        protection_active,
     };
     let mut response = Json(reply).into_response();
     response
@@ -185,6 +187,7 @@ pub(crate) async fn services(State(app): State<Arc<App>>, segments: Segments) ->
             revision: snapshot.revision(),
             digest: snapshot.digest(),
             endpoints: snapshot.len(),
+            protection_active: app.protection_active(snapshot.key()),
         })
         .collect();
     Ok(Json(ServicesReply { revision, services }))
@@ -227,6 +230,7 @@ mod tests {
             total: 3,
             endpoints: endpoints.iter().map(|e| Endpoint::clone(e)).collect(),
             next_page_token: Some("20.a".into()),
+            protection_active: true,
         };
         let borrowed = SnapshotReplyRef {
             revision: Revision(20),
@@ -235,6 +239,7 @@ mod tests {
             total: 3,
             endpoints: &endpoints,
             next_page_token: Some("20.a".into()),
+            protection_active: true,
         };
         assert_eq!(
             serde_json::to_string(&borrowed).unwrap(),

@@ -27,6 +27,8 @@ pub(crate) fn router(app: Arc<App>, max_body_bytes: usize) -> Router {
         .route(INSTANCE, put(writes::register).delete(writes::deregister))
         .route(&format!("{INSTANCE}/serving"), put(writes::set_serving))
         .route(&format!("{INSTANCE}/drain"), post(writes::drain))
+        .route(&format!("{INSTANCE}/check"), put(writes::check_report))
+        .route(&format!("{INSTANCE}/in-flight"), put(writes::in_flight))
         .route("/v1/registry/{tenant}/{namespace}/{service}", get(reads::snapshot))
         .route("/v1/registry/{tenant}/{namespace}", get(reads::services))
         .route("/v1/watch/{tenant}/{namespace}/{service}", get(watch::watch_service))

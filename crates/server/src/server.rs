@@ -1,10 +1,11 @@
 //! Starting and stopping the daemon: the node, the HTTP listener, the lease keeper.
 //!
 //! ```text
-//!  start: check config ─▶ hub ─▶ Node::open(observer = hub) ─▶ bind ─▶ serve + keeper ─▶ ready
+//!  start: check config ─▶ hub, check feed ─▶ Node::open(observers = hub + feed) ─▶ bind
+//!         ─▶ serve + lease keeper + checker ─▶ ready
 //!  stop:  not ready ─▶ stop accepting (graceful) ─▶ watchers get `closing`, blocking
 //!         queries return ─▶ in-flight requests finish (bounded by shutdown_grace_ms)
-//!         ─▶ keeper stops ─▶ Node::shutdown
+//!         ─▶ keeper and checker stop ─▶ Node::shutdown
 //! ```
 
 use std::net::SocketAddr;
@@ -19,7 +20,8 @@ use tokio::task::JoinHandle;
 use crate::app::App;
 use crate::clock::ServerClock;
 use crate::hub::{WatchHub, WatchStats};
-use crate::{ServerConfig, ServerError, accept, lease_keeper, routes};
+use crate::observers::Observers;
+use crate::{ServerConfig, ServerError, accept, checker, lease_keeper, routes};
 
 /// A server that is running; [`RunningServer::stop`] stops it gracefully.
 pub struct RunningServer {
@@ -29,6 +31,7 @@ pub struct RunningServer {
     stop_accepting: oneshot::Sender<()>,
     serve: JoinHandle<std::io::Result<()>>,
     keeper: JoinHandle<()>,
+    checker: JoinHandle<()>,
     shutdown_grace: Duration,
 }
 
@@ -49,6 +52,7 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
     if config.max_body_bytes == 0 {
         return Err(ServerError::Config("max_body_bytes: must be at least 1".into()));
     }
+    config.health.brakes().map_err(ServerError::Config)?;
     Ok(())
 }
 
@@ -57,14 +61,16 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
 pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     check(&config)?;
     let clock = ServerClock::start();
+    let brakes = config.health.brakes().map_err(ServerError::Config)?;
     let hub = WatchHub::new(config.watch_queue_frames);
+    let (check_feed, checker_handle, checker_messages) = checker::channel();
     let node = Node::open(
         NodeConfig {
             data_dir: config.data_dir.clone(),
             registry: config.registry.clone(),
             snapshot_every: config.snapshot_every,
         },
-        hub.clone(),
+        Arc::new(Observers(vec![hub.clone(), check_feed])),
     )
     .await?;
     let listener = match TcpListener::bind(config.http).await {
@@ -88,13 +94,21 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         clock,
         Duration::from_millis(config.progress_interval_ms),
         stopping_rx.clone(),
+        brakes,
+        checker_handle,
     ));
     let router = routes::router(Arc::clone(&app), config.max_body_bytes);
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
     let serve = tokio::spawn(accept::serve(listener, router, stop_accepting_rx));
     // One timer for every watch stream's `progress` frames; it ends when the hub closes.
     tokio::spawn(Arc::clone(&app.hub).run_progress_ticker(app.progress_interval));
-    let keeper = tokio::spawn(lease_keeper::run(Arc::clone(&app), stopping_rx));
+    let keeper = tokio::spawn(lease_keeper::run(Arc::clone(&app), stopping_rx.clone()));
+    let checker = tokio::spawn(checker::run(
+        Arc::clone(&app),
+        config.health.checker(),
+        checker_messages,
+        stopping_rx,
+    ));
     app.set_ready(true);
     tracing::info!(%local_addr, "muster serving");
     Ok(RunningServer {
@@ -104,6 +118,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         stop_accepting,
         serve,
         keeper,
+        checker,
         shutdown_grace: Duration::from_millis(config.shutdown_grace_ms),
     })
 }
@@ -140,6 +155,7 @@ impl RunningServer {
             }
         };
         let _ = self.keeper.await;
+        let _ = self.checker.await;
         self.app.node.shutdown().await?;
         tracing::info!("muster stopped");
         served

@@ -18,5 +18,6 @@ pub(crate) async fn status(State(app): State<Arc<App>>) -> Json<StatusReply> {
         applied_index: node.applied_index,
         uptime_ms: app.clock.now_ms(),
         ready: app.is_ready(),
+        protected_services: app.brakes().protected().iter().map(ToString::to_string).collect(),
     })
 }

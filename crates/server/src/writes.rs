@@ -1,16 +1,23 @@
-//! Registry writes: register, set serving, drain, deregister. Each reply carries the revision
-//! the write's effect is committed at (SPEC L3).
+//! Registry writes: register, set serving, drain (with a grace), deregister, and the
+//! instance's own reports: TTL check results and requests in flight. Each write's reply
+//! carries the revision its effect is committed at (SPEC L3).
 
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use muster_core::api::{DeregisterQuery, DrainRequest, LeaseRequest, RegisterRequest, SetServingRequest, WriteReply};
+use axum::http::StatusCode;
+use muster_core::api::{
+    CheckReportReply, CheckReportRequest, DeregisterQuery, DrainRequest, InFlightRequest, LeaseRequest,
+    RegisterRequest, SetServingRequest, WriteReply,
+};
 use muster_core::{Actor, InstanceId, ServiceKey};
+use muster_health::checker::TtlReport;
 use muster_registry::{Deregister, Drain, LeaseSpec, Register, SetServing, Target};
 
 use crate::app::App;
+use crate::drains::MAX_GRACE_MS;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, QueryParams, Segments, actor};
 
@@ -74,12 +81,66 @@ pub(crate) async fn drain(
 ) -> Result<Json<WriteReply>, ApiError> {
     let (key, instance) = segments.instance()?;
     let actor = actor(&headers, Actor::Owner)?;
+    if let Some(grace) = request.grace_ms
+        && grace > MAX_GRACE_MS
+    {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            format!("grace_ms: must be at most {MAX_GRACE_MS} (one hour), got {grace}"),
+        ));
+    }
+    let target = target(key, instance, request.incarnation);
     let command = Drain {
-        target: target(key, instance, request.incarnation),
+        target: target.clone(),
         reason: request.reason,
         expected_revision: request.expected_revision,
     };
     let applied = app.propose(command.into(), app.meta(actor)).await?;
+    if let Some(grace) = request.grace_ms {
+        app.drains().add(target, app.clock.now_ms() + grace);
+    }
+    Ok(Json(app.write_reply(&applied)))
+}
+
+/// `PUT .../{instance}/check`: a TTL check's report, answered after any change it caused.
+pub(crate) async fn check_report(
+    State(app): State<Arc<App>>,
+    segments: Segments,
+    JsonBody(request): JsonBody<CheckReportRequest>,
+) -> Result<Json<CheckReportReply>, ApiError> {
+    let (key, instance) = segments.instance()?;
+    let report = TtlReport {
+        key,
+        instance,
+        incarnation: request.incarnation,
+        status: request.status,
+    };
+    Ok(Json(app.checker.report(report).await?))
+}
+
+/// `PUT .../{instance}/in-flight`: zero requests in flight ends a pending drain grace now.
+pub(crate) async fn in_flight(
+    State(app): State<Arc<App>>,
+    segments: Segments,
+    JsonBody(request): JsonBody<InFlightRequest>,
+) -> Result<Json<WriteReply>, ApiError> {
+    let (key, instance) = segments.instance()?;
+    let drained = (request.in_flight == 0)
+        .then(|| app.drains().take(&key, &instance, Some(request.incarnation)))
+        .flatten();
+    let Some(target) = drained else {
+        return Ok(Json(WriteReply {
+            revision: app.node.status().revision,
+            lease: None,
+            unchanged: Some("no_drain_ended".into()),
+        }));
+    };
+    let command = Deregister {
+        target,
+        expected_revision: None,
+    };
+    let applied = app.propose(command.into(), app.meta(Actor::Owner)).await?;
     Ok(Json(app.write_reply(&applied)))
 }
 

@@ -64,6 +64,7 @@ impl Fixture {
                 at_ms: 0,
                 reason: "fixture".into(),
             },
+            checks: Box::default(),
         })
     }
 

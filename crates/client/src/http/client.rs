@@ -19,8 +19,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use muster_core::api::{
-    DeregisterQuery, DrainRequest, GrantLeaseRequest, LeaseReply, RegisterRequest, ServicesReply, SetServingRequest,
-    SnapshotReply, StatusReply, WriteReply,
+    CheckReportReply, CheckReportRequest, DeregisterQuery, DrainRequest, GrantLeaseRequest, InFlightRequest,
+    LeaseReply, RegisterRequest, ServicesReply, SetServingRequest, SnapshotReply, StatusReply, WriteReply,
 };
 use muster_core::{Actor, InstanceId, Label, LeaseId, NamespaceKey, Revision, ServiceKey};
 
@@ -161,6 +161,29 @@ impl Client {
         request: &DrainRequest,
     ) -> Result<WriteReply, ClientError> {
         self.call(Method::POST, &instance_path(key, instance, "/drain"), Some(request))
+            .await
+    }
+
+    /// `PUT .../{instance}/check`: a TTL check's report; answered after any change it caused
+    /// has committed.
+    pub async fn report_check(
+        &self,
+        key: &ServiceKey,
+        instance: &InstanceId,
+        request: &CheckReportRequest,
+    ) -> Result<CheckReportReply, ClientError> {
+        self.call(Method::PUT, &instance_path(key, instance, "/check"), Some(request))
+            .await
+    }
+
+    /// `PUT .../{instance}/in-flight`: requests still in flight; zero ends a drain's grace.
+    pub async fn report_in_flight(
+        &self,
+        key: &ServiceKey,
+        instance: &InstanceId,
+        request: &InFlightRequest,
+    ) -> Result<WriteReply, ClientError> {
+        self.call(Method::PUT, &instance_path(key, instance, "/in-flight"), Some(request))
             .await
     }
 

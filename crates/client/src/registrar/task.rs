@@ -309,10 +309,12 @@ impl Shell {
                 self.client.set_serving(key, instance, &request).await
             }
             Action::Drain { incarnation, reason } => {
+                // The registrar deregisters itself when its grace ends: no server-side grace.
                 let request = DrainRequest {
                     incarnation: *incarnation,
                     reason: reason.clone(),
                     expected_revision: None,
+                    grace_ms: None,
                 };
                 self.client.drain(key, instance, &request).await
             }

@@ -65,6 +65,7 @@ async fn discovery_follows_eligibility_and_incarnations() {
         incarnation: Incarnation(1),
         reason: "deploy".into(),
         expected_revision: None,
+        grace_ms: None,
     };
     client
         .drain(&key(), &InstanceId::new("web-1").unwrap(), &drain)

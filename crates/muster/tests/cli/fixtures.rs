@@ -42,5 +42,6 @@ pub(crate) fn endpoint(instance: &str, ip: &str, serving: ServingState, reason: 
             at_ms: 0,
             reason: reason.into(),
         },
+        checks: Box::default(),
     }
 }

@@ -78,6 +78,7 @@ async fn picks_follow_eligibility_ejection_and_drain() {
         incarnation: Incarnation(1),
         reason: "deploy".into(),
         expected_revision: None,
+        grace_ms: None,
     };
     let drained = client.drain(&key(), &id("pay-1"), &drain).await.unwrap();
     until("the drain arrives", || {

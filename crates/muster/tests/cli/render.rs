@@ -33,6 +33,7 @@ fn reply() -> SnapshotReply {
             endpoint("api-2", "2001:db8::2", ServingState::Degraded, "slow disk"),
         ],
         next_page_token: None,
+        protection_active: false,
     }
 }
 
@@ -101,6 +102,7 @@ fn services_list_as_a_table() {
             revision: Revision(8),
             digest: Digest(0xabc),
             endpoints: 2,
+            protection_active: false,
         }],
     };
     let namespace = NamespaceKey::new("default", "prod").unwrap();

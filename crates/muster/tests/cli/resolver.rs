@@ -133,6 +133,7 @@ async fn a_drain_leaves_the_eligible_set_as_soon_as_the_update_arrives() {
                 incarnation: Incarnation(1),
                 reason: "deploy".into(),
                 expected_revision: None,
+                grace_ms: None,
             },
         )
         .await

@@ -1,7 +1,6 @@
 //! The command-line surface of issue 3 item 8, exactly: acceptance checks type these.
 
 use clap::{CommandFactory, Parser};
-use muster_cli::args::StateArg;
 use muster_cli::cli::{Cli, Command, LeaseCommand};
 use muster_cli::commands::endpoint_spec;
 use muster_core::{LeaseId, Protocol, ServingState};
@@ -24,6 +23,7 @@ fn every_command_has_help() {
         "muster set-state --help",
         "muster drain --help",
         "muster deregister --help",
+        "muster check --help",
         "muster resolve --help",
         "muster watch --help",
         "muster services --help",
@@ -95,11 +95,15 @@ fn register_defaults_to_ready_on_a_port_named_http() {
     let Command::Register(args) = cli.command else {
         panic!("not register")
     };
-    assert_eq!(args.state, StateArg::Ready);
+    assert_eq!(args.state, None);
     assert_eq!(args.client.tenant, "default");
     let spec = endpoint_spec(&args).unwrap();
     assert_eq!(spec.ports[0].name, "http");
-    assert_eq!(spec.serving, Some(ServingState::Ready));
+    assert_eq!(
+        spec.serving, None,
+        "the server decides: ready without checks, starting with"
+    );
+    assert!(spec.checks.is_empty());
 }
 
 #[test]
@@ -176,4 +180,81 @@ fn lease_subcommands_parse() {
     let cli = parse("muster lease revoke 7").unwrap();
     assert!(matches!(cli.command, Command::Lease(LeaseCommand::Revoke(args)) if args.id == LeaseId(7)));
     assert!(parse("muster lease renew seven").is_err());
+}
+
+fn register_line(extra: &str) -> Result<muster_core::EndpointSpec, (String, i32)> {
+    let line = format!("muster register prod/api api-0 --addr 10.0.0.1:8080 --incarnation 1 --ttl 10s {extra}");
+    let cli = parse(&line).map_err(|err| (err.kind().to_string(), err.exit_code()))?;
+    let Command::Register(args) = cli.command else {
+        panic!("not register")
+    };
+    endpoint_spec(&args).map_err(|err| (err.code().to_owned(), i32::from(err.exit_code())))
+}
+
+/// Issue 5's surface: `--check URL` (the scheme picks the kind) with its timing flags, or
+/// `--check-ttl`; validated with the server's rules before any request.
+#[test]
+fn register_takes_a_check_and_validates_it_with_the_servers_codes() {
+    let spec = register_line(
+        "--check http://127.0.0.1:8080/healthz --check-interval 1s --check-timeout 300ms --check-rise 1 --check-fall 2",
+    )
+    .unwrap();
+    let check = spec.checks[0].validate("c").unwrap();
+    assert_eq!(check.target(), "http://127.0.0.1:8080/healthz");
+    assert_eq!(
+        (
+            check.interval.as_millis(),
+            check.timeout.as_millis(),
+            check.rise,
+            check.fall
+        ),
+        (1_000, 300, 1, 2)
+    );
+    assert_eq!(spec.serving, None, "the server starts a checked endpoint in starting");
+    let ttl = register_line("--check-ttl 15s").unwrap();
+    assert_eq!(ttl.checks[0].ttl_ms, Some(15_000));
+    assert!(register_line("--check tcp://127.0.0.1:5432").is_ok());
+    assert!(register_line("--check grpc://127.0.0.1:50051/pay.v1.Pay").is_ok());
+
+    for (extra, code) in [
+        ("--check tcp://a:1 --check-interval 0s", "invalid_field"),
+        (
+            "--check tcp://a:1 --check-interval 1s --check-timeout 2s",
+            "invalid_field",
+        ),
+        ("--check ftp://a:21", "invalid_field"),
+        ("--check https://a:443/", "invalid_field"),
+        ("--check localhost:80", "invalid_field"),
+        ("--check-rise 2", "usage"),
+    ] {
+        let (got, exit) = register_line(extra).unwrap_err();
+        assert_eq!((got.as_str(), exit), (code, 2), "{extra}");
+    }
+    for extra in [
+        "--check tcp://a:1 --check-interval -1s",
+        "--check tcp://a:1 --check-ttl 5s",
+        "--check-interval 5s",
+    ] {
+        assert!(register_line(extra).is_err(), "{extra}");
+    }
+}
+
+#[test]
+fn check_reports_and_drain_with_a_grace_parse() {
+    let cli = parse("muster check pass prod/api api-0 --incarnation 3").unwrap();
+    let Command::Check(args) = cli.command else {
+        panic!("not check")
+    };
+    assert_eq!(
+        (muster_core::check::CheckStatus::from(args.status), args.incarnation),
+        (muster_core::check::CheckStatus::Pass, 3)
+    );
+    assert!(parse("muster check warn prod/api api-0 --incarnation 3").is_ok());
+    assert!(parse("muster check fail prod/api api-0 --incarnation 3").is_ok());
+    assert!(parse("muster check maybe prod/api api-0 --incarnation 3").is_err());
+    assert!(parse("muster check pass prod/api api-0").is_err(), "reports are fenced");
+
+    let cli = parse("muster drain prod/api api-0 --incarnation 2 --grace 30s").unwrap();
+    assert!(matches!(cli.command, Command::Drain(args) if args.grace == Some(std::time::Duration::from_secs(30))));
+    assert!(parse("muster drain prod/api api-0 --incarnation 2 --grace soon").is_err());
 }

@@ -5,6 +5,7 @@
 //! test asserts on timing.
 
 mod errors;
+mod health;
 mod leases;
 mod lifecycle;
 mod reads;

@@ -1,14 +1,16 @@
 //! Checks as registrations carry them: the kind is picked by the URL's scheme
 //! (`http://host:port/path`, `tcp://host:port`, `grpc://host:port[/service]`, or a TTL check
-//! the instance updates itself), with interval, timeout, jitter, rise and fall.
+//! the instance updates itself), with interval, timeout, rise and fall. A validated [`Check`]
+//! travels and is stored in its canonical [`CheckSpec`] form (every default filled in), so
+//! what a registration asked for and what the registry holds compare equal.
 
 use std::time::Duration;
 
-use muster_core::Rejection;
+use crate::Rejection;
 use serde::{Deserialize, Serialize};
 
 /// Which signal a check feeds (SPEC H1): they route differently.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Signal {
     /// Can it take new work now? Failing removes it from routing.
@@ -18,6 +20,18 @@ pub enum Signal {
     Liveness,
     /// Has it finished starting? Holds the endpoint in `starting` until its first pass.
     Startup,
+}
+
+/// A TTL check's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    /// Healthy.
+    Pass,
+    /// Serving, degraded.
+    Warn,
+    /// Unhealthy.
+    Fail,
 }
 
 /// A check as submitted.
@@ -55,7 +69,7 @@ pub struct CheckSpec {
 }
 
 /// What is probed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum CheckKind {
     /// An HTTP GET whose status must lie in `status` and whose body must hold `body_contains`.
     Http {
@@ -87,8 +101,9 @@ pub enum CheckKind {
     },
 }
 
-/// A validated check.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A validated check. On the wire and in the registry it is its canonical [`CheckSpec`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "CheckSpec", into = "CheckSpec")]
 pub struct Check {
     /// What is probed.
     pub kind: CheckKind,
@@ -119,6 +134,11 @@ pub const DEFAULT_FALL: u32 = 3;
 pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
 /// Thresholds above 10 make detection slower than any operator expects from "a few probes".
 pub const MAX_THRESHOLD: u32 = 10;
+/// Checks per endpoint: a readiness, a liveness and a startup check, with room for a second
+/// readiness dependency. More is a sign the checks should be one aggregated health page.
+pub const MAX_CHECKS: usize = 4;
+/// Longest check URL: a health path is short; this bounds the record.
+pub const MAX_URL_BYTES: usize = 256;
 
 fn invalid(field: &str, reason: impl Into<String>) -> Rejection {
     Rejection::InvalidField {
@@ -160,6 +180,12 @@ impl CheckSpec {
                 }
             }
             (Some(url), None) => {
+                if url.len() > MAX_URL_BYTES || url.chars().any(|c| c.is_control() || c.is_whitespace()) {
+                    return Err(invalid(
+                        &at("url"),
+                        format!("must be at most {MAX_URL_BYTES} bytes without spaces or control characters"),
+                    ));
+                }
                 let (scheme, rest) = url
                     .split_once("://")
                     .ok_or_else(|| invalid(&at("url"), format!("'{url}' has no scheme (http://, tcp://, grpc://)")))?;
@@ -210,6 +236,37 @@ impl CheckSpec {
         if !matches!(kind, CheckKind::Http { .. }) && (self.status.is_some() || self.body_contains.is_some()) {
             return Err(invalid(field, "status and body_contains apply to http checks only"));
         }
+        if self
+            .body_contains
+            .as_ref()
+            .is_some_and(|text| text.len() > MAX_URL_BYTES)
+        {
+            return Err(invalid(
+                &at("body_contains"),
+                format!("must be at most {MAX_URL_BYTES} bytes"),
+            ));
+        }
+        let threshold = |name: &str, value: Option<u32>, default: u32| match value.unwrap_or(default) {
+            n @ 1..=MAX_THRESHOLD => Ok(n),
+            n => Err(invalid(&at(name), format!("must be 1 to {MAX_THRESHOLD}, got {n}"))),
+        };
+        if let CheckKind::Ttl { ttl } = kind {
+            // A report is a statement, not a sample: one pass passes, one fail (or a TTL
+            // without a report) fails, unless the registration asks for more.
+            if self.interval_ms.is_some_and(|ms| ms != ttl.as_millis() as u64)
+                || self.timeout_ms.is_some_and(|ms| ms != ttl.as_millis() as u64)
+            {
+                return Err(invalid(field, "interval_ms and timeout_ms do not apply to a ttl check"));
+            }
+            return Ok(Check {
+                kind,
+                signal: self.signal,
+                interval: ttl,
+                timeout: ttl,
+                rise: threshold("rise", self.rise, 1)?,
+                fall: threshold("fall", self.fall, 1)?,
+            });
+        }
         let interval = self.interval_ms.map_or(DEFAULT_INTERVAL, Duration::from_millis);
         if interval < MIN_INTERVAL {
             return Err(invalid(
@@ -234,10 +291,6 @@ impl CheckSpec {
                 ),
             ));
         }
-        let threshold = |name: &str, value: Option<u32>, default: u32| match value.unwrap_or(default) {
-            n @ 1..=MAX_THRESHOLD => Ok(n),
-            n => Err(invalid(&at(name), format!("must be 1 to {MAX_THRESHOLD}, got {n}"))),
-        };
         Ok(Check {
             kind,
             signal: self.signal,
@@ -249,7 +302,78 @@ impl CheckSpec {
     }
 }
 
+impl TryFrom<CheckSpec> for Check {
+    type Error = Rejection;
+
+    fn try_from(spec: CheckSpec) -> Result<Check, Rejection> {
+        spec.validate("check")
+    }
+}
+
+impl From<Check> for CheckSpec {
+    fn from(check: Check) -> CheckSpec {
+        check.spec()
+    }
+}
+
 impl Check {
+    /// The canonical spec: every default filled in; validating it gives this check back.
+    pub fn spec(&self) -> CheckSpec {
+        let ms = |d: Duration| Some(d.as_millis() as u64);
+        let (url, ttl_ms, status, body_contains) = match &self.kind {
+            CheckKind::Ttl { ttl } => (None, ms(*ttl), None, None),
+            CheckKind::Http {
+                status, body_contains, ..
+            } => (Some(self.target()), None, Some(*status), body_contains.clone()),
+            CheckKind::Tcp { .. } | CheckKind::Grpc { .. } => (Some(self.target()), None, None, None),
+        };
+        let probed = ttl_ms.is_none();
+        CheckSpec {
+            url,
+            ttl_ms,
+            signal: self.signal,
+            interval_ms: ms(self.interval).filter(|_| probed),
+            timeout_ms: ms(self.timeout).filter(|_| probed),
+            rise: Some(self.rise),
+            fall: Some(self.fall),
+            status,
+            body_contains,
+        }
+    }
+
+    /// What is checked, in words: the URL, or `ttl 30000ms`. Used in observation reasons.
+    pub fn target(&self) -> String {
+        match &self.kind {
+            CheckKind::Http { authority, path, .. } => format!("http://{authority}{path}"),
+            CheckKind::Tcp { authority } => format!("tcp://{authority}"),
+            CheckKind::Grpc { authority, service } if service.is_empty() => format!("grpc://{authority}"),
+            CheckKind::Grpc { authority, service } => format!("grpc://{authority}/{service}"),
+            CheckKind::Ttl { ttl } => format!("ttl {}ms", ttl.as_millis()),
+        }
+    }
+
+    /// Whether this check votes on routing: readiness and startup checks do, liveness does not.
+    pub fn routes(&self) -> bool {
+        self.signal != Signal::Liveness
+    }
+
+    /// Bytes this check adds to its record (for the record size limit).
+    pub fn size(&self) -> usize {
+        const FIXED: usize = 32;
+        let text = match &self.kind {
+            CheckKind::Http {
+                authority,
+                path,
+                body_contains,
+                ..
+            } => authority.len() + path.len() + body_contains.as_ref().map_or(0, String::len),
+            CheckKind::Tcp { authority } => authority.len(),
+            CheckKind::Grpc { authority, service } => authority.len() + service.len(),
+            CheckKind::Ttl { .. } => 0,
+        };
+        FIXED + text
+    }
+
     /// The longest a dead target keeps passing: `fall` probes, the last one timing out, each
     /// started up to one interval (plus jitter) after the previous. The checker's bench
     /// measures detection against this.
@@ -390,12 +514,61 @@ mod tests {
                 },
                 "not both",
             ),
+            (
+                CheckSpec {
+                    ttl_ms: Some(1_000),
+                    interval_ms: Some(500),
+                    ..CheckSpec::default()
+                },
+                "do not apply to a ttl check",
+            ),
+            (url("http://a:1/has space"), "without spaces"),
+            (url(&format!("http://a:1/{}", "x".repeat(300))), "at most 256 bytes"),
         ];
         for (spec, message) in cases {
             let err = spec.validate("checks[0]").unwrap_err();
             assert_eq!(err.code(), "invalid_field", "{err}");
             assert!(err.to_string().contains(message), "{err} should contain {message}");
         }
+    }
+
+    #[test]
+    fn a_check_travels_as_its_canonical_spec_and_reads_back_equal() {
+        for spec in [
+            url("http://10.0.0.1:8080/healthz"),
+            url("tcp://db:5432"),
+            url("grpc://127.0.0.1:50051"),
+            url("grpc://127.0.0.1:50051/pay.v1.Pay"),
+            CheckSpec {
+                ttl_ms: Some(30_000),
+                signal: Signal::Startup,
+                ..CheckSpec::default()
+            },
+            CheckSpec {
+                status: Some((200, 204)),
+                body_contains: Some("ok".into()),
+                interval_ms: Some(500),
+                timeout_ms: Some(200),
+                rise: Some(1),
+                fall: Some(5),
+                signal: Signal::Liveness,
+                ..url("http://a:1/x")
+            },
+        ] {
+            let check = spec.validate("c").unwrap();
+            let json = serde_json::to_string(&check).unwrap();
+            let back: Check = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, check, "{json}");
+            assert_eq!(check.spec().validate("c").unwrap(), check);
+        }
+        let ttl = CheckSpec {
+            ttl_ms: Some(5_000),
+            ..CheckSpec::default()
+        }
+        .validate("c")
+        .unwrap();
+        assert_eq!((ttl.rise, ttl.fall, ttl.interval), (1, 1, Duration::from_secs(5)));
+        assert!(serde_json::from_str::<Check>(r#"{"url":"ftp://a:1"}"#).is_err());
     }
 
     #[test]

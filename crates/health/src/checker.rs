@@ -1,0 +1,645 @@
+//! The checker's decisions, pure (SPEC H1–H5): which probe is due, what a result means for
+//! routing, and what to propose. The server's checker task is a thin shell around it: it
+//! feeds registry changes in, runs the probes [`Checker::due`] hands out, feeds results and
+//! TTL reports back, and proposes what comes out.
+//!
+//! ```text
+//!  registry events ──sync / remove──▶ Checker ◀──TTL reports (pass / warn / fail)
+//!                                       │ due(now): probes whose time came, spread by jitter,
+//!                                       │           within the concurrency and the budget
+//!                                       ▼
+//!                      shell runs probes ──record(result)──▶ Hysteresis per check
+//!                                                              │ only crossings
+//!                                                              ▼
+//!                       combine checks (startup hold, readiness votes, liveness reported)
+//!                                                              │ leaving routing?
+//!                                                              ▼
+//!                                           Brakes (self-preservation, floor) ──▶ Decision
+//! ```
+//!
+//! # Schedule
+//! Each check's first probe falls at a random point of its first interval, and every next
+//! one an interval later ± `jitter` (10%): probes of the same interval never align, and
+//! 10,000 checks at 10 s make a steady ~1,000 probes per second. A probe still running when
+//! its next turn comes skips that turn. At most `max_in_flight` probes run at once and at
+//! most `budget_per_s` start per second; probes over either limit wait in order.
+//!
+//! # What is proposed
+//! The endpoint's routing state combines its checks: a startup check that never passed holds
+//! `starting`; otherwise the worst readiness check decides (`not_serving` over `unknown`
+//! over `starting` over `degraded` over `ready`). Liveness checks never vote (SPEC H1): their
+//! crossings are reported for logs and metrics. A state is proposed only when the combination
+//! differs from what the checker last proposed, so a probe result that crosses no threshold
+//! proposes nothing. Leaving routing asks the [`Brakes`] first; a held removal is retried at
+//! the endpoint's next probe.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::time::Duration;
+
+use muster_core::check::CheckStatus;
+use muster_core::{Check, CheckKind, Endpoint, Incarnation, InstanceId, ServiceKey, ServingState, Signal};
+use rand_core::RngCore;
+
+use crate::hysteresis::{Health, Hysteresis, ProbeResult, Thresholds};
+use crate::preservation::{Brakes, Counts, Verdict, in_routing};
+
+/// The checker's limits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CheckerConfig {
+    /// Each probe lands within ± this fraction of its interval from the nominal time: 10%.
+    pub jitter: f64,
+    /// Probes running at once: 512 — 10,000 checks at 10 s with 2 s timeouts need at most
+    /// ~2,000 when every target hangs, and a healthy fleet needs a handful.
+    pub max_in_flight: usize,
+    /// Probes started per second at most: 5,000 — five times the 10,000-check fleet's rate,
+    /// and a cap on what the checker can do to the network when misconfigured.
+    pub budget_per_s: u32,
+    /// Crossings within `flap_window_ms` tolerated before an endpoint is held `degraded`.
+    pub flap_limit: usize,
+    /// The flap window.
+    pub flap_window_ms: u64,
+}
+
+impl Default for CheckerConfig {
+    fn default() -> Self {
+        let flaps = Thresholds::default();
+        CheckerConfig {
+            jitter: 0.1,
+            max_in_flight: 512,
+            budget_per_s: 5_000,
+            flap_limit: flaps.flap_limit,
+            flap_window_ms: flaps.flap_window_ms,
+        }
+    }
+}
+
+/// Names one check of one endpoint registration for the time of one probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ProbeId {
+    endpoint: u64,
+    check: usize,
+}
+
+/// A probe to run now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    /// Hand back to [`Checker::record`] with the result.
+    pub id: ProbeId,
+    /// What to probe.
+    pub kind: CheckKind,
+    /// How long it may take.
+    pub timeout: Duration,
+}
+
+/// An endpoint's routing state to propose, speaking as the checker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proposal {
+    /// The service.
+    pub key: ServiceKey,
+    /// The instance.
+    pub instance: InstanceId,
+    /// The incarnation the checks belong to (the proposal is fenced by it).
+    pub incarnation: Incarnation,
+    /// The new state.
+    pub state: ServingState,
+    /// Why: the check and its crossing, e.g. `http://10.0.0.1:8080/healthz: 3 consecutive failures`.
+    pub reason: String,
+}
+
+/// What a result or report led to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Propose this state.
+    Propose(Proposal),
+    /// The endpoint should leave routing but the brake holds it there (logged, retried).
+    Held {
+        /// The service.
+        key: ServiceKey,
+        /// The instance.
+        instance: InstanceId,
+        /// The brake's reason.
+        reason: String,
+    },
+    /// A liveness check crossed a threshold: reported, not routed on.
+    Liveness {
+        /// The service.
+        key: ServiceKey,
+        /// The instance.
+        instance: InstanceId,
+        /// Where the liveness check stands.
+        health: Health,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A TTL check's report, from the instance or its agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TtlReport {
+    /// The service.
+    pub key: ServiceKey,
+    /// The instance.
+    pub instance: InstanceId,
+    /// The incarnation reporting (a stale one is refused).
+    pub incarnation: Incarnation,
+    /// Its status.
+    pub status: CheckStatus,
+}
+
+/// Why a TTL report was refused (nothing changed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReportError {
+    /// No such endpoint is registered (with checks).
+    #[error("{key}/{instance} is not registered with a ttl check")]
+    NotFound {
+        /// The service.
+        key: ServiceKey,
+        /// The instance.
+        instance: InstanceId,
+    },
+    /// The report speaks for another incarnation than the registered one.
+    #[error("incarnation {given} does not match the registered incarnation {registered}")]
+    StaleIncarnation {
+        /// The incarnation in the report.
+        given: Incarnation,
+        /// The registered one.
+        registered: Incarnation,
+    },
+    /// The endpoint has checks, but no TTL check to report to.
+    #[error("{key}/{instance} has no ttl check; its checks are probed by the registry")]
+    NoTtlCheck {
+        /// The service.
+        key: ServiceKey,
+        /// The instance.
+        instance: InstanceId,
+    },
+}
+
+impl ReportError {
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ReportError::NotFound { .. } => "not_found",
+            ReportError::StaleIncarnation { .. } => "stale_incarnation",
+            ReportError::NoTtlCheck { .. } => "no_ttl_check",
+        }
+    }
+}
+
+struct CheckState {
+    check: Check,
+    hysteresis: Hysteresis,
+    /// The heap entry that is current for this check; older entries are skipped.
+    next_due_ms: u64,
+    in_flight: bool,
+    /// A startup check that has passed stops probing and voting.
+    done: bool,
+}
+
+struct Tracked {
+    key: ServiceKey,
+    instance: InstanceId,
+    incarnation: Incarnation,
+    checks: Vec<CheckState>,
+    /// What the checker last proposed (or the registered state, before any proposal).
+    proposed: ServingState,
+}
+
+/// The checker's state: every checked endpoint, its checks and the schedule.
+pub struct Checker<R> {
+    config: CheckerConfig,
+    rng: R,
+    next_id: u64,
+    tracked: HashMap<u64, Tracked>,
+    by_instance: HashMap<(ServiceKey, InstanceId), u64>,
+    schedule: BinaryHeap<Reverse<(u64, ProbeId)>>,
+    in_flight: usize,
+    /// The start of the current budget second and the probes started in it.
+    budget: (u64, u32),
+}
+
+impl<R: RngCore> Checker<R> {
+    /// An empty checker drawing jitter from `rng`.
+    pub fn new(config: CheckerConfig, rng: R) -> Checker<R> {
+        Checker {
+            config,
+            rng,
+            next_id: 0,
+            tracked: HashMap::new(),
+            by_instance: HashMap::new(),
+            schedule: BinaryHeap::new(),
+            in_flight: 0,
+            budget: (0, 0),
+        }
+    }
+
+    /// Endpoints with checks.
+    pub fn endpoints(&self) -> usize {
+        self.tracked.len()
+    }
+
+    /// Probes running now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// The earliest time a probe or TTL deadline is due, for the shell's sleep.
+    pub fn next_due_ms(&self) -> Option<u64> {
+        self.schedule.peek().map(|Reverse((due, _))| *due)
+    }
+
+    /// Takes in an endpoint's current record. A new incarnation or changed checks start
+    /// afresh (hysteresis from `starting`, new random phases); the same checks keep their
+    /// state. An endpoint without checks is forgotten.
+    pub fn sync(&mut self, key: &ServiceKey, endpoint: &Endpoint, now_ms: u64) {
+        let slot = (key.clone(), endpoint.instance.clone());
+        if let Some(id) = self.by_instance.get(&slot) {
+            let tracked = &self.tracked[id];
+            let same = tracked.incarnation == endpoint.incarnation
+                && tracked.checks.len() == endpoint.checks.len()
+                && tracked.checks.iter().zip(&endpoint.checks).all(|(s, c)| s.check == *c);
+            if same {
+                return;
+            }
+            self.remove(key, &endpoint.instance);
+        }
+        if endpoint.checks.is_empty() {
+            return;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let config = self.config;
+        let thresholds = |check: &Check| Thresholds {
+            rise: check.rise,
+            fall: check.fall,
+            flap_limit: config.flap_limit,
+            flap_window_ms: config.flap_window_ms,
+        };
+        let mut checks = Vec::with_capacity(endpoint.checks.len());
+        for (index, check) in endpoint.checks.iter().enumerate() {
+            // A TTL check's first deadline is one TTL after registration; a probe's first
+            // turn is a random point of its first interval.
+            let due = match check.kind {
+                CheckKind::Ttl { ttl } => now_ms + millis(ttl),
+                _ => now_ms + self.first_turn(millis(check.interval)),
+            };
+            self.schedule.push(Reverse((
+                due,
+                ProbeId {
+                    endpoint: id,
+                    check: index,
+                },
+            )));
+            // A record past `starting` resumes there: a restart must not send a serving
+            // fleet back to `starting`, nor re-run startup checks that already passed.
+            let resumed = endpoint.serving != ServingState::Starting;
+            checks.push(CheckState {
+                check: check.clone(),
+                hysteresis: Hysteresis::resume(thresholds(check), endpoint.serving),
+                next_due_ms: due,
+                in_flight: false,
+                done: resumed && check.signal == Signal::Startup,
+            });
+        }
+        self.tracked.insert(
+            id,
+            Tracked {
+                key: key.clone(),
+                instance: endpoint.instance.clone(),
+                incarnation: endpoint.incarnation,
+                checks,
+                proposed: endpoint.serving,
+            },
+        );
+        self.by_instance.insert(slot, id);
+    }
+
+    /// Forgets an endpoint (it left the registry). Its queued turns and running probes are
+    /// ignored from now on.
+    pub fn remove(&mut self, key: &ServiceKey, instance: &InstanceId) {
+        if let Some(id) = self.by_instance.remove(&(key.clone(), instance.clone()))
+            && let Some(tracked) = self.tracked.remove(&id)
+        {
+            self.in_flight -= tracked.checks.iter().filter(|c| c.in_flight).count();
+        }
+    }
+
+    /// Forgets everything (the registry was replaced; the shell syncs every endpoint again).
+    pub fn clear(&mut self) {
+        self.tracked.clear();
+        self.by_instance.clear();
+        self.schedule.clear();
+        self.in_flight = 0;
+    }
+
+    /// The probes to start now, and the TTL deadlines that passed (already decided: their
+    /// decisions are returned too).
+    pub fn due(
+        &mut self,
+        now_ms: u64,
+        brakes: &mut Brakes,
+        counts: &mut dyn FnMut(&ServiceKey) -> Counts,
+    ) -> (Vec<Probe>, Vec<Decision>) {
+        let mut probes = Vec::new();
+        let mut decisions = Vec::new();
+        if now_ms.saturating_sub(self.budget.0) >= 1_000 {
+            self.budget = (now_ms, 0);
+        }
+        while let Some(&Reverse((due, id))) = self.schedule.peek() {
+            if due > now_ms {
+                break;
+            }
+            let Some(state) = self.state(id) else {
+                self.schedule.pop();
+                continue;
+            };
+            if state.next_due_ms != due || state.done {
+                self.schedule.pop();
+                continue;
+            }
+            let (kind_ttl, interval) = match state.check.kind {
+                CheckKind::Ttl { ttl } => (Some(ttl), millis(ttl)),
+                _ => (None, millis(state.check.interval)),
+            };
+            if let Some(ttl) = kind_ttl {
+                // No report within the TTL: a failure, and the next deadline a TTL later.
+                self.schedule.pop();
+                self.reschedule(id, now_ms + millis(ttl));
+                let reason = format!("no report within {} ms", ttl.as_millis());
+                decisions.extend(self.observe(id, ProbeResult::Fail, Some(reason), now_ms, brakes, counts));
+                continue;
+            }
+            let budget_left = self.budget.1 < self.config.budget_per_s;
+            if self.in_flight >= self.config.max_in_flight || !budget_left {
+                break;
+            }
+            self.schedule.pop();
+            // The next turn follows the nominal one, so a late start does not slow the
+            // rate; a checker more than a turn behind starts again from now.
+            let nominal = if now_ms.saturating_sub(due) > interval {
+                now_ms
+            } else {
+                due
+            };
+            let next = self.next_turn(nominal, interval);
+            let state = self.state_mut(id).expect("checked above");
+            let skipped = state.in_flight;
+            state.next_due_ms = next;
+            let probe = (!skipped).then(|| {
+                state.in_flight = true;
+                Probe {
+                    id,
+                    kind: state.check.kind.clone(),
+                    timeout: state.check.timeout,
+                }
+            });
+            self.schedule.push(Reverse((next, id)));
+            if let Some(probe) = probe {
+                self.in_flight += 1;
+                self.budget.1 += 1;
+                probes.push(probe);
+            }
+        }
+        (probes, decisions)
+    }
+
+    /// Records a probe's result. `None` when the endpoint left meanwhile or nothing is to be
+    /// done.
+    pub fn record(
+        &mut self,
+        id: ProbeId,
+        result: ProbeResult,
+        now_ms: u64,
+        brakes: &mut Brakes,
+        counts: &mut dyn FnMut(&ServiceKey) -> Counts,
+    ) -> Option<Decision> {
+        let state = self.state_mut(id)?;
+        if !state.in_flight {
+            return None;
+        }
+        state.in_flight = false;
+        self.in_flight -= 1;
+        self.observe(id, result, None, now_ms, brakes, counts)
+    }
+
+    /// A TTL report from the instance (or its agent): applies to every TTL check of the
+    /// endpoint and restarts their deadlines.
+    pub fn report(
+        &mut self,
+        report: &TtlReport,
+        now_ms: u64,
+        brakes: &mut Brakes,
+        counts: &mut dyn FnMut(&ServiceKey) -> Counts,
+    ) -> Result<Vec<Decision>, ReportError> {
+        let TtlReport {
+            key,
+            instance,
+            incarnation,
+            status,
+        } = report;
+        let (incarnation, status) = (*incarnation, *status);
+        let not_found = || ReportError::NotFound {
+            key: key.clone(),
+            instance: instance.clone(),
+        };
+        let endpoint = *self
+            .by_instance
+            .get(&(key.clone(), instance.clone()))
+            .ok_or_else(not_found)?;
+        let tracked = &self.tracked[&endpoint];
+        if tracked.incarnation != incarnation {
+            return Err(ReportError::StaleIncarnation {
+                given: incarnation,
+                registered: tracked.incarnation,
+            });
+        }
+        let ttl_checks: Vec<(usize, Duration)> = tracked
+            .checks
+            .iter()
+            .enumerate()
+            .filter_map(|(index, state)| match state.check.kind {
+                CheckKind::Ttl { ttl } if !state.done => Some((index, ttl)),
+                _ => None,
+            })
+            .collect();
+        if ttl_checks.is_empty() {
+            return Err(ReportError::NoTtlCheck {
+                key: key.clone(),
+                instance: instance.clone(),
+            });
+        }
+        let result = match status {
+            CheckStatus::Pass => ProbeResult::Pass,
+            CheckStatus::Warn => ProbeResult::Warn,
+            CheckStatus::Fail => ProbeResult::Fail,
+        };
+        let mut decisions = Vec::new();
+        for (check, ttl) in ttl_checks {
+            let id = ProbeId { endpoint, check };
+            self.reschedule(id, now_ms + millis(ttl));
+            let reason = format!("reported {}", format!("{status:?}").to_lowercase());
+            decisions.extend(self.observe(id, result, Some(reason), now_ms, brakes, counts));
+        }
+        Ok(decisions)
+    }
+
+    /// Tells the checker a proposal did not commit, so the next result proposes again.
+    pub fn proposal_failed(&mut self, key: &ServiceKey, instance: &InstanceId, registered: ServingState) {
+        if let Some(id) = self.by_instance.get(&(key.clone(), instance.clone()))
+            && let Some(tracked) = self.tracked.get_mut(id)
+        {
+            tracked.proposed = registered;
+        }
+    }
+
+    /// The routing state each endpoint's checks combine to now, for status pages and tests.
+    pub fn health_of(&self, key: &ServiceKey, instance: &InstanceId) -> Option<ServingState> {
+        let id = self.by_instance.get(&(key.clone(), instance.clone()))?;
+        combine(&self.tracked[id].checks).map(|(state, _)| state)
+    }
+
+    fn observe(
+        &mut self,
+        id: ProbeId,
+        result: ProbeResult,
+        why: Option<String>,
+        now_ms: u64,
+        brakes: &mut Brakes,
+        counts: &mut dyn FnMut(&ServiceKey) -> Counts,
+    ) -> Option<Decision> {
+        let tracked = self.tracked.get_mut(&id.endpoint)?;
+        let state = &mut tracked.checks[id.check];
+        let transition = state.hysteresis.observe(result, now_ms);
+        let describe = |reason: &str| match &why {
+            Some(why) => format!("{}: {why} ({reason})", state.check.target()),
+            None => format!("{}: {reason}", state.check.target()),
+        };
+        if state.check.signal == Signal::Liveness {
+            return transition.map(|t| Decision::Liveness {
+                key: tracked.key.clone(),
+                instance: tracked.instance.clone(),
+                health: state.hysteresis.health(),
+                reason: describe(&t.reason),
+            });
+        }
+        let crossing = transition.map(|t| describe(&t.reason));
+        if state.check.signal == Signal::Startup && state.hysteresis.health() != Health::Starting {
+            state.done = true;
+        }
+        let (desired, deciding) = combine(&tracked.checks)?;
+        if desired == tracked.proposed {
+            return None;
+        }
+        let reason = crossing.unwrap_or_else(|| {
+            let state = &tracked.checks[deciding];
+            format!("{}: {:?}", state.check.target(), state.hysteresis.health()).to_lowercase()
+        });
+        if in_routing(tracked.proposed)
+            && !in_routing(desired)
+            && let Verdict::Hold(why) = brakes.decide(&tracked.key, counts(&tracked.key), now_ms)
+        {
+            return Some(Decision::Held {
+                key: tracked.key.clone(),
+                instance: tracked.instance.clone(),
+                reason: format!("{reason}; held: {why}"),
+            });
+        }
+        tracked.proposed = desired;
+        Some(Decision::Propose(Proposal {
+            key: tracked.key.clone(),
+            instance: tracked.instance.clone(),
+            incarnation: tracked.incarnation,
+            state: desired,
+            reason,
+        }))
+    }
+
+    fn state(&self, id: ProbeId) -> Option<&CheckState> {
+        self.tracked.get(&id.endpoint).map(|tracked| &tracked.checks[id.check])
+    }
+
+    fn state_mut(&mut self, id: ProbeId) -> Option<&mut CheckState> {
+        self.tracked
+            .get_mut(&id.endpoint)
+            .map(|tracked| &mut tracked.checks[id.check])
+    }
+
+    fn reschedule(&mut self, id: ProbeId, due: u64) {
+        if let Some(state) = self.state_mut(id) {
+            state.next_due_ms = due;
+            self.schedule.push(Reverse((due, id)));
+        }
+    }
+
+    /// `from + interval ± jitter`.
+    fn next_turn(&mut self, from: u64, interval: u64) -> u64 {
+        let spread = (interval as f64 * self.config.jitter) as u64;
+        from + interval - spread + self.draw(2 * spread + 1)
+    }
+
+    /// The wait before a new check's first probe, drawn from the stationary distribution of
+    /// the jittered schedule (the forward recurrence time of intervals uniform in
+    /// `interval ± spread`): uniform over `[0, interval - spread)`, then falling linearly to
+    /// zero at `interval + spread`. A fleet registered at once then probes at its long-run
+    /// rate from the first second; a plain uniform first phase overlaps the first and second
+    /// rounds and bunches ~25% more probes into the seconds around one interval.
+    fn first_turn(&mut self, interval: u64) -> u64 {
+        let spread = (interval as f64 * self.config.jitter) as u64;
+        let uniform = interval - spread;
+        let u = self.unit();
+        if spread == 0 || u * interval as f64 <= uniform as f64 {
+            return self.draw(uniform.max(1));
+        }
+        let tail = 2.0 * spread as f64 * self.unit().sqrt();
+        ((interval + spread) as f64 - tail) as u64
+    }
+
+    /// Uniform in `[0, 1)`.
+    fn unit(&mut self) -> f64 {
+        (self.rng.next_u64() >> 11) as f64 / (1_u64 << 53) as f64
+    }
+
+    /// Uniform in `0..bound` (0 when `bound` is 0).
+    fn draw(&mut self, bound: u64) -> u64 {
+        if bound == 0 { 0 } else { self.rng.next_u64() % bound }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    duration.as_millis() as u64
+}
+
+/// The routing state checks combine to, and the index of the check that decided it; `None`
+/// when no check votes (only liveness checks).
+fn combine(checks: &[CheckState]) -> Option<(ServingState, usize)> {
+    let severity = |state: ServingState| match state {
+        ServingState::NotServing => 5,
+        ServingState::Unknown => 4,
+        ServingState::Starting => 3,
+        ServingState::Degraded => 2,
+        ServingState::Draining => 1,
+        ServingState::Ready => 0,
+    };
+    let startup_pending = checks.iter().position(|c| c.check.signal == Signal::Startup && !c.done);
+    if let Some(index) = startup_pending {
+        return Some((ServingState::Starting, index));
+    }
+    checks
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.check.signal == Signal::Readiness)
+        .map(|(index, c)| (c.hysteresis.serving(), index))
+        .max_by_key(|(state, _)| severity(*state))
+        .or_else(|| {
+            // Only startup (passed) and liveness checks: the startup pass made it ready.
+            checks
+                .iter()
+                .position(|c| c.check.signal == Signal::Startup)
+                .map(|index| (ServingState::Ready, index))
+        })
+}
+
+#[cfg(test)]
+#[path = "checker_tests.rs"]
+mod tests;

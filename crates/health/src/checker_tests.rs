@@ -1,0 +1,450 @@
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+
+use muster_core::{
+    Actor, Address, CheckSpec, Endpoint, Locality, Observation, Principal, Provenance, Revision, ServiceKey,
+};
+use rand_core::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+use super::*;
+use crate::preservation::PreservationConfig;
+
+fn key() -> ServiceKey {
+    ServiceKey::new("acme", "prod", "api").unwrap()
+}
+
+fn check(url: &str, rise: u32, fall: u32) -> Check {
+    CheckSpec {
+        url: Some(url.into()),
+        interval_ms: Some(1_000),
+        timeout_ms: Some(500),
+        rise: Some(rise),
+        fall: Some(fall),
+        ..CheckSpec::default()
+    }
+    .validate("c")
+    .unwrap()
+}
+
+fn ttl(ttl_ms: u64) -> Check {
+    CheckSpec {
+        ttl_ms: Some(ttl_ms),
+        ..CheckSpec::default()
+    }
+    .validate("c")
+    .unwrap()
+}
+
+fn with_signal(mut check: Check, signal: Signal) -> Check {
+    check.signal = signal;
+    check
+}
+
+fn endpoint(n: u32, serving: ServingState, checks: Vec<Check>) -> Endpoint {
+    let principal = Principal::new("test").unwrap();
+    Endpoint {
+        instance: InstanceId::new(&format!("i-{n}")).unwrap(),
+        incarnation: Incarnation(1),
+        addresses: vec![Address {
+            ip: IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n)),
+            scope: None,
+        }]
+        .into(),
+        ports: Box::default(),
+        locality: Locality::default(),
+        serving,
+        weight: 100,
+        capacity: None,
+        labels: muster_core::Labels::default(),
+        lease: None,
+        revision: Revision(1),
+        provenance: Provenance {
+            registrar: principal.clone(),
+            source_revision: None,
+            policy_revision: Revision::ZERO,
+        },
+        observation: Observation {
+            actor: Actor::App,
+            principal,
+            at_ms: 0,
+            reason: "registered".into(),
+        },
+        checks: checks.into(),
+    }
+}
+
+/// A checker over a tiny fake registry: the proposals it makes are applied to `states`, which
+/// the brake counts.
+struct Harness {
+    checker: Checker<Xoshiro256PlusPlus>,
+    brakes: Brakes,
+    states: HashMap<InstanceId, ServingState>,
+    proposals: Vec<Proposal>,
+    held: Vec<String>,
+    liveness: Vec<Health>,
+}
+
+impl Harness {
+    fn new(config: CheckerConfig) -> Harness {
+        Harness {
+            checker: Checker::new(config, Xoshiro256PlusPlus::seed_from_u64(7)),
+            brakes: Brakes::new(PreservationConfig::default(), HashMap::new()),
+            states: HashMap::new(),
+            proposals: Vec::new(),
+            held: Vec::new(),
+            liveness: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, endpoint: &Endpoint) {
+        self.states.insert(endpoint.instance.clone(), endpoint.serving);
+        self.checker.sync(&key(), endpoint, 0);
+    }
+
+    fn take(&mut self, decisions: impl IntoIterator<Item = Decision>) {
+        for decision in decisions {
+            match decision {
+                Decision::Propose(proposal) => {
+                    self.states.insert(proposal.instance.clone(), proposal.state);
+                    self.proposals.push(proposal);
+                }
+                Decision::Held { reason, .. } => self.held.push(reason),
+                Decision::Liveness { health, .. } => self.liveness.push(health),
+            }
+        }
+    }
+
+    /// Runs the schedule from `from_ms` to `to_ms` in 10 ms steps, answering every probe at
+    /// once with `answer(instance, time)`; returns how many probes started in each second.
+    fn run(
+        &mut self,
+        from_ms: u64,
+        to_ms: u64,
+        mut answer: impl FnMut(&ProbeId, u64) -> ProbeResult,
+    ) -> HashMap<u64, u32> {
+        let mut per_second = HashMap::new();
+        let mut now = from_ms;
+        while now < to_ms {
+            let Harness {
+                checker,
+                brakes,
+                states,
+                ..
+            } = self;
+            let mut counts = |_: &ServiceKey| Counts::of(states.values().copied());
+            let (probes, mut decisions) = checker.due(now, brakes, &mut counts);
+            for probe in probes {
+                *per_second.entry(now / 1_000).or_insert(0) += 1;
+                let result = answer(&probe.id, now);
+                decisions.extend(checker.record(probe.id, result, now, brakes, &mut counts));
+            }
+            self.take(decisions);
+            now += 10;
+        }
+        per_second
+    }
+
+    fn report(&mut self, n: u32, incarnation: u64, status: CheckStatus, now: u64) -> Result<(), ReportError> {
+        let states = self.states.clone();
+        let mut counts = |_: &ServiceKey| Counts::of(states.values().copied());
+        let report = TtlReport {
+            key: key(),
+            instance: InstanceId::new(&format!("i-{n}")).unwrap(),
+            incarnation: Incarnation(incarnation),
+            status,
+        };
+        let decisions = self.checker.report(&report, now, &mut self.brakes, &mut counts)?;
+        self.take(decisions);
+        Ok(())
+    }
+
+    fn states_proposed(&self) -> Vec<ServingState> {
+        self.proposals.iter().map(|p| p.state).collect()
+    }
+}
+
+#[test]
+fn ten_thousand_checks_at_ten_seconds_make_a_steady_thousand_probes_per_second() {
+    let mut h = Harness::new(CheckerConfig::default());
+    let ten_s = CheckSpec {
+        url: Some("http://10.0.0.1:8080/healthz".into()),
+        ..CheckSpec::default()
+    }
+    .validate("c")
+    .unwrap();
+    for n in 0..10_000 {
+        h.add(&endpoint(n, ServingState::Ready, vec![ten_s.clone()]));
+    }
+    let per_second = h.run(0, 60_000, |_, _| ProbeResult::Pass);
+    for second in 0..60 {
+        let count = per_second.get(&second).copied().unwrap_or(0);
+        assert!((800..=1_200).contains(&count), "second {second}: {count} probes");
+    }
+    let total: u32 = per_second.values().sum();
+    assert!((59_000..=61_000).contains(&total), "{total} probes in 60 s");
+}
+
+#[test]
+fn only_threshold_crossings_are_proposed_with_the_check_and_the_reason() {
+    let mut h = Harness::new(CheckerConfig::default());
+    h.add(&endpoint(
+        1,
+        ServingState::Starting,
+        vec![check("http://10.0.0.1:80/healthz", 2, 3)],
+    ));
+    for n in 2..5 {
+        h.add(&endpoint(n, ServingState::Ready, vec![]));
+    }
+    // Passing for 10 s, failing for 10 s, passing again.
+    h.run(0, 30_000, |_, now| {
+        if (10_000..20_000).contains(&now) {
+            ProbeResult::Fail
+        } else {
+            ProbeResult::Pass
+        }
+    });
+    assert_eq!(
+        h.states_proposed(),
+        [ServingState::Ready, ServingState::NotServing, ServingState::Ready],
+        "about 30 probes, three crossings"
+    );
+    assert_eq!(
+        h.proposals[1].reason,
+        "http://10.0.0.1:80/healthz: 3 consecutive failures"
+    );
+    assert_eq!(
+        h.proposals[2].reason,
+        "http://10.0.0.1:80/healthz: 2 consecutive passes"
+    );
+    assert_eq!(h.proposals[1].incarnation, Incarnation(1));
+}
+
+#[test]
+fn a_check_flapping_at_every_probe_changes_routing_no_more_than_damping_allows() {
+    let mut h = Harness::new(CheckerConfig::default());
+    h.add(&endpoint(
+        1,
+        ServingState::Ready,
+        vec![check("tcp://10.0.0.1:80", 1, 1)],
+    ));
+    let mut flip = false;
+    h.run(0, 600_000, |_, _| {
+        flip = !flip;
+        if flip { ProbeResult::Fail } else { ProbeResult::Pass }
+    });
+    // 600 probes, each one a crossing with rise = fall = 1; damping allows `flap_limit`
+    // crossings per window, then holds `degraded` while it keeps flapping.
+    let limit = CheckerConfig::default().flap_limit;
+    assert!(h.proposals.len() <= limit + 1, "{:?}", h.states_proposed());
+    assert_eq!(h.proposals.last().unwrap().state, ServingState::Degraded);
+    assert!(h.proposals.last().unwrap().reason.contains("held degraded"));
+}
+
+#[test]
+fn liveness_failures_are_reported_but_never_change_routing() {
+    let mut h = Harness::new(CheckerConfig::default());
+    let liveness = with_signal(check("http://10.0.0.1:80/live", 1, 2), Signal::Liveness);
+    h.add(&endpoint(1, ServingState::Ready, vec![liveness]));
+    h.run(0, 10_000, |_, _| ProbeResult::Fail);
+    assert!(h.proposals.is_empty(), "{:?}", h.proposals);
+    assert_eq!(h.liveness, [Health::Failing]);
+}
+
+#[test]
+fn startup_holds_starting_until_its_first_pass_then_readiness_decides() {
+    let mut h = Harness::new(CheckerConfig::default());
+    let startup = with_signal(check("http://10.0.0.1:80/started", 1, 3), Signal::Startup);
+    let readiness = check("http://10.0.0.1:80/ready", 1, 3);
+    h.add(&endpoint(1, ServingState::Starting, vec![startup, readiness]));
+    h.run(0, 10_000, |id, _| {
+        if id.check == 1 {
+            ProbeResult::Pass
+        } else {
+            ProbeResult::Fail
+        }
+    });
+    assert!(
+        h.proposals.is_empty(),
+        "readiness passes, startup not yet: still starting"
+    );
+    h.run(10_000, 20_000, |_, _| ProbeResult::Pass);
+    assert_eq!(h.states_proposed(), [ServingState::Ready]);
+    // Startup passed once and is done: its failures no longer count.
+    h.run(20_000, 30_000, |id, _| {
+        if id.check == 1 {
+            ProbeResult::Pass
+        } else {
+            ProbeResult::Fail
+        }
+    });
+    assert_eq!(h.states_proposed(), [ServingState::Ready]);
+}
+
+#[test]
+fn a_checker_that_cannot_reach_its_target_says_unknown_not_not_serving() {
+    let mut h = Harness::new(CheckerConfig::default());
+    h.add(&endpoint(
+        1,
+        ServingState::Ready,
+        vec![check("tcp://10.0.0.1:80", 2, 3)],
+    ));
+    h.add(&endpoint(2, ServingState::Ready, vec![]));
+    h.add(&endpoint(3, ServingState::Ready, vec![]));
+    h.add(&endpoint(4, ServingState::Ready, vec![]));
+    h.run(0, 10_000, |_, _| ProbeResult::Unreachable);
+    assert_eq!(h.states_proposed(), [ServingState::Unknown]);
+    assert!(
+        h.proposals[0].reason.contains("could not probe"),
+        "{}",
+        h.proposals[0].reason
+    );
+}
+
+#[test]
+fn ttl_checks_follow_reports_and_fail_without_one() {
+    let mut h = Harness::new(CheckerConfig::default());
+    h.add(&endpoint(1, ServingState::Starting, vec![ttl(2_000)]));
+    h.add(&endpoint(2, ServingState::Ready, vec![]));
+    h.add(&endpoint(3, ServingState::Ready, vec![]));
+    h.add(&endpoint(4, ServingState::Ready, vec![]));
+    h.report(1, 1, CheckStatus::Pass, 500).unwrap();
+    assert_eq!(h.states_proposed(), [ServingState::Ready]);
+    h.report(1, 1, CheckStatus::Warn, 1_000).unwrap();
+    assert_eq!(h.proposals.last().unwrap().state, ServingState::Degraded);
+    assert_eq!(
+        h.proposals.last().unwrap().reason,
+        "ttl 2000ms: reported warn (1 consecutive warnings)"
+    );
+    // Silence: one TTL after the last report the check fails.
+    h.run(1_000, 2_990, |_, _| ProbeResult::Pass);
+    assert_eq!(h.proposals.len(), 2, "the deadline has not passed yet");
+    h.run(2_990, 3_020, |_, _| ProbeResult::Pass);
+    let last = h.proposals.last().unwrap();
+    assert_eq!(last.state, ServingState::NotServing);
+    assert!(last.reason.contains("no report within 2000 ms"), "{}", last.reason);
+}
+
+#[test]
+fn bad_ttl_reports_are_refused_with_codes_and_change_nothing() {
+    let mut h = Harness::new(CheckerConfig::default());
+    h.add(&endpoint(1, ServingState::Starting, vec![ttl(2_000)]));
+    h.add(&endpoint(
+        2,
+        ServingState::Starting,
+        vec![check("tcp://10.0.0.1:80", 1, 1)],
+    ));
+    let codes: Vec<&str> = [
+        h.report(1, 2, CheckStatus::Pass, 0),
+        h.report(2, 1, CheckStatus::Pass, 0),
+        h.report(9, 1, CheckStatus::Pass, 0),
+    ]
+    .iter()
+    .map(|r| r.as_ref().unwrap_err().code())
+    .collect();
+    assert_eq!(codes, ["stale_incarnation", "no_ttl_check", "not_found"]);
+    assert!(h.proposals.is_empty());
+}
+
+/// reference/control-plane-state.txt, "Health checker causes fleet eviction": a shared
+/// dependency slows down and every instance's deep check fails at once. The checker removes
+/// only what the brake allows; the rest keep serving and the service says protection is
+/// active.
+#[test]
+fn trace_health_checker_causes_fleet_eviction() {
+    let mut h = Harness::new(CheckerConfig::default());
+    for n in 0..10 {
+        h.add(&endpoint(
+            n,
+            ServingState::Ready,
+            vec![check("http://10.0.0.1:80/deep", 2, 3)],
+        ));
+    }
+    h.run(0, 20_000, |_, now| {
+        if now < 5_000 {
+            ProbeResult::Pass
+        } else {
+            ProbeResult::Fail
+        }
+    });
+    let removed = h.states.values().filter(|s| **s == ServingState::NotServing).count();
+    assert_eq!(removed, 3, "30% of 10 may leave within the window");
+    assert_eq!(h.states.values().filter(|s| **s == ServingState::Ready).count(), 7);
+    assert!(h.brakes.protection_active(&key()));
+    assert_eq!(h.brakes.protected(), [key()]);
+    assert!(
+        h.held.iter().all(|why| why.contains("protection_active")),
+        "{:?}",
+        h.held
+    );
+    // The dependency recovers: the removed ones come back, nothing else moved.
+    h.run(20_000, 30_000, |_, _| ProbeResult::Pass);
+    assert!(h.states.values().all(|s| *s == ServingState::Ready));
+}
+
+#[test]
+fn concurrency_and_budget_bound_the_probes_started() {
+    let mut h = Harness::new(CheckerConfig {
+        max_in_flight: 5,
+        budget_per_s: 8,
+        ..CheckerConfig::default()
+    });
+    for n in 0..100 {
+        h.add(&endpoint(
+            n,
+            ServingState::Ready,
+            vec![check("tcp://10.0.0.1:80", 1, 1)],
+        ));
+    }
+    let mut counts = |_: &ServiceKey| Counts::default();
+    let (probes, _) = h.checker.due(1_000, &mut h.brakes, &mut counts);
+    assert_eq!(probes.len(), 5, "at most 5 in flight");
+    assert_eq!(h.checker.due(1_000, &mut h.brakes, &mut counts).0.len(), 0);
+    for probe in &probes {
+        h.checker
+            .record(probe.id, ProbeResult::Pass, 1_000, &mut h.brakes, &mut counts);
+    }
+    assert_eq!(
+        h.checker.due(1_000, &mut h.brakes, &mut counts).0.len(),
+        3,
+        "8 per second"
+    );
+    assert_eq!(h.checker.in_flight(), 3);
+}
+
+#[test]
+fn results_for_an_endpoint_that_left_or_was_replaced_are_ignored() {
+    let mut h = Harness::new(CheckerConfig::default());
+    h.add(&endpoint(
+        1,
+        ServingState::Ready,
+        vec![check("tcp://10.0.0.1:80", 1, 1)],
+    ));
+    let mut counts = |_: &ServiceKey| Counts::default();
+    let (probes, _) = h.checker.due(1_000, &mut h.brakes, &mut counts);
+    assert_eq!(probes.len(), 1);
+    let mut replaced = endpoint(1, ServingState::Ready, vec![check("tcp://10.0.0.1:80", 1, 1)]);
+    replaced.incarnation = Incarnation(2);
+    h.checker.sync(&key(), &replaced, 1_000);
+    assert_eq!(h.checker.in_flight(), 0);
+    let stale = h
+        .checker
+        .record(probes[0].id, ProbeResult::Fail, 1_100, &mut h.brakes, &mut counts);
+    assert_eq!(stale, None);
+    h.checker.remove(&key(), &replaced.instance);
+    assert_eq!(h.checker.endpoints(), 0);
+    assert_eq!(h.checker.due(10_000, &mut h.brakes, &mut counts).0, []);
+}
+
+#[test]
+fn a_restart_resumes_a_ready_record_without_sending_it_back_to_starting() {
+    let mut h = Harness::new(CheckerConfig::default());
+    let startup = with_signal(check("http://10.0.0.1:80/started", 1, 3), Signal::Startup);
+    h.add(&endpoint(
+        1,
+        ServingState::Ready,
+        vec![startup, check("tcp://10.0.0.1:80", 2, 3)],
+    ));
+    h.run(0, 2_500, |_, _| ProbeResult::Fail);
+    assert!(h.proposals.is_empty(), "two failures cross nothing: {:?}", h.proposals);
+}

@@ -1,0 +1,508 @@
+//! The health checker against real targets on loopback (SPEC H1–H5, L6): an HTTP server that
+//! turns 503, a TCP port that closes, a `tonic-health` gRPC server that flips to NOT_SERVING,
+//! a wedged server, TTL checks, self-preservation and drains with a grace.
+//!
+//! Checks here probe every 200 ms with a 100 ms timeout and rise = fall = 2, so each
+//! transition takes a fraction of a second; every wait is bounded by [`STEP`]. Detection
+//! latency against its bound is measured by `muster bench --workloads checks`, not asserted.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::time::Duration;
+
+use hyper::{Method, StatusCode};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::support::{STEP, TestServer, endpoint, instance_path};
+
+/// An HTTP health endpoint whose answer the test controls.
+struct HttpTarget {
+    addr: SocketAddr,
+    mode: Arc<AtomicU8>,
+    requests: Arc<AtomicU64>,
+}
+
+const OK: u8 = 0;
+const UNAVAILABLE: u8 = 1;
+/// Accepts and reads the request, never answers.
+const WEDGED: u8 = 2;
+
+impl HttpTarget {
+    async fn start() -> HttpTarget {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mode = Arc::new(AtomicU8::new(OK));
+        let requests = Arc::new(AtomicU64::new(0));
+        let (m, r) = (Arc::clone(&mode), Arc::clone(&requests));
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let (mode, requests) = (Arc::clone(&m), Arc::clone(&r));
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0_u8; 1024];
+                    while !request.ends_with(b"\r\n\r\n") && request.len() < 8192 {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    requests.fetch_add(1, Ordering::Relaxed);
+                    let reply: &[u8] = match mode.load(Ordering::Relaxed) {
+                        OK => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                        UNAVAILABLE => {
+                            b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\nconnection: close\r\n\r\ndown"
+                        }
+                        _ => {
+                            tokio::time::sleep(STEP).await;
+                            return;
+                        }
+                    };
+                    let _ = stream.write_all(reply).await;
+                });
+            }
+        });
+        HttpTarget { addr, mode, requests }
+    }
+
+    fn set(&self, mode: u8) {
+        self.mode.store(mode, Ordering::Relaxed);
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/healthz", self.addr)
+    }
+
+    fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+}
+
+/// A fast check on `url`: 200 ms interval, 100 ms timeout, rise = fall = 2.
+fn fast_check(url: &str) -> Value {
+    json!({"url": url, "interval_ms": 200, "timeout_ms": 100, "rise": 2, "fall": 2})
+}
+
+async fn register_checked(server: &TestServer, service: &str, instance: &str, checks: Value) {
+    let mut spec = endpoint("10.0.0.1");
+    spec["checks"] = checks;
+    server
+        .call(
+            Method::PUT,
+            &instance_path(service, instance),
+            Some(json!({"incarnation": 1, "endpoint": spec})),
+        )
+        .await
+        .expect(StatusCode::OK);
+}
+
+/// The service's endpoints by instance, and whether protection is active.
+async fn read(server: &TestServer, service: &str) -> (Vec<Value>, bool) {
+    let reply = server.get(&format!("/v1/registry/acme/prod/{service}")).await;
+    if reply.status == StatusCode::NOT_FOUND {
+        return (Vec::new(), false);
+    }
+    let reply = reply.expect(StatusCode::OK);
+    let endpoints = reply.body["endpoints"].as_array().cloned().unwrap_or_default();
+    (endpoints, reply.body["protection_active"].as_bool().unwrap())
+}
+
+/// Polls until `done` holds for the service's endpoints (bounded by [`STEP`]).
+async fn until(server: &TestServer, service: &str, what: &str, done: impl Fn(&[Value], bool) -> bool) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        let (endpoints, protected) = read(server, service).await;
+        if done(&endpoints, protected) {
+            return endpoints;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: still {endpoints:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Waits until `instance` is in `state`; returns its record.
+async fn until_state(server: &TestServer, service: &str, instance: &str, state: &str) -> Value {
+    let endpoints = until(server, service, &format!("{instance} {state}"), |endpoints, _| {
+        endpoints
+            .iter()
+            .any(|e| e["instance"] == instance && e["serving"] == state)
+    })
+    .await;
+    endpoints.into_iter().find(|e| e["instance"] == instance).unwrap()
+}
+
+fn count(endpoints: &[Value], state: &str) -> usize {
+    endpoints.iter().filter(|e| e["serving"] == state).count()
+}
+
+#[tokio::test]
+async fn an_http_check_follows_a_server_that_turns_503_and_back() {
+    let server = TestServer::start().await;
+    let target = HttpTarget::start().await;
+    register_checked(&server, "web", "web-0", json!([fast_check(&target.url())])).await;
+    let (endpoints, _) = read(&server, "web").await;
+    assert_eq!(
+        endpoints[0]["serving"], "starting",
+        "a checked endpoint waits for its first pass"
+    );
+    until_state(&server, "web", "web-0", "ready").await;
+
+    target.set(UNAVAILABLE);
+    let down = until_state(&server, "web", "web-0", "not_serving").await;
+    let observation = &down["observation"];
+    assert_eq!(observation["actor"], "checker");
+    assert_eq!(observation["principal"], "muster-checker");
+    assert_eq!(
+        observation["reason"],
+        format!("{}: 2 consecutive failures", target.url()),
+        "observer, time and reason (H4)"
+    );
+    assert!(observation["at_ms"].as_u64().unwrap() > 0);
+
+    target.set(OK);
+    let up = until_state(&server, "web", "web-0", "ready").await;
+    assert_eq!(
+        up["observation"]["reason"],
+        format!("{}: 2 consecutive passes", target.url())
+    );
+}
+
+#[tokio::test]
+async fn a_wedged_instance_that_accepts_but_never_answers_fails_by_timeout() {
+    let server = TestServer::start().await;
+    let target = HttpTarget::start().await;
+    register_checked(&server, "wedge", "w-0", json!([fast_check(&target.url())])).await;
+    until_state(&server, "wedge", "w-0", "ready").await;
+    target.set(WEDGED);
+    let down = until_state(&server, "wedge", "w-0", "not_serving").await;
+    assert!(
+        down["observation"]["reason"]
+            .as_str()
+            .unwrap()
+            .ends_with("2 consecutive failures")
+    );
+}
+
+#[tokio::test]
+async fn a_tcp_check_fails_when_the_port_closes_and_recovers_when_it_opens() {
+    let server = TestServer::start().await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accept = tokio::spawn(async move { while listener.accept().await.is_ok() {} });
+    register_checked(&server, "db", "db-0", json!([fast_check(&format!("tcp://{addr}"))])).await;
+    until_state(&server, "db", "db-0", "ready").await;
+
+    accept.abort();
+    let _ = accept.await;
+    until_state(&server, "db", "db-0", "not_serving").await;
+
+    let listener = TcpListener::bind(addr).await.unwrap();
+    tokio::spawn(async move { while listener.accept().await.is_ok() {} });
+    until_state(&server, "db", "db-0", "ready").await;
+}
+
+#[tokio::test]
+async fn a_grpc_check_follows_a_tonic_health_server_flipping_to_not_serving() {
+    let server = TestServer::start().await;
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_service_status("pay.v1.Pay", tonic_health::ServingStatus::Serving)
+        .await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(health)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    let url = format!("grpc://{addr}/pay.v1.Pay");
+    register_checked(&server, "pay", "pay-0", json!([fast_check(&url)])).await;
+    until_state(&server, "pay", "pay-0", "ready").await;
+
+    reporter
+        .set_service_status("pay.v1.Pay", tonic_health::ServingStatus::NotServing)
+        .await;
+    let down = until_state(&server, "pay", "pay-0", "not_serving").await;
+    assert_eq!(down["observation"]["reason"], format!("{url}: 2 consecutive failures"));
+
+    reporter
+        .set_service_status("pay.v1.Pay", tonic_health::ServingStatus::Serving)
+        .await;
+    until_state(&server, "pay", "pay-0", "ready").await;
+}
+
+#[tokio::test]
+async fn ttl_checks_follow_reports_and_fail_without_one() {
+    let server = TestServer::start().await;
+    register_checked(&server, "batch", "b-0", json!([{"ttl_ms": 1000}])).await;
+    let check = format!("{}/check", instance_path("batch", "b-0"));
+    let passed = server
+        .call(Method::PUT, &check, Some(json!({"incarnation": 1, "status": "pass"})))
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(passed.body["serving"], "ready", "answered after the change committed");
+    assert!(passed.body["revision"].as_u64().is_some());
+    let warned = server
+        .call(Method::PUT, &check, Some(json!({"incarnation": 1, "status": "warn"})))
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(warned.body["serving"], "degraded");
+
+    // Silence: a TTL later the check fails.
+    let down = until_state(&server, "batch", "b-0", "not_serving").await;
+    assert_eq!(
+        down["observation"]["reason"],
+        "ttl 1000ms: no report within 1000 ms (1 consecutive failures)"
+    );
+}
+
+#[tokio::test]
+async fn bad_ttl_reports_are_refused_with_codes_and_change_nothing() {
+    let server = TestServer::start().await;
+    register_checked(&server, "batch", "b-0", json!([{"ttl_ms": 60000}])).await;
+    server.register("plain", "p-0", "10.0.0.2").await.expect(StatusCode::OK);
+    let before = server.revision().await;
+    let cases = [
+        (
+            "batch",
+            "b-0",
+            json!({"incarnation": 2, "status": "pass"}),
+            StatusCode::CONFLICT,
+            "stale_incarnation",
+        ),
+        (
+            "plain",
+            "p-0",
+            json!({"incarnation": 1, "status": "pass"}),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            "batch",
+            "nobody",
+            json!({"incarnation": 1, "status": "pass"}),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            "batch",
+            "b-0",
+            json!({"incarnation": 1, "status": "great"}),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+    ];
+    for (service, instance, body, status, code) in cases {
+        let path = format!("{}/check", instance_path(service, instance));
+        let reply = server.call(Method::PUT, &path, Some(body)).await;
+        assert_eq!((reply.status, reply.code()), (status, code), "{}", reply.body);
+    }
+    assert_eq!(server.revision().await, before, "refused reports change nothing");
+}
+
+#[tokio::test]
+async fn an_endpoint_whose_checks_are_all_probed_has_no_ttl_check_to_report_to() {
+    let server = TestServer::start().await;
+    let target = HttpTarget::start().await;
+    register_checked(&server, "web", "web-0", json!([fast_check(&target.url())])).await;
+    let reply = server
+        .call(
+            Method::PUT,
+            &format!("{}/check", instance_path("web", "web-0")),
+            Some(json!({"incarnation": 1, "status": "pass"})),
+        )
+        .await;
+    assert_eq!(
+        (reply.status, reply.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "no_ttl_check")
+    );
+}
+
+#[tokio::test]
+async fn bad_checks_are_refused_with_codes_naming_the_field_and_register_nothing() {
+    let server = TestServer::start().await;
+    let cases = [
+        (
+            json!({"url": "tcp://10.0.0.1:80", "interval_ms": 0}),
+            "checks[0].interval_ms",
+        ),
+        (
+            json!({"url": "tcp://10.0.0.1:80", "interval_ms": 1000, "timeout_ms": 5000}),
+            "checks[0].timeout_ms",
+        ),
+        (json!({"url": "ftp://10.0.0.1:21"}), "checks[0].url"),
+        (json!({"url": "https://10.0.0.1:443/"}), "checks[0].url"),
+        (json!({"url": "10.0.0.1:80"}), "checks[0].url"),
+        (json!({"url": "http://10.0.0.1:80/", "rise": 0}), "checks[0].rise"),
+        (json!({"ttl_ms": 50}), "checks[0].ttl_ms"),
+    ];
+    for (check, field) in cases {
+        let mut spec = endpoint("10.0.0.1");
+        spec["checks"] = json!([check]);
+        let reply = server
+            .call(
+                Method::PUT,
+                &instance_path("api", "a"),
+                Some(json!({"incarnation": 1, "endpoint": spec})),
+            )
+            .await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
+            "{check}"
+        );
+        assert!(
+            reply.message().starts_with(field),
+            "{} should name {field}",
+            reply.message()
+        );
+    }
+    let mut negative = endpoint("10.0.0.1");
+    negative["checks"] = json!([{"url": "tcp://10.0.0.1:80", "interval_ms": -5}]);
+    let reply = server
+        .call(
+            Method::PUT,
+            &instance_path("api", "a"),
+            Some(json!({"incarnation": 1, "endpoint": negative})),
+        )
+        .await;
+    assert_eq!((reply.status, reply.code()), (StatusCode::BAD_REQUEST, "bad_request"));
+    assert_eq!(server.revision().await, 0, "nothing was registered");
+}
+
+/// reference/control-plane-state.txt, "Health checks must not become the outage" (the
+/// "Health checker causes fleet eviction" trace): every instance's deep check calls one
+/// shared dependency, which starts failing. Only 30% of the fleet leaves; the rest keep
+/// serving, and the service and the server say protection is active.
+#[tokio::test]
+async fn trace_health_checker_causes_fleet_eviction() {
+    let server = TestServer::start().await;
+    let dependency = HttpTarget::start().await;
+    for n in 0..10 {
+        register_checked(
+            &server,
+            "fleet",
+            &format!("f-{n}"),
+            json!([fast_check(&dependency.url())]),
+        )
+        .await;
+    }
+    until(&server, "fleet", "all ready", |e, _| count(e, "ready") == 10).await;
+
+    dependency.set(UNAVAILABLE);
+    until(&server, "fleet", "3 removed, protection on", |e, protected| {
+        count(e, "not_serving") == 3 && protected
+    })
+    .await;
+    // Let every endpoint be probed several more times: nothing else may leave.
+    let seen = dependency.requests();
+    let deadline = tokio::time::Instant::now() + STEP;
+    while dependency.requests() < seen + 60 {
+        assert!(tokio::time::Instant::now() < deadline, "the checker stopped probing");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let (endpoints, protected) = read(&server, "fleet").await;
+    assert_eq!((count(&endpoints, "ready"), count(&endpoints, "not_serving")), (7, 3));
+    assert!(protected);
+    let status = server.get("/v1/status").await.expect(StatusCode::OK);
+    assert_eq!(status.body["protected_services"], json!(["acme/prod/fleet"]));
+    let services = server.get("/v1/registry/acme/prod").await.expect(StatusCode::OK);
+    assert_eq!(services.body["services"][0]["protection_active"], true);
+
+    dependency.set(OK);
+    until(&server, "fleet", "all ready again", |e, _| count(e, "ready") == 10).await;
+}
+
+/// A mass silence (SPEC H5): ten instances stop renewing at once. Lease expiry takes only the
+/// fraction the brake allows; the rest stay registered while protection is active.
+#[tokio::test]
+async fn self_preservation_holds_a_mass_lease_expiry() {
+    let server = TestServer::start().await;
+    for n in 0..10 {
+        server
+            .call(
+                Method::PUT,
+                &instance_path("quiet", &format!("q-{n}")),
+                Some(json!({"incarnation": 1, "endpoint": endpoint("10.0.0.1"), "lease": {"ttl_ms": 1000}})),
+            )
+            .await
+            .expect(StatusCode::OK);
+    }
+    let left = until(&server, "quiet", "3 expired, protection on", |e, protected| {
+        e.len() == 7 && protected
+    })
+    .await;
+    assert_eq!(left.len(), 7);
+    // The keeper tries again every 100 ms; give it many ticks to (wrongly) expire more.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let (endpoints, protected) = read(&server, "quiet").await;
+    assert_eq!(endpoints.len(), 7, "held while protection is active");
+    assert!(protected);
+}
+
+#[tokio::test]
+async fn a_drain_with_a_grace_deregisters_when_the_grace_ends() {
+    let server = TestServer::start().await;
+    server.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
+    let drain = format!("{}/drain", instance_path("api", "a"));
+    let too_long = server
+        .call(
+            Method::POST,
+            &drain,
+            Some(json!({"incarnation": 1, "grace_ms": 3_600_001})),
+        )
+        .await;
+    assert_eq!(
+        (too_long.status, too_long.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field")
+    );
+    assert_eq!(
+        read(&server, "api").await.0[0]["serving"],
+        "ready",
+        "a refused drain changes nothing"
+    );
+
+    server
+        .call(Method::POST, &drain, Some(json!({"incarnation": 1, "grace_ms": 300})))
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(read(&server, "api").await.0[0]["serving"], "draining");
+    until(&server, "api", "deregistered after the grace", |e, _| e.is_empty()).await;
+}
+
+#[tokio::test]
+async fn zero_requests_in_flight_ends_a_drains_grace_at_once() {
+    let server = TestServer::start().await;
+    server.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
+    server
+        .call(
+            Method::POST,
+            &format!("{}/drain", instance_path("api", "a")),
+            Some(json!({"incarnation": 1, "grace_ms": 3_600_000})),
+        )
+        .await
+        .expect(StatusCode::OK);
+    let in_flight = format!("{}/in-flight", instance_path("api", "a"));
+    let busy = server
+        .call(Method::PUT, &in_flight, Some(json!({"incarnation": 1, "in_flight": 4})))
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(busy.body["unchanged"], "no_drain_ended");
+    let stale = server
+        .call(Method::PUT, &in_flight, Some(json!({"incarnation": 2, "in_flight": 0})))
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(
+        stale.body["unchanged"], "no_drain_ended",
+        "another incarnation's report ends nothing"
+    );
+    assert_eq!(read(&server, "api").await.0.len(), 1);
+    let done = server
+        .call(Method::PUT, &in_flight, Some(json!({"incarnation": 1, "in_flight": 0})))
+        .await
+        .expect(StatusCode::OK);
+    assert!(done.body.get("unchanged").is_none(), "{}", done.body);
+    assert!(read(&server, "api").await.0.is_empty(), "deregistered at once");
+}
