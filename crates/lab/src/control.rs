@@ -20,7 +20,7 @@ use muster_core::{
     Actor, AddressSpec, EndpointSpec, Incarnation, InstanceId, LeaseId, PortSpec, Principal, Protocol, Revision,
     ServiceKey, ServiceSnapshot, ServiceUpdate,
 };
-use muster_health::preservation::{Preservation, PreservationConfig, Verdict};
+use muster_health::preservation::{Counts, Preservation, PreservationConfig, Verdict, in_routing};
 use muster_registry::{
     Applied, Command, CommandMeta, Deregister, Drain, ExpireLeases, LeaseDeadlines, LeaseSpec, Register, Registry,
     RegistryConfig, RevokeLease, Scope, Target,
@@ -77,10 +77,10 @@ pub(crate) struct LeaseLost;
 pub(crate) struct ControlPlane {
     registry: Registry,
     deadlines: LeaseDeadlines,
-    preservation: Option<Preservation>,
+    /// The service's brake: `Brakes` holds one per service (and logs), the lab has one service.
+    brake: Option<Preservation>,
     key: ServiceKey,
     ttl_ms: u64,
-    fleet: usize,
     /// Which instance holds each lease (for counting live instances that were evicted).
     lease_holder: BTreeMap<LeaseId, u32>,
     /// Every commit: (revision, virtual ms).
@@ -101,7 +101,7 @@ pub(crate) struct Expiry {
 
 impl ControlPlane {
     /// An empty registry for one service, leases of `ttl_ms`, an optional brake.
-    pub(crate) fn new(ttl_ms: u64, fleet: usize, preservation: Option<PreservationConfig>) -> ControlPlane {
+    pub(crate) fn new(ttl_ms: u64, preservation: Option<PreservationConfig>) -> ControlPlane {
         let meta = |who: &str, actor| CommandMeta {
             at_ms: 0,
             principal: Principal::new(who).expect("a valid principal"),
@@ -110,10 +110,9 @@ impl ControlPlane {
         ControlPlane {
             registry: Registry::new(RegistryConfig::default()),
             deadlines: LeaseDeadlines::new(),
-            preservation: preservation.map(Preservation::new),
+            brake: preservation.map(Preservation::new),
             key: ServiceKey::new("lab", "prod", "api").expect("a valid key"),
             ttl_ms,
-            fleet,
             lease_holder: BTreeMap::new(),
             commits: Vec::new(),
             app: meta("lab-instance", Actor::App),
@@ -225,8 +224,10 @@ impl ControlPlane {
         self.lease_holder.remove(&lease);
     }
 
-    /// The lease keeper's tick: every lease whose deadline passed is expired in one command,
-    /// unless the brake holds it (then it is asked again next tick, as the window slides).
+    /// The lease keeper's tick, as the server's (`lease_keeper::unprotected`): every lease
+    /// whose deadline passed is expired in one command, unless the brake holds the removal of
+    /// a serving endpoint attached to it (then it is asked again next tick, as the window
+    /// slides).
     pub(crate) fn keeper_tick(&mut self, now_ms: u64) -> Expiry {
         let due = self.deadlines.expired(now_ms, MAX_EXPIRE_BATCH);
         if due.is_empty() {
@@ -234,19 +235,27 @@ impl ControlPlane {
         }
         let mut expiry = Expiry::default();
         let mut leases = Vec::with_capacity(due.len());
-        let mut serving = self.registered();
+        let snapshot = self.snapshot();
+        let mut counts = Counts::of(snapshot.iter().map(|e| e.serving));
+        if let Some(brake) = self.brake.as_mut() {
+            brake.expire(now_ms);
+        }
         for lease in due {
             // A lease whose record moved on (re-registered under a new lease) removes nothing.
-            let holds_endpoints = !self.registry.lease_endpoints(lease).is_empty();
-            if let (Some(brake), true) = (self.preservation.as_mut(), holds_endpoints) {
-                if let Verdict::Hold(_) = brake.decide(serving, self.fleet, now_ms) {
+            let attached = self.registry.lease_endpoints(lease);
+            let serving = attached
+                .iter()
+                .any(|(_, instance)| snapshot.get(instance).is_some_and(|e| in_routing(e.serving)));
+            if let (Some(brake), true) = (self.brake.as_mut(), serving) {
+                if let Verdict::Hold(_) = brake.decide(counts.serving, counts.total, now_ms) {
                     expiry.held += 1;
                     continue;
                 }
-                serving = serving.saturating_sub(1);
+                // The registry does not show it gone yet: count it as leaving.
+                counts.serving = counts.serving.saturating_sub(1);
             }
             let holder = self.lease_holder.remove(&lease);
-            if let (Some(index), true) = (holder, holds_endpoints) {
+            if let (Some(index), false) = (holder, attached.is_empty()) {
                 expiry.removed.push(index);
             }
             self.deadlines.forget(lease);
@@ -261,7 +270,7 @@ impl ControlPlane {
 
     /// Whether self-preservation is holding expiries now.
     pub(crate) fn protection_active(&self) -> bool {
-        self.preservation.as_ref().is_some_and(Preservation::protection_active)
+        self.brake.as_ref().is_some_and(Preservation::protection_active)
     }
 
     fn target(&self, index: u32, incarnation: u64) -> Target {
@@ -279,7 +288,7 @@ mod tests {
 
     #[test]
     fn a_silent_instance_is_removed_at_its_deadline_and_a_renewed_one_is_not() {
-        let mut control = ControlPlane::new(2_000, 2, None);
+        let mut control = ControlPlane::new(2_000, None);
         let quiet = control.register(0, 1, 0);
         let chatty = control.register(1, 1, 0);
         control.renew(chatty, 1_500).unwrap();
@@ -300,7 +309,7 @@ mod tests {
             max_fraction: 0.5,
             ..PreservationConfig::default()
         };
-        let mut control = ControlPlane::new(1_000, 4, Some(config));
+        let mut control = ControlPlane::new(1_000, Some(config));
         for index in 0..4 {
             control.register(index, 1, 0);
         }
@@ -313,7 +322,7 @@ mod tests {
 
     #[test]
     fn a_pick_maps_back_to_its_instance_by_address() {
-        let mut control = ControlPlane::new(1_000, 300, None);
+        let mut control = ControlPlane::new(1_000, None);
         for index in [0, 255, 256, 299] {
             control.register(index, 1, 0);
         }

@@ -485,6 +485,7 @@ async fn measure_propagation(
                 incarnation,
                 reason: "lab: propagation probe".into(),
                 expected_revision: None,
+                grace_ms: None,
             },
         )
         .await

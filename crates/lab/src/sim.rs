@@ -148,7 +148,7 @@ pub fn simulate(scenario: &Scenario, setup: &Setup, progress: Progress<'_>) -> R
 
     // t = 0: register the fleet. A hard-coded list is the same records, read once.
     let ttl_ms = registry.map_or(10_000, |r| r.ttl_ms);
-    let mut control = ControlPlane::new(ttl_ms, n, registry.and_then(|r| r.preservation));
+    let mut control = ControlPlane::new(ttl_ms, registry.and_then(|r| r.preservation));
     let mut fleet = Fleet {
         alive: vec![true; n],
         silenced: vec![false; n],
