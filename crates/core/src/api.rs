@@ -19,7 +19,7 @@
 //! | `PUT /leases/{tenant}/{id}/renew` | → [`LeaseReply`] (no log write) |
 //! | `DELETE /leases/{tenant}/{id}` | → [`WriteReply`] |
 //! | `GET /status` | → [`StatusReply`] |
-//! | `GET /metrics` | → Prometheus text exposition |
+//! | `GET /metrics` | → Prometheus text: revision, watchers, checker counters, `muster_protection_active{service}` |
 //!
 //! Errors are [`ErrorBody`] with the stable code of a [`Rejection`](crate::Rejection) or of
 //! the API itself (`bad_request`, `payload_too_large`, `method_not_allowed`, `compacted`, ...).

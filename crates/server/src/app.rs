@@ -18,6 +18,7 @@ use crate::drains::Drains;
 use crate::error::ApiError;
 use crate::hub::WatchHub;
 use crate::lease_deadlines::LeaseDeadlines;
+use crate::metrics::CheckerStats;
 
 /// The principal of every request until authentication exists (SPEC S1 is a later issue).
 pub(crate) const ANONYMOUS: &str = "anonymous";
@@ -34,6 +35,8 @@ pub(crate) struct App {
     drains: Mutex<Drains>,
     /// Hands TTL reports to the checker task.
     pub(crate) checker: CheckerHandle,
+    /// The checker task's counters.
+    pub(crate) checker_stats: CheckerStats,
     ready: AtomicBool,
     /// Turns true when the server starts stopping: blocking queries return at once.
     stopping: watch::Receiver<bool>,
@@ -59,6 +62,7 @@ impl App {
             brakes: Mutex::new(brakes),
             drains: Mutex::new(Drains::default()),
             checker,
+            checker_stats: CheckerStats::default(),
             ready: AtomicBool::new(false),
             stopping,
             anonymous: Principal::new(ANONYMOUS).expect("'anonymous' is a valid principal"),

@@ -22,6 +22,7 @@
 //! floor.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -112,7 +113,15 @@ impl ApplyObserver for CheckFeed {
         }
     }
 
-    fn reset(&self, _registry: &Registry) {
+    fn reset(&self, registry: &Registry) {
+        // The services with checks in the new state: their later deletes and check-less
+        // re-registrations must reach the task too.
+        let mut checked = self.checked.lock().unwrap_or_else(PoisonError::into_inner);
+        *checked = registry
+            .all_services()
+            .filter(|snapshot| snapshot.iter().any(|e| !e.checks.is_empty()))
+            .map(|snapshot| snapshot.key().clone())
+            .collect();
         let _ = self.tx.send(Message::Reset);
     }
 }
@@ -193,6 +202,14 @@ impl Shell {
             self.checker
                 .due(now, &mut brakes, &mut |key| Shell::counts(app, pending, key))
         };
+        let stats = &self.app.checker_stats;
+        stats.probes.fetch_add(probes.len() as u64, Ordering::Relaxed);
+        stats
+            .in_flight
+            .store(self.checker.in_flight() as u64, Ordering::Relaxed);
+        stats
+            .endpoints
+            .store(self.checker.endpoints() as u64, Ordering::Relaxed);
         for probe_task in probes {
             let internal = self.internal.clone();
             tokio::spawn(async move {
@@ -339,6 +356,7 @@ impl Shell {
     fn take(&mut self, decision: Decision) -> Option<Proposal> {
         match decision {
             Decision::Propose(proposal) => {
+                self.app.checker_stats.proposals.fetch_add(1, Ordering::Relaxed);
                 if !in_routing(proposal.state) {
                     *self.pending_removals.entry(proposal.key.clone()).or_insert(0) += 1;
                 }
@@ -349,6 +367,7 @@ impl Shell {
                 Some(proposal)
             }
             Decision::Held { key, instance, reason } => {
+                self.app.checker_stats.held.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(service = %key, %instance, %reason, "checker: removal held by self-preservation");
                 None
             }

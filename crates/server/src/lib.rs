@@ -47,6 +47,7 @@ mod hub;
 mod lease_deadlines;
 mod lease_keeper;
 mod lease_routes;
+mod metrics;
 mod observers;
 mod page_token;
 mod reads;

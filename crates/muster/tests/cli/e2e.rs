@@ -297,3 +297,94 @@ fn a_revoked_lease_takes_its_endpoints_with_it() {
         stderr(&output)
     );
 }
+
+/// Issue 5's surface, typed exactly: a TCP check on a real port, a TTL check fed by
+/// `muster check`, `resolve --all` with the checker's state and reason, `drain --grace`.
+#[test]
+fn checks_reports_and_a_drain_with_a_grace_from_the_command_line() {
+    let server = Server::start();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let check = format!("tcp://127.0.0.1:{port}");
+    server.ok(&[
+        "register",
+        "prod/db",
+        "db-0",
+        "--addr",
+        "10.0.0.9:5432",
+        "--incarnation",
+        "1",
+        "--ttl",
+        "5m",
+        "--check",
+        &check,
+        "--check-interval",
+        "200ms",
+        "--check-timeout",
+        "100ms",
+        "--check-rise",
+        "1",
+        "--check-fall",
+        "2",
+    ]);
+    let state = |service: &str, instance: &str| -> Option<ServingState> {
+        let reply: SnapshotReply = serde_json::from_str(&server.ok(&["resolve", service, "--all", "--json"])).unwrap();
+        reply
+            .endpoints
+            .iter()
+            .find(|e| e.instance.as_str() == instance)
+            .map(|e| e.serving)
+    };
+    let until = |service: &str, instance: &str, want: Option<ServingState>| {
+        let deadline = std::time::Instant::now() + LINE_WAIT;
+        while state(service, instance) != want {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{instance}: still {:?}",
+                state(service, instance)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    until("prod/db", "db-0", Some(ServingState::Ready));
+    drop(listener);
+    until("prod/db", "db-0", Some(ServingState::NotServing));
+    let table = server.ok(&["resolve", "prod/db", "--all"]);
+    let line = table.lines().find(|line| line.starts_with("db-0")).unwrap();
+    assert!(
+        line.contains("not_serving") && line.contains(&format!("{check}: 2 consecutive failures")),
+        "{table}"
+    );
+
+    server.ok(&[
+        "register",
+        "prod/batch",
+        "b-0",
+        "--addr",
+        "10.0.0.8:80",
+        "--incarnation",
+        "1",
+        "--ttl",
+        "5m",
+        "--check-ttl",
+        "30s",
+    ]);
+    assert_eq!(state("prod/batch", "b-0"), Some(ServingState::Starting));
+    let out = server.ok(&["check", "pass", "prod/batch", "b-0", "--incarnation", "1"]);
+    assert!(
+        out.starts_with("reported pass for default/prod/batch b-0: ready (changed at revision"),
+        "{out}"
+    );
+    assert_eq!(state("prod/batch", "b-0"), Some(ServingState::Ready));
+    let stale = server.run(&["check", "fail", "prod/batch", "b-0", "--incarnation", "7"]);
+    assert_eq!(stale.status.code(), Some(1));
+    assert!(
+        stderr(&stale).starts_with("error: stale_incarnation: "),
+        "{}",
+        stderr(&stale)
+    );
+
+    let out = server.ok(&["drain", "prod/batch", "b-0", "--incarnation", "1", "--grace", "300ms"]);
+    assert!(out.contains("deregistered in 300 ms"), "{out}");
+    until("prod/batch", "b-0", None);
+}

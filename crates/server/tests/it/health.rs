@@ -410,6 +410,14 @@ async fn trace_health_checker_causes_fleet_eviction() {
     assert_eq!(status.body["protected_services"], json!(["acme/prod/fleet"]));
     let services = server.get("/v1/registry/acme/prod").await.expect(StatusCode::OK);
     assert_eq!(services.body["services"][0]["protection_active"], true);
+    let (status, metrics) = server.get_text("/v1/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        metrics.contains("muster_protection_active{service=\"acme/prod/fleet\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("muster_checker_endpoints 10"), "{metrics}");
+    assert!(!metrics.contains("muster_checker_held_total 0"), "{metrics}");
 
     dependency.set(OK);
     until(&server, "fleet", "all ready again", |e, _| count(e, "ready") == 10).await;
@@ -505,4 +513,35 @@ async fn zero_requests_in_flight_ends_a_drains_grace_at_once() {
         .expect(StatusCode::OK);
     assert!(done.body.get("unchanged").is_none(), "{}", done.body);
     assert!(read(&server, "api").await.0.is_empty(), "deregistered at once");
+}
+
+#[tokio::test]
+async fn checks_resume_after_a_restart_and_stop_when_the_endpoint_leaves() {
+    let mut server = TestServer::start().await;
+    let target = HttpTarget::start().await;
+    register_checked(&server, "web", "web-0", json!([fast_check(&target.url())])).await;
+    server.register("web", "web-1", "10.0.0.2").await.expect(StatusCode::OK);
+    until_state(&server, "web", "web-0", "ready").await;
+
+    server.restart().await;
+    target.set(UNAVAILABLE);
+    until_state(&server, "web", "web-0", "not_serving").await;
+
+    server
+        .call(
+            Method::DELETE,
+            &format!("{}?incarnation=1", instance_path("web", "web-0")),
+            None,
+        )
+        .await
+        .expect(StatusCode::OK);
+    // A probe already running may still land; none starts after it (5 intervals pass).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = target.requests();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(
+        target.requests(),
+        after,
+        "the checker stopped probing a deregistered endpoint"
+    );
 }

@@ -41,6 +41,29 @@ async fn a_non_loopback_http_address_is_refused_because_auth_is_not_configured()
 }
 
 #[tokio::test]
+async fn bad_health_settings_are_refused_naming_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(fn(&mut muster_server::HealthConfig), &str); 3] = [
+        (|h| h.preservation_percent = 101, "health.preservation_percent"),
+        (|h| h.jitter_percent = 80, "health.jitter_percent"),
+        (
+            |h| {
+                h.floors.insert("prod/api".into(), 2);
+            },
+            "health.floors: 'prod/api'",
+        ),
+    ];
+    for (spoil, setting) in cases {
+        let mut config = test_config(&dir);
+        spoil(&mut config.health);
+        let Err(ServerError::Config(message)) = muster_server::start(config).await else {
+            panic!("{setting}: must be refused");
+        };
+        assert!(message.starts_with(setting), "{message}");
+    }
+}
+
+#[tokio::test]
 async fn run_serves_until_shutdown_resolves_then_returns_ok() {
     let dir = tempfile::tempdir().unwrap();
     let config = test_config(&dir);

@@ -172,6 +172,25 @@ impl TestServer {
             .await
     }
 
+    /// A GET whose reply is text (the metrics page): status and body.
+    pub(crate) async fn get_text(&self, path: &str) -> (StatusCode, String) {
+        let request = Request::builder()
+            .uri(self.url(path))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let response = tokio::time::timeout(STEP, self.client.request(request))
+            .await
+            .expect("a reply in time")
+            .expect("a reply");
+        let status = response.status();
+        let bytes = tokio::time::timeout(STEP, response.into_body().collect())
+            .await
+            .expect("the body in time")
+            .expect("the body")
+            .to_bytes();
+        (status, String::from_utf8(bytes.to_vec()).expect("UTF-8 text"))
+    }
+
     pub(crate) async fn get(&self, path: &str) -> Reply {
         self.call(Method::GET, path, None).await
     }
