@@ -58,6 +58,8 @@ pub enum Command {
     Status(StatusArgs),
     /// Load Muster (and etcd) over HTTP: throughput, p50/p99, the Muster/etcd ratio, the targets.
     Bench(muster_bench::BenchArgs),
+    /// Simulate a fleet on the real registry and client code: failed requests, stale window, heartbeat and lookup rates.
+    Lab(muster_lab::LabArgs),
 }
 
 /// Where the server is and whose data to address.

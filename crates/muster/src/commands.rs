@@ -49,6 +49,7 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
             };
             print(out, &text).map(drop)
         }
+        Command::Lab(args) => Ok(muster_lab::run(args, json, out).await?),
     }
 }
 

@@ -48,6 +48,10 @@ pub enum CliError {
     /// not start or prepare, or the report could not be written).
     #[error(transparent)]
     Bench(#[from] muster_bench::BenchError),
+    /// `lab` could not run (exit 2 for input refused before anything ran; exit 1 when the live
+    /// lab failed or the report could not be written).
+    #[error(transparent)]
+    Lab(#[from] muster_lab::LabError),
 }
 
 impl CliError {
@@ -71,6 +75,7 @@ impl CliError {
             CliError::Server(muster_server::ServerError::Bind { .. }) => "cannot_listen",
             CliError::Server(_) => "server_failed",
             CliError::Bench(err) => err.code(),
+            CliError::Lab(err) => err.code(),
         }
     }
 
@@ -85,6 +90,8 @@ impl CliError {
             CliError::Server(_) => 1,
             CliError::Bench(muster_bench::BenchError::Usage(_) | muster_bench::BenchError::NoSystem) => 2,
             CliError::Bench(_) => 1,
+            CliError::Lab(err) if err.is_usage() => 2,
+            CliError::Lab(_) => 1,
         }
     }
 

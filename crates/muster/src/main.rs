@@ -18,11 +18,12 @@ const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(10);
 fn main() -> ExitCode {
     // Usage errors exit 2 here, and --help / --version exit 0.
     let cli = Cli::parse();
-    // The server and the load generator need every core; a client command needs one.
+    // The server and the load generator need every core, and so does the lab's live server;
+    // a client command needs one.
     let serving = matches!(cli.command, Command::Serve(_) | Command::Bench(_));
     init_logging(serving);
     let json = cli.json;
-    let runtime = if serving {
+    let runtime = if serving || matches!(cli.command, Command::Lab(_)) {
         tokio::runtime::Builder::new_multi_thread().enable_all().build()
     } else {
         tokio::runtime::Builder::new_current_thread().enable_all().build()

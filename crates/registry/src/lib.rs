@@ -16,7 +16,8 @@
 //! The registry is what the Raft log is applied to: it takes time and caller as inputs
 //! ([`CommandMeta`]), draws no randomness and iterates no hash map, so every replica that
 //! applies the same commands holds the same state, emits the same events and exports the
-//! same bytes. Lease deadlines are deliberately absent (DESIGN "Leases off the log").
+//! same bytes. Lease deadlines are deliberately absent (DESIGN "Leases off the log"): they
+//! live in [`LeaseDeadlines`], a pure table the server (and the lab) keeps beside the registry.
 //!
 //! # Example
 //!
@@ -61,6 +62,7 @@
 mod applied;
 mod command;
 mod config;
+mod deadlines;
 mod leases;
 mod plan;
 mod registry;
@@ -73,6 +75,7 @@ pub use command::{
     SetServing, Target,
 };
 pub use config::{Quotas, RegistryConfig};
+pub use deadlines::{DeadlinePassed, LeaseDeadlines};
 pub use leases::Lease;
 pub use registry::{Page, Registry, Scope};
 pub use state::{ImportError, RegistryState};

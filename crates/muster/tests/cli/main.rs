@@ -8,6 +8,7 @@ mod durability;
 mod e2e;
 mod fixtures;
 mod inproc;
+mod lab;
 mod parsers;
 mod picker;
 mod registrar;

@@ -1,0 +1,87 @@
+//! `muster lab` through the real binary: the JSON shape issue 8 fixes, the files of `--out`,
+//! and bad input refused with exit 2 before anything runs.
+
+use crate::support::run;
+
+/// A small scenario, quick in a debug build: 100 instances, 10 crash at 5 s of 20 s.
+const SMALL: [&str; 8] = [
+    "--instances",
+    "100",
+    "--crash-at",
+    "5s",
+    "--duration",
+    "20s",
+    "--callers",
+    "5",
+];
+
+#[test]
+fn json_has_the_issues_fields_for_each_reference_setup() {
+    let mut args = vec!["lab", "--json"];
+    args.extend(SMALL);
+    let output = run(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let setups = report["setups"].as_array().unwrap();
+    let names: Vec<_> = setups.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["hard-coded", "ttl-10s", "ttl-2s"]);
+    for setup in setups {
+        for field in [
+            "failed",
+            "stale_window_s",
+            "heartbeats_per_s",
+            "lookups_per_s",
+            "failed_per_window",
+        ] {
+            assert!(!setup[field].is_null(), "{field} in {setup}");
+        }
+        assert_eq!(
+            setup["failed_per_window"].as_array().unwrap().len(),
+            4,
+            "20 s in 5 s windows"
+        );
+    }
+    assert!(setups[0]["ttl_s"].is_null() && setups[0]["heartbeat_interval_s"].is_null());
+    assert_eq!(setups[1]["ttl_s"], 10.0);
+    assert_eq!(setups[2]["heartbeat_interval_s"], 0.5);
+    // 5 callers × 100 req/s × 10% dead × 15 s.
+    assert_eq!(setups[0]["failed"], 750);
+}
+
+#[test]
+fn out_writes_a_markdown_report_and_two_svg_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report");
+    let mut args = vec!["lab", "--setup", "ttl-2s,watch", "--out", out.to_str().unwrap()];
+    args.extend(SMALL);
+    let output = run(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let table = String::from_utf8(output.stdout).unwrap();
+    assert!(table.contains("stale window") && table.contains("watch"), "{table}");
+    let markdown = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        markdown.contains("| ttl-2s |") && markdown.contains("failed-per-second.svg"),
+        "{markdown}"
+    );
+    for plot in ["failed-per-second.svg", "stale-window.svg"] {
+        let svg = std::fs::read_to_string(out.join(plot)).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("watch"), "{plot}");
+    }
+}
+
+#[test]
+fn bad_input_exits_2_with_a_typed_error_and_runs_nothing() {
+    for (args, code) in [
+        (vec!["lab", "--ttl", "2"], "invalid_scenario"),
+        (vec!["lab", "--setup", "nope"], "unknown_setup"),
+        (vec!["lab", "--kill", "200%"], "invalid_scenario"),
+        (vec!["lab", "--scenario", "/nonexistent/lab.toml"], "scenario_file"),
+        (vec!["lab", "--live", "--eject", "30s"], "invalid_scenario"),
+    ] {
+        let output = run(&args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(&format!("error: {code}:")), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?} printed a report");
+    }
+}
