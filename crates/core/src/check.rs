@@ -132,6 +132,11 @@ pub const DEFAULT_RISE: u32 = 2;
 pub const DEFAULT_FALL: u32 = 3;
 /// The shortest interval: 100 ms keeps one check from becoming a load test of its target.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// The longest interval or TTL: a day. Longer is a check nobody is waiting for, and keeps
+/// every deadline sum far from overflowing.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(86_400);
+/// Longest `body_contains` text: a marker, not a document.
+pub const MAX_BODY_TEXT_BYTES: usize = 256;
 /// Thresholds above 10 make detection slower than any operator expects from "a few probes".
 pub const MAX_THRESHOLD: u32 = 10;
 /// Checks per endpoint: a readiness, a liveness and a startup check, with room for a second
@@ -169,10 +174,14 @@ impl CheckSpec {
             (Some(_), Some(_)) => return Err(invalid(field, "a check has either a url or a ttl_ms, not both")),
             (None, None) => return Err(invalid(field, "a check needs a url (http, tcp, grpc) or a ttl_ms")),
             (None, Some(ttl)) => {
-                if ttl < MIN_INTERVAL.as_millis() as u64 {
+                if !(MIN_INTERVAL.as_millis()..=MAX_INTERVAL.as_millis()).contains(&u128::from(ttl)) {
                     return Err(invalid(
                         &at("ttl_ms"),
-                        format!("must be at least {} ms, got {ttl}", MIN_INTERVAL.as_millis()),
+                        format!(
+                            "must be {} ms to {} ms (a day), got {ttl}",
+                            MIN_INTERVAL.as_millis(),
+                            MAX_INTERVAL.as_millis()
+                        ),
                     ));
                 }
                 CheckKind::Ttl {
@@ -239,11 +248,11 @@ impl CheckSpec {
         if self
             .body_contains
             .as_ref()
-            .is_some_and(|text| text.len() > MAX_URL_BYTES)
+            .is_some_and(|text| text.len() > MAX_BODY_TEXT_BYTES)
         {
             return Err(invalid(
                 &at("body_contains"),
-                format!("must be at most {MAX_URL_BYTES} bytes"),
+                format!("must be at most {MAX_BODY_TEXT_BYTES} bytes"),
             ));
         }
         let threshold = |name: &str, value: Option<u32>, default: u32| match value.unwrap_or(default) {
@@ -268,12 +277,13 @@ impl CheckSpec {
             });
         }
         let interval = self.interval_ms.map_or(DEFAULT_INTERVAL, Duration::from_millis);
-        if interval < MIN_INTERVAL {
+        if interval < MIN_INTERVAL || interval > MAX_INTERVAL {
             return Err(invalid(
                 &at("interval_ms"),
                 format!(
-                    "must be at least {} ms, got {}",
+                    "must be {} ms to {} ms (a day), got {}",
                     MIN_INTERVAL.as_millis(),
+                    MAX_INTERVAL.as_millis(),
                     interval.as_millis()
                 ),
             ));
@@ -445,7 +455,7 @@ mod tests {
                     interval_ms: Some(0),
                     ..url("tcp://a:1")
                 },
-                "checks[0].interval_ms: must be at least 100 ms, got 0",
+                "checks[0].interval_ms: must be 100 ms to 86400000 ms (a day), got 0",
             ),
             (
                 CheckSpec {
@@ -505,7 +515,7 @@ mod tests {
                     ttl_ms: Some(10),
                     ..CheckSpec::default()
                 },
-                "checks[0].ttl_ms: must be at least 100 ms",
+                "checks[0].ttl_ms: must be 100 ms to 86400000 ms",
             ),
             (
                 CheckSpec {
@@ -523,6 +533,20 @@ mod tests {
                 "do not apply to a ttl check",
             ),
             (url("http://a:1/has space"), "without spaces"),
+            (
+                CheckSpec {
+                    interval_ms: Some(u64::MAX),
+                    ..url("tcp://a:1")
+                },
+                "checks[0].interval_ms: must be 100 ms to 86400000 ms (a day)",
+            ),
+            (
+                CheckSpec {
+                    ttl_ms: Some(u64::MAX),
+                    ..CheckSpec::default()
+                },
+                "checks[0].ttl_ms: must be 100 ms to 86400000 ms",
+            ),
             (url(&format!("http://a:1/{}", "x".repeat(300))), "at most 256 bytes"),
         ];
         for (spec, message) in cases {

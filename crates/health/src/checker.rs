@@ -244,9 +244,19 @@ impl<R: RngCore> Checker<R> {
         self.in_flight
     }
 
-    /// The earliest time a probe or TTL deadline is due, for the shell's sleep.
-    pub fn next_due_ms(&self) -> Option<u64> {
-        self.schedule.peek().map(|Reverse((due, _))| *due)
+    /// When the shell should call [`Checker::due`] next: the earliest queued turn, or — when
+    /// that is already due but waits for a limit — the next budget second (for the budget)
+    /// or `None` (for the concurrency: a probe result comes first). `None` with nothing
+    /// queued, too.
+    pub fn wake_at(&self, now_ms: u64) -> Option<u64> {
+        let due = self.schedule.peek().map(|Reverse((due, _))| *due)?;
+        if due > now_ms {
+            Some(due)
+        } else if self.in_flight >= self.config.max_in_flight {
+            None
+        } else {
+            Some(self.budget.0.saturating_add(1_000).max(now_ms + 1))
+        }
     }
 
     /// Takes in an endpoint's current record. A new incarnation or changed checks start
@@ -260,6 +270,11 @@ impl<R: RngCore> Checker<R> {
                 && tracked.checks.len() == endpoint.checks.len()
                 && tracked.checks.iter().zip(&endpoint.checks).all(|(s, c)| s.check == *c);
             if same {
+                // Someone else may have set the state (an owner's drain, the app): compare
+                // the next crossing with what the record says now.
+                if let Some(tracked) = self.tracked.get_mut(id) {
+                    tracked.proposed = endpoint.serving;
+                }
                 return;
             }
             self.remove(key, &endpoint.instance);
@@ -281,8 +296,8 @@ impl<R: RngCore> Checker<R> {
             // A TTL check's first deadline is one TTL after registration; a probe's first
             // turn is a random point of its first interval.
             let due = match check.kind {
-                CheckKind::Ttl { ttl } => now_ms + millis(ttl),
-                _ => now_ms + self.first_turn(millis(check.interval)),
+                CheckKind::Ttl { ttl } => now_ms.saturating_add(millis(ttl)),
+                _ => now_ms.saturating_add(self.first_turn(millis(check.interval))),
             };
             self.schedule.push(Reverse((
                 due,
@@ -354,8 +369,17 @@ impl<R: RngCore> Checker<R> {
                 self.schedule.pop();
                 continue;
             };
-            if state.next_due_ms != due || state.done {
+            if state.done {
                 self.schedule.pop();
+                continue;
+            }
+            if state.next_due_ms != due {
+                // A TTL report moved the deadline later: the one queued entry follows it.
+                let later = state.next_due_ms;
+                self.schedule.pop();
+                if later > due {
+                    self.schedule.push(Reverse((later, id)));
+                }
                 continue;
             }
             let (kind_ttl, interval) = match state.check.kind {
@@ -365,7 +389,7 @@ impl<R: RngCore> Checker<R> {
             if let Some(ttl) = kind_ttl {
                 // No report within the TTL: a failure, and the next deadline a TTL later.
                 self.schedule.pop();
-                self.reschedule(id, now_ms + millis(ttl));
+                self.reschedule(id, now_ms.saturating_add(millis(ttl)));
                 let reason = format!("no report within {} ms", ttl.as_millis());
                 decisions.extend(self.observe(id, ProbeResult::Fail, Some(reason), now_ms, brakes, counts));
                 continue;
@@ -477,7 +501,10 @@ impl<R: RngCore> Checker<R> {
         let mut decisions = Vec::new();
         for (check, ttl) in ttl_checks {
             let id = ProbeId { endpoint, check };
-            self.reschedule(id, now_ms + millis(ttl));
+            // The queued deadline entry stays; `due` moves it when it comes up early.
+            if let Some(state) = self.state_mut(id) {
+                state.next_due_ms = now_ms.saturating_add(millis(ttl));
+            }
             let reason = format!("reported {}", format!("{status:?}").to_lowercase());
             decisions.extend(self.observe(id, result, Some(reason), now_ms, brakes, counts));
         }
@@ -524,7 +551,11 @@ impl<R: RngCore> Checker<R> {
             });
         }
         let crossing = transition.map(|t| describe(&t.reason));
-        if state.check.signal == Signal::Startup && state.hysteresis.health() != Health::Starting {
+        // A startup check is done at its first pass (or warn); a checker that cannot reach
+        // it (`unknown`) has not seen it start.
+        if state.check.signal == Signal::Startup
+            && matches!(state.hysteresis.health(), Health::Passing | Health::Warning)
+        {
             state.done = true;
         }
         let (desired, deciding) = combine(&tracked.checks)?;
@@ -575,7 +606,8 @@ impl<R: RngCore> Checker<R> {
     /// `from + interval ± jitter`.
     fn next_turn(&mut self, from: u64, interval: u64) -> u64 {
         let spread = (interval as f64 * self.config.jitter) as u64;
-        from + interval - spread + self.draw(2 * spread + 1)
+        let jitter = self.draw(2 * spread + 1);
+        from.saturating_add(interval - spread + jitter)
     }
 
     /// The wait before a new check's first probe, drawn from the stationary distribution of

@@ -445,6 +445,73 @@ fn a_restart_resumes_a_ready_record_without_sending_it_back_to_starting() {
         ServingState::Ready,
         vec![startup, check("tcp://10.0.0.1:80", 2, 3)],
     ));
-    h.run(0, 2_500, |_, _| ProbeResult::Fail);
-    assert!(h.proposals.is_empty(), "two failures cross nothing: {:?}", h.proposals);
+    for n in 2..5 {
+        h.add(&endpoint(n, ServingState::Ready, vec![]));
+    }
+    // It resumed `ready`: failures count toward `fall` at once (from `starting` they would
+    // never cross), and the startup check that already passed is not probed again.
+    let (mut readiness_probes, mut startup_probes) = (0, 0);
+    h.run(0, 10_000, |id, _| {
+        if id.check == 1 {
+            readiness_probes += 1;
+        } else {
+            startup_probes += 1;
+        }
+        ProbeResult::Fail
+    });
+    assert_eq!(startup_probes, 0, "a startup check that already passed is done");
+    assert!(readiness_probes >= 3, "{readiness_probes}");
+    assert_eq!(
+        h.states_proposed(),
+        [ServingState::NotServing],
+        "the third failure crosses"
+    );
+    assert_eq!(h.proposals[0].reason, "tcp://10.0.0.1:80: 3 consecutive failures");
+}
+
+#[test]
+fn a_startup_check_the_checker_cannot_reach_never_lets_the_endpoint_start() {
+    let mut h = Harness::new(CheckerConfig::default());
+    let startup = with_signal(check("http://10.0.0.1:80/started", 1, 2), Signal::Startup);
+    h.add(&endpoint(1, ServingState::Starting, vec![startup]));
+    h.run(0, 10_000, |_, _| ProbeResult::Unreachable);
+    assert!(
+        h.proposals.iter().all(|p| p.state != ServingState::Ready),
+        "{:?}",
+        h.states_proposed()
+    );
+    h.run(10_000, 12_000, |_, _| ProbeResult::Pass);
+    assert_eq!(h.proposals.last().map(|p| p.state), Some(ServingState::Ready));
+}
+
+/// An owner drains an instance and it starts failing its check (normal while it stops): the
+/// checker's report is not a removal from routing (a draining endpoint is out already), so
+/// it spends none of the brake's budget.
+#[test]
+fn failures_of_a_drained_endpoint_spend_no_self_preservation_budget() {
+    let mut h = Harness::new(CheckerConfig::default());
+    for n in 1..5 {
+        h.add(&endpoint(
+            n,
+            ServingState::Ready,
+            vec![check("tcp://10.0.0.1:80", 1, 1)],
+        ));
+    }
+    let drained = endpoint(1, ServingState::Draining, vec![check("tcp://10.0.0.1:80", 1, 1)]);
+    h.states.insert(drained.instance.clone(), ServingState::Draining);
+    h.checker.sync(&key(), &drained, 0);
+    let failing = [InstanceId::new("i-1").unwrap(), InstanceId::new("i-2").unwrap()];
+    // Endpoints are numbered in the order they were added: 0 is i-1, 1 is i-2.
+    h.run(0, 3_000, |id, _| {
+        if id.endpoint <= 1 {
+            ProbeResult::Fail
+        } else {
+            ProbeResult::Pass
+        }
+    });
+    // i-1 (draining) is reported not serving without the brake; i-2's failure is the
+    // service's one allowed removal (30% of 4, at least one).
+    assert_eq!(h.states[&failing[0]], ServingState::NotServing);
+    assert_eq!(h.states[&failing[1]], ServingState::NotServing);
+    assert!(h.held.is_empty(), "{:?}", h.held);
 }

@@ -51,7 +51,13 @@ pub struct Preservation {
     config: PreservationConfig,
     /// Times of removals within the window, oldest first.
     removals: VecDeque<u64>,
-    active: bool,
+    /// When a removal was last held by rate: protection is active until a whole window
+    /// passes without one (and without removals).
+    last_hold_ms: Option<u64>,
+    /// The largest size the service had while removals were in the window: an expired
+    /// endpoint leaves the total, and the fraction is of the service as it was, not of
+    /// what is left of it.
+    peak_total: usize,
 }
 
 impl Preservation {
@@ -60,28 +66,42 @@ impl Preservation {
         Preservation {
             config,
             removals: VecDeque::new(),
-            active: false,
+            last_hold_ms: None,
+            peak_total: 0,
         }
     }
 
     /// Whether protection is active (reported in the API and metrics).
     pub fn protection_active(&self) -> bool {
-        self.active
+        self.last_hold_ms.is_some()
     }
 
     /// Decides one removal from a service of `total` endpoints of which `serving` are in
-    /// routing now.
+    /// routing now, and counts it when allowed.
     pub fn decide(&mut self, serving: usize, total: usize, now_ms: u64) -> Verdict {
+        let verdict = self.check(serving, total, 0, now_ms);
+        if verdict == Verdict::Remove {
+            self.record(now_ms);
+        }
+        verdict
+    }
+
+    /// Whether one more removal would be allowed on top of `pending` ones already allowed
+    /// but not yet [recorded](Preservation::record) — for a batch that is all or nothing
+    /// (the endpoints of one lease). Counts nothing; a hold by rate turns protection on.
+    pub fn check(&mut self, serving: usize, total: usize, pending: usize, now_ms: u64) -> Verdict {
         self.expire(now_ms);
+        let serving = serving.saturating_sub(pending);
         if serving <= self.config.floor {
             return Verdict::Hold(format!(
                 "serving floor: {serving} of {total} serving, floor {}",
                 self.config.floor
             ));
         }
-        let allowed = (self.config.max_fraction * total as f64).floor() as usize;
-        if self.removals.len() + 1 > allowed.max(1) {
-            self.active = true;
+        self.peak_total = self.peak_total.max(total);
+        let allowed = (self.config.max_fraction * self.peak_total as f64).floor() as usize;
+        if self.removals.len() + pending + 1 > allowed.max(1) {
+            self.last_hold_ms = Some(now_ms);
             return Verdict::Hold(format!(
                 "protection_active: {} of {total} endpoints already left within {} s (at most {:.0}%)",
                 self.removals.len(),
@@ -89,21 +109,31 @@ impl Preservation {
                 self.config.max_fraction * 100.0
             ));
         }
-        self.removals.push_back(now_ms);
         Verdict::Remove
     }
 
-    /// Slides the window; protection ends once the removals in it fall below the limit.
+    /// Counts one removal now.
+    pub fn record(&mut self, now_ms: u64) {
+        self.removals.push_back(now_ms);
+    }
+
+    /// Slides the window; protection ends once a whole window passes with no removal and no
+    /// held one (the pressure is gone, not merely under the limit: ending at the limit, or
+    /// while removals are still being held, would flap).
     pub fn expire(&mut self, now_ms: u64) {
+        let window = self.config.window_ms;
         while self
             .removals
             .front()
-            .is_some_and(|at| now_ms.saturating_sub(*at) >= self.config.window_ms)
+            .is_some_and(|at| now_ms.saturating_sub(*at) >= window)
         {
             self.removals.pop_front();
         }
-        if self.removals.is_empty() {
-            self.active = false;
+        if self.removals.is_empty() && self.last_hold_ms.is_some_and(|at| now_ms.saturating_sub(at) >= window) {
+            self.last_hold_ms = None;
+        }
+        if self.removals.is_empty() && self.last_hold_ms.is_none() {
+            self.peak_total = 0;
         }
     }
 }
@@ -151,16 +181,26 @@ impl Brakes {
         }
     }
 
-    /// Decides one removal from `key`, which has `counts` now.
+    /// Decides one removal from `key`, which has `counts` now, and counts it when allowed.
     pub fn decide(&mut self, key: &ServiceKey, counts: Counts, now_ms: u64) -> Verdict {
+        let verdict = self.check(key, counts, 0, now_ms);
+        if verdict == Verdict::Remove {
+            self.record(key, now_ms);
+        }
+        verdict
+    }
+
+    /// [`Preservation::check`] for `key`: counts nothing.
+    pub fn check(&mut self, key: &ServiceKey, counts: Counts, pending: usize, now_ms: u64) -> Verdict {
+        let (config, floors) = (self.config, &self.floors);
         let brake = self.services.entry(key.clone()).or_insert_with(|| {
             Preservation::new(PreservationConfig {
-                floor: self.floors.get(key).copied().unwrap_or(self.config.floor),
-                ..self.config
+                floor: floors.get(key).copied().unwrap_or(config.floor),
+                ..config
             })
         });
         let was_active = brake.protection_active();
-        let verdict = brake.decide(counts.serving, counts.total, now_ms);
+        let verdict = brake.check(counts.serving, counts.total, pending, now_ms);
         if !was_active && brake.protection_active() {
             tracing::error!(
                 service = %key, serving = counts.serving, total = counts.total,
@@ -168,6 +208,13 @@ impl Brakes {
             );
         }
         verdict
+    }
+
+    /// Counts one removal from `key` now.
+    pub fn record(&mut self, key: &ServiceKey, now_ms: u64) {
+        if let Some(brake) = self.services.get_mut(key) {
+            brake.record(now_ms);
+        }
     }
 
     /// Whether `key` is protected now.
@@ -225,10 +272,42 @@ mod tests {
             matches!(&held, Verdict::Hold(why) if why.starts_with("protection_active")),
             "{held:?}"
         );
-        // The window slides: the rate has fallen, removals resume and protection ends.
+        // The window slides past the removals and the last hold: the pressure is gone,
+        // protection ends and removals resume.
         brake.expire(61_000);
+        assert!(brake.protection_active(), "a removal was held 59 s ago");
+        brake.expire(62_000);
         assert!(!brake.protection_active());
-        assert_eq!(brake.decide(serving, total, 61_000), Verdict::Remove);
+        assert_eq!(brake.decide(serving, total, 62_000), Verdict::Remove);
+    }
+
+    /// An agent's lease covering a whole service expires: all of it or none may leave, so
+    /// it is held, counted nothing, and protection stays on while it keeps being held.
+    #[test]
+    fn an_all_or_nothing_batch_over_the_limit_is_held_without_counting() {
+        let mut brake = Preservation::new(PreservationConfig::default());
+        let mut held_at = 0;
+        for now in (0..120_000).step_by(100) {
+            let allowed = (0..10).all(|pending| brake.check(10, 10, pending, now) == Verdict::Remove);
+            assert!(!allowed);
+            held_at = now;
+            assert!(brake.protection_active(), "at {now}");
+        }
+        assert!(brake.removals.is_empty(), "a held batch counts nothing");
+        brake.expire(held_at + 60_000);
+        assert!(!brake.protection_active());
+    }
+
+    /// Expired endpoints leave the service's total: the fraction stays one of the service as
+    /// it was when the removals began (3 of 10), not of what is left (2 of 9, then 2 of 8).
+    #[test]
+    fn expiries_one_by_one_count_against_the_service_as_it_was() {
+        let mut brake = Preservation::new(PreservationConfig::default());
+        let mut total = 10;
+        while brake.decide(total, total, 1_000) == Verdict::Remove {
+            total -= 1;
+        }
+        assert_eq!(total, 7);
     }
 
     #[test]

@@ -461,4 +461,5 @@ fn has_attributes(endpoint: &Endpoint, attrs: &muster_core::Attributes) -> bool 
         && endpoint.capacity == attrs.capacity
         && endpoint.labels == attrs.labels
         && endpoint.provenance.source_revision == attrs.source_revision
+        && endpoint.checks == attrs.checks
 }

@@ -171,10 +171,12 @@ pub(crate) async fn run(
     loop {
         let now = shell.app.clock.now_ms();
         shell.start_due(now);
+        // Nothing due, or waiting for a limit: sleep until then (a probe result or a message
+        // wakes the loop earlier).
         let sleep = shell
             .checker
-            .next_due_ms()
-            .map_or(IDLE, |due| Duration::from_millis(due.saturating_sub(now)).min(IDLE));
+            .wake_at(now)
+            .map_or(IDLE, |at| Duration::from_millis(at.saturating_sub(now)).min(IDLE));
         tokio::select! {
             _ = stop.wait_for(|stopping| *stopping) => return,
             Some(message) = messages.recv() => shell.message(message),
@@ -412,6 +414,17 @@ async fn propose(
         .propose(command.into(), app.meta_as(Actor::Checker, principal))
         .await
     {
+        // Accepted but unchanged (e.g. `drain_held`: an owner's drain outranks the checker):
+        // settled, but no change to report.
+        Ok(Ok(applied)) if applied.unchanged.is_some() => {
+            let _ = internal.send(Internal::Proposed {
+                key,
+                instance,
+                removal,
+                committed: true,
+            });
+            return None;
+        }
         Ok(Ok(applied)) => Some(applied.revision),
         Ok(Err(rejection)) => {
             // A replaced or removed endpoint: the feed brings the change that explains it.

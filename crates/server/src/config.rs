@@ -109,6 +109,11 @@ impl HealthConfig {
                 self.preservation_percent
             ));
         }
+        if self.preservation_window_ms == 0 || self.flap_window_ms == 0 {
+            return Err(
+                "health.preservation_window_ms and health.flap_window_ms: must be at least 1 (0 would switch the brake or the damping off)".into(),
+            );
+        }
         if self.max_in_flight == 0 || self.budget_per_s == 0 {
             return Err("health.max_in_flight and health.budget_per_s: must be at least 1".into());
         }

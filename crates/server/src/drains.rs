@@ -33,6 +33,13 @@ impl Drains {
             .insert((target.key, target.instance), (target.incarnation, deadline_ms));
     }
 
+    /// Puts back a drain whose early end failed to commit; its grace ends it at once.
+    pub(crate) fn restore(&mut self, target: Target) {
+        self.pending
+            .entry((target.key, target.instance))
+            .or_insert((target.incarnation, 0));
+    }
+
     /// The drains whose grace ended by `now_ms`, removed.
     pub(crate) fn due(&mut self, now_ms: u64) -> Vec<Target> {
         let due: Vec<(ServiceKey, InstanceId)> = self

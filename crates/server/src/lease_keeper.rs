@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use muster_core::{Actor, LeaseId, Principal, ServiceKey};
+use muster_core::{Actor, LeaseId, Principal, ServiceKey, ServingState};
 use muster_health::preservation::{Verdict, in_routing};
 use muster_registry::{CommandMeta, Deregister, ExpireLeases};
 use tokio::sync::watch;
@@ -124,27 +124,50 @@ fn unprotected(app: &App, expired: Vec<LeaseId>, now: u64) -> Vec<LeaseId> {
     let mut leaving: HashMap<ServiceKey, usize> = HashMap::new();
     let mut allowed = Vec::with_capacity(attached.len());
     'leases: for (id, endpoints) in attached {
+        // All of a lease's endpoints leave together or none does: check them all, then
+        // count them.
+        let mut this_lease: HashMap<&ServiceKey, usize> = HashMap::new();
         for (key, _) in endpoints.iter().filter(|(_, serving)| *serving) {
             let mut counts = app.counts(key);
             counts.serving = counts.serving.saturating_sub(leaving.get(key).copied().unwrap_or(0));
-            if let Verdict::Hold(why) = brakes.decide(key, counts, now) {
+            let pending = this_lease.get(key).copied().unwrap_or(0);
+            if let Verdict::Hold(why) = brakes.check(key, counts, pending, now) {
                 tracing::debug!(lease = id.0, service = %key, %why, "lease expiry held by self-preservation");
                 continue 'leases;
             }
-            *leaving.entry(key.clone()).or_insert(0) += 1;
+            *this_lease.entry(key).or_insert(0) += 1;
+        }
+        for (key, count) in this_lease {
+            for _ in 0..count {
+                brakes.record(key, now);
+            }
+            *leaving.entry(key.clone()).or_insert(0) += count;
         }
         allowed.push(id);
     }
     allowed
 }
 
-/// Deregisters (as the owner, fenced by incarnation) the drained instances whose grace ended.
+/// Deregisters (as the owner, fenced by incarnation) the drained instances whose grace ended
+/// — only if still draining: compare-and-swap on the record's revision, so an owner who lifted
+/// the drain meanwhile keeps the instance.
 async fn end_drains(app: &App, principal: &Principal, now: u64) {
     let due = app.drains().due(now);
     for target in due {
+        let draining = app.node.read(|registry| {
+            registry
+                .snapshot(&target.key)
+                .and_then(|snapshot| snapshot.get(&target.instance).cloned())
+                .filter(|e| e.incarnation == target.incarnation && e.serving == ServingState::Draining)
+                .map(|e| e.revision)
+        });
+        let Some(revision) = draining else {
+            tracing::debug!(service = %target.key, instance = %target.instance, "drain grace ended; no longer draining");
+            continue;
+        };
         let command = Deregister {
             target,
-            expected_revision: None,
+            expected_revision: Some(revision),
         };
         match app
             .node

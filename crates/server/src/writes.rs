@@ -137,11 +137,17 @@ pub(crate) async fn in_flight(
         }));
     };
     let command = Deregister {
-        target,
+        target: target.clone(),
         expected_revision: None,
     };
-    let applied = app.propose(command.into(), app.meta(Actor::Owner)).await?;
-    Ok(Json(app.write_reply(&applied)))
+    match app.propose(command.into(), app.meta(Actor::Owner)).await {
+        Ok(applied) => Ok(Json(app.write_reply(&applied))),
+        Err(error) => {
+            // Not deregistered: the grace still ends it later.
+            app.drains().restore(target);
+            Err(error)
+        }
+    }
 }
 
 /// `DELETE .../{instance}?incarnation=N[&expected_revision=R]`.

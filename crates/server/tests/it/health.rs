@@ -545,3 +545,91 @@ async fn checks_resume_after_a_restart_and_stop_when_the_endpoint_leaves() {
         "the checker stopped probing a deregistered endpoint"
     );
 }
+
+#[tokio::test]
+async fn a_check_added_later_by_re_registering_the_same_incarnation_takes_effect() {
+    let server = TestServer::start().await;
+    let target = HttpTarget::start().await;
+    target.set(UNAVAILABLE);
+    server.register("web", "web-0", "10.0.0.1").await.expect(StatusCode::OK);
+    register_checked(&server, "web", "web-0", json!([fast_check(&target.url())])).await;
+    let (endpoints, _) = read(&server, "web").await;
+    assert_eq!(
+        endpoints[0]["checks"][0]["url"],
+        target.url(),
+        "the record holds the check"
+    );
+    let down = until_state(&server, "web", "web-0", "not_serving").await;
+    assert_eq!(down["incarnation"], 1);
+}
+
+#[tokio::test]
+async fn an_owner_who_lifts_a_drain_keeps_the_instance_past_the_grace() {
+    let server = TestServer::start().await;
+    server.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
+    server
+        .call(
+            Method::POST,
+            &format!("{}/drain", instance_path("api", "a")),
+            Some(json!({"incarnation": 1, "grace_ms": 300})),
+        )
+        .await
+        .expect(StatusCode::OK);
+    server
+        .send(
+            Method::PUT,
+            &format!("{}/serving", instance_path("api", "a")),
+            Some(serde_json::to_vec(&json!({"incarnation": 1, "state": "ready"})).unwrap()),
+            &[("x-muster-actor", "owner")],
+        )
+        .await
+        .expect(StatusCode::OK);
+    // The keeper looks every 100 ms: give it many looks past the grace.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let (endpoints, _) = read(&server, "api").await;
+    assert_eq!(endpoints.len(), 1, "a lifted drain does not deregister");
+    assert_eq!(endpoints[0]["serving"], "ready");
+}
+
+/// An agent holds one lease for a whole service (and one endpoint of another) and goes
+/// silent: the lease's endpoints leave together or not at all, so self-preservation holds the
+/// lease and counts nothing for it — the other service's own expiries go on.
+#[tokio::test]
+async fn a_lease_shared_by_a_whole_service_is_held_as_one() {
+    let server = TestServer::start().await;
+    let grant = server
+        .call(Method::POST, "/v1/leases/acme", Some(json!({"ttl_ms": 1000})))
+        .await
+        .expect(StatusCode::OK);
+    let agent = json!({"id": grant.body["lease"]["id"].as_u64().unwrap()});
+    let put = |service: &str, instance: &str, lease: Option<Value>| {
+        let mut body = json!({"incarnation": 1, "endpoint": endpoint("10.0.0.1")});
+        if let Some(lease) = lease {
+            body["lease"] = lease;
+        }
+        let path = instance_path(service, instance);
+        let server = &server;
+        async move { server.call(Method::PUT, &path, Some(body)).await }
+    };
+    for n in 0..10 {
+        put("zzz", &format!("z-{n}"), Some(agent.clone()))
+            .await
+            .expect(StatusCode::OK);
+    }
+    // "aaa" (4 endpoints: one removal per window): one on the agent's lease, one on its own.
+    put("aaa", "x", Some(agent.clone())).await.expect(StatusCode::OK);
+    put("aaa", "solo", Some(json!({"ttl_ms": 1000})))
+        .await
+        .expect(StatusCode::OK);
+    put("aaa", "p-0", None).await.expect(StatusCode::OK);
+    put("aaa", "p-1", None).await.expect(StatusCode::OK);
+
+    until(&server, "zzz", "protection on", |_, protected| protected).await;
+    until(&server, "aaa", "aaa's own lease expires", |e, _| {
+        e.len() == 3 && e.iter().all(|e| e["instance"] != "solo")
+    })
+    .await;
+    let (endpoints, protected) = read(&server, "zzz").await;
+    assert_eq!(endpoints.len(), 10, "held as one");
+    assert!(protected);
+}
