@@ -12,6 +12,11 @@
 //! entry per write would mean one fsync per write (about 2,500/s on this machine's disk). One
 //! batch per entry makes the fsync's cost shared by every write that waited for it: under
 //! load, batches grow by themselves, and a lone write still goes out at once.
+//!
+//! In a cluster a follower's batch is forwarded whole to the leader (`POST /raft/propose`),
+//! and the follower answers once it has applied the entry itself. Without a quorum a write
+//! fails with `no_quorum` after [`WRITE_TIMEOUT`]; it may still commit later (the usual
+//! ambiguity of a timeout), which is why every command is idempotent on retry.
 
 use muster_core::Rejection;
 use muster_registry::Applied;
@@ -19,12 +24,18 @@ use openraft::Raft;
 use openraft::error::{ClientWriteError, Fatal, RaftError};
 use tokio::sync::{mpsc, oneshot};
 
+use serde::{Deserialize, Serialize};
+
+use crate::network::{PeerClient, Rpc};
 use crate::node::ConsensusError;
-use crate::types::{Batch, Proposal, TypeConfig};
+use crate::types::{Batch, Outcome, Proposal, TypeConfig};
 
 /// Proposals in one entry at most: 1,024 registrations of ~1 KiB keep an entry near 1 MiB,
 /// and far more writers than that are already waiting on latency, not throughput.
 const MAX_BATCH: usize = 1024;
+/// How long a write may wait for a quorum before it fails with `no_quorum` (R2: never
+/// hangs): ten election timeouts, so a leader change in between still commits.
+pub(crate) const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Proposals queued before `propose` waits: backpressure instead of unbounded memory, at
 /// sixteen full batches.
 const QUEUE: usize = 16 * MAX_BATCH;
@@ -43,10 +54,11 @@ pub(crate) struct Batcher {
 }
 
 impl Batcher {
-    /// Starts the batcher in front of `raft`.
-    pub(crate) fn spawn(raft: Raft<TypeConfig>) -> Batcher {
+    /// Starts the batcher in front of `raft`; with `peers`, a follower forwards its batches
+    /// to the leader.
+    pub(crate) fn spawn(raft: Raft<TypeConfig>, peers: Option<PeerClient>) -> Batcher {
         let (queue, pending) = mpsc::channel(QUEUE);
-        tokio::spawn(run(raft, pending));
+        tokio::spawn(run(raft, peers, pending));
         Batcher { queue }
     }
 
@@ -61,7 +73,7 @@ impl Batcher {
     }
 }
 
-async fn run(raft: Raft<TypeConfig>, mut pending: mpsc::Receiver<Pending>) {
+async fn run(raft: Raft<TypeConfig>, peers: Option<PeerClient>, mut pending: mpsc::Receiver<Pending>) {
     while let Some(first) = pending.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -71,9 +83,10 @@ async fn run(raft: Raft<TypeConfig>, mut pending: mpsc::Receiver<Pending>) {
             }
         }
         let (proposals, replies): (Vec<_>, Vec<_>) = batch.into_iter().map(|p| (p.proposal, p.reply)).unzip();
-        match raft.client_write(Batch(proposals)).await {
-            Ok(response) => {
-                let mut results = response.data.0.into_iter();
+        let verdicts = commit(&raft, peers.as_ref(), Batch(proposals)).await;
+        match verdicts {
+            Ok(outcome) => {
+                let mut results = outcome.0.into_iter();
                 for reply in replies {
                     let verdict = results.next().ok_or_else(|| {
                         ConsensusError::Storage("a batch entry applied fewer proposals than it held".into())
@@ -82,12 +95,86 @@ async fn run(raft: Raft<TypeConfig>, mut pending: mpsc::Receiver<Pending>) {
                 }
             }
             Err(error) => {
-                let error = classify(error);
                 for reply in replies {
                     let _ = reply.send(Err(error.clone()));
                 }
             }
         }
+    }
+}
+
+/// Commits a batch: here when this node leads, else forwarded to the leader, then waits until
+/// this node has applied it too (so a reader of this node sees its own write).
+async fn commit(raft: &Raft<TypeConfig>, peers: Option<&PeerClient>, batch: Batch) -> Result<Outcome, ConsensusError> {
+    match write_here(raft, batch.clone()).await {
+        Err(Forward {
+            leader_addr: Some(addr),
+        }) if peers.is_some() => {
+            let peers = peers.expect("checked above");
+            let reply: Result<Forwarded, String> = peers
+                .call(&addr, Rpc::Propose, &batch, WRITE_TIMEOUT)
+                .await
+                .map_err(|_| ConsensusError::NoQuorum)?;
+            let forwarded = reply.map_err(|message| {
+                if message == NO_QUORUM {
+                    ConsensusError::NoQuorum
+                } else {
+                    ConsensusError::Storage(message)
+                }
+            })?;
+            raft.wait(Some(WRITE_TIMEOUT))
+                .applied_index_at_least(Some(forwarded.log_index), "a forwarded write applied here")
+                .await
+                .map_err(|_| ConsensusError::NoQuorum)?;
+            Ok(forwarded.outcome)
+        }
+        Err(Forward { .. }) => Err(ConsensusError::NoQuorum),
+        Ok(result) => result,
+    }
+}
+
+/// This node is not the leader; the leader's cluster address, if one is known.
+struct Forward {
+    leader_addr: Option<String>,
+}
+
+/// A batch committed by the leader on a follower's behalf: where, and the verdicts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Forwarded {
+    /// The log index of the entry holding the batch.
+    pub(crate) log_index: u64,
+    /// The registry's verdicts.
+    pub(crate) outcome: Outcome,
+}
+
+/// The message of a forwarded write that found no quorum on the leader either.
+pub(crate) const NO_QUORUM: &str = "no_quorum";
+
+/// Writes on this node if it leads: `Err(Forward)` if another node does (or none is known).
+async fn write_here(raft: &Raft<TypeConfig>, batch: Batch) -> Result<Result<Outcome, ConsensusError>, Forward> {
+    match tokio::time::timeout(WRITE_TIMEOUT, raft.client_write(batch)).await {
+        Err(_) => Ok(Err(ConsensusError::NoQuorum)),
+        Ok(Ok(response)) => Ok(Ok(response.data)),
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => Err(Forward {
+            leader_addr: forward
+                .leader_node
+                .map(|node| node.addr)
+                .filter(|addr| !addr.is_empty()),
+        }),
+        Ok(Err(error)) => Ok(Err(classify(error))),
+    }
+}
+
+/// The leader's side of a forwarded batch: commit it here, within the write timeout.
+pub(crate) async fn commit_forwarded(raft: &Raft<TypeConfig>, batch: Batch) -> Result<Forwarded, String> {
+    match tokio::time::timeout(WRITE_TIMEOUT, raft.client_write(batch)).await {
+        Err(_) => Err(NO_QUORUM.to_owned()),
+        Ok(Ok(response)) => Ok(Forwarded {
+            log_index: response.log_id.index,
+            outcome: response.data,
+        }),
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => Err(NO_QUORUM.to_owned()),
+        Ok(Err(error)) => Err(classify(error).to_string()),
     }
 }
 

@@ -23,5 +23,6 @@ mod state_machine;
 mod storage_tests;
 mod types;
 
-pub use node::{ApplyObserver, ConsensusError, Node, NodeConfig, NodeStatus};
+pub use network::{Rpc, SECRET_HEADER};
+pub use node::{ApplyObserver, ClusterConfig, ConsensusError, Node, NodeConfig, NodeStatus};
 pub use types::{Batch, Outcome, Proposal, TypeConfig};

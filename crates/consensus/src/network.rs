@@ -1,16 +1,214 @@
-//! The network of a group of one: there are no peers to reach. A node-to-node transport
-//! replaces this when clusters arrive (issue 7); until then any attempt to reach a peer is
-//! reported as unreachable, which openraft handles as it would a down node.
+//! Node-to-node transport (issue 7): openraft's RPCs and forwarded writes as JSON over
+//! HTTP/1.1 between the nodes' cluster listeners, authenticated with the shared cluster
+//! secret. A group of one has no peers ([`NoPeers`]).
+//!
+//! ```text
+//!  openraft (sender) ──append / vote / snapshot──▶ HttpPeer ──POST /raft/{rpc}──▶ peer's cluster
+//!  follower's batcher ──ForwardToLeader──▶ forward() ──POST /raft/propose──▶   listener ──▶ Node::rpc
+//!                                  header x-muster-cluster-secret: S (else 401, nothing done)
+//! ```
+//!
+//! A reply is `200` with the JSON of `Result<Response, Error>` (openraft's own error types);
+//! any transport failure, timeout or non-200 is `Unreachable` to openraft, which retries it
+//! like a down node.
 
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use openraft::BasicNode;
-use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
+use openraft::error::{InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
     VoteResponse,
 };
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::types::TypeConfig;
+
+/// The header that carries the cluster secret on every node-to-node request.
+pub const SECRET_HEADER: &str = "x-muster-cluster-secret";
+
+/// The RPCs a cluster listener serves, by path segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rpc {
+    /// `POST /raft/append`: openraft `AppendEntries`.
+    Append,
+    /// `POST /raft/vote`: openraft `Vote`.
+    Vote,
+    /// `POST /raft/snapshot`: one chunk of `InstallSnapshot`.
+    Snapshot,
+    /// `POST /raft/propose`: a batch of proposals forwarded by a follower to the leader.
+    Propose,
+}
+
+impl Rpc {
+    /// The RPC named by a path segment.
+    pub fn from_segment(segment: &str) -> Option<Rpc> {
+        match segment {
+            "append" => Some(Rpc::Append),
+            "vote" => Some(Rpc::Vote),
+            "snapshot" => Some(Rpc::Snapshot),
+            "propose" => Some(Rpc::Propose),
+            _ => None,
+        }
+    }
+
+    fn segment(self) -> &'static str {
+        match self {
+            Rpc::Append => "append",
+            Rpc::Vote => "vote",
+            Rpc::Snapshot => "snapshot",
+            Rpc::Propose => "propose",
+        }
+    }
+}
+
+/// An HTTP client of peers' cluster listeners.
+#[derive(Clone)]
+pub(crate) struct PeerClient {
+    client: Client<HttpConnector, Full<Bytes>>,
+    secret: String,
+}
+
+/// Why a call to a peer failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CallError {
+    /// Not sent, not answered in time, or answered with something else than a reply.
+    #[error("{0}")]
+    Unreachable(String),
+}
+
+impl PeerClient {
+    pub(crate) fn new(secret: String) -> PeerClient {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(1)));
+        PeerClient {
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            secret,
+        }
+    }
+
+    /// Posts `body` to `addr`'s `rpc` and decodes the reply, within `timeout`.
+    pub(crate) async fn call<B: Serialize, R: DeserializeOwned>(
+        &self,
+        addr: &str,
+        rpc: Rpc,
+        body: &B,
+        timeout: Duration,
+    ) -> Result<R, CallError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| CallError::Unreachable(format!("encoding: {e}")))?;
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(format!("http://{addr}/raft/{}", rpc.segment()))
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .header(SECRET_HEADER, &self.secret)
+            .body(Full::new(Bytes::from(bytes)))
+            .map_err(|e| CallError::Unreachable(e.to_string()))?;
+        let exchange = async {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|e| CallError::Unreachable(format!("{addr}: {e}")))?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| CallError::Unreachable(format!("{addr}: reading the reply: {e}")))?
+                .to_bytes();
+            if status != StatusCode::OK {
+                return Err(CallError::Unreachable(format!(
+                    "{addr}: HTTP {status}: {}",
+                    String::from_utf8_lossy(&body)
+                )));
+            }
+            serde_json::from_slice(&body).map_err(|e| CallError::Unreachable(format!("{addr}: decoding: {e}")))
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| CallError::Unreachable(format!("{addr}: no reply within {timeout:?}")))?
+    }
+}
+
+/// Builds connections to peers over HTTP.
+pub(crate) struct HttpPeers {
+    pub(crate) client: PeerClient,
+}
+
+/// A connection to one peer.
+pub(crate) struct HttpPeer {
+    client: PeerClient,
+    target: u64,
+    addr: String,
+}
+
+impl RaftNetworkFactory<TypeConfig> for HttpPeers {
+    type Network = HttpPeer;
+
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> HttpPeer {
+        HttpPeer {
+            client: self.client.clone(),
+            target,
+            addr: node.addr.clone(),
+        }
+    }
+}
+
+impl HttpPeer {
+    async fn rpc<B, R, E>(
+        &self,
+        rpc: Rpc,
+        body: &B,
+        option: &RPCOption,
+    ) -> Result<R, RPCError<u64, BasicNode, RaftError<u64, E>>>
+    where
+        B: Serialize,
+        R: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let reply: Result<R, RaftError<u64, E>> = self
+            .client
+            .call(&self.addr, rpc, body, option.hard_ttl())
+            .await
+            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+        reply.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for HttpPeer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        self.rpc(Rpc::Append, &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
+        self.rpc(Rpc::Snapshot, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        self.rpc(Rpc::Vote, &rpc, &option).await
+    }
+}
 
 /// Builds connections to peers, of which a single node has none.
 pub(crate) struct NoPeers;

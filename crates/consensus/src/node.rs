@@ -1,5 +1,6 @@
-//! The node: the one way into the registry. A Raft group of one on openraft, with the log on
-//! redb and snapshots in the data directory.
+//! The node: the one way into the registry. A Raft group on openraft — of one by default, or
+//! a static cluster of 3 or 5 ([`ClusterConfig`]) — with the log on redb and snapshots in the
+//! data directory.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,12 +13,12 @@ use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
 
 use crate::batcher::Batcher;
 use crate::log_store::LogStore;
-use crate::network::NoPeers;
+use crate::network::{HttpPeers, NoPeers, PeerClient, Rpc};
 use crate::state_machine::{Shared, StateMachine};
 use crate::types::{Proposal, TypeConfig};
 
 /// The only member of a group of one.
-const NODE_ID: u64 = 1;
+const SINGLE_NODE_ID: u64 = 1;
 /// How long `open` waits for the node to elect itself: an election takes one election timeout
 /// (at most 600 ms here); ten seconds covers a slow disk replaying a long log.
 const LEADERSHIP_WAIT: Duration = Duration::from_secs(10);
@@ -34,6 +35,20 @@ pub struct NodeConfig {
     pub registry: RegistryConfig,
     /// Log entries between state-machine snapshots; the log before a snapshot is purged.
     pub snapshot_every: u64,
+    /// The cluster this node belongs to; `None`: a group of one.
+    pub cluster: Option<ClusterConfig>,
+}
+
+/// A static cluster: this node's id, every member's cluster address (this node's included),
+/// and the secret every node-to-node request carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// This node's id, a key of `members`.
+    pub node_id: u64,
+    /// Every voter: id → `host:port` of its cluster listener.
+    pub members: BTreeMap<u64, String>,
+    /// The shared secret.
+    pub secret: String,
 }
 
 impl NodeConfig {
@@ -44,6 +59,7 @@ impl NodeConfig {
             data_dir: data_dir.into(),
             registry: RegistryConfig::default(),
             snapshot_every: 10_000,
+            cluster: None,
         }
     }
 }
@@ -81,6 +97,10 @@ pub enum ConsensusError {
     /// No leader is known, so the write cannot be committed now.
     #[error("no leader: the write was not committed")]
     NoLeader,
+    /// No quorum answered in time: the write may or may not commit later (retry: writes are
+    /// idempotent).
+    #[error("no quorum: the write was not acknowledged by a majority in time")]
+    NoQuorum,
     /// Storage or the Raft core failed.
     #[error("storage: {0}")]
     Storage(String),
@@ -89,6 +109,9 @@ pub enum ConsensusError {
 /// A registry node. Cheap to clone.
 #[derive(Clone)]
 pub struct Node {
+    id: u64,
+    /// The cluster secret (none for a group of one: it serves no peers).
+    secret: Option<Arc<str>>,
     raft: Raft<TypeConfig>,
     shared: Arc<Shared>,
     /// The log's writer thread, joined by `shutdown` so the database is closed when it returns.
@@ -122,25 +145,60 @@ impl Node {
         }
         .validate()
         .map_err(|e| ConsensusError::Storage(e.to_string()))?;
-        let raft = Raft::new(NODE_ID, Arc::new(raft_config), NoPeers, log, machine)
-            .await
-            .map_err(|e| ConsensusError::Storage(e.to_string()))?;
-        if !raft
-            .is_initialized()
-            .await
-            .map_err(|e| ConsensusError::Storage(e.to_string()))?
-        {
-            let members = BTreeMap::from([(NODE_ID, BasicNode::default())]);
-            raft.initialize(members)
+        let fatal = |e: openraft::error::Fatal<u64>| ConsensusError::Storage(e.to_string());
+        let Some(cluster) = config.cluster else {
+            let raft = Raft::new(SINGLE_NODE_ID, Arc::new(raft_config), NoPeers, log, machine)
                 .await
-                .map_err(|e| ConsensusError::Storage(e.to_string()))?;
+                .map_err(fatal)?;
+            if !raft.is_initialized().await.map_err(fatal)? {
+                let members = BTreeMap::from([(SINGLE_NODE_ID, BasicNode::default())]);
+                raft.initialize(members)
+                    .await
+                    .map_err(|e| ConsensusError::Storage(e.to_string()))?;
+            }
+            raft.wait(Some(LEADERSHIP_WAIT))
+                .state(ServerState::Leader, "single node elects itself")
+                .await
+                .map_err(|_| ConsensusError::NoLeader)?;
+            let batcher = Batcher::spawn(raft.clone(), None);
+            return Ok(Node {
+                id: SINGLE_NODE_ID,
+                secret: None,
+                raft,
+                shared,
+                log_writer,
+                batcher,
+            });
+        };
+        if !cluster.members.contains_key(&cluster.node_id) {
+            return Err(ConsensusError::Storage(format!(
+                "node {} is not among the members {:?}",
+                cluster.node_id,
+                cluster.members.keys().collect::<Vec<_>>()
+            )));
         }
-        raft.wait(Some(LEADERSHIP_WAIT))
-            .state(ServerState::Leader, "single node elects itself")
+        let client = PeerClient::new(cluster.secret.clone());
+        let peers = HttpPeers { client: client.clone() };
+        let raft = Raft::new(cluster.node_id, Arc::new(raft_config), peers, log, machine)
             .await
-            .map_err(|_| ConsensusError::NoLeader)?;
-        let batcher = Batcher::spawn(raft.clone());
+            .map_err(fatal)?;
+        // A static cluster forms once: the member with the lowest id proposes the membership
+        // (an initialised node ignores it); the others wait to hear from it.
+        let first = cluster.members.keys().next().copied();
+        if first == Some(cluster.node_id) && !raft.is_initialized().await.map_err(fatal)? {
+            let members: BTreeMap<u64, BasicNode> = cluster
+                .members
+                .iter()
+                .map(|(id, addr)| (*id, BasicNode::new(addr)))
+                .collect();
+            if let Err(error) = raft.initialize(members).await {
+                tracing::info!(%error, "cluster membership already initialised");
+            }
+        }
+        let batcher = Batcher::spawn(raft.clone(), Some(client));
         Ok(Node {
+            id: cluster.node_id,
+            secret: Some(Arc::from(cluster.secret.as_str())),
             raft,
             shared,
             log_writer,
@@ -168,10 +226,40 @@ impl Node {
     pub fn status(&self) -> NodeStatus {
         let metrics = self.raft.metrics().borrow().clone();
         NodeStatus {
-            node_id: NODE_ID,
+            node_id: self.id,
             leader: metrics.current_leader,
             applied_index: self.shared.applied_index.load(std::sync::atomic::Ordering::Acquire),
             revision: self.read(Registry::revision),
+        }
+    }
+
+    /// Whether this node leads its group now (lease expiry and health checks run only there).
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().current_leader == Some(self.id)
+    }
+
+    /// Whether `secret` is this cluster's secret (constant time in its length). A group of
+    /// one has no secret and accepts no node-to-node request.
+    pub fn accepts_secret(&self, secret: &str) -> bool {
+        let Some(expected) = &self.secret else { return false };
+        let (a, b) = (expected.as_bytes(), secret.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0_u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+
+    /// Serves one node-to-node request (the body of `POST /raft/{rpc}`): the reply's JSON.
+    /// Call it only after [`Node::accepts_secret`].
+    pub async fn rpc(&self, rpc: Rpc, body: &[u8]) -> Result<Vec<u8>, String> {
+        fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+            serde_json::from_slice(body).map_err(|e| format!("undecodable request: {e}"))
+        }
+        fn encode<T: serde::Serialize>(reply: &T) -> Result<Vec<u8>, String> {
+            serde_json::to_vec(reply).map_err(|e| format!("unencodable reply: {e}"))
+        }
+        match rpc {
+            Rpc::Append => encode(&self.raft.append_entries(decode(body)?).await),
+            Rpc::Vote => encode(&self.raft.vote(decode(body)?).await),
+            Rpc::Snapshot => encode(&self.raft.install_snapshot(decode(body)?).await),
+            Rpc::Propose => encode(&crate::batcher::commit_forwarded(&self.raft, decode(body)?).await),
         }
     }
 

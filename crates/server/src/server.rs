@@ -69,6 +69,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             data_dir: config.data_dir.clone(),
             registry: config.registry.clone(),
             snapshot_every: config.snapshot_every,
+            cluster: None,
         },
         Arc::new(Observers(vec![hub.clone(), check_feed])),
     )

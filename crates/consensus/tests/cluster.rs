@@ -1,0 +1,273 @@
+//! Three nodes on loopback, each with its own data directory and cluster listener (a minimal
+//! HTTP server in front of `Node::rpc`, checking the secret as the daemon does): forming,
+//! forwarding, leader loss, a minority without quorum, a wrong secret.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use muster_consensus::{ApplyObserver, ClusterConfig, ConsensusError, Node, NodeConfig, Rpc, SECRET_HEADER};
+use muster_core::{Actor, AddressSpec, EndpointSpec, Incarnation, InstanceId, Principal, ServiceKey};
+use muster_registry::{Applied, Command, CommandMeta, LeaseSpec, Register, Registry, Target};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+const SECRET: &str = "s3cret";
+/// Bound on every wait: elections take a few hundred ms; a broken cluster fails here.
+const STEP: Duration = Duration::from_secs(20);
+
+struct Quiet;
+
+impl ApplyObserver for Quiet {
+    fn applied(&self, _registry: &Registry, _applied: &Applied) {}
+    fn reset(&self, _registry: &Registry) {}
+}
+
+fn key() -> ServiceKey {
+    ServiceKey::new("acme", "prod", "api").unwrap()
+}
+
+fn register(n: u32) -> (Command, CommandMeta) {
+    let command = Register {
+        target: Target {
+            key: key(),
+            instance: InstanceId::new(&format!("api-{n}")).unwrap(),
+            incarnation: Incarnation(1),
+        },
+        spec: EndpointSpec {
+            addresses: vec![AddressSpec {
+                ip: format!("10.0.{}.{}", n / 250, n % 250 + 1),
+                scope: None,
+            }],
+            ..EndpointSpec::default()
+        },
+        lease: LeaseSpec::None,
+        expected_revision: None,
+    }
+    .into();
+    let meta = CommandMeta {
+        at_ms: 1,
+        principal: Principal::new("test").unwrap(),
+        actor: Actor::App,
+    };
+    (command, meta)
+}
+
+struct Member {
+    node: Node,
+    server: JoinHandle<()>,
+    addr: SocketAddr,
+}
+
+impl Member {
+    async fn stop(self) {
+        self.server.abort();
+        let _ = self.node.shutdown().await;
+    }
+}
+
+/// The cluster listener: `POST /raft/{rpc}` with the secret, else 401 and nothing done.
+fn serve(listener: TcpListener, node: Node) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let node = node.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let node = node.clone();
+                    async move {
+                        let secret = request
+                            .headers()
+                            .get(SECRET_HEADER)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or_default()
+                            .to_owned();
+                        let rpc = request.uri().path().strip_prefix("/raft/").and_then(Rpc::from_segment);
+                        let body = request
+                            .into_body()
+                            .collect()
+                            .await
+                            .map(|b| b.to_bytes())
+                            .unwrap_or_default();
+                        let (status, reply) = match rpc {
+                            _ if !node.accepts_secret(&secret) => (StatusCode::UNAUTHORIZED, Bytes::new()),
+                            None => (StatusCode::NOT_FOUND, Bytes::new()),
+                            Some(rpc) => match node.rpc(rpc, &body).await {
+                                Ok(reply) => (StatusCode::OK, Bytes::from(reply)),
+                                Err(message) => (StatusCode::BAD_REQUEST, Bytes::from(message)),
+                            },
+                        };
+                        Ok::<_, Infallible>(Response::builder().status(status).body(Full::new(reply)).unwrap())
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), service)
+                    .await;
+            });
+        }
+    })
+}
+
+/// Opens a member of `members` on its bound `listener`.
+async fn open_member(dir: &std::path::Path, id: u64, members: &BTreeMap<u64, String>, listener: TcpListener) -> Member {
+    let addr = listener.local_addr().unwrap();
+    let config = NodeConfig {
+        cluster: Some(ClusterConfig {
+            node_id: id,
+            members: members.clone(),
+            secret: SECRET.into(),
+        }),
+        ..NodeConfig::new(dir.join(format!("node-{id}")))
+    };
+    let node = Node::open(config, Arc::new(Quiet)).await.expect("the node opens");
+    let server = serve(listener, node.clone());
+    Member { node, server, addr }
+}
+
+async fn cluster(dir: &std::path::Path) -> Vec<Member> {
+    let mut listeners = Vec::new();
+    let mut members = BTreeMap::new();
+    for id in 1..=3_u64 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        members.insert(id, listener.local_addr().unwrap().to_string());
+        listeners.push((id, listener));
+    }
+    let mut opened = Vec::new();
+    for (id, listener) in listeners {
+        opened.push(open_member(dir, id, &members, listener).await);
+    }
+    opened
+}
+
+/// Waits until some member reports a leader that is one of `alive`; returns its index.
+async fn leader(members: &[Member]) -> usize {
+    let polls = STEP.as_millis() / 20;
+    for _ in 0..polls {
+        let ids: Vec<u64> = members.iter().map(|m| m.node.status().node_id).collect();
+        for member in members {
+            if let Some(leader) = member.node.status().leader
+                && let Some(index) = ids.iter().position(|id| *id == leader)
+                && members[index].node.is_leader()
+            {
+                return index;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no leader elected");
+}
+
+fn endpoints(node: &Node) -> usize {
+    node.read(|r| r.snapshot(&key()).map_or(0, |s| s.len()))
+}
+
+/// Waits until every member holds `n` endpoints.
+async fn converged(members: &[Member], n: usize) {
+    for _ in 0..STEP.as_millis() / 20 {
+        if members.iter().all(|m| endpoints(&m.node) == n) {
+            let digests: Vec<_> = members
+                .iter()
+                .map(|m| m.node.read(|r| r.snapshot(&key()).map(|s| s.digest())))
+                .collect();
+            assert!(digests.windows(2).all(|w| w[0] == w[1]), "{digests:?}");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let counts: Vec<usize> = members.iter().map(|m| endpoints(&m.node)).collect();
+    panic!("not converged on {n}: {counts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_on_a_follower_is_forwarded_acknowledged_after_commit_and_seen_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let members = cluster(dir.path()).await;
+    let leader = leader(&members).await;
+    let follower = (leader + 1) % 3;
+    let (command, meta) = register(1);
+    let applied = members[follower].node.propose(command, meta).await.unwrap().unwrap();
+    assert!(applied.revision.0 >= 1);
+    assert_eq!(
+        endpoints(&members[follower].node),
+        1,
+        "the follower answers after applying it"
+    );
+    converged(&members, 1).await;
+    for member in members {
+        member.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_leader_stops_the_others_elect_a_new_one_and_keep_every_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut members = cluster(dir.path()).await;
+    let first = leader(&members).await;
+    for n in 0..20 {
+        let (command, meta) = register(n);
+        members[(first + 1) % 3]
+            .node
+            .propose(command, meta)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    members.remove(first).stop().await;
+    let next = leader(&members).await;
+    let (command, meta) = register(100);
+    members[next].node.propose(command, meta).await.unwrap().unwrap();
+    let (command, meta) = register(101);
+    members[1 - next].node.propose(command, meta).await.unwrap().unwrap();
+    converged(&members, 22).await;
+    for member in members {
+        member.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_refuses_writes_with_no_quorum_in_bounded_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut members = cluster(dir.path()).await;
+    leader(&members).await;
+    let (command, meta) = register(1);
+    members[0].node.propose(command, meta).await.unwrap().unwrap();
+    let alone = members.remove(0);
+    for member in members {
+        member.stop().await;
+    }
+    let (command, meta) = register(2);
+    let refused = tokio::time::timeout(STEP, alone.node.propose(command, meta))
+        .await
+        .expect("a write without quorum fails in bounded time");
+    assert!(matches!(refused, Err(ConsensusError::NoQuorum)), "{refused:?}");
+    assert_eq!(endpoints(&alone.node), 1, "nothing half-applied");
+    alone.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_the_cluster_secret_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let members = cluster(dir.path()).await;
+    leader(&members).await;
+    let client =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let batch = serde_json::json!([{"command": {"register": {}}, "meta": {}}]);
+    for secret in ["", "wrong"] {
+        let request = Request::post(format!("http://{}/raft/propose", members[0].addr))
+            .header(SECRET_HEADER, secret)
+            .body(Full::new(Bytes::from(batch.to_string())))
+            .unwrap();
+        let response = client.request(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    }
+    assert!(members.iter().all(|m| m.node.status().revision.0 == 0));
+    for member in members {
+        member.stop().await;
+    }
+}
