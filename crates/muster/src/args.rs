@@ -51,6 +51,28 @@ pub fn parse_addr(text: &str) -> Result<SocketAddr, String> {
     Ok(addr)
 }
 
+/// Parses `--peers 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103`: ids and `host:port`
+/// addresses, each id once.
+pub fn parse_peers(text: &str) -> Result<std::collections::BTreeMap<u64, String>, String> {
+    let mut peers = std::collections::BTreeMap::new();
+    for part in text.split(',') {
+        let (id, addr) = part
+            .split_once('=')
+            .ok_or_else(|| format!("'{part}' is not ID=HOST:PORT"))?;
+        let id: u64 = id.parse().map_err(|_| format!("'{id}' is not a node id"))?;
+        let port_ok = addr
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0));
+        if !port_ok {
+            return Err(format!("'{addr}' is not HOST:PORT"));
+        }
+        if peers.insert(id, addr.to_owned()).is_some() {
+            return Err(format!("node {id} is listed twice"));
+        }
+    }
+    Ok(peers)
+}
+
 /// Parses a label `KEY=VALUE`. The key must not be empty; limits are the server's to check.
 pub fn parse_label(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {

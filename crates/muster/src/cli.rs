@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::args::{ActorArg, CheckStatusArg, ProtocolArg, StateArg, parse_addr, parse_label, parse_lease_id};
+use crate::args::{
+    ActorArg, CheckStatusArg, ProtocolArg, StateArg, parse_addr, parse_label, parse_lease_id, parse_peers,
+};
 use crate::duration::parse_duration;
 use muster_client::http::DEFAULT_SERVER;
 use muster_core::LeaseId;
@@ -88,6 +90,19 @@ pub struct ServeArgs {
     /// A TOML file of server settings; the flags above override it.
     #[arg(long, env = "MUSTER_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// This node's id in a static cluster (a key of --peers).
+    #[arg(long, env = "MUSTER_NODE_ID", value_name = "N")]
+    pub node_id: Option<u64>,
+    /// The node-to-node listener (Raft traffic, forwarded writes) of a cluster member.
+    #[arg(long, env = "MUSTER_CLUSTER_ADDR", value_name = "ADDR")]
+    pub cluster_addr: Option<SocketAddr>,
+    /// Every voter of a static cluster of 3 or 5, this node included: 1=ADDR,2=ADDR,3=ADDR
+    /// (their --cluster-addr).
+    #[arg(long, env = "MUSTER_PEERS", value_name = "ID=ADDR,...", value_parser = parse_peers)]
+    pub peers: Option<std::collections::BTreeMap<u64, String>>,
+    /// The secret every node-to-node request carries (at least 16 bytes).
+    #[arg(long, env = "MUSTER_CLUSTER_SECRET", value_name = "S")]
+    pub cluster_secret: Option<String>,
 }
 
 /// `muster register`.

@@ -30,6 +30,18 @@ pub fn load_config(args: &ServeArgs) -> Result<ServerConfig, CliError> {
     if let Some(dns) = args.dns {
         config.dns = dns;
     }
+    if let Some(node_id) = args.node_id {
+        config.node_id = node_id;
+    }
+    if let Some(addr) = args.cluster_addr {
+        config.cluster_addr = Some(addr);
+    }
+    if let Some(peers) = &args.peers {
+        config.peers.clone_from(peers);
+    }
+    if let Some(secret) = &args.cluster_secret {
+        config.cluster_secret = Some(secret.clone());
+    }
     Ok(config)
 }
 

@@ -16,6 +16,7 @@ use crate::checker::CheckerHandle;
 use crate::clock::ServerClock;
 use crate::drains::Drains;
 use crate::error::ApiError;
+use crate::forward::ClusterLink;
 use crate::hub::WatchHub;
 use crate::lease_deadlines::LeaseDeadlines;
 use crate::metrics::CheckerStats;
@@ -37,6 +38,8 @@ pub(crate) struct App {
     pub(crate) checker: CheckerHandle,
     /// The checker task's counters.
     pub(crate) checker_stats: CheckerStats,
+    /// The other members, in a cluster.
+    pub(crate) cluster: Option<ClusterLink>,
     ready: AtomicBool,
     /// Turns true when the server starts stopping: blocking queries return at once.
     stopping: watch::Receiver<bool>,
@@ -52,6 +55,7 @@ impl App {
         stopping: watch::Receiver<bool>,
         brakes: Brakes,
         checker: CheckerHandle,
+        cluster: Option<ClusterLink>,
     ) -> App {
         App {
             node,
@@ -63,6 +67,7 @@ impl App {
             drains: Mutex::new(Drains::default()),
             checker,
             checker_stats: CheckerStats::default(),
+            cluster,
             ready: AtomicBool::new(false),
             stopping,
             anonymous: Principal::new(ANONYMOUS).expect("'anonymous' is a valid principal"),

@@ -168,15 +168,26 @@ pub(crate) async fn run(
         principal: Principal::new(CHECKER_PRINCIPAL).expect("a valid principal"),
     };
     shell.resync();
+    let mut leading = false;
     loop {
         let now = shell.app.clock.now_ms();
-        shell.start_due(now);
+        // Only the leader probes (issue 7 item 6); a node that takes over starts from the
+        // registry as it is.
+        if shell.app.node.is_leader() {
+            if !leading {
+                shell.resync();
+                leading = true;
+            }
+            shell.start_due(now);
+        } else {
+            leading = false;
+        }
         // Nothing due, or waiting for a limit: sleep until then (a probe result or a message
         // wakes the loop earlier).
-        let sleep = shell
-            .checker
-            .wake_at(now)
-            .map_or(IDLE, |at| Duration::from_millis(at.saturating_sub(now)).min(IDLE));
+        let sleep = match shell.checker.wake_at(now) {
+            Some(at) if leading => Duration::from_millis(at.saturating_sub(now)).min(IDLE),
+            _ => IDLE,
+        };
         tokio::select! {
             _ = stop.wait_for(|stopping| *stopping) => return,
             Some(message) = messages.recv() => shell.message(message),

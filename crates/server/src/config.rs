@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use muster_consensus::ClusterConfig;
 use muster_core::ServiceKey;
 use muster_health::checker::CheckerConfig;
 use muster_health::preservation::{Brakes, PreservationConfig};
@@ -37,6 +38,65 @@ pub struct ServerConfig {
     pub shutdown_grace_ms: u64,
     /// The health checker and self-preservation.
     pub health: HealthConfig,
+    /// This node's id in its cluster (1 for a single node).
+    pub node_id: u64,
+    /// The node-to-node listener (Raft traffic and forwarded writes); required in a cluster.
+    pub cluster_addr: Option<SocketAddr>,
+    /// Every voter of a static cluster, this node included: id → `host:port` of its cluster
+    /// listener. Empty: a single node.
+    pub peers: BTreeMap<u64, String>,
+    /// The secret every node-to-node request carries; required in a cluster.
+    pub cluster_secret: Option<String>,
+}
+
+/// The shortest cluster secret accepted: 16 bytes, so guessing it over the network is not an
+/// option.
+pub(crate) const MIN_SECRET_BYTES: usize = 16;
+
+impl ServerConfig {
+    /// The consensus layer's view of the cluster settings; `None` for a single node. An error
+    /// names the setting.
+    pub(crate) fn cluster(&self) -> Result<Option<ClusterConfig>, String> {
+        if self.peers.is_empty() {
+            if self.cluster_addr.is_some() || self.cluster_secret.is_some() {
+                return Err("peers: a cluster needs --peers ID=ADDR,... (every voter, this node included)".into());
+            }
+            return Ok(None);
+        }
+        let Some(listen) = self.cluster_addr else {
+            return Err("cluster_addr: a cluster member needs a node-to-node listener address".into());
+        };
+        let Some(secret) = self.cluster_secret.clone() else {
+            return Err("cluster_secret: a cluster needs a shared secret".into());
+        };
+        if secret.len() < MIN_SECRET_BYTES {
+            return Err(format!("cluster_secret: must be at least {MIN_SECRET_BYTES} bytes"));
+        }
+        if !matches!(self.peers.len(), 3 | 5) {
+            return Err(format!(
+                "peers: a static cluster has 3 or 5 voters, got {}",
+                self.peers.len()
+            ));
+        }
+        let Some(advertised) = self.peers.get(&self.node_id) else {
+            return Err(format!("node_id: {} is not among the peers", self.node_id));
+        };
+        // The listener may bind a wildcard address; the port must be the advertised one.
+        let advertised_port = advertised
+            .rsplit_once(':')
+            .and_then(|(_, port)| port.parse::<u16>().ok());
+        if advertised_port != Some(listen.port()) {
+            return Err(format!(
+                "peers: node {} is listed at {advertised}, but cluster_addr is {listen}",
+                self.node_id
+            ));
+        }
+        Ok(Some(ClusterConfig {
+            node_id: self.node_id,
+            members: self.peers.clone(),
+            secret,
+        }))
+    }
 }
 
 /// The health checker's limits and the self-preservation brake (SPEC H2, H5). Defaults are
@@ -151,6 +211,10 @@ impl Default for ServerConfig {
             snapshot_every: 10_000,
             shutdown_grace_ms: 10_000,
             health: HealthConfig::default(),
+            node_id: 1,
+            cluster_addr: None,
+            peers: BTreeMap::new(),
+            cluster_secret: None,
         }
     }
 }

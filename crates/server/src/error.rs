@@ -51,6 +51,17 @@ impl ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, rejection.code(), rejection.to_string())
     }
 
+    /// 503 `no_quorum`: no leader or no majority to commit with now (SPEC R2); retry.
+    pub(crate) fn no_quorum(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "no_quorum", message)
+    }
+
+    /// Another node's error reply, passed on (its code is one of ours, but not static here).
+    pub(crate) fn relayed(status: StatusCode, body: ErrorBody) -> ApiError {
+        let code = crate::error::known_code(&body.error.code).unwrap_or("unavailable");
+        ApiError::new(status, code, body.error.message)
+    }
+
     /// 503 `unavailable`: the server cannot do it now (e.g. it is stopping).
     pub(crate) fn unavailable(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
@@ -106,6 +117,9 @@ impl From<ConsensusError> for ApiError {
             ConsensusError::ShuttingDown => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", error.to_string())
             }
+            ConsensusError::NoQuorum | ConsensusError::NoLeader => ApiError::no_quorum(format!(
+                "{error}; the write may still commit: retry it (writes are idempotent)"
+            )),
             _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string()),
         }
     }
@@ -124,6 +138,21 @@ impl IntoResponse for ApiError {
 
 /// The code for an error status the API did not produce itself (the safety net in
 /// [`crate::routes`]).
+/// The static form of a code another node may send back for a forwarded request.
+pub(crate) fn known_code(code: &str) -> Option<&'static str> {
+    [
+        "lease_not_found",
+        "invalid_name",
+        "no_quorum",
+        "unavailable",
+        "unauthorized",
+        "bad_request",
+        "not_found",
+    ]
+    .into_iter()
+    .find(|known| *known == code)
+}
+
 pub(crate) fn code_for_status(status: StatusCode) -> &'static str {
     match status {
         StatusCode::NOT_FOUND => "not_found",

@@ -38,6 +38,11 @@ pub(crate) const MAX_EXPIRE_BATCH: usize = 4096;
 /// The principal the keeper's commands are logged under.
 const KEEPER_PRINCIPAL: &str = "muster-lease-keeper";
 
+/// What a new leader adds to every lease's TTL before expiring anything: more than an
+/// election timeout (600 ms at most), so a renewal sent to the old leader during the election
+/// is not lost.
+const ELECTION_GRACE_MS: u64 = 1_000;
+
 /// The principal of deregistrations at the end of a drain's grace.
 const DRAIN_PRINCIPAL: &str = "muster-drain";
 
@@ -47,12 +52,23 @@ pub(crate) async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
     let drain_principal = Principal::new(DRAIN_PRINCIPAL).expect("a valid principal");
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut leading = false;
     for tick in 0_u64.. {
         tokio::select! {
             _ = ticker.tick() => {}
             _ = stop.wait_for(|stopping| *stopping) => return,
         }
-        if tick % RECONCILE_EVERY == 0 {
+        // Only the leader keeps deadlines and expires (SPEC R4); a node that just took over
+        // gives every lease a whole TTL plus an election's time before expiring anything,
+        // since renewals went to the old leader.
+        if !app.node.is_leader() {
+            leading = false;
+            continue;
+        }
+        if !leading {
+            take_over(&app);
+            leading = true;
+        } else if tick % RECONCILE_EVERY == 0 {
             reconcile(&app);
         }
         let now = app.clock.now_ms();
@@ -81,6 +97,22 @@ pub(crate) async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
             Err(error) => tracing::warn!(%error, "lease expiry not committed; retrying next tick"),
         }
     }
+}
+
+/// The deadline table of a node that just became leader: every live lease at now + TTL +
+/// [`ELECTION_GRACE_MS`].
+fn take_over(app: &App) {
+    let live: Vec<_> = app.node.read(|registry| {
+        registry
+            .leases()
+            .map(|lease| (lease.id, lease.ttl_ms.saturating_add(ELECTION_GRACE_MS)))
+            .collect()
+    });
+    let now = app.clock.now_ms();
+    let mut leases = app.leases();
+    *leases = LeaseDeadlines::new();
+    LeaseDeadlines::reconcile(&mut leases, live, now);
+    tracing::info!(leases = leases.len(), "leading: lease deadlines taken over");
 }
 
 fn reconcile(app: &App) {

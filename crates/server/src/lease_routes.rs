@@ -7,13 +7,14 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use muster_core::api::{GrantLeaseRequest, LeaseReply, WriteReply};
-use muster_core::{Actor, Rejection, Revision};
+use muster_core::{Actor, LeaseId, Rejection, Revision};
 use muster_registry::{GrantLease, RevokeLease};
 use serde::Deserialize;
 
 use crate::app::App;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, QueryParams, Segments, actor};
+use crate::forward::RenewForward;
 
 /// The query of `DELETE /v1/leases/{tenant}/{id}`.
 #[derive(Debug, Deserialize)]
@@ -41,22 +42,34 @@ pub(crate) async fn grant(
     Ok(Json(app.write_reply(&applied)))
 }
 
-/// `PUT /v1/leases/{tenant}/{id}/renew`: no log write.
+/// `PUT /v1/leases/{tenant}/{id}/renew`: no log write. In a cluster the deadline lives on the
+/// leader: a follower forwards the renewal there (SPEC R4).
 pub(crate) async fn renew(State(app): State<Arc<App>>, segments: Segments) -> Result<Json<LeaseReply>, ApiError> {
     let tenant = segments.tenant()?;
     let id = segments.lease()?;
+    if let Some(link) = &app.cluster
+        && !app.node.is_leader()
+    {
+        let forward = RenewForward { tenant, id };
+        return Ok(Json(link.renew(app.node.status().leader, &forward).await?));
+    }
+    renew_here(&app, &tenant, id).map(Json)
+}
+
+/// Renews on this node, which leads (or is the only node).
+pub(crate) fn renew_here(app: &App, tenant: &muster_core::Label, id: LeaseId) -> Result<LeaseReply, ApiError> {
     let not_found = || ApiError::from(Rejection::LeaseNotFound { lease: id });
     let ttl_ms = app
         .node
-        .read(|registry| registry.lease(id).filter(|l| l.tenant == tenant).map(|l| l.ttl_ms))
+        .read(|registry| registry.lease(id).filter(|l| l.tenant == *tenant).map(|l| l.ttl_ms))
         .ok_or_else(not_found)?;
     let now = app.clock.now_ms();
     let deadline = app.leases().renew(id, ttl_ms, now).map_err(|_| not_found())?;
-    Ok(Json(LeaseReply {
+    Ok(LeaseReply {
         id,
         ttl_ms,
         deadline_unix_ms: app.clock.unix_ms(deadline),
-    }))
+    })
 }
 
 /// `DELETE /v1/leases/{tenant}/{id}[?expected_revision=R]`: the lease's endpoints leave with

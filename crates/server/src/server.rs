@@ -19,9 +19,10 @@ use tokio::task::JoinHandle;
 
 use crate::app::App;
 use crate::clock::ServerClock;
+use crate::forward::ClusterLink;
 use crate::hub::{WatchHub, WatchStats};
 use crate::observers::Observers;
-use crate::{ServerConfig, ServerError, accept, checker, lease_keeper, routes};
+use crate::{ServerConfig, ServerError, accept, checker, cluster, lease_keeper, routes};
 
 /// A server that is running; [`RunningServer::stop`] stops it gracefully.
 pub struct RunningServer {
@@ -32,6 +33,8 @@ pub struct RunningServer {
     serve: JoinHandle<std::io::Result<()>>,
     keeper: JoinHandle<()>,
     checker: JoinHandle<()>,
+    /// The node-to-node listener, in a cluster: stopped after the node.
+    cluster_serve: Option<(oneshot::Sender<()>, JoinHandle<std::io::Result<()>>)>,
     shutdown_grace: Duration,
 }
 
@@ -53,6 +56,7 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
         return Err(ServerError::Config("max_body_bytes: must be at least 1".into()));
     }
     config.health.brakes().map_err(ServerError::Config)?;
+    config.cluster().map_err(ServerError::Config)?;
     Ok(())
 }
 
@@ -64,12 +68,26 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let brakes = config.health.brakes().map_err(ServerError::Config)?;
     let hub = WatchHub::new(config.watch_queue_frames);
     let (check_feed, checker_handle, checker_messages) = checker::channel();
+    let cluster = config.cluster().map_err(ServerError::Config)?;
+    // The node-to-node listener is bound before the node opens, so peers can reach it as
+    // soon as it votes.
+    let cluster_listener = match (&cluster, config.cluster_addr) {
+        (Some(_), Some(addr)) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServerError::Bind { addr, source })?,
+        ),
+        _ => None,
+    };
+    let link = cluster
+        .as_ref()
+        .map(|c| ClusterLink::new(c.members.clone(), c.secret.clone()));
     let node = Node::open(
         NodeConfig {
             data_dir: config.data_dir.clone(),
             registry: config.registry.clone(),
             snapshot_every: config.snapshot_every,
-            cluster: None,
+            cluster,
         },
         Arc::new(Observers(vec![hub.clone(), check_feed])),
     )
@@ -97,10 +115,16 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         stopping_rx.clone(),
         brakes,
         checker_handle,
+        link,
     ));
     let router = routes::router(Arc::clone(&app), config.max_body_bytes);
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
     let serve = tokio::spawn(accept::serve(listener, router, stop_accepting_rx));
+    let cluster_serve = cluster_listener.map(|listener| {
+        let (stop, stop_rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(accept::serve(listener, cluster::router(Arc::clone(&app)), stop_rx));
+        (stop, task)
+    });
     // One timer for every watch stream's `progress` frames; it ends when the hub closes.
     tokio::spawn(Arc::clone(&app.hub).run_progress_ticker(app.progress_interval));
     let keeper = tokio::spawn(lease_keeper::run(Arc::clone(&app), stopping_rx.clone()));
@@ -120,6 +144,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         serve,
         keeper,
         checker,
+        cluster_serve,
         shutdown_grace: Duration::from_millis(config.shutdown_grace_ms),
     })
 }
@@ -158,6 +183,11 @@ impl RunningServer {
         let _ = self.keeper.await;
         let _ = self.checker.await;
         self.app.node.shutdown().await?;
+        if let Some((stop, task)) = self.cluster_serve {
+            let _ = stop.send(());
+            task.abort();
+            let _ = task.await;
+        }
         tracing::info!("muster stopped");
         served
     }

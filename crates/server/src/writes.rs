@@ -20,6 +20,7 @@ use crate::app::App;
 use crate::drains::MAX_GRACE_MS;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, QueryParams, Segments, actor};
+use crate::forward::ReportForward;
 
 fn target(key: ServiceKey, instance: InstanceId, incarnation: muster_core::Incarnation) -> Target {
     Target {
@@ -110,6 +111,12 @@ pub(crate) async fn check_report(
     JsonBody(request): JsonBody<CheckReportRequest>,
 ) -> Result<Json<CheckReportReply>, ApiError> {
     let (key, instance) = segments.instance()?;
+    if let Some(link) = &app.cluster
+        && !app.node.is_leader()
+    {
+        let forward = ReportForward { key, instance, request };
+        return Ok(Json(link.report(app.node.status().leader, &forward).await?));
+    }
     let report = TtlReport {
         key,
         instance,

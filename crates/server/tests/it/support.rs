@@ -96,6 +96,11 @@ impl TestServer {
         self.server.as_ref().expect("the server is running")
     }
 
+    /// The node-to-node listener's base URL (cluster tests).
+    pub(crate) fn cluster_url(&self) -> String {
+        format!("http://{}", self.config.cluster_addr.expect("a cluster member"))
+    }
+
     pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.running().local_addr(), path)
     }

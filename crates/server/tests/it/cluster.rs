@@ -1,0 +1,244 @@
+//! Three servers on loopback forming a static cluster (issue 7): the status names the leader,
+//! writes to any node commit through the leader, reads and renewals work on every node, a
+//! leader change keeps renewed leases, a minority refuses writes with `no_quorum`, and the
+//! cluster listener refuses requests without the secret.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hyper::{Method, StatusCode};
+use muster_server::{ServerConfig, ServerError};
+use serde_json::json;
+use tempfile::TempDir;
+
+use crate::support::{STEP, TestServer, endpoint, instance_path, test_config};
+
+const SECRET: &str = "a-cluster-secret-of-some-length";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Cluster {
+    nodes: Vec<Option<TestServer>>,
+}
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let peers: BTreeMap<u64, String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, port)| (i as u64 + 1, format!("127.0.0.1:{port}")))
+            .collect();
+        let mut nodes = Vec::new();
+        for (i, port) in ports.iter().enumerate() {
+            let peers = peers.clone();
+            let port = *port;
+            nodes.push(Some(
+                TestServer::start_with(move |config| {
+                    config.node_id = i as u64 + 1;
+                    config.cluster_addr = Some(format!("127.0.0.1:{port}").parse().unwrap());
+                    config.peers = peers;
+                    config.cluster_secret = Some(SECRET.into());
+                })
+                .await,
+            ));
+        }
+        Cluster { nodes }
+    }
+
+    fn node(&self, i: usize) -> &TestServer {
+        self.nodes[i].as_ref().expect("running")
+    }
+
+    fn running(&self) -> impl Iterator<Item = (usize, &TestServer)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.as_ref().map(|n| (i, n)))
+    }
+
+    /// The index of the leader every running node agrees on.
+    async fn leader(&self) -> usize {
+        for _ in 0..STEP.as_millis() / 50 {
+            let mut named = Vec::new();
+            for (_, node) in self.running() {
+                named.push(node.get("/v1/status").await.body["leader"].as_u64());
+            }
+            if let Some(Some(leader)) = named.first()
+                && named.iter().all(|n| *n == Some(*leader))
+                && self.nodes[*leader as usize - 1].is_some()
+            {
+                return *leader as usize - 1;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the running nodes never agreed on a running leader");
+    }
+
+    async fn stop(&mut self, i: usize) {
+        let mut node = self.nodes[i].take().expect("running");
+        node.stop().await;
+    }
+}
+
+async fn total(node: &TestServer, service: &str) -> u64 {
+    let reply = node.get(&format!("/v1/registry/acme/prod/{service}")).await;
+    reply.body["total"].as_u64().unwrap_or(0)
+}
+
+async fn until_total(node: &TestServer, service: &str, want: u64) {
+    for _ in 0..STEP.as_millis() / 25 {
+        if total(node, service).await == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!(
+        "{service}: never {want} endpoints, still {}",
+        total(node, service).await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_to_any_node_commits_through_the_leader_and_every_node_serves_it() {
+    let mut cluster = Cluster::start().await;
+    let leader = cluster.leader().await;
+    let status = cluster.node(leader).get("/v1/status").await.expect(StatusCode::OK);
+    assert_eq!(status.body["node_id"].as_u64(), Some(leader as u64 + 1));
+    for i in 0..3 {
+        cluster
+            .node(i)
+            .register("api", &format!("a-{i}"), "10.0.0.1")
+            .await
+            .expect(StatusCode::OK);
+        // Acknowledged after commit and applied on the node that answered: read your write.
+        assert_eq!(total(cluster.node(i), "api").await, i as u64 + 1);
+    }
+    for i in 0..3 {
+        until_total(cluster.node(i), "api", 3).await;
+    }
+    for i in 0..3 {
+        cluster.stop(i).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_renewed_through_a_follower_survives_a_leader_change() {
+    let mut cluster = Cluster::start().await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % 3;
+    let body = json!({"incarnation": 1, "endpoint": endpoint("10.0.0.1"), "lease": {"ttl_ms": 1500}});
+    let reply = cluster
+        .node(follower)
+        .call(Method::PUT, &instance_path("kept", "k-0"), Some(body))
+        .await
+        .expect(StatusCode::OK);
+    let lease = reply.body["lease"]["id"].as_u64().unwrap();
+    let renew = format!("/v1/leases/acme/{lease}/renew");
+    // Renew every 300 ms through the follower while the leader stops and another takes over;
+    // 6 s in all, well past the new leader's first deadline (TTL + 1 s after it took over)
+    // had the renewals not reached it.
+    for round in 0..20 {
+        if round == 3 {
+            cluster.stop(leader).await;
+        }
+        let renewed = cluster.node(follower).call(Method::PUT, &renew, None).await;
+        // During the election a renewal may find no leader (503 no_quorum): retried next round.
+        assert!(
+            renewed.status == StatusCode::OK || renewed.code() == "no_quorum",
+            "{}",
+            renewed.body
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let new_leader = cluster.leader().await;
+    assert_ne!(new_leader, leader);
+    assert_eq!(
+        total(cluster.node(follower), "kept").await,
+        1,
+        "the renewed lease did not expire"
+    );
+    for i in 0..3 {
+        if cluster.nodes[i].is_some() {
+            cluster.stop(i).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_refuses_writes_with_no_quorum_and_still_serves_reads() {
+    let mut cluster = Cluster::start().await;
+    cluster.leader().await;
+    cluster
+        .node(0)
+        .register("api", "a-0", "10.0.0.1")
+        .await
+        .expect(StatusCode::OK);
+    until_total(cluster.node(2), "api", 1).await;
+    cluster.stop(0).await;
+    cluster.stop(1).await;
+    let refused = cluster.node(2).register("api", "a-1", "10.0.0.2").await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "no_quorum")
+    );
+    assert_eq!(total(cluster.node(2), "api").await, 1, "a stale read is still served");
+    cluster.stop(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_listener_refuses_requests_without_the_secret() {
+    let mut cluster = Cluster::start().await;
+    cluster.leader().await;
+    let ports: Vec<String> = (0..3).map(|i| cluster.node(i).cluster_url()).collect();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    for secret in ["", "wrong"] {
+        let request = hyper::Request::post(format!("{}/raft/vote", ports[0]))
+            .header("x-muster-cluster-secret", secret)
+            .body(http_body_util::Full::new(bytes::Bytes::from_static(b"{}")))
+            .unwrap();
+        let response = client.request(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    }
+    for i in 0..3 {
+        cluster.stop(i).await;
+    }
+}
+
+#[tokio::test]
+async fn bad_cluster_settings_are_refused_naming_the_setting() {
+    let dir = TempDir::new().unwrap();
+    let peers: BTreeMap<u64, String> = (1..=3).map(|i| (i, format!("127.0.0.1:{}", 7100 + i))).collect();
+    type Spoil = fn(&mut ServerConfig);
+    let cases: [(Spoil, &str); 5] = [
+        (|c| c.cluster_secret = None, "cluster_secret"),
+        (|c| c.cluster_secret = Some("short".into()), "cluster_secret"),
+        (|c| c.cluster_addr = None, "cluster_addr"),
+        (|c| c.node_id = 9, "node_id"),
+        (
+            |c| {
+                c.peers.insert(4, "127.0.0.1:7104".into());
+            },
+            "peers",
+        ),
+    ];
+    for (spoil, setting) in cases {
+        let mut config = test_config(&dir);
+        config.node_id = 1;
+        config.peers = peers.clone();
+        config.cluster_addr = Some("127.0.0.1:7101".parse().unwrap());
+        config.cluster_secret = Some(SECRET.into());
+        spoil(&mut config);
+        let Err(ServerError::Config(message)) = muster_server::start(config).await else {
+            panic!("{setting}: must be refused");
+        };
+        assert!(message.starts_with(setting), "{message}");
+    }
+}
