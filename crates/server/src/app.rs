@@ -46,6 +46,16 @@ pub(crate) struct App {
     anonymous: Principal,
 }
 
+/// What the background parts of an [`App`] start from.
+pub(crate) struct Background {
+    /// The self-preservation brakes.
+    pub(crate) brakes: Brakes,
+    /// The checker task's handle.
+    pub(crate) checker: CheckerHandle,
+    /// The other members, in a cluster.
+    pub(crate) cluster: Option<ClusterLink>,
+}
+
 impl App {
     pub(crate) fn new(
         node: Node,
@@ -53,10 +63,13 @@ impl App {
         clock: ServerClock,
         progress_interval: Duration,
         stopping: watch::Receiver<bool>,
-        brakes: Brakes,
-        checker: CheckerHandle,
-        cluster: Option<ClusterLink>,
+        background: Background,
     ) -> App {
+        let Background {
+            brakes,
+            checker,
+            cluster,
+        } = background;
         App {
             node,
             hub,

@@ -38,7 +38,7 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-fn authenticate(node: &Node, headers: &HeaderMap) -> Result<(), Response> {
+fn authenticate(node: &Node, headers: &HeaderMap) -> Result<(), ApiError> {
     let secret = headers
         .get(SECRET_HEADER)
         .and_then(|value| value.to_str().ok())
@@ -50,14 +50,13 @@ fn authenticate(node: &Node, headers: &HeaderMap) -> Result<(), Response> {
         StatusCode::UNAUTHORIZED,
         "unauthorized",
         format!("node-to-node requests need the cluster secret in {SECRET_HEADER}"),
-    )
-    .into_response())
+    ))
 }
 
 /// A renewal a follower forwarded: only the leader keeps deadlines.
 async fn renew(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
     if let Err(refused) = authenticate(&app.node, &headers) {
-        return refused;
+        return refused.into_response();
     }
     let Ok(forward) = serde_json::from_slice::<RenewForward>(&body) else {
         return ApiError::bad_request("a renewal is {tenant, id}").into_response();
@@ -74,7 +73,7 @@ async fn renew(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> 
 /// A TTL report a follower forwarded: only the leader's checker keeps TTL deadlines.
 async fn check_report(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
     if let Err(refused) = authenticate(&app.node, &headers) {
-        return refused;
+        return refused.into_response();
     }
     let Ok(forward) = serde_json::from_slice::<ReportForward>(&body) else {
         return ApiError::bad_request("a report is {key, instance, request}").into_response();
@@ -97,7 +96,7 @@ async fn check_report(State(app): State<Arc<App>>, headers: HeaderMap, body: Byt
 async fn rpc(State(app): State<Arc<App>>, Path(segment): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
     let node = &app.node;
     if let Err(refused) = authenticate(node, &headers) {
-        return refused;
+        return refused.into_response();
     }
     let Some(rpc) = Rpc::from_segment(&segment) else {
         return ApiError::not_found(format!("no cluster RPC '{segment}'")).into_response();

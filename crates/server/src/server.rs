@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::app::App;
+use crate::app::{App, Background};
 use crate::clock::ServerClock;
 use crate::forward::ClusterLink;
 use crate::hub::{WatchHub, WatchStats};
@@ -113,9 +113,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         clock,
         Duration::from_millis(config.progress_interval_ms),
         stopping_rx.clone(),
-        brakes,
-        checker_handle,
-        link,
+        Background {
+            brakes,
+            checker: checker_handle,
+            cluster: link,
+        },
     ));
     let router = routes::router(Arc::clone(&app), config.max_body_bytes);
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
