@@ -60,5 +60,3 @@ pub use live::LiveZone;
 pub use wire::{QueryError, Rcode};
 pub use zone::{Outcome, Transport, Zone};
 
-#[cfg(test)]
-mod zone_tests;

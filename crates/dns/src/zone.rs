@@ -425,3 +425,7 @@ fn error_header(packet: &[u8], rcode: Rcode, out: &mut Vec<u8>) {
     out.push((rcode.value() & 0x0f) as u8);
     out.extend_from_slice(&[0; 8]);
 }
+
+#[cfg(test)]
+#[path = "zone_tests.rs"]
+mod tests;

@@ -4,5 +4,7 @@
 mod corpus;
 mod fixture;
 mod listener;
+mod live;
 mod support;
+mod wellformed;
 mod zone;
