@@ -82,6 +82,11 @@ impl LiveZone {
         self.dirty.store(true, Ordering::Release);
     }
 
+    /// The one tenant this zone shows.
+    pub fn tenant(&self) -> &Label {
+        &self.tenant
+    }
+
     /// Folds staged changes in, then answers `packet` into `out`.
     pub fn answer(&self, packet: &[u8], transport: Transport, out: &mut Vec<u8>) -> Outcome {
         self.catch_up();

@@ -7,6 +7,7 @@
 //!                    ├──▶ reads, status ──Node::read──────────────┤
 //!                    └──▶ watch ──read + subscribe──▶ WatchHub ◀──┘ (encode once, bounded queues)
 //!  lease_keeper (tick) ──▶ LeaseDeadlines (pure) ──expired──▶ propose ExpireLeases
+//!  DNS (UDP + TCP, muster-dns) ◀── LiveZone ◀── DnsFeed ◀── ApplyObserver (before the hub)
 //! ```
 //!
 //! # Layout
@@ -16,6 +17,7 @@
 //! - `writes`, `lease_routes`, `reads`, `watch`, `status`: the handlers.
 //! - `hub`, `topic`, `subscription`, `frames`: the watch fan-out.
 //! - `lease_deadlines` (pure) and `lease_keeper` (its task).
+//! - `dns`: the DNS view's feed from the apply path, and the observer fan-out.
 //! - `clock`, `page_token`, `wait`: small pieces.
 //!
 //! # HTTP conventions
@@ -34,6 +36,7 @@ mod accept;
 mod app;
 mod clock;
 mod config;
+mod dns;
 mod error;
 mod extract;
 mod frames;

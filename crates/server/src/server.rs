@@ -1,8 +1,9 @@
 //! Starting and stopping the daemon: the node, the HTTP listener, the lease keeper.
 //!
 //! ```text
-//!  start: check config ─▶ hub ─▶ Node::open(observer = hub) ─▶ bind ─▶ serve + keeper ─▶ ready
-//!  stop:  not ready ─▶ stop accepting (graceful) ─▶ watchers get `closing`, blocking
+//!  start: check config ─▶ hub ─▶ Node::open(observer = DNS feed, hub) ─▶ bind HTTP, DNS
+//!         ─▶ serve + keeper ─▶ ready
+//!  stop:  not ready ─▶ DNS stops ─▶ stop accepting (graceful) ─▶ watchers get `closing`, blocking
 //!         queries return ─▶ in-flight requests finish (bounded by shutdown_grace_ms)
 //!         ─▶ keeper stops ─▶ Node::shutdown
 //! ```
@@ -19,7 +20,7 @@ use tokio::task::JoinHandle;
 use crate::app::App;
 use crate::clock::ServerClock;
 use crate::hub::{WatchHub, WatchStats};
-use crate::{ServerConfig, ServerError, accept, lease_keeper, routes};
+use crate::{ServerConfig, ServerError, accept, dns, lease_keeper, routes};
 
 /// A server that is running; [`RunningServer::stop`] stops it gracefully.
 pub struct RunningServer {
@@ -30,6 +31,7 @@ pub struct RunningServer {
     serve: JoinHandle<std::io::Result<()>>,
     keeper: JoinHandle<()>,
     shutdown_grace: Duration,
+    dns: Option<muster_dns::DnsListener>,
 }
 
 fn check(config: &ServerConfig) -> Result<(), ServerError> {
@@ -56,6 +58,7 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
 /// [`RunningServer::local_addr`] to run on a free port.
 pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     check(&config)?;
+    let dns_zone = dns::zone(&config)?;
     let clock = ServerClock::start();
     let hub = WatchHub::new(config.watch_queue_frames);
     let node = Node::open(
@@ -64,7 +67,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             registry: config.registry.clone(),
             snapshot_every: config.snapshot_every,
         },
-        hub.clone(),
+        dns::observers(&dns_zone, hub.clone()),
     )
     .await?;
     let listener = match TcpListener::bind(config.http).await {
@@ -81,6 +84,13 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         addr: config.http,
         source,
     })?;
+    let dns = match dns::listen(&config, dns_zone).await {
+        Ok(dns) => dns,
+        Err(err) => {
+            let _ = node.shutdown().await;
+            return Err(err);
+        }
+    };
     let (stopping, stopping_rx) = watch::channel(false);
     let app = Arc::new(App::new(
         node,
@@ -105,6 +115,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         serve,
         keeper,
         shutdown_grace: Duration::from_millis(config.shutdown_grace_ms),
+        dns,
     })
 }
 
@@ -114,6 +125,11 @@ impl RunningServer {
         self.local_addr
     }
 
+    /// The address the DNS listener answers on (UDP and TCP), when DNS is enabled.
+    pub fn dns_addr(&self) -> Option<SocketAddr> {
+        self.dns.as_ref().map(muster_dns::DnsListener::local_addr)
+    }
+
     /// What the watch hub holds.
     pub fn watch_stats(&self) -> WatchStats {
         self.app.hub.stats()
@@ -121,8 +137,11 @@ impl RunningServer {
 
     /// Stops gracefully: stop accepting, tell watchers `closing`, let in-flight requests
     /// finish (up to `shutdown_grace_ms`), stop the lease keeper, shut the node down.
-    pub async fn stop(self) -> Result<(), ServerError> {
+    pub async fn stop(mut self) -> Result<(), ServerError> {
         self.app.set_ready(false);
+        if let Some(dns) = self.dns.take() {
+            dns.stop().await;
+        }
         let _ = self.stop_accepting.send(());
         self.app.hub.close();
         let _ = self.stopping.send(true);
