@@ -90,7 +90,9 @@ pub(crate) fn domain_labels(domain: &str) -> Result<Vec<String>, ConfigError> {
     };
     let trimmed = domain.strip_suffix('.').unwrap_or(domain);
     if trimmed.is_empty() {
-        return Err(invalid("is empty: the view needs a domain of its own (e.g. muster.)".into()));
+        return Err(invalid(
+            "is empty: the view needs a domain of its own (e.g. muster.)".into(),
+        ));
     }
     let mut labels = Vec::new();
     let mut wire_len = 1;
@@ -101,7 +103,9 @@ pub(crate) fn domain_labels(domain: &str) -> Result<Vec<String>, ConfigError> {
         labels.push(lower);
     }
     if wire_len > 255 {
-        return Err(invalid(format!("is {wire_len} octets on the wire, over the 255 allowed")));
+        return Err(invalid(format!(
+            "is {wire_len} octets on the wire, over the 255 allowed"
+        )));
     }
     Ok(labels)
 }
@@ -129,7 +133,14 @@ mod tests {
 
     #[test]
     fn bad_domains_and_small_payloads_are_refused_with_codes() {
-        for bad in ["", ".", "a..b", "under_score.", "-x.", &format!("{}.", vec!["a".repeat(63); 5].join("."))] {
+        for bad in [
+            "",
+            ".",
+            "a..b",
+            "under_score.",
+            "-x.",
+            &format!("{}.", vec!["a".repeat(63); 5].join(".")),
+        ] {
             let config = ZoneConfig {
                 domain: bad.to_owned(),
                 ..ZoneConfig::default()

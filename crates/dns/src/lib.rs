@@ -59,4 +59,3 @@ pub use listener::{DnsListener, ListenError};
 pub use live::LiveZone;
 pub use wire::{QueryError, Rcode};
 pub use zone::{Outcome, Transport, Zone};
-

@@ -26,8 +26,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
@@ -236,7 +236,10 @@ async fn serve_connection(mut stream: TcpStream, zone: Arc<LiveZone>) {
     let mut framed = Vec::with_capacity(4096);
     loop {
         let mut prefix = [0u8; 2];
-        if !matches!(tokio::time::timeout(TCP_IDLE, stream.read_exact(&mut prefix)).await, Ok(Ok(_))) {
+        if !matches!(
+            tokio::time::timeout(TCP_IDLE, stream.read_exact(&mut prefix)).await,
+            Ok(Ok(_))
+        ) {
             return;
         }
         let len = usize::from(u16::from_be_bytes(prefix));
@@ -244,14 +247,20 @@ async fn serve_connection(mut stream: TcpStream, zone: Arc<LiveZone>) {
             return;
         }
         query.resize(len, 0);
-        if !matches!(tokio::time::timeout(TCP_IDLE, stream.read_exact(&mut query)).await, Ok(Ok(_))) {
+        if !matches!(
+            tokio::time::timeout(TCP_IDLE, stream.read_exact(&mut query)).await,
+            Ok(Ok(_))
+        ) {
             return;
         }
         if let Outcome::Answered { .. } = zone.answer(&query, Transport::Tcp, &mut out) {
             framed.clear();
             framed.extend_from_slice(&(out.len() as u16).to_be_bytes());
             framed.extend_from_slice(&out);
-            if !matches!(tokio::time::timeout(TCP_IDLE, stream.write_all(&framed)).await, Ok(Ok(()))) {
+            if !matches!(
+                tokio::time::timeout(TCP_IDLE, stream.write_all(&framed)).await,
+                Ok(Ok(()))
+            ) {
                 return;
             }
         }

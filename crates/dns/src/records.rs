@@ -82,7 +82,11 @@ pub(crate) struct ServiceNames {
 impl Builder<'_> {
     /// `labels` followed by the apex.
     pub(crate) fn name(&self, labels: &[&str]) -> Option<OwnerName> {
-        let all: Vec<&str> = labels.iter().copied().chain(self.apex.iter().map(String::as_str)).collect();
+        let all: Vec<&str> = labels
+            .iter()
+            .copied()
+            .chain(self.apex.iter().map(String::as_str))
+            .collect();
         let mut wire = Vec::new();
         wire::push_name(&mut wire, all.iter().copied());
         if wire.len() > wire::MAX_NAME_LEN {
@@ -158,10 +162,7 @@ impl Builder<'_> {
             return ServiceNames { owned, transports };
         };
         let eligible: Vec<Eligible<'_>> = snapshot.iter().filter_map(|e| self.eligible(e)).collect();
-        owned.push(self.address_rrsets(
-            &service_name,
-            eligible.iter().flat_map(|e| e.addresses.iter().copied()),
-        ));
+        owned.push(self.address_rrsets(&service_name, eligible.iter().flat_map(|e| e.addresses.iter().copied())));
 
         // Instance names: every endpoint's exists; only an eligible one has addresses.
         let mut targets: BTreeMap<&str, (OwnerName, Vec<IpAddr>)> = BTreeMap::new();
@@ -241,7 +242,12 @@ impl Builder<'_> {
                 let (v4, v6) = self.address_records(&target.name, e.addresses.iter().copied());
                 let addresses: Vec<Record> = v4.into_iter().chain(v6).collect();
                 let mut rrsets = Vec::new();
-                if let Some(answer) = precompute(&instance_name.name, RecordType::SRV, vec![srv.clone()], addresses.clone()) {
+                if let Some(answer) = precompute(
+                    &instance_name.name,
+                    RecordType::SRV,
+                    vec![srv.clone()],
+                    addresses.clone(),
+                ) {
                     rrsets.push((rtype::SRV, answer));
                 }
                 if let Some(answer) = precompute(&instance_name.name, RecordType::TXT, vec![txt.clone()], Vec::new()) {
@@ -265,14 +271,20 @@ impl Builder<'_> {
     }
 
     /// The namespace's DNS-SD service-type enumeration (RFC 6763 section 9).
-    pub(crate) fn browse<'t>(&self, namespace: &Label, types: impl IntoIterator<Item = (&'t str, &'t str)>) -> Vec<Owned> {
+    pub(crate) fn browse<'t>(
+        &self,
+        namespace: &Label,
+        types: impl IntoIterator<Item = (&'t str, &'t str)>,
+    ) -> Vec<Owned> {
         let namespace = namespace.as_str();
         let Some(owner) = self.name(&["_services", "_dns-sd", "_udp", namespace]) else {
             return Vec::new();
         };
         let pointers = types
             .into_iter()
-            .filter_map(|(service, transport)| self.name(&[&format!("_{service}"), &format!("_{transport}"), namespace]))
+            .filter_map(|(service, transport)| {
+                self.name(&[&format!("_{service}"), &format!("_{transport}"), namespace])
+            })
             .map(|target| Record::from_rdata(owner.name.clone(), self.ttl(), RData::PTR(PTR(target.name))))
             .collect();
         vec![self.owned_with(&owner, rtype::PTR, pointers, Vec::new())]

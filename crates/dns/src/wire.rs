@@ -312,11 +312,7 @@ pub(crate) fn push_name<'a>(out: &mut Vec<u8>, labels: impl IntoIterator<Item = 
 /// The name one label up (`b.c.` for `a.b.c.`), or `None` at the root.
 pub(crate) fn parent(name: &[u8]) -> Option<&[u8]> {
     let len = usize::from(*name.first()?);
-    if len == 0 {
-        None
-    } else {
-        name.get(1 + len..)
-    }
+    if len == 0 { None } else { name.get(1 + len..) }
 }
 
 /// The 11-byte EDNS(0) OPT record of an answer: our payload size, an extended rcode, version 0.
@@ -350,7 +346,13 @@ mod tests {
         assert!(parsed.rd && !parsed.cd);
         assert_eq!(parsed.lower_name(), b"\x03api\x04prod\x06muster\x00");
         assert_eq!(parsed.qtype, rtype::SRV);
-        assert_eq!(parsed.edns, Some(Edns { udp_size: 4096, version: 0 }));
+        assert_eq!(
+            parsed.edns,
+            Some(Edns {
+                udp_size: 4096,
+                version: 0
+            })
+        );
         assert!(parsed.is_within(b"\x06muster\x00"));
         assert!(parsed.is_within(b"\x04prod\x06muster\x00"));
         assert!(!parsed.is_within(b"\x03rod\x06muster\x00"), "only at a label boundary");
@@ -362,13 +364,50 @@ mod tests {
         let good = query(&["a", "muster"], rtype::A);
         let cases: Vec<(Vec<u8>, QueryError)> = vec![
             (good[..11].to_vec(), QueryError::TooShort(11)),
-            ({ let mut p = good.clone(); p[2] |= 0x80; p }, QueryError::NotAQuery),
-            ({ let mut p = good.clone(); p[2] |= 0x10; p }, QueryError::Opcode(2)),
-            ({ let mut p = good.clone(); p[5] = 2; p }, QueryError::QuestionCount(2)),
+            (
+                {
+                    let mut p = good.clone();
+                    p[2] |= 0x80;
+                    p
+                },
+                QueryError::NotAQuery,
+            ),
+            (
+                {
+                    let mut p = good.clone();
+                    p[2] |= 0x10;
+                    p
+                },
+                QueryError::Opcode(2),
+            ),
+            (
+                {
+                    let mut p = good.clone();
+                    p[5] = 2;
+                    p
+                },
+                QueryError::QuestionCount(2),
+            ),
             (good[..14].to_vec(), QueryError::BadName),
-            ({ let mut p = good.clone(); p[12] = 0xc0; p }, QueryError::BadName),
+            (
+                {
+                    let mut p = good.clone();
+                    p[12] = 0xc0;
+                    p
+                },
+                QueryError::BadName,
+            ),
             (good[..good.len() - 1].to_vec(), QueryError::Truncated),
-            ({ let mut p = good.clone(); p[11] = 2; push_opt(&mut p, 512, Rcode::NoError); push_opt(&mut p, 512, Rcode::NoError); p }, QueryError::BadOpt),
+            (
+                {
+                    let mut p = good.clone();
+                    p[11] = 2;
+                    push_opt(&mut p, 512, Rcode::NoError);
+                    push_opt(&mut p, 512, Rcode::NoError);
+                    p
+                },
+                QueryError::BadOpt,
+            ),
         ];
         for (packet, expected) in cases {
             assert_eq!(parse(&packet).err(), Some(expected), "{packet:?}");

@@ -255,7 +255,10 @@ impl Zone {
                 return match error.reply() {
                     Some(rcode) => {
                         error_header(packet, rcode, out);
-                        Outcome::Answered { rcode, truncated: false }
+                        Outcome::Answered {
+                            rcode,
+                            truncated: false,
+                        }
                     }
                     None => Outcome::Dropped(error),
                 };

@@ -34,8 +34,14 @@ fn an_update_rebuilds_only_the_service_it_touches() {
     let (api_before, web_before) = (a_answer(&zone, "api.prod.muster."), a_answer(&zone, "web.prod.muster."));
     zone.update(&web, Some(&snapshot(&web, 3, vec![endpoint("web-0", &["10.0.1.2"])])));
     zone.set_revision(Revision(3));
-    assert!(Arc::ptr_eq(&api_before, &a_answer(&zone, "api.prod.muster.")), "api was not rebuilt");
-    assert!(!Arc::ptr_eq(&web_before, &a_answer(&zone, "web.prod.muster.")), "web was");
+    assert!(
+        Arc::ptr_eq(&api_before, &a_answer(&zone, "api.prod.muster.")),
+        "api was not rebuilt"
+    );
+    assert!(
+        !Arc::ptr_eq(&web_before, &a_answer(&zone, "web.prod.muster.")),
+        "web was"
+    );
 }
 
 #[test]

@@ -49,9 +49,13 @@ async fn serve() -> (Arc<LiveZone>, DnsListener) {
     b.ports = vec![port("http", 8081, Protocol::Http)].into();
     live.stage(&api, Some(snapshot(&api, 1, vec![a, b])), Revision(1));
     let big = key("default", "prod", "big");
-    let many = (0..40).map(|i| endpoint(&format!("big-{i}"), &[&format!("10.1.0.{i}")])).collect();
+    let many = (0..40)
+        .map(|i| endpoint(&format!("big-{i}"), &[&format!("10.1.0.{i}")]))
+        .collect();
     live.stage(&big, Some(snapshot(&big, 2, many)), Revision(2));
-    let listener = DnsListener::bind("127.0.0.1:0".parse().unwrap(), Arc::clone(&live)).await.unwrap();
+    let listener = DnsListener::bind("127.0.0.1:0".parse().unwrap(), Arc::clone(&live))
+        .await
+        .unwrap();
     (live, listener)
 }
 
@@ -82,16 +86,28 @@ async fn a_resolver_gets_a_aaaa_srv_ptr_and_txt_over_udp() {
     assert_eq!(texts(&a), ["10.0.0.1", "10.0.0.2"]);
     let aaaa = dns.lookup("api.prod.muster.", RecordType::AAAA).await.unwrap();
     assert_eq!(texts(&aaaa), ["2001:db8::1"]);
-    let srv = dns.lookup("_http._tcp.api.prod.muster.", RecordType::SRV).await.unwrap();
+    let srv = dns
+        .lookup("_http._tcp.api.prod.muster.", RecordType::SRV)
+        .await
+        .unwrap();
     assert_eq!(
         texts(&srv),
         ["0 100 8080 api-0.api.prod.muster.", "0 30 8081 api-1.api.prod.muster."]
     );
-    let browse = dns.lookup("_services._dns-sd._udp.prod.muster.", RecordType::PTR).await.unwrap();
+    let browse = dns
+        .lookup("_services._dns-sd._udp.prod.muster.", RecordType::PTR)
+        .await
+        .unwrap();
     assert_eq!(texts(&browse), ["_api._tcp.prod.muster.", "_big._tcp.prod.muster."]);
     let instances = dns.lookup("_api._tcp.prod.muster.", RecordType::PTR).await.unwrap();
-    assert_eq!(texts(&instances), ["api-0._api._tcp.prod.muster.", "api-1._api._tcp.prod.muster."]);
-    let txt = dns.lookup("api-0._api._tcp.prod.muster.", RecordType::TXT).await.unwrap();
+    assert_eq!(
+        texts(&instances),
+        ["api-0._api._tcp.prod.muster.", "api-1._api._tcp.prod.muster."]
+    );
+    let txt = dns
+        .lookup("api-0._api._tcp.prod.muster.", RecordType::TXT)
+        .await
+        .unwrap();
     assert_eq!(texts(&txt), ["team=core"]);
     listener.stop().await;
 }
@@ -147,8 +163,15 @@ async fn a_drained_endpoint_disappears_at_the_next_query() {
     live.stage(&api, Some(snapshot(&api, 3, vec![a, drained])), Revision(3));
     let after = dns.lookup("api.prod.muster.", RecordType::A).await.unwrap();
     assert_eq!(texts(&after), ["10.0.0.1"]);
-    let srv = dns.lookup("_http._tcp.api.prod.muster.", RecordType::SRV).await.unwrap();
-    assert!(srv.answers().iter().all(|r| !matches!(&r.data, RData::SRV(s) if s.port == 8081)));
+    let srv = dns
+        .lookup("_http._tcp.api.prod.muster.", RecordType::SRV)
+        .await
+        .unwrap();
+    assert!(
+        srv.answers()
+            .iter()
+            .all(|r| !matches!(&r.data, RData::SRV(s) if s.port == 8081))
+    );
     listener.stop().await;
 }
 
@@ -162,7 +185,9 @@ async fn garbage_does_not_stop_the_listener_and_stop_closes_it() {
     }
     // Over TCP: a frame announcing more than it sends, then a close.
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    tokio::io::AsyncWriteExt::write_all(&mut stream, &[0x10, 0x00, 1, 2, 3]).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stream, &[0x10, 0x00, 1, 2, 3])
+        .await
+        .unwrap();
     drop(stream);
     let dns = resolver(addr, true);
     let a = dns.lookup("api.prod.muster.", RecordType::A).await.unwrap();

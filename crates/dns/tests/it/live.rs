@@ -20,9 +20,17 @@ fn a_staged_change_is_answered_by_the_next_query() {
     let live = LiveZone::new(zone());
     let api = key("default", "prod", "api");
     assert_eq!(rcode(&ask(&live, "api.prod.muster.")), ResponseCode::NXDomain);
-    live.stage(&api, Some(snapshot(&api, 1, vec![endpoint("api-0", &["10.0.0.1"])])), Revision(1));
+    live.stage(
+        &api,
+        Some(snapshot(&api, 1, vec![endpoint("api-0", &["10.0.0.1"])])),
+        Revision(1),
+    );
     assert_eq!(answers(&ask(&live, "api.prod.muster.")), ["10.0.0.1"]);
-    live.stage(&api, Some(snapshot(&api, 2, vec![endpoint("api-0", &["10.0.0.9"])])), Revision(2));
+    live.stage(
+        &api,
+        Some(snapshot(&api, 2, vec![endpoint("api-0", &["10.0.0.9"])])),
+        Revision(2),
+    );
     assert_eq!(answers(&ask(&live, "api.prod.muster.")), ["10.0.0.9"]);
     assert_eq!(live.read(|zone| zone.revision()), Revision(2));
 }
@@ -35,7 +43,11 @@ fn a_reset_replaces_everything_and_other_tenants_stay_out() {
         key("default", "prod", "web"),
         key("acme", "prod", "db"),
     );
-    live.stage(&api, Some(snapshot(&api, 1, vec![endpoint("api-0", &["10.0.0.1"])])), Revision(1));
+    live.stage(
+        &api,
+        Some(snapshot(&api, 1, vec![endpoint("api-0", &["10.0.0.1"])])),
+        Revision(1),
+    );
     assert_eq!(answers(&ask(&live, "api.prod.muster.")), ["10.0.0.1"]);
     live.stage_reset(
         [

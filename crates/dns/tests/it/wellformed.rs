@@ -19,7 +19,9 @@ pub(crate) fn sample_zone() -> Zone {
     drained.serving = ServingState::Draining;
     zone.update(&api, Some(&snapshot(&api, 1, vec![a, drained])));
     let big = key("default", "prod", "big");
-    let many = (0..40).map(|i| endpoint(&format!("big-{i}"), &[&format!("10.1.0.{i}")])).collect();
+    let many = (0..40)
+        .map(|i| endpoint(&format!("big-{i}"), &[&format!("10.1.0.{i}")]))
+        .collect();
     zone.update(&big, Some(&snapshot(&big, 2, many)));
     zone.set_revision(Revision(2));
     zone

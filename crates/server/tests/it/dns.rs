@@ -65,8 +65,14 @@ async fn a_registration_is_answered_and_a_drain_disappears_at_the_next_query() {
     let dns = resolver(server.dns_addr());
     server.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
     server.register("api", "b", "10.0.0.2").await.expect(StatusCode::OK);
-    assert_eq!(addresses(&dns, "api.prod.muster.").await.unwrap(), ["10.0.0.1", "10.0.0.2"]);
-    let srv = dns.lookup("_http._tcp.api.prod.muster.", RecordType::SRV).await.unwrap();
+    assert_eq!(
+        addresses(&dns, "api.prod.muster.").await.unwrap(),
+        ["10.0.0.1", "10.0.0.2"]
+    );
+    let srv = dns
+        .lookup("_http._tcp.api.prod.muster.", RecordType::SRV)
+        .await
+        .unwrap();
     assert_eq!(srv.answers().len(), 2);
 
     server
@@ -81,7 +87,11 @@ async fn a_registration_is_answered_and_a_drain_disappears_at_the_next_query() {
 
     server.deregister("api", "a").await.expect(StatusCode::OK);
     let nothing = addresses(&dns, "api.prod.muster.").await.unwrap_err();
-    assert_eq!(response_code(nothing), ResponseCode::NoError, "a known service with nothing eligible is NODATA");
+    assert_eq!(
+        response_code(nothing),
+        ResponseCode::NoError,
+        "a known service with nothing eligible is NODATA"
+    );
     let unknown = addresses(&dns, "web.prod.muster.").await.unwrap_err();
     assert_eq!(response_code(unknown), ResponseCode::NXDomain);
     server.stop().await;
