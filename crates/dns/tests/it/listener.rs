@@ -1,41 +1,18 @@
 //! The listener over real sockets, asked by a real resolver (hickory-resolver, with 0x20
 //! case randomisation on, so it checks the question echo too).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::{RData, RecordType};
-use hickory_resolver::config::{NameServerConfig, ResolverConfig, ResolverOpts};
-use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::net::{DnsError, NetError};
-use hickory_resolver::{Resolver, TokioResolver};
 use muster_core::{Protocol, Revision, ServingState};
 use muster_dns::{DnsListener, LiveZone};
 use tokio::net::UdpSocket;
 
 use crate::fixture::{endpoint, key, labels, port, snapshot};
+use crate::resolver::resolver;
 use crate::support::{query, zone};
-
-/// A resolver that asks only `server`, over UDP then TCP, caching nothing.
-pub(crate) fn resolver(server: SocketAddr, edns: bool) -> TokioResolver {
-    let mut name_server = NameServerConfig::udp_and_tcp(server.ip());
-    for connection in &mut name_server.connections {
-        connection.port = server.port();
-    }
-    let mut options = ResolverOpts::default();
-    options.cache_size = 0;
-    options.edns0 = edns;
-    options.case_randomization = true;
-    options.attempts = 1;
-    Resolver::builder_with_config(
-        ResolverConfig::from_parts(None, Vec::new(), vec![name_server]),
-        TokioRuntimeProvider::default(),
-    )
-    .with_options(options)
-    .build()
-    .unwrap()
-}
 
 /// A listener on a free loopback port over a live zone holding `prod/api` (two endpoints)
 /// and `prod/big` (40).

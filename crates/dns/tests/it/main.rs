@@ -5,6 +5,7 @@ mod corpus;
 mod fixture;
 mod listener;
 mod live;
+mod resolver;
 mod support;
 mod wellformed;
 mod zone;

@@ -1,14 +1,10 @@
 //! The DNS view of a real server (issue 6): registered through the HTTP API, asked by a real
 //! resolver over UDP/TCP. Tests use tenant `acme`, like the rest of this suite.
 
-use std::net::SocketAddr;
-
-use hickory_resolver::config::{NameServerConfig, ResolverConfig, ResolverOpts};
-use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::TokioResolver;
 use hickory_resolver::net::{DnsError, NetError};
 use hickory_resolver::proto::op::ResponseCode;
 use hickory_resolver::proto::rr::{RData, RecordType};
-use hickory_resolver::{Resolver, TokioResolver};
 use hyper::{Method, StatusCode};
 use muster_core::Label;
 use muster_server::{ServerConfig, ServerError};
@@ -16,23 +12,8 @@ use serde_json::json;
 
 use crate::support::{TestServer, instance_path, test_config};
 
-/// A resolver that asks only `server` and caches nothing, so every lookup is a query.
-fn resolver(server: SocketAddr) -> TokioResolver {
-    let mut name_server = NameServerConfig::udp_and_tcp(server.ip());
-    for connection in &mut name_server.connections {
-        connection.port = server.port();
-    }
-    let mut options = ResolverOpts::default();
-    options.cache_size = 0;
-    options.attempts = 1;
-    Resolver::builder_with_config(
-        ResolverConfig::from_parts(None, Vec::new(), vec![name_server]),
-        TokioRuntimeProvider::default(),
-    )
-    .with_options(options)
-    .build()
-    .unwrap()
-}
+#[path = "../../../dns/tests/it/resolver.rs"]
+mod resolver;
 
 async fn acme_server() -> TestServer {
     TestServer::start_with(|config| config.dns_zone.tenant = Label::new("tenant", "acme").unwrap()).await
@@ -62,7 +43,7 @@ fn response_code(err: NetError) -> ResponseCode {
 #[tokio::test]
 async fn a_registration_is_answered_and_a_drain_disappears_at_the_next_query() {
     let mut server = acme_server().await;
-    let dns = resolver(server.dns_addr());
+    let dns = resolver::resolver(server.dns_addr(), true);
     server.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
     server.register("api", "b", "10.0.0.2").await.expect(StatusCode::OK);
     assert_eq!(
@@ -102,7 +83,7 @@ async fn the_view_is_rebuilt_from_the_log_after_a_restart() {
     let mut server = acme_server().await;
     server.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
     server.restart().await;
-    let dns = resolver(server.dns_addr());
+    let dns = resolver::resolver(server.dns_addr(), true);
     assert_eq!(addresses(&dns, "api.prod.muster.").await.unwrap(), ["10.0.0.1"]);
     server.stop().await;
 }
@@ -111,7 +92,7 @@ async fn the_view_is_rebuilt_from_the_log_after_a_restart() {
 async fn the_default_tenants_view_does_not_show_another_tenant() {
     let mut server = TestServer::start().await;
     server.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
-    let dns = resolver(server.dns_addr());
+    let dns = resolver::resolver(server.dns_addr(), true);
     let err = addresses(&dns, "api.prod.muster.").await.unwrap_err();
     assert_eq!(response_code(err), ResponseCode::NXDomain);
     server.stop().await;
