@@ -162,6 +162,8 @@ impl Builder<'_> {
             return ServiceNames { owned, transports };
         };
         let eligible: Vec<Eligible<'_>> = snapshot.iter().filter_map(|e| self.eligible(e)).collect();
+        let by_instance: BTreeMap<&str, &Eligible<'_>> =
+            eligible.iter().map(|e| (e.endpoint.instance.as_str(), e)).collect();
         owned.push(self.address_rrsets(&service_name, eligible.iter().flat_map(|e| e.addresses.iter().copied())));
 
         // Instance names: every endpoint's exists; only an eligible one has addresses.
@@ -229,8 +231,7 @@ impl Builder<'_> {
                 let Some(instance_name) = self.name(&[instance, &service_type, &transport_label, namespace]) else {
                     continue;
                 };
-                let eligible = eligible.iter().find(|e| e.endpoint.instance == endpoint.instance);
-                let (Some(e), Some((target, _))) = (eligible, targets.get(instance)) else {
+                let (Some(e), Some((target, _))) = (by_instance.get(instance), targets.get(instance)) else {
                     owned.push(Owned {
                         wire: instance_name.wire,
                         rrsets: Vec::new(),

@@ -62,8 +62,8 @@ pub struct Zone {
     revision: Revision,
     /// The SOA record (owner = apex, uncompressed), re-encoded when the revision changes.
     soa: Vec<u8>,
-    /// Names owned, per service and per namespace's browse list.
-    services: BTreeMap<(Label, Label), ServiceUnit>,
+    /// Names owned: per namespace, per service; and each namespace's browse list.
+    services: BTreeMap<Label, BTreeMap<Label, ServiceUnit>>,
     browse: BTreeMap<Label, Vec<Box<[u8]>>>,
     names: HashMap<Box<[u8]>, Node>,
 }
@@ -147,20 +147,24 @@ impl Zone {
         if key.tenant != self.config.tenant {
             return;
         }
-        let unit_key = (key.namespace.clone(), key.service.clone());
-        if let Some(old) = self.services.remove(&unit_key) {
+        let old = self
+            .services
+            .get_mut(&key.namespace)
+            .and_then(|services| services.remove(&key.service));
+        if let Some(old) = old {
             self.forget(&old.owned);
         }
         if let Some(snapshot) = snapshot {
             let built = self.builder().service(snapshot);
             let owned = self.adopt(built.owned);
-            self.services.insert(
-                unit_key,
-                ServiceUnit {
-                    owned,
-                    transports: built.transports,
-                },
-            );
+            let unit = ServiceUnit {
+                owned,
+                transports: built.transports,
+            };
+            self.services
+                .entry(key.namespace.clone())
+                .or_default()
+                .insert(key.service.clone(), unit);
         }
         self.rebuild_browse(&key.namespace);
     }
@@ -183,17 +187,15 @@ impl Zone {
         if let Some(old) = self.browse.remove(namespace) {
             self.forget(&old);
         }
-        let in_namespace: Vec<(&str, &str)> = self
-            .services
-            .iter()
-            .filter(|((ns, _), _)| ns == namespace)
-            .flat_map(|((_, service), unit)| unit.transports.iter().map(move |t| (service.as_str(), *t)))
-            .collect();
-        let any_service = self.services.keys().any(|(ns, _)| ns == namespace);
-        if !any_service {
+        let Some(services) = self.services.get(namespace).filter(|services| !services.is_empty()) else {
+            self.services.remove(namespace);
             return;
-        }
-        let built = self.builder().browse(namespace, in_namespace);
+        };
+        let types: Vec<(&str, &str)> = services
+            .iter()
+            .flat_map(|(service, unit)| unit.transports.iter().map(move |t| (service.as_str(), *t)))
+            .collect();
+        let built = self.builder().browse(namespace, types);
         let owned = self.adopt(built);
         self.browse.insert(namespace.clone(), owned);
     }
