@@ -6,7 +6,9 @@
 #
 # Prints each run's queries per second and average latency, the medians, the ratio
 # Muster/nsd, then p99 latency of both at half of Muster's median rate (dnsperf -Q, per-query
-# latencies from -v). Needs nsd, dnsperf and curl (Debian: apt-get install -y nsd dnsperf curl).
+# latencies from -v), median of RUNS runs. Needs nsd, dnsperf and curl (Debian:
+# apt-get install -y nsd dnsperf curl). On a machine shared with other work, the p99 mostly
+# measures the scheduler: run it on a quiet machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 muster="${1:-target/release/muster}"
@@ -122,7 +124,7 @@ measure() { # port [extra dnsperf args] -> "qps avg_latency_ms"
   dnsperf -s 127.0.0.1 -p "$port" -d "$work/queries" -l "$seconds" -c 4 -T 1 "$@" >"$work/run" 2>&1
   awk '/Queries per second:/ {qps=$4} /Average Latency \(s\):/ {lat=$4 * 1000} END {printf "%.0f %.3f\n", qps, lat}' "$work/run"
 }
-median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR + 1) / 2)]}'; }
+median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR + 1) / 2)]}'; }
 
 : >"$work/muster.qps"
 : >"$work/nsd.qps"
@@ -139,11 +141,20 @@ ratio=$(awk -v m="$m_median" -v n="$n_median" 'BEGIN {printf "%.2f", m / n}')
 echo "median: muster $m_median q/s, nsd $n_median q/s, ratio muster/nsd $ratio"
 
 # p99 at half load: both servers at half of Muster's median rate; -v prints one line per
-# query whose last field is its latency in seconds.
+# query whose last field is its latency in seconds. Alternating runs again; the median p99.
 half=$((m_median / 2))
 p99() { # port -> p99 in ms
   dnsperf -s 127.0.0.1 -p "$1" -d "$work/queries" -l "$seconds" -c 4 -T 1 -Q "$half" -v >"$work/verbose" 2>&1
   awk '$1 == ">" {print $NF}' "$work/verbose" | sort -g |
     awk '{v[NR]=$1} END {if (NR == 0) {print "n/a"} else {i=int(NR * 0.99); if (i < 1) i=1; printf "%.3f\n", v[i] * 1000}}'
 }
-echo "p99 at $half q/s: muster $(p99 "$muster_dns") ms, nsd $(p99 "$nsd_port") ms"
+: >"$work/muster.p99"
+: >"$work/nsd.p99"
+for run in $(seq 1 "$runs"); do
+  m_p99=$(p99 "$muster_dns")
+  n_p99=$(p99 "$nsd_port")
+  echo "$m_p99" >>"$work/muster.p99"
+  echo "$n_p99" >>"$work/nsd.p99"
+  printf 'p99 run %d at %d q/s: muster %s ms   nsd %s ms\n' "$run" "$half" "$m_p99" "$n_p99"
+done
+echo "median p99 at $half q/s: muster $(sort -g "$work/muster.p99" | median) ms, nsd $(sort -g "$work/nsd.p99" | median) ms"
