@@ -56,7 +56,8 @@ pub fn read_config(path: &Path) -> Result<ServerConfig, CliError> {
 ///
 /// This is [`muster_server::run`] unrolled into `start` and `stop`, so that the address
 /// actually bound (`--http 127.0.0.1:0` picks a free port) can be printed in between: one
-/// line on stdout, `muster serving http://ADDR ...`, or `{"http":"ADDR",...}` with `--json`.
+/// line on stdout, `muster serving http://ADDR, dns ADDR ...`, or
+/// `{"http":"ADDR","dns":"ADDR",...}` with `--json` (`dns` is null when DNS is disabled).
 pub async fn serve(args: ServeArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let config = load_config(&args)?;
     // Signals are installed before the server starts, so an early SIGTERM stops it
@@ -66,10 +67,17 @@ pub async fn serve(args: ServeArgs, json: bool, out: &mut dyn Write) -> Result<(
     info!(http = %config.http, dns = %config.dns, data_dir, "starting muster serve");
     let server = muster_server::start(config).await?;
     let http = server.local_addr();
+    let dns = server.dns_addr();
     let line = if json {
-        serde_json::json!({ "http": http.to_string(), "data_dir": data_dir }).to_string()
+        serde_json::json!({
+            "http": http.to_string(),
+            "dns": dns.map(|addr| addr.to_string()),
+            "data_dir": data_dir,
+        })
+        .to_string()
     } else {
-        format!("muster serving http://{http} (data in {data_dir}); Ctrl-C or SIGTERM stops it")
+        let dns = dns.map_or_else(|| "DNS off".to_owned(), |addr| format!("dns {addr} (udp+tcp)"));
+        format!("muster serving http://{http}, {dns} (data in {data_dir}); Ctrl-C or SIGTERM stops it")
     };
     // A closed stdout must not stop the server: the line is a convenience, the logs say it too.
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());

@@ -324,6 +324,11 @@ impl Registry {
             .flat_map(|services| services.values().map(|s| &s.current))
     }
 
+    /// The namespaces that hold services (known ones, possibly empty), sorted.
+    pub fn namespace_keys(&self) -> impl Iterator<Item = &NamespaceKey> {
+        self.namespaces.keys()
+    }
+
     /// Every update of `scope` after `since`, oldest first (ties by service), each carrying
     /// its `prev_revision` and digest; or `Compacted` if any of them may be gone. Never a
     /// partial answer.

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use muster_consensus::ClusterConfig;
 use muster_core::ServiceKey;
+use muster_dns::ZoneConfig;
 use muster_health::checker::CheckerConfig;
 use muster_health::preservation::{Brakes, PreservationConfig};
 use muster_registry::RegistryConfig;
@@ -20,8 +21,12 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// The HTTP API's address. Loopback unless auth is configured (SPEC S1).
     pub http: SocketAddr,
-    /// The DNS listener's address (issue 6).
+    /// The DNS listener's address, UDP and TCP (issue 6). Loopback, like the API.
     pub dns: SocketAddr,
+    /// Whether the DNS listener runs: on by default.
+    pub dns_enabled: bool,
+    /// What DNS answers: domain (`muster.`), tenant (`default`), TTLs, eligibility.
+    pub dns_zone: ZoneConfig,
     /// The registry's limits, policy, quotas and history.
     pub registry: RegistryConfig,
     /// Largest accepted request body: 64 KiB is sixteen maximal records.
@@ -204,6 +209,8 @@ impl Default for ServerConfig {
             data_dir: PathBuf::from("muster-data"),
             http: SocketAddr::from(([127, 0, 0, 1], 7070)),
             dns: SocketAddr::from(([127, 0, 0, 1], 7053)),
+            dns_enabled: true,
+            dns_zone: ZoneConfig::default(),
             registry: RegistryConfig::default(),
             max_body_bytes: 64 * 1024,
             watch_queue_frames: 1024,

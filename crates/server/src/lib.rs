@@ -9,6 +9,7 @@
 //!  lease_keeper (tick) ──▶ LeaseDeadlines (pure) ──expired──▶ Brakes ──▶ propose ExpireLeases
 //!                     └──▶ Drains (pure) ──grace ended──▶ propose Deregister
 //!  checker (task) ──▶ Checker (muster-health, pure) ──crossings──▶ Brakes ──▶ propose SetServing
+//!  DNS (UDP + TCP, muster-dns) ◀── LiveZone ◀── DnsFeed ◀── ApplyObserver (before the hub)
 //! ```
 //!
 //! # Layout
@@ -20,6 +21,7 @@
 //! - `lease_deadlines` (pure) and `lease_keeper` (its task, which also ends drain graces
 //!   kept by `drains`).
 //! - `checker`: the health checker task and its feed; `observers`: the apply fan-out.
+//! - `dns`: the DNS view's feed from the apply path.
 //! - `clock`, `page_token`, `wait`: small pieces.
 //!
 //! # HTTP conventions
@@ -40,6 +42,7 @@ mod checker;
 mod clock;
 mod cluster;
 mod config;
+mod dns;
 mod drains;
 mod error;
 mod extract;

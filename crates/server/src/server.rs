@@ -1,9 +1,10 @@
 //! Starting and stopping the daemon: the node, the HTTP listener, the lease keeper.
 //!
 //! ```text
-//!  start: check config ─▶ hub, check feed ─▶ Node::open(observers = hub + feed) ─▶ bind
-//!         ─▶ serve + lease keeper + checker ─▶ ready
-//!  stop:  not ready ─▶ stop accepting (graceful) ─▶ watchers get `closing`, blocking
+//!  start: check config ─▶ hub, check feed, DNS zone ─▶ Node::open(observers = DNS feed, hub,
+//!         check feed) ─▶ bind HTTP, DNS (and the cluster listener) ─▶ serve + lease keeper
+//!         + checker ─▶ ready
+//!  stop:  not ready ─▶ DNS stops ─▶ stop accepting (graceful) ─▶ watchers get `closing`, blocking
 //!         queries return ─▶ in-flight requests finish (bounded by shutdown_grace_ms)
 //!         ─▶ keeper and checker stop ─▶ Node::shutdown
 //! ```
@@ -19,10 +20,11 @@ use tokio::task::JoinHandle;
 
 use crate::app::{App, Background};
 use crate::clock::ServerClock;
+use crate::dns::DnsFeed;
 use crate::forward::ClusterLink;
 use crate::hub::{WatchHub, WatchStats};
 use crate::observers::Observers;
-use crate::{ServerConfig, ServerError, accept, checker, cluster, lease_keeper, routes};
+use crate::{ServerConfig, ServerError, accept, checker, cluster, dns, lease_keeper, routes};
 
 /// A server that is running; [`RunningServer::stop`] stops it gracefully.
 pub struct RunningServer {
@@ -36,6 +38,7 @@ pub struct RunningServer {
     /// The node-to-node listener, in a cluster: stopped after the node.
     cluster_serve: Option<(oneshot::Sender<()>, JoinHandle<std::io::Result<()>>)>,
     shutdown_grace: Duration,
+    dns: Option<muster_dns::DnsListener>,
 }
 
 fn check(config: &ServerConfig) -> Result<(), ServerError> {
@@ -64,6 +67,7 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
 /// [`RunningServer::local_addr`] to run on a free port.
 pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     check(&config)?;
+    let dns_zone = dns::zone(&config)?;
     let clock = ServerClock::start();
     let brakes = config.health.brakes().map_err(ServerError::Config)?;
     let hub = WatchHub::new(config.watch_queue_frames);
@@ -89,7 +93,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             snapshot_every: config.snapshot_every,
             cluster,
         },
-        Arc::new(Observers(vec![hub.clone(), check_feed])),
+        Arc::new(Observers(vec![
+            Arc::new(DnsFeed::new(Arc::clone(&dns_zone))),
+            hub.clone(),
+            check_feed,
+        ])),
     )
     .await?;
     let listener = match TcpListener::bind(config.http).await {
@@ -106,6 +114,13 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         addr: config.http,
         source,
     })?;
+    let dns = match dns::listen(&config, dns_zone).await {
+        Ok(dns) => dns,
+        Err(err) => {
+            let _ = node.shutdown().await;
+            return Err(err);
+        }
+    };
     let (stopping, stopping_rx) = watch::channel(false);
     let app = Arc::new(App::new(
         node,
@@ -148,6 +163,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         checker,
         cluster_serve,
         shutdown_grace: Duration::from_millis(config.shutdown_grace_ms),
+        dns,
     })
 }
 
@@ -157,6 +173,11 @@ impl RunningServer {
         self.local_addr
     }
 
+    /// The address the DNS listener answers on (UDP and TCP), when DNS is enabled.
+    pub fn dns_addr(&self) -> Option<SocketAddr> {
+        self.dns.as_ref().map(muster_dns::DnsListener::local_addr)
+    }
+
     /// What the watch hub holds.
     pub fn watch_stats(&self) -> WatchStats {
         self.app.hub.stats()
@@ -164,8 +185,11 @@ impl RunningServer {
 
     /// Stops gracefully: stop accepting, tell watchers `closing`, let in-flight requests
     /// finish (up to `shutdown_grace_ms`), stop the lease keeper, shut the node down.
-    pub async fn stop(self) -> Result<(), ServerError> {
+    pub async fn stop(mut self) -> Result<(), ServerError> {
         self.app.set_ready(false);
+        if let Some(dns) = self.dns.take() {
+            dns.stop().await;
+        }
         let _ = self.stop_accepting.send(());
         self.app.hub.close();
         let _ = self.stopping.send(true);

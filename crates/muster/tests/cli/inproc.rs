@@ -69,6 +69,7 @@ impl Registry {
         let config = adjust(ServerConfig {
             data_dir: dir.path().to_path_buf(),
             http: "127.0.0.1:0".parse().unwrap(),
+            dns: "127.0.0.1:0".parse().unwrap(),
             progress_interval_ms: 200,
             shutdown_grace_ms: 1_000,
             ..ServerConfig::default()

@@ -5,6 +5,7 @@
 //! test asserts on timing.
 
 mod cluster;
+mod dns;
 mod errors;
 mod health;
 mod leases;

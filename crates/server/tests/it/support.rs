@@ -65,6 +65,7 @@ pub(crate) fn test_config(dir: &TempDir) -> ServerConfig {
     ServerConfig {
         data_dir: dir.path().to_path_buf(),
         http: "127.0.0.1:0".parse().unwrap(),
+        dns: "127.0.0.1:0".parse().unwrap(),
         progress_interval_ms: 200,
         shutdown_grace_ms: 5_000,
         ..ServerConfig::default()
@@ -103,6 +104,11 @@ impl TestServer {
 
     pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.running().local_addr(), path)
+    }
+
+    /// Where the DNS listener answers.
+    pub(crate) fn dns_addr(&self) -> std::net::SocketAddr {
+        self.running().dns_addr().expect("DNS is enabled")
     }
 
     pub(crate) fn watch_stats(&self) -> WatchStats {

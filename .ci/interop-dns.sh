@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The DNS view as dig sees it (issue 6): A, SRV with its additional addresses, DNS-SD PTR and
+# TXT, NXDOMAIN vs NODATA with the SOA, truncation over UDP and the full answer over TCP,
+# REFUSED outside the zone, a drain visible at the next query, and the server still answering
+# after garbage.
+set -euo pipefail
+muster="$1"
+work=$(mktemp -d)
+port=$((20000 + RANDOM % 20000))
+base="http://127.0.0.1:$port"
+"$muster" serve --json --data-dir "$work/data" --http "127.0.0.1:$port" --dns 127.0.0.1:0 \
+  >"$work/serve.out" 2>"$work/serve.log" &
+server=$!
+trap 'kill -9 $server 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'echo "interop-dns: failed at line $LINENO" >&2' ERR
+for _ in $(seq 1 100); do
+  [ -s "$work/serve.out" ] && curl -fsS "$base/v1/status" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+dns=$(head -1 "$work/serve.out" | jq -r .dns)
+dns_port=${dns##*:}
+d() { dig @127.0.0.1 -p "$dns_port" +time=2 +tries=1 "$@"; }
+
+register() { # instance ip [labels-json]
+  curl -fsS -X PUT "$base/v1/registry/default/prod/api/$1" -H 'content-type: application/json' \
+    -d "{\"incarnation\":1,\"endpoint\":{\"addresses\":[{\"ip\":\"$2\"}],\"ports\":[{\"name\":\"http\",\"port\":8080,\"protocol\":\"http\"}],\"labels\":${3:-{\}}}}" >/dev/null
+}
+register api-0 10.0.0.1 '{"team":"core"}'
+register api-1 10.0.0.2
+
+[ "$(d +short api.prod.muster A | sort | tr '\n' ' ')" = "10.0.0.1 10.0.0.2 " ]
+d +noall +answer +additional _http._tcp.api.prod.muster SRV >"$work/srv"
+grep -q 'SRV.*0 100 8080 api-0.api.prod.muster.' "$work/srv"
+grep -q '^api-1.api.prod.muster.*A.*10.0.0.2' "$work/srv"
+[ "$(d +short _services._dns-sd._udp.prod.muster PTR)" = "_api._tcp.prod.muster." ]
+[ "$(d +short api-0._api._tcp.prod.muster TXT)" = '"team=core"' ]
+d nope.prod.muster A >"$work/nx"
+grep -q 'status: NXDOMAIN' "$work/nx"
+grep -q 'AUTHORITY: 1' "$work/nx"
+d api.prod.muster TXT >"$work/nodata"
+grep -q 'status: NOERROR' "$work/nodata"
+grep -q 'ANSWER: 0, AUTHORITY: 1' "$work/nodata"
+d example.com A | grep -q 'status: REFUSED'
+# Case is echoed as asked.
+d +noall +question ApI.PrOd.MuStEr A | grep -q 'ApI.PrOd.MuStEr'
+
+# 40 more endpoints: over 512 bytes without EDNS, so UDP says TC and TCP has them all.
+for i in $(seq 2 41); do register "api-$i" "10.0.1.$i"; done
+d +noedns +ignore api.prod.muster A | grep -q 'flags: qr aa tc'
+[ "$(d +tcp +short api.prod.muster A | wc -l)" = 42 ]
+
+# A drain is gone at the next query.
+curl -fsS -X POST "$base/v1/registry/default/prod/api/api-0/drain" -H 'content-type: application/json' \
+  -d '{"incarnation":1,"reason":"ci"}' >/dev/null
+if d +tcp +short api.prod.muster A | grep -qx '10.0.0.1'; then
+  echo "interop-dns: the drained 10.0.0.1 is still answered" >&2
+  exit 1
+fi
+
+# Garbage over UDP does not stop it.
+printf '\x00\x01garbage' >/dev/udp/127.0.0.1/"$dns_port" || true
+d +short api.prod.muster A | grep -qx '10.0.0.2'
+
+kill -TERM $server
+wait $server
+echo "interop-dns: ok"

@@ -1,0 +1,75 @@
+//! Feeding the DNS view (issue 6) from the apply path (the fan-out is `observers`).
+//!
+//! ```text
+//!  Node (registry write lock) ──applied──▶ Observers ──▶ DnsFeed ──stage(key, Arc snapshot)──▶ LiveZone
+//!                                              └──────▶ WatchHub (watch frames)
+//! ```
+//!
+//! DNS goes first: by the time the hub publishes a revision (and a watcher could react to it),
+//! the zone has it staged, so DNS never lags what a watch has already shown. Under the lock
+//! the feed does one snapshot lookup and one map insert per touched service of its tenant;
+//! the answers are rebuilt by the next DNS query (`muster_dns::LiveZone`).
+
+use std::sync::Arc;
+
+use muster_consensus::ApplyObserver;
+use muster_dns::{DnsListener, LiveZone, Zone};
+use muster_registry::{Applied, Registry};
+
+use crate::{ServerConfig, ServerError};
+
+/// Stages every change of the zone's tenant into the live DNS zone.
+pub(crate) struct DnsFeed {
+    zone: Arc<LiveZone>,
+}
+
+impl DnsFeed {
+    pub(crate) fn new(zone: Arc<LiveZone>) -> DnsFeed {
+        DnsFeed { zone }
+    }
+}
+
+impl ApplyObserver for DnsFeed {
+    fn applied(&self, registry: &Registry, applied: &Applied) {
+        for update in &applied.updates {
+            self.zone
+                .stage(&update.key, registry.snapshot(&update.key), applied.revision);
+        }
+    }
+
+    fn reset(&self, registry: &Registry) {
+        let tenant = self.zone.tenant();
+        let snapshots = registry
+            .namespace_keys()
+            .filter(|namespace| namespace.tenant == *tenant)
+            .flat_map(|namespace| registry.services(namespace));
+        self.zone.stage_reset(snapshots, registry.revision());
+    }
+}
+
+/// The live zone for `config`, or why its DNS settings are unusable.
+pub(crate) fn zone(config: &ServerConfig) -> Result<Arc<LiveZone>, ServerError> {
+    if config.dns_enabled && !config.dns.ip().is_loopback() {
+        return Err(ServerError::Config(format!(
+            "dns: {} is not a loopback address; without authentication (SPEC S1) the DNS view \
+             binds loopback only (e.g. 127.0.0.1:7053)",
+            config.dns
+        )));
+    }
+    let zone = Zone::new(config.dns_zone.clone()).map_err(|err| ServerError::Config(err.to_string()))?;
+    Ok(Arc::new(LiveZone::new(zone)))
+}
+
+/// Starts the listener when DNS is enabled.
+pub(crate) async fn listen(config: &ServerConfig, zone: Arc<LiveZone>) -> Result<Option<DnsListener>, ServerError> {
+    if !config.dns_enabled {
+        return Ok(None);
+    }
+    DnsListener::bind(config.dns, zone)
+        .await
+        .map(Some)
+        .map_err(|err| ServerError::Bind {
+            addr: err.addr,
+            source: err.source,
+        })
+}

@@ -1,0 +1,127 @@
+//! The DNS view of a real server (issue 6): registered through the HTTP API, asked by a real
+//! resolver over UDP/TCP. Tests use tenant `acme`, like the rest of this suite.
+
+use hickory_resolver::TokioResolver;
+use hickory_resolver::net::{DnsError, NetError};
+use hickory_resolver::proto::op::ResponseCode;
+use hickory_resolver::proto::rr::{RData, RecordType};
+use hyper::{Method, StatusCode};
+use muster_core::Label;
+use muster_server::{ServerConfig, ServerError};
+use serde_json::json;
+
+use crate::support::{TestServer, instance_path, test_config};
+
+#[path = "../../../dns/tests/it/resolver.rs"]
+mod resolver;
+
+async fn acme_server() -> TestServer {
+    TestServer::start_with(|config| config.dns_zone.tenant = Label::new("tenant", "acme").unwrap()).await
+}
+
+async fn addresses(dns: &TokioResolver, name: &str) -> Result<Vec<String>, NetError> {
+    let lookup = dns.lookup(name, RecordType::A).await?;
+    let mut addresses: Vec<String> = lookup
+        .answers()
+        .iter()
+        .filter_map(|record| match &record.data {
+            RData::A(a) => Some(a.0.to_string()),
+            _ => None,
+        })
+        .collect();
+    addresses.sort();
+    Ok(addresses)
+}
+
+fn response_code(err: NetError) -> ResponseCode {
+    match err {
+        NetError::Dns(DnsError::NoRecordsFound(no_records)) => no_records.response_code,
+        other => panic!("expected a negative answer, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn a_registration_is_answered_and_a_drain_disappears_at_the_next_query() {
+    let mut server = acme_server().await;
+    let dns = resolver::resolver(server.dns_addr(), true);
+    server.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
+    server.register("api", "b", "10.0.0.2").await.expect(StatusCode::OK);
+    assert_eq!(
+        addresses(&dns, "api.prod.muster.").await.unwrap(),
+        ["10.0.0.1", "10.0.0.2"]
+    );
+    let srv = dns
+        .lookup("_http._tcp.api.prod.muster.", RecordType::SRV)
+        .await
+        .unwrap();
+    assert_eq!(srv.answers().len(), 2);
+
+    server
+        .call(
+            Method::POST,
+            &format!("{}/drain", instance_path("api", "b")),
+            Some(json!({"incarnation": 1, "reason": "deploy"})),
+        )
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(addresses(&dns, "api.prod.muster.").await.unwrap(), ["10.0.0.1"]);
+
+    server.deregister("api", "a").await.expect(StatusCode::OK);
+    let nothing = addresses(&dns, "api.prod.muster.").await.unwrap_err();
+    assert_eq!(
+        response_code(nothing),
+        ResponseCode::NoError,
+        "a known service with nothing eligible is NODATA"
+    );
+    let unknown = addresses(&dns, "web.prod.muster.").await.unwrap_err();
+    assert_eq!(response_code(unknown), ResponseCode::NXDomain);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_view_is_rebuilt_from_the_log_after_a_restart() {
+    let mut server = acme_server().await;
+    server.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
+    server.restart().await;
+    let dns = resolver::resolver(server.dns_addr(), true);
+    assert_eq!(addresses(&dns, "api.prod.muster.").await.unwrap(), ["10.0.0.1"]);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_default_tenants_view_does_not_show_another_tenant() {
+    let mut server = TestServer::start().await;
+    server.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
+    let dns = resolver::resolver(server.dns_addr(), true);
+    let err = addresses(&dns, "api.prod.muster.").await.unwrap_err();
+    assert_eq!(response_code(err), ResponseCode::NXDomain);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn dns_can_be_disabled_and_bad_dns_settings_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = muster_server::start(ServerConfig {
+        dns_enabled: false,
+        ..test_config(&dir)
+    })
+    .await
+    .unwrap();
+    assert_eq!(server.dns_addr(), None);
+    server.stop().await.unwrap();
+
+    let mut bad_domain = test_config(&dir);
+    bad_domain.dns_zone.domain = "no spaces.".into();
+    let Err(ServerError::Config(message)) = muster_server::start(bad_domain).await else {
+        panic!("a bad domain must be refused")
+    };
+    assert!(message.contains("dns domain"), "{message}");
+    let public = ServerConfig {
+        dns: "0.0.0.0:0".parse().unwrap(),
+        ..test_config(&dir)
+    };
+    let Err(ServerError::Config(message)) = muster_server::start(public).await else {
+        panic!("a non-loopback DNS address must be refused")
+    };
+    assert!(message.contains("loopback"), "{message}");
+}
