@@ -36,6 +36,8 @@ const MAX_BATCH: usize = 1024;
 /// How long a write may wait for a quorum before it fails with `no_quorum` (R2: never
 /// hangs): ten election timeouts, so a leader change in between still commits.
 pub(crate) const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often a write retries while no leader answers: a fraction of an election timeout.
+const RETRY: std::time::Duration = std::time::Duration::from_millis(100);
 /// Proposals queued before `propose` waits: backpressure instead of unbounded memory, at
 /// sixteen full batches.
 const QUEUE: usize = 16 * MAX_BATCH;
@@ -104,32 +106,39 @@ async fn run(raft: Raft<TypeConfig>, peers: Option<PeerClient>, mut pending: mps
 }
 
 /// Commits a batch: here when this node leads, else forwarded to the leader, then waits until
-/// this node has applied it too (so a reader of this node sees its own write).
+/// this node has applied it too (so a reader of this node sees its own write). While no
+/// leader answers (an election), it tries again every [`RETRY`] until [`WRITE_TIMEOUT`]: a
+/// batch forwarded to a leader that died after committing it may so be committed twice,
+/// which is why every command is idempotent (the second answers `already_committed`).
 async fn commit(raft: &Raft<TypeConfig>, peers: Option<&PeerClient>, batch: Batch) -> Result<Outcome, ConsensusError> {
-    match write_here(raft, batch.clone()).await {
-        Err(Forward {
-            leader_addr: Some(addr),
-        }) if peers.is_some() => {
-            let peers = peers.expect("checked above");
-            let reply: Result<Forwarded, String> = peers
-                .call(&addr, Rpc::Propose, &batch, WRITE_TIMEOUT)
-                .await
-                .map_err(|_| ConsensusError::NoQuorum)?;
-            let forwarded = reply.map_err(|message| {
-                if message == NO_QUORUM {
-                    ConsensusError::NoQuorum
-                } else {
-                    ConsensusError::Storage(message)
-                }
-            })?;
-            raft.wait(Some(WRITE_TIMEOUT))
-                .applied_index_at_least(Some(forwarded.log_index), "a forwarded write applied here")
-                .await
-                .map_err(|_| ConsensusError::NoQuorum)?;
-            Ok(forwarded.outcome)
+    let deadline = tokio::time::Instant::now() + WRITE_TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(ConsensusError::NoQuorum);
         }
-        Err(Forward { .. }) => Err(ConsensusError::NoQuorum),
-        Ok(result) => result,
+        let addr = match write_here(raft, batch.clone(), left).await {
+            Ok(result) => return result,
+            Err(Forward { leader_addr }) => leader_addr,
+        };
+        if let (Some(addr), Some(peers)) = (addr, peers) {
+            match peers
+                .call::<_, Result<Forwarded, String>>(&addr, Rpc::Propose, &batch, left)
+                .await
+            {
+                Ok(Ok(forwarded)) => {
+                    raft.wait(Some(left))
+                        .applied_index_at_least(Some(forwarded.log_index), "a forwarded write applied here")
+                        .await
+                        .map_err(|_| ConsensusError::NoQuorum)?;
+                    return Ok(forwarded.outcome);
+                }
+                Ok(Err(message)) if message != NO_QUORUM => return Err(ConsensusError::Storage(message)),
+                // The leader lost its quorum, or is gone: wait for the next one.
+                Ok(Err(_)) | Err(_) => {}
+            }
+        }
+        tokio::time::sleep(RETRY.min(left)).await;
     }
 }
 
@@ -151,8 +160,12 @@ pub(crate) struct Forwarded {
 pub(crate) const NO_QUORUM: &str = "no_quorum";
 
 /// Writes on this node if it leads: `Err(Forward)` if another node does (or none is known).
-async fn write_here(raft: &Raft<TypeConfig>, batch: Batch) -> Result<Result<Outcome, ConsensusError>, Forward> {
-    match tokio::time::timeout(WRITE_TIMEOUT, raft.client_write(batch)).await {
+async fn write_here(
+    raft: &Raft<TypeConfig>,
+    batch: Batch,
+    timeout: std::time::Duration,
+) -> Result<Result<Outcome, ConsensusError>, Forward> {
+    match tokio::time::timeout(timeout, raft.client_write(batch)).await {
         Err(_) => Ok(Err(ConsensusError::NoQuorum)),
         Ok(Ok(response)) => Ok(Ok(response.data)),
         Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => Err(Forward {

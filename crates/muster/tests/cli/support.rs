@@ -87,6 +87,11 @@ impl Server {
     /// Starts a server whose data dir is `dir/data`: a fresh scratch dir, or the one a
     /// [`Server::kill9`]ed server left behind.
     pub(crate) fn start_in(dir: TempDir) -> Server {
+        Server::start_with(dir, &[])
+    }
+
+    /// Like [`Server::start_in`], with more `serve` flags (e.g. a cluster member's).
+    pub(crate) fn start_with(dir: TempDir, extra: &[String]) -> Server {
         let data = dir.path().join("data");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -101,6 +106,7 @@ impl Server {
                 "--dns",
                 &format!("127.0.0.1:{}", free_udp_port()),
             ])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
