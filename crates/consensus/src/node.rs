@@ -101,6 +101,9 @@ pub enum ConsensusError {
     /// idempotent).
     #[error("no quorum: the write was not acknowledged by a majority in time")]
     NoQuorum,
+    /// A consistent read asked a node that does not lead (the leader, if known).
+    #[error("this node does not lead{}: consistent reads are served by the leader", .0.map(|id| format!(" (node {id} does)")).unwrap_or_default())]
+    NotLeader(Option<u64>),
     /// Storage or the Raft core failed.
     #[error("storage: {0}")]
     Storage(String),
@@ -110,6 +113,9 @@ pub enum ConsensusError {
 #[derive(Clone)]
 pub struct Node {
     id: u64,
+    /// When the node opened, and (ms since then) when a leader last reached it.
+    opened: tokio::time::Instant,
+    last_contact_ms: Arc<std::sync::atomic::AtomicU64>,
     /// The cluster secret (none for a group of one: it serves no peers).
     secret: Option<Arc<str>>,
     raft: Raft<TypeConfig>,
@@ -162,6 +168,8 @@ impl Node {
                 .map_err(|_| ConsensusError::NoLeader)?;
             let batcher = Batcher::spawn(raft.clone(), None);
             return Ok(Node {
+                opened: tokio::time::Instant::now(),
+                last_contact_ms: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
                 id: SINGLE_NODE_ID,
                 secret: None,
                 raft,
@@ -197,6 +205,8 @@ impl Node {
         }
         let batcher = Batcher::spawn(raft.clone(), Some(client));
         Ok(Node {
+            opened: tokio::time::Instant::now(),
+            last_contact_ms: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
             id: cluster.node_id,
             secret: Some(Arc::from(cluster.secret.as_str())),
             raft,
@@ -238,6 +248,39 @@ impl Node {
         self.raft.metrics().borrow().current_leader == Some(self.id)
     }
 
+    /// How long ago this node last heard from a leader, in ms: for the leader, since a
+    /// quorum last acknowledged it; for a follower, since the leader's last append or
+    /// heartbeat; `None` when it never has (a stale read reports this, SPEC R3).
+    pub fn leader_contact_age_ms(&self) -> Option<u64> {
+        if self.is_leader() {
+            if self.secret.is_none() {
+                return Some(0);
+            }
+            return self.raft.metrics().borrow().millis_since_quorum_ack;
+        }
+        let at = self.last_contact_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let now = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        (at != u64::MAX).then(|| now.saturating_sub(at))
+    }
+
+    /// Waits until a read of this node is linearizable (ReadIndex: the leader confirms it
+    /// still leads with a quorum and has applied up to its commit index). Only the leader
+    /// can; a follower answers [`ConsensusError::NotLeader`].
+    pub async fn linearizable(&self) -> Result<(), ConsensusError> {
+        use openraft::error::CheckIsLeaderError;
+        match tokio::time::timeout(crate::batcher::WRITE_TIMEOUT, self.raft.ensure_linearizable()).await {
+            Err(_) => Err(ConsensusError::NoQuorum),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(openraft::error::RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)))) => {
+                Err(ConsensusError::NotLeader(forward.leader_id))
+            }
+            Ok(Err(openraft::error::RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)))) => {
+                Err(ConsensusError::NoQuorum)
+            }
+            Ok(Err(error)) => Err(ConsensusError::Storage(error.to_string())),
+        }
+    }
+
     /// Whether `secret` is this cluster's secret (constant time in its length). A group of
     /// one has no secret and accepts no node-to-node request.
     pub fn accepts_secret(&self, secret: &str) -> bool {
@@ -256,7 +299,14 @@ impl Node {
             serde_json::to_vec(reply).map_err(|e| format!("unencodable reply: {e}"))
         }
         match rpc {
-            Rpc::Append => encode(&self.raft.append_entries(decode(body)?).await),
+            Rpc::Append => {
+                let reply = self.raft.append_entries(decode(body)?).await;
+                if reply.is_ok() {
+                    let now = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+                    self.last_contact_ms.store(now, std::sync::atomic::Ordering::Relaxed);
+                }
+                encode(&reply)
+            }
             Rpc::Vote => encode(&self.raft.vote(decode(body)?).await),
             Rpc::Snapshot => encode(&self.raft.install_snapshot(decode(body)?).await),
             Rpc::Propose => encode(&crate::batcher::commit_forwarded(&self.raft, decode(body)?).await),

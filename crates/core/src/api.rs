@@ -11,8 +11,8 @@
 //! | `DELETE /registry/{tenant}/{namespace}/{service}/{instance}?incarnation=N[&expected_revision=R]` | → [`WriteReply`] |
 //! | `PUT /registry/{tenant}/{namespace}/{service}/{instance}/check` | [`CheckReportRequest`] → [`CheckReportReply`] |
 //! | `PUT /registry/{tenant}/{namespace}/{service}/{instance}/in-flight` | [`InFlightRequest`] → [`WriteReply`] |
-//! | `GET /registry/{tenant}/{namespace}/{service}[?revision=R][&limit=N][&page_token=T][&index=N&wait=30s]` | → [`SnapshotReply`] |
-//! | `GET /registry/{tenant}/{namespace}` | → [`ServicesReply`] |
+//! | `GET /registry/{tenant}/{namespace}/{service}[?revision=R][&limit=N][&page_token=T][&index=N&wait=30s][&consistency=stale\|default\|consistent]` | → [`SnapshotReply`] |
+//! | `GET /registry/{tenant}/{namespace}[?consistency=...]` | → [`ServicesReply`] |
 //! | `GET /watch/{tenant}/{namespace}/{service}[?from_revision=R]` | → NDJSON [`Frame`]s |
 //! | `GET /watch/{tenant}/{namespace}[?from_revision=R]` | → NDJSON [`Frame`]s |
 //! | `POST /leases/{tenant}` | [`GrantLeaseRequest`] → [`WriteReply`] (with `lease`) |
@@ -244,6 +244,10 @@ pub struct StatusReply {
     /// Services whose removals self-preservation holds now (`tenant/namespace/service`).
     #[serde(default)]
     pub protected_services: Vec<String>,
+    /// Milliseconds since this node last heard from a leader (for the leader: since a
+    /// quorum acknowledged it); absent when it never has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_leader_contact_ms: Option<u64>,
 }
 
 /// An error's code and message.

@@ -120,6 +120,9 @@ impl From<ConsensusError> for ApiError {
             ConsensusError::NoQuorum | ConsensusError::NoLeader => ApiError::no_quorum(format!(
                 "{error}; the write may still commit: retry it (writes are idempotent)"
             )),
+            ConsensusError::NotLeader(_) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_leader", error.to_string())
+            }
             _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string()),
         }
     }

@@ -42,6 +42,7 @@ mod checker;
 mod clock;
 mod cluster;
 mod config;
+mod consistency;
 mod dns;
 mod drains;
 mod error;

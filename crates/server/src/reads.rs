@@ -14,6 +14,7 @@ use muster_registry::Page;
 use serde::{Deserialize, Serialize};
 
 use crate::app::App;
+use crate::consistency::{self, Consistency};
 use crate::error::ApiError;
 use crate::extract::{INDEX_HEADER, QueryParams, Segments};
 use crate::page_token::PageToken;
@@ -38,6 +39,18 @@ pub(crate) struct SnapshotQuery {
     /// Blocking query: the longest wait (`30s`, `500ms`, `5m`).
     #[serde(default)]
     wait: Option<String>,
+    /// `stale`, `default` or `consistent` (see the `consistency` module).
+    #[serde(default)]
+    consistency: Consistency,
+}
+
+/// The query of `GET /v1/registry/{tenant}/{namespace}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ServicesQuery {
+    /// `stale`, `default` or `consistent`.
+    #[serde(default)]
+    consistency: Consistency,
 }
 
 /// A [`SnapshotReply`](muster_core::api::SnapshotReply) borrowing the page's endpoints, so a
@@ -101,6 +114,7 @@ pub(crate) async fn snapshot(
 ) -> Result<Response, ApiError> {
     let key = segments.service()?;
     let start = read_at(&query)?;
+    consistency::ready(&app, query.consistency).await?;
     match (query.index, &query.wait) {
         (Some(index), wait) => {
             if start.at.is_some() {
@@ -132,7 +146,9 @@ pub(crate) async fn snapshot(
             Some(at) => ApiError::not_found(format!("service {key} did not exist at revision {at}")),
             None => ApiError::not_found(format!("service {key} is not registered")),
         })?;
-    Ok(page_response(&page, app.protection_active(&key)))
+    let mut response = page_response(&page, app.protection_active(&key));
+    consistency::annotate(&app, &mut response);
+    Ok(response)
 }
 
 fn page_response(page: &Page, protection_active: bool) -> Response {
@@ -175,8 +191,13 @@ async fn wait_for_change(app: &App, key: &ServiceKey, index: Revision, wait: Dur
 }
 
 /// `GET /v1/registry/{tenant}/{namespace}`: the namespace's services, sorted by name.
-pub(crate) async fn services(State(app): State<Arc<App>>, segments: Segments) -> Result<Json<ServicesReply>, ApiError> {
+pub(crate) async fn services(
+    State(app): State<Arc<App>>,
+    segments: Segments,
+    QueryParams(query): QueryParams<ServicesQuery>,
+) -> Result<Response, ApiError> {
     let namespace = segments.namespace()?;
+    consistency::ready(&app, query.consistency).await?;
     let (revision, snapshots) = app
         .node
         .read(|registry| (registry.revision(), registry.services(&namespace)));
@@ -190,7 +211,12 @@ pub(crate) async fn services(State(app): State<Arc<App>>, segments: Segments) ->
             protection_active: app.protection_active(snapshot.key()),
         })
         .collect();
-    Ok(Json(ServicesReply { revision, services }))
+    let mut response = Json(ServicesReply { revision, services }).into_response();
+    response
+        .headers_mut()
+        .insert(INDEX_HEADER, HeaderValue::from(revision.0));
+    consistency::annotate(&app, &mut response);
+    Ok(response)
 }
 
 #[cfg(test)]

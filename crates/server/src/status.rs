@@ -19,5 +19,6 @@ pub(crate) async fn status(State(app): State<Arc<App>>) -> Json<StatusReply> {
         uptime_ms: app.clock.now_ms(),
         ready: app.is_ready(),
         protected_services: app.brakes().protected().iter().map(ToString::to_string).collect(),
+        last_leader_contact_ms: app.node.leader_contact_age_ms(),
     })
 }

@@ -188,7 +188,15 @@ async fn a_minority_refuses_writes_with_no_quorum_and_still_serves_reads() {
         (refused.status, refused.code()),
         (StatusCode::SERVICE_UNAVAILABLE, "no_quorum")
     );
-    assert_eq!(total(cluster.node(2), "api").await, 1, "a stale read is still served");
+    let stale = cluster
+        .node(2)
+        .get("/v1/registry/acme/prod/api?consistency=stale")
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(
+        stale.body["total"], 1,
+        "a stale read is still served, nothing half-applied"
+    );
     cluster.stop(2).await;
 }
 
@@ -241,4 +249,87 @@ async fn bad_cluster_settings_are_refused_naming_the_setting() {
         };
         assert!(message.starts_with(setting), "{message}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_say_how_fresh_they_are_and_consistent_reads_need_the_leader() {
+    let mut cluster = Cluster::start().await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % 3;
+    cluster
+        .node(leader)
+        .register("api", "a-0", "10.0.0.1")
+        .await
+        .expect(StatusCode::OK);
+    until_total(cluster.node(follower), "api", 1).await;
+
+    let consistent = cluster
+        .node(leader)
+        .get("/v1/registry/acme/prod/api?consistency=consistent")
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(consistent.body["total"], 1);
+    let refused = cluster
+        .node(follower)
+        .get("/v1/registry/acme/prod/api?consistency=consistent")
+        .await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "not_leader")
+    );
+    assert!(
+        refused.message().contains(&format!("node {} does", leader + 1)),
+        "{}",
+        refused.message()
+    );
+    let bad = cluster
+        .node(follower)
+        .get("/v1/registry/acme/prod/api?consistency=eventual")
+        .await;
+    assert_eq!((bad.status, bad.code()), (StatusCode::BAD_REQUEST, "bad_request"));
+
+    let fresh = cluster
+        .node(follower)
+        .get("/v1/registry/acme/prod/api")
+        .await
+        .expect(StatusCode::OK);
+    let age: u64 = fresh.headers["x-muster-last-contact"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(age < 5_000, "a follower in touch with its leader: {age} ms");
+    let status = cluster.node(follower).get("/v1/status").await.expect(StatusCode::OK);
+    assert!(status.body["last_leader_contact_ms"].as_u64().is_some());
+
+    // Cut the follower off: stale reads go on (saying how stale), default reads refuse
+    // once the silence passes 5 s.
+    let others: Vec<usize> = (0..3).filter(|i| *i != follower).collect();
+    for i in others {
+        cluster.stop(i).await;
+    }
+    let mut refused_default = None;
+    for _ in 0..STEP.as_millis() / 100 {
+        let read = cluster.node(follower).get("/v1/registry/acme/prod/api").await;
+        if read.status != StatusCode::OK {
+            refused_default = Some(read);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let refused_default = refused_default.expect("default reads refuse after 5 s without a leader");
+    assert_eq!(refused_default.code(), "stale");
+    let stale = cluster
+        .node(follower)
+        .get("/v1/registry/acme/prod/api?consistency=stale")
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(stale.body["total"], 1);
+    let age: u64 = stale.headers["x-muster-last-contact"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(age >= 5_000, "{age}");
+    cluster.stop(follower).await;
 }

@@ -1,0 +1,72 @@
+//! Read consistency (SPEC R3): every read says how fresh it may be, and every reply says how
+//! fresh it is.
+//!
+//! | `consistency=` | served when | cost |
+//! |---|---|---|
+//! | `stale` | always, from this node's applied state | none |
+//! | `default` | this node leads, or heard from a leader within 5 s | none |
+//! | `consistent` | the leader confirmed with a quorum (ReadIndex) and applied up to it | one heartbeat round |
+//!
+//! Replies carry `X-Muster-Index` (the revision read at) and `X-Muster-Last-Contact` (ms since
+//! this node last heard from a leader; for the leader, since a quorum acknowledged it).
+
+use axum::http::HeaderValue;
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::Deserialize;
+
+use crate::app::App;
+use crate::error::ApiError;
+
+/// The header with the age of this node's last contact with a leader, in ms.
+pub(crate) const LAST_CONTACT_HEADER: &str = "x-muster-last-contact";
+
+/// How stale a `default` read on a follower may be: a leader sends heartbeats every 100 ms,
+/// so 5 s of silence means this node is cut off, not merely behind.
+const DEFAULT_MAX_STALENESS_MS: u64 = 5_000;
+
+/// What a read asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Consistency {
+    /// Whatever this node has applied.
+    Stale,
+    /// This node's state, if it is in touch with a leader.
+    #[default]
+    Default,
+    /// Linearizable: confirmed by the leader with a quorum.
+    Consistent,
+}
+
+/// Waits until a read of `consistency` may be served here, or says why not.
+pub(crate) async fn ready(app: &App, consistency: Consistency) -> Result<(), ApiError> {
+    match consistency {
+        Consistency::Stale => Ok(()),
+        Consistency::Consistent => Ok(app.node.linearizable().await?),
+        Consistency::Default => match app.node.leader_contact_age_ms() {
+            Some(age) if age <= DEFAULT_MAX_STALENESS_MS => Ok(()),
+            age => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "stale",
+                match age {
+                    Some(age) => format!(
+                        "this node last heard from a leader {age} ms ago (over {DEFAULT_MAX_STALENESS_MS} ms); \
+                         read with consistency=stale to accept that, or ask another node"
+                    ),
+                    None => {
+                        "this node has not heard from a leader; read with consistency=stale to accept that".to_owned()
+                    }
+                },
+            )),
+        },
+    }
+}
+
+/// Adds the freshness header to a read's reply.
+pub(crate) fn annotate(app: &App, response: &mut Response) {
+    if let Some(age) = app.node.leader_contact_age_ms() {
+        response
+            .headers_mut()
+            .insert(LAST_CONTACT_HEADER, HeaderValue::from(age));
+    }
+}
