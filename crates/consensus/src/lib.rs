@@ -24,5 +24,5 @@ mod storage_tests;
 mod types;
 
 pub use network::{Rpc, SECRET_HEADER};
-pub use node::{ApplyObserver, ClusterConfig, ConsensusError, Node, NodeConfig, NodeStatus};
+pub use node::{ApplyObserver, ClusterConfig, ConsensusError, Member, Node, NodeConfig, NodeStatus};
 pub use types::{Batch, Outcome, Proposal, TypeConfig};

@@ -74,6 +74,28 @@ pub trait ApplyObserver: Send + Sync + 'static {
     fn reset(&self, registry: &Registry);
 }
 
+/// A member of the group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Its node id.
+    pub id: u64,
+    /// Its cluster listener's address.
+    pub addr: String,
+    /// A voter (counts for quorum) or a learner (replicated to, does not vote).
+    pub voter: bool,
+}
+
+fn membership_error(
+    error: openraft::error::RaftError<u64, openraft::error::ClientWriteError<u64, BasicNode>>,
+) -> ConsensusError {
+    use openraft::error::{ClientWriteError, RaftError};
+    match error {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => ConsensusError::NotLeader(forward.leader_id),
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => ConsensusError::Membership(e.to_string()),
+        other => ConsensusError::Storage(other.to_string()),
+    }
+}
+
 /// What a node reports about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeStatus {
@@ -101,8 +123,12 @@ pub enum ConsensusError {
     /// idempotent).
     #[error("no quorum: the write was not acknowledged by a majority in time")]
     NoQuorum,
-    /// A consistent read asked a node that does not lead (the leader, if known).
-    #[error("this node does not lead{}: consistent reads are served by the leader", .0.map(|id| format!(" (node {id} does)")).unwrap_or_default())]
+    /// A membership change was refused (e.g. removing the last voter, a change in progress).
+    #[error("membership: {0}")]
+    Membership(String),
+    /// A consistent read or a membership change asked a node that does not lead (the
+    /// leader, if known).
+    #[error("this node does not lead{}: ask the leader", .0.map(|id| format!(" (node {id} does)")).unwrap_or_default())]
     NotLeader(Option<u64>),
     /// Storage or the Raft core failed.
     #[error("storage: {0}")]
@@ -279,6 +305,54 @@ impl Node {
             }
             Ok(Err(error)) => Err(ConsensusError::Storage(error.to_string())),
         }
+    }
+
+    /// The group's members as this node knows them: id, cluster address, voter or learner.
+    pub fn members(&self) -> Vec<Member> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+        membership
+            .nodes()
+            .map(|(id, node)| Member {
+                id: *id,
+                addr: node.addr.clone(),
+                voter: voters.contains(id),
+            })
+            .collect()
+    }
+
+    /// Adds a node: as a learner first (returns once it has caught up with the log), then as
+    /// a voter. Only the leader can.
+    pub async fn add_member(&self, id: u64, addr: &str) -> Result<(), ConsensusError> {
+        self.raft
+            .add_learner(id, BasicNode::new(addr), true)
+            .await
+            .map_err(membership_error)?;
+        let voters = std::collections::BTreeSet::from([id]);
+        self.raft
+            .change_membership(openraft::ChangeMembers::AddVoterIds(voters), false)
+            .await
+            .map_err(membership_error)?;
+        Ok(())
+    }
+
+    /// Removes a node from the group (voter or learner). Only the leader can.
+    pub async fn remove_member(&self, id: u64) -> Result<(), ConsensusError> {
+        let ids = std::collections::BTreeSet::from([id]);
+        if self.members().iter().any(|m| m.id == id && m.voter) {
+            self.raft
+                .change_membership(openraft::ChangeMembers::RemoveVoters(ids.clone()), false)
+                .await
+                .map_err(membership_error)?;
+        }
+        if self.members().iter().any(|m| m.id == id) {
+            self.raft
+                .change_membership(openraft::ChangeMembers::RemoveNodes(ids), false)
+                .await
+                .map_err(membership_error)?;
+        }
+        Ok(())
     }
 
     /// Whether `secret` is this cluster's secret (constant time in its length). A group of

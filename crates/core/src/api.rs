@@ -19,6 +19,9 @@
 //! | `PUT /leases/{tenant}/{id}/renew` | → [`LeaseReply`] (no log write) |
 //! | `DELETE /leases/{tenant}/{id}` | → [`WriteReply`] |
 //! | `GET /status` | → [`StatusReply`] |
+//! | `GET /cluster` | → [`ClusterReply`] |
+//! | `POST /cluster/members` | [`AddMemberRequest`] → [`ClusterReply`] (leader only: `not_leader` elsewhere) |
+//! | `DELETE /cluster/members/{id}` | → [`ClusterReply`] (leader only) |
 //! | `GET /metrics` | → Prometheus text: revision, watchers, checker counters, `muster_protection_active{service}` |
 //!
 //! Errors are [`ErrorBody`] with the stable code of a [`Rejection`](crate::Rejection) or of
@@ -248,6 +251,38 @@ pub struct StatusReply {
     /// quorum acknowledged it); absent when it never has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_leader_contact_ms: Option<u64>,
+}
+
+/// One member of the Raft group in `GET /v1/cluster`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterMember {
+    /// Its node id.
+    pub id: u64,
+    /// Its node-to-node address.
+    pub addr: String,
+    /// A voter, or a learner still catching up.
+    pub voter: bool,
+}
+
+/// `GET /v1/cluster`: the group as the answering node knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterReply {
+    /// The answering node.
+    pub node_id: u64,
+    /// The leader, if known.
+    pub leader: Option<u64>,
+    /// The members, by id.
+    pub members: Vec<ClusterMember>,
+}
+
+/// `POST /v1/cluster/members`: add a node (as a learner until it caught up, then a voter).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddMemberRequest {
+    /// The new node's id.
+    pub id: u64,
+    /// Its node-to-node address (`host:port`, its `--cluster-addr`).
+    pub addr: String,
 }
 
 /// An error's code and message.

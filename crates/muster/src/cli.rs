@@ -58,6 +58,9 @@ pub enum Command {
     Lease(LeaseCommand),
     /// Show the server's revision, leader and readiness.
     Status(StatusArgs),
+    /// Show, grow or shrink the Raft group (ask the leader to change it).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
     /// Load Muster (and etcd) over HTTP: throughput, p50/p99, the Muster/etcd ratio, the targets.
     Bench(muster_bench::BenchArgs),
     /// Simulate a fleet on the real registry and client code: failed requests, stale window, heartbeat and lookup rates.
@@ -337,6 +340,43 @@ pub struct ServicesArgs {
 /// `muster status`.
 #[derive(Debug, Clone, Args)]
 pub struct StatusArgs {
+    /// Server and tenant.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `muster cluster ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ClusterCommand {
+    /// The members as the server knows them: id, address, voter or learner, the leader.
+    Status(StatusArgs),
+    /// Add a node (started with --node-id and --cluster-addr): a learner until it caught up,
+    /// then a voter.
+    Add(AddMemberArgs),
+    /// Remove a node from the group.
+    Remove(RemoveMemberArgs),
+}
+
+/// `muster cluster add`.
+#[derive(Debug, Clone, Args)]
+pub struct AddMemberArgs {
+    /// The new node's id.
+    #[arg(value_name = "ID")]
+    pub id: u64,
+    /// Its node-to-node address (its --cluster-addr), host:port.
+    #[arg(value_name = "ADDR")]
+    pub addr: String,
+    /// Server and tenant.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `muster cluster remove`.
+#[derive(Debug, Clone, Args)]
+pub struct RemoveMemberArgs {
+    /// The node's id.
+    #[arg(value_name = "ID")]
+    pub id: u64,
     /// Server and tenant.
     #[command(flatten)]
     pub client: ClientArgs,

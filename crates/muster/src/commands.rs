@@ -5,16 +5,16 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use muster_core::api::{
-    CheckReportRequest, DeregisterQuery, DrainRequest, Frame, GrantLeaseRequest, LeaseRequest, RegisterRequest,
-    SetServingRequest,
+    AddMemberRequest, CheckReportRequest, DeregisterQuery, DrainRequest, Frame, GrantLeaseRequest, LeaseRequest,
+    RegisterRequest, SetServingRequest,
 };
 use muster_core::{AddressSpec, CheckSpec, EndpointSpec, Incarnation, LocalitySpec, PortSpec, Revision, ServingState};
 use serde::Serialize;
 
 use crate::args::{parse_instance, parse_namespace_key, parse_service_key, parse_tenant, protocol_for_port_name};
 use crate::cli::{
-    CheckArgs, Cli, ClientArgs, Command, DeregisterArgs, DrainArgs, LeaseCommand, RegisterArgs, ResolveArgs,
-    ServicesArgs, SetStateArgs, WatchArgs,
+    CheckArgs, Cli, ClientArgs, ClusterCommand, Command, DeregisterArgs, DrainArgs, LeaseCommand, RegisterArgs,
+    ResolveArgs, ServicesArgs, SetStateArgs, WatchArgs,
 };
 use crate::duration::millis;
 use crate::error::CliError;
@@ -35,6 +35,7 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Watch(args) => watch(args, json, out).await,
         Command::Services(args) => services(args, json, out).await,
         Command::Lease(command) => lease(command, json, out).await,
+        Command::Cluster(command) => cluster(command, json, out).await,
         Command::Status(args) => {
             let client = connect(&args.client)?;
             let status = client.status().await?;
@@ -119,6 +120,31 @@ fn check_spec(args: &RegisterArgs) -> Result<Option<CheckSpec>, CliError> {
     };
     spec.validate("checks[0]")?;
     Ok(Some(spec))
+}
+
+async fn cluster(command: ClusterCommand, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    let (client, reply) = match command {
+        ClusterCommand::Status(args) => {
+            let client = connect(&args.client)?;
+            let reply = client.cluster().await?;
+            (client, reply)
+        }
+        ClusterCommand::Add(args) => {
+            let client = connect(&args.client)?;
+            let request = AddMemberRequest {
+                id: args.id,
+                addr: args.addr,
+            };
+            let reply = client.add_member(&request).await?;
+            (client, reply)
+        }
+        ClusterCommand::Remove(args) => {
+            let client = connect(&args.client)?;
+            let reply = client.remove_member(args.id).await?;
+            (client, reply)
+        }
+    };
+    emit(out, json, &reply, || render::cluster_text(client.server(), &reply))
 }
 
 async fn check(args: CheckArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {

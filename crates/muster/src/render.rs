@@ -1,7 +1,7 @@
 //! Human output for every reply and watch frame. Pure functions of the data, so the tests
 //! check them on fixed records; `--json` bypasses all of this and prints the API's JSON.
 
-use muster_core::api::{Frame, LeaseReply, ServicesReply, SnapshotReply, StatusReply, WriteReply};
+use muster_core::api::{ClusterReply, Frame, LeaseReply, ServicesReply, SnapshotReply, StatusReply, WriteReply};
 use muster_core::{Endpoint, Event, NamespaceKey, ServiceKey, ServiceUpdate};
 
 use crate::duration::format_millis;
@@ -189,6 +189,23 @@ pub fn status_text(server: &str, status: &StatusReply) -> String {
         format_millis(status.uptime_ms / 1_000 * 1_000),
     ]);
     table.render()
+}
+
+/// `muster cluster status`: one row per member, the leader marked.
+pub fn cluster_text(server: &str, reply: &ClusterReply) -> String {
+    let mut table = Table::new(["NODE", "ADDRESS", "ROLE", "LEADER"]);
+    for member in &reply.members {
+        table.row([
+            member.id.to_string(),
+            member.addr.clone(),
+            if member.voter { "voter" } else { "learner" }.to_owned(),
+            if reply.leader == Some(member.id) { "*" } else { "" }.to_owned(),
+        ]);
+    }
+    let leader = reply
+        .leader
+        .map_or_else(|| "no leader known".to_owned(), |id| format!("leader {id}"));
+    format!("{}{server}: node {}, {leader}\n", table.render(), reply.node_id)
 }
 
 /// A watch frame as one line (without newline): `rev 12 update prod/api: ...`.

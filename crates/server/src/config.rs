@@ -77,12 +77,6 @@ impl ServerConfig {
         if secret.len() < MIN_SECRET_BYTES {
             return Err(format!("cluster_secret: must be at least {MIN_SECRET_BYTES} bytes"));
         }
-        if !matches!(self.peers.len(), 3 | 5) {
-            return Err(format!(
-                "peers: a static cluster has 3 or 5 voters, got {}",
-                self.peers.len()
-            ));
-        }
         let Some(advertised) = self.peers.get(&self.node_id) else {
             return Err(format!("node_id: {} is not among the peers", self.node_id));
         };

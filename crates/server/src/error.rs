@@ -123,6 +123,9 @@ impl From<ConsensusError> for ApiError {
             ConsensusError::NotLeader(_) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_leader", error.to_string())
             }
+            ConsensusError::Membership(_) => {
+                ApiError::new(StatusCode::CONFLICT, "membership_refused", error.to_string())
+            }
             _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string()),
         }
     }

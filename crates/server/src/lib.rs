@@ -53,6 +53,7 @@ mod hub;
 mod lease_deadlines;
 mod lease_keeper;
 mod lease_routes;
+mod membership;
 mod metrics;
 mod observers;
 mod page_token;

@@ -19,8 +19,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use muster_core::api::{
-    CheckReportReply, CheckReportRequest, DeregisterQuery, DrainRequest, GrantLeaseRequest, InFlightRequest,
-    LeaseReply, RegisterRequest, ServicesReply, SetServingRequest, SnapshotReply, StatusReply, WriteReply,
+    AddMemberRequest, CheckReportReply, CheckReportRequest, ClusterReply, DeregisterQuery, DrainRequest,
+    GrantLeaseRequest, InFlightRequest, LeaseReply, RegisterRequest, ServicesReply, SetServingRequest, SnapshotReply,
+    StatusReply, WriteReply,
 };
 use muster_core::{Actor, InstanceId, Label, LeaseId, NamespaceKey, Revision, ServiceKey};
 
@@ -310,6 +311,22 @@ impl Client {
     /// `GET /v1/status`.
     pub async fn status(&self) -> Result<StatusReply, ClientError> {
         self.call(Method::GET, "/v1/status", None::<&()>).await
+    }
+
+    /// `GET /v1/cluster`.
+    pub async fn cluster(&self) -> Result<ClusterReply, ClientError> {
+        self.call(Method::GET, "/v1/cluster", None::<&()>).await
+    }
+
+    /// `POST /v1/cluster/members` (ask the leader): returns once the node votes.
+    pub async fn add_member(&self, request: &AddMemberRequest) -> Result<ClusterReply, ClientError> {
+        self.call(Method::POST, "/v1/cluster/members", Some(request)).await
+    }
+
+    /// `DELETE /v1/cluster/members/{id}` (ask the leader).
+    pub async fn remove_member(&self, id: u64) -> Result<ClusterReply, ClientError> {
+        self.call(Method::DELETE, &format!("/v1/cluster/members/{id}"), None::<&()>)
+            .await
     }
 
     async fn watch(

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use muster_core::api::{SnapshotReply, StatusReply};
+use muster_core::api::{ClusterReply, SnapshotReply, StatusReply};
 
 use crate::support::{Server, free_tcp_port};
 
@@ -159,8 +159,20 @@ fn sigkill_of_the_leader_during_registrations_loses_no_acknowledged_write() {
     for (member, dir) in members.iter_mut().zip(dirs) {
         member.server = Some(Server::start_with(dir, &member.args));
     }
-    leader(&members);
+    let leader = leader(&members);
     for member in members.iter().filter_map(|m| m.server.as_ref()) {
         until_holds(member, &acknowledged);
     }
+    let status: ClusterReply = serde_json::from_str(
+        &members[leader]
+            .server
+            .as_ref()
+            .unwrap()
+            .ok(&["cluster", "status", "--json"]),
+    )
+    .unwrap();
+    assert_eq!(status.leader, Some(leader as u64 + 1));
+    assert_eq!(status.members.iter().filter(|m| m.voter).count(), 3);
+    let table = members[leader].server.as_ref().unwrap().ok(&["cluster", "status"]);
+    assert!(table.starts_with("NODE ") && table.contains("voter"), "{table}");
 }

@@ -24,6 +24,10 @@ fn every_command_has_help() {
         "muster drain --help",
         "muster deregister --help",
         "muster check --help",
+        "muster cluster --help",
+        "muster cluster status --help",
+        "muster cluster add --help",
+        "muster cluster remove --help",
         "muster resolve --help",
         "muster watch --help",
         "muster services --help",
@@ -257,4 +261,34 @@ fn check_reports_and_drain_with_a_grace_parse() {
     let cli = parse("muster drain prod/api api-0 --incarnation 2 --grace 30s").unwrap();
     assert!(matches!(cli.command, Command::Drain(args) if args.grace == Some(std::time::Duration::from_secs(30))));
     assert!(parse("muster drain prod/api api-0 --incarnation 2 --grace soon").is_err());
+}
+
+/// Issue 7's surface: the static cluster flags of `serve`, and `muster cluster`.
+#[test]
+fn serve_takes_the_cluster_flags_and_cluster_commands_parse() {
+    let cli = parse(
+        "muster serve --node-id 2 --cluster-addr 127.0.0.1:7102 --peers 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103 --cluster-secret 0123456789abcdef",
+    )
+    .unwrap();
+    let Command::Serve(args) = cli.command else {
+        panic!("not serve")
+    };
+    assert_eq!(args.node_id, Some(2));
+    assert_eq!(args.peers.as_ref().map(|p| p.len()), Some(3));
+    assert_eq!(args.peers.unwrap()[&3], "127.0.0.1:7103");
+    for bad in [
+        "1=127.0.0.1:7101,1=127.0.0.1:7102",
+        "one=127.0.0.1:7101",
+        "1=nowhere",
+        "1=127.0.0.1:0",
+    ] {
+        assert!(parse(&format!("muster serve --peers {bad}")).is_err(), "{bad}");
+    }
+    assert!(matches!(
+        parse("muster cluster add 4 127.0.0.1:7104").unwrap().command,
+        Command::Cluster(muster_cli::cli::ClusterCommand::Add(args)) if args.id == 4
+    ));
+    assert!(parse("muster cluster remove 4").is_ok());
+    assert!(parse("muster cluster status --json").is_ok());
+    assert!(parse("muster cluster remove four").is_err());
 }

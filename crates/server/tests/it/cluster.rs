@@ -25,6 +25,7 @@ fn free_port() -> u16 {
 
 struct Cluster {
     nodes: Vec<Option<TestServer>>,
+    peers: BTreeMap<u64, String>,
 }
 
 impl Cluster {
@@ -49,7 +50,25 @@ impl Cluster {
                 .await,
             ));
         }
-        Cluster { nodes }
+        Cluster { nodes, peers }
+    }
+
+    /// Starts node `id` to join: it knows the members and itself, and waits to be added.
+    async fn start_joiner(&mut self, id: u64) -> String {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut peers = self.peers.clone();
+        peers.insert(id, addr.clone());
+        let listen = addr.parse().unwrap();
+        self.nodes.push(Some(
+            TestServer::start_with(move |config| {
+                config.node_id = id;
+                config.cluster_addr = Some(listen);
+                config.peers = peers;
+                config.cluster_secret = Some(SECRET.into());
+            })
+            .await,
+        ));
+        addr
     }
 
     fn node(&self, i: usize) -> &TestServer {
@@ -230,12 +249,7 @@ async fn bad_cluster_settings_are_refused_naming_the_setting() {
         (|c| c.cluster_secret = Some("short".into()), "cluster_secret"),
         (|c| c.cluster_addr = None, "cluster_addr"),
         (|c| c.node_id = 9, "node_id"),
-        (
-            |c| {
-                c.peers.insert(4, "127.0.0.1:7104".into());
-            },
-            "peers",
-        ),
+        (|c| c.cluster_addr = Some("127.0.0.1:7999".parse().unwrap()), "peers"),
     ];
     for (spoil, setting) in cases {
         let mut config = test_config(&dir);
@@ -332,4 +346,65 @@ async fn reads_say_how_fresh_they_are_and_consistent_reads_need_the_leader() {
         .unwrap();
     assert!(age >= 5_000, "{age}");
     cluster.stop(follower).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_is_added_as_learner_then_voter_and_removed_again() {
+    let mut cluster = Cluster::start().await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % 3;
+    cluster
+        .node(leader)
+        .register("api", "a-0", "10.0.0.1")
+        .await
+        .expect(StatusCode::OK);
+    let addr = cluster.start_joiner(4).await;
+    let refused = cluster
+        .node(follower)
+        .call(
+            Method::POST,
+            "/v1/cluster/members",
+            Some(json!({"id": 4, "addr": addr})),
+        )
+        .await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "not_leader")
+    );
+    let bad = cluster
+        .node(leader)
+        .call(
+            Method::POST,
+            "/v1/cluster/members",
+            Some(json!({"id": 4, "addr": "nowhere"})),
+        )
+        .await;
+    assert_eq!((bad.status, bad.code()), (StatusCode::BAD_REQUEST, "bad_request"));
+
+    let added = cluster
+        .node(leader)
+        .call(
+            Method::POST,
+            "/v1/cluster/members",
+            Some(json!({"id": 4, "addr": addr})),
+        )
+        .await
+        .expect(StatusCode::OK);
+    let members = added.body["members"].as_array().unwrap();
+    assert_eq!(members.len(), 4);
+    assert!(members.iter().all(|m| m["voter"] == true), "{}", added.body);
+    // The new voter caught up from the log (or a snapshot) and serves the data.
+    until_total(cluster.node(3), "api", 1).await;
+    let seen = cluster.node(3).get("/v1/cluster").await.expect(StatusCode::OK);
+    assert_eq!(seen.body["leader"].as_u64(), Some(leader as u64 + 1));
+
+    let removed = cluster
+        .node(leader)
+        .call(Method::DELETE, "/v1/cluster/members/4", None)
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(removed.body["members"].as_array().unwrap().len(), 3);
+    for i in 0..4 {
+        cluster.stop(i).await;
+    }
 }

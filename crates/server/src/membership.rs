@@ -1,0 +1,61 @@
+//! `GET /v1/cluster`, and adding and removing members (issue 7): membership changes are
+//! Raft's own (joint consensus in openraft), asked of the leader; another node answers
+//! `not_leader` naming it.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use muster_core::api::{AddMemberRequest, ClusterMember, ClusterReply};
+
+use crate::app::App;
+use crate::error::ApiError;
+use crate::extract::JsonBody;
+
+fn reply(app: &App) -> ClusterReply {
+    let status = app.node.status();
+    ClusterReply {
+        node_id: status.node_id,
+        leader: status.leader,
+        members: app
+            .node
+            .members()
+            .into_iter()
+            .map(|m| ClusterMember {
+                id: m.id,
+                addr: m.addr,
+                voter: m.voter,
+            })
+            .collect(),
+    }
+}
+
+/// `GET /v1/cluster`.
+pub(crate) async fn status(State(app): State<Arc<App>>) -> Json<ClusterReply> {
+    Json(reply(&app))
+}
+
+/// `POST /v1/cluster/members`: returns once the node is a voter.
+pub(crate) async fn add(
+    State(app): State<Arc<App>>,
+    JsonBody(request): JsonBody<AddMemberRequest>,
+) -> Result<Json<ClusterReply>, ApiError> {
+    let port_ok = request
+        .addr
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0));
+    if !port_ok || request.id == 0 {
+        return Err(ApiError::bad_request(format!(
+            "a member is an id above 0 and a host:port, got {} at '{}'",
+            request.id, request.addr
+        )));
+    }
+    app.node.add_member(request.id, &request.addr).await?;
+    Ok(Json(reply(&app)))
+}
+
+/// `DELETE /v1/cluster/members/{id}`.
+pub(crate) async fn remove(State(app): State<Arc<App>>, Path(id): Path<u64>) -> Result<Json<ClusterReply>, ApiError> {
+    app.node.remove_member(id).await?;
+    Ok(Json(reply(&app)))
+}
