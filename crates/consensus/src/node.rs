@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use muster_core::{Rejection, Revision};
 use muster_registry::{Applied, Command, CommandMeta, Registry, RegistryConfig};
+use openraft::network::RaftNetworkFactory;
 use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
 
 use crate::batcher::Batcher;
@@ -135,6 +136,52 @@ pub enum ConsensusError {
     Storage(String),
 }
 
+/// What opening the data directory gives, before Raft starts.
+struct Parts {
+    log: LogStore,
+    log_writer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
+    machine: StateMachine,
+    shared: Arc<Shared>,
+    raft_config: Arc<openraft::Config>,
+}
+
+impl Parts {
+    fn open(config: &NodeConfig, observer: Arc<dyn ApplyObserver>) -> Result<Parts, ConsensusError> {
+        let storage = |e: std::io::Error| ConsensusError::Storage(e.to_string());
+        std::fs::create_dir_all(&config.data_dir).map_err(storage)?;
+        let log = LogStore::open(&config.data_dir.join("raft-log.redb")).map_err(storage)?;
+        let log_writer = Arc::new(std::sync::Mutex::new(log.take_writer_thread()));
+        let machine = StateMachine::open(&config.data_dir, config.registry.clone(), observer).map_err(storage)?;
+        let shared = machine.shared();
+        let raft_config = openraft::Config {
+            cluster_name: "muster".into(),
+            // 100 ms heartbeats, elections after 300–600 ms of silence: a leader's loss is
+            // noticed well inside a second, and a single node elects itself at start.
+            heartbeat_interval: 100,
+            election_timeout_min: 300,
+            election_timeout_max: 600,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+            // Keep some log behind a snapshot so a lagging follower can catch up without
+            // a full snapshot transfer.
+            max_in_snapshot_log_to_keep: 1_000,
+            ..openraft::Config::default()
+        }
+        .validate()
+        .map_err(|e| ConsensusError::Storage(e.to_string()))?;
+        Ok(Parts {
+            log,
+            log_writer,
+            machine,
+            shared,
+            raft_config: Arc::new(raft_config),
+        })
+    }
+}
+
+fn fatal(e: openraft::error::Fatal<u64>) -> ConsensusError {
+    ConsensusError::Storage(e.to_string())
+}
+
 /// A registry node. Cheap to clone.
 #[derive(Clone)]
 pub struct Node {
@@ -153,57 +200,69 @@ pub struct Node {
 }
 
 impl Node {
-    /// Opens (or creates) the data directory, recovers the registry from the last snapshot
-    /// plus the log after it, and waits until the node leads its group of one.
+    /// Opens (or creates) the data directory and recovers the registry from the last snapshot
+    /// plus the log after it. A group of one waits until it leads; a cluster member returns at
+    /// once (writes fail with `no_quorum` until a leader is elected).
     pub async fn open(config: NodeConfig, observer: Arc<dyn ApplyObserver>) -> Result<Node, ConsensusError> {
-        let storage = |e: std::io::Error| ConsensusError::Storage(e.to_string());
-        std::fs::create_dir_all(&config.data_dir).map_err(storage)?;
-        let log = LogStore::open(&config.data_dir.join("raft-log.redb")).map_err(storage)?;
-        let log_writer = Arc::new(std::sync::Mutex::new(log.take_writer_thread()));
-        let machine = StateMachine::open(&config.data_dir, config.registry.clone(), observer).map_err(storage)?;
-        let shared = machine.shared();
-        let raft_config = openraft::Config {
-            cluster_name: "muster".into(),
-            // Heartbeats and elections matter once there are peers (issue 7); a single node
-            // elects itself after one timeout at start.
-            heartbeat_interval: 100,
-            election_timeout_min: 300,
-            election_timeout_max: 600,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
-            // Keep some log behind a snapshot so a lagging follower can catch up without
-            // a full snapshot transfer.
-            max_in_snapshot_log_to_keep: 1_000,
-            ..openraft::Config::default()
-        }
-        .validate()
-        .map_err(|e| ConsensusError::Storage(e.to_string()))?;
-        let fatal = |e: openraft::error::Fatal<u64>| ConsensusError::Storage(e.to_string());
-        let Some(cluster) = config.cluster else {
-            let raft = Raft::new(SINGLE_NODE_ID, Arc::new(raft_config), NoPeers, log, machine)
-                .await
-                .map_err(fatal)?;
-            if !raft.is_initialized().await.map_err(fatal)? {
-                let members = BTreeMap::from([(SINGLE_NODE_ID, BasicNode::default())]);
-                raft.initialize(members)
-                    .await
-                    .map_err(|e| ConsensusError::Storage(e.to_string()))?;
+        match config.cluster.clone() {
+            None => Node::open_single(config, observer).await,
+            Some(cluster) => {
+                let client = PeerClient::new(cluster.secret.clone());
+                let network = HttpPeers { client: client.clone() };
+                Node::open_member(config, cluster, observer, network, Some(client)).await
             }
-            raft.wait(Some(LEADERSHIP_WAIT))
-                .state(ServerState::Leader, "single node elects itself")
+        }
+    }
+
+    /// Opens a cluster member whose peers are reached through `network` instead of HTTP (the
+    /// in-memory network of the simulation tests). Writes on a follower are not forwarded.
+    pub async fn open_with_network<N: RaftNetworkFactory<TypeConfig>>(
+        config: NodeConfig,
+        observer: Arc<dyn ApplyObserver>,
+        network: N,
+    ) -> Result<Node, ConsensusError> {
+        let cluster = config
+            .cluster
+            .clone()
+            .ok_or_else(|| ConsensusError::Storage("open_with_network needs a cluster config".into()))?;
+        Node::open_member(config, cluster, observer, network, None).await
+    }
+
+    async fn open_single(config: NodeConfig, observer: Arc<dyn ApplyObserver>) -> Result<Node, ConsensusError> {
+        let parts = Parts::open(&config, observer)?;
+        let raft = Raft::new(SINGLE_NODE_ID, parts.raft_config, NoPeers, parts.log, parts.machine)
+            .await
+            .map_err(fatal)?;
+        if !raft.is_initialized().await.map_err(fatal)? {
+            let members = BTreeMap::from([(SINGLE_NODE_ID, BasicNode::default())]);
+            raft.initialize(members)
                 .await
-                .map_err(|_| ConsensusError::NoLeader)?;
-            let batcher = Batcher::spawn(raft.clone(), None);
-            return Ok(Node {
-                opened: tokio::time::Instant::now(),
-                last_contact_ms: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
-                id: SINGLE_NODE_ID,
-                secret: None,
-                raft,
-                shared,
-                log_writer,
-                batcher,
-            });
-        };
+                .map_err(|e| ConsensusError::Storage(e.to_string()))?;
+        }
+        raft.wait(Some(LEADERSHIP_WAIT))
+            .state(ServerState::Leader, "single node elects itself")
+            .await
+            .map_err(|_| ConsensusError::NoLeader)?;
+        let batcher = Batcher::spawn(raft.clone(), None);
+        Ok(Node {
+            opened: tokio::time::Instant::now(),
+            last_contact_ms: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
+            id: SINGLE_NODE_ID,
+            secret: None,
+            raft,
+            shared: parts.shared,
+            log_writer: parts.log_writer,
+            batcher,
+        })
+    }
+
+    async fn open_member<N: RaftNetworkFactory<TypeConfig>>(
+        config: NodeConfig,
+        cluster: ClusterConfig,
+        observer: Arc<dyn ApplyObserver>,
+        network: N,
+        forward: Option<PeerClient>,
+    ) -> Result<Node, ConsensusError> {
         if !cluster.members.contains_key(&cluster.node_id) {
             return Err(ConsensusError::Storage(format!(
                 "node {} is not among the members {:?}",
@@ -211,9 +270,8 @@ impl Node {
                 cluster.members.keys().collect::<Vec<_>>()
             )));
         }
-        let client = PeerClient::new(cluster.secret.clone());
-        let peers = HttpPeers { client: client.clone() };
-        let raft = Raft::new(cluster.node_id, Arc::new(raft_config), peers, log, machine)
+        let parts = Parts::open(&config, observer)?;
+        let raft = Raft::new(cluster.node_id, parts.raft_config, network, parts.log, parts.machine)
             .await
             .map_err(fatal)?;
         // A static cluster forms once: the member with the lowest id proposes the membership
@@ -229,15 +287,15 @@ impl Node {
                 tracing::info!(%error, "cluster membership already initialised");
             }
         }
-        let batcher = Batcher::spawn(raft.clone(), Some(client));
+        let batcher = Batcher::spawn(raft.clone(), forward);
         Ok(Node {
             opened: tokio::time::Instant::now(),
             last_contact_ms: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
             id: cluster.node_id,
             secret: Some(Arc::from(cluster.secret.as_str())),
             raft,
-            shared,
-            log_writer,
+            shared: parts.shared,
+            log_writer: parts.log_writer,
             batcher,
         })
     }
