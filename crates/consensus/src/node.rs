@@ -36,6 +36,9 @@ pub struct NodeConfig {
     pub registry: RegistryConfig,
     /// Log entries between state-machine snapshots; the log before a snapshot is purged.
     pub snapshot_every: u64,
+    /// Log entries kept behind a snapshot, so a follower a little behind catches up from the
+    /// log rather than a whole snapshot: 1,000.
+    pub keep_after_snapshot: u64,
     /// The cluster this node belongs to; `None`: a group of one.
     pub cluster: Option<ClusterConfig>,
 }
@@ -60,6 +63,7 @@ impl NodeConfig {
             data_dir: data_dir.into(),
             registry: RegistryConfig::default(),
             snapshot_every: 10_000,
+            keep_after_snapshot: 1_000,
             cluster: None,
         }
     }
@@ -161,9 +165,7 @@ impl Parts {
             election_timeout_min: 300,
             election_timeout_max: 600,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
-            // Keep some log behind a snapshot so a lagging follower can catch up without
-            // a full snapshot transfer.
-            max_in_snapshot_log_to_keep: 1_000,
+            max_in_snapshot_log_to_keep: config.keep_after_snapshot,
             ..openraft::Config::default()
         }
         .validate()

@@ -74,11 +74,13 @@ impl Member {
 }
 
 /// The cluster listener: `POST /raft/{rpc}` with the secret, else 401 and nothing done.
+/// Its connections belong to its task: aborting it closes them (as a stopped process would).
 fn serve(listener: TcpListener, node: Node) -> JoinHandle<()> {
     tokio::spawn(async move {
+        let mut connections = tokio::task::JoinSet::new();
         while let Ok((tcp, _)) = listener.accept().await {
             let node = node.clone();
-            tokio::spawn(async move {
+            connections.spawn(async move {
                 let service = service_fn(move |request: Request<hyper::body::Incoming>| {
                     let node = node.clone();
                     async move {
@@ -268,6 +270,87 @@ async fn a_request_without_the_cluster_secret_is_refused_and_changes_nothing() {
     }
     assert!(members.iter().all(|m| m.node.status().revision.0 == 0));
     for member in members {
+        member.stop().await;
+    }
+}
+
+/// Counts resets: a node that installs a snapshot from the leader resets its state.
+#[derive(Default)]
+struct Resets(std::sync::atomic::AtomicUsize);
+
+impl ApplyObserver for Resets {
+    fn applied(&self, _registry: &Registry, _applied: &Applied) {}
+    fn reset(&self, _registry: &Registry) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_after_missing_many_writes_catches_up_from_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut listeners = Vec::new();
+    let mut members = BTreeMap::new();
+    for id in 1..=3_u64 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        members.insert(id, listener.local_addr().unwrap().to_string());
+        listeners.push(listener);
+    }
+    let open = |id: u64, observer: Arc<dyn ApplyObserver>| {
+        let config = NodeConfig {
+            cluster: Some(ClusterConfig {
+                node_id: id,
+                members: members.clone(),
+                secret: SECRET.into(),
+            }),
+            // Snapshot often and keep no log behind it: a lagging node needs the snapshot.
+            snapshot_every: 10,
+            keep_after_snapshot: 0,
+            ..NodeConfig::new(dir.path().join(format!("node-{id}")))
+        };
+        async move { Node::open(config, observer).await.expect("the node opens") }
+    };
+    let mut nodes = Vec::new();
+    let mut servers = Vec::new();
+    for (id, listener) in (1..=3_u64).zip(listeners) {
+        let node = open(id, Arc::new(Quiet)).await;
+        servers.push(serve(listener, node.clone()));
+        nodes.push(node);
+    }
+    let members_now: Vec<Member> = nodes
+        .iter()
+        .zip(servers)
+        .map(|(node, server)| Member {
+            node: node.clone(),
+            server,
+            addr: "127.0.0.1:0".parse().unwrap(),
+        })
+        .collect();
+    let leader = leader(&members_now).await;
+    let lagging = (leader + 1) % 3;
+    let lagging_addr = members[&(lagging as u64 + 1)].clone();
+    let mut members_now = members_now;
+    members_now.remove(lagging).stop().await;
+    let writer = members_now.iter().position(|m| m.node.is_leader()).unwrap();
+    for n in 0..60 {
+        let (command, meta) = register(n);
+        members_now[writer].node.propose(command, meta).await.unwrap().unwrap();
+    }
+    members_now[writer].node.snapshot().await.unwrap();
+
+    let resets = Arc::new(Resets::default());
+    let node = open(lagging as u64 + 1, Arc::clone(&resets) as Arc<dyn ApplyObserver>).await;
+    let listener = TcpListener::bind(&lagging_addr).await.unwrap();
+    members_now.push(Member {
+        server: serve(listener, node.clone()),
+        node,
+        addr: lagging_addr.parse().unwrap(),
+    });
+    converged(&members_now, 60).await;
+    assert!(
+        resets.0.load(std::sync::atomic::Ordering::Relaxed) >= 2,
+        "opened, then installed the leader's snapshot"
+    );
+    for member in members_now {
         member.stop().await;
     }
 }

@@ -91,6 +91,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             data_dir: config.data_dir.clone(),
             registry: config.registry.clone(),
             snapshot_every: config.snapshot_every,
+            keep_after_snapshot: 1_000,
             cluster,
         },
         Arc::new(Observers(vec![

@@ -408,3 +408,50 @@ async fn a_node_is_added_as_learner_then_voter_and_removed_again() {
         cluster.stop(i).await;
     }
 }
+
+/// Revisions are the same on every node (one log, applied deterministically), so a watcher
+/// cut off from one node resumes on another from the revision it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_resumes_on_another_node_from_the_same_revision() {
+    let mut cluster = Cluster::start().await;
+    let leader = cluster.leader().await;
+    let (a, b) = ((leader + 1) % 3, (leader + 2) % 3);
+    let first = cluster
+        .node(leader)
+        .register("api", "a-0", "10.0.0.1")
+        .await
+        .expect(StatusCode::OK)
+        .revision();
+    for n in 1..4 {
+        cluster
+            .node(leader)
+            .register("api", &format!("a-{n}"), "10.0.0.1")
+            .await
+            .expect(StatusCode::OK);
+    }
+    until_total(cluster.node(a), "api", 4).await;
+    until_total(cluster.node(b), "api", 4).await;
+    let mut updates = Vec::new();
+    for node in [a, b] {
+        let mut watch = cluster
+            .node(node)
+            .watch(&format!("/v1/watch/acme/prod/api?from_revision={first}"))
+            .await;
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            match watch.next_event().await {
+                Some(muster_core::api::Frame::Update(update)) => seen.push(update),
+                other => panic!("expected an update, got {other:?}"),
+            }
+        }
+        updates.push(seen);
+    }
+    assert_eq!(
+        updates[0], updates[1],
+        "the same history, revisions and digests on both nodes"
+    );
+    assert_eq!(updates[0][0].prev_revision.0, first);
+    for i in 0..3 {
+        cluster.stop(i).await;
+    }
+}
