@@ -119,7 +119,7 @@ async fn commit(raft: &Raft<TypeConfig>, peers: Option<&PeerClient>, batch: Batc
         }
         let addr = match write_here(raft, batch.clone(), left).await {
             Ok(result) => return result,
-            Err(Forward { leader_addr }) => leader_addr,
+            Err(Forward { leader }) => leader.and_then(|(id, addr)| peers.map(|peers| peers.address_of(id, &addr))),
         };
         if let (Some(addr), Some(peers)) = (addr, peers) {
             match peers
@@ -144,7 +144,8 @@ async fn commit(raft: &Raft<TypeConfig>, peers: Option<&PeerClient>, batch: Batc
 
 /// This node is not the leader; the leader's cluster address, if one is known.
 struct Forward {
-    leader_addr: Option<String>,
+    /// The leader's id and membership address.
+    leader: Option<(u64, String)>,
 }
 
 /// A batch committed by the leader on a follower's behalf: where, and the verdicts.
@@ -169,10 +170,7 @@ async fn write_here(
         Err(_) => Ok(Err(ConsensusError::NoQuorum)),
         Ok(Ok(response)) => Ok(Ok(response.data)),
         Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => Err(Forward {
-            leader_addr: forward
-                .leader_node
-                .map(|node| node.addr)
-                .filter(|addr| !addr.is_empty()),
+            leader: forward.leader_id.zip(forward.leader_node.map(|node| node.addr)),
         }),
         Ok(Err(error)) => Ok(Err(classify(error))),
     }

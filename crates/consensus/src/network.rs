@@ -75,6 +75,10 @@ impl Rpc {
 pub(crate) struct PeerClient {
     client: Client<HttpConnector, Full<Bytes>>,
     secret: String,
+    /// Where this node dials each member: its own `--peers` (which may differ from the
+    /// addresses in the membership, e.g. through a proxy); members added later are dialled
+    /// at their membership address.
+    dial: std::sync::Arc<std::collections::BTreeMap<u64, String>>,
 }
 
 /// Why a call to a peer failed.
@@ -86,14 +90,20 @@ pub(crate) enum CallError {
 }
 
 impl PeerClient {
-    pub(crate) fn new(secret: String) -> PeerClient {
+    pub(crate) fn new(secret: String, dial: std::collections::BTreeMap<u64, String>) -> PeerClient {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(1)));
         PeerClient {
             client: Client::builder(TokioExecutor::new()).build(connector),
             secret,
+            dial: std::sync::Arc::new(dial),
         }
+    }
+
+    /// The address to dial node `id` at, given its membership address.
+    pub(crate) fn address_of(&self, id: u64, member_addr: &str) -> String {
+        self.dial.get(&id).cloned().unwrap_or_else(|| member_addr.to_owned())
     }
 
     /// Posts `body` to `addr`'s `rpc` and decodes the reply, within `timeout`.
@@ -156,9 +166,9 @@ impl RaftNetworkFactory<TypeConfig> for HttpPeers {
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> HttpPeer {
         HttpPeer {
+            addr: self.client.address_of(target, &node.addr),
             client: self.client.clone(),
             target,
-            addr: node.addr.clone(),
         }
     }
 }

@@ -209,7 +209,7 @@ impl Node {
         match config.cluster.clone() {
             None => Node::open_single(config, observer).await,
             Some(cluster) => {
-                let client = PeerClient::new(cluster.secret.clone());
+                let client = PeerClient::new(cluster.secret.clone(), cluster.members.clone());
                 let network = HttpPeers { client: client.clone() };
                 Node::open_member(config, cluster, observer, network, Some(client)).await
             }

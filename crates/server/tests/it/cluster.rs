@@ -455,3 +455,170 @@ async fn a_watch_resumes_on_another_node_from_the_same_revision() {
         cluster.stop(i).await;
     }
 }
+
+/// A TCP proxy on one directed link between two nodes, which the test can cut: a cut closes
+/// the link's open connections and refuses new ones, as a partition would.
+struct Link {
+    addr: String,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Link {
+    async fn start(target: String) -> Link {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let connections = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (c, conns) = (std::sync::Arc::clone(&cut), std::sync::Arc::clone(&connections));
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if c.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue;
+                }
+                let target = target.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                conns.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Link { addr, cut, connections }
+    }
+
+    fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, std::sync::atomic::Ordering::SeqCst);
+        if cut {
+            for connection in self.connections.lock().unwrap().drain(..) {
+                connection.abort();
+            }
+        }
+    }
+}
+
+/// reference/registry-walkthrough.txt 5.2 (partitions): the leader is cut off from both
+/// followers. Its side is a minority: writes there fail with `no_quorum`, reads are served
+/// stale with their age; the majority elects a leader and goes on; after healing the old
+/// leader follows and catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_is_a_minority_and_catches_up_after_healing() {
+    // Every node dials every other through its own proxy link: node i sees node j at
+    // link (i, j).
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let real: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let mut links = BTreeMap::new();
+    for from in 0..3 {
+        for (to, target) in real.iter().enumerate() {
+            if from != to {
+                links.insert((from, to), Link::start(target.clone()).await);
+            }
+        }
+    }
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        let peers: BTreeMap<u64, String> = (0..3)
+            .map(|j| {
+                let addr = if i == j {
+                    real[j].clone()
+                } else {
+                    links[&(i, j)].addr.clone()
+                };
+                (j as u64 + 1, addr)
+            })
+            .collect();
+        let listen = real[i].parse().unwrap();
+        nodes.push(Some(
+            TestServer::start_with(move |config| {
+                config.node_id = i as u64 + 1;
+                config.cluster_addr = Some(listen);
+                config.peers = peers;
+                config.cluster_secret = Some(SECRET.into());
+            })
+            .await,
+        ));
+    }
+    let mut cluster = Cluster {
+        nodes,
+        peers: BTreeMap::new(),
+    };
+    let old = cluster.leader().await;
+    cluster
+        .node(old)
+        .register("api", "a-0", "10.0.0.1")
+        .await
+        .expect(StatusCode::OK);
+    for i in 0..3 {
+        until_total(cluster.node(i), "api", 1).await;
+    }
+
+    for ((from, to), link) in &links {
+        if *from == old || *to == old {
+            link.set_cut(true);
+        }
+    }
+    // The majority elects another leader and takes writes.
+    let majority: Vec<usize> = (0..3).filter(|i| *i != old).collect();
+    let mut new_leader = None;
+    for _ in 0..STEP.as_millis() / 50 {
+        let status = cluster.node(majority[0]).get("/v1/status").await.body;
+        if let Some(leader) = status["leader"].as_u64()
+            && leader as usize - 1 != old
+        {
+            new_leader = Some(leader as usize - 1);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let new_leader = new_leader.expect("the majority elects a new leader");
+    cluster
+        .node(new_leader)
+        .register("api", "a-1", "10.0.0.2")
+        .await
+        .expect(StatusCode::OK);
+
+    // The minority: writes fail with no_quorum (bounded), stale reads are served with an age.
+    let refused = cluster.node(old).register("api", "a-2", "10.0.0.3").await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "no_quorum")
+    );
+    let stale = cluster
+        .node(old)
+        .get("/v1/registry/acme/prod/api?consistency=stale")
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(stale.body["total"], 1, "the minority has not seen the majority's write");
+    let age: u64 = stale.headers["x-muster-last-contact"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(age >= 1_000, "its last quorum contact is old: {age} ms");
+
+    for link in links.values() {
+        link.set_cut(false);
+    }
+    // Healed: the old leader follows the new one and catches up; its refused write never
+    // appears (nothing half-applied).
+    until_total(cluster.node(old), "api", 2).await;
+    let status = cluster.node(old).get("/v1/status").await.expect(StatusCode::OK);
+    assert_eq!(status.body["leader"].as_u64(), Some(new_leader as u64 + 1));
+    for i in 0..3 {
+        let names: Vec<String> = cluster
+            .node(i)
+            .get("/v1/registry/acme/prod/api?consistency=stale")
+            .await
+            .body["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["instance"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(names, ["a-0", "a-1"], "node {}", i + 1);
+    }
+    for i in 0..3 {
+        cluster.stop(i).await;
+    }
+}
