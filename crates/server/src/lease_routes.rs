@@ -56,8 +56,19 @@ pub(crate) async fn renew(State(app): State<Arc<App>>, segments: Segments) -> Re
     renew_here(&app, &tenant, id).map(Json)
 }
 
+/// How recently a quorum must have acknowledged a cluster's leader for it to extend a lease:
+/// an election timeout (600 ms at most) plus margin. A leader cut off from its followers
+/// stops extending within this, before the majority side could have elected another
+/// (SPEC R4: a minority never extends a lease).
+const RENEW_QUORUM_MS: u64 = 1_000;
+
 /// Renews on this node, which leads (or is the only node).
 pub(crate) fn renew_here(app: &App, tenant: &muster_core::Label, id: LeaseId) -> Result<LeaseReply, ApiError> {
+    if app.cluster.is_some() && app.node.leader_contact_age_ms().is_none_or(|age| age > RENEW_QUORUM_MS) {
+        return Err(ApiError::no_quorum(
+            "this node cannot confirm it still leads a quorum; the lease was not extended: retry",
+        ));
+    }
     let not_found = || ApiError::from(Rejection::LeaseNotFound { lease: id });
     let ttl_ms = app
         .node

@@ -549,6 +549,17 @@ async fn a_partitioned_leader_is_a_minority_and_catches_up_after_healing() {
         .register("api", "a-0", "10.0.0.1")
         .await
         .expect(StatusCode::OK);
+    let grant = cluster
+        .node(old)
+        .call(Method::POST, "/v1/leases/acme", Some(json!({"ttl_ms": 60000})))
+        .await
+        .expect(StatusCode::OK);
+    let lease = grant.body["lease"]["id"].as_u64().unwrap();
+    cluster
+        .node(old)
+        .call(Method::PUT, &format!("/v1/leases/acme/{lease}/renew"), None)
+        .await
+        .expect(StatusCode::OK);
     for i in 0..3 {
         until_total(cluster.node(i), "api", 1).await;
     }
@@ -578,7 +589,25 @@ async fn a_partitioned_leader_is_a_minority_and_catches_up_after_healing() {
         .await
         .expect(StatusCode::OK);
 
-    // The minority: writes fail with no_quorum (bounded), stale reads are served with an age.
+    // The minority: writes fail with no_quorum (bounded), renewals too (a minority never
+    // extends a lease), stale reads are served with an age.
+    // (Within a second of its last quorum contact it may still extend: the new leader's
+    // takeover grace covers that; after it, never.)
+    let renew = format!("/v1/leases/acme/{lease}/renew");
+    let mut not_extended = None;
+    for _ in 0..STEP.as_millis() / 100 {
+        let reply = cluster.node(old).call(Method::PUT, &renew, None).await;
+        if reply.status != StatusCode::OK {
+            not_extended = Some(reply);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let not_extended = not_extended.expect("the minority stops extending leases");
+    assert_eq!(
+        (not_extended.status, not_extended.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "no_quorum")
+    );
     let refused = cluster.node(old).register("api", "a-2", "10.0.0.3").await;
     assert_eq!(
         (refused.status, refused.code()),
