@@ -6,7 +6,9 @@
 //! Invariants:
 //! - no revision applied twice or out of order on any node (each node's revisions, as its
 //!   observer sees them, rise by exactly one from the state it started or was reset to);
-//! - no acknowledged write lost: every write a leader acknowledged is in the final state;
+//! - no acknowledged write lost: after every step the current leader (once it confirmed its
+//!   leadership and applied what it committed) holds every acknowledged write, and so does
+//!   every node in the end;
 //! - no endpoint resurrected by an older incarnation: each instance ends at the highest
 //!   incarnation acknowledged for it (writes only ever raise an instance's incarnation);
 //! - convergence: after healing, every node has the same revision and the same state.
@@ -197,6 +199,19 @@ fn register(instance: u64, incarnation: u64) -> (Command, CommandMeta) {
     (command, meta)
 }
 
+/// Each instance's incarnation in a node's state.
+fn incarnations(node: &Node) -> BTreeMap<u64, u64> {
+    node.read(|r| {
+        r.snapshot(&key())
+            .map(|s| {
+                s.iter()
+                    .map(|e| (e.instance.as_str()[2..].parse().unwrap(), e.incarnation.0))
+                    .collect()
+            })
+            .unwrap_or_default()
+    })
+}
+
 struct Sim {
     net: Arc<Net>,
     dir: tempfile::TempDir,
@@ -325,6 +340,20 @@ async fn a_seeded_schedule_of_crashes_partitions_and_writes_keeps_every_invarian
             }
         }
         sim.check_order();
+        // A leader holds every committed entry (Raft's leader completeness): once it has
+        // applied what it committed, every acknowledged write is in its state.
+        if let Some(leader) = sim.leader() {
+            let settled = tokio::time::timeout(Duration::from_secs(3), leader.linearizable()).await;
+            if let Ok(Ok(())) = settled {
+                let held = incarnations(&leader);
+                for (instance, incarnation) in &acknowledged {
+                    assert!(
+                        held.get(instance).is_some_and(|now| now >= incarnation),
+                        "the leader lost i-{instance} at incarnation {incarnation}: {held:?}"
+                    );
+                }
+            }
+        }
     }
     assert!(writes >= STEPS / 2, "the schedule acknowledged {writes} writes");
 
@@ -345,15 +374,7 @@ async fn a_seeded_schedule_of_crashes_partitions_and_writes_keeps_every_invarian
     sim.check_order();
 
     let node = sim.net.nodes.lock().unwrap().values().next().cloned().unwrap();
-    let held: BTreeMap<u64, u64> = node.read(|r| {
-        r.snapshot(&key())
-            .map(|s| {
-                s.iter()
-                    .map(|e| (e.instance.as_str()[2..].parse().unwrap(), e.incarnation.0))
-                    .collect()
-            })
-            .unwrap_or_default()
-    });
+    let held = incarnations(&node);
     for (instance, incarnation) in &acknowledged {
         let now = held.get(instance).copied();
         assert!(
