@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Issue 7's figures: durable registrations against a 3-node Muster cluster and a 3-node
+# etcd 3.4 cluster in the same run, then leader kill → first successful write on Muster.
+# Usage: .ci/cluster-bench.sh [MUSTER_BIN] [RUNS]   (needs /usr/bin/etcd; not run by CI)
+set -euo pipefail
+BIN=${1:-target/release/muster}
+RUNS=${2:-3}
+BIN=$(realpath "$BIN")
+DIR=$(mktemp -d)
+cd "$DIR"
+trap 'kill $(cat pid* epid* 2>/dev/null) 2>/dev/null || true; rm -rf "$DIR"' EXIT
+SECRET=cluster-bench-secret-0123456789
+PEERS="1=127.0.0.1:17301,2=127.0.0.1:17302,3=127.0.0.1:17303"
+for i in 1 2 3; do
+  "$BIN" serve --data-dir "d$i" --http "127.0.0.1:1720$i" --dns 127.0.0.1:0 --node-id "$i" \
+    --cluster-addr "127.0.0.1:1730$i" --peers "$PEERS" --cluster-secret "$SECRET" >"out$i" 2>"log$i" &
+  echo $! >"pid$i"
+done
+IC="e1=http://127.0.0.1:17381,e2=http://127.0.0.1:17382,e3=http://127.0.0.1:17383"
+for i in 1 2 3; do
+  /usr/bin/etcd --name "e$i" --data-dir "ed$i" --listen-client-urls "http://127.0.0.1:1737$i" \
+    --advertise-client-urls "http://127.0.0.1:1737$i" --listen-peer-urls "http://127.0.0.1:1738$i" \
+    --initial-advertise-peer-urls "http://127.0.0.1:1738$i" --initial-cluster "$IC" \
+    --initial-cluster-state new >"elog$i" 2>&1 &
+  echo $! >"epid$i"
+done
+# Wait until both clusters answer.
+for _ in $(seq 100); do
+  curl -sf -X POST http://127.0.0.1:17371/v3/maintenance/status -d {} >/dev/null && \
+    "$BIN" status --server http://127.0.0.1:17201 --json | jq -e .leader >/dev/null && break
+  sleep 0.2
+done
+LEADER=$("$BIN" status --server http://127.0.0.1:17201 --json | jq .leader)
+echo "muster leader: node $LEADER"
+for run in $(seq "$RUNS"); do
+  "$BIN" bench --server "http://127.0.0.1:1720$LEADER" --server-pid "$(cat "pid$LEADER")" \
+    --etcd http://127.0.0.1:17371 --etcd-pid "$(cat epid1)" --workloads register 2>/dev/null \
+    | grep -E '^(register|          etcd) ' || true
+done
+# Leader kill → first successful write through another node.
+kill -9 "$(cat "pid$LEADER")"
+OTHER=$((LEADER % 3 + 1))
+START=$(date +%s%N)
+until "$BIN" register prod/kill k-0 --addr 10.0.0.1:80 --incarnation 1 --ttl 5m \
+    --server "http://127.0.0.1:1720$OTHER" >/dev/null 2>&1; do :; done
+END=$(date +%s%N)
+echo "leader kill → first successful write: $(( (END - START) / 1000000 )) ms"
