@@ -658,3 +658,56 @@ async fn a_partitioned_leader_is_a_minority_and_catches_up_after_healing() {
         cluster.stop(i).await;
     }
 }
+
+/// The checker runs on the leader only; when the leader goes, the new one takes the checks
+/// over from the registry and acts on them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_new_leader_takes_over_the_health_checks() {
+    use crate::health::{HttpTarget, UNAVAILABLE, fast_check};
+    let mut cluster = Cluster::start().await;
+    let leader = cluster.leader().await;
+    let target = HttpTarget::start().await;
+    let mut spec = endpoint("10.0.0.1");
+    spec["checks"] = json!([fast_check(&target.url())]);
+    for instance in ["w-0", "w-1", "w-2", "w-3"] {
+        cluster
+            .node(leader)
+            .call(
+                Method::PUT,
+                &instance_path("web", instance),
+                Some(json!({"incarnation": 1, "endpoint": spec})),
+            )
+            .await
+            .expect(StatusCode::OK);
+    }
+    let follower = (leader + 1) % 3;
+    let state = |reply: &serde_json::Value| reply["endpoints"][0]["serving"].as_str().map(str::to_owned);
+    for _ in 0..STEP.as_millis() / 50 {
+        if state(&cluster.node(follower).get("/v1/registry/acme/prod/web").await.body).as_deref() == Some("ready") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.stop(leader).await;
+    let new_leader = cluster.leader().await;
+    target.set(UNAVAILABLE);
+    let mut last = None;
+    for _ in 0..STEP.as_millis() / 50 {
+        let reply = cluster
+            .node(new_leader)
+            .get("/v1/registry/acme/prod/web?consistency=stale")
+            .await
+            .body;
+        last = state(&reply);
+        if last.as_deref() == Some("not_serving") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(last.as_deref(), Some("not_serving"), "the new leader's checker acted");
+    for i in 0..3 {
+        if cluster.nodes[i].is_some() {
+            cluster.stop(i).await;
+        }
+    }
+}

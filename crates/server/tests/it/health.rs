@@ -19,19 +19,19 @@ use tokio::net::TcpListener;
 use crate::support::{STEP, TestServer, endpoint, instance_path};
 
 /// An HTTP health endpoint whose answer the test controls.
-struct HttpTarget {
+pub(crate) struct HttpTarget {
     addr: SocketAddr,
     mode: Arc<AtomicU8>,
     requests: Arc<AtomicU64>,
 }
 
-const OK: u8 = 0;
-const UNAVAILABLE: u8 = 1;
+pub(crate) const OK: u8 = 0;
+pub(crate) const UNAVAILABLE: u8 = 1;
 /// Accepts and reads the request, never answers.
 const WEDGED: u8 = 2;
 
 impl HttpTarget {
-    async fn start() -> HttpTarget {
+    pub(crate) async fn start() -> HttpTarget {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let mode = Arc::new(AtomicU8::new(OK));
@@ -67,11 +67,11 @@ impl HttpTarget {
         HttpTarget { addr, mode, requests }
     }
 
-    fn set(&self, mode: u8) {
+    pub(crate) fn set(&self, mode: u8) {
         self.mode.store(mode, Ordering::Relaxed);
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}/healthz", self.addr)
     }
 
@@ -81,7 +81,7 @@ impl HttpTarget {
 }
 
 /// A fast check on `url`: 200 ms interval, 100 ms timeout, rise = fall = 2.
-fn fast_check(url: &str) -> Value {
+pub(crate) fn fast_check(url: &str) -> Value {
     json!({"url": url, "interval_ms": 200, "timeout_ms": 100, "rise": 2, "fall": 2})
 }
 
