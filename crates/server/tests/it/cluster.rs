@@ -691,20 +691,26 @@ async fn the_new_leader_takes_over_the_health_checks() {
     cluster.stop(leader).await;
     let new_leader = cluster.leader().await;
     target.set(UNAVAILABLE);
-    let mut last = None;
+    // All four fail; self-preservation lets one of them leave (30% of 4, at least one).
+    let not_serving = |reply: &serde_json::Value| {
+        reply["endpoints"]
+            .as_array()
+            .map_or(0, |e| e.iter().filter(|e| e["serving"] == "not_serving").count())
+    };
+    let mut last = 0;
     for _ in 0..STEP.as_millis() / 50 {
         let reply = cluster
             .node(new_leader)
             .get("/v1/registry/acme/prod/web?consistency=stale")
             .await
             .body;
-        last = state(&reply);
-        if last.as_deref() == Some("not_serving") {
+        last = not_serving(&reply);
+        if last > 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(last.as_deref(), Some("not_serving"), "the new leader's checker acted");
+    assert_eq!(last, 1, "the new leader's checker acted (and its brake held the rest)");
     for i in 0..3 {
         if cluster.nodes[i].is_some() {
             cluster.stop(i).await;
