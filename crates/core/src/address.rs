@@ -24,6 +24,14 @@ pub struct Address {
     pub scope: Option<Label>,
 }
 
+/// Splits `host:port` (a name or an address, then a port of 1 to 65535): the one rule for
+/// check URLs, cluster peers and member addresses. `None` when it is not one.
+pub fn host_port(text: &str) -> Option<(&str, u16)> {
+    let (host, port) = text.rsplit_once(':')?;
+    let port = port.parse::<u16>().ok().filter(|port| *port > 0)?;
+    (!host.is_empty()).then_some((host, port))
+}
+
 /// Parses `text` into a canonical unicast IP; `field` names it in the error.
 pub fn canonical_ip(field: &str, text: &str) -> Result<IpAddr, Rejection> {
     let invalid = |reason: String| Rejection::InvalidAddress {

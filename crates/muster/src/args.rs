@@ -60,10 +60,7 @@ pub fn parse_peers(text: &str) -> Result<std::collections::BTreeMap<u64, String>
             .split_once('=')
             .ok_or_else(|| format!("'{part}' is not ID=HOST:PORT"))?;
         let id: u64 = id.parse().map_err(|_| format!("'{id}' is not a node id"))?;
-        let port_ok = addr
-            .rsplit_once(':')
-            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0));
-        if !port_ok {
+        if muster_core::address::host_port(addr).is_none() {
             return Err(format!("'{addr}' is not HOST:PORT"));
         }
         if peers.insert(id, addr.to_owned()).is_some() {

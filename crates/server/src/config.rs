@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use muster_consensus::ClusterConfig;
 use muster_core::ServiceKey;
+use muster_core::address::host_port;
 use muster_dns::ZoneConfig;
 use muster_health::checker::CheckerConfig;
 use muster_health::preservation::{Brakes, PreservationConfig};
@@ -81,10 +82,7 @@ impl ServerConfig {
             return Err(format!("node_id: {} is not among the peers", self.node_id));
         };
         // The listener may bind a wildcard address; the port must be the advertised one.
-        let advertised_port = advertised
-            .rsplit_once(':')
-            .and_then(|(_, port)| port.parse::<u16>().ok());
-        if advertised_port != Some(listen.port()) {
+        if host_port(advertised).map(|(_, port)| port) != Some(listen.port()) {
             return Err(format!(
                 "peers: node {} is listed at {advertised}, but cluster_addr is {listen}",
                 self.node_id

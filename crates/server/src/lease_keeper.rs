@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use muster_core::{Actor, LeaseId, Principal, ServiceKey, ServingState};
-use muster_health::preservation::{Verdict, in_routing};
+use muster_health::preservation::{Counts, Verdict, in_routing};
 use muster_registry::{CommandMeta, Deregister, ExpireLeases};
 use tokio::sync::watch;
 
@@ -130,24 +130,32 @@ fn unprotected(app: &App, expired: Vec<LeaseId>, now: u64) -> Vec<LeaseId> {
     if expired.is_empty() {
         return expired;
     }
-    let attached: Vec<(LeaseId, Vec<(ServiceKey, bool)>)> = app.node.read(|registry| {
-        expired
+    // One read: each lease's endpoints (and whether they serve), and each touched service's
+    // counts, computed once however many of its endpoints are in the batch.
+    let (attached, service_counts) = app.node.read(|registry| {
+        let mut service_counts: HashMap<ServiceKey, Counts> = HashMap::new();
+        let attached: Vec<(LeaseId, Vec<(ServiceKey, bool)>)> = expired
             .iter()
             .map(|id| {
                 let endpoints = registry
                     .lease_endpoints(*id)
                     .into_iter()
                     .map(|(key, instance)| {
-                        let serving = registry
-                            .snapshot(&key)
+                        let snapshot = registry.snapshot(&key);
+                        let serving = snapshot
+                            .as_ref()
                             .and_then(|snapshot| snapshot.get(&instance).map(|e| in_routing(e.serving)))
                             .unwrap_or(false);
+                        service_counts.entry(key.clone()).or_insert_with(|| {
+                            snapshot.map_or_else(Counts::default, |s| Counts::of(s.iter().map(|e| e.serving)))
+                        });
                         (key, serving)
                     })
                     .collect();
                 (*id, endpoints)
             })
-            .collect()
+            .collect();
+        (attached, service_counts)
     });
     let mut brakes = app.brakes();
     brakes.expire(now);
@@ -160,7 +168,7 @@ fn unprotected(app: &App, expired: Vec<LeaseId>, now: u64) -> Vec<LeaseId> {
         // count them.
         let mut this_lease: HashMap<&ServiceKey, usize> = HashMap::new();
         for (key, _) in endpoints.iter().filter(|(_, serving)| *serving) {
-            let mut counts = app.counts(key);
+            let mut counts = service_counts.get(key).copied().unwrap_or_default();
             counts.serving = counts.serving.saturating_sub(leaving.get(key).copied().unwrap_or(0));
             let pending = this_lease.get(key).copied().unwrap_or(0);
             if let Verdict::Hold(why) = brakes.check(key, counts, pending, now) {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, State};
+use muster_core::address::host_port;
 use muster_core::api::{AddMemberRequest, ClusterMember, ClusterReply};
 
 use crate::app::App;
@@ -40,11 +41,7 @@ pub(crate) async fn add(
     State(app): State<Arc<App>>,
     JsonBody(request): JsonBody<AddMemberRequest>,
 ) -> Result<Json<ClusterReply>, ApiError> {
-    let port_ok = request
-        .addr
-        .rsplit_once(':')
-        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0));
-    if !port_ok || request.id == 0 {
+    if host_port(&request.addr).is_none() || request.id == 0 {
         return Err(ApiError::bad_request(format!(
             "a member is an id above 0 and a host:port, got {} at '{}'",
             request.id, request.addr
