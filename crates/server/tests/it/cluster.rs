@@ -11,7 +11,7 @@ use muster_server::{ServerConfig, ServerError};
 use serde_json::json;
 use tempfile::TempDir;
 
-use crate::support::{STEP, TestServer, endpoint, instance_path, test_config};
+use crate::support::{TestServer, endpoint, instance_path, poll, test_config};
 
 const SECRET: &str = "a-cluster-secret-of-some-length";
 
@@ -91,20 +91,17 @@ impl Cluster {
 
     /// The index of the leader every running node agrees on.
     async fn leader(&self) -> usize {
-        for _ in 0..STEP.as_millis() / 50 {
+        let this = self;
+        poll(Duration::from_millis(50), || async move {
             let mut named = Vec::new();
-            for (_, node) in self.running() {
+            for (_, node) in this.running() {
                 named.push(node.get("/v1/status").await.body["leader"].as_u64());
             }
-            if let Some(Some(leader)) = named.first()
-                && named.iter().all(|n| *n == Some(*leader))
-                && self.nodes[*leader as usize - 1].is_some()
-            {
-                return *leader as usize - 1;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("the running nodes never agreed on a running leader");
+            let leader = (*named.first()?)? as usize - 1;
+            (named.iter().all(|n| *n == Some(leader as u64 + 1)) && this.nodes[leader].is_some()).then_some(leader)
+        })
+        .await
+        .expect("the running nodes agree on a running leader")
     }
 
     async fn stop(&mut self, i: usize) {
@@ -119,13 +116,12 @@ async fn total(node: &TestServer, service: &str) -> u64 {
 }
 
 async fn until_total(node: &TestServer, service: &str, want: u64) {
-    for _ in 0..STEP.as_millis() / 25 {
-        if total(node, service).await == want {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!(
+    let reached = poll(Duration::from_millis(25), || async move {
+        (total(node, service).await == want).then_some(())
+    })
+    .await;
+    assert!(
+        reached.is_some(),
         "{service}: never {want} endpoints, still {}",
         total(node, service).await
     );
@@ -329,15 +325,12 @@ async fn reads_say_how_fresh_they_are_and_consistent_reads_need_the_leader() {
     for i in others {
         cluster.stop(i).await;
     }
-    let mut refused_default = None;
-    for _ in 0..STEP.as_millis() / 100 {
-        let read = cluster.node(follower).get("/v1/registry/acme/prod/api").await;
-        if read.status != StatusCode::OK {
-            refused_default = Some(read);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let cut_off = cluster.node(follower);
+    let refused_default = poll(Duration::from_millis(100), || async move {
+        let read = cut_off.get("/v1/registry/acme/prod/api").await;
+        (read.status != StatusCode::OK).then_some(read)
+    })
+    .await;
     let refused_default = refused_default.expect("default reads refuse after 5 s without a leader");
     assert_eq!(refused_default.code(), "stale");
     let stale = cluster
@@ -578,17 +571,12 @@ async fn a_partitioned_leader_is_a_minority_and_catches_up_after_healing() {
     }
     // The majority elects another leader and takes writes.
     let majority: Vec<usize> = (0..3).filter(|i| *i != old).collect();
-    let mut new_leader = None;
-    for _ in 0..STEP.as_millis() / 50 {
-        let status = cluster.node(majority[0]).get("/v1/status").await.body;
-        if let Some(leader) = status["leader"].as_u64()
-            && leader as usize - 1 != old
-        {
-            new_leader = Some(leader as usize - 1);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let asked = cluster.node(majority[0]);
+    let new_leader = poll(Duration::from_millis(50), || async move {
+        let leader = asked.get("/v1/status").await.body["leader"].as_u64()? as usize - 1;
+        (leader != old).then_some(leader)
+    })
+    .await;
     let new_leader = new_leader.expect("the majority elects a new leader");
     cluster
         .node(new_leader)
@@ -601,15 +589,12 @@ async fn a_partitioned_leader_is_a_minority_and_catches_up_after_healing() {
     // (Within a second of its last quorum contact it may still extend: the new leader's
     // takeover grace covers that; after it, never.)
     let renew = format!("/v1/leases/acme/{lease}/renew");
-    let mut not_extended = None;
-    for _ in 0..STEP.as_millis() / 100 {
-        let reply = cluster.node(old).call(Method::PUT, &renew, None).await;
-        if reply.status != StatusCode::OK {
-            not_extended = Some(reply);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (minority, renew) = (cluster.node(old), &renew);
+    let not_extended = poll(Duration::from_millis(100), || async move {
+        let reply = minority.call(Method::PUT, renew, None).await;
+        (reply.status != StatusCode::OK).then_some(reply)
+    })
+    .await;
     let not_extended = not_extended.expect("the minority stops extending leases");
     assert_eq!(
         (not_extended.status, not_extended.code()),
@@ -681,13 +666,13 @@ async fn the_new_leader_takes_over_the_health_checks() {
             .expect(StatusCode::OK);
     }
     let follower = (leader + 1) % 3;
-    let state = |reply: &serde_json::Value| reply["endpoints"][0]["serving"].as_str().map(str::to_owned);
-    for _ in 0..STEP.as_millis() / 50 {
-        if state(&cluster.node(follower).get("/v1/registry/acme/prod/web").await.body).as_deref() == Some("ready") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let watcher = cluster.node(follower);
+    poll(Duration::from_millis(50), || async move {
+        let reply = watcher.get("/v1/registry/acme/prod/web").await.body;
+        (reply["endpoints"][0]["serving"] == "ready").then_some(())
+    })
+    .await
+    .expect("the checks passed once");
     cluster.stop(leader).await;
     let new_leader = cluster.leader().await;
     target.set(UNAVAILABLE);
@@ -697,20 +682,17 @@ async fn the_new_leader_takes_over_the_health_checks() {
             .as_array()
             .map_or(0, |e| e.iter().filter(|e| e["serving"] == "not_serving").count())
     };
-    let mut last = 0;
-    for _ in 0..STEP.as_millis() / 50 {
-        let reply = cluster
-            .node(new_leader)
-            .get("/v1/registry/acme/prod/web?consistency=stale")
-            .await
-            .body;
-        last = not_serving(&reply);
-        if last > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(last, 1, "the new leader's checker acted (and its brake held the rest)");
+    let taker = cluster.node(new_leader);
+    let last = poll(Duration::from_millis(50), || async move {
+        let reply = taker.get("/v1/registry/acme/prod/web?consistency=stale").await.body;
+        Some(not_serving(&reply)).filter(|n| *n > 0)
+    })
+    .await;
+    assert_eq!(
+        last,
+        Some(1),
+        "the new leader's checker acted (and its brake held the rest)"
+    );
     for i in 0..3 {
         if cluster.nodes[i].is_some() {
             cluster.stop(i).await;

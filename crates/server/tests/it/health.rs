@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::support::{STEP, TestServer, endpoint, instance_path};
+use crate::support::{STEP, TestServer, endpoint, instance_path, poll};
 
 /// An HTTP health endpoint whose answer the test controls.
 pub(crate) struct HttpTarget {
@@ -111,14 +111,15 @@ async fn read(server: &TestServer, service: &str) -> (Vec<Value>, bool) {
 
 /// Polls until `done` holds for the service's endpoints (bounded by [`STEP`]).
 async fn until(server: &TestServer, service: &str, what: &str, done: impl Fn(&[Value], bool) -> bool) -> Vec<Value> {
-    let deadline = tokio::time::Instant::now() + STEP;
-    loop {
+    let done = &done;
+    match poll(Duration::from_millis(25), || async move {
         let (endpoints, protected) = read(server, service).await;
-        if done(&endpoints, protected) {
-            return endpoints;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{what}: still {endpoints:?}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        done(&endpoints, protected).then_some(endpoints)
+    })
+    .await
+    {
+        Some(endpoints) => endpoints,
+        None => panic!("{what}: still {:?}", read(server, service).await.0),
     }
 }
 
@@ -398,11 +399,12 @@ async fn trace_health_checker_causes_fleet_eviction() {
     .await;
     // Let every endpoint be probed several more times: nothing else may leave.
     let seen = dependency.requests();
-    let deadline = tokio::time::Instant::now() + STEP;
-    while dependency.requests() < seen + 60 {
-        assert!(tokio::time::Instant::now() < deadline, "the checker stopped probing");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let probed = &dependency;
+    poll(Duration::from_millis(25), || async move {
+        (probed.requests() >= seen + 60).then_some(())
+    })
+    .await
+    .expect("the checker keeps probing");
     let (endpoints, protected) = read(&server, "fleet").await;
     assert_eq!((count(&endpoints, "ready"), count(&endpoints, "not_serving")), (7, 3));
     assert!(protected);

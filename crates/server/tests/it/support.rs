@@ -18,6 +18,21 @@ use tempfile::TempDir;
 /// machine, and only ever reached when something is broken.
 pub(crate) const STEP: Duration = Duration::from_secs(20);
 
+/// Asks `probe` every `every` until it answers `Some`, for at most [`STEP`]; `None` if it
+/// never did. Every wait for a state that comes about by itself goes through here.
+pub(crate) async fn poll<T, F>(every: Duration, mut probe: impl FnMut() -> F) -> Option<T>
+where
+    F: Future<Output = Option<T>>,
+{
+    for _ in 0..STEP.as_millis() / every.as_millis().max(1) {
+        if let Some(found) = probe().await {
+            return Some(found);
+        }
+        tokio::time::sleep(every).await;
+    }
+    None
+}
+
 /// A reply: status, headers and JSON body (`Value::Null` when empty).
 pub(crate) struct Reply {
     pub(crate) status: StatusCode,
