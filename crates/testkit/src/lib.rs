@@ -108,3 +108,18 @@ pub fn register(key: &ServiceKey, pod: &str, n: u32, weight: u32, lease: LeaseSp
         expected_revision: None,
     })
 }
+
+/// A free loopback TCP port below the kernel's ephemeral range (32768 and up), for addresses
+/// a test must know before its servers bind them (cluster members): no `:0` bind of a
+/// parallel test can take it in between. Spread by process id so test binaries differ.
+pub fn fixed_tcp_port() -> u16 {
+    use std::sync::atomic::AtomicU32;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    loop {
+        let offset = std::process::id() % 600 * 20 + NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000 + (offset % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}

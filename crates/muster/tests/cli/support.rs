@@ -46,20 +46,7 @@ pub(crate) fn run(args: &[&str]) -> Output {
 
 /// A free TCP port on loopback (free when asked; a race with another process is possible
 /// but harmless on a test machine).
-/// A free TCP port below the kernel's ephemeral range (32768 and up), for addresses that must
-/// be known before the server binds them (cluster members): no `:0` bind of a parallel test
-/// can take it in between.
-pub(crate) fn fixed_tcp_port() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    loop {
-        let offset = std::process::id() % 600 * 20 + u32::from(NEXT.fetch_add(1, Ordering::Relaxed));
-        let port = 20_000 + (offset % 12_000) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
+pub(crate) use muster_testkit::fixed_tcp_port;
 
 pub(crate) fn free_tcp_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()

@@ -8,27 +8,13 @@ use std::time::Duration;
 
 use hyper::{Method, StatusCode};
 use muster_server::{ServerConfig, ServerError};
+use muster_testkit::fixed_tcp_port as free_port;
 use serde_json::json;
 use tempfile::TempDir;
 
 use crate::support::{TestServer, endpoint, instance_path, poll, test_config};
 
 const SECRET: &str = "a-cluster-secret-of-some-length";
-
-/// A free port below the kernel's ephemeral range (32768 and up): cluster addresses are
-/// known before the servers bind them, and no `:0` bind of a parallel test can take one in
-/// between.
-fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    loop {
-        let offset = std::process::id() % 600 * 20 + NEXT.fetch_add(1, Ordering::Relaxed);
-        let port = 20_000 + (offset % 12_000) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
 
 struct Cluster {
     nodes: Vec<Option<TestServer>>,
