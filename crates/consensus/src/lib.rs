@@ -23,6 +23,6 @@ mod state_machine;
 mod storage_tests;
 mod types;
 
-pub use network::{Rpc, SECRET_HEADER};
+pub use network::{CallError, PeerClient, Rpc, SECRET_HEADER};
 pub use node::{ApplyObserver, ClusterConfig, ConsensusError, Member, Node, NodeConfig, NodeStatus};
 pub use types::{Batch, Outcome, Proposal, TypeConfig};

@@ -70,9 +70,11 @@ impl Rpc {
     }
 }
 
-/// An HTTP client of peers' cluster listeners.
+/// An HTTP client of the members' cluster listeners: JSON bodies, the secret on every
+/// request. Raft's RPCs and forwarded writes use it here; the server uses it for what it
+/// hands to the leader (renewals, TTL reports).
 #[derive(Clone)]
-pub(crate) struct PeerClient {
+pub struct PeerClient {
     client: Client<HttpConnector, Full<Bytes>>,
     secret: String,
     /// Where this node dials each member: its own `--peers` (which may differ from the
@@ -83,14 +85,23 @@ pub(crate) struct PeerClient {
 
 /// Why a call to a peer failed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum CallError {
-    /// Not sent, not answered in time, or answered with something else than a reply.
+pub enum CallError {
+    /// Not sent, not answered in time, or the reply was not what was asked for.
     #[error("{0}")]
     Unreachable(String),
+    /// Answered with an error status (and its body).
+    #[error("HTTP {status}")]
+    Refused {
+        /// The status.
+        status: u16,
+        /// The body.
+        body: Bytes,
+    },
 }
 
 impl PeerClient {
-    pub(crate) fn new(secret: String, dial: std::collections::BTreeMap<u64, String>) -> PeerClient {
+    /// A client with the cluster `secret`, dialling member ids at the addresses of `dial`.
+    pub fn new(secret: String, dial: std::collections::BTreeMap<u64, String>) -> PeerClient {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(1)));
@@ -99,6 +110,11 @@ impl PeerClient {
             secret,
             dial: std::sync::Arc::new(dial),
         }
+    }
+
+    /// The address this node dials member `id` at, if its `--peers` name it.
+    pub fn dial_address(&self, id: u64) -> Option<&str> {
+        self.dial.get(&id).map(String::as_str)
     }
 
     /// The address to dial node `id` at, given its membership address.
@@ -114,10 +130,23 @@ impl PeerClient {
         body: &B,
         timeout: Duration,
     ) -> Result<R, CallError> {
+        self.post(addr, &format!("/raft/{}", rpc.segment()), body, timeout)
+            .await
+    }
+
+    /// Posts `body` as JSON to `path` on `addr`'s cluster listener and decodes a `200` reply,
+    /// within `timeout`.
+    pub async fn post<B: Serialize, R: DeserializeOwned>(
+        &self,
+        addr: &str,
+        path: &str,
+        body: &B,
+        timeout: Duration,
+    ) -> Result<R, CallError> {
         let bytes = serde_json::to_vec(body).map_err(|e| CallError::Unreachable(format!("encoding: {e}")))?;
         let request = Request::builder()
             .method(Method::POST)
-            .uri(format!("http://{addr}/raft/{}", rpc.segment()))
+            .uri(format!("http://{addr}{path}"))
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .header(SECRET_HEADER, &self.secret)
             .body(Full::new(Bytes::from(bytes)))
@@ -136,10 +165,10 @@ impl PeerClient {
                 .map_err(|e| CallError::Unreachable(format!("{addr}: reading the reply: {e}")))?
                 .to_bytes();
             if status != StatusCode::OK {
-                return Err(CallError::Unreachable(format!(
-                    "{addr}: HTTP {status}: {}",
-                    String::from_utf8_lossy(&body)
-                )));
+                return Err(CallError::Refused {
+                    status: status.as_u16(),
+                    body,
+                });
             }
             serde_json::from_slice(&body).map_err(|e| CallError::Unreachable(format!("{addr}: decoding: {e}")))
         };

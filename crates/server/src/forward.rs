@@ -10,13 +10,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::{Method, Request, StatusCode};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
-use muster_consensus::SECRET_HEADER;
+use axum::http::StatusCode;
+use muster_consensus::{CallError, PeerClient};
 use muster_core::api::{CheckReportReply, CheckReportRequest, ErrorBody, LeaseReply};
 use muster_core::{InstanceId, Label, LeaseId, ServiceKey};
 use serde::de::DeserializeOwned;
@@ -42,28 +37,21 @@ pub(crate) struct ReportForward {
     pub(crate) request: CheckReportRequest,
 }
 
-/// The way to the other members' cluster listeners.
+/// The way to the other members' cluster listeners (the consensus layer's peer client).
 pub(crate) struct ClusterLink {
-    peers: BTreeMap<u64, String>,
-    secret: String,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: PeerClient,
 }
 
 impl ClusterLink {
     pub(crate) fn new(peers: BTreeMap<u64, String>, secret: String) -> ClusterLink {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(FORWARD_TIMEOUT));
         ClusterLink {
-            peers,
-            secret,
-            client: Client::builder(TokioExecutor::new()).build(connector),
+            client: PeerClient::new(secret, peers),
         }
     }
 
     /// Renews on the leader `leader`.
     pub(crate) async fn renew(&self, leader: Option<u64>, forward: &RenewForward) -> Result<LeaseReply, ApiError> {
-        self.call(leader, "renew", forward).await
+        self.call(leader, "/app/renew", forward).await
     }
 
     /// Hands a TTL check's report to the leader's checker.
@@ -72,41 +60,28 @@ impl ClusterLink {
         leader: Option<u64>,
         forward: &ReportForward,
     ) -> Result<CheckReportReply, ApiError> {
-        self.call(leader, "check", forward).await
+        self.call(leader, "/app/check", forward).await
     }
 
     async fn call<B: Serialize, R: DeserializeOwned>(
         &self,
         leader: Option<u64>,
-        what: &str,
+        path: &str,
         forward: &B,
     ) -> Result<R, ApiError> {
         let no_leader = || ApiError::no_quorum("no leader is known to hand this to; retry");
-        let addr = leader.and_then(|id| self.peers.get(&id)).ok_or_else(no_leader)?;
-        let body = serde_json::to_vec(forward).map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let request = Request::builder()
-            .method(Method::POST)
-            .uri(format!("http://{addr}/app/{what}"))
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .header(SECRET_HEADER, &self.secret)
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let exchange = async {
-            let response = self.client.request(request).await.ok()?;
-            let status = response.status();
-            let bytes = response.into_body().collect().await.ok()?.to_bytes();
-            Some((status, bytes))
-        };
-        let (status, bytes) = tokio::time::timeout(FORWARD_TIMEOUT, exchange)
-            .await
-            .ok()
-            .flatten()
+        let addr = leader
+            .and_then(|id| self.client.dial_address(id))
             .ok_or_else(no_leader)?;
-        if status == StatusCode::OK {
-            return serde_json::from_slice(&bytes).map_err(|_| no_leader());
+        match self.client.post(addr, path, forward, FORWARD_TIMEOUT).await {
+            Ok(reply) => Ok(reply),
+            // The leader's refusal (e.g. lease_not_found), passed on with its code.
+            Err(CallError::Refused { status, body }) => {
+                let refusal: ErrorBody = serde_json::from_slice(&body).map_err(|_| no_leader())?;
+                let status = StatusCode::from_u16(status).map_err(|_| no_leader())?;
+                Err(ApiError::relayed(status, refusal))
+            }
+            Err(CallError::Unreachable(_)) => Err(no_leader()),
         }
-        // The leader's refusal (e.g. lease_not_found), passed on with its code.
-        let refusal: ErrorBody = serde_json::from_slice(&bytes).map_err(|_| no_leader())?;
-        Err(ApiError::relayed(status, refusal))
     }
 }
