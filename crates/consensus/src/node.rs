@@ -41,11 +41,6 @@ pub struct NodeConfig {
     pub keep_after_snapshot: u64,
     /// The cluster this node belongs to; `None`: a group of one.
     pub cluster: Option<ClusterConfig>,
-    /// Identifies this start of the node in the ids of the batches it proposes, so a retried
-    /// batch is applied once (SPEC R6). It must differ from every earlier start's:
-    /// [`NodeConfig::new`] derives it from the wall clock and the process id; a deterministic
-    /// harness sets it from its seed.
-    pub proposal_session: u64,
 }
 
 /// A static cluster: this node's id, every member's cluster address (this node's included),
@@ -70,20 +65,8 @@ impl NodeConfig {
             snapshot_every: 10_000,
             keep_after_snapshot: 1_000,
             cluster: None,
-            proposal_session: fresh_session(),
         }
     }
-}
-
-/// A session id unlikely to repeat: the wall clock in nanoseconds mixed with the process id.
-fn fresh_session() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let mut seed = [0_u8; 20];
-    seed[..16].copy_from_slice(&nanos.to_le_bytes());
-    seed[16..].copy_from_slice(&std::process::id().to_le_bytes());
-    xxhash_rust::xxh3::xxh3_64(&seed)
 }
 
 /// Told about every applied command, in log order, while the registry is locked for the
@@ -160,6 +143,8 @@ pub enum ConsensusError {
 /// What opening the data directory gives, before Raft starts.
 struct Parts {
     log: LogStore,
+    /// This start's session, for batch ids.
+    session: u64,
     log_writer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
     machine: StateMachine,
     shared: Arc<Shared>,
@@ -188,6 +173,7 @@ impl Parts {
         .validate()
         .map_err(|e| ConsensusError::Storage(e.to_string()))?;
         Ok(Parts {
+            session: log.session(),
             log,
             log_writer,
             machine,
@@ -262,7 +248,7 @@ impl Node {
             .state(ServerState::Leader, "single node elects itself")
             .await
             .map_err(|_| ConsensusError::NoLeader)?;
-        let batcher = Batcher::spawn(raft.clone(), None, SINGLE_NODE_ID, config.proposal_session);
+        let batcher = Batcher::spawn(raft.clone(), None, SINGLE_NODE_ID, parts.session);
         Ok(Node {
             opened: tokio::time::Instant::now(),
             last_contact_ms: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
@@ -306,7 +292,7 @@ impl Node {
                 tracing::info!(%error, "cluster membership already initialised");
             }
         }
-        let batcher = Batcher::spawn(raft.clone(), forward, cluster.node_id, config.proposal_session);
+        let batcher = Batcher::spawn(raft.clone(), forward, cluster.node_id, parts.session);
         Ok(Node {
             opened: tokio::time::Instant::now(),
             last_contact_ms: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
