@@ -45,6 +45,9 @@ pub enum Unchanged {
     DrainHeld,
     /// None of the leases to expire exists any more.
     NothingToExpire,
+    /// The first committed policy was put in force; nothing the registry holds changed, so
+    /// no revision was spent.
+    PolicyAdopted,
 }
 
 /// Why a read could not be answered.

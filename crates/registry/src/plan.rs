@@ -374,16 +374,22 @@ impl Registry {
         plan
     }
 
-    /// A new policy: validated, and committed only if it differs from the one in force.
-    pub(crate) fn plan_policy(&self, cmd: &SetPolicy) -> Result<Planned, Rejection> {
+    /// A new policy, validated. `None`: no policy was committed yet, so this one is adopted
+    /// without a new revision. Otherwise committed at a new revision unless it is the one in
+    /// force. Every branch depends only on committed state, never on the policy a replica
+    /// was created with.
+    pub(crate) fn plan_policy(&self, cmd: &SetPolicy) -> Result<Option<Planned>, Rejection> {
         cmd.policy.validate()?;
-        if &cmd.policy == self.policy() {
-            return Ok(unchanged(self.policy_revision(), None, Unchanged::AlreadyCommitted));
+        if !self.policy_committed() {
+            return Ok(None);
         }
-        Ok(Planned::Commit(Plan {
+        if &cmd.policy == self.policy() {
+            return Ok(Some(unchanged(self.policy_revision(), None, Unchanged::AlreadyCommitted)));
+        }
+        Ok(Some(Planned::Commit(Plan {
             policy: Some(cmd.policy.clone()),
             ..Plan::default()
-        }))
+        })))
     }
 
     /// The live record of exactly the target's incarnation, or the refusal that explains why not.

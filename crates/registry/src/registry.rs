@@ -53,7 +53,7 @@ pub struct Page {
 /// What an imported registry is assembled from (`state.rs` checks and builds them).
 pub(crate) struct Parts {
     pub(crate) policy: RegistryConfig,
-    pub(crate) policy_revision: Revision,
+    pub(crate) policy_revision: Option<Revision>,
     pub(crate) revision: Revision,
     pub(crate) compacted: Revision,
     pub(crate) services: Vec<ServiceState>,
@@ -92,8 +92,9 @@ pub(crate) struct Usage {
 pub struct Registry {
     /// The policy in force: replicated, changed only by a committed `SetPolicy`.
     policy: RegistryConfig,
-    /// The revision the policy was set at (0: the policy the registry was created with).
-    policy_revision: Revision,
+    /// The revision the policy in force was committed at; `None` while it is still the one
+    /// the registry was created with (no `SetPolicy` committed yet).
+    policy_revision: Option<Revision>,
     revision: Revision,
     /// Every revision up to and including this one has left the change history.
     compacted: Revision,
@@ -112,7 +113,7 @@ impl Registry {
     pub fn new(policy: RegistryConfig) -> Registry {
         Registry {
             policy,
-            policy_revision: Revision::ZERO,
+            policy_revision: None,
             revision: Revision::ZERO,
             compacted: Revision::ZERO,
             namespaces: BTreeMap::new(),
@@ -141,7 +142,10 @@ impl Registry {
             Command::GrantLease(c) => self.plan_grant(c)?,
             Command::RevokeLease(c) => self.plan_revoke(c)?,
             Command::ExpireLeases(c) => self.plan_expire(c),
-            Command::SetPolicy(c) => self.plan_policy(c)?,
+            Command::SetPolicy(c) => match self.plan_policy(c)? {
+                Some(planned) => planned,
+                None => return Ok(self.adopt_policy(c.policy.clone(), meta.at_ms)),
+            },
         };
         Ok(match planned {
             Planned::Unchanged(applied) => applied,
@@ -154,7 +158,7 @@ impl Registry {
         let revision = self.revision.next();
         if let Some(policy) = plan.policy {
             self.policy = policy;
-            self.policy_revision = revision;
+            self.policy_revision = Some(revision);
         }
         if let Some(lease) = plan.grant {
             self.usage.entry(lease.tenant.clone()).or_default().leases += 1;
@@ -278,6 +282,24 @@ impl Registry {
         update
     }
 
+    /// Puts the first committed policy in force at the current revision: nothing the registry
+    /// holds changes (only history and fences beyond the new bounds go), so no revision is
+    /// spent, and a log that starts with it replays alike whatever policy each replica was
+    /// created with.
+    fn adopt_policy(&mut self, policy: RegistryConfig, at_ms: u64) -> Applied {
+        self.policy = policy;
+        self.policy_revision = Some(self.revision);
+        self.fences.prune(at_ms, self.policy.fence_retention_ms);
+        let released = self.compact();
+        Applied {
+            revision: self.revision,
+            updates: Vec::new(),
+            lease: None,
+            unchanged: Some(crate::applied::Unchanged::PolicyAdopted),
+            released,
+        }
+    }
+
     /// Forgets a tenant that holds nothing, so it stops counting against `max_tenants`.
     fn forget_idle_tenant(&mut self, tenant: &Label) {
         if self.usage.get(tenant).is_some_and(|u| *u == Usage::default()) {
@@ -324,10 +346,17 @@ impl Registry {
         &self.policy
     }
 
-    /// The revision the policy in force was set at; 0 for the policy the registry was
-    /// created with.
+    /// The revision the policy in force was committed at; 0 while it is still the one the
+    /// registry was created with.
     pub fn policy_revision(&self) -> Revision {
-        self.policy_revision
+        self.policy_revision.unwrap_or(Revision::ZERO)
+    }
+
+    /// Whether the policy in force was committed by a `SetPolicy` (false: it is still the
+    /// one given at construction, which the log does not record). The consensus layer
+    /// commits one before the first other command, so the log says which policy judges it.
+    pub fn policy_committed(&self) -> bool {
+        self.policy_revision.is_some()
     }
 
     /// How many tenants hold anything (a live service or a lease): what `max_tenants` bounds.

@@ -67,8 +67,10 @@ struct FenceRecord {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct PolicyRecord {
-    /// The revision it was set at (0: the registry's initial policy).
-    revision: Revision,
+    /// The revision it was committed at; absent for the policy the registry was created
+    /// with, which travels with the state so a replica installing it judges alike.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    revision: Option<Revision>,
     policy: RegistryConfig,
 }
 
@@ -109,7 +111,7 @@ impl Registry {
             services,
             fences,
             policy: Some(PolicyRecord {
-                revision: self.policy_revision(),
+                revision: self.policy_committed().then(|| self.policy_revision()),
                 policy: self.policy().clone(),
             }),
         }
@@ -122,11 +124,11 @@ impl Registry {
     pub fn import(initial_policy: RegistryConfig, state: RegistryState) -> Result<Registry, ImportError> {
         let fail = |what: String| Err(ImportError(what));
         let (policy_revision, policy) = match state.policy {
-            Some(record) if record.revision > state.revision => {
-                return fail(format!("the policy is set at revision {}, beyond the state's", record.revision));
+            Some(record) if record.revision.is_some_and(|r| r > state.revision) => {
+                return fail("the policy is set at a revision beyond the state's".into());
             }
             Some(record) => (record.revision, record.policy),
-            None => (Revision::ZERO, initial_policy),
+            None => (None, initial_policy),
         };
         let mut fences = FenceTable::default();
         let legacy_removed_at_ms = state
