@@ -164,7 +164,10 @@ async fn policy(command: PolicyCommand, json: bool, out: &mut dyn Write) -> Resu
             let client = connect(&args.client)?;
             let reply = client.set_policy(&policy).await?;
             emit(out, json, &reply, || {
-                format!("policy set at revision {}: later writes are judged by it\n", reply.revision)
+                format!(
+                    "policy set at revision {}: later writes are judged by it\n",
+                    reply.revision
+                )
             })
         }
     }

@@ -4,8 +4,8 @@
 use muster_core::api::{
     ClusterReply, Frame, LeaseReply, PolicyReply, ServicesReply, SnapshotReply, StatusReply, WriteReply,
 };
-use muster_registry::RegistryConfig;
 use muster_core::{Endpoint, Event, NamespaceKey, ServiceKey, ServiceUpdate};
+use muster_registry::RegistryConfig;
 
 use crate::duration::format_millis;
 use crate::error::CliError;

@@ -384,7 +384,11 @@ impl Registry {
             return Ok(None);
         }
         if &cmd.policy == self.policy() {
-            return Ok(Some(unchanged(self.policy_revision(), None, Unchanged::AlreadyCommitted)));
+            return Ok(Some(unchanged(
+                self.policy_revision(),
+                None,
+                Unchanged::AlreadyCommitted,
+            )));
         }
         Ok(Some(Planned::Commit(Plan {
             policy: Some(cmd.policy.clone()),

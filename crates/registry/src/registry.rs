@@ -518,8 +518,16 @@ impl Registry {
 
     /// The highest incarnation known for an instance at `now_ms`: live, or removed and still
     /// fenced.
-    pub(crate) fn highest_incarnation(&self, key: &ServiceKey, instance: &InstanceId, now_ms: u64) -> Option<Incarnation> {
-        let live = self.service(key).and_then(|s| s.current.get(instance)).map(|e| e.incarnation);
+    pub(crate) fn highest_incarnation(
+        &self,
+        key: &ServiceKey,
+        instance: &InstanceId,
+        now_ms: u64,
+    ) -> Option<Incarnation> {
+        let live = self
+            .service(key)
+            .and_then(|s| s.current.get(instance))
+            .map(|e| e.incarnation);
         live.max(self.fence(key, instance, now_ms).map(|f| f.incarnation))
     }
 

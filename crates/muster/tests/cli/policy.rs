@@ -47,7 +47,11 @@ fn policy_set_from_a_toml_file_judges_later_writes_and_show_reads_it_back() {
     assert!(register(&server, "prod/api").status.success());
     let refused = register(&server, "prod/web");
     assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
-    assert!(stderr(&refused).starts_with("error: quota_exceeded: "), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).starts_with("error: quota_exceeded: "),
+        "{}",
+        stderr(&refused)
+    );
 
     // The human output is TOML that `policy set` takes back unchanged.
     let text = server.ok(&["policy", "show"]);
@@ -56,7 +60,10 @@ fn policy_set_from_a_toml_file_judges_later_writes_and_show_reads_it_back() {
     std::fs::write(&saved, &text).unwrap();
     let again: Value =
         serde_json::from_str(&server.ok(&["policy", "set", "--file", saved.to_str().unwrap(), "--json"])).unwrap();
-    assert_eq!(again["revision"], shown["revision"], "the same policy again changes nothing");
+    assert_eq!(
+        again["revision"], shown["revision"],
+        "the same policy again changes nothing"
+    );
 
     let status = server.ok(&["status"]);
     assert!(
@@ -81,7 +88,11 @@ fn a_bad_policy_file_is_refused_before_anything_is_sent() {
     ] {
         let output = server.run(&["policy", "set", "--file", file.to_str().unwrap()]);
         assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-        assert!(stderr(&output).starts_with(&format!("error: {code}: ")), "{}", stderr(&output));
+        assert!(
+            stderr(&output).starts_with(&format!("error: {code}: ")),
+            "{}",
+            stderr(&output)
+        );
     }
     assert_eq!(show(&server), before);
 }

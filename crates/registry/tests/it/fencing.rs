@@ -31,12 +31,17 @@ fn registry_with_small_history() -> Registry {
 /// Registers api-0 at incarnation 2, deregisters it at `REMOVED_AT`, then makes far more
 /// than `HISTORY` unrelated writes, an hour later.
 fn deregistered_then_buried(registry: &mut Registry) {
-    registry.apply(&register("api", "api-0", 2, "10.0.0.1"), &at(REMOVED_AT)).unwrap();
+    registry
+        .apply(&register("api", "api-0", 2, "10.0.0.1"), &at(REMOVED_AT))
+        .unwrap();
     registry.apply(&deregister("api", "api-0", 2), &at(REMOVED_AT)).unwrap();
     for n in 0..(3 * HISTORY) {
         let ip = format!("10.0.1.{n}");
         registry
-            .apply(&register("web", &format!("web-{n}"), 1, &ip), &at(REMOVED_AT + 3_600_000))
+            .apply(
+                &register("web", &format!("web-{n}"), 1, &ip),
+                &at(REMOVED_AT + 3_600_000),
+            )
             .unwrap();
     }
     assert!(registry.compacted().0 > 2, "the removal has left the change history");
@@ -55,7 +60,11 @@ fn a_delayed_older_incarnation_stays_fenced_after_the_history_window() {
     let err = registry
         .apply(&register("api", "api-0", 2, "10.0.0.1"), &at(REMOVED_AT + 7_200_000))
         .unwrap_err();
-    assert_eq!(err.code(), "stale_incarnation", "the removed incarnation itself is fenced too");
+    assert_eq!(
+        err.code(),
+        "stale_incarnation",
+        "the removed incarnation itself is fenced too"
+    );
     assert!(registry.snapshot(&key("api")).is_none_or(|s| s.is_empty()));
 }
 
@@ -91,7 +100,11 @@ fn a_newer_incarnation_registers_at_once_and_lifts_the_fence() {
     let err = registry
         .apply(&register("api", "api-0", 3, "10.0.0.1"), &at(REMOVED_AT + 3))
         .unwrap_err();
-    assert_eq!(err.code(), "stale_incarnation", "the new removal fences again, from its own time");
+    assert_eq!(
+        err.code(),
+        "stale_incarnation",
+        "the new removal fences again, from its own time"
+    );
 }
 
 /// A retried deregistration long after the history window still answers with the revision
@@ -103,7 +116,10 @@ fn a_retried_deregistration_returns_the_committed_revision_after_the_history_win
     let retry = registry
         .apply(&deregister("api", "api-0", 2), &at(REMOVED_AT + 7_200_000))
         .unwrap();
-    assert_eq!((retry.revision, retry.unchanged), (rev(2), Some(Unchanged::AlreadyCommitted)));
+    assert_eq!(
+        (retry.revision, retry.unchanged),
+        (rev(2), Some(Unchanged::AlreadyCommitted))
+    );
     let err = registry
         .apply(&deregister("api", "api-0", 1), &at(REMOVED_AT + 7_200_000))
         .unwrap_err();
@@ -132,7 +148,9 @@ fn expired_fences_are_pruned_on_commit() {
     let mut registry = registry_with_small_history();
     for n in 0..5 {
         let name = format!("api-{n}");
-        registry.apply(&register("api", &name, 1, "10.0.0.1"), &at(REMOVED_AT)).unwrap();
+        registry
+            .apply(&register("api", &name, 1, "10.0.0.1"), &at(REMOVED_AT))
+            .unwrap();
         registry.apply(&deregister("api", &name, 1), &at(REMOVED_AT)).unwrap();
     }
     let fences = |registry: &Registry| serde_json::to_value(registry.export()).unwrap()["fences"].clone();
@@ -140,7 +158,11 @@ fn expired_fences_are_pruned_on_commit() {
     registry
         .apply(&register("web", "web-0", 1, "10.0.1.1"), &at(REMOVED_AT + DAY_MS - 1))
         .unwrap();
-    assert_eq!(fences(&registry).as_array().unwrap().len(), 5, "still within the retention");
+    assert_eq!(
+        fences(&registry).as_array().unwrap().len(),
+        5,
+        "still within the retention"
+    );
     registry
         .apply(&register("web", "web-1", 1, "10.0.1.2"), &at(REMOVED_AT + DAY_MS))
         .unwrap();
@@ -154,11 +176,15 @@ fn the_retention_is_the_policys() {
         fence_retention_ms: 60_000,
         ..RegistryConfig::default()
     });
-    registry.apply(&register("api", "api-0", 2, "10.0.0.1"), &at(0)).unwrap();
+    registry
+        .apply(&register("api", "api-0", 2, "10.0.0.1"), &at(0))
+        .unwrap();
     registry.apply(&deregister("api", "api-0", 2), &at(0)).unwrap();
     let err = registry
         .apply(&register("api", "api-0", 1, "10.0.0.1"), &at(59_999))
         .unwrap_err();
     assert_eq!(err.code(), "stale_incarnation");
-    registry.apply(&register("api", "api-0", 1, "10.0.0.1"), &at(60_000)).unwrap();
+    registry
+        .apply(&register("api", "api-0", 1, "10.0.0.1"), &at(60_000))
+        .unwrap();
 }

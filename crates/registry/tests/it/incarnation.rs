@@ -28,7 +28,11 @@ fn an_incarnation_above_the_bound_is_refused_and_changes_nothing() {
     ] {
         let err = registry.apply(&command, &app()).unwrap_err();
         assert_eq!(err.code(), "invalid_field", "{command:?}");
-        assert!(err.to_string().starts_with("incarnation: must be at most 9007199254740991"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("incarnation: must be at most 9007199254740991"),
+            "{err}"
+        );
     }
     assert_eq!(state_bytes(&registry), before);
 }

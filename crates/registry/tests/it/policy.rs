@@ -50,7 +50,11 @@ fn a_narrower_policy_keeps_what_was_committed_before_it_and_refuses_new_growth()
     assert_eq!(err.code(), "address_out_of_scope");
     let inside = ok(&mut registry, register("api", "api-2", 1, "10.0.0.2"));
     assert_eq!(
-        current(&registry, "api").get(&instance("api-2")).unwrap().provenance.policy_revision,
+        current(&registry, "api")
+            .get(&instance("api-2"))
+            .unwrap()
+            .provenance
+            .policy_revision,
         Revision(2),
         "a record names the network policy that admitted it"
     );
@@ -103,7 +107,11 @@ fn a_log_that_starts_with_its_policy_replays_alike_under_any_config() {
         let b = narrow_file.apply(command, &app()).unwrap();
         assert_eq!(a, b);
     }
-    assert_eq!(original.revision(), rev(2), "adopting the first policy spends no revision");
+    assert_eq!(
+        original.revision(),
+        rev(2),
+        "adopting the first policy spends no revision"
+    );
     assert_eq!(state_bytes(&narrow_file), state_bytes(&original));
     assert_eq!(members(&current(&narrow_file, "api")).len(), 2);
 }
@@ -112,7 +120,10 @@ fn a_log_that_starts_with_its_policy_replays_alike_under_any_config() {
 fn the_same_policy_again_changes_nothing() {
     let mut registry = committed_wide();
     let again = ok(&mut registry, set_policy(RegistryConfig::default()));
-    assert_eq!((again.revision, again.unchanged), (rev(0), Some(Unchanged::AlreadyCommitted)));
+    assert_eq!(
+        (again.revision, again.unchanged),
+        (rev(0), Some(Unchanged::AlreadyCommitted))
+    );
     assert_eq!(registry.revision(), rev(3));
 }
 

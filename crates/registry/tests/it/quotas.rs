@@ -64,7 +64,10 @@ fn an_emptied_service_stops_counting_against_services_per_tenant() {
         "services_per_tenant: tenant 'acme' is at its limit of 2"
     );
     ok(&mut registry, deregister("web", "web-0", 1));
-    assert!(current(&registry, "web").is_empty(), "still known, empty, within the history window");
+    assert!(
+        current(&registry, "web").is_empty(),
+        "still known, empty, within the history window"
+    );
     ok(&mut registry, register("db", "db-0", 1, "10.0.0.3"));
     assert_eq!(
         quota_of(&mut registry, register("web", "web-1", 1, "10.0.0.4")),
@@ -90,7 +93,11 @@ fn a_service_left_empty_is_released_after_the_history_window_and_keeps_its_fence
     let err = registry
         .apply(&register("old", "old-0", 1, "10.0.0.1"), &app())
         .unwrap_err();
-    assert_eq!(err.code(), "stale_incarnation", "the fence outlives the released service");
+    assert_eq!(
+        err.code(),
+        "stale_incarnation",
+        "the fence outlives the released service"
+    );
     let again = ok(&mut registry, register("old", "old-0", 3, "10.0.0.1"));
     assert_eq!(again.updates[0].prev_revision, rev(0), "a new lineage");
 }
