@@ -40,8 +40,8 @@ pub(crate) struct Plan {
     pub(crate) revoke: Vec<LeaseId>,
     /// The lease to report in the reply.
     pub(crate) lease: Option<LeaseGrant>,
-    /// The policy to put in force.
-    pub(crate) policy: Option<RegistryConfig>,
+    /// The policy to put in force (boxed: rare, and larger than the rest of a plan).
+    pub(crate) policy: Option<Box<RegistryConfig>>,
 }
 
 pub(crate) struct Delete {
@@ -391,7 +391,7 @@ impl Registry {
             )));
         }
         Ok(Some(Planned::Commit(Plan {
-            policy: Some(cmd.policy.clone()),
+            policy: Some(Box::new(cmd.policy.clone())),
             ..Plan::default()
         })))
     }

@@ -157,7 +157,7 @@ impl Registry {
     fn commit(&mut self, plan: Plan, at_ms: u64) -> Applied {
         let revision = self.revision.next();
         if let Some(policy) = plan.policy {
-            self.policy = policy;
+            self.policy = *policy;
             self.policy_revision = Some(revision);
         }
         if let Some(lease) = plan.grant {
