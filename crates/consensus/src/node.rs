@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use muster_core::{Rejection, Revision};
-use muster_registry::{Applied, Command, CommandMeta, Registry, RegistryConfig};
+use muster_registry::{Applied, Command, CommandMeta, Registry, RegistryConfig, SetPolicy};
 use openraft::network::RaftNetworkFactory;
 use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
 
@@ -202,6 +202,9 @@ pub struct Node {
     log_writer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
     /// Group commit: concurrent proposals share one log entry.
     batcher: Batcher,
+    /// The config file's registry policy: committed before the first other command when the
+    /// log holds no policy yet (see [`Node::propose`]).
+    initial_policy: Arc<RegistryConfig>,
 }
 
 impl Node {
@@ -258,6 +261,7 @@ impl Node {
             shared: parts.shared,
             log_writer: parts.log_writer,
             batcher,
+            initial_policy: Arc::new(config.registry.clone()),
         })
     }
 
@@ -302,17 +306,37 @@ impl Node {
             shared: parts.shared,
             log_writer: parts.log_writer,
             batcher,
+            initial_policy: Arc::new(config.registry.clone()),
         })
     }
 
     /// Proposes a command; returns once it is durable (fsynced) and applied, with the
     /// registry's verdict. Concurrent proposals share one log entry and one fsync
     /// (group commit).
+    ///
+    /// While no policy is committed (a new group, or state from before the policy was
+    /// replicated), the config file's policy is committed first: the registry adopts it
+    /// without a revision, and from then on the log itself says which policy judges each
+    /// entry, so a replica replaying it under another config file reaches the same state
+    /// (SPEC L2). Concurrent first proposals may each commit it; after the first the others
+    /// change nothing.
     pub async fn propose(
         &self,
         command: Command,
         meta: CommandMeta,
     ) -> Result<Result<Applied, Rejection>, ConsensusError> {
+        if !matches!(command, Command::SetPolicy(_)) && !self.read(Registry::policy_committed) {
+            let policy = SetPolicy {
+                policy: RegistryConfig::clone(&self.initial_policy),
+            };
+            let first = Proposal {
+                command: policy.into(),
+                meta: meta.clone(),
+            };
+            if let Err(rejection) = self.batcher.propose(first).await? {
+                return Ok(Err(rejection));
+            }
+        }
         self.batcher.propose(Proposal { command, meta }).await
     }
 

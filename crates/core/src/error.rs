@@ -128,6 +128,8 @@ pub enum Quota {
     EndpointsPerTenant,
     /// Leases per tenant.
     LeasesPerTenant,
+    /// Tenants holding anything, registry-wide.
+    MaxTenants,
 }
 
 impl fmt::Display for Quota {
@@ -137,6 +139,7 @@ impl fmt::Display for Quota {
             Quota::EndpointsPerService => "endpoints_per_service",
             Quota::EndpointsPerTenant => "endpoints_per_tenant",
             Quota::LeasesPerTenant => "leases_per_tenant",
+            Quota::MaxTenants => "max_tenants",
         })
     }
 }

@@ -24,6 +24,7 @@ use crate::dns::DnsFeed;
 use crate::forward::ClusterLink;
 use crate::hub::{WatchHub, WatchStats};
 use crate::observers::Observers;
+use crate::policy::PolicyWatch;
 use crate::{ServerConfig, ServerError, accept, checker, cluster, dns, lease_keeper, routes};
 
 /// A server that is running; [`RunningServer::stop`] stops it gracefully.
@@ -60,6 +61,10 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
     }
     config.health.brakes().map_err(ServerError::Config)?;
     config.cluster().map_err(ServerError::Config)?;
+    config
+        .registry
+        .validate()
+        .map_err(|err| ServerError::Config(format!("registry.{err}")))?;
     Ok(())
 }
 
@@ -97,6 +102,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             Arc::new(DnsFeed::new(Arc::clone(&dns_zone))),
             hub.clone(),
             check_feed,
+            Arc::new(PolicyWatch::new(config.registry.clone())),
         ])),
     )
     .await?;
@@ -133,6 +139,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             checker: checker_handle,
             cluster: link,
         },
+        config.registry.clone(),
     ));
     let router = routes::router(Arc::clone(&app), config.max_body_bytes);
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
