@@ -63,6 +63,7 @@ mod applied;
 mod command;
 mod config;
 mod deadlines;
+mod drains;
 mod leases;
 mod plan;
 mod registry;
@@ -76,6 +77,7 @@ pub use command::{
 };
 pub use config::{Quotas, RegistryConfig};
 pub use deadlines::{DeadlinePassed, LeaseDeadlines};
+pub use drains::{DrainDeadline, MAX_DRAIN_GRACE_MS};
 pub use leases::Lease;
 pub use registry::{Page, Registry, Scope};
 pub use state::{ImportError, RegistryState};

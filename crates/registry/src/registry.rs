@@ -11,6 +11,7 @@ use muster_core::{
 use crate::applied::{Applied, ReadError};
 use crate::command::{Command, CommandMeta};
 use crate::config::RegistryConfig;
+use crate::drains::{DrainDeadline, DrainTable};
 use crate::leases::{Lease, LeaseTable};
 use crate::plan::{Delete, Plan, Planned};
 use crate::service::{Change, ServiceState, Tombstone, delete_event};
@@ -75,6 +76,8 @@ pub struct Registry {
     usage: BTreeMap<Label, Usage>,
     /// (revision, service) for every retained change, oldest first: what compaction visits.
     touched: VecDeque<(Revision, Arc<ServiceKey>)>,
+    /// When drained instances are to be deregistered (`drains.rs`).
+    drains: DrainTable,
 }
 
 impl Registry {
@@ -88,6 +91,7 @@ impl Registry {
             leases: LeaseTable::new(muster_core::LeaseId(1)),
             usage: BTreeMap::new(),
             touched: VecDeque::new(),
+            drains: DrainTable::default(),
         }
     }
 
@@ -97,13 +101,7 @@ impl Registry {
         let planned = match command {
             Command::Register(c) => self.plan_register(c, meta)?,
             Command::SetServing(c) => self.plan_serving(&c.target, c.state, &c.reason, c.expected_revision, meta)?,
-            Command::Drain(c) => self.plan_serving(
-                &c.target,
-                muster_core::ServingState::Draining,
-                &c.reason,
-                c.expected_revision,
-                meta,
-            )?,
+            Command::Drain(c) => self.plan_drain(c, meta)?,
             Command::Deregister(c) => self.plan_deregister(c)?,
             Command::Evict(c) => self.plan_evict(c)?,
             Command::GrantLease(c) => self.plan_grant(c)?,
@@ -151,6 +149,9 @@ impl Registry {
                 self.usage.entry(lease.tenant).or_default().leases -= 1;
             }
         }
+        if let Some(drain) = plan.drain {
+            self.drains.set(drain);
+        }
         self.revision = revision;
         self.compact();
         Applied {
@@ -196,6 +197,13 @@ impl Registry {
                 if let Some(id) = new_lease {
                     self.leases.attach(id, &service.key, &instance);
                 }
+            }
+            // A put that is not the same incarnation draining, or a delete, lifts the drain.
+            let still_draining = matches!(&write, Write::Put(endpoint)
+                if endpoint.serving == muster_core::ServingState::Draining
+                    && self.drains.get(&service.key, &instance).is_some_and(|d| d.incarnation == endpoint.incarnation));
+            if !still_draining {
+                self.drains.clear(&service.key, &instance);
             }
             match write {
                 Write::Put(endpoint) => {
@@ -378,6 +386,26 @@ impl Registry {
             .collect()
     }
 
+    /// An instance's drain deadline, if a drain with a grace is in effect (SPEC L6).
+    pub fn drain_deadline(&self, key: &ServiceKey, instance: &InstanceId) -> Option<&DrainDeadline> {
+        self.drains.get(key, instance)
+    }
+
+    /// Every drain deadline, by service and instance.
+    pub fn drains(&self) -> impl Iterator<Item = &DrainDeadline> {
+        self.drains.iter()
+    }
+
+    /// The drains whose grace ended by `now_ms` (Unix milliseconds), earliest first.
+    pub fn drains_due(&self, now_ms: u64) -> impl Iterator<Item = &DrainDeadline> {
+        self.drains.due(now_ms)
+    }
+
+    /// How many drains have a deadline.
+    pub fn drain_count(&self) -> usize {
+        self.drains.len()
+    }
+
     fn check_readable(&self, at: Revision) -> Result<(), ReadError> {
         if at > self.revision {
             return Err(ReadError::FutureRevision {
@@ -417,6 +445,7 @@ impl Registry {
         leases: LeaseTable,
         usage: BTreeMap<Label, Usage>,
         touched: VecDeque<(Revision, Arc<ServiceKey>)>,
+        drains: DrainTable,
     ) -> Registry {
         let mut namespaces: BTreeMap<NamespaceKey, BTreeMap<Label, ServiceState>> = BTreeMap::new();
         for service in services {
@@ -433,6 +462,7 @@ impl Registry {
             leases,
             usage,
             touched,
+            drains,
         }
     }
 

@@ -7,10 +7,11 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use muster_core::{Incarnation, InstanceId, LeaseId, Revision, ServiceSnapshot};
+use muster_core::{Incarnation, InstanceId, LeaseId, Revision, ServiceSnapshot, ServingState};
 use serde::{Deserialize, Serialize};
 
 use crate::config::RegistryConfig;
+use crate::drains::{DrainDeadline, DrainTable};
 use crate::leases::{Lease, LeaseTable};
 use crate::registry::{Registry, Usage};
 use crate::service::{Change, ServiceState, Tombstone};
@@ -24,6 +25,9 @@ pub struct RegistryState {
     next_lease: LeaseId,
     leases: Vec<Lease>,
     services: Vec<ServiceRecord>,
+    /// Drain deadlines (absent from snapshots written before drains were committed state).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    drains: Vec<DrainDeadline>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +76,7 @@ impl Registry {
             next_lease: self.lease_table().next_id(),
             leases: self.lease_table().iter().cloned().collect(),
             services,
+            drains: self.drains().cloned().collect(),
         }
     }
 
@@ -149,6 +154,21 @@ impl Registry {
             services.push(service);
         }
         touched.sort();
+        let mut drains = DrainTable::default();
+        for drain in state.drains {
+            let draining = services
+                .iter()
+                .find(|s| *s.key == drain.key)
+                .and_then(|s| s.current.get(&drain.instance))
+                .is_some_and(|e| e.incarnation == drain.incarnation && e.serving == ServingState::Draining);
+            if !draining {
+                return fail(format!(
+                    "{}: '{}' has a drain deadline but is not draining at incarnation {}",
+                    drain.key, drain.instance, drain.incarnation
+                ));
+            }
+            drains.set(drain);
+        }
         Ok(Registry::from_parts(
             config,
             state.revision,
@@ -157,6 +177,7 @@ impl Registry {
             leases,
             usage,
             touched.into(),
+            drains,
         ))
     }
 }

@@ -1,5 +1,6 @@
 //! Integration tests of the registry state machine: one binary (CRATES.md tip 6).
 
+mod drains;
 mod lifecycle;
 mod model;
 mod properties;
