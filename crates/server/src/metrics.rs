@@ -80,7 +80,7 @@ pub(crate) async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
         "# HELP muster_protection_active Self-preservation holds removals from this service.\n\
          # TYPE muster_protection_active gauge"
     );
-    for key in app.brakes().protected() {
+    for key in app.protected() {
         let _ = writeln!(out, "muster_protection_active{{service=\"{key}\"}} 1");
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
