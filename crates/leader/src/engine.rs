@@ -278,9 +278,10 @@ impl<R: RngCore> LeaderEngine<R> {
         self.brakes.expire(now.monotonic_ms);
         let decisions = {
             let pending = &self.pending_removals;
-            self.checker.report(report, now.monotonic_ms, &mut self.brakes, &mut |key| {
-                counts(registry, pending, key)
-            })
+            self.checker
+                .report(report, now.monotonic_ms, &mut self.brakes, &mut |key| {
+                    counts(registry, pending, key)
+                })
         };
         let decisions = match decisions {
             Ok(decisions) => decisions,
@@ -357,8 +358,9 @@ impl<R: RngCore> LeaderEngine<R> {
         self.expire_leases(registry, now, &mut outputs);
         let (probes, decisions) = {
             let pending = &self.pending_removals;
-            self.checker
-                .due(now.monotonic_ms, &mut self.brakes, &mut |key| counts(registry, pending, key))
+            self.checker.due(now.monotonic_ms, &mut self.brakes, &mut |key| {
+                counts(registry, pending, key)
+            })
         };
         outputs.extend(probes.into_iter().map(Output::Probe));
         for decision in decisions {
@@ -414,9 +416,10 @@ impl<R: RngCore> LeaderEngine<R> {
                 self.ending.remove(&slot);
                 if let Some(to) = reply {
                     let reply = match outcome {
-                        Outcome::Committed { revision, changed: true } => {
-                            Reply::InFlight(InFlightReply::Ended { revision })
-                        }
+                        Outcome::Committed {
+                            revision,
+                            changed: true,
+                        } => Reply::InFlight(InFlightReply::Ended { revision }),
                         Outcome::Committed { .. } | Outcome::Refused => Reply::InFlight(InFlightReply::NothingEnded {
                             revision: registry.revision(),
                         }),
@@ -447,7 +450,11 @@ impl<R: RngCore> LeaderEngine<R> {
                 if let Some(to) = report
                     && let Some(wait) = self.reports.get_mut(&to)
                 {
-                    if let Outcome::Committed { revision, changed: true } = outcome {
+                    if let Outcome::Committed {
+                        revision,
+                        changed: true,
+                    } = outcome
+                    {
                         wait.revision = Some(revision);
                     }
                     wait.remaining -= 1;
@@ -528,7 +535,9 @@ impl<R: RngCore> LeaderEngine<R> {
                 };
                 outputs.push(self.propose(Duty::Checker, command.into(), purpose));
             }
-            Decision::Held { key, instance, reason } => outputs.push(Output::Note(Note::Held { key, instance, reason })),
+            Decision::Held { key, instance, reason } => {
+                outputs.push(Output::Note(Note::Held { key, instance, reason }))
+            }
             Decision::Liveness {
                 key,
                 instance,
@@ -563,7 +572,12 @@ fn counts(registry: &Registry, pending: &HashMap<ServiceKey, usize>, key: &Servi
     }
 }
 
-fn report_reply(registry: &Registry, key: &ServiceKey, instance: &InstanceId, revision: Option<Revision>) -> CheckReportReply {
+fn report_reply(
+    registry: &Registry,
+    key: &ServiceKey,
+    instance: &InstanceId,
+    revision: Option<Revision>,
+) -> CheckReportReply {
     let serving = registry
         .snapshot(key)
         .and_then(|snapshot| snapshot.get(instance).map(|e| e.serving));

@@ -17,7 +17,9 @@ use muster_registry::{
 use rand_core::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::{Duty, InFlightReply, LeaderEngine, Note, Now, Outcome, Output, Proposal, RenewRefused, Reply, ReplyTo, Tag};
+use crate::{
+    Duty, InFlightReply, LeaderEngine, Note, Now, Outcome, Output, Proposal, RenewRefused, Reply, ReplyTo, Tag,
+};
 
 /// The proposing leader's wall clock when the test's commands commit.
 const AT_MS: u64 = 10_000;
@@ -69,7 +71,11 @@ fn register(registry: &mut Registry, name: &str, lease: LeaseSpec) -> Option<Lea
         lease,
         expected_revision: None,
     };
-    registry.apply(&command.into(), &meta(Actor::App)).unwrap().lease.map(|l| l.id)
+    registry
+        .apply(&command.into(), &meta(Actor::App))
+        .unwrap()
+        .lease
+        .map(|l| l.id)
 }
 
 fn drain(registry: &mut Registry, name: &str, grace_ms: u64) -> Revision {
@@ -148,7 +154,14 @@ fn a_drain_ends_at_its_committed_deadline_on_a_leader_that_never_saw_the_request
         "proposed once until it settles"
     );
     let revision = apply(&mut registry, deregister_cas("a", drained_at), Actor::Owner);
-    let settled = engine.settled(&registry, Tag(1), Outcome::Committed { revision, changed: true });
+    let settled = engine.settled(
+        &registry,
+        Tag(1),
+        Outcome::Committed {
+            revision,
+            changed: true,
+        },
+    );
     assert_eq!(settled, []);
     assert_eq!(engine.tick(&registry, at(AT_MS + 500)), []);
     assert_eq!(registry.snapshot(&key()).unwrap().len(), 0);
@@ -161,7 +174,10 @@ fn a_drain_end_that_did_not_commit_is_proposed_again_at_the_next_tick() {
     let drained_at = drain(&mut registry, "a", 0);
     let mut engine = engine(no_brake());
     engine.became_leader(&registry, at(AT_MS));
-    assert_eq!(proposed(&engine.tick(&registry, at(AT_MS))), [deregister_cas("a", drained_at)]);
+    assert_eq!(
+        proposed(&engine.tick(&registry, at(AT_MS))),
+        [deregister_cas("a", drained_at)]
+    );
     assert_eq!(engine.settled(&registry, Tag(1), Outcome::NotCommitted), []);
     assert_eq!(
         engine.tick(&registry, at(AT_MS + 100)),
@@ -180,7 +196,10 @@ fn an_in_flight_report_of_zero_ends_the_drain_and_answers_after_the_commit() {
         to: ReplyTo(9),
         reply: Reply::InFlight(InFlightReply::NothingEnded { revision }),
     };
-    assert_eq!(engine.in_flight(&registry, target("a", 1), 4, ReplyTo(9)), [nothing(drained_at)]);
+    assert_eq!(
+        engine.in_flight(&registry, target("a", 1), 4, ReplyTo(9)),
+        [nothing(drained_at)]
+    );
     assert_eq!(
         engine.in_flight(&registry, target("a", 2), 0, ReplyTo(9)),
         [nothing(drained_at)],
@@ -190,7 +209,14 @@ fn an_in_flight_report_of_zero_ends_the_drain_and_answers_after_the_commit() {
     assert_eq!(outputs, [propose(1, Duty::Drain, deregister_cas("a", drained_at))]);
     let revision = apply(&mut registry, deregister_cas("a", drained_at), Actor::Owner);
     assert_eq!(
-        engine.settled(&registry, Tag(1), Outcome::Committed { revision, changed: true }),
+        engine.settled(
+            &registry,
+            Tag(1),
+            Outcome::Committed {
+                revision,
+                changed: true
+            }
+        ),
         [Output::Reply {
             to: ReplyTo(9),
             reply: Reply::InFlight(InFlightReply::Ended { revision }),
@@ -234,7 +260,11 @@ fn a_late_in_flight_report_after_the_owner_lifted_the_drain_ends_nothing() {
             reply: Reply::InFlight(InFlightReply::NothingEnded { revision: lifted_at }),
         }]
     );
-    assert_eq!(engine.tick(&registry, at(AT_MS + 3_600_000)), [], "no grace left to end");
+    assert_eq!(
+        engine.tick(&registry, at(AT_MS + 3_600_000)),
+        [],
+        "no grace left to end"
+    );
     assert_eq!(registry.snapshot(&key()).unwrap().len(), 1);
 }
 
@@ -268,7 +298,14 @@ fn a_new_leader_gives_every_lease_its_ttl_plus_the_election_grace() {
     assert_eq!(engine.tick(&registry, at(3_100)), [], "proposed once until it settles");
     let revision = apply(&mut registry, expire.into(), Actor::Owner);
     assert_eq!(
-        engine.settled(&registry, Tag(1), Outcome::Committed { revision, changed: true }),
+        engine.settled(
+            &registry,
+            Tag(1),
+            Outcome::Committed {
+                revision,
+                changed: true
+            }
+        ),
         []
     );
     assert_eq!(engine.leases().deadline(quiet), None);
@@ -344,7 +381,10 @@ fn a_ttl_report_is_answered_after_the_change_it_caused_settles() {
         expected_revision: None,
     };
     apply(&mut registry, checked.into(), Actor::App);
-    assert_eq!(registry.snapshot(&key()).unwrap().iter().next().unwrap().serving, ServingState::Starting);
+    assert_eq!(
+        registry.snapshot(&key()).unwrap().iter().next().unwrap().serving,
+        ServingState::Starting
+    );
     let mut engine = engine(no_brake());
     engine.became_leader(&registry, at(0));
     let report = TtlReport {
@@ -363,7 +403,14 @@ fn a_ttl_report_is_answered_after_the_change_it_caused_settles() {
         .apply(&proposal.command, &meta(Actor::Checker))
         .unwrap()
         .revision;
-    let answer = engine.settled(&registry, proposal.tag, Outcome::Committed { revision, changed: true });
+    let answer = engine.settled(
+        &registry,
+        proposal.tag,
+        Outcome::Committed {
+            revision,
+            changed: true,
+        },
+    );
     assert_eq!(
         answer,
         [Output::Reply {

@@ -445,7 +445,6 @@ impl Registry {
         leases: LeaseTable,
         usage: BTreeMap<Label, Usage>,
         touched: VecDeque<(Revision, Arc<ServiceKey>)>,
-        drains: DrainTable,
     ) -> Registry {
         let mut namespaces: BTreeMap<NamespaceKey, BTreeMap<Label, ServiceState>> = BTreeMap::new();
         for service in services {
@@ -462,8 +461,14 @@ impl Registry {
             leases,
             usage,
             touched,
-            drains,
+            drains: DrainTable::default(),
         }
+    }
+
+    /// Puts an imported drain table in place; `state.rs` has checked it.
+    pub(crate) fn with_drains(mut self, drains: DrainTable) -> Registry {
+        self.drains = drains;
+        self
     }
 
     pub(crate) fn usage(&self, tenant: &Label) -> Usage {

@@ -177,7 +177,7 @@ impl Registry {
             leases,
             usage,
             touched.into(),
-            drains,
-        ))
+        )
+        .with_drains(drains))
     }
 }

@@ -161,11 +161,7 @@ impl App {
 
     /// Hands the engine's reply to its caller (gone callers are skipped).
     pub(crate) fn answer(&self, to: ReplyTo, reply: Reply) {
-        let waiting = self
-            .replies
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&to);
+        let waiting = self.replies.lock().unwrap_or_else(PoisonError::into_inner).remove(&to);
         if let Some(waiting) = waiting {
             let _ = waiting.send(reply);
         }

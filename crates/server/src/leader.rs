@@ -100,7 +100,11 @@ impl ApplyObserver for LeaderFeed {
 }
 
 /// Runs until `stop` turns true.
-pub(crate) async fn run(app: Arc<App>, mut messages: mpsc::UnboundedReceiver<Message>, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn run(
+    app: Arc<App>,
+    mut messages: mpsc::UnboundedReceiver<Message>,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         let (outputs, wake_in) = app.with_engine(|engine, registry, now| {
             let outputs = engine.tick(registry, now);

@@ -125,7 +125,11 @@ pub(crate) async fn report_here(
         incarnation: request.incarnation,
         status: request.status,
     };
-    match ask(app, |engine, registry, now, to| engine.ttl_report(registry, &report, to, now)).await? {
+    match ask(app, |engine, registry, now, to| {
+        engine.ttl_report(registry, &report, to, now)
+    })
+    .await?
+    {
         Reply::Report(Ok(reply)) => Ok(reply),
         Reply::Report(Err(refused)) => {
             let status = match refused.code() {

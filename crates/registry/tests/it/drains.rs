@@ -72,7 +72,10 @@ fn lifting_a_drain_clears_its_deadline_in_the_same_revision() {
     ok(&mut registry, deregister("api", "deregistered", 1));
     // The app's ready is held by the drain (L5): the deadline stays.
     let held = registry
-        .apply(&set_serving("api", "app-ready", 1, ServingState::Ready), &meta(Actor::App))
+        .apply(
+            &set_serving("api", "app-ready", 1, ServingState::Ready),
+            &meta(Actor::App),
+        )
         .unwrap();
     assert!(held.unchanged.is_some());
     let left: Vec<String> = registry.drains().map(|d| d.instance.to_string()).collect();
@@ -84,7 +87,9 @@ fn a_grace_longer_than_an_hour_is_refused_and_changes_nothing() {
     let mut registry = registry();
     ok(&mut registry, register("api", "a", 1, "10.0.0.1"));
     let before = state_bytes(&registry);
-    let refused = registry.apply(&drain_with_grace("a", 1, 3_600_001), &owner()).unwrap_err();
+    let refused = registry
+        .apply(&drain_with_grace("a", 1, 3_600_001), &owner())
+        .unwrap_err();
     assert_eq!(refused.code(), "invalid_field");
     assert!(refused.to_string().contains("grace_ms"), "{refused}");
     assert_eq!(state_bytes(&registry), before);
