@@ -143,6 +143,8 @@ pub enum ConsensusError {
 /// What opening the data directory gives, before Raft starts.
 struct Parts {
     log: LogStore,
+    /// This start's session, for batch ids.
+    session: u64,
     log_writer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
     machine: StateMachine,
     shared: Arc<Shared>,
@@ -171,6 +173,7 @@ impl Parts {
         .validate()
         .map_err(|e| ConsensusError::Storage(e.to_string()))?;
         Ok(Parts {
+            session: log.session(),
             log,
             log_writer,
             machine,
@@ -245,7 +248,7 @@ impl Node {
             .state(ServerState::Leader, "single node elects itself")
             .await
             .map_err(|_| ConsensusError::NoLeader)?;
-        let batcher = Batcher::spawn(raft.clone(), None);
+        let batcher = Batcher::spawn(raft.clone(), None, SINGLE_NODE_ID, parts.session);
         Ok(Node {
             opened: tokio::time::Instant::now(),
             last_contact_ms: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
@@ -289,7 +292,7 @@ impl Node {
                 tracing::info!(%error, "cluster membership already initialised");
             }
         }
-        let batcher = Batcher::spawn(raft.clone(), forward);
+        let batcher = Batcher::spawn(raft.clone(), forward, cluster.node_id, parts.session);
         Ok(Node {
             opened: tokio::time::Instant::now(),
             last_contact_ms: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),

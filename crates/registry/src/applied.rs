@@ -67,9 +67,14 @@ pub enum ReadError {
 impl ReadError {
     /// The stable, machine-readable code.
     pub fn code(&self) -> &'static str {
+        self.error_code().as_str()
+    }
+
+    /// The code as the shared vocabulary.
+    pub fn error_code(&self) -> muster_core::ErrorCode {
         match self {
-            ReadError::Compacted { .. } => "compacted",
-            ReadError::FutureRevision { .. } => "future_revision",
+            ReadError::Compacted { .. } => muster_core::ErrorCode::Compacted,
+            ReadError::FutureRevision { .. } => muster_core::ErrorCode::FutureRevision,
         }
     }
 }

@@ -54,8 +54,7 @@ async fn no_route() -> ApiError {
 
 async fn wrong_method(request: axum::extract::Request) -> ApiError {
     ApiError::new(
-        axum::http::StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        muster_core::ErrorCode::MethodNotAllowed,
         format!("{} is not allowed on {}", request.method(), request.uri().path()),
     )
 }
@@ -80,7 +79,7 @@ async fn json_errors(response: Response) -> Response {
     } else {
         text
     };
-    let mut fixed = ApiError::new(status, code_for_status(status), message).into_response();
+    let mut fixed = ApiError::with_status(status, code_for_status(status), message).into_response();
     for (name, value) in &parts.headers {
         if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
             fixed.headers_mut().insert(name.clone(), value.clone());

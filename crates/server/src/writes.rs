@@ -7,7 +7,6 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::http::StatusCode;
 use muster_core::api::{
     CheckReportReply, CheckReportRequest, DeregisterQuery, DrainRequest, InFlightRequest, LeaseRequest,
     RegisterRequest, SetServingRequest, WriteReply,
@@ -131,14 +130,7 @@ pub(crate) async fn report_here(
     .await?
     {
         Reply::Report(Ok(reply)) => Ok(reply),
-        Reply::Report(Err(refused)) => {
-            let status = match refused.code() {
-                "not_found" => StatusCode::NOT_FOUND,
-                "stale_incarnation" => StatusCode::CONFLICT,
-                _ => StatusCode::UNPROCESSABLE_ENTITY,
-            };
-            Err(ApiError::new(status, refused.code(), refused.to_string()))
-        }
+        Reply::Report(Err(refused)) => Err(ApiError::new(refused.error_code(), refused.to_string())),
         other => Err(not_answered(other)),
     }
 }
