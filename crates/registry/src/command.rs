@@ -42,7 +42,7 @@ pub enum Command {
     GrantLease(GrantLease),
     /// Revoke a lease and remove every endpoint attached to it.
     RevokeLease(RevokeLease),
-    /// Expire a batch of leases in one revision (proposed by the lease keeper).
+    /// Expire a batch of leases in one revision (proposed by the leader engine's lease keeping).
     ExpireLeases(ExpireLeases),
 }
 

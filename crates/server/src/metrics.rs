@@ -12,7 +12,7 @@ use axum::response::IntoResponse;
 
 use crate::app::App;
 
-/// The checker task's counters, shared with the metrics handler.
+/// The checker's counters (kept by the leader task), shared with the metrics handler.
 #[derive(Debug, Default)]
 pub(crate) struct CheckerStats {
     /// Endpoints with checks.
