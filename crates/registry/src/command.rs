@@ -44,7 +44,7 @@ pub enum Command {
     GrantLease(GrantLease),
     /// Revoke a lease and remove every endpoint attached to it.
     RevokeLease(RevokeLease),
-    /// Expire a batch of leases in one revision (proposed by the lease keeper).
+    /// Expire a batch of leases in one revision (proposed by the leader engine's lease keeping).
     ExpireLeases(ExpireLeases),
     /// Replace the policy the commands after it are judged by.
     SetPolicy(SetPolicy),
@@ -110,13 +110,21 @@ pub struct SetServing {
     pub expected_revision: Option<Revision>,
 }
 
-/// Stop new work for an endpoint before it is removed.
+/// Stop new work for an endpoint before it is removed. With a grace, the registry records
+/// when the grace ends (`at_ms + grace_ms`) and whichever node leads then deregisters the
+/// instance (SPEC L6; `drains.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Drain {
     /// The endpoint addressed.
     pub target: Target,
     /// Why, in words.
     pub reason: String,
+    /// Deregister this long after the drain commits (at most [`MAX_DRAIN_GRACE_MS`]); none:
+    /// the instance stays draining until its owner removes it.
+    ///
+    /// [`MAX_DRAIN_GRACE_MS`]: crate::MAX_DRAIN_GRACE_MS
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_ms: Option<u64>,
     /// Compare-and-swap: the record's current revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_revision: Option<Revision>,

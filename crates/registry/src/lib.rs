@@ -17,7 +17,10 @@
 //! ([`CommandMeta`]), draws no randomness and iterates no hash map, so every replica that
 //! applies the same commands holds the same state, emits the same events and exports the
 //! same bytes. Lease deadlines are deliberately absent (DESIGN "Leases off the log"): they
-//! live in [`LeaseDeadlines`], a pure table the server (and the lab) keeps beside the registry.
+//! live in [`LeaseDeadlines`], a pure table the leader engine (`muster-leader`, driven by the
+//! server and the lab) keeps beside the registry. Drain deadlines, by contrast, are committed
+//! state ([`DrainDeadline`], SPEC L6): a `Drain` with a grace records `at_ms + grace`, every
+//! lift of the drain clears it, and snapshots carry it, so any leader ends the drain on time.
 //!
 //! # Example
 //!
@@ -67,6 +70,7 @@ mod command;
 mod config;
 mod deadlines;
 mod fences;
+mod drains;
 mod leases;
 mod plan;
 mod registry;
@@ -80,6 +84,7 @@ pub use command::{
 };
 pub use config::{Quotas, RegistryConfig};
 pub use deadlines::{DeadlinePassed, LeaseDeadlines};
+pub use drains::{DrainDeadline, MAX_DRAIN_GRACE_MS};
 pub use leases::Lease;
 pub use registry::{MAX_INCARNATION, Page, Registry, Scope};
 pub use state::{ImportError, RegistryState};

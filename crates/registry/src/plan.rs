@@ -17,9 +17,11 @@ use smol_str::SmolStr;
 
 use crate::applied::{Applied, LeaseGrant, Unchanged};
 use crate::command::{
-    CommandMeta, Deregister, Evict, ExpireLeases, GrantLease, LeaseSpec, Register, RevokeLease, SetPolicy, Target,
+    CommandMeta, Deregister, Drain, Evict, ExpireLeases, GrantLease, LeaseSpec, Register, RevokeLease, SetPolicy,
+    Target,
 };
 use crate::config::RegistryConfig;
+use crate::drains::{DrainDeadline, MAX_DRAIN_GRACE_MS};
 use crate::leases::Lease;
 use crate::registry::{MAX_INCARNATION, Registry, Usage};
 
@@ -42,6 +44,8 @@ pub(crate) struct Plan {
     pub(crate) lease: Option<LeaseGrant>,
     /// The policy to put in force (boxed: rare, and larger than the rest of a plan).
     pub(crate) policy: Option<Box<RegistryConfig>>,
+    /// A drain's deadline to record.
+    pub(crate) drain: Option<DrainDeadline>,
 }
 
 pub(crate) struct Delete {
@@ -249,6 +253,38 @@ impl Registry {
             puts: vec![(target.key.clone(), Arc::new(endpoint))],
             ..Plan::default()
         }))
+    }
+
+    /// A drain: set-serving `draining` as the caller, plus its grace's deadline.
+    pub(crate) fn plan_drain(&self, cmd: &Drain, meta: &CommandMeta) -> Result<Planned, Rejection> {
+        if let Some(grace) = cmd.grace_ms
+            && grace > MAX_DRAIN_GRACE_MS
+        {
+            return Err(Rejection::InvalidField {
+                field: "grace_ms".into(),
+                reason: format!("must be at most {MAX_DRAIN_GRACE_MS} (one hour), got {grace}"),
+            });
+        }
+        let planned = self.plan_serving(
+            &cmd.target,
+            ServingState::Draining,
+            &cmd.reason,
+            cmd.expected_revision,
+            meta,
+        )?;
+        Ok(match (planned, cmd.grace_ms) {
+            (Planned::Commit(mut plan), Some(grace)) => {
+                plan.drain = Some(DrainDeadline {
+                    key: cmd.target.key.clone(),
+                    instance: cmd.target.instance.clone(),
+                    incarnation: cmd.target.incarnation,
+                    deadline_ms: meta.at_ms.saturating_add(grace),
+                });
+                Planned::Commit(plan)
+            }
+            // Already draining: the first drain's grace stands (a retry changes nothing).
+            (planned, _) => planned,
+        })
     }
 
     pub(crate) fn plan_deregister(&self, cmd: &Deregister, meta: &CommandMeta) -> Result<Planned, Rejection> {

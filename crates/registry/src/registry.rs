@@ -12,6 +12,7 @@ use crate::applied::{Applied, ReadError};
 use crate::command::{Command, CommandMeta};
 use crate::config::RegistryConfig;
 use crate::fences::{Fence, FenceTable};
+use crate::drains::{DrainDeadline, DrainTable};
 use crate::leases::{Lease, LeaseTable};
 use crate::plan::{Delete, Plan, Planned};
 use crate::service::{Change, ServiceState, delete_event};
@@ -105,6 +106,8 @@ pub struct Registry {
     touched: VecDeque<(Revision, Arc<ServiceKey>)>,
     /// What fences removed instances, for `fence_retention_ms`.
     fences: FenceTable,
+    /// When drained instances are to be deregistered (`drains.rs`).
+    drains: DrainTable,
 }
 
 impl Registry {
@@ -121,6 +124,7 @@ impl Registry {
             usage: BTreeMap::new(),
             touched: VecDeque::new(),
             fences: FenceTable::default(),
+            drains: DrainTable::default(),
         }
     }
 
@@ -130,13 +134,7 @@ impl Registry {
         let planned = match command {
             Command::Register(c) => self.plan_register(c, meta)?,
             Command::SetServing(c) => self.plan_serving(&c.target, c.state, &c.reason, c.expected_revision, meta)?,
-            Command::Drain(c) => self.plan_serving(
-                &c.target,
-                muster_core::ServingState::Draining,
-                &c.reason,
-                c.expected_revision,
-                meta,
-            )?,
+            Command::Drain(c) => self.plan_drain(c, meta)?,
             Command::Deregister(c) => self.plan_deregister(c, meta)?,
             Command::Evict(c) => self.plan_evict(c)?,
             Command::GrantLease(c) => self.plan_grant(c)?,
@@ -193,6 +191,9 @@ impl Registry {
                 self.forget_idle_tenant(&lease.tenant);
             }
         }
+        if let Some(drain) = plan.drain {
+            self.drains.set(drain);
+        }
         self.revision = revision;
         self.fences.prune(at_ms, self.policy.fence_retention_ms);
         let released = self.compact();
@@ -239,6 +240,13 @@ impl Registry {
                 if let Some(id) = new_lease {
                     self.leases.attach(id, &service.key, &instance);
                 }
+            }
+            // A put that is not the same incarnation draining, or a delete, lifts the drain.
+            let still_draining = matches!(&write, Write::Put(endpoint)
+                if endpoint.serving == muster_core::ServingState::Draining
+                    && self.drains.get(&service.key, &instance).is_some_and(|d| d.incarnation == endpoint.incarnation));
+            if !still_draining {
+                self.drains.clear(&service.key, &instance);
             }
             match write {
                 Write::Put(endpoint) => {
@@ -486,6 +494,26 @@ impl Registry {
             .collect()
     }
 
+    /// An instance's drain deadline, if a drain with a grace is in effect (SPEC L6).
+    pub fn drain_deadline(&self, key: &ServiceKey, instance: &InstanceId) -> Option<&DrainDeadline> {
+        self.drains.get(key, instance)
+    }
+
+    /// Every drain deadline, by service and instance.
+    pub fn drains(&self) -> impl Iterator<Item = &DrainDeadline> {
+        self.drains.iter()
+    }
+
+    /// The drains whose grace ended by `now_ms` (Unix milliseconds), earliest first.
+    pub fn drains_due(&self, now_ms: u64) -> impl Iterator<Item = &DrainDeadline> {
+        self.drains.due(now_ms)
+    }
+
+    /// How many drains have a deadline.
+    pub fn drain_count(&self) -> usize {
+        self.drains.len()
+    }
+
     fn check_readable(&self, at: Revision) -> Result<(), ReadError> {
         if at > self.revision {
             return Err(ReadError::FutureRevision {
@@ -570,7 +598,14 @@ impl Registry {
             usage,
             touched,
             fences,
+            drains: DrainTable::default(),
         }
+    }
+
+    /// Puts an imported drain table in place; `state.rs` has checked it.
+    pub(crate) fn with_drains(mut self, drains: DrainTable) -> Registry {
+        self.drains = drains;
+        self
     }
 
     pub(crate) fn usage(&self, tenant: &Label) -> Usage {

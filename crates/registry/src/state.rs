@@ -14,10 +14,11 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use muster_core::{Incarnation, InstanceId, LeaseId, Revision, ServiceKey, ServiceSnapshot};
+use muster_core::{Incarnation, InstanceId, LeaseId, Revision, ServiceKey, ServiceSnapshot, ServingState};
 use serde::{Deserialize, Serialize};
 
 use crate::config::RegistryConfig;
+use crate::drains::{DrainDeadline, DrainTable};
 use crate::fences::{Fence, FenceTable};
 use crate::leases::{Lease, LeaseTable};
 use crate::registry::{Parts, Registry, Usage};
@@ -38,6 +39,9 @@ pub struct RegistryState {
     /// The policy in force; absent in snapshots from before it was replicated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     policy: Option<PolicyRecord>,
+    /// Drain deadlines (absent from snapshots written before drains were committed state).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    drains: Vec<DrainDeadline>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,6 +118,7 @@ impl Registry {
                 revision: self.policy_committed().then(|| self.policy_revision()),
                 policy: self.policy().clone(),
             }),
+            drains: self.drains().cloned().collect(),
         }
     }
 
@@ -226,6 +231,21 @@ impl Registry {
             services.push(service);
         }
         touched.sort();
+        let mut drains = DrainTable::default();
+        for drain in state.drains {
+            let draining = services
+                .iter()
+                .find(|s| *s.key == drain.key)
+                .and_then(|s| s.current.get(&drain.instance))
+                .is_some_and(|e| e.incarnation == drain.incarnation && e.serving == ServingState::Draining);
+            if !draining {
+                return fail(format!(
+                    "{}: '{}' has a drain deadline but is not draining at incarnation {}",
+                    drain.key, drain.instance, drain.incarnation
+                ));
+            }
+            drains.set(drain);
+        }
         Ok(Registry::from_parts(Parts {
             policy,
             policy_revision,
@@ -236,6 +256,7 @@ impl Registry {
             usage,
             touched: touched.into(),
             fences,
-        }))
+        })
+        .with_drains(drains))
     }
 }

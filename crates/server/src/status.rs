@@ -20,7 +20,7 @@ pub(crate) async fn status(State(app): State<Arc<App>>) -> Json<StatusReply> {
         applied_index: node.applied_index,
         uptime_ms: app.clock.now_ms(),
         ready: app.is_ready(),
-        protected_services: app.brakes().protected().iter().map(ToString::to_string).collect(),
+        protected_services: app.protected().iter().map(ToString::to_string).collect(),
         last_leader_contact_ms: app.node.leader_contact_age_ms(),
         policy: Some(app.node.read(|registry| policy::status(registry, &app.config_policy))),
     })

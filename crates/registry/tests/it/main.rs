@@ -2,6 +2,7 @@
 
 mod fencing;
 mod incarnation;
+mod drains;
 mod lifecycle;
 mod model;
 mod policy;

@@ -167,6 +167,8 @@ fn to_command(op: &Op) -> (Command, CommandMeta) {
             let command = Drain {
                 target: target(service, instance, incarnation),
                 reason: "prop".into(),
+                // A grace, so the drain-deadline table is in every exported state.
+                grace_ms: Some(1_000),
                 expected_revision: None,
             };
             return (command.into(), meta(owner));
