@@ -9,6 +9,7 @@ use muster_core::{
     Protocol, Revision, ServiceKey, ServingState,
 };
 use muster_health::checker::{CheckerConfig, TtlReport};
+use muster_health::hysteresis::ProbeResult;
 use muster_health::preservation::{Brakes, PreservationConfig};
 use muster_registry::{
     Command, CommandMeta, Deregister, Drain, ExpireLeases, LeaseSpec, Register, Registry, RegistryConfig, SetServing,
@@ -430,4 +431,57 @@ fn a_ttl_report_is_answered_after_the_change_it_caused_settles() {
         matches!(refused.as_slice(), [Output::Reply { to: ReplyTo(6), reply: Reply::Report(Err(e)) }] if e.code() == "stale_incarnation"),
         "{refused:?}"
     );
+}
+
+/// reference/control-plane-state.txt, "Health checker causes fleet eviction": every probe
+/// fails at once; the first removal is proposed, the next is held by the brake while the
+/// first has not even committed (it counts as gone).
+#[test]
+fn a_failing_probe_proposes_not_serving_and_the_brake_holds_the_next_removal() {
+    let mut registry = Registry::new(RegistryConfig::default());
+    for name in ["a", "b"] {
+        let checked = Register {
+            target: target(name, 1),
+            spec: EndpointSpec {
+                serving: Some(ServingState::Ready),
+                ..spec(vec![CheckSpec {
+                    url: Some("http://10.0.0.1:8080/healthz".into()),
+                    interval_ms: Some(1_000),
+                    timeout_ms: Some(500),
+                    fall: Some(1),
+                    ..CheckSpec::default()
+                }])
+            },
+            lease: LeaseSpec::None,
+            expected_revision: None,
+        };
+        apply(&mut registry, checked.into(), Actor::App);
+    }
+    let mut engine = engine(PreservationConfig {
+        max_fraction: 0.5,
+        ..PreservationConfig::default()
+    });
+    engine.became_leader(&registry, at(0));
+    // Every first probe falls within the first interval.
+    let probes: Vec<_> = engine
+        .tick(&registry, at(1_000))
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Probe(probe) => Some(probe.id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(probes.len(), 2);
+    let first = engine.probe_result(&registry, probes[0], ProbeResult::Fail, at(1_100));
+    let [Output::Note(Note::Crossing { state, .. }), Output::Propose(proposal)] = first.as_slice() else {
+        panic!("a crossing and its proposal, got {first:?}");
+    };
+    assert_eq!(*state, ServingState::NotServing);
+    assert_eq!((proposal.tag, proposal.duty), (Tag(1), Duty::Checker));
+    let second = engine.probe_result(&registry, probes[1], ProbeResult::Fail, at(1_100));
+    assert!(
+        matches!(second.as_slice(), [Output::Note(Note::Held { .. })]),
+        "{second:?}"
+    );
+    assert!(engine.brakes().protection_active(&key()));
 }
