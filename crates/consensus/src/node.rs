@@ -24,6 +24,10 @@ const SINGLE_NODE_ID: u64 = 1;
 /// (at most 600 ms here); ten seconds covers a slow disk replaying a long log.
 const LEADERSHIP_WAIT: Duration = Duration::from_secs(10);
 
+/// How long `snapshot` waits for a build before it triggers again: a snapshot of a large
+/// registry takes a fraction of a second; a trigger openraft dropped costs at most this.
+const SNAPSHOT_RETRIGGER: Duration = Duration::from_millis(500);
+
 /// How long `shutdown` waits for the log writer's last commit: far beyond one fsync.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
@@ -41,6 +45,13 @@ pub struct NodeConfig {
     pub keep_after_snapshot: u64,
     /// The cluster this node belongs to; `None`: a group of one.
     pub cluster: Option<ClusterConfig>,
+    /// Identifies this start of the node in the ids of the batches it proposes, so a retried
+    /// batch is applied once (SPEC R6). It must differ from every earlier start's — of this
+    /// node id, whatever happened to its data directory (wiped, restored from a backup,
+    /// replaced, the id reused): the replicated table of applied batches outlives all of
+    /// those. [`NodeConfig::new`] draws it at random (64 bits: a repeat is out of reach); a
+    /// deterministic harness sets it from its seed.
+    pub proposal_session: u64,
 }
 
 /// A static cluster: this node's id, every member's cluster address (this node's included),
@@ -65,8 +76,20 @@ impl NodeConfig {
             snapshot_every: 10_000,
             keep_after_snapshot: 1_000,
             cluster: None,
+            proposal_session: random_session(),
         }
     }
+}
+
+/// 64 random bits from the standard library's per-process hash keys (drawn from the
+/// operating system's generator), mixed with a per-call counter so two nodes opened by one
+/// process differ too.
+fn random_session() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    hasher.finish()
 }
 
 /// Told about every applied command, in log order, while the registry is locked for the
@@ -143,8 +166,6 @@ pub enum ConsensusError {
 /// What opening the data directory gives, before Raft starts.
 struct Parts {
     log: LogStore,
-    /// This start's session, for batch ids.
-    session: u64,
     log_writer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
     machine: StateMachine,
     shared: Arc<Shared>,
@@ -173,7 +194,6 @@ impl Parts {
         .validate()
         .map_err(|e| ConsensusError::Storage(e.to_string()))?;
         Ok(Parts {
-            session: log.session(),
             log,
             log_writer,
             machine,
@@ -251,7 +271,7 @@ impl Node {
             .state(ServerState::Leader, "single node elects itself")
             .await
             .map_err(|_| ConsensusError::NoLeader)?;
-        let batcher = Batcher::spawn(raft.clone(), None, SINGLE_NODE_ID, parts.session);
+        let batcher = Batcher::spawn(raft.clone(), None, SINGLE_NODE_ID, config.proposal_session);
         Ok(Node {
             opened: tokio::time::Instant::now(),
             last_contact_ms: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
@@ -296,7 +316,7 @@ impl Node {
                 tracing::info!(%error, "cluster membership already initialised");
             }
         }
-        let batcher = Batcher::spawn(raft.clone(), forward, cluster.node_id, parts.session);
+        let batcher = Batcher::spawn(raft.clone(), forward, cluster.node_id, config.proposal_session);
         Ok(Node {
             opened: tokio::time::Instant::now(),
             last_contact_ms: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
@@ -318,8 +338,8 @@ impl Node {
     /// replicated), the config file's policy is committed first: the registry adopts it
     /// without a revision, and from then on the log itself says which policy judges each
     /// entry, so a replica replaying it under another config file reaches the same state
-    /// (SPEC L2). Concurrent first proposals may each commit it; after the first the others
-    /// change nothing.
+    /// (SPEC L2). It is marked `initial`: concurrent first proposals, or a node whose view
+    /// lags the log, change nothing once any policy is committed.
     pub async fn propose(
         &self,
         command: Command,
@@ -328,6 +348,7 @@ impl Node {
         if !matches!(command, Command::SetPolicy(_)) && !self.read(Registry::policy_committed) {
             let policy = SetPolicy {
                 policy: RegistryConfig::clone(&self.initial_policy),
+                initial: true,
             };
             let first = Proposal {
                 command: policy.into(),
@@ -476,22 +497,34 @@ impl Node {
 
     /// Writes a snapshot now and purges the log it covers; returns when it is on disk.
     pub async fn snapshot(&self) -> Result<(), ConsensusError> {
-        let before = self.raft.metrics().borrow().snapshot;
-        self.raft
-            .trigger()
-            .snapshot()
-            .await
-            .map_err(|e| ConsensusError::Storage(e.to_string()))?;
+        // openraft ignores a trigger while a build is already running (an automatic one, at
+        // an older index), so trigger again until a snapshot covers what was applied.
         let applied = self.raft.metrics().borrow().last_applied;
-        if applied.is_none() || applied == before {
-            return Ok(());
+        let deadline = tokio::time::Instant::now() + LEADERSHIP_WAIT;
+        loop {
+            if applied.is_none() || self.raft.metrics().borrow().snapshot >= applied {
+                return Ok(());
+            }
+            self.raft
+                .trigger()
+                .snapshot()
+                .await
+                .map_err(|e| ConsensusError::Storage(e.to_string()))?;
+            let waited = self
+                .raft
+                .wait(Some(SNAPSHOT_RETRIGGER))
+                .metrics(|m| m.snapshot >= applied, "snapshot written")
+                .await;
+            if waited.is_ok() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ConsensusError::Storage(format!(
+                    "no snapshot covering log index {} within {LEADERSHIP_WAIT:?}",
+                    applied.map_or(0, |id| id.index)
+                )));
+            }
         }
-        self.raft
-            .wait(Some(LEADERSHIP_WAIT))
-            .metrics(|m| m.snapshot >= applied, "snapshot written")
-            .await
-            .map(|_| ())
-            .map_err(|e| ConsensusError::Storage(e.to_string()))
     }
 
     /// Stops the node: in-flight proposals finish or fail with `ShuttingDown`. Returns once

@@ -189,6 +189,11 @@ pub struct ExpireLeases {
 pub struct SetPolicy {
     /// The whole new policy.
     pub policy: RegistryConfig,
+    /// Adopt it only if no policy was ever committed: a node's config file proposed at
+    /// bootstrap. The registry judges this against the committed state, so a node whose own
+    /// view lags (a joiner still catching up) cannot revert a policy an operator set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub initial: bool,
 }
 
 /// `impl From<Variant> for Command` for every command struct.

@@ -272,18 +272,30 @@ impl Registry {
             cmd.expected_revision,
             meta,
         )?;
-        Ok(match (planned, cmd.grace_ms) {
-            (Planned::Commit(mut plan), Some(grace)) => {
-                plan.drain = Some(DrainDeadline {
-                    key: cmd.target.key.clone(),
-                    instance: cmd.target.instance.clone(),
-                    incarnation: cmd.target.incarnation,
-                    deadline_ms: meta.at_ms.saturating_add(grace),
-                });
+        let Some(grace) = cmd.grace_ms else {
+            return Ok(planned);
+        };
+        let deadline = DrainDeadline {
+            key: cmd.target.key.clone(),
+            instance: cmd.target.instance.clone(),
+            incarnation: cmd.target.incarnation,
+            deadline_ms: meta.at_ms.saturating_add(grace),
+        };
+        Ok(match planned {
+            Planned::Commit(mut plan) => {
+                plan.drain = Some(deadline);
                 Planned::Commit(plan)
             }
-            // Already draining: the first drain's grace stands (a retry changes nothing).
-            (planned, _) => planned,
+            // Already draining with a grace: the first drain's grace stands (a retry changes
+            // nothing).
+            unchanged if self.drain_deadline(&cmd.target.key, &cmd.target.instance).is_some() => unchanged,
+            // Already draining without one (set by a set-serving, or a drain without a grace):
+            // this drain's grace is recorded, at a revision of its own, so the instance is
+            // still deregistered when it ends.
+            _ => Planned::Commit(Plan {
+                drain: Some(deadline),
+                ..Plan::default()
+            }),
         })
     }
 
@@ -418,6 +430,14 @@ impl Registry {
         cmd.policy.validate()?;
         if !self.policy_committed() {
             return Ok(None);
+        }
+        if cmd.initial {
+            // A bootstrap proposal after a policy was committed: the committed one stands.
+            return Ok(Some(unchanged(
+                self.policy_revision(),
+                None,
+                Unchanged::AlreadyCommitted,
+            )));
         }
         if &cmd.policy == self.policy() {
             return Ok(Some(unchanged(

@@ -11,8 +11,8 @@ use muster_core::{
 use crate::applied::{Applied, ReadError};
 use crate::command::{Command, CommandMeta};
 use crate::config::RegistryConfig;
-use crate::fences::{Fence, FenceTable};
 use crate::drains::{DrainDeadline, DrainTable};
+use crate::fences::{Fence, FenceTable};
 use crate::leases::{Lease, LeaseTable};
 use crate::plan::{Delete, Plan, Planned};
 use crate::service::{Change, ServiceState, delete_event};

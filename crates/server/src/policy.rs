@@ -45,7 +45,9 @@ pub(crate) async fn put(
     JsonBody(policy): JsonBody<RegistryConfig>,
 ) -> Result<Json<PolicySetReply>, ApiError> {
     let actor = actor(&headers, Actor::Owner)?;
-    let applied = app.propose(SetPolicy { policy }.into(), app.meta(actor)).await?;
+    let applied = app
+        .propose(SetPolicy { policy, initial: false }.into(), app.meta(actor))
+        .await?;
     Ok(Json(PolicySetReply {
         revision: applied.revision,
     }))

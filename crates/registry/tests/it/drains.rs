@@ -126,3 +126,18 @@ fn import_refuses_a_deadline_for_an_instance_that_is_not_draining() {
     let refused = Registry::import(RegistryConfig::default(), state).unwrap_err();
     assert!(refused.to_string().contains("not draining"), "{refused}");
 }
+
+#[test]
+fn a_drain_with_a_grace_of_an_instance_already_draining_without_one_records_its_deadline() {
+    // Trace: the owner sets `draining` by set-serving (or drains without a grace), then
+    // drains with a grace. The second used to answer `already_committed` and record
+    // nothing: the caller was told yes and the instance was never deregistered.
+    let mut registry = registry();
+    ok(&mut registry, register("api", "a", 1, "10.0.0.1"));
+    ok(&mut registry, set_serving("api", "a", 1, ServingState::Draining));
+    let before = registry.revision();
+    let drained = ok(&mut registry, drain_with_grace("a", 1, 300));
+    assert_eq!(drained.unchanged, None);
+    assert_eq!(drained.revision, before.next());
+    assert_eq!(deadline_of(&registry, "a"), Some(1_300));
+}

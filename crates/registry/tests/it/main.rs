@@ -1,8 +1,8 @@
 //! Integration tests of the registry state machine: one binary (CRATES.md tip 6).
 
+mod drains;
 mod fencing;
 mod incarnation;
-mod drains;
 mod lifecycle;
 mod model;
 mod policy;

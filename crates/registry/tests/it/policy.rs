@@ -18,7 +18,7 @@ fn only_ten_slash_eight() -> RegistryConfig {
 }
 
 fn set_policy(policy: RegistryConfig) -> Command {
-    SetPolicy { policy }.into()
+    SetPolicy { policy, initial: false }.into()
 }
 
 /// A registry whose first policy (everything permitted) is committed, holding two endpoints
@@ -163,4 +163,20 @@ fn an_older_snapshot_without_policy_or_fences_still_loads() {
         .apply(&register("api", "api-1", 4, "10.0.0.2"), &app())
         .unwrap_err();
     assert_eq!(err.code(), "stale_incarnation");
+}
+
+/// The trace: an operator sets a narrower policy; later a node whose config file still has
+/// the old one (a joiner still catching up, so its own view shows no policy) proposes its
+/// file's policy as the bootstrap policy. The operator's policy stands.
+#[test]
+fn a_bootstrap_policy_proposed_after_one_was_committed_changes_nothing() {
+    let mut registry = committed_wide();
+    ok(&mut registry, set_policy(only_ten_slash_eight()));
+    let bootstrap = SetPolicy {
+        policy: RegistryConfig::default(),
+        initial: true,
+    };
+    let applied = ok(&mut registry, bootstrap.into());
+    assert_eq!(applied.unchanged, Some(Unchanged::AlreadyCommitted));
+    assert_eq!(registry.policy(), &only_ten_slash_eight());
 }
