@@ -69,8 +69,8 @@ impl From<BatchWire> for Batch {
     }
 }
 
-/// A registry command with who sent it and when (the leader's clock, fixed at proposal so
-/// replay sees the same time).
+/// A registry command with who sent it and when (the proposing node's clock, fixed at
+/// proposal so replay sees the same time).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Proposal {
     /// The command.

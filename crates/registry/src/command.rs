@@ -15,7 +15,9 @@ use crate::config::RegistryConfig;
 /// the command, so replay sees the same values.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandMeta {
-    /// Milliseconds on the proposing leader's clock.
+    /// Milliseconds on the proposing node's clock, fixed in the log; the registry judges a
+    /// command at the later of this and the latest time it committed
+    /// ([`crate::Registry::clock_ms`]), so time in the log never steps back.
     pub at_ms: u64,
     /// The authenticated caller.
     pub principal: Principal,

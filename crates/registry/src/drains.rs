@@ -37,7 +37,8 @@ pub struct DrainDeadline {
     pub instance: InstanceId,
     /// The drained incarnation.
     pub incarnation: Incarnation,
-    /// Unix milliseconds on the proposing leader's clock: the drain's `at_ms` plus its grace.
+    /// Unix milliseconds in the log's time ([`crate::Registry::clock_ms`] when the drain
+    /// committed) plus the grace.
     pub deadline_ms: u64,
 }
 

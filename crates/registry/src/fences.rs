@@ -8,9 +8,10 @@
 //!
 //! A removed instance's record goes; its fence keeps only the highest incarnation it had (no
 //! command of that or an older incarnation may bring it back), the revision that removed it
-//! (a retried deregistration returns the committed result) and when, by the proposing
-//! leader's clock ([`CommandMeta::at_ms`](crate::CommandMeta), logged with the command, so
-//! every replica prunes alike). Unrelated writes do not shorten a fence's life: it holds for
+//! (a retried deregistration returns the committed result) and when, in the log's time (the
+//! command's [`CommandMeta::at_ms`](crate::CommandMeta), never earlier than the latest time
+//! committed: [`crate::Registry::clock_ms`]; logged with the command, so every replica
+//! prunes alike). Unrelated writes do not shorten a fence's life: it holds for
 //! `fence_retention_ms` of the policy, and memory is bounded by the removals within that
 //! time, one small entry each.
 //!
@@ -33,7 +34,7 @@ pub(crate) struct Fence {
     pub(crate) incarnation: Incarnation,
     /// The revision that removed it.
     pub(crate) revision: Revision,
-    /// When it was removed, by the proposing leader's clock.
+    /// When it was removed, in the log's time.
     pub(crate) removed_at_ms: u64,
 }
 

@@ -62,6 +62,7 @@ pub(crate) struct Parts {
     pub(crate) usage: BTreeMap<Label, Usage>,
     pub(crate) touched: VecDeque<(Revision, Arc<ServiceKey>)>,
     pub(crate) fences: FenceTable,
+    pub(crate) clock_ms: u64,
 }
 
 /// One endpoint's change within a commit.
@@ -106,6 +107,12 @@ pub struct Registry {
     touched: VecDeque<(Revision, Arc<ServiceKey>)>,
     /// What fences removed instances, for `fence_retention_ms`.
     fences: FenceTable,
+    /// The latest command time committed (ms): a command is judged at the later of this and
+    /// its own `at_ms`. Proposers stamp `at_ms` with their own clocks (a follower's write, a
+    /// leader after a change), which need not agree and may step back; judging by the
+    /// committed maximum keeps time in the log monotonic, so a proposer whose clock is behind
+    /// cannot time out fences or drains early (SPEC R6).
+    clock_ms: u64,
     /// When drained instances are to be deregistered (`drains.rs`).
     drains: DrainTable,
 }
@@ -124,6 +131,7 @@ impl Registry {
             usage: BTreeMap::new(),
             touched: VecDeque::new(),
             fences: FenceTable::default(),
+            clock_ms: 0,
             drains: DrainTable::default(),
         }
     }
@@ -131,6 +139,24 @@ impl Registry {
     /// Applies one command: either every effect at one new revision, or a refusal that
     /// changes nothing.
     pub fn apply(&mut self, command: &Command, meta: &CommandMeta) -> Result<Applied, Rejection> {
+        let judged = CommandMeta {
+            at_ms: meta.at_ms.max(self.clock_ms),
+            principal: meta.principal.clone(),
+            actor: meta.actor,
+        };
+        let applied = self.judge(command, &judged)?;
+        if applied.unchanged.is_none() || applied.unchanged == Some(crate::applied::Unchanged::PolicyAdopted) {
+            self.clock_ms = judged.at_ms;
+        }
+        Ok(applied)
+    }
+
+    /// The latest command time committed, in ms (see the field's doc).
+    pub fn clock_ms(&self) -> u64 {
+        self.clock_ms
+    }
+
+    fn judge(&mut self, command: &Command, meta: &CommandMeta) -> Result<Applied, Rejection> {
         let planned = match command {
             Command::Register(c) => self.plan_register(c, meta)?,
             Command::SetServing(c) => self.plan_serving(&c.target, c.state, &c.reason, c.expected_revision, meta)?,
@@ -580,6 +606,7 @@ impl Registry {
             usage,
             touched,
             fences,
+            clock_ms,
         } = parts;
         let mut namespaces: BTreeMap<NamespaceKey, BTreeMap<Label, ServiceState>> = BTreeMap::new();
         for service in services {
@@ -598,6 +625,7 @@ impl Registry {
             usage,
             touched,
             fences,
+            clock_ms,
             drains: DrainTable::default(),
         }
     }

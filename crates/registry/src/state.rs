@@ -39,6 +39,10 @@ pub struct RegistryState {
     /// The policy in force; absent in snapshots from before it was replicated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     policy: Option<PolicyRecord>,
+    /// The latest command time committed (absent in older snapshots: 0, and the first
+    /// command after sets it).
+    #[serde(default)]
+    clock_ms: u64,
     /// Drain deadlines (absent from snapshots written before drains were committed state).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     drains: Vec<DrainDeadline>,
@@ -118,6 +122,7 @@ impl Registry {
                 revision: self.policy_committed().then(|| self.policy_revision()),
                 policy: self.policy().clone(),
             }),
+            clock_ms: self.clock_ms(),
             drains: self.drains().cloned().collect(),
         }
     }
@@ -256,6 +261,7 @@ impl Registry {
             usage,
             touched: touched.into(),
             fences,
+            clock_ms: state.clock_ms,
         })
         .with_drains(drains))
     }

@@ -188,3 +188,20 @@ fn the_retention_is_the_policys() {
         .apply(&register("api", "api-0", 1, "10.0.0.1"), &at(60_000))
         .unwrap();
 }
+
+/// The trace: a follower whose clock is far behind (started before NTP) proposes the
+/// deregistration, so its command carries an `at_ms` near 1970; the next command, from a
+/// node with a good clock, used to prune that fence at once, and a delayed registration of
+/// the older incarnation revived the instance. Commands are judged at the committed
+/// maximum time, so the fence counts from the last good time.
+#[test]
+fn a_proposer_with_a_clock_behind_cannot_shorten_a_fence() {
+    let mut registry = registry_with_small_history();
+    registry
+        .apply(&register("api", "api-0", 2, "10.0.0.1"), &at(REMOVED_AT))
+        .unwrap();
+    registry.apply(&deregister("api", "api-0", 2), &at(5)).unwrap();
+    assert_eq!(registry.clock_ms(), REMOVED_AT, "time in the log never steps back");
+    let delayed = registry.apply(&register("api", "api-0", 1, "10.0.0.1"), &at(REMOVED_AT + 1_000));
+    assert_eq!(delayed.unwrap_err().code(), "stale_incarnation");
+}
