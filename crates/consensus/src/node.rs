@@ -382,6 +382,14 @@ impl Node {
         self.raft.metrics().borrow().current_leader == Some(self.id)
     }
 
+    /// The term this node leads in, if it leads now. A node that lost and regained leadership
+    /// between two looks leads in a new term: what it knew as the old leader (deadlines of
+    /// renewals an interim leader took) is stale.
+    pub fn leading_term(&self) -> Option<u64> {
+        let metrics = self.raft.metrics().borrow().clone();
+        (metrics.current_leader == Some(self.id)).then_some(metrics.current_term)
+    }
+
     /// How long ago this node last heard from a leader, in ms: for the leader, since a
     /// quorum last acknowledged it; for a follower, since the leader's last append or
     /// heartbeat; `None` when it never has (a stale read reports this, SPEC R3).

@@ -111,7 +111,8 @@ codes! {
     /// No leader or no majority to commit with now (SPEC R2); the write may still commit.
     NoQuorum = "no_quorum", 503, true;
     /// This node does not lead; ask the leader.
-    NotLeader = "not_leader", 503, true;
+    /// Not transient: the same request to the same node fails again (ask the leader).
+    NotLeader = "not_leader", 503, false;
     /// A membership change was refused.
     MembershipRefused = "membership_refused", 409, false;
     /// A `default`-consistency read on a node that has not heard from a leader for too long.
@@ -156,7 +157,6 @@ mod tests {
             transient,
             [
                 &ErrorCode::NoQuorum,
-                &ErrorCode::NotLeader,
                 &ErrorCode::Stale,
                 &ErrorCode::Unavailable,
                 &ErrorCode::StorageFailed,

@@ -68,6 +68,15 @@ impl RegistryConfig {
         if self.min_lease_ttl_ms == 0 {
             return invalid("min_lease_ttl_ms", "must be at least 1 ms".into());
         }
+        if self.fence_retention_ms < MIN_FENCE_RETENTION_MS {
+            return invalid(
+                "fence_retention_ms",
+                format!(
+                    "must be at least {MIN_FENCE_RETENTION_MS} (a minute), got {}",
+                    self.fence_retention_ms
+                ),
+            );
+        }
         if self.min_lease_ttl_ms > self.max_lease_ttl_ms {
             return invalid(
                 "min_lease_ttl_ms",
@@ -80,6 +89,11 @@ impl RegistryConfig {
         Ok(())
     }
 }
+
+/// The shortest fence retention a policy may set: one minute, twelve times the longest a
+/// write is retried (5 s) — a delayed command from an older incarnation must find its fence
+/// (SPEC L2); zero would turn fencing across removal off.
+pub const MIN_FENCE_RETENTION_MS: u64 = 60_000;
 
 /// Bounds that keep one tenant or one service from exhausting the registry (SPEC S5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

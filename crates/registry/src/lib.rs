@@ -82,7 +82,7 @@ pub use command::{
     Command, CommandMeta, Deregister, Drain, Evict, ExpireLeases, GrantLease, LeaseSpec, Register, RevokeLease,
     SetPolicy, SetServing, Target,
 };
-pub use config::{Quotas, RegistryConfig};
+pub use config::{MIN_FENCE_RETENTION_MS, Quotas, RegistryConfig};
 pub use deadlines::{DeadlinePassed, LeaseDeadlines};
 pub use drains::{DrainDeadline, MAX_DRAIN_GRACE_MS};
 pub use leases::Lease;

@@ -40,6 +40,8 @@ pub(crate) struct App {
     /// Callers waiting for the engine's reply.
     replies: Mutex<HashMap<ReplyTo, oneshot::Sender<Reply>>>,
     next_reply: AtomicU64,
+    /// The Raft term the engine last took leadership over in (0: not leading).
+    led_term: AtomicU64,
     /// The checker's counters.
     pub(crate) checker_stats: CheckerStats,
     /// The other members, in a cluster.
@@ -91,6 +93,7 @@ impl App {
             )),
             replies: Mutex::new(HashMap::new()),
             next_reply: AtomicU64::new(0),
+            led_term: AtomicU64::new(0),
             checker_stats: CheckerStats::default(),
             cluster,
             ready: AtomicBool::new(false),
@@ -119,8 +122,20 @@ impl App {
     pub(crate) fn with_engine<T>(&self, event: impl FnOnce(&mut Engine, &Registry, Now) -> T) -> T {
         let mut engine = self.engine();
         let now = self.now();
-        let leader = self.node.is_leader();
+        let term = self.node.leading_term();
+        let leader = term.is_some();
+        // The term the engine took over in (0: none), changed only under the engine's lock.
+        let taken_over = self.led_term.swap(term.unwrap_or(0), Ordering::Relaxed);
         self.node.read(|registry| {
+            if leader && engine.is_leading() && taken_over != term.unwrap_or(0) {
+                // Lost and regained leadership between two events: start over, with the
+                // election grace, as any new leader does.
+                engine.lost_leadership();
+                tracing::info!(
+                    term,
+                    "leading again in a new term: deadlines and checks taken over afresh"
+                );
+            }
             if leader && !engine.is_leading() {
                 engine.became_leader(registry, now);
                 tracing::info!(

@@ -107,7 +107,8 @@ impl From<ConsensusError> for ApiError {
             ConsensusError::ShuttingDown => ErrorCode::Unavailable,
             ConsensusError::NoQuorum | ConsensusError::NoLeader => {
                 return ApiError::no_quorum(format!(
-                    "{error}; the write may still commit: retry it (a retried write is applied once)"
+                    "{error}; the write may still commit: retry it (registrations, state changes and \
+                     deregistrations are idempotent; a bare lease grant is not)"
                 ));
             }
             ConsensusError::NotLeader(_) => ErrorCode::NotLeader,

@@ -140,6 +140,14 @@ fn an_unusable_policy_is_refused_and_changes_nothing() {
     assert_eq!(err.code(), "invalid_field");
     assert!(err.to_string().starts_with("min_lease_ttl_ms:"), "{err}");
     assert_eq!(state_bytes(&registry), before);
+    // A retention of zero would turn fencing across removal off.
+    let unfenced = RegistryConfig {
+        fence_retention_ms: 0,
+        ..RegistryConfig::default()
+    };
+    let err = registry.apply(&set_policy(unfenced), &app()).unwrap_err();
+    assert!(err.to_string().starts_with("fence_retention_ms:"), "{err}");
+    assert_eq!(state_bytes(&registry), before);
 }
 
 /// A snapshot from before the policy was replicated (no `policy`, no `fences`, tombstones per
