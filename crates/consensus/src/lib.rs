@@ -15,6 +15,8 @@
 #![forbid(unsafe_code)]
 
 mod batcher;
+#[cfg(feature = "fault-injection")]
+pub mod fault_injection;
 mod log_store;
 mod network;
 mod node;

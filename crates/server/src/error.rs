@@ -15,6 +15,7 @@
 //! | `not_found` | 404 Not Found | no such route |
 //! | `method_not_allowed` | 405 Method Not Allowed | the route exists, the method does not |
 //! | `unavailable` | 503 Service Unavailable | the node is stopping |
+//! | `storage_failed` | 503 Service Unavailable | this node's storage failed: it acknowledges nothing more and exits (ask another node) |
 //! | `internal` | 500 Internal Server Error | storage failed |
 
 use axum::http::{HeaderValue, StatusCode, header};
@@ -123,6 +124,9 @@ impl From<ConsensusError> for ApiError {
             ConsensusError::NotLeader(_) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_leader", error.to_string())
             }
+            ConsensusError::Failed(_) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "storage_failed", error.to_string())
+            }
             ConsensusError::Membership(_) => {
                 ApiError::new(StatusCode::CONFLICT, "membership_refused", error.to_string())
             }
@@ -150,6 +154,7 @@ pub(crate) fn known_code(code: &str) -> Option<&'static str> {
         "lease_not_found",
         "invalid_name",
         "no_quorum",
+        "storage_failed",
         "unavailable",
         "unauthorized",
         "bad_request",

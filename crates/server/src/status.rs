@@ -1,4 +1,5 @@
-//! `GET /v1/status`: the node's identity, leader, revision and readiness.
+//! `GET /v1/status`: the node's identity, leader, revision and readiness. A node whose
+//! storage failed is not ready and says why in `fatal` (its server is stopping).
 
 use std::sync::Arc;
 
@@ -17,8 +18,9 @@ pub(crate) async fn status(State(app): State<Arc<App>>) -> Json<StatusReply> {
         revision: node.revision,
         applied_index: node.applied_index,
         uptime_ms: app.clock.now_ms(),
-        ready: app.is_ready(),
+        ready: app.is_ready() && node.fatal.is_none(),
         protected_services: app.brakes().protected().iter().map(ToString::to_string).collect(),
         last_leader_contact_ms: app.node.leader_contact_age_ms(),
+        fatal: node.fatal.map(|fatal| format!("storage: {fatal}")),
     })
 }
