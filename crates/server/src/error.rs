@@ -15,6 +15,7 @@
 //! | `not_found` | 404 Not Found | no such route |
 //! | `method_not_allowed` | 405 Method Not Allowed | the route exists, the method does not |
 //! | `unavailable` | 503 Service Unavailable | the node is stopping |
+//! | `too_many_connections` | 503 Service Unavailable | a connection over the descriptor budget (answered, then closed) |
 //! | `storage_failed` | 503 Service Unavailable | this node's storage failed: it acknowledges nothing more and exits (ask another node) |
 //! | `internal` | 500 Internal Server Error | storage failed |
 

@@ -13,7 +13,8 @@
 //! ```
 //!
 //! # Layout
-//! - `server`: [`start`], [`run`], [`RunningServer`]; `accept`: the HTTP/1.1 accept loop.
+//! - `server`: [`start`], [`run`], [`RunningServer`]; `accept`: the HTTP/1.1 accept loop,
+//!   within the connection budget of `descriptors`.
 //! - `routes`: the route table and the JSON error safety net; `error`: codes and statuses.
 //! - `extract`: body, query, path and header extraction with API errors.
 //! - `writes`, `lease_routes`, `reads`, `watch`, `status`: the handlers.
@@ -43,6 +44,7 @@ mod clock;
 mod cluster;
 mod config;
 mod consistency;
+mod descriptors;
 mod dns;
 mod drains;
 mod error;

@@ -27,7 +27,7 @@ use crate::dns::DnsFeed;
 use crate::forward::ClusterLink;
 use crate::hub::{WatchHub, WatchStats};
 use crate::observers::Observers;
-use crate::{ServerConfig, ServerError, accept, checker, cluster, dns, lease_keeper, routes};
+use crate::{ServerConfig, ServerError, accept, checker, cluster, descriptors, dns, lease_keeper, routes};
 
 /// A server that is running; [`RunningServer::stop`] stops it gracefully.
 pub struct RunningServer {
@@ -140,10 +140,16 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     ));
     let router = routes::router(Arc::clone(&app), config.max_body_bytes);
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
-    let serve = tokio::spawn(accept::serve(listener, router, stop_accepting_rx));
+    let (http_budget, cluster_budget) = descriptors::budgets();
+    let serve = tokio::spawn(accept::serve(listener, router, stop_accepting_rx, http_budget));
     let cluster_serve = cluster_listener.map(|listener| {
         let (stop, stop_rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(accept::serve(listener, cluster::router(Arc::clone(&app)), stop_rx));
+        let task = tokio::spawn(accept::serve(
+            listener,
+            cluster::router(Arc::clone(&app)),
+            stop_rx,
+            cluster_budget,
+        ));
         (stop, task)
     });
     // One timer for every watch stream's `progress` frames; it ends when the hub closes.
