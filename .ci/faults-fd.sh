@@ -77,14 +77,15 @@ for _ in $(seq 1 $flood); do
   conns+=("$c")
 done
 ok "${#conns[@]} connections opened"
-sleep 1
 kill -0 "$server" 2>/dev/null || fail "the node died under the flood"
-call_timeout=5 call "" GET /v1/status
-case "$code" in
-  503) [ "$(field .error.code)" = too_many_connections ] || fail "a new connection during the flood got $code $reply"
-       ok "a new connection during the flood is refused: 503 too_many_connections" ;;
-  *) fail "a new connection during the flood got $code $reply (want 503 too_many_connections)" ;;
-esac
+# The flood's connections beyond the budget took the refusal slots (answered or closed at
+# once); a slot frees within 2 s (the refusal time), and a new client then gets the answer.
+refused() {
+  call_timeout=5 call "" GET /v1/status
+  [ "$code" = 503 ] && [ "$(field .error.code)" = too_many_connections ]
+}
+within 10 refused || fail "a new connection during the flood got $code $reply (want 503 too_many_connections)"
+ok "a new connection during the flood is refused: 503 too_many_connections"
 for i in $(seq 1 30); do
   raw_register "kept-$i" && [ "$raw_status" = 200 ] || fail "write kept-$i over the kept connection during the flood: ${raw_status:-no reply}"
   acked+=("kept-$i")

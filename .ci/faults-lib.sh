@@ -32,7 +32,7 @@ call() {
 }
 
 # field JQ: a field of the last reply (empty when absent or not JSON).
-field() { jq -r "$1 // empty" <<<"$reply" 2>/dev/null || true; }
+field() { jq -r "($1) | values" <<<"$reply" 2>/dev/null || true; }
 
 # register NS SERVICE INSTANCE [LEASE_JSON]: registers incarnation 1 of `default/prod/SERVICE/INSTANCE`.
 register() {
