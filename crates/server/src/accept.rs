@@ -87,7 +87,13 @@ pub(crate) async fn serve(
         };
         match Arc::clone(&budget.open).try_acquire_owned() {
             Ok(permit) => {
-                connections.spawn(connection(builder.clone(), tcp, router.clone(), stopping_rx.clone(), permit));
+                connections.spawn(connection(
+                    builder.clone(),
+                    tcp,
+                    router.clone(),
+                    stopping_rx.clone(),
+                    permit,
+                ));
             }
             Err(_) => match Arc::clone(&budget.refusing).try_acquire_owned() {
                 Ok(permit) => {

@@ -44,7 +44,10 @@ pub(crate) fn router(app: Arc<App>, max_body_bytes: usize) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(max_body_bytes))
-        .layer(axum::middleware::from_fn_with_state(Arc::clone(&app), refuse_when_failed))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&app),
+            refuse_when_failed,
+        ))
         .layer(axum::middleware::map_response(json_errors))
         .with_state(app)
 }

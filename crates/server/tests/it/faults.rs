@@ -32,10 +32,17 @@ async fn a_failed_log_write_makes_the_node_say_so_refuse_everything_and_stop_wit
     let status = server.get("/v1/status").await.expect(StatusCode::OK);
     assert_eq!(status.body["ready"], false, "{}", status.body);
     let fatal = status.body["fatal"].as_str().unwrap_or_default();
-    assert!(fatal.starts_with("storage: ") && fatal.contains("injected fault"), "{}", status.body);
+    assert!(
+        fatal.starts_with("storage: ") && fatal.contains("injected fault"),
+        "{}",
+        status.body
+    );
     // Frozen state is not passed off as current: reads are refused too.
     let read = server.get("/v1/registry/acme/prod/api").await;
-    assert_eq!((read.status, read.code()), (StatusCode::SERVICE_UNAVAILABLE, "storage_failed"));
+    assert_eq!(
+        (read.status, read.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "storage_failed")
+    );
     // Watchers are drained, as for a shutdown.
     // (Frames before it — progress — are skipped; each wait is bounded by STEP.)
     let mut closing = false;
