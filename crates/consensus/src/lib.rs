@@ -14,17 +14,21 @@
 
 #![forbid(unsafe_code)]
 
+mod applied_batches;
 mod batcher;
 #[cfg(feature = "fault-injection")]
 pub mod fault_injection;
 mod log_store;
 mod network;
 mod node;
+mod snapshot_files;
 mod state_machine;
+#[cfg(test)]
+mod state_machine_tests;
 #[cfg(test)]
 mod storage_tests;
 mod types;
 
 pub use network::{CallError, PeerClient, Rpc, SECRET_HEADER};
 pub use node::{ApplyObserver, ClusterConfig, ConsensusError, Member, Node, NodeConfig, NodeStatus};
-pub use types::{Batch, Outcome, Proposal, TypeConfig};
+pub use types::{Batch, BatchId, Outcome, Proposal, TypeConfig};

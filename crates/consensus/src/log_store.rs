@@ -35,6 +35,8 @@ const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
 const VOTE: &str = "vote";
 const COMMITTED: &str = "committed";
 const LAST_PURGED: &str = "last_purged";
+/// How many times this log was opened: the session of the batches this start proposes.
+const STARTS: &str = "starts";
 
 /// Ops drained into one transaction at most: bounds a transaction's size and the latency of
 /// the first op in it, while leaving room for hundreds of concurrent writers per fsync.
@@ -80,6 +82,8 @@ pub(crate) struct LogStore {
     /// The highest index handed to the writer.
     issued: Arc<AtomicU64>,
     cache: Arc<Mutex<Cache>>,
+    /// This start's session number ([`LogStore::session`]).
+    session: u64,
 }
 
 #[derive(Default)]
@@ -113,7 +117,16 @@ impl LogStore {
         let db = Database::create(path).map_err(io_error)?;
         let txn = db.begin_write().map_err(io_error)?;
         txn.open_table(LOG).map_err(io_error)?;
-        txn.open_table(META).map_err(io_error)?;
+        let session = {
+            let mut meta = txn.open_table(META).map_err(io_error)?;
+            let starts: u64 = match meta.get(STARTS).map_err(io_error)? {
+                Some(bytes) => decode(bytes.value())?,
+                None => 0,
+            };
+            meta.insert(STARTS, encode(&(starts + 1)).as_slice())
+                .map_err(io_error)?;
+            starts + 1
+        };
         txn.commit().map_err(io_error)?;
         let db = Arc::new(db);
 
@@ -146,7 +159,14 @@ impl LogStore {
             durable,
             issued: Arc::new(AtomicU64::new(last_index)),
             cache: Arc::new(Mutex::new(Cache { last_log, last_purged })),
+            session,
         })
+    }
+
+    /// This start's number, counted durably from 1: distinct for every open of the log, so
+    /// it identifies the batches this start proposes (SPEC R6).
+    pub(crate) fn session(&self) -> u64 {
+        self.session
     }
 
     /// The writer thread, to join once every store clone is gone: it exits when the last one

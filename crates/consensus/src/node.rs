@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use muster_core::{Rejection, Revision};
-use muster_registry::{Applied, Command, CommandMeta, Registry, RegistryConfig};
+use muster_registry::{Applied, Command, CommandMeta, Registry, RegistryConfig, SetPolicy};
 use openraft::network::RaftNetworkFactory;
 use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
 
@@ -150,6 +150,8 @@ pub enum ConsensusError {
 /// What opening the data directory gives, before Raft starts.
 struct Parts {
     log: LogStore,
+    /// This start's session, for batch ids.
+    session: u64,
     log_writer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
     machine: StateMachine,
     shared: Arc<Shared>,
@@ -178,6 +180,7 @@ impl Parts {
         .validate()
         .map_err(|e| ConsensusError::Storage(e.to_string()))?;
         Ok(Parts {
+            session: log.session(),
             log,
             log_writer,
             machine,
@@ -214,6 +217,9 @@ pub struct Node {
     log_writer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
     /// Group commit: concurrent proposals share one log entry.
     batcher: Batcher,
+    /// The config file's registry policy: committed before the first other command when the
+    /// log holds no policy yet (see [`Node::propose`]).
+    initial_policy: Arc<RegistryConfig>,
 }
 
 impl Node {
@@ -260,7 +266,7 @@ impl Node {
             .state(ServerState::Leader, "single node elects itself")
             .await
             .map_err(|_| ConsensusError::NoLeader)?;
-        let batcher = Batcher::spawn(raft.clone(), None);
+        let batcher = Batcher::spawn(raft.clone(), None, SINGLE_NODE_ID, parts.session);
         Ok(Node {
             opened: tokio::time::Instant::now(),
             last_contact_ms: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
@@ -270,6 +276,7 @@ impl Node {
             shared: parts.shared,
             log_writer: parts.log_writer,
             batcher,
+            initial_policy: Arc::new(config.registry.clone()),
         })
     }
 
@@ -304,7 +311,7 @@ impl Node {
                 tracing::info!(%error, "cluster membership already initialised");
             }
         }
-        let batcher = Batcher::spawn(raft.clone(), forward);
+        let batcher = Batcher::spawn(raft.clone(), forward, cluster.node_id, parts.session);
         Ok(Node {
             opened: tokio::time::Instant::now(),
             last_contact_ms: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
@@ -314,12 +321,20 @@ impl Node {
             shared: parts.shared,
             log_writer: parts.log_writer,
             batcher,
+            initial_policy: Arc::new(config.registry.clone()),
         })
     }
 
     /// Proposes a command; returns once it is durable (fsynced) and applied, with the
     /// registry's verdict. Concurrent proposals share one log entry and one fsync
     /// (group commit).
+    ///
+    /// While no policy is committed (a new group, or state from before the policy was
+    /// replicated), the config file's policy is committed first: the registry adopts it
+    /// without a revision, and from then on the log itself says which policy judges each
+    /// entry, so a replica replaying it under another config file reaches the same state
+    /// (SPEC L2). Concurrent first proposals may each commit it; after the first the others
+    /// change nothing.
     pub async fn propose(
         &self,
         command: Command,
@@ -328,10 +343,20 @@ impl Node {
         if let Some(fatal) = self.fatal() {
             return Err(ConsensusError::Failed(fatal));
         }
-        self.batcher
-            .propose(Proposal { command, meta })
-            .await
-            .map_err(|error| self.fatal().map_or(error, ConsensusError::Failed))
+        let failed = |error: ConsensusError| self.fatal().map_or(error, ConsensusError::Failed);
+        if !matches!(command, Command::SetPolicy(_)) && !self.read(Registry::policy_committed) {
+            let policy = SetPolicy {
+                policy: RegistryConfig::clone(&self.initial_policy),
+            };
+            let first = Proposal {
+                command: policy.into(),
+                meta: meta.clone(),
+            };
+            if let Err(rejection) = self.batcher.propose(first).await.map_err(failed)? {
+                return Ok(Err(rejection));
+            }
+        }
+        self.batcher.propose(Proposal { command, meta }).await.map_err(failed)
     }
 
     /// Why Raft stopped, when it stopped on an error (a storage failure) rather than on

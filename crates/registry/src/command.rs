@@ -9,6 +9,8 @@ use muster_core::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::config::RegistryConfig;
+
 /// Who issued a command and when: assigned by the leader when it proposes, and logged with
 /// the command, so replay sees the same values.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,6 +46,8 @@ pub enum Command {
     RevokeLease(RevokeLease),
     /// Expire a batch of leases in one revision (proposed by the lease keeper).
     ExpireLeases(ExpireLeases),
+    /// Replace the policy the commands after it are judged by.
+    SetPolicy(SetPolicy),
 }
 
 /// Which endpoint incarnation a command addresses.
@@ -170,6 +174,15 @@ pub struct ExpireLeases {
     pub leases: Vec<LeaseId>,
 }
 
+/// Replace the registry's policy (limits, network policy, quotas, history, fence retention,
+/// lease TTL bounds) at a new revision. Commands committed before it keep their effect; only
+/// later ones are judged by the new policy. The same policy again changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetPolicy {
+    /// The whole new policy.
+    pub policy: RegistryConfig,
+}
+
 /// `impl From<Variant> for Command` for every command struct.
 macro_rules! into_command {
     ($($variant:ident),*) => {$(
@@ -189,5 +202,6 @@ into_command!(
     Evict,
     GrantLease,
     RevokeLease,
-    ExpireLeases
+    ExpireLeases,
+    SetPolicy
 );

@@ -54,7 +54,10 @@
 //!   by service then instance, each update naming the service's previous revision and the
 //!   digest of the resulting set.
 //! - A command from an older incarnation than the registry knows for an instance (live, or
-//!   removed within the retained history) never changes anything.
+//!   removed within the policy's `fence_retention_ms`, however many writes came since) never
+//!   changes anything.
+//! - The policy commands are judged by is replicated state ([`SetPolicy`]), never a replica's
+//!   own configuration: replay under a different config file reaches the same state.
 //! - `changes_since` returns every update after a revision or `Compacted`, never a subset.
 
 #![forbid(unsafe_code)]
@@ -63,6 +66,7 @@ mod applied;
 mod command;
 mod config;
 mod deadlines;
+mod fences;
 mod leases;
 mod plan;
 mod registry;
@@ -72,10 +76,10 @@ mod state;
 pub use applied::{Applied, LeaseGrant, ReadError, Unchanged};
 pub use command::{
     Command, CommandMeta, Deregister, Drain, Evict, ExpireLeases, GrantLease, LeaseSpec, Register, RevokeLease,
-    SetServing, Target,
+    SetPolicy, SetServing, Target,
 };
 pub use config::{Quotas, RegistryConfig};
 pub use deadlines::{DeadlinePassed, LeaseDeadlines};
 pub use leases::Lease;
-pub use registry::{Page, Registry, Scope};
+pub use registry::{MAX_INCARNATION, Page, Registry, Scope};
 pub use state::{ImportError, RegistryState};

@@ -144,8 +144,7 @@ async fn connection(
 async fn refuse(tcp: TcpStream, _permit: OwnedSemaphorePermit) {
     let service = hyper::service::service_fn(|_request| async {
         let refusal = ApiError::new(
-            hyper::StatusCode::SERVICE_UNAVAILABLE,
-            "too_many_connections",
+            muster_core::ErrorCode::TooManyConnections,
             "this server holds as many connections as its file-descriptor budget allows; \
              retry later or close idle connections",
         );

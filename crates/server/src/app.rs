@@ -9,7 +9,7 @@ use muster_consensus::Node;
 use muster_core::api::{LeaseReply, WriteReply};
 use muster_core::{Actor, Principal, ServiceKey};
 use muster_health::preservation::{Brakes, Counts};
-use muster_registry::{Applied, Command, CommandMeta, LeaseGrant, Unchanged};
+use muster_registry::{Applied, Command, CommandMeta, LeaseGrant, RegistryConfig, Unchanged};
 use tokio::sync::watch;
 
 use crate::checker::CheckerHandle;
@@ -44,6 +44,9 @@ pub(crate) struct App {
     /// Turns true when the server starts stopping: blocking queries return at once.
     stopping: watch::Receiver<bool>,
     anonymous: Principal,
+    /// This node's config file's `[registry]` section: only the initial policy; `status`
+    /// reports how the replicated policy differs from it.
+    pub(crate) config_policy: RegistryConfig,
 }
 
 /// What the background parts of an [`App`] start from.
@@ -64,6 +67,7 @@ impl App {
         progress_interval: Duration,
         stopping: watch::Receiver<bool>,
         background: Background,
+        config_policy: RegistryConfig,
     ) -> App {
         let Background {
             brakes,
@@ -84,6 +88,7 @@ impl App {
             ready: AtomicBool::new(false),
             stopping,
             anonymous: Principal::new(ANONYMOUS).expect("'anonymous' is a valid principal"),
+            config_policy,
         }
     }
 
@@ -177,5 +182,6 @@ fn unchanged_code(why: Unchanged) -> &'static str {
         Unchanged::AlreadyCommitted => "already_committed",
         Unchanged::DrainHeld => "drain_held",
         Unchanged::NothingToExpire => "nothing_to_expire",
+        Unchanged::PolicyAdopted => "policy_adopted",
     }
 }

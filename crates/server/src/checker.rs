@@ -322,12 +322,7 @@ impl Shell {
         let decisions = match decisions {
             Ok(decisions) => decisions,
             Err(error) => {
-                let status = match error.code() {
-                    "not_found" => axum::http::StatusCode::NOT_FOUND,
-                    "stale_incarnation" => axum::http::StatusCode::CONFLICT,
-                    _ => axum::http::StatusCode::UNPROCESSABLE_ENTITY,
-                };
-                let _ = reply.send(Err(ApiError::new(status, error.code(), error.to_string())));
+                let _ = reply.send(Err(ApiError::new(error.error_code(), error.to_string())));
                 return;
             }
         };

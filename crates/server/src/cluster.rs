@@ -11,7 +11,7 @@
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use std::sync::Arc;
@@ -47,8 +47,7 @@ fn authenticate(node: &Node, headers: &HeaderMap) -> Result<(), ApiError> {
         return Ok(());
     }
     Err(ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
+        muster_core::ErrorCode::Unauthorized,
         format!("node-to-node requests need the cluster secret in {SECRET_HEADER}"),
     ))
 }

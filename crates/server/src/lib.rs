@@ -17,7 +17,8 @@
 //!   within the connection budget of `descriptors`.
 //! - `routes`: the route table and the JSON error safety net; `error`: codes and statuses.
 //! - `extract`: body, query, path and header extraction with API errors.
-//! - `writes`, `lease_routes`, `reads`, `watch`, `status`: the handlers.
+//! - `writes`, `lease_routes`, `reads`, `watch`, `status`, `policy`: the handlers (`policy`
+//!   also compares the replicated registry policy with this node's config file).
 //! - `hub`, `topic`, `subscription`, `frames`: the watch fan-out.
 //! - `lease_deadlines` (pure) and `lease_keeper` (its task, which also ends drain graces
 //!   kept by `drains`).
@@ -59,6 +60,7 @@ mod membership;
 mod metrics;
 mod observers;
 mod page_token;
+mod policy;
 mod reads;
 mod routes;
 mod server;

@@ -27,6 +27,7 @@ use crate::dns::DnsFeed;
 use crate::forward::ClusterLink;
 use crate::hub::{WatchHub, WatchStats};
 use crate::observers::Observers;
+use crate::policy::PolicyWatch;
 use crate::{ServerConfig, ServerError, accept, checker, cluster, descriptors, dns, lease_keeper, routes};
 
 /// A server that is running; [`RunningServer::stop`] stops it gracefully.
@@ -63,6 +64,10 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
     }
     config.health.brakes().map_err(ServerError::Config)?;
     config.cluster().map_err(ServerError::Config)?;
+    config
+        .registry
+        .validate()
+        .map_err(|err| ServerError::Config(format!("registry.{err}")))?;
     Ok(())
 }
 
@@ -91,16 +96,16 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         .map(|c| ClusterLink::new(c.members.clone(), c.secret.clone()));
     let node = Node::open(
         NodeConfig {
-            data_dir: config.data_dir.clone(),
             registry: config.registry.clone(),
             snapshot_every: config.snapshot_every,
-            keep_after_snapshot: 1_000,
             cluster,
+            ..NodeConfig::new(config.data_dir.clone())
         },
         Arc::new(Observers(vec![
             Arc::new(DnsFeed::new(Arc::clone(&dns_zone))),
             hub.clone(),
             check_feed,
+            Arc::new(PolicyWatch::new(config.registry.clone())),
         ])),
     )
     .await?;
@@ -137,6 +142,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             checker: checker_handle,
             cluster: link,
         },
+        config.registry.clone(),
     ));
     let router = routes::router(Arc::clone(&app), config.max_body_bytes);
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();

@@ -1,5 +1,6 @@
-//! `GET /v1/status`: the node's identity, leader, revision and readiness. A node whose
-//! storage failed is not ready and says why in `fatal` (its server is stopping).
+//! `GET /v1/status`: the node's identity, leader, revision and readiness, and whether the
+//! replicated registry policy matches this node's config file. A node whose storage failed
+//! is not ready and says why in `fatal` (its server is stopping).
 
 use std::sync::Arc;
 
@@ -8,6 +9,7 @@ use axum::extract::State;
 use muster_core::api::StatusReply;
 
 use crate::app::App;
+use crate::policy;
 
 /// `GET /v1/status`.
 pub(crate) async fn status(State(app): State<Arc<App>>) -> Json<StatusReply> {
@@ -22,5 +24,6 @@ pub(crate) async fn status(State(app): State<Arc<App>>) -> Json<StatusReply> {
         protected_services: app.brakes().protected().iter().map(ToString::to_string).collect(),
         last_leader_contact_ms: app.node.leader_contact_age_ms(),
         fatal: node.fatal.map(|fatal| format!("storage: {fatal}")),
+        policy: Some(app.node.read(|registry| policy::status(registry, &app.config_policy))),
     })
 }

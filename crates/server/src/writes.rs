@@ -7,7 +7,6 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::http::StatusCode;
 use muster_core::api::{
     CheckReportReply, CheckReportRequest, DeregisterQuery, DrainRequest, InFlightRequest, LeaseRequest,
     RegisterRequest, SetServingRequest, WriteReply,
@@ -86,8 +85,7 @@ pub(crate) async fn drain(
         && grace > MAX_GRACE_MS
     {
         return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_field",
+            muster_core::ErrorCode::InvalidField,
             format!("grace_ms: must be at most {MAX_GRACE_MS} (one hour), got {grace}"),
         ));
     }

@@ -394,8 +394,11 @@ proptest! {
             let (command, meta) = to_command(op);
             let _ = registry.apply(&command, &meta);
             for (index, name) in SERVICES.iter().enumerate() {
-                if let Some(snapshot) = registry.snapshot(&key(name)) {
-                    seen.push((registry.revision(), index, snapshot));
+                match registry.snapshot(&key(name)) {
+                    Some(snapshot) => seen.push((registry.revision(), index, snapshot)),
+                    // Released (empty for the whole history window): if it comes back it is
+                    // a new lineage, which the old views cannot follow.
+                    None => seen.retain(|(_, seen_index, _)| *seen_index != index),
                 }
             }
         }

@@ -180,6 +180,49 @@ async fn a_lease_renewed_through_a_follower_survives_a_leader_change() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_relays_the_leaders_refusal_with_its_own_code() {
+    // Trace: a TTL report sent to a follower is handed to the leader's checker, which refuses
+    // it (an older incarnation). The follower used to pass on only a few codes and answer
+    // `unavailable` for the rest, which clients take as transient and retry forever.
+    let cluster = Cluster::start().await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % 3;
+    let mut spec = endpoint("10.0.0.1");
+    spec["checks"] = json!([{"ttl_ms": 5000}]);
+    cluster
+        .node(leader)
+        .call(
+            Method::PUT,
+            &instance_path("batch", "b-0"),
+            Some(json!({"incarnation": 2, "endpoint": spec})),
+        )
+        .await
+        .expect(StatusCode::OK);
+    let check = format!("{}/check", instance_path("batch", "b-0"));
+    let (this, check) = (&cluster, &check);
+    let refused = poll(Duration::from_millis(50), || async move {
+        let reply = this
+            .node(follower)
+            .call(Method::PUT, check, Some(json!({"incarnation": 1, "status": "pass"})))
+            .await;
+        // Until the follower has applied the registration, it may not know a leader's answer.
+        (reply.code() != "no_quorum").then_some(reply)
+    })
+    .await
+    .expect("the follower answers");
+    assert_eq!(
+        (refused.status, refused.code()),
+        (StatusCode::CONFLICT, "stale_incarnation"),
+        "{}",
+        refused.body
+    );
+    let mut cluster = cluster;
+    for i in 0..3 {
+        cluster.stop(i).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_minority_refuses_writes_with_no_quorum_and_still_serves_reads() {
     let mut cluster = Cluster::start().await;
     cluster.leader().await;
