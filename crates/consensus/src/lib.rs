@@ -16,6 +16,8 @@
 
 mod applied_batches;
 mod batcher;
+#[cfg(feature = "fault-injection")]
+pub mod fault_injection;
 mod log_store;
 mod network;
 mod node;

@@ -133,9 +133,12 @@ impl LogStore {
         let (writer, ops) = mpsc::channel();
         let thread_db = Arc::clone(&db);
         let thread_durable = Arc::clone(&durable);
+        // Where an injected disk failure is looked up (tests only: `fault_injection`).
+        let dir = path.parent().unwrap_or(path);
+        let fault_key = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
         let thread = std::thread::Builder::new()
             .name("muster-log-writer".into())
-            .spawn(move || write_loop(&thread_db, &ops, &thread_durable))?;
+            .spawn(move || write_loop(&thread_db, &ops, &thread_durable, &fault_key))?;
         Ok(LogStore {
             db,
             writer,
@@ -177,7 +180,7 @@ fn read_meta<T: serde::de::DeserializeOwned>(db: &Database, key: &str) -> Result
 }
 
 /// The writer thread: drains queued ops into one transaction, commits, then answers them.
-fn write_loop(db: &Database, ops: &mpsc::Receiver<WriteOp>, durable: &AtomicU64) {
+fn write_loop(db: &Database, ops: &mpsc::Receiver<WriteOp>, durable: &AtomicU64, fault_key: &Path) {
     while let Ok(first) = ops.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_OPS_PER_COMMIT {
@@ -186,7 +189,10 @@ fn write_loop(db: &Database, ops: &mpsc::Receiver<WriteOp>, durable: &AtomicU64)
                 Err(_) => break,
             }
         }
-        let result = commit(db, &batch);
+        let result = match injected_failure(fault_key) {
+            Some(error) => Err(error),
+            None => commit(db, &batch),
+        };
         let highest = batch
             .iter()
             .filter_map(|op| {
@@ -218,6 +224,17 @@ fn write_loop(db: &Database, ops: &mpsc::Receiver<WriteOp>, durable: &AtomicU64)
             }
         }
     }
+}
+
+/// The failure a test injected for this log's directory, if any.
+#[cfg(feature = "fault-injection")]
+fn injected_failure(fault_key: &Path) -> Option<io::Error> {
+    crate::fault_injection::log_write_failure(fault_key)
+}
+
+#[cfg(not(feature = "fault-injection"))]
+fn injected_failure(_fault_key: &Path) -> Option<io::Error> {
+    None
 }
 
 fn commit(db: &Database, batch: &[WriteOp]) -> Result<(), io::Error> {

@@ -135,6 +135,9 @@ pub struct NodeStatus {
     pub applied_index: u64,
     /// The registry's revision.
     pub revision: Revision,
+    /// Why the node has stopped serving, when its storage failed (Raft stops on the first
+    /// failed write: nothing after it is acknowledged).
+    pub fatal: Option<String>,
 }
 
 /// Why a proposal or the node itself failed (not a registry refusal).
@@ -161,6 +164,10 @@ pub enum ConsensusError {
     /// Storage or the Raft core failed.
     #[error("storage: {0}")]
     Storage(String),
+    /// This node's storage failed, so Raft stopped for good: nothing is acknowledged here
+    /// any more (the message names the failure). The server exits; ask another node.
+    #[error("this node stopped after a storage failure ({0}); the write was not acknowledged")]
+    Failed(String),
 }
 
 /// What opening the data directory gives, before Raft starts.
@@ -200,6 +207,14 @@ impl Parts {
             shared,
             raft_config: Arc::new(raft_config),
         })
+    }
+}
+
+/// The error Raft stopped on, if it stopped on one (a clean shutdown is `Fatal::Stopped`).
+fn fatal_of(metrics: &openraft::RaftMetrics<u64, BasicNode>) -> Option<String> {
+    match &metrics.running_state {
+        Ok(()) | Err(openraft::error::Fatal::Stopped) => None,
+        Err(error) => Some(error.to_string()),
     }
 }
 
@@ -345,6 +360,10 @@ impl Node {
         command: Command,
         meta: CommandMeta,
     ) -> Result<Result<Applied, Rejection>, ConsensusError> {
+        if let Some(fatal) = self.fatal() {
+            return Err(ConsensusError::Failed(fatal));
+        }
+        let failed = |error: ConsensusError| self.fatal().map_or(error, ConsensusError::Failed);
         if !matches!(command, Command::SetPolicy(_)) && !self.read(Registry::policy_committed) {
             let policy = SetPolicy {
                 policy: RegistryConfig::clone(&self.initial_policy),
@@ -354,11 +373,36 @@ impl Node {
                 command: policy.into(),
                 meta: meta.clone(),
             };
-            if let Err(rejection) = self.batcher.propose(first).await? {
+            if let Err(rejection) = self.batcher.propose(first).await.map_err(failed)? {
                 return Ok(Err(rejection));
             }
         }
-        self.batcher.propose(Proposal { command, meta }).await
+        self.batcher.propose(Proposal { command, meta }).await.map_err(failed)
+    }
+
+    /// Why Raft stopped, when it stopped on an error (a storage failure) rather than on
+    /// [`Node::shutdown`]: the node then serves nothing it could vouch for.
+    pub fn fatal(&self) -> Option<String> {
+        fatal_of(&self.raft.metrics().borrow())
+    }
+
+    /// Resolves when Raft stops on an error, with the error; never after a clean shutdown.
+    /// The server waits on this to stop itself (SPEC R2: a node that cannot persist must not
+    /// go on answering as if it could).
+    pub async fn failed(&self) -> ConsensusError {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if let Some(fatal) = fatal_of(&metrics.borrow_and_update()) {
+                return ConsensusError::Failed(fatal);
+            }
+            if metrics.changed().await.is_err() {
+                // The core has ended: an error is in the last metrics, or it stopped cleanly.
+                if let Some(fatal) = fatal_of(&metrics.borrow()) {
+                    return ConsensusError::Failed(fatal);
+                }
+                return std::future::pending().await;
+            }
+        }
     }
 
     /// Reads the registry. Keep `f` short: clone the `Arc`s you need and return.
@@ -374,6 +418,7 @@ impl Node {
             leader: metrics.current_leader,
             applied_index: self.shared.applied_index.load(std::sync::atomic::Ordering::Acquire),
             revision: self.read(Registry::revision),
+            fatal: fatal_of(&metrics),
         }
     }
 
@@ -419,7 +464,9 @@ impl Node {
             Ok(Err(openraft::error::RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)))) => {
                 Err(ConsensusError::NoQuorum)
             }
-            Ok(Err(error)) => Err(ConsensusError::Storage(error.to_string())),
+            Ok(Err(error)) => Err(self
+                .fatal()
+                .map_or_else(|| ConsensusError::Storage(error.to_string()), ConsensusError::Failed)),
         }
     }
 

@@ -253,6 +253,10 @@ pub struct StatusReply {
     /// quorum acknowledged it); absent when it never has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_leader_contact_ms: Option<u64>,
+    /// Why this node stopped serving, when its storage failed (then `ready` is false and the
+    /// server is exiting); absent on a healthy node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fatal: Option<String>,
     /// The replicated registry policy against this node's config file; absent from servers
     /// that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -121,6 +121,9 @@ codes! {
     Unavailable = "unavailable", 503, true;
     /// The node's storage failed: it stopped taking writes and is shutting down.
     StorageFailed = "storage_failed", 503, true;
+    /// A connection over the server's file-descriptor budget (SPEC S6): answered with this,
+    /// then closed; retry once connections have closed.
+    TooManyConnections = "too_many_connections", 503, true;
     /// Anything else that went wrong on the server.
     Internal = "internal", 500, true;
 }
@@ -160,6 +163,7 @@ mod tests {
                 &ErrorCode::Stale,
                 &ErrorCode::Unavailable,
                 &ErrorCode::StorageFailed,
+                &ErrorCode::TooManyConnections,
                 &ErrorCode::Internal
             ]
         );

@@ -4,6 +4,7 @@
 //! ```text
 //!  defaults ◀── --config FILE ◀── --data-dir / --http / --dns   (later wins)
 //!  SIGTERM or Ctrl-C ──▶ shutdown future ──▶ server stops gracefully ──▶ exit 0
+//!  storage failure (Raft stopped) ──▶ server stops gracefully ──▶ exit 1, the error on stderr
 //! ```
 
 use std::io::Write;
@@ -52,7 +53,8 @@ pub fn read_config(path: &Path) -> Result<ServerConfig, CliError> {
     toml::from_str(&text).map_err(|err| CliError::usage("config", format!("{}: {err}", path.display())))
 }
 
-/// Runs the server until SIGTERM or Ctrl-C, then waits for its graceful stop.
+/// Runs the server until SIGTERM or Ctrl-C, then waits for its graceful stop; a storage
+/// failure stops it the same way and is returned as the error.
 ///
 /// This is [`muster_server::run`] unrolled into `start` and `stop`, so that the address
 /// actually bound (`--http 127.0.0.1:0` picks a free port) can be printed in between: one
@@ -81,8 +83,7 @@ pub async fn serve(args: ServeArgs, json: bool, out: &mut dyn Write) -> Result<(
     };
     // A closed stdout must not stop the server: the line is a convenience, the logs say it too.
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());
-    shutdown.await;
-    server.stop().await?;
+    server.serve_until(shutdown).await?;
     Ok(())
 }
 

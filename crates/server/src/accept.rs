@@ -5,10 +5,15 @@
 //! byte 10,000 times.
 //!
 //! ```text
-//!  accept ──▶ TCP_NODELAY ──▶ spawn: http1 connection(router) ──┬─▶ done
-//!    │                                                          └─ stop: graceful_shutdown
+//!  accept ──▶ within budget? ─yes─▶ TCP_NODELAY ──▶ spawn: http1 connection(router) ──┬─▶ done
+//!    │            │ no                                                              └─ stop: graceful_shutdown
+//!    │            └─▶ refusal slot? ─yes─▶ answer one request 503 too_many_connections, close
+//!    │                      └─ no ──▶ close at once
 //!  stop ──▶ stop accepting, tell every connection ──▶ wait for the last one to finish
 //! ```
+//!
+//! The budget ([`crate::descriptors`]) keeps connections from taking the descriptors the log,
+//! snapshots and peers need: a flood of connections is refused, never a snapshot.
 //!
 //! Graceful shutdown: in-flight responses finish (watch streams end after the hub's `closing`
 //! frame), idle keep-alive connections close, and [`serve`] returns once all are gone.
@@ -16,16 +21,22 @@
 //! waiting and drops or aborts it, every connection still open is aborted with it, so no
 //! connection outlives the server.
 
+use std::convert::Infallible;
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::response::IntoResponse;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, oneshot, watch};
 use tokio::task::JoinSet;
+
+use crate::descriptors::ConnectionBudget;
+use crate::error::ApiError;
 
 /// hyper's smallest allowed read/write buffer bound (its default is ~400 KiB): requests are
 /// small JSON bodies (capped by `max_body_bytes`, read in chunks anyway) and responses are
@@ -36,9 +47,19 @@ const MAX_BUF_SIZE: usize = 8 * 1024;
 /// again rather than spinning; as `axum::serve` does.
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_secs(1);
 
+/// How long a connection refused for the budget may take to send its request and read the
+/// answer: a well-behaved client sends at once; a slow one is cut off so refusals cannot
+/// hold descriptors for long.
+pub(crate) const REFUSAL_TIME: Duration = Duration::from_secs(2);
+
 /// Serves `router` on `listener` until `stop` fires, then shuts down gracefully and returns
 /// once every connection has finished. Dropping the future aborts the connections left.
-pub(crate) async fn serve(listener: TcpListener, router: Router, stop: oneshot::Receiver<()>) -> io::Result<()> {
+pub(crate) async fn serve(
+    listener: TcpListener,
+    router: Router,
+    stop: oneshot::Receiver<()>,
+    budget: ConnectionBudget,
+) -> io::Result<()> {
     let mut builder = http1::Builder::new();
     // The timer makes hyper's header read timeout (30 s by default) real: without one, a
     // client could hold a connection forever with half a request head.
@@ -64,7 +85,23 @@ pub(crate) async fn serve(listener: TcpListener, router: Router, stop: oneshot::
                 }
             },
         };
-        connections.spawn(connection(builder.clone(), tcp, router.clone(), stopping_rx.clone()));
+        match Arc::clone(&budget.open).try_acquire_owned() {
+            Ok(permit) => {
+                connections.spawn(connection(
+                    builder.clone(),
+                    tcp,
+                    router.clone(),
+                    stopping_rx.clone(),
+                    permit,
+                ));
+            }
+            Err(_) => match Arc::clone(&budget.refusing).try_acquire_owned() {
+                Ok(permit) => {
+                    connections.spawn(refuse(tcp, permit));
+                }
+                Err(_) => drop(tcp),
+            },
+        }
     }
     drop(listener);
     let _ = stopping.send(true);
@@ -72,7 +109,14 @@ pub(crate) async fn serve(listener: TcpListener, router: Router, stop: oneshot::
     Ok(())
 }
 
-async fn connection(builder: http1::Builder, tcp: TcpStream, router: Router, mut stopping: watch::Receiver<bool>) {
+/// Serves one connection; `_permit` is its place in the budget, given back when it ends.
+async fn connection(
+    builder: http1::Builder,
+    tcp: TcpStream,
+    router: Router,
+    mut stopping: watch::Receiver<bool>,
+    _permit: OwnedSemaphorePermit,
+) {
     // Watch frames are small writes that must leave at once: no Nagle delay.
     if let Err(error) = tcp.set_nodelay(true) {
         tracing::debug!(%error, "cannot set TCP_NODELAY");
@@ -92,5 +136,77 @@ async fn connection(builder: http1::Builder, tcp: TcpStream, router: Router, mut
     };
     if let Err(error) = result {
         tracing::debug!(%error, "connection ended with an error");
+    }
+}
+
+/// Answers one request on a connection over the budget with `503 too_many_connections`, then
+/// closes it (reading the request first, so the client sees the answer, not a reset).
+async fn refuse(tcp: TcpStream, _permit: OwnedSemaphorePermit) {
+    let service = hyper::service::service_fn(|_request| async {
+        let refusal = ApiError::new(
+            muster_core::ErrorCode::TooManyConnections,
+            "this server holds as many connections as its file-descriptor budget allows; \
+             retry later or close idle connections",
+        );
+        Ok::<_, Infallible>(refusal.into_response())
+    });
+    let mut builder = http1::Builder::new();
+    builder.keep_alive(false).max_buf_size(MAX_BUF_SIZE);
+    let refused = builder.serve_connection(TokioIo::new(tcp), service);
+    if tokio::time::timeout(REFUSAL_TIME, refused).await.is_err() {
+        tracing::debug!("a refused connection sent no request in time");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    const REQUEST: &[u8] = b"GET /v1/anything HTTP/1.1\r\nHost: test\r\n\r\n";
+
+    async fn exchange(addr: std::net::SocketAddr) -> String {
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(REQUEST).await.unwrap();
+        let mut reply = vec![0; 4096];
+        let read = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut reply))
+            .await
+            .expect("an answer in time")
+            .unwrap();
+        String::from_utf8_lossy(&reply[..read]).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_connection_over_the_budget_is_answered_too_many_connections_and_the_budget_comes_back() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route("/v1/anything", axum::routing::get(|| async { "served" }));
+        let (stop, stop_rx) = oneshot::channel();
+        let server = tokio::spawn(serve(listener, router, stop_rx, ConnectionBudget::of(1)));
+
+        // The one connection the budget allows, held open (keep-alive).
+        let mut held = TcpStream::connect(addr).await.unwrap();
+        held.write_all(REQUEST).await.unwrap();
+        let mut reply = vec![0; 4096];
+        let read = held.read(&mut reply).await.unwrap();
+        assert!(String::from_utf8_lossy(&reply[..read]).ends_with("served"));
+
+        let refused = exchange(addr).await;
+        assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+        assert!(refused.contains("\"code\":\"too_many_connections\""), "{refused}");
+
+        drop(held);
+        let mut served = String::new();
+        for _ in 0..100 {
+            served = exchange(addr).await;
+            if served.ends_with("served") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(served.ends_with("served"), "the budget is given back: {served}");
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
     }
 }

@@ -113,6 +113,7 @@ impl From<ConsensusError> for ApiError {
             }
             ConsensusError::NotLeader(_) => ErrorCode::NotLeader,
             ConsensusError::Membership(_) => ErrorCode::MembershipRefused,
+            ConsensusError::Failed(_) => ErrorCode::StorageFailed,
             _ => ErrorCode::Internal,
         };
         ApiError::new(code, error.to_string())

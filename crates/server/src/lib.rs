@@ -14,7 +14,8 @@
 //! ```
 //!
 //! # Layout
-//! - `server`: [`start`], [`run`], [`RunningServer`]; `accept`: the HTTP/1.1 accept loop.
+//! - `server`: [`start`], [`run`], [`RunningServer`]; `accept`: the HTTP/1.1 accept loop,
+//!   within the connection budget of `descriptors`.
 //! - `routes`: the route table and the JSON error safety net; `error`: codes and statuses.
 //! - `extract`: body, query, path and header extraction with API errors.
 //! - `writes`, `lease_routes`, `reads`, `watch`, `status`, `policy`: the handlers (`policy`
@@ -44,6 +45,7 @@ mod clock;
 mod cluster;
 mod config;
 mod consistency;
+mod descriptors;
 mod dns;
 mod error;
 mod extract;

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
@@ -45,8 +45,31 @@ pub(crate) fn router(app: Arc<App>, max_body_bytes: usize) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&app),
+            refuse_when_failed,
+        ))
         .layer(axum::middleware::map_response(json_errors))
         .with_state(app)
+}
+
+/// A node whose storage failed answers only its status and metrics: its registry is frozen
+/// at the failure, so a read would pass stale state off as current, and nothing can be
+/// acknowledged any more (SPEC R2). Everything else gets `storage_failed` (503: ask another
+/// node) until the server has stopped.
+async fn refuse_when_failed(
+    State(app): State<Arc<App>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let path = request.uri().path();
+    if path != "/v1/status"
+        && path != "/v1/metrics"
+        && let Some(fatal) = app.node.fatal()
+    {
+        return ApiError::from(muster_consensus::ConsensusError::Failed(fatal)).into_response();
+    }
+    next.run(request).await
 }
 
 async fn no_route() -> ApiError {

@@ -7,6 +7,9 @@
 //!  stop:  not ready ─▶ DNS stops ─▶ stop accepting (graceful) ─▶ watchers get `closing`, blocking
 //!         queries return ─▶ in-flight requests finish (bounded by shutdown_grace_ms)
 //!         ─▶ leader task stops ─▶ Node::shutdown
+//!  fail:  the node's storage fails (Raft stops for good) ─▶ status: not ready, `fatal` names
+//!         the error; writes answer `storage_failed` ─▶ the same graceful stop ─▶ the run
+//!         ends with the error (`muster serve` exits non-zero)
 //! ```
 
 use std::net::SocketAddr;
@@ -25,7 +28,7 @@ use crate::forward::ClusterLink;
 use crate::hub::{WatchHub, WatchStats};
 use crate::observers::Observers;
 use crate::policy::PolicyWatch;
-use crate::{ServerConfig, ServerError, accept, cluster, dns, leader, routes};
+use crate::{ServerConfig, ServerError, accept, cluster, descriptors, dns, leader, routes};
 
 /// A server that is running; [`RunningServer::stop`] stops it gracefully.
 pub struct RunningServer {
@@ -143,10 +146,16 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     ));
     let router = routes::router(Arc::clone(&app), config.max_body_bytes);
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
-    let serve = tokio::spawn(accept::serve(listener, router, stop_accepting_rx));
+    let (http_budget, cluster_budget) = descriptors::budgets();
+    let serve = tokio::spawn(accept::serve(listener, router, stop_accepting_rx, http_budget));
     let cluster_serve = cluster_listener.map(|listener| {
         let (stop, stop_rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(accept::serve(listener, cluster::router(Arc::clone(&app)), stop_rx));
+        let task = tokio::spawn(accept::serve(
+            listener,
+            cluster::router(Arc::clone(&app)),
+            stop_rx,
+            cluster_budget,
+        ));
         (stop, task)
     });
     // One timer for every watch stream's `progress` frames; it ends when the hub closes.
@@ -181,6 +190,38 @@ impl RunningServer {
     /// What the watch hub holds.
     pub fn watch_stats(&self) -> WatchStats {
         self.app.hub.stats()
+    }
+
+    /// Serves until `shutdown` resolves or the node fails, then stops gracefully. A node
+    /// whose storage failed cannot acknowledge anything any more, so serving on would only
+    /// hand out frozen state: DNS stops and watchers are told `closing` at once, every route
+    /// but status and metrics answers `storage_failed`, and status says why (not ready,
+    /// `fatal`) for the shutdown grace, so a readiness probe or an operator sees it before the
+    /// process goes (an earlier `shutdown` cuts that short); then the usual stop, and the
+    /// failure is returned as the error.
+    pub async fn serve_until(mut self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+        let mut shutdown = std::pin::pin!(shutdown);
+        let failure = tokio::select! {
+            () = &mut shutdown => None,
+            failure = self.app.node.failed() => Some(failure),
+        };
+        let Some(failure) = failure else {
+            return self.stop().await;
+        };
+        tracing::error!(error = %failure, grace = ?self.shutdown_grace, "the node's storage failed: stopping");
+        self.app.set_ready(false);
+        if let Some(dns) = self.dns.take() {
+            dns.stop().await;
+        }
+        self.app.hub.close();
+        tokio::select! {
+            () = tokio::time::sleep(self.shutdown_grace) => {}
+            () = &mut shutdown => {}
+        }
+        if let Err(error) = self.stop().await {
+            tracing::warn!(%error, "stopping after the storage failure");
+        }
+        Err(ServerError::Consensus(failure))
     }
 
     /// Stops gracefully: stop accepting, tell watchers `closing`, let in-flight requests
@@ -219,12 +260,11 @@ impl RunningServer {
 }
 
 /// Runs the server until `shutdown` resolves, then stops gracefully: stop accepting, finish
-/// in-flight writes, send watchers a final `closing` frame, return.
+/// in-flight writes, send watchers a final `closing` frame, return. If the node's storage
+/// fails first, it stops the same way and returns the failure ([`RunningServer::serve_until`]).
 pub async fn run(
     config: ServerConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let server = start(config).await?;
-    shutdown.await;
-    server.stop().await
+    start(config).await?.serve_until(shutdown).await
 }

@@ -1,5 +1,6 @@
 //! `GET /v1/status`: the node's identity, leader, revision and readiness, and whether the
-//! replicated registry policy matches this node's config file.
+//! replicated registry policy matches this node's config file. A node whose storage failed
+//! is not ready and says why in `fatal` (its server is stopping).
 
 use std::sync::Arc;
 
@@ -19,9 +20,10 @@ pub(crate) async fn status(State(app): State<Arc<App>>) -> Json<StatusReply> {
         revision: node.revision,
         applied_index: node.applied_index,
         uptime_ms: app.clock.now_ms(),
-        ready: app.is_ready(),
+        ready: app.is_ready() && node.fatal.is_none(),
         protected_services: app.protected().iter().map(ToString::to_string).collect(),
         last_leader_contact_ms: app.node.leader_contact_age_ms(),
+        fatal: node.fatal.map(|fatal| format!("storage: {fatal}")),
         policy: Some(app.node.read(|registry| policy::status(registry, &app.config_policy))),
     })
 }

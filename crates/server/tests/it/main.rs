@@ -7,6 +7,7 @@
 mod cluster;
 mod dns;
 mod errors;
+mod faults;
 mod health;
 mod leases;
 mod lifecycle;

@@ -69,6 +69,8 @@ impl Reply {
 /// A running test server with its data directory.
 pub(crate) struct TestServer {
     server: Option<RunningServer>,
+    /// Where the HTTP API listens (kept when the server is handed to a task).
+    addr: std::net::SocketAddr,
     config: ServerConfig,
     /// Kept so the data directory lives as long as the server.
     _dir: TempDir,
@@ -101,6 +103,7 @@ impl TestServer {
             .expect("the server starts in time")
             .expect("the server starts");
         TestServer {
+            addr: server.local_addr(),
             server: Some(server),
             config,
             _dir: dir,
@@ -118,7 +121,7 @@ impl TestServer {
     }
 
     pub(crate) fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.running().local_addr(), path)
+        format!("http://{}{}", self.addr, path)
     }
 
     /// Where the DNS listener answers.
@@ -148,10 +151,17 @@ impl TestServer {
     pub(crate) async fn restart_with(&mut self, configure: impl FnOnce(&mut ServerConfig)) {
         configure(&mut self.config);
         self.stop().await;
+        self.start_again().await;
+    }
+
+    /// Starts again on the same data directory (and a new port) after the server stopped.
+    pub(crate) async fn start_again(&mut self) {
+        assert!(self.server.is_none(), "the server is stopped");
         let server = tokio::time::timeout(STEP, muster_server::start(self.config.clone()))
             .await
             .expect("the server restarts in time")
             .expect("the server restarts");
+        self.addr = server.local_addr();
         self.server = Some(server);
     }
 
@@ -274,7 +284,19 @@ impl TestServer {
 
     /// The server's address.
     pub(crate) fn addr(&self) -> std::net::SocketAddr {
-        self.running().local_addr()
+        self.addr
+    }
+
+    /// The data directory.
+    pub(crate) fn data_dir(&self) -> &std::path::Path {
+        &self.config.data_dir
+    }
+
+    /// Hands the server to a task that serves it until the test ends or the node fails
+    /// ([`RunningServer::serve_until`]); requests still reach it at [`TestServer::addr`].
+    pub(crate) fn serve_in_background(&mut self) -> tokio::task::JoinHandle<Result<(), muster_server::ServerError>> {
+        let server = self.server.take().expect("running");
+        tokio::spawn(server.serve_until(std::future::pending()))
     }
 }
 
