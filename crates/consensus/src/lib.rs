@@ -18,11 +18,17 @@ mod batcher;
 mod log_store;
 mod network;
 mod node;
+mod runtime;
+mod sim_disk;
+mod sim_log_store;
+mod snapshot_store;
 mod state_machine;
 #[cfg(test)]
 mod storage_tests;
 mod types;
 
-pub use network::{CallError, PeerClient, Rpc, SECRET_HEADER};
+pub use network::{CallError, PeerClient, PeerTransport, Rpc, SECRET_HEADER, TransportReply};
+pub use runtime::{ElectionRng, MusterRuntime, seed_election_rng};
+pub use sim_disk::SimDisk;
 pub use node::{ApplyObserver, ClusterConfig, ConsensusError, Member, Node, NodeConfig, NodeStatus};
 pub use types::{Batch, Outcome, Proposal, TypeConfig};

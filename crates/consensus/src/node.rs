@@ -15,6 +15,9 @@ use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
 use crate::batcher::Batcher;
 use crate::log_store::LogStore;
 use crate::network::{HttpPeers, NoPeers, PeerClient, Rpc};
+use crate::sim_disk::{SimDisk, SimSnapshots};
+use crate::sim_log_store::SimLogStore;
+use crate::snapshot_store::SnapshotStore;
 use crate::state_machine::{Shared, StateMachine};
 use crate::types::{Proposal, TypeConfig};
 
@@ -140,9 +143,17 @@ pub enum ConsensusError {
     Storage(String),
 }
 
-/// What opening the data directory gives, before Raft starts.
+/// The log store a node runs on.
+enum Log {
+    /// redb in the data directory.
+    Disk(LogStore),
+    /// A simulated disk.
+    Sim(SimLogStore),
+}
+
+/// What opening the data directory (or a simulated disk) gives, before Raft starts.
 struct Parts {
-    log: LogStore,
+    log: Log,
     log_writer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
     machine: StateMachine,
     shared: Arc<Shared>,
@@ -150,12 +161,24 @@ struct Parts {
 }
 
 impl Parts {
-    fn open(config: &NodeConfig, observer: Arc<dyn ApplyObserver>) -> Result<Parts, ConsensusError> {
+    /// Opens the data directory, or `disk` when given (and then no file is touched).
+    fn open(config: &NodeConfig, observer: Arc<dyn ApplyObserver>, disk: Option<&SimDisk>) -> Result<Parts, ConsensusError> {
         let storage = |e: std::io::Error| ConsensusError::Storage(e.to_string());
-        std::fs::create_dir_all(&config.data_dir).map_err(storage)?;
-        let log = LogStore::open(&config.data_dir.join("raft-log.redb")).map_err(storage)?;
-        let log_writer = Arc::new(std::sync::Mutex::new(log.take_writer_thread()));
-        let machine = StateMachine::open(&config.data_dir, config.registry.clone(), observer).map_err(storage)?;
+        let (log, log_writer, snapshots) = match disk {
+            None => {
+                std::fs::create_dir_all(&config.data_dir).map_err(storage)?;
+                let log = LogStore::open(&config.data_dir.join("raft-log.redb")).map_err(storage)?;
+                let writer = log.take_writer_thread();
+                let snapshots = SnapshotStore::open_dir(&config.data_dir).map_err(storage)?;
+                (Log::Disk(log), writer, snapshots)
+            }
+            Some(disk) => {
+                let log = SimLogStore::open(disk).map_err(storage)?;
+                (Log::Sim(log), None, SnapshotStore::Sim(SimSnapshots::new(disk)))
+            }
+        };
+        let log_writer = Arc::new(std::sync::Mutex::new(log_writer));
+        let machine = StateMachine::open(snapshots, config.registry.clone(), observer).map_err(storage)?;
         let shared = machine.shared();
         let raft_config = openraft::Config {
             cluster_name: "muster".into(),
@@ -178,6 +201,27 @@ impl Parts {
             raft_config: Arc::new(raft_config),
         })
     }
+
+    /// Starts Raft on these parts.
+    async fn start<N: RaftNetworkFactory<TypeConfig>>(self, id: u64, network: N) -> Result<Started, ConsensusError> {
+        let raft = match self.log {
+            Log::Disk(log) => Raft::new(id, self.raft_config, network, log, self.machine).await,
+            Log::Sim(log) => Raft::new(id, self.raft_config, network, log, self.machine).await,
+        }
+        .map_err(fatal)?;
+        Ok(Started {
+            raft,
+            shared: self.shared,
+            log_writer: self.log_writer,
+        })
+    }
+}
+
+/// A started Raft and what the node keeps beside it.
+struct Started {
+    raft: Raft<TypeConfig>,
+    shared: Arc<Shared>,
+    log_writer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 fn fatal(e: openraft::error::Fatal<u64>) -> ConsensusError {
@@ -211,7 +255,7 @@ impl Node {
             Some(cluster) => {
                 let client = PeerClient::new(cluster.secret.clone(), cluster.members.clone());
                 let network = HttpPeers { client: client.clone() };
-                Node::open_member(config, cluster, observer, network, Some(client)).await
+                Node::open_member(config, cluster, observer, network, Some(client), None).await
             }
         }
     }
@@ -227,14 +271,35 @@ impl Node {
             .cluster
             .clone()
             .ok_or_else(|| ConsensusError::Storage("open_with_network needs a cluster config".into()))?;
-        Node::open_member(config, cluster, observer, network, None).await
+        Node::open_member(config, cluster, observer, network, None, None).await
+    }
+
+    /// Opens a cluster member of a deterministic simulation (`muster-sim`): its log, vote and
+    /// snapshots on `disk` (kept by the caller across restarts; `data_dir` is not touched),
+    /// Raft's RPCs through `network`, and a follower's writes forwarded to the leader through
+    /// `forward` (a [`PeerClient::with_transport`]). Run it on a current-thread tokio runtime
+    /// with a paused clock, after [`crate::seed_election_rng`], and the same schedule gives
+    /// the same run.
+    pub async fn open_simulated<N: RaftNetworkFactory<TypeConfig>>(
+        config: NodeConfig,
+        observer: Arc<dyn ApplyObserver>,
+        network: N,
+        forward: PeerClient,
+        disk: &SimDisk,
+    ) -> Result<Node, ConsensusError> {
+        let cluster = config
+            .cluster
+            .clone()
+            .ok_or_else(|| ConsensusError::Storage("open_simulated needs a cluster config".into()))?;
+        Node::open_member(config, cluster, observer, network, Some(forward), Some(disk)).await
     }
 
     async fn open_single(config: NodeConfig, observer: Arc<dyn ApplyObserver>) -> Result<Node, ConsensusError> {
-        let parts = Parts::open(&config, observer)?;
-        let raft = Raft::new(SINGLE_NODE_ID, parts.raft_config, NoPeers, parts.log, parts.machine)
-            .await
-            .map_err(fatal)?;
+        let Started {
+            raft,
+            shared,
+            log_writer,
+        } = Parts::open(&config, observer, None)?.start(SINGLE_NODE_ID, NoPeers).await?;
         if !raft.is_initialized().await.map_err(fatal)? {
             let members = BTreeMap::from([(SINGLE_NODE_ID, BasicNode::default())]);
             raft.initialize(members)
@@ -252,8 +317,8 @@ impl Node {
             id: SINGLE_NODE_ID,
             secret: None,
             raft,
-            shared: parts.shared,
-            log_writer: parts.log_writer,
+            shared,
+            log_writer,
             batcher,
         })
     }
@@ -264,6 +329,7 @@ impl Node {
         observer: Arc<dyn ApplyObserver>,
         network: N,
         forward: Option<PeerClient>,
+        disk: Option<&SimDisk>,
     ) -> Result<Node, ConsensusError> {
         if !cluster.members.contains_key(&cluster.node_id) {
             return Err(ConsensusError::Storage(format!(
@@ -272,10 +338,11 @@ impl Node {
                 cluster.members.keys().collect::<Vec<_>>()
             )));
         }
-        let parts = Parts::open(&config, observer)?;
-        let raft = Raft::new(cluster.node_id, parts.raft_config, network, parts.log, parts.machine)
-            .await
-            .map_err(fatal)?;
+        let Started {
+            raft,
+            shared,
+            log_writer,
+        } = Parts::open(&config, observer, disk)?.start(cluster.node_id, network).await?;
         // A static cluster forms once: the member with the lowest id proposes the membership
         // (an initialised node ignores it); the others wait to hear from it.
         let first = cluster.members.keys().next().copied();
@@ -296,8 +363,8 @@ impl Node {
             id: cluster.node_id,
             secret: Some(Arc::from(cluster.secret.as_str())),
             raft,
-            shared: parts.shared,
-            log_writer: parts.log_writer,
+            shared,
+            log_writer,
             batcher,
         })
     }
