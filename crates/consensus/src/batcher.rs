@@ -16,7 +16,13 @@
 //! In a cluster a follower's batch is forwarded whole to the leader (`POST /raft/propose`),
 //! and the follower answers once it has applied the entry itself. Without a quorum a write
 //! fails with `no_quorum` after [`WRITE_TIMEOUT`]; it may still commit later (the usual
-//! ambiguity of a timeout), which is why every command is idempotent on retry.
+//! ambiguity of a timeout).
+//!
+//! A batch is retried (forwarded again, or proposed again here) while no verdict came back,
+//! so it may reach the log more than once. Each batch carries a [`BatchId`] — this node, this
+//! process's session, a number counting up — and the state machine applies it once
+//! (`applied_batches`), answering a retry with the first application's verdicts. Not every
+//! command is idempotent by itself: a `GrantLease` applied twice would mint two leases.
 
 use muster_core::Rejection;
 use muster_registry::Applied;
@@ -28,7 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::network::{PeerClient, Rpc};
 use crate::node::ConsensusError;
-use crate::types::{Batch, Outcome, Proposal, TypeConfig};
+use crate::types::{Batch, BatchId, Outcome, Proposal, TypeConfig};
 
 /// Proposals in one entry at most: 1,024 registrations of ~1 KiB keep an entry near 1 MiB,
 /// and far more writers than that are already waiting on latency, not throughput.
@@ -57,10 +63,12 @@ pub(crate) struct Batcher {
 
 impl Batcher {
     /// Starts the batcher in front of `raft`; with `peers`, a follower forwards its batches
-    /// to the leader.
-    pub(crate) fn spawn(raft: Raft<TypeConfig>, peers: Option<PeerClient>) -> Batcher {
+    /// to the leader. Batches are identified as `origin`'s (this node id) in `session`, which
+    /// must differ from every earlier start of this node.
+    pub(crate) fn spawn(raft: Raft<TypeConfig>, peers: Option<PeerClient>, origin: u64, session: u64) -> Batcher {
         let (queue, pending) = mpsc::channel(QUEUE);
-        tokio::spawn(run(raft, peers, pending));
+        let ids = (1_u64..).map(move |seq| BatchId { origin, session, seq });
+        tokio::spawn(run(raft, peers, pending, ids));
         Batcher { queue }
     }
 
@@ -75,7 +83,12 @@ impl Batcher {
     }
 }
 
-async fn run(raft: Raft<TypeConfig>, peers: Option<PeerClient>, mut pending: mpsc::Receiver<Pending>) {
+async fn run(
+    raft: Raft<TypeConfig>,
+    peers: Option<PeerClient>,
+    mut pending: mpsc::Receiver<Pending>,
+    mut ids: impl Iterator<Item = BatchId>,
+) {
     while let Some(first) = pending.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -85,7 +98,11 @@ async fn run(raft: Raft<TypeConfig>, peers: Option<PeerClient>, mut pending: mps
             }
         }
         let (proposals, replies): (Vec<_>, Vec<_>) = batch.into_iter().map(|p| (p.proposal, p.reply)).unzip();
-        let verdicts = commit(&raft, peers.as_ref(), Batch(proposals)).await;
+        let batch = Batch {
+            id: ids.next(),
+            proposals,
+        };
+        let verdicts = commit(&raft, peers.as_ref(), batch).await;
         match verdicts {
             Ok(outcome) => {
                 let mut results = outcome.0.into_iter();
@@ -108,8 +125,8 @@ async fn run(raft: Raft<TypeConfig>, peers: Option<PeerClient>, mut pending: mps
 /// Commits a batch: here when this node leads, else forwarded to the leader, then waits until
 /// this node has applied it too (so a reader of this node sees its own write). While no
 /// leader answers (an election), it tries again every [`RETRY`] until [`WRITE_TIMEOUT`]: a
-/// batch forwarded to a leader that died after committing it may so be committed twice,
-/// which is why every command is idempotent (the second answers `already_committed`).
+/// batch forwarded to a leader that died after committing it may so reach the log twice; its
+/// id makes the second a no-op that answers the first's verdicts.
 async fn commit(raft: &Raft<TypeConfig>, peers: Option<&PeerClient>, batch: Batch) -> Result<Outcome, ConsensusError> {
     let deadline = tokio::time::Instant::now() + WRITE_TIMEOUT;
     loop {

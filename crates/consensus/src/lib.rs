@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+mod applied_batches;
 mod batcher;
 mod log_store;
 mod network;
@@ -22,7 +23,10 @@ mod runtime;
 mod sim_disk;
 mod sim_log_store;
 mod snapshot_store;
+mod snapshot_files;
 mod state_machine;
+#[cfg(test)]
+mod state_machine_tests;
 #[cfg(test)]
 mod storage_tests;
 mod types;
@@ -31,4 +35,4 @@ pub use network::{CallError, PeerClient, PeerTransport, Rpc, SECRET_HEADER, Tran
 pub use runtime::{ElectionRng, MusterRuntime, seed_election_rng};
 pub use sim_disk::SimDisk;
 pub use node::{ApplyObserver, ClusterConfig, ConsensusError, Member, Node, NodeConfig, NodeStatus};
-pub use types::{Batch, Outcome, Proposal, TypeConfig};
+pub use types::{Batch, BatchId, Outcome, Proposal, TypeConfig};

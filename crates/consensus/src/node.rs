@@ -44,6 +44,11 @@ pub struct NodeConfig {
     pub keep_after_snapshot: u64,
     /// The cluster this node belongs to; `None`: a group of one.
     pub cluster: Option<ClusterConfig>,
+    /// Identifies this start of the node in the ids of the batches it proposes, so a retried
+    /// batch is applied once (SPEC R6). It must differ from every earlier start's:
+    /// [`NodeConfig::new`] derives it from the wall clock and the process id; a deterministic
+    /// harness sets it from its seed.
+    pub proposal_session: u64,
 }
 
 /// A static cluster: this node's id, every member's cluster address (this node's included),
@@ -68,8 +73,20 @@ impl NodeConfig {
             snapshot_every: 10_000,
             keep_after_snapshot: 1_000,
             cluster: None,
+            proposal_session: fresh_session(),
         }
     }
+}
+
+/// A session id unlikely to repeat: the wall clock in nanoseconds mixed with the process id.
+fn fresh_session() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut seed = [0_u8; 20];
+    seed[..16].copy_from_slice(&nanos.to_le_bytes());
+    seed[16..].copy_from_slice(&std::process::id().to_le_bytes());
+    xxhash_rust::xxh3::xxh3_64(&seed)
 }
 
 /// Told about every applied command, in log order, while the registry is locked for the
@@ -178,7 +195,7 @@ impl Parts {
             }
         };
         let log_writer = Arc::new(std::sync::Mutex::new(log_writer));
-        let machine = StateMachine::open(snapshots, config.registry.clone(), observer).map_err(storage)?;
+        let machine = StateMachine::open_in(snapshots, config.registry.clone(), observer).map_err(storage)?;
         let shared = machine.shared();
         let raft_config = openraft::Config {
             cluster_name: "muster".into(),
@@ -310,7 +327,7 @@ impl Node {
             .state(ServerState::Leader, "single node elects itself")
             .await
             .map_err(|_| ConsensusError::NoLeader)?;
-        let batcher = Batcher::spawn(raft.clone(), None);
+        let batcher = Batcher::spawn(raft.clone(), None, SINGLE_NODE_ID, config.proposal_session);
         Ok(Node {
             opened: tokio::time::Instant::now(),
             last_contact_ms: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
@@ -356,7 +373,7 @@ impl Node {
                 tracing::info!(%error, "cluster membership already initialised");
             }
         }
-        let batcher = Batcher::spawn(raft.clone(), forward);
+        let batcher = Batcher::spawn(raft.clone(), forward, cluster.node_id, config.proposal_session);
         Ok(Node {
             opened: tokio::time::Instant::now(),
             last_contact_ms: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),

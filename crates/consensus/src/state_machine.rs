@@ -2,12 +2,22 @@
 //!
 //! The registry lives in memory (shared with readers through an `RwLock`); durability comes
 //! from the log plus snapshots. A snapshot is the registry's exported state with the last
-//! applied log id and membership, written to `snapshot.json` atomically (temporary file,
-//! fsync, rename, fsync of the directory). On open the snapshot is loaded, and openraft
-//! replays the log after it.
+//! applied log id, membership and the [`AppliedBatches`] table, written through
+//! [`SnapshotFiles`] (a private temporary file, fsync, a newer-wins swap, the previous
+//! snapshot kept). On open the newest readable snapshot is loaded, and openraft replays the
+//! log after it.
+//!
+//! # Correctness
+//! - A snapshot is a consistent cut (SPEC R6): [`RaftStateMachine::get_snapshot_builder`]
+//!   runs between applies and takes its view then (a clone of the registry and of the batch
+//!   table, with the last applied log id), and `build_snapshot` — which openraft runs in a
+//!   task of its own, concurrently with later applies — only serialises that view. Entries
+//!   applied after the builder was taken are in neither the snapshot's state nor its
+//!   `last_log_id`, so replaying the log after it applies each exactly once.
+//! - A batch is applied at most once whatever number of times it reaches the log (retries
+//!   after a lost reply or a leader change): [`AppliedBatches`].
 
-use std::io::{self, Cursor, Write};
-use std::path::{Path, PathBuf};
+use std::io::{self, Cursor};
 use std::sync::{Arc, RwLock};
 
 use muster_registry::{Registry, RegistryConfig, RegistryState};
@@ -15,8 +25,12 @@ use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot, Snapsho
 use openraft::{AnyError, BasicNode, EntryPayload, ErrorSubject, ErrorVerb, StorageIOError, StoredMembership};
 use serde::{Deserialize, Serialize};
 
+use crate::applied_batches::{AppliedBatches, Seen};
 use crate::node::ApplyObserver;
-use crate::types::{Entry, LogId, Outcome, StorageError, TypeConfig};
+#[cfg(doc)]
+use crate::snapshot_files::SnapshotFiles;
+use crate::snapshot_store::SnapshotStore;
+use crate::types::{Batch, Entry, LogId, Outcome, StorageError, TypeConfig};
 
 /// What readers share with the state machine.
 pub(crate) struct Shared {
@@ -41,6 +55,9 @@ impl Shared {
 struct StoredSnapshot {
     meta: SnapshotMeta<u64, BasicNode>,
     state: RegistryState,
+    /// Absent in snapshots written before batches had ids.
+    #[serde(default)]
+    batches: AppliedBatches,
 }
 
 pub(crate) struct StateMachine {
@@ -48,10 +65,9 @@ pub(crate) struct StateMachine {
     config: RegistryConfig,
     last_applied: Option<LogId>,
     membership: StoredMembership<u64, BasicNode>,
-    dir: PathBuf,
+    batches: AppliedBatches,
+    files: SnapshotStore,
 }
-
-const SNAPSHOT_FILE: &str = "snapshot.json";
 
 fn sm_error(verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {
     StorageIOError::new(ErrorSubject::StateMachine, verb, AnyError::new(&e)).into()
@@ -62,9 +78,19 @@ fn snapshot_error(verb: ErrorVerb, e: impl std::error::Error + 'static) -> Stora
 }
 
 impl StateMachine {
-    /// Loads the last snapshot from `dir`, if there is one.
+    /// Loads the newest readable snapshot from `dir`, if there is one.
+    #[cfg(test)]
     pub(crate) fn open(
-        dir: &Path,
+        dir: &std::path::Path,
+        config: RegistryConfig,
+        observer: Arc<dyn ApplyObserver>,
+    ) -> Result<StateMachine, io::Error> {
+        StateMachine::open_in(SnapshotStore::open_dir(dir)?, config, observer)
+    }
+
+    /// Loads the newest readable snapshot from `files`, if there is one.
+    pub(crate) fn open_in(
+        files: SnapshotStore,
         config: RegistryConfig,
         observer: Arc<dyn ApplyObserver>,
     ) -> Result<StateMachine, io::Error> {
@@ -77,13 +103,26 @@ impl StateMachine {
             config,
             last_applied: None,
             membership: StoredMembership::default(),
-            dir: dir.to_owned(),
+            batches: AppliedBatches::default(),
+            files: files.clone(),
         };
-        if let Some(bytes) = read_snapshot_file(dir)? {
-            machine.restore(&bytes)?;
-        } else {
-            machine.shared.observer.reset(&machine.shared.read());
+        let mut last_error = None;
+        for bytes in files.candidates()? {
+            match machine.restore(&bytes) {
+                Ok(()) => {
+                    files.loaded(machine.last_applied);
+                    return Ok(machine);
+                }
+                Err(error) => {
+                    tracing::error!(%error, "a stored snapshot is unreadable; trying the previous one");
+                    last_error = Some(error);
+                }
+            }
         }
+        if let Some(error) = last_error {
+            return Err(error);
+        }
+        machine.shared.observer.reset(&machine.shared.read());
         Ok(machine)
     }
 
@@ -98,6 +137,7 @@ impl StateMachine {
         *current = registry;
         self.last_applied = stored.meta.last_log_id;
         self.membership = stored.meta.last_membership;
+        self.batches = stored.batches;
         self.shared.applied_index.store(
             self.last_applied.map_or(0, |id| id.index),
             std::sync::atomic::Ordering::Release,
@@ -105,37 +145,47 @@ impl StateMachine {
         self.shared.observer.reset(&current);
         Ok(())
     }
-}
 
-fn read_snapshot_file(dir: &Path) -> Result<Option<Vec<u8>>, io::Error> {
-    match std::fs::read(dir.join(SNAPSHOT_FILE)) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
+    /// Applies one batch, unless it is a retry of one already applied (then its first
+    /// verdicts) or a late copy of an older one (then nothing).
+    fn apply_batch(&mut self, registry: &mut Registry, log_index: u64, batch: Batch) -> Outcome {
+        let seen = batch.id.map(|id| (id, self.batches.seen(id)));
+        match seen {
+            Some((_, Seen::Retry(outcome))) => return outcome,
+            Some((_, Seen::Stale)) => return Outcome(Vec::new()),
+            Some((_, Seen::New)) | None => {}
+        }
+        let outcome = Outcome(
+            batch
+                .proposals
+                .iter()
+                .map(|proposal| {
+                    let result = registry.apply(&proposal.command, &proposal.meta);
+                    if let Ok(applied) = &result {
+                        self.shared.observer.applied(registry, applied);
+                    }
+                    result
+                })
+                .collect(),
+        );
+        if let Some((id, _)) = seen {
+            self.batches.record(id, log_index, outcome.clone());
+        }
+        outcome
     }
 }
 
-/// Replaces `snapshot.json` atomically: a crash leaves the old file or the new one, whole.
-fn write_snapshot_file(dir: &Path, bytes: &[u8]) -> Result<(), io::Error> {
-    let temporary = dir.join("snapshot.json.tmp");
-    let mut file = std::fs::File::create(&temporary)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&temporary, dir.join(SNAPSHOT_FILE))?;
-    std::fs::File::open(dir)?.sync_all()
-}
-
-/// Builds snapshots from a consistent read of the registry.
+/// Builds a snapshot of the view taken when the builder was: later applies cannot change it.
 pub(crate) struct SnapshotBuilder {
-    shared: Arc<Shared>,
+    registry: Registry,
+    batches: AppliedBatches,
     last_applied: Option<LogId>,
     membership: StoredMembership<u64, BasicNode>,
-    dir: PathBuf,
+    files: SnapshotStore,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let state = self.shared.read().export();
         let snapshot_id = self
             .last_applied
             .map_or_else(|| "empty".to_owned(), |id| format!("{}-{}", id.leader_id, id.index));
@@ -146,20 +196,30 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         };
         let stored = StoredSnapshot {
             meta: meta.clone(),
-            state,
+            state: self.registry.export(),
+            batches: self.batches.clone(),
         };
         let bytes = serde_json::to_vec(&stored).map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
-        let dir = self.dir.clone();
-        let written = bytes.clone();
-        tokio::task::spawn_blocking(move || write_snapshot_file(&dir, &written))
+        store(&self.files, meta.last_log_id, &bytes)
             .await
-            .map_err(|e| snapshot_error(ErrorVerb::Write, e))?
             .map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(bytes)),
         })
     }
+}
+
+/// Writes a snapshot's bytes (newer wins, [`SnapshotFiles::store`]).
+async fn store(files: &SnapshotStore, last_log_id: Option<LogId>, bytes: &[u8]) -> Result<(), io::Error> {
+    let stored = files.store(last_log_id, bytes).await?;
+    if stored == crate::snapshot_files::Stored::Superseded {
+        tracing::debug!(
+            ?last_log_id,
+            "a newer snapshot is already on disk; this one was discarded"
+        );
+    }
+    Ok(())
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
@@ -175,7 +235,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I::IntoIter: Send,
     {
         let mut outcomes = Vec::new();
-        let mut registry = self.shared.write();
+        let shared = Arc::clone(&self.shared);
+        let mut registry = shared.write();
         for entry in entries {
             self.last_applied = Some(entry.log_id);
             self.shared
@@ -183,19 +244,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 .store(entry.log_id.index, std::sync::atomic::Ordering::Release);
             outcomes.push(match entry.payload {
                 EntryPayload::Blank => Outcome(Vec::new()),
-                EntryPayload::Normal(batch) => Outcome(
-                    batch
-                        .0
-                        .iter()
-                        .map(|proposal| {
-                            let result = registry.apply(&proposal.command, &proposal.meta);
-                            if let Ok(applied) = &result {
-                                self.shared.observer.applied(&registry, applied);
-                            }
-                            result
-                        })
-                        .collect(),
-                ),
+                EntryPayload::Normal(batch) => self.apply_batch(&mut registry, entry.log_id.index, batch),
                 EntryPayload::Membership(membership) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), membership);
                     Outcome(Vec::new())
@@ -206,11 +255,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        // The view is taken here, between applies (see the module's Correctness section).
         SnapshotBuilder {
-            shared: Arc::clone(&self.shared),
+            registry: self.shared.read().clone(),
+            batches: self.batches.clone(),
             last_applied: self.last_applied,
             membership: self.membership.clone(),
-            dir: self.dir.clone(),
+            files: self.files.clone(),
         }
     }
 
@@ -229,17 +280,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let mismatch = io::Error::other("snapshot data does not match its metadata");
             return Err(snapshot_error(ErrorVerb::Read, mismatch));
         }
-        let dir = self.dir.clone();
-        let written = bytes.clone();
-        tokio::task::spawn_blocking(move || write_snapshot_file(&dir, &written))
+        store(&self.files, meta.last_log_id, &bytes)
             .await
-            .map_err(|e| sm_error(ErrorVerb::Write, e))?
             .map_err(|e| sm_error(ErrorVerb::Write, e))?;
         self.restore(&bytes).map_err(|e| sm_error(ErrorVerb::Write, e))
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let Some(bytes) = read_snapshot_file(&self.dir).map_err(|e| snapshot_error(ErrorVerb::Read, e))? else {
+        let Some(bytes) = self
+            .files
+            .read_current()
+            .map_err(|e| snapshot_error(ErrorVerb::Read, e))?
+        else {
             return Ok(None);
         };
         let stored: StoredSnapshot = serde_json::from_slice(&bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;

@@ -18,8 +18,57 @@ openraft::declare_raft_types!(
 /// made durable, applied in order, each at its own revision. Batching here is what turns
 /// one fsync per write into one fsync per batch (group commit): openraft 0.9 flushes each
 /// append before it takes the next.
+///
+/// A batch carries an [`BatchId`]: a retried batch (a lost reply, a leader that died after
+/// committing it) is appended again, and the state machine recognises it and answers with
+/// the first application's verdicts instead of applying it twice (SPEC R6).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Batch(pub Vec<Proposal>);
+#[serde(from = "BatchWire")]
+pub struct Batch {
+    /// Who proposed it; `None` only for entries written before batches had ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<BatchId>,
+    /// The proposals, in order.
+    pub proposals: Vec<Proposal>,
+}
+
+/// A batch's identity: the proposing node, the process session it was proposed in (a node
+/// numbers its batches from 1 again after a restart), and its number in that session.
+///
+/// A node's batcher has one batch in flight at a time, so within a session the numbers reach
+/// the log in order, up to retries of the newest: that is all the state machine must
+/// remember per session ([`crate::state_machine`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct BatchId {
+    /// The proposing node's id.
+    pub origin: u64,
+    /// Distinct for every start of the proposing node.
+    pub session: u64,
+    /// The batch's number within the session, from 1.
+    pub seq: u64,
+}
+
+/// What a stored batch looks like: today's shape, or the bare list of proposals that log
+/// entries held before batches had ids (so an older data directory still opens).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum BatchWire {
+    Identified {
+        #[serde(default)]
+        id: Option<BatchId>,
+        proposals: Vec<Proposal>,
+    },
+    Legacy(Vec<Proposal>),
+}
+
+impl From<BatchWire> for Batch {
+    fn from(wire: BatchWire) -> Batch {
+        match wire {
+            BatchWire::Identified { id, proposals } => Batch { id, proposals },
+            BatchWire::Legacy(proposals) => Batch { id: None, proposals },
+        }
+    }
+}
 
 /// A registry command with who sent it and when (the leader's clock, fixed at proposal so
 /// replay sees the same time).

@@ -88,11 +88,10 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         .map(|c| ClusterLink::new(c.members.clone(), c.secret.clone()));
     let node = Node::open(
         NodeConfig {
-            data_dir: config.data_dir.clone(),
             registry: config.registry.clone(),
             snapshot_every: config.snapshot_every,
-            keep_after_snapshot: 1_000,
             cluster,
+            ..NodeConfig::new(config.data_dir.clone())
         },
         Arc::new(Observers(vec![
             Arc::new(DnsFeed::new(Arc::clone(&dns_zone))),

@@ -22,6 +22,7 @@ const SECRET: &str = "simulation";
 
 /// The simulated cluster.
 pub struct Cluster {
+    seed: u64,
     /// The network.
     pub net: Arc<Net>,
     /// The invariants.
@@ -39,7 +40,9 @@ pub struct Cluster {
 
 impl Cluster {
     /// A cluster of `size` nodes, none started.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
+        seed: u64,
         size: u64,
         net: Arc<Net>,
         checks: Arc<Mutex<Checks>>,
@@ -50,6 +53,7 @@ impl Cluster {
     ) -> Cluster {
         let members: BTreeMap<u64, String> = (1..=size).map(|id| (id, address(id))).collect();
         Cluster {
+            seed,
             net,
             checks,
             clock,
@@ -96,6 +100,8 @@ impl Cluster {
                 members: self.members.clone(),
                 secret: SECRET.into(),
             }),
+            // Distinct for every start of every node, and the same in every run of the seed.
+            proposal_session: xxhash_rust::xxh3::xxh3_64(&[self.seed, id, process].map(u64::to_le_bytes).concat()),
             ..NodeConfig::new(format!("/nonexistent/muster-sim/node-{id}"))
         };
         let peers = SimPeers {

@@ -65,9 +65,11 @@ pub struct Duties {
     clock: Clock,
     checks: Arc<Mutex<Checks>>,
     states: Mutex<BTreeMap<u64, DutyState>>,
-    /// The leader proposing an expiry right now, if one is (for the "leader change during
-    /// lease expiry" fault).
-    pub expiring: Mutex<Option<u64>>,
+    /// Armed by the "leader change during lease expiry" fault: the next leader to propose
+    /// an expiry is isolated at that moment.
+    pub trap: Mutex<bool>,
+    /// The leader the trap isolated (the driver schedules the heal).
+    pub trapped: Mutex<Option<u64>>,
 }
 
 fn meta(clock: Clock, who: &str, actor: Actor) -> CommandMeta {
@@ -86,7 +88,8 @@ impl Duties {
             clock,
             checks,
             states: Mutex::new(BTreeMap::new()),
-            expiring: Mutex::new(None),
+            trap: Mutex::new(false),
+            trapped: Mutex::new(None),
         })
     }
 
@@ -144,13 +147,18 @@ impl Duties {
             state.deadlines.expired(now, 64)
         });
         if !expired.is_empty() {
-            *self.expiring.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(id);
             let command = ExpireLeases {
                 leases: expired.clone(),
             };
-            let done = self.propose(node, command.into(), "sim-lease-keeper", Actor::Owner).await;
-            *self.expiring.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-            if done.is_some() {
+            let proposing = self.propose(node, command.into(), "sim-lease-keeper", Actor::Owner);
+            if std::mem::take(&mut *self.trap.lock().unwrap_or_else(std::sync::PoisonError::into_inner)) {
+                for other in self.net.nodes().into_keys().filter(|other| *other != id) {
+                    self.net.cut(id, other);
+                    self.net.cut(other, id);
+                }
+                *self.trapped.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(id);
+            }
+            if proposing.await.is_some() {
                 self.with_state(id, |state| expired.iter().for_each(|lease| state.deadlines.forget(*lease)));
             }
         }

@@ -73,7 +73,7 @@ impl Workload {
         Workload {
             services: vec![key("api"), key("web")],
             filler: key("filler"),
-            tenant: Label::new("acme").expect("a valid label"),
+            tenant: Label::new("tenant", "acme").expect("a valid label"),
             instances: BTreeMap::new(),
             leases: BTreeMap::new(),
             next_ttl: 0,
@@ -109,14 +109,19 @@ impl Workload {
                 LeaseSpec::Grant { ttl_ms: ttl }
             }
         };
-        let command: Command = Register {
+        let register = Register {
             target: self.target(slot, incarnation),
             spec: spec(slot),
             lease,
             expected_revision: None,
-        }
-        .into();
-        self.sent_registers.push((slot, incarnation, command.clone()));
+        };
+        // A late copy carries no grant: every grant's TTL stays unique to one operation.
+        let replay = Register {
+            lease: LeaseSpec::None,
+            ..register.clone()
+        };
+        self.sent_registers.push((slot, incarnation, replay.into()));
+        let command: Command = register.into();
         Op {
             what: format!("register {}#{incarnation} lease {lease:?}", name(&self.services, slot)),
             kind: OpKind::Propose(command, Actor::App),

@@ -1,0 +1,207 @@
+//! The snapshot files of a data directory: the current snapshot, the one before it, and a
+//! private temporary file for every write in progress.
+//!
+//! ```text
+//!  build / install ──▶ snapshot.json.tmp.<pid>.<n> (write, fsync)
+//!                          │ lock; newer than snapshot.json?
+//!                          ├─ no  ──▶ removed (an older snapshot never replaces a newer one)
+//!                          └─ yes ──▶ snapshot.json ──rename──▶ snapshot.prev.json
+//!                                     tmp ──rename──▶ snapshot.json; fsync the directory
+//! ```
+//!
+//! Two writers can run at once on a follower (openraft builds a snapshot in a task of its
+//! own while the state machine installs one from the leader), so each writes its own
+//! temporary file, and the swap into place happens under one lock that compares log ids.
+//!
+//! # Correctness
+//! - A crash at any point leaves `snapshot.json` whole (old or new), or — between the two
+//!   renames — only `snapshot.prev.json`, which [`SnapshotFiles::open`] then falls back to.
+//! - `snapshot.json` only ever moves forward in log order: a write whose last log id is not
+//!   newer than the current file's is discarded. So a build that started before an install
+//!   and finished after it cannot put the older state back after the log was purged.
+//! - A current file that cannot be read or parsed falls back to the previous one (its log
+//!   was purged only up to the previous snapshot's retained tail, so a cluster member then
+//!   catches up from the leader).
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::types::LogId;
+
+const CURRENT: &str = "snapshot.json";
+const PREVIOUS: &str = "snapshot.prev.json";
+const TEMPORARY_PREFIX: &str = "snapshot.json.tmp";
+
+/// Whether a write became the current snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stored {
+    /// It is `snapshot.json` now.
+    Current,
+    /// The current file is as new or newer; the write was discarded.
+    Superseded,
+}
+
+/// A data directory's snapshot files.
+#[derive(Debug)]
+pub(crate) struct SnapshotFiles {
+    dir: PathBuf,
+    /// The last log id of `snapshot.json`, as this process wrote or found it; the lock every
+    /// swap and every read of the current file holds.
+    current: Mutex<Option<LogId>>,
+    /// Numbers temporary files, unique within the process (the pid makes them unique across).
+    writes: AtomicU64,
+}
+
+impl SnapshotFiles {
+    /// The files of `dir`, removing temporary files a crash left behind.
+    pub(crate) fn open(dir: &Path) -> Result<SnapshotFiles, io::Error> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_name().to_string_lossy().starts_with(TEMPORARY_PREFIX) {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        Ok(SnapshotFiles {
+            dir: dir.to_owned(),
+            current: Mutex::new(None),
+            writes: AtomicU64::new(0),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<LogId>> {
+        self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The stored snapshots, newest first: the current file, then the previous one. The
+    /// caller loads the first that parses and then calls [`SnapshotFiles::loaded`].
+    pub(crate) fn candidates(&self) -> Result<Vec<Vec<u8>>, io::Error> {
+        let _guard = self.lock();
+        let mut found = Vec::new();
+        for name in [CURRENT, PREVIOUS] {
+            if let Some(bytes) = read_optional(&self.dir.join(name))? {
+                found.push(bytes);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Records the last log id of the snapshot that was loaded.
+    pub(crate) fn loaded(&self, last_log_id: Option<LogId>) {
+        *self.lock() = last_log_id;
+    }
+
+    /// The current snapshot's bytes.
+    pub(crate) fn read_current(&self) -> Result<Option<Vec<u8>>, io::Error> {
+        let _guard = self.lock();
+        read_optional(&self.dir.join(CURRENT))
+    }
+
+    /// Writes a snapshot taken at `last_log_id`; it replaces the current one only if newer.
+    /// Blocking: call it from a blocking task.
+    pub(crate) fn store(&self, last_log_id: Option<LogId>, bytes: &[u8]) -> Result<Stored, io::Error> {
+        let n = self.writes.fetch_add(1, Ordering::Relaxed);
+        let temporary = self.dir.join(format!("{TEMPORARY_PREFIX}.{}.{n}", std::process::id()));
+        let written = write_synced(&temporary, bytes);
+        if let Err(error) = written {
+            let _ = std::fs::remove_file(&temporary);
+            return Err(error);
+        }
+        let mut current = self.lock();
+        let current_exists = self.dir.join(CURRENT).exists();
+        if current_exists && last_log_id <= *current {
+            std::fs::remove_file(&temporary)?;
+            return Ok(Stored::Superseded);
+        }
+        if current_exists {
+            std::fs::rename(self.dir.join(CURRENT), self.dir.join(PREVIOUS))?;
+        }
+        std::fs::rename(&temporary, self.dir.join(CURRENT))?;
+        std::fs::File::open(&self.dir)?.sync_all()?;
+        *current = last_log_id;
+        Ok(Stored::Current)
+    }
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), io::Error> {
+    let mut file = std::fs::File::create(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, io::Error> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::CommittedLeaderId;
+
+    use super::*;
+
+    fn log_id(index: u64) -> Option<LogId> {
+        Some(LogId::new(CommittedLeaderId::new(1, 1), index))
+    }
+
+    #[test]
+    fn an_older_snapshot_never_replaces_a_newer_one() {
+        // Trace: a follower builds at index 100 while it installs the leader's snapshot at
+        // 500; the build finishes last.
+        let dir = tempfile::tempdir().unwrap();
+        let files = SnapshotFiles::open(dir.path()).unwrap();
+        assert_eq!(files.store(log_id(500), b"installed at 500").unwrap(), Stored::Current);
+        assert_eq!(files.store(log_id(100), b"built at 100").unwrap(), Stored::Superseded);
+        assert_eq!(files.read_current().unwrap().unwrap(), b"installed at 500");
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with(TEMPORARY_PREFIX))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn the_previous_snapshot_is_kept_and_offered_after_the_current_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = SnapshotFiles::open(dir.path()).unwrap();
+        files.store(log_id(10), b"ten").unwrap();
+        files.store(log_id(20), b"twenty").unwrap();
+        assert_eq!(files.candidates().unwrap(), [b"twenty".to_vec(), b"ten".to_vec()]);
+        // A crash between the two renames leaves only the previous file: it is still offered.
+        std::fs::remove_file(dir.path().join(CURRENT)).unwrap();
+        assert_eq!(files.candidates().unwrap(), [b"ten".to_vec()]);
+    }
+
+    #[test]
+    fn temporary_files_of_a_crashed_write_are_removed_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(format!("{TEMPORARY_PREFIX}.77.0")), b"half").unwrap();
+        SnapshotFiles::open(dir.path()).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn concurrent_writers_use_their_own_temporary_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = std::sync::Arc::new(SnapshotFiles::open(dir.path()).unwrap());
+        let writers: Vec<_> = (1..=8_u64)
+            .map(|i| {
+                let files = std::sync::Arc::clone(&files);
+                std::thread::spawn(move || {
+                    let body = vec![u8::try_from(i).unwrap(); 64 * 1024];
+                    files.store(log_id(i), &body).unwrap()
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        // Whatever the interleaving, the newest is current and whole.
+        assert_eq!(files.read_current().unwrap().unwrap(), vec![8_u8; 64 * 1024]);
+    }
+}
