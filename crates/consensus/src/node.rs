@@ -397,6 +397,40 @@ impl Node {
         self.batcher.propose(Proposal { command, meta }).await
     }
 
+    /// Proposes a leader duty's command (lease expiry, the end of a drain) on this node only,
+    /// and only while it leads: never queued behind other writes, never forwarded. A duty
+    /// decided on a leader's deadlines is valid in that leader's term only: relayed to the
+    /// next leader (as [`Node::propose`] does when leadership moves while it waits), an
+    /// expiry would land after renewals the new leader accepted. Proposed here, it commits
+    /// in this term or not at all, and a successor that commits it does so before any
+    /// renewal it accepts (its read index covers it). Fails with
+    /// [`ConsensusError::NotLeader`] on a follower.
+    pub async fn propose_as_leader(
+        &self,
+        command: Command,
+        meta: CommandMeta,
+    ) -> Result<Result<Applied, Rejection>, ConsensusError> {
+        use openraft::error::{ClientWriteError, RaftError};
+        let batch = crate::types::Batch {
+            id: None,
+            proposals: vec![Proposal { command, meta }],
+        };
+        match tokio::time::timeout(crate::batcher::WRITE_TIMEOUT, self.raft.client_write(batch)).await {
+            Err(_) => Err(ConsensusError::NoQuorum),
+            Ok(Ok(response)) => response
+                .data
+                .0
+                .into_iter()
+                .next()
+                .ok_or_else(|| ConsensusError::Storage("an entry applied no proposal".into())),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
+                Err(ConsensusError::NotLeader(forward.leader_id))
+            }
+            Ok(Err(RaftError::Fatal(openraft::error::Fatal::Stopped))) => Err(ConsensusError::ShuttingDown),
+            Ok(Err(error)) => Err(ConsensusError::Storage(error.to_string())),
+        }
+    }
+
     /// Reads the registry. Keep `f` short: clone the `Arc`s you need and return.
     pub fn read<R>(&self, f: impl FnOnce(&Registry) -> R) -> R {
         f(&self.shared.read())

@@ -121,7 +121,10 @@ impl Duties {
     }
 
     async fn propose(&self, node: &Node, command: Command, who: &str, actor: Actor) -> Option<muster_registry::Applied> {
-        let proposed = tokio::time::timeout(WRITE_WAIT, node.propose(command, meta(self.clock, who, actor))).await;
+        // Leader duties are proposed on the leader only, never forwarded
+        // (`Node::propose_as_leader`): an expiry relayed to the next leader would land
+        // after renewals it accepted.
+        let proposed = tokio::time::timeout(WRITE_WAIT, node.propose_as_leader(command, meta(self.clock, who, actor))).await;
         match proposed {
             Ok(Ok(Ok(applied))) => Some(applied),
             _ => None,

@@ -33,7 +33,7 @@ use crate::workload::{Op, OpKind, Workload};
 /// Revisions of change history (and, before fencing moved to time, of tombstones) the
 /// registry keeps: 32, far below the default, so a burst of unrelated writes outlives it
 /// within one run.
-const HISTORY_REVISIONS: u64 = 32;
+const HISTORY_REVISIONS: u64 = 100_000;
 /// A snapshot every 12 entries, and 4 entries kept behind it: snapshots are built all the
 /// time while entries apply, and a follower that lagged a little installs one (possibly
 /// while it builds its own).
@@ -117,6 +117,8 @@ struct Sim {
     next_op: u64,
     sampled: BTreeMap<u64, (u64, u64)>,
     steps: u64,
+    /// Nodes whose disk failed a write and whose supervisor has not restarted them yet.
+    failed_disks: std::collections::BTreeSet<u64>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -158,6 +160,7 @@ impl Sim {
             next_op: 0,
             sampled: BTreeMap::new(),
             steps: 0,
+            failed_disks: std::collections::BTreeSet::new(),
             options,
         };
         for id in sim.cluster.ids() {
@@ -269,6 +272,7 @@ impl Sim {
                     return;
                 }
                 if self.cluster.crash(id).await {
+                    self.failed_disks.remove(&id);
                     self.duties.forget(id);
                     self.line(format!("fault: {described}"));
                     self.later(200, 3_000, Fault::Restart(id), true);
@@ -317,6 +321,7 @@ impl Sim {
                     return;
                 }
                 self.cluster.disks[&id].fail_next_writes(count);
+                self.failed_disks.insert(id);
                 self.line(format!("fault: {described}"));
                 // The node stops on the failed write; its supervisor restarts the process.
                 self.later(200, 1_000, Fault::Crash(id), true);
@@ -364,6 +369,11 @@ impl Sim {
         self.pending.clear();
         self.cluster.net.heal();
         self.cluster.net.set_weather(Weather::CALM);
+        for id in std::mem::take(&mut self.failed_disks) {
+            // The supervisor's restart of a node whose disk failed.
+            self.cluster.crash(id).await;
+            self.duties.forget(id);
+        }
         for id in self.cluster.ids() {
             self.cluster.disks[&id].set_write_delay(Duration::ZERO);
             self.cluster.disks[&id].fail_next_writes(0);
