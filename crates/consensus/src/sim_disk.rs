@@ -110,6 +110,24 @@ impl SimDisk {
         (state.writes, state.failed)
     }
 
+    /// What the disk holds, in a line: for a failure message.
+    pub fn describe(&self) -> String {
+        let state = self.state();
+        let meta: Vec<String> = state
+            .meta
+            .iter()
+            .map(|(key, value)| format!("{key}={}", String::from_utf8_lossy(value)))
+            .collect();
+        format!(
+            "log {:?}..={:?} ({} entries); {}; snapshots at {:?}",
+            state.log.keys().next(),
+            state.log.keys().next_back(),
+            state.log.len(),
+            meta.join(" "),
+            state.snapshots.iter().map(|(id, _)| id.map(|id| id.index)).collect::<Vec<_>>()
+        )
+    }
+
     /// The current power cycle: what an opening process writes under.
     pub(crate) fn power(&self) -> u64 {
         self.state().power

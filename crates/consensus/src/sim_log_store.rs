@@ -13,6 +13,8 @@
 //! - The disk takes operations in issue order, one at a time, and openraft hears of an
 //!   append only after the disk took it: a crash ([`SimDisk::power_cut`]) loses only
 //!   operations that were never acknowledged.
+//! - After a failed write the writer fails every later one (openraft stops on the first
+//!   failure anyway): what is on the disk stays a prefix of what was issued.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -90,12 +92,21 @@ impl SimLogStore {
         let (writer, mut ops) = mpsc::unbounded_channel::<(DiskWrite, Done)>();
         let disk = disk.clone();
         tokio::spawn(async move {
+            // Fail-stop: after one failed write every later one fails too, so the disk
+            // keeps a prefix of what was issued (a later `committed` or append landing
+            // after a lost one would leave a hole below the commit index).
+            let mut failed = false;
             while let Some((write, done)) = ops.recv().await {
                 let delay = disk.write_delay();
                 if !delay.is_zero() {
                     tokio::time::sleep(delay).await;
                 }
-                let result = disk.write(power, write);
+                let result = if failed {
+                    Err(io::Error::other("the log writer stopped after a failed write"))
+                } else {
+                    disk.write(power, write)
+                };
+                failed |= result.is_err();
                 match done {
                     Done::Flushed(callback) => callback.log_io_completed(result),
                     Done::Reply(reply) => {

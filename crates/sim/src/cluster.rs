@@ -119,7 +119,7 @@ impl Cluster {
         let disk = &self.disks[&id];
         let node = Node::open_simulated(config, observer as Arc<dyn ApplyObserver>, peers, forward, disk)
             .await
-            .map_err(|e| format!("node {id} did not open: {e}"))?;
+            .map_err(|e| format!("node {id} did not open: {e}; its disk: {}", disk.describe()))?;
         self.net.up(id, node);
         Ok(())
     }

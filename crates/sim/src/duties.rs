@@ -253,10 +253,23 @@ impl Duties {
         }
         match request {
             Request::Renew(lease) => {
-                tokio::time::timeout(WRITE_WAIT, node.linearizable())
-                    .await
-                    .map_err(|_| "no quorum".to_owned())?
-                    .map_err(|e| e.to_string())?;
+                // Confirm leadership with a quorum before extending anything: an empty
+                // expiry (it commits nothing) proposed here commits only in this term, and
+                // once applied here the registry shows every lease removal before it. (Not
+                // `Node::linearizable`: its wait sits on openraft's metrics watch, whose
+                // waiters tokio wakes in an order drawn from its unseeded generator.)
+                let confirm = ExpireLeases { leases: Vec::new() };
+                let confirmed = tokio::time::timeout(
+                    WRITE_WAIT,
+                    node.propose_as_leader(confirm.into(), meta(self.clock, "sim-lease-keeper", Actor::Owner)),
+                )
+                .await;
+                match confirmed {
+                    Ok(Ok(Ok(_))) => {}
+                    Ok(Ok(Err(rejection))) => return Err(rejection.code().to_owned()),
+                    Ok(Err(error)) => return Err(error.to_string()),
+                    Err(_) => return Err("no quorum".into()),
+                }
                 let Some(ttl) = node.read(|r| r.lease(lease).map(|l| l.ttl_ms)) else {
                     return Err("no such lease".into());
                 };
