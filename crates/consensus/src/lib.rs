@@ -22,8 +22,8 @@ mod node;
 mod runtime;
 mod sim_disk;
 mod sim_log_store;
-mod snapshot_store;
 mod snapshot_files;
+mod snapshot_store;
 mod state_machine;
 #[cfg(test)]
 mod state_machine_tests;
@@ -32,7 +32,7 @@ mod storage_tests;
 mod types;
 
 pub use network::{CallError, PeerClient, PeerTransport, Rpc, SECRET_HEADER, TransportReply};
+pub use node::{ApplyObserver, ClusterConfig, ConsensusError, Member, Node, NodeConfig, NodeStatus};
 pub use runtime::{ElectionRng, MusterRuntime, seed_election_rng};
 pub use sim_disk::SimDisk;
-pub use node::{ApplyObserver, ClusterConfig, ConsensusError, Member, Node, NodeConfig, NodeStatus};
 pub use types::{Batch, BatchId, Outcome, Proposal, TypeConfig};

@@ -179,7 +179,11 @@ struct Parts {
 
 impl Parts {
     /// Opens the data directory, or `disk` when given (and then no file is touched).
-    fn open(config: &NodeConfig, observer: Arc<dyn ApplyObserver>, disk: Option<&SimDisk>) -> Result<Parts, ConsensusError> {
+    fn open(
+        config: &NodeConfig,
+        observer: Arc<dyn ApplyObserver>,
+        disk: Option<&SimDisk>,
+    ) -> Result<Parts, ConsensusError> {
         let storage = |e: std::io::Error| ConsensusError::Storage(e.to_string());
         let (log, log_writer, snapshots) = match disk {
             None => {
@@ -316,7 +320,9 @@ impl Node {
             raft,
             shared,
             log_writer,
-        } = Parts::open(&config, observer, None)?.start(SINGLE_NODE_ID, NoPeers).await?;
+        } = Parts::open(&config, observer, None)?
+            .start(SINGLE_NODE_ID, NoPeers)
+            .await?;
         if !raft.is_initialized().await.map_err(fatal)? {
             let members = BTreeMap::from([(SINGLE_NODE_ID, BasicNode::default())]);
             raft.initialize(members)
@@ -359,7 +365,9 @@ impl Node {
             raft,
             shared,
             log_writer,
-        } = Parts::open(&config, observer, disk)?.start(cluster.node_id, network).await?;
+        } = Parts::open(&config, observer, disk)?
+            .start(cluster.node_id, network)
+            .await?;
         // A static cluster forms once: the member with the lowest id proposes the membership
         // (an initialised node ignores it); the others wait to hear from it.
         let first = cluster.members.keys().next().copied();

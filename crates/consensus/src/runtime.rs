@@ -32,10 +32,8 @@ pub fn seed_election_rng(seed: u64) {
 }
 
 fn unpredictable_seed() -> u64 {
-    use std::hash::{BuildHasher, Hash, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    std::thread::current().id().hash(&mut hasher);
-    hasher.finish()
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::thread::current().id())
 }
 
 /// A handle on this thread's generator (what `thread_rng()` returns).

@@ -124,7 +124,11 @@ impl SimDisk {
             state.log.keys().next_back(),
             state.log.len(),
             meta.join(" "),
-            state.snapshots.iter().map(|(id, _)| id.map(|id| id.index)).collect::<Vec<_>>()
+            state
+                .snapshots
+                .iter()
+                .map(|(id, _)| id.map(|id| id.index))
+                .collect::<Vec<_>>()
         )
     }
 
@@ -253,9 +257,13 @@ mod tests {
     fn a_write_issued_before_a_power_cut_is_lost() {
         let disk = SimDisk::new();
         let before = disk.power();
-        disk.write(before, DiskWrite::Append(vec![(1, b"one".to_vec())])).unwrap();
+        disk.write(before, DiskWrite::Append(vec![(1, b"one".to_vec())]))
+            .unwrap();
         disk.power_cut();
-        assert!(disk.write(before, DiskWrite::Append(vec![(2, b"two".to_vec())])).is_err());
+        assert!(
+            disk.write(before, DiskWrite::Append(vec![(2, b"two".to_vec())]))
+                .is_err()
+        );
         assert_eq!(disk.state().log.keys().copied().collect::<Vec<_>>(), [1]);
     }
 

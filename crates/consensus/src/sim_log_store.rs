@@ -85,7 +85,10 @@ impl SimLogStore {
             }
             let meta = |key: &str| state.meta.get(key);
             view.vote = meta(VOTE).map(|b| decode(b)).transpose()?;
-            view.committed = meta(COMMITTED).map(|b| decode::<Option<LogId>>(b)).transpose()?.flatten();
+            view.committed = meta(COMMITTED)
+                .map(|b| decode::<Option<LogId>>(b))
+                .transpose()?
+                .flatten();
             view.last_purged = meta(LAST_PURGED).map(|b| decode(b)).transpose()?;
             view
         };

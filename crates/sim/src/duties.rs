@@ -120,11 +120,21 @@ impl Duties {
         });
     }
 
-    async fn propose(&self, node: &Node, command: Command, who: &str, actor: Actor) -> Option<muster_registry::Applied> {
+    async fn propose(
+        &self,
+        node: &Node,
+        command: Command,
+        who: &str,
+        actor: Actor,
+    ) -> Option<muster_registry::Applied> {
         // Leader duties are proposed on the leader only, never forwarded
         // (`Node::propose_as_leader`): an expiry relayed to the next leader would land
         // after renewals it accepted.
-        let proposed = tokio::time::timeout(WRITE_WAIT, node.propose_as_leader(command, meta(self.clock, who, actor))).await;
+        let proposed = tokio::time::timeout(
+            WRITE_WAIT,
+            node.propose_as_leader(command, meta(self.clock, who, actor)),
+        )
+        .await;
         match proposed {
             Ok(Ok(Ok(applied))) => Some(applied),
             _ => None,
@@ -162,7 +172,9 @@ impl Duties {
                 *self.trapped.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(id);
             }
             if proposing.await.is_some() {
-                self.with_state(id, |state| expired.iter().for_each(|lease| state.deadlines.forget(*lease)));
+                self.with_state(id, |state| {
+                    expired.iter().for_each(|lease| state.deadlines.forget(*lease))
+                });
             }
         }
         for (target, revision) in due_drains(node, now) {
@@ -200,7 +212,9 @@ impl Duties {
         let applied = self.propose(node, command.into(), "sim-drain", Actor::Owner).await?;
         if applied.unchanged.is_none() {
             let mut checks = self.checks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            checks.drains.ended(applied.revision.0, instance, format!("a drain end ({why})"));
+            checks
+                .drains
+                .ended(applied.revision.0, instance, format!("a drain end ({why})"));
         }
         Some(applied.revision.0)
     }
@@ -240,7 +254,12 @@ impl Duties {
         let leader = node.status().leader.ok_or("no leader known")?;
         let duties = Arc::clone(self);
         self.net
-            .exchange(via, leader, move |_| async move { duties.handle(leader, request).await }, None)
+            .exchange(
+                via,
+                leader,
+                move |_| async move { duties.handle(leader, request).await },
+                None,
+            )
             .await
             .map_err(|lost| lost.to_string())?
     }
@@ -304,7 +323,9 @@ impl Duties {
             Request::TtlReport(target, passing) => {
                 let now = self.clock.now_ms();
                 let slot = (target.key.clone(), target.instance.clone());
-                self.with_state(id, |state| state.ttl_checks.insert(slot, (target.incarnation, now + TTL_CHECK_MS)));
+                self.with_state(id, |state| {
+                    state.ttl_checks.insert(slot, (target.incarnation, now + TTL_CHECK_MS))
+                });
                 match self.check_verdict(&node, target, passing, "ttl report").await {
                     Some(revision) => Ok(format!("serving changed at revision {revision}")),
                     None => Ok("no change".into()),

@@ -85,7 +85,11 @@ fn main() -> ExitCode {
                 println!("seed={seed} result=fail trace={:016x}", report.trace);
                 println!("  invariant: {}", violation.invariant);
                 println!("  detail: {}", violation.detail);
-                let nodes = if args.nodes == 3 { String::new() } else { format!(" --nodes {}", args.nodes) };
+                let nodes = if args.nodes == 3 {
+                    String::new()
+                } else {
+                    format!(" --nodes {}", args.nodes)
+                };
                 println!("  replay: cargo run --release -p muster-sim -- --seeds {seed}{nodes} --verbose");
             }
         }
@@ -99,5 +103,9 @@ fn main() -> ExitCode {
             simulated_ms as f64 / 1000.0 / wall.max(1e-9),
         );
     }
-    if failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }

@@ -231,15 +231,26 @@ impl Net {
     }
 
     /// Delivers one node-to-node RPC (JSON in, JSON out), duplicable.
-    pub async fn rpc(self: &Arc<Self>, from: u64, to: u64, rpc: Rpc, body: Vec<u8>) -> Result<Result<Reply, String>, Lost> {
+    pub async fn rpc(
+        self: &Arc<Self>,
+        from: u64,
+        to: u64,
+        rpc: Rpc,
+        body: Vec<u8>,
+    ) -> Result<Result<Reply, String>, Lost> {
         let copy = body.clone();
         let duplicate: Duplicate = Box::new(move |node: Node| {
-                Box::pin(async move {
-                    let _ = node.rpc(rpc, &copy).await;
-                })
-            });
-        self.exchange(from, to, |node| async move { node.rpc(rpc, &body).await }, Some(duplicate))
-            .await
+            Box::pin(async move {
+                let _ = node.rpc(rpc, &copy).await;
+            })
+        });
+        self.exchange(
+            from,
+            to,
+            |node| async move { node.rpc(rpc, &body).await },
+            Some(duplicate),
+        )
+        .await
     }
 }
 

@@ -42,11 +42,15 @@ impl ApplyObserver for Recorder {
         let record = RevisionRecord {
             hash: hash_json(applied),
             updates: applied.updates.clone(),
-            leases_after: registry.leases().map(|lease| (lease.id, lease.ttl_ms)).collect::<BTreeMap<_, _>>(),
+            leases_after: registry
+                .leases()
+                .map(|lease| (lease.id, lease.ttl_ms))
+                .collect::<BTreeMap<_, _>>(),
             first_applied_ms: self.clock.now_ms(),
             node: self.node,
         };
-        self.checks().applied(self.node, self.process, applied.revision.0, record);
+        self.checks()
+            .applied(self.node, self.process, applied.revision.0, record);
     }
 
     fn reset(&self, registry: &Registry) {

@@ -33,7 +33,7 @@ use crate::workload::{Op, OpKind, Workload};
 /// Revisions of change history (and, before fencing moved to time, of tombstones) the
 /// registry keeps: 32, far below the default, so a burst of unrelated writes outlives it
 /// within one run.
-const HISTORY_REVISIONS: u64 = 100_000;
+const HISTORY_REVISIONS: u64 = 32;
 /// A snapshot every 12 entries, and 4 entries kept behind it: snapshots are built all the
 /// time while entries apply, and a follower that lagged a little installs one (possibly
 /// while it builds its own).
@@ -211,7 +211,9 @@ impl Sim {
         }
         let trapped = lock(&self.duties.trapped).take();
         if let Some(leader) = trapped {
-            self.line(format!("fault: leader {leader} isolated while its lease expiry was in flight"));
+            self.line(format!(
+                "fault: leader {leader} isolated while its lease expiry was in flight"
+            ));
             self.later(300, 3_000, Fault::Heal, true);
         }
         if self.rng.chance(280) {
@@ -385,7 +387,13 @@ impl Sim {
         if !self.converge("after healing").await {
             return;
         }
-        let max_ttl = lock(&self.workload).leases.values().copied().max().unwrap_or(0).max(5_000);
+        let max_ttl = lock(&self.workload)
+            .leases
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .max(5_000);
         let quiet = max_ttl + ELECTION_GRACE_MS + MAX_GRACE_MS + 10 * TICK.as_millis() as u64 + 2_000;
         lock(&self.workload).leases.clear();
         tokio::time::sleep(Duration::from_millis(quiet)).await;
@@ -417,7 +425,9 @@ impl Sim {
         }
         lock(&self.checks).fail(
             "convergence after healing",
-            Err(format!("the nodes did not converge {when} within {CONVERGE_WITHIN_MS} ms")),
+            Err(format!(
+                "the nodes did not converge {when} within {CONVERGE_WITHIN_MS} ms"
+            )),
         );
         false
     }
@@ -435,7 +445,9 @@ impl Sim {
         let expired = if leases.is_empty() {
             Ok(())
         } else {
-            Err(format!("leases {leases:?} outlived every TTL with nobody renewing them"))
+            Err(format!(
+                "leases {leases:?} outlived every TTL with nobody renewing them"
+            ))
         };
         checks.fail("a lease nobody renews expires", expired);
         let drained = match stuck.first() {
@@ -570,7 +582,10 @@ impl OpTask {
                     if let Some(ttl) = ttl {
                         let mut checks = lock(&self.checks);
                         let renewed = checks.leases.renewed(lease, ttl, self.sent);
-                        checks.fail("leases: grants mint once, and no lease leaves before its floor", renewed);
+                        checks.fail(
+                            "leases: grants mint once, and no lease leaves before its floor",
+                            renewed,
+                        );
                     }
                 }
                 done

@@ -10,7 +10,9 @@
 
 use std::collections::BTreeMap;
 
-use muster_core::{Actor, AddressSpec, EndpointSpec, Incarnation, InstanceId, Label, LeaseId, ServiceKey, ServingState};
+use muster_core::{
+    Actor, AddressSpec, EndpointSpec, Incarnation, InstanceId, Label, LeaseId, ServiceKey, ServingState,
+};
 use muster_registry::{Command, Deregister, Drain, GrantLease, LeaseSpec, Register, RevokeLease, SetServing, Target};
 
 use crate::duties::{GRACE_PREFIX, Request};
@@ -131,7 +133,10 @@ impl Workload {
 
     /// The next operation.
     pub fn next(&mut self, rng: &mut SimRng) -> Vec<Op> {
-        let slot = (usize::try_from(rng.below(self.services.len() as u64)).unwrap_or(0), rng.below(INSTANCES));
+        let slot = (
+            usize::try_from(rng.below(self.services.len() as u64)).unwrap_or(0),
+            rng.below(INSTANCES),
+        );
         let model = self.instances.get(&slot).copied().unwrap_or_default();
         let known = model.incarnation.max(1);
         let svc = name(&self.services, slot);
@@ -158,7 +163,11 @@ impl Workload {
                     reason: "app report".into(),
                     expected_revision: None,
                 };
-                propose(format!("set-serving {svc}#{known} {state:?}"), command.into(), Actor::App)
+                propose(
+                    format!("set-serving {svc}#{known} {state:?}"),
+                    command.into(),
+                    Actor::App,
+                )
             }
             36..43 => {
                 let grace = rng.between(300, 3_000);
@@ -167,7 +176,11 @@ impl Workload {
                     reason: format!("{GRACE_PREFIX}{grace}ms"),
                     expected_revision: None,
                 };
-                propose(format!("drain {svc}#{known} grace {grace} ms"), command.into(), Actor::Owner)
+                propose(
+                    format!("drain {svc}#{known} grace {grace} ms"),
+                    command.into(),
+                    Actor::Owner,
+                )
             }
             43..47 => {
                 let command = SetServing {

@@ -29,11 +29,11 @@ fn the_same_seed_gives_the_same_trace_bit_for_bit() {
     for seed in [3, 11] {
         let first = run_seed(seed, &options);
         let second = run_seed(seed, &options);
-        assert_eq!(
-            first.trace, second.trace,
-            "seed {seed} ran differently the second time"
+        assert_eq!(first.trace, second.trace, "seed {seed} ran differently the second time");
+        assert!(
+            first.steps > 0 && first.acknowledged > 0,
+            "seed {seed} did nothing: {first:?}"
         );
-        assert!(first.steps > 0 && first.acknowledged > 0, "seed {seed} did nothing: {first:?}");
     }
     assert_ne!(
         run_seed(3, &options).trace,
@@ -51,6 +51,10 @@ fn a_five_node_cluster_keeps_every_invariant_too() {
     };
     for seed in 1..=3 {
         let report = run_seed(seed, &options);
-        assert!(report.violation.is_none(), "seed {seed} with 5 nodes: {:?}", report.violation);
+        assert!(
+            report.violation.is_none(),
+            "seed {seed} with 5 nodes: {:?}",
+            report.violation
+        );
     }
 }

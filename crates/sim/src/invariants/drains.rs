@@ -31,7 +31,11 @@ impl Drains {
         walked: u64,
         removed_from: &BTreeMap<(u64, InstanceId), ServingState>,
     ) -> Result<(), String> {
-        let due: Vec<(u64, InstanceId)> = self.ends.range(..(walked + 1, min_instance())).map(|(k, _)| k.clone()).collect();
+        let due: Vec<(u64, InstanceId)> = self
+            .ends
+            .range(..(walked + 1, min_instance()))
+            .map(|(k, _)| k.clone())
+            .collect();
         for slot in due {
             let what = self.ends.remove(&slot).unwrap_or_default();
             match removed_from.get(&slot) {
