@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use muster_core::{Rejection, Revision};
-use muster_registry::{Applied, Command, CommandMeta, Registry, RegistryConfig};
+use muster_registry::{Applied, Command, CommandMeta, Registry, RegistryConfig, SetPolicy};
 use openraft::network::RaftNetworkFactory;
 use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
 
@@ -26,6 +26,10 @@ const SINGLE_NODE_ID: u64 = 1;
 /// How long `open` waits for the node to elect itself: an election takes one election timeout
 /// (at most 600 ms here); ten seconds covers a slow disk replaying a long log.
 const LEADERSHIP_WAIT: Duration = Duration::from_secs(10);
+
+/// How long `snapshot` waits for a build before it triggers again: a snapshot of a large
+/// registry takes a fraction of a second; a trigger openraft dropped costs at most this.
+const SNAPSHOT_RETRIGGER: Duration = Duration::from_millis(500);
 
 /// How long `shutdown` waits for the log writer's last commit: far beyond one fsync.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
@@ -45,9 +49,11 @@ pub struct NodeConfig {
     /// The cluster this node belongs to; `None`: a group of one.
     pub cluster: Option<ClusterConfig>,
     /// Identifies this start of the node in the ids of the batches it proposes, so a retried
-    /// batch is applied once (SPEC R6). It must differ from every earlier start's:
-    /// [`NodeConfig::new`] derives it from the wall clock and the process id; a deterministic
-    /// harness sets it from its seed.
+    /// batch is applied once (SPEC R6). It must differ from every earlier start's — of this
+    /// node id, whatever happened to its data directory (wiped, restored from a backup,
+    /// replaced, the id reused): the replicated table of applied batches outlives all of
+    /// those. [`NodeConfig::new`] draws it at random (64 bits: a repeat is out of reach); a
+    /// deterministic harness sets it from its seed.
     pub proposal_session: u64,
 }
 
@@ -73,20 +79,20 @@ impl NodeConfig {
             snapshot_every: 10_000,
             keep_after_snapshot: 1_000,
             cluster: None,
-            proposal_session: fresh_session(),
+            proposal_session: random_session(),
         }
     }
 }
 
-/// A session id unlikely to repeat: the wall clock in nanoseconds mixed with the process id.
-fn fresh_session() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let mut seed = [0_u8; 20];
-    seed[..16].copy_from_slice(&nanos.to_le_bytes());
-    seed[16..].copy_from_slice(&std::process::id().to_le_bytes());
-    xxhash_rust::xxh3::xxh3_64(&seed)
+/// 64 random bits from the standard library's per-process hash keys (drawn from the
+/// operating system's generator), mixed with a per-call counter so two nodes opened by one
+/// process differ too.
+fn random_session() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    hasher.finish()
 }
 
 /// Told about every applied command, in log order, while the registry is locked for the
@@ -264,6 +270,9 @@ pub struct Node {
     log_writer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
     /// Group commit: concurrent proposals share one log entry.
     batcher: Batcher,
+    /// The config file's registry policy: committed before the first other command when the
+    /// log holds no policy yet (see [`Node::propose`]).
+    initial_policy: Arc<RegistryConfig>,
 }
 
 impl Node {
@@ -343,6 +352,7 @@ impl Node {
             shared,
             log_writer,
             batcher,
+            initial_policy: Arc::new(config.registry.clone()),
         })
     }
 
@@ -391,17 +401,38 @@ impl Node {
             shared,
             log_writer,
             batcher,
+            initial_policy: Arc::new(config.registry.clone()),
         })
     }
 
     /// Proposes a command; returns once it is durable (fsynced) and applied, with the
     /// registry's verdict. Concurrent proposals share one log entry and one fsync
     /// (group commit).
+    ///
+    /// While no policy is committed (a new group, or state from before the policy was
+    /// replicated), the config file's policy is committed first: the registry adopts it
+    /// without a revision, and from then on the log itself says which policy judges each
+    /// entry, so a replica replaying it under another config file reaches the same state
+    /// (SPEC L2). It is marked `initial`: concurrent first proposals, or a node whose view
+    /// lags the log, change nothing once any policy is committed.
     pub async fn propose(
         &self,
         command: Command,
         meta: CommandMeta,
     ) -> Result<Result<Applied, Rejection>, ConsensusError> {
+        if !matches!(command, Command::SetPolicy(_)) && !self.read(Registry::policy_committed) {
+            let policy = SetPolicy {
+                policy: RegistryConfig::clone(&self.initial_policy),
+                initial: true,
+            };
+            let first = Proposal {
+                command: policy.into(),
+                meta: meta.clone(),
+            };
+            if let Err(rejection) = self.batcher.propose(first).await? {
+                return Ok(Err(rejection));
+            }
+        }
         self.batcher.propose(Proposal { command, meta }).await
     }
 
@@ -575,22 +606,34 @@ impl Node {
 
     /// Writes a snapshot now and purges the log it covers; returns when it is on disk.
     pub async fn snapshot(&self) -> Result<(), ConsensusError> {
-        let before = self.raft.metrics().borrow().snapshot;
-        self.raft
-            .trigger()
-            .snapshot()
-            .await
-            .map_err(|e| ConsensusError::Storage(e.to_string()))?;
+        // openraft ignores a trigger while a build is already running (an automatic one, at
+        // an older index), so trigger again until a snapshot covers what was applied.
         let applied = self.raft.metrics().borrow().last_applied;
-        if applied.is_none() || applied == before {
-            return Ok(());
+        let deadline = tokio::time::Instant::now() + LEADERSHIP_WAIT;
+        loop {
+            if applied.is_none() || self.raft.metrics().borrow().snapshot >= applied {
+                return Ok(());
+            }
+            self.raft
+                .trigger()
+                .snapshot()
+                .await
+                .map_err(|e| ConsensusError::Storage(e.to_string()))?;
+            let waited = self
+                .raft
+                .wait(Some(SNAPSHOT_RETRIGGER))
+                .metrics(|m| m.snapshot >= applied, "snapshot written")
+                .await;
+            if waited.is_ok() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ConsensusError::Storage(format!(
+                    "no snapshot covering log index {} within {LEADERSHIP_WAIT:?}",
+                    applied.map_or(0, |id| id.index)
+                )));
+            }
         }
-        self.raft
-            .wait(Some(LEADERSHIP_WAIT))
-            .metrics(|m| m.snapshot >= applied, "snapshot written")
-            .await
-            .map(|_| ())
-            .map_err(|e| ConsensusError::Storage(e.to_string()))
     }
 
     /// Stops the node: in-flight proposals finish or fail with `ShuttingDown`. Returns once

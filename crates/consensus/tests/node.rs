@@ -7,7 +7,9 @@ use muster_consensus::{ApplyObserver, Node, NodeConfig};
 use muster_core::{Actor, AddressSpec, EndpointSpec, Incarnation, InstanceId, Principal, Revision, ServiceKey};
 use muster_registry::{Applied, Command, CommandMeta, LeaseSpec, Register, Registry, Target};
 
-/// Records the revision of every applied command and how often the state was reset.
+/// Records the revision of every applied command that changed the state (not, e.g., the
+/// adoption of the first policy, which the node commits before the first write) and how
+/// often the state was reset.
 #[derive(Default)]
 struct Recorder {
     revisions: Mutex<Vec<Revision>>,
@@ -16,7 +18,9 @@ struct Recorder {
 
 impl ApplyObserver for Recorder {
     fn applied(&self, _registry: &Registry, applied: &Applied) {
-        self.revisions.lock().unwrap().push(applied.revision);
+        if applied.unchanged.is_none() {
+            self.revisions.lock().unwrap().push(applied.revision);
+        }
     }
     fn reset(&self, _registry: &Registry) {
         *self.resets.lock().unwrap() += 1;

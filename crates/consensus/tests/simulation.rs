@@ -126,7 +126,8 @@ impl RaftNetwork<TypeConfig> for Peer {
     }
 }
 
-/// Checks, as they are applied, that a node's revisions rise by exactly one.
+/// Checks, as they are applied, that a node's revisions rise by exactly one (commands that
+/// change nothing, such as the adoption of the first policy, keep the revision).
 #[derive(Default)]
 struct Order {
     last: Mutex<Option<Revision>>,
@@ -135,6 +136,9 @@ struct Order {
 
 impl ApplyObserver for Order {
     fn applied(&self, _registry: &Registry, applied: &Applied) {
+        if applied.unchanged.is_some() {
+            return;
+        }
         let mut last = self.last.lock().unwrap();
         if let Some(previous) = *last
             && applied.revision.0 != previous.0 + 1

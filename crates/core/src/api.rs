@@ -19,6 +19,8 @@
 //! | `PUT /leases/{tenant}/{id}/renew` | → [`LeaseReply`] (no log write) |
 //! | `DELETE /leases/{tenant}/{id}` | → [`WriteReply`] |
 //! | `GET /status` | → [`StatusReply`] |
+//! | `GET /policy` | → [`PolicyReply`] (the replicated registry policy) |
+//! | `PUT /policy` | the policy (the `[registry]` section's shape, as JSON) → [`PolicySetReply`] |
 //! | `GET /cluster` | → [`ClusterReply`] |
 //! | `POST /cluster/members` | [`AddMemberRequest`] → [`ClusterReply`] (leader only: `not_leader` elsewhere) |
 //! | `DELETE /cluster/members/{id}` | → [`ClusterReply`] (leader only) |
@@ -251,6 +253,40 @@ pub struct StatusReply {
     /// quorum acknowledged it); absent when it never has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_leader_contact_ms: Option<u64>,
+    /// The replicated registry policy against this node's config file; absent from servers
+    /// that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyStatus>,
+}
+
+/// How the registry policy in force (replicated: it judges every command) compares with the
+/// `[registry]` section of the answering node's config file, which only decided the initial
+/// policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyStatus {
+    /// The revision the policy in force was committed at (0: the initial policy).
+    pub revision: Revision,
+    /// Whether this node's config file says the same.
+    pub matches_config: bool,
+    /// The settings that differ, as dotted paths (`quotas.services_per_tenant`).
+    pub differences: Vec<String>,
+}
+
+/// `GET /v1/policy`: the registry policy in force. `P` is the policy's type
+/// (`muster_registry::RegistryConfig`; this crate does not depend on the registry).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyReply<P> {
+    /// The revision it was committed at (0: the initial policy).
+    pub revision: Revision,
+    /// The policy, in the shape of the config file's `[registry]` section.
+    pub policy: P,
+}
+
+/// `PUT /v1/policy`'s reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicySetReply {
+    /// The revision the new policy is in force from: every later command is judged by it.
+    pub revision: Revision,
 }
 
 /// One member of the Raft group in `GET /v1/cluster`.

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Incarnation, InstanceId, LeaseId, Revision};
+use crate::{ErrorCode, Incarnation, InstanceId, LeaseId, Revision};
 
 /// Why a command was refused. `#[non_exhaustive]`: new refusals may appear; match on
 /// [`Rejection::code`] across crate boundaries.
@@ -128,6 +128,8 @@ pub enum Quota {
     EndpointsPerTenant,
     /// Leases per tenant.
     LeasesPerTenant,
+    /// Tenants holding anything, registry-wide.
+    MaxTenants,
 }
 
 impl fmt::Display for Quota {
@@ -137,6 +139,7 @@ impl fmt::Display for Quota {
             Quota::EndpointsPerService => "endpoints_per_service",
             Quota::EndpointsPerTenant => "endpoints_per_tenant",
             Quota::LeasesPerTenant => "leases_per_tenant",
+            Quota::MaxTenants => "max_tenants",
         })
     }
 }
@@ -144,18 +147,23 @@ impl fmt::Display for Quota {
 impl Rejection {
     /// The stable, machine-readable code of this refusal.
     pub fn code(&self) -> &'static str {
+        self.error_code().as_str()
+    }
+
+    /// The code as the shared vocabulary ([`ErrorCode`]): status and transience with it.
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            Rejection::StaleIncarnation { .. } => "stale_incarnation",
-            Rejection::RevisionMismatch { .. } => "revision_mismatch",
-            Rejection::NotFound { .. } => "not_found",
-            Rejection::LeaseNotFound { .. } => "lease_not_found",
-            Rejection::InvalidName { .. } => "invalid_name",
-            Rejection::InvalidAddress { .. } => "invalid_address",
-            Rejection::AddressOutOfScope { .. } => "address_out_of_scope",
-            Rejection::LabelLimit { .. } => "label_limit",
-            Rejection::RecordTooLarge { .. } => "record_too_large",
-            Rejection::QuotaExceeded { .. } => "quota_exceeded",
-            Rejection::InvalidField { .. } => "invalid_field",
+            Rejection::StaleIncarnation { .. } => ErrorCode::StaleIncarnation,
+            Rejection::RevisionMismatch { .. } => ErrorCode::RevisionMismatch,
+            Rejection::NotFound { .. } => ErrorCode::NotFound,
+            Rejection::LeaseNotFound { .. } => ErrorCode::LeaseNotFound,
+            Rejection::InvalidName { .. } => ErrorCode::InvalidName,
+            Rejection::InvalidAddress { .. } => ErrorCode::InvalidAddress,
+            Rejection::AddressOutOfScope { .. } => ErrorCode::AddressOutOfScope,
+            Rejection::LabelLimit { .. } => ErrorCode::LabelLimit,
+            Rejection::RecordTooLarge { .. } => ErrorCode::RecordTooLarge,
+            Rejection::QuotaExceeded { .. } => ErrorCode::QuotaExceeded,
+            Rejection::InvalidField { .. } => ErrorCode::InvalidField,
         }
     }
 

@@ -31,6 +31,7 @@
 pub mod address;
 pub mod api;
 pub mod check;
+pub mod code;
 pub mod endpoint;
 pub mod error;
 pub mod event;
@@ -42,6 +43,7 @@ pub mod spec;
 
 pub use address::{Address, Cidr, NetworkPolicy};
 pub use check::{Check, CheckKind, CheckSpec, Signal};
+pub use code::{ErrorCode, UnknownCode};
 pub use endpoint::{Actor, Endpoint, Locality, NamedPort, Observation, Protocol, Provenance, ServingState};
 pub use error::{Quota, Rejection};
 pub use event::{DeleteReason, Event, GapError, ServiceSnapshot, ServiceUpdate};

@@ -1,7 +1,8 @@
 //! The checker's decisions, pure (SPEC H1–H5): which probe is due, what a result means for
-//! routing, and what to propose. The server's checker task is a thin shell around it: it
-//! feeds registry changes in, runs the probes [`Checker::due`] hands out, feeds results and
-//! TTL reports back, and proposes what comes out.
+//! routing, and what to propose. The leader engine (`muster-leader`) wraps it, and the
+//! server's leader task is the thin shell around that: it feeds registry changes in, runs the
+//! probes [`Checker::due`] hands out, feeds results and TTL reports back, and proposes what
+//! comes out.
 //!
 //! ```text
 //!  registry events ──sync / remove──▶ Checker ◀──TTL reports (pass / warn / fail)

@@ -93,10 +93,15 @@ pub enum ReportError {
 impl ReportError {
     /// The stable error code.
     pub fn code(&self) -> &'static str {
+        self.error_code().as_str()
+    }
+
+    /// The code as the shared vocabulary.
+    pub fn error_code(&self) -> muster_core::ErrorCode {
         match self {
-            ReportError::NotFound { .. } => "not_found",
-            ReportError::StaleIncarnation { .. } => "stale_incarnation",
-            ReportError::NoTtlCheck { .. } => "no_ttl_check",
+            ReportError::NotFound { .. } => muster_core::ErrorCode::NotFound,
+            ReportError::StaleIncarnation { .. } => muster_core::ErrorCode::StaleIncarnation,
+            ReportError::NoTtlCheck { .. } => muster_core::ErrorCode::NoTtlCheck,
         }
     }
 }

@@ -1,17 +1,20 @@
-//! The control plane under the virtual clock: Muster's real [`Registry`] state machine, the
-//! real [`LeaseDeadlines`] table the server's lease keeper drives, and (when a setup turns it
-//! on) the real self-preservation brake — fed exactly what the server feeds them.
+//! The control plane under the virtual clock: Muster's real [`Registry`] state machine and
+//! the real leader engine ([`LeaderEngine`], `muster-leader`) the server's leader task drives
+//! — lease deadlines and, when a setup turns it on, the self-preservation brakes — fed
+//! exactly what the server feeds them.
 //!
 //! ```text
-//!  register (t = 0) ──▶ Registry::apply(Register + Grant)  ──▶ LeaseDeadlines::ensure
-//!  heartbeat        ──▶ Registry::lease (exists?) ──▶ LeaseDeadlines::renew   (no log write)
-//!  every tick       ──▶ LeaseDeadlines::expired ──▶ [Preservation::decide] ──▶ ExpireLeases
+//!  register (t = 0) ──▶ Registry::apply(Register + Grant)  ──▶ LeaderEngine::granted
+//!  heartbeat        ──▶ LeaderEngine::renew (lease exists? deadline passed?)  (no log write)
+//!  every tick       ──▶ LeaderEngine::tick ──▶ Propose ExpireLeases ──▶ Registry::apply
+//!                                          ──▶ settled (Committed)    (brakes held: ExpiryHeld)
 //!  drain / stop     ──▶ Drain, Deregister, RevokeLease (the registrar's shutdown order)
 //! ```
 //!
-//! The server's keeper checks deadlines every 100 ms; here the keeper runs every tick (10 ms),
+//! The server's leader task ticks every 100 ms; here the engine ticks every lab tick (10 ms),
 //! so "an instance silent for longer than the TTL is removed" holds to the tick. Every commit
-//! is logged with its virtual time, which is what watch delivery reads.
+//! is logged with its virtual time, which is what watch delivery reads. The engine's
+//! monotonic and wall clocks are both the virtual clock.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,14 +23,22 @@ use muster_core::{
     Actor, AddressSpec, EndpointSpec, Incarnation, InstanceId, LeaseId, PortSpec, Principal, Protocol, Revision,
     ServiceKey, ServiceSnapshot, ServiceUpdate,
 };
-use muster_health::preservation::{Counts, Preservation, PreservationConfig, Verdict, in_routing};
+use muster_health::checker::CheckerConfig;
+use muster_health::preservation::{Brakes, PreservationConfig};
+use muster_leader::{LeaderEngine, Note, Now, Outcome, Output};
 use muster_registry::{
-    Applied, Command, CommandMeta, Deregister, Drain, ExpireLeases, LeaseDeadlines, LeaseSpec, Register, Registry,
-    RegistryConfig, RevokeLease, Scope, Target,
+    Applied, Command, CommandMeta, Deregister, Drain, LeaseSpec, Register, Registry, RegistryConfig, RevokeLease,
+    Scope, Target,
 };
+use rand_core::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
 
-/// Leases expired per command: the server keeper's batch bound (`MAX_EXPIRE_BATCH`).
-const MAX_EXPIRE_BATCH: usize = 4096;
+/// The brake's settings when a setup has none: nothing is ever held.
+const NO_BRAKE: PreservationConfig = PreservationConfig {
+    max_fraction: 1.0,
+    window_ms: 1,
+    floor: 0,
+};
 
 /// The instance id of instance `index`: zero-padded, so the client's sort by instance keeps
 /// the fleet in index order.
@@ -67,18 +78,25 @@ pub(crate) fn spec_of(index: u32) -> EndpointSpec {
     }
 }
 
+/// The virtual time as the engine takes it: both clocks are the virtual one.
+fn at(ms: u64) -> Now {
+    Now {
+        monotonic_ms: ms,
+        unix_ms: ms,
+    }
+}
+
 /// A refused renewal: the lease is gone (expired or revoked), as the server's renew route
 /// answers `lease_not_found`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LeaseLost;
 
-/// The registry and its lease deadlines, on the virtual clock.
-#[derive(Debug)]
+/// The registry and the leader engine, on the virtual clock.
 pub(crate) struct ControlPlane {
     registry: Registry,
-    deadlines: LeaseDeadlines,
-    /// The service's brake: `Brakes` holds one per service (and logs), the lab has one service.
-    brake: Option<Preservation>,
+    /// The leader's duties; the lab's node leads from the start. Its checker has nothing to
+    /// check (the lab's instances register no checks), so its generator is never drawn from.
+    engine: LeaderEngine<Xoshiro256PlusPlus>,
     key: ServiceKey,
     ttl_ms: u64,
     /// Which instance holds each lease (for counting live instances that were evicted).
@@ -107,10 +125,13 @@ impl ControlPlane {
             principal: Principal::new(who).expect("a valid principal"),
             actor,
         };
+        let registry = Registry::new(RegistryConfig::default());
+        let brakes = Brakes::new(preservation.unwrap_or(NO_BRAKE), Default::default());
+        let mut engine = LeaderEngine::new(CheckerConfig::default(), brakes, Xoshiro256PlusPlus::seed_from_u64(0));
+        engine.became_leader(&registry, at(0));
         ControlPlane {
-            registry: Registry::new(RegistryConfig::default()),
-            deadlines: LeaseDeadlines::new(),
-            brake: preservation.map(Preservation::new),
+            registry,
+            engine,
             key: ServiceKey::new("lab", "prod", "api").expect("a valid key"),
             ttl_ms,
             lease_holder: BTreeMap::new(),
@@ -159,7 +180,11 @@ impl ControlPlane {
     }
 
     fn apply(&mut self, command: Command, meta: fn(&ControlPlane) -> &CommandMeta, now_ms: u64) -> Applied {
-        let mut meta = meta(self).clone();
+        let meta = meta(self).clone();
+        self.apply_as(command, meta, now_ms)
+    }
+
+    fn apply_as(&mut self, command: Command, mut meta: CommandMeta, now_ms: u64) -> Applied {
         meta.at_ms = now_ms;
         let before = self.registry.revision();
         let applied = self
@@ -182,7 +207,7 @@ impl ControlPlane {
         };
         let applied = self.apply(command.into(), |c| &c.app, now_ms);
         let grant = applied.lease.expect("a registration with a grant returns its lease");
-        self.deadlines.ensure(grant.id, grant.ttl_ms, now_ms);
+        self.engine.granted(grant, at(now_ms));
         self.lease_holder.insert(grant.id, index);
         grant.id
     }
@@ -190,9 +215,8 @@ impl ControlPlane {
     /// A heartbeat: the server's renew route (the lease must exist; a passed deadline is
     /// refused).
     pub(crate) fn renew(&mut self, lease: LeaseId, now_ms: u64) -> Result<(), LeaseLost> {
-        let ttl_ms = self.registry.lease(lease).map(|l| l.ttl_ms).ok_or(LeaseLost)?;
-        self.deadlines
-            .renew(lease, ttl_ms, now_ms)
+        self.engine
+            .renew(&self.registry, &self.key.tenant, lease, at(now_ms))
             .map(drop)
             .map_err(|_| LeaseLost)
     }
@@ -202,6 +226,8 @@ impl ControlPlane {
         let command = Drain {
             target: self.target(index, incarnation),
             reason: "planned shutdown".into(),
+            // The instance's own shutdown sequence deregisters it after the grace (`sim`).
+            grace_ms: None,
             expected_revision: None,
         };
         self.apply(command.into(), |c| &c.owner, now_ms);
@@ -220,57 +246,51 @@ impl ControlPlane {
             expected_revision: None,
         };
         self.apply(revoke.into(), |c| &c.app, now_ms);
-        self.deadlines.forget(lease);
+        self.engine.revoked(lease);
         self.lease_holder.remove(&lease);
     }
 
-    /// The lease keeper's tick, as the server's (`lease_keeper::unprotected`): every lease
-    /// whose deadline passed is expired in one command, unless the brake holds the removal of
-    /// a serving endpoint attached to it (then it is asked again next tick, as the window
-    /// slides).
+    /// The leader engine's tick, as the server's leader task runs it: every lease whose
+    /// deadline passed is expired in one command, unless the brake holds the removal of a
+    /// serving endpoint attached to it (then it is asked again next tick, as the window
+    /// slides). Proposals commit at once.
     pub(crate) fn keeper_tick(&mut self, now_ms: u64) -> Expiry {
-        let due = self.deadlines.expired(now_ms, MAX_EXPIRE_BATCH);
-        if due.is_empty() {
-            return Expiry::default();
-        }
         let mut expiry = Expiry::default();
-        let mut leases = Vec::with_capacity(due.len());
-        let snapshot = self.snapshot();
-        let mut counts = Counts::of(snapshot.iter().map(|e| e.serving));
-        if let Some(brake) = self.brake.as_mut() {
-            brake.expire(now_ms);
-        }
-        for lease in due {
-            // A lease whose record moved on (re-registered under a new lease) removes nothing.
-            let attached = self.registry.lease_endpoints(lease);
-            let serving = attached
-                .iter()
-                .any(|(_, instance)| snapshot.get(instance).is_some_and(|e| in_routing(e.serving)));
-            if let (Some(brake), true) = (self.brake.as_mut(), serving) {
-                if let Verdict::Hold(_) = brake.decide(counts.serving, counts.total, now_ms) {
-                    expiry.held += 1;
-                    continue;
+        let outputs = self.engine.tick(&self.registry, at(now_ms));
+        for output in outputs {
+            match output {
+                Output::Propose(proposal) => {
+                    if let Command::ExpireLeases(expire) = &proposal.command {
+                        for lease in &expire.leases {
+                            // A lease whose record moved on (re-registered under a new lease)
+                            // removes nothing.
+                            let attached = !self.registry.lease_endpoints(*lease).is_empty();
+                            if let (Some(index), true) = (self.lease_holder.remove(lease), attached) {
+                                expiry.removed.push(index);
+                            }
+                        }
+                    }
+                    let duty = proposal.duty;
+                    let mut meta = self.keeper.clone();
+                    meta.actor = duty.actor();
+                    let applied = self.apply_as(proposal.command, meta, now_ms);
+                    let outcome = Outcome::Committed {
+                        revision: applied.revision,
+                        changed: applied.unchanged.is_none(),
+                    };
+                    self.engine.settled(&self.registry, proposal.tag, outcome);
                 }
-                // The registry does not show it gone yet: count it as leaving.
-                counts.serving = counts.serving.saturating_sub(1);
+                Output::Note(Note::ExpiryHeld { .. }) => expiry.held += 1,
+                // No checks, no drains with a grace, no callers waiting: nothing else comes.
+                Output::Note(_) | Output::Probe(_) | Output::Reply { .. } => {}
             }
-            let holder = self.lease_holder.remove(&lease);
-            if let (Some(index), false) = (holder, attached.is_empty()) {
-                expiry.removed.push(index);
-            }
-            self.deadlines.forget(lease);
-            leases.push(lease);
         }
-        if leases.is_empty() {
-            return expiry;
-        }
-        self.apply(ExpireLeases { leases }.into(), |c| &c.keeper, now_ms);
         expiry
     }
 
     /// Whether self-preservation is holding expiries now.
     pub(crate) fn protection_active(&self) -> bool {
-        self.brake.as_ref().is_some_and(Preservation::protection_active)
+        self.engine.brakes().protection_active(&self.key)
     }
 
     fn target(&self, index: u32, incarnation: u64) -> Target {

@@ -48,7 +48,7 @@ use crate::sim::killed_instances;
 /// The stated margin of the live stale-window bound: 500 ms covers scheduling delays of the
 /// server, the callers and the test itself on a 2-core machine shared with builds.
 pub const MARGIN_MS: u64 = 500;
-/// The server's lease keeper checks deadlines every 100 ms (`lease_keeper::TICK`), so an
+/// The server's leader task checks deadlines every 100 ms (`muster_leader::TICK_MS`), so an
 /// expiry is up to this late.
 pub const KEEPER_TICK_MS: u64 = 100;
 /// A connection that is neither accepted nor refused within this counts as failed.

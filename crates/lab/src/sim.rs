@@ -271,7 +271,7 @@ pub fn simulate(scenario: &Scenario, setup: &Setup, progress: Progress<'_>) -> R
         if let Some(registry) = registry {
             heartbeat(&mut fleet, &mut control, registry, &mut jitter_rng, now, &mut run);
             run.heartbeating_tick_sum += heartbeating as u64;
-            // 3. The lease keeper.
+            // 3. The leader engine's tick (lease expiry).
             let expiry = control.keeper_tick(now);
             run.evicted_alive += expiry.removed.iter().filter(|&&i| fleet.alive[i as usize]).count() as u64;
             run.protection_ticks += u64::from(control.protection_active());

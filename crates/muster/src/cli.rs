@@ -61,6 +61,10 @@ pub enum Command {
     /// Show, grow or shrink the Raft group (ask the leader to change it).
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Show or replace the registry policy (limits, network, quotas, history, fencing, TTLs):
+    /// replicated state, so it judges every later write on every node.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Load Muster (and etcd) over HTTP: throughput, p50/p99, the Muster/etcd ratio, the targets.
     Bench(muster_bench::BenchArgs),
     /// Simulate a fleet on the real registry and client code: failed requests, stale window, heartbeat and lookup rates.
@@ -355,6 +359,29 @@ pub enum ClusterCommand {
     Add(AddMemberArgs),
     /// Remove a node from the group.
     Remove(RemoveMemberArgs),
+}
+
+/// `muster policy ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum PolicyCommand {
+    /// The policy in force and the revision it was set at, as TOML in the shape of the config
+    /// file's `[registry]` section (`--json`: the API's reply).
+    Show(StatusArgs),
+    /// Replace the whole policy from a file; settings it omits take their defaults. Writes
+    /// committed before keep their effect; later ones are judged by the new policy.
+    Set(PolicySetArgs),
+}
+
+/// `muster policy set`.
+#[derive(Debug, Clone, Args)]
+pub struct PolicySetArgs {
+    /// The policy: TOML (the `[registry]` section's contents, or a file with a `[registry]`
+    /// table) or JSON (a `.json` file), e.g. the output of `muster policy show`.
+    #[arg(long, value_name = "PATH")]
+    pub file: PathBuf,
+    /// Server and tenant.
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// `muster cluster add`.

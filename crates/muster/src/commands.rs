@@ -9,12 +9,13 @@ use muster_core::api::{
     RegisterRequest, SetServingRequest,
 };
 use muster_core::{AddressSpec, CheckSpec, EndpointSpec, Incarnation, LocalitySpec, PortSpec, Revision, ServingState};
+use muster_registry::RegistryConfig;
 use serde::Serialize;
 
 use crate::args::{parse_instance, parse_namespace_key, parse_service_key, parse_tenant, protocol_for_port_name};
 use crate::cli::{
-    CheckArgs, Cli, ClientArgs, ClusterCommand, Command, DeregisterArgs, DrainArgs, LeaseCommand, RegisterArgs,
-    ResolveArgs, ServicesArgs, SetStateArgs, WatchArgs,
+    CheckArgs, Cli, ClientArgs, ClusterCommand, Command, DeregisterArgs, DrainArgs, LeaseCommand, PolicyCommand,
+    RegisterArgs, ResolveArgs, ServicesArgs, SetStateArgs, WatchArgs,
 };
 use crate::duration::millis;
 use crate::error::CliError;
@@ -36,6 +37,7 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Services(args) => services(args, json, out).await,
         Command::Lease(command) => lease(command, json, out).await,
         Command::Cluster(command) => cluster(command, json, out).await,
+        Command::Policy(command) => policy(command, json, out).await,
         Command::Status(args) => {
             let client = connect(&args.client)?;
             let status = client.status().await?;
@@ -145,6 +147,50 @@ async fn cluster(command: ClusterCommand, json: bool, out: &mut dyn Write) -> Re
         }
     };
     emit(out, json, &reply, || render::cluster_text(client.server(), &reply))
+}
+
+async fn policy(command: PolicyCommand, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    match command {
+        PolicyCommand::Show(args) => {
+            let client = connect(&args.client)?;
+            let reply = client.policy::<RegistryConfig>().await?;
+            let text = render::policy_text(client.server(), &reply)?;
+            emit(out, json, &reply, || text)
+        }
+        PolicyCommand::Set(args) => {
+            // Read and checked here, so a typo is reported before anything is sent.
+            let policy = read_policy(&args.file)?;
+            policy.validate()?;
+            let client = connect(&args.client)?;
+            let reply = client.set_policy(&policy).await?;
+            emit(out, json, &reply, || {
+                format!(
+                    "policy set at revision {}: later writes are judged by it\n",
+                    reply.revision
+                )
+            })
+        }
+    }
+}
+
+/// A policy file: JSON for a `.json` file, else TOML, either the `[registry]` section's
+/// contents or a config file whose `[registry]` table holds them. Unknown settings are
+/// refused (`invalid_policy`), naming the setting.
+pub fn read_policy(path: &std::path::Path) -> Result<RegistryConfig, CliError> {
+    let invalid = |err: &dyn std::fmt::Display| CliError::usage("invalid_policy", format!("{}: {err}", path.display()));
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| CliError::usage("cannot_read", format!("cannot read {}: {err}", path.display())))?;
+    if path.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("json")) {
+        return serde_json::from_str(&text).map_err(|err| invalid(&err));
+    }
+    let mut table: toml::Table = toml::from_str(&text).map_err(|err| invalid(&err))?;
+    if table.len() == 1
+        && matches!(table.get("registry"), Some(toml::Value::Table(_)))
+        && let Some(toml::Value::Table(section)) = table.remove("registry")
+    {
+        table = section;
+    }
+    toml::Value::Table(table).try_into().map_err(|err| invalid(&err))
 }
 
 async fn check(args: CheckArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {

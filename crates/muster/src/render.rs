@@ -1,10 +1,14 @@
 //! Human output for every reply and watch frame. Pure functions of the data, so the tests
 //! check them on fixed records; `--json` bypasses all of this and prints the API's JSON.
 
-use muster_core::api::{ClusterReply, Frame, LeaseReply, ServicesReply, SnapshotReply, StatusReply, WriteReply};
+use muster_core::api::{
+    ClusterReply, Frame, LeaseReply, PolicyReply, ServicesReply, SnapshotReply, StatusReply, WriteReply,
+};
 use muster_core::{Endpoint, Event, NamespaceKey, ServiceKey, ServiceUpdate};
+use muster_registry::RegistryConfig;
 
 use crate::duration::format_millis;
+use crate::error::CliError;
 use crate::table::Table;
 
 /// How many endpoints a watch's one-line snapshot names before summarising the rest: enough
@@ -188,7 +192,27 @@ pub fn status_text(server: &str, status: &StatusReply) -> String {
         status.applied_index.to_string(),
         format_millis(status.uptime_ms / 1_000 * 1_000),
     ]);
-    table.render()
+    let mut text = table.render();
+    if let Some(policy) = status.policy.as_ref().filter(|p| !p.matches_config) {
+        text.push_str(&format!(
+            "The registry policy (revision {}) differs from this node's config file in: {}. \
+             The replicated policy is in force (muster policy show).\n",
+            policy.revision,
+            policy.differences.join(", ")
+        ));
+    }
+    text
+}
+
+/// `muster policy show`: the policy as TOML in the shape of the config file's `[registry]`
+/// section, so it can be saved, edited and given back to `muster policy set --file`.
+pub fn policy_text(server: &str, reply: &PolicyReply<RegistryConfig>) -> Result<String, CliError> {
+    let body = toml::to_string(&reply.policy)
+        .map_err(|err| CliError::usage("internal", format!("cannot encode the policy: {err}")))?;
+    Ok(format!(
+        "# The registry policy of {server}, in force since revision {}.\n{body}",
+        reply.revision
+    ))
 }
 
 /// `muster cluster status`: one row per member, the leader marked.

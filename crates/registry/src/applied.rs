@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use muster_core::{LeaseId, Revision, ServiceUpdate};
+use muster_core::{LeaseId, Revision, ServiceKey, ServiceUpdate};
 use serde::{Deserialize, Serialize};
 
 /// The result of an accepted command.
@@ -18,6 +18,11 @@ pub struct Applied {
     pub lease: Option<LeaseGrant>,
     /// Why nothing changed, when nothing did.
     pub unchanged: Option<Unchanged>,
+    /// Services released by this revision: left empty for the whole history window, they
+    /// are unknown from now on (their fences stay). Derived views drop them; a watcher of one
+    /// sees a new lineage (`prev_revision` 0) if it is registered again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub released: Vec<ServiceKey>,
 }
 
 /// A lease in a reply: the server turns the TTL into a deadline on its own clock.
@@ -40,6 +45,9 @@ pub enum Unchanged {
     DrainHeld,
     /// None of the leases to expire exists any more.
     NothingToExpire,
+    /// The first committed policy was put in force; nothing the registry holds changed, so
+    /// no revision was spent.
+    PolicyAdopted,
 }
 
 /// Why a read could not be answered.
@@ -67,9 +75,14 @@ pub enum ReadError {
 impl ReadError {
     /// The stable, machine-readable code.
     pub fn code(&self) -> &'static str {
+        self.error_code().as_str()
+    }
+
+    /// The code as the shared vocabulary.
+    pub fn error_code(&self) -> muster_core::ErrorCode {
         match self {
-            ReadError::Compacted { .. } => "compacted",
-            ReadError::FutureRevision { .. } => "future_revision",
+            ReadError::Compacted { .. } => muster_core::ErrorCode::Compacted,
+            ReadError::FutureRevision { .. } => muster_core::ErrorCode::FutureRevision,
         }
     }
 }

@@ -9,6 +9,8 @@ use muster_core::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::config::RegistryConfig;
+
 /// Who issued a command and when: assigned by the leader when it proposes, and logged with
 /// the command, so replay sees the same values.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,8 +44,10 @@ pub enum Command {
     GrantLease(GrantLease),
     /// Revoke a lease and remove every endpoint attached to it.
     RevokeLease(RevokeLease),
-    /// Expire a batch of leases in one revision (proposed by the lease keeper).
+    /// Expire a batch of leases in one revision (proposed by the leader engine's lease keeping).
     ExpireLeases(ExpireLeases),
+    /// Replace the policy the commands after it are judged by.
+    SetPolicy(SetPolicy),
 }
 
 /// Which endpoint incarnation a command addresses.
@@ -106,13 +110,21 @@ pub struct SetServing {
     pub expected_revision: Option<Revision>,
 }
 
-/// Stop new work for an endpoint before it is removed.
+/// Stop new work for an endpoint before it is removed. With a grace, the registry records
+/// when the grace ends (`at_ms + grace_ms`) and whichever node leads then deregisters the
+/// instance (SPEC L6; `drains.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Drain {
     /// The endpoint addressed.
     pub target: Target,
     /// Why, in words.
     pub reason: String,
+    /// Deregister this long after the drain commits (at most [`MAX_DRAIN_GRACE_MS`]); none:
+    /// the instance stays draining until its owner removes it.
+    ///
+    /// [`MAX_DRAIN_GRACE_MS`]: crate::MAX_DRAIN_GRACE_MS
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_ms: Option<u64>,
     /// Compare-and-swap: the record's current revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_revision: Option<Revision>,
@@ -170,6 +182,20 @@ pub struct ExpireLeases {
     pub leases: Vec<LeaseId>,
 }
 
+/// Replace the registry's policy (limits, network policy, quotas, history, fence retention,
+/// lease TTL bounds) at a new revision. Commands committed before it keep their effect; only
+/// later ones are judged by the new policy. The same policy again changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetPolicy {
+    /// The whole new policy.
+    pub policy: RegistryConfig,
+    /// Adopt it only if no policy was ever committed: a node's config file proposed at
+    /// bootstrap. The registry judges this against the committed state, so a node whose own
+    /// view lags (a joiner still catching up) cannot revert a policy an operator set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub initial: bool,
+}
+
 /// `impl From<Variant> for Command` for every command struct.
 macro_rules! into_command {
     ($($variant:ident),*) => {$(
@@ -189,5 +215,6 @@ into_command!(
     Evict,
     GrantLease,
     RevokeLease,
-    ExpireLeases
+    ExpireLeases,
+    SetPolicy
 );

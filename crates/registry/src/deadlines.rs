@@ -1,10 +1,10 @@
 //! The lease deadline table (DESIGN "Leases off the log"): pure, time as input.
 //!
 //! Grants, revocations and expiries are committed commands; deadlines are not. They live in
-//! this table, in the server's memory, so a renewal is a map update rather than a log write.
-//! The server's lease keeper task feeds it the registry's leases and the time, and proposes
-//! what [`LeaseDeadlines::expired`] returns as one `ExpireLeases` command; the lab
-//! (`muster-lab`) drives the same table on its virtual clock. It lives in this crate, beside
+//! this table, in the leader's memory, so a renewal is a map update rather than a log write.
+//! The leader engine (`muster-leader`) feeds it the registry's leases and the time, and
+//! proposes what [`LeaseDeadlines::expired`] returns as one `ExpireLeases` command; the
+//! server's leader task and the lab (`muster-lab`) drive the same engine. It lives in this crate, beside
 //! the registry whose leases it times, so that both can use it.
 //!
 //! ```text

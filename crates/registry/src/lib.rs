@@ -17,7 +17,10 @@
 //! ([`CommandMeta`]), draws no randomness and iterates no hash map, so every replica that
 //! applies the same commands holds the same state, emits the same events and exports the
 //! same bytes. Lease deadlines are deliberately absent (DESIGN "Leases off the log"): they
-//! live in [`LeaseDeadlines`], a pure table the server (and the lab) keeps beside the registry.
+//! live in [`LeaseDeadlines`], a pure table the leader engine (`muster-leader`, driven by the
+//! server and the lab) keeps beside the registry. Drain deadlines, by contrast, are committed
+//! state ([`DrainDeadline`], SPEC L6): a `Drain` with a grace records `at_ms + grace`, every
+//! lift of the drain clears it, and snapshots carry it, so any leader ends the drain on time.
 //!
 //! # Example
 //!
@@ -54,7 +57,10 @@
 //!   by service then instance, each update naming the service's previous revision and the
 //!   digest of the resulting set.
 //! - A command from an older incarnation than the registry knows for an instance (live, or
-//!   removed within the retained history) never changes anything.
+//!   removed within the policy's `fence_retention_ms`, however many writes came since) never
+//!   changes anything.
+//! - The policy commands are judged by is replicated state ([`SetPolicy`]), never a replica's
+//!   own configuration: replay under a different config file reaches the same state.
 //! - `changes_since` returns every update after a revision or `Compacted`, never a subset.
 
 #![forbid(unsafe_code)]
@@ -63,6 +69,8 @@ mod applied;
 mod command;
 mod config;
 mod deadlines;
+mod drains;
+mod fences;
 mod leases;
 mod plan;
 mod registry;
@@ -72,10 +80,11 @@ mod state;
 pub use applied::{Applied, LeaseGrant, ReadError, Unchanged};
 pub use command::{
     Command, CommandMeta, Deregister, Drain, Evict, ExpireLeases, GrantLease, LeaseSpec, Register, RevokeLease,
-    SetServing, Target,
+    SetPolicy, SetServing, Target,
 };
 pub use config::{Quotas, RegistryConfig};
 pub use deadlines::{DeadlinePassed, LeaseDeadlines};
+pub use drains::{DrainDeadline, MAX_DRAIN_GRACE_MS};
 pub use leases::Lease;
-pub use registry::{Page, Registry, Scope};
+pub use registry::{MAX_INCARNATION, Page, Registry, Scope};
 pub use state::{ImportError, RegistryState};

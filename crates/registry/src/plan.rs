@@ -17,10 +17,13 @@ use smol_str::SmolStr;
 
 use crate::applied::{Applied, LeaseGrant, Unchanged};
 use crate::command::{
-    CommandMeta, Deregister, Evict, ExpireLeases, GrantLease, LeaseSpec, Register, RevokeLease, Target,
+    CommandMeta, Deregister, Drain, Evict, ExpireLeases, GrantLease, LeaseSpec, Register, RevokeLease, SetPolicy,
+    Target,
 };
+use crate::config::RegistryConfig;
+use crate::drains::{DrainDeadline, MAX_DRAIN_GRACE_MS};
 use crate::leases::Lease;
-use crate::registry::Registry;
+use crate::registry::{MAX_INCARNATION, Registry, Usage};
 
 /// What an accepted command will do.
 pub(crate) enum Planned {
@@ -39,12 +42,16 @@ pub(crate) struct Plan {
     pub(crate) revoke: Vec<LeaseId>,
     /// The lease to report in the reply.
     pub(crate) lease: Option<LeaseGrant>,
+    /// The policy to put in force (boxed: rare, and larger than the rest of a plan).
+    pub(crate) policy: Option<Box<RegistryConfig>>,
+    /// A drain's deadline to record.
+    pub(crate) drain: Option<DrainDeadline>,
 }
 
 pub(crate) struct Delete {
     pub(crate) key: ServiceKey,
     pub(crate) instance: InstanceId,
-    /// The incarnation the tombstone fences: at least the removed record's.
+    /// The incarnation the fence holds: at least the removed record's.
     pub(crate) fence: Incarnation,
     pub(crate) reason: DeleteReason,
 }
@@ -55,6 +62,7 @@ fn unchanged(revision: Revision, lease: Option<LeaseGrant>, why: Unchanged) -> P
         updates: Vec::new(),
         lease,
         unchanged: Some(why),
+        released: Vec::new(),
     })
 }
 
@@ -73,6 +81,20 @@ fn check_expected(
     }
 }
 
+/// Refuses an incarnation above [`MAX_INCARNATION`].
+fn check_incarnation(target: &Target) -> Result<(), Rejection> {
+    if target.incarnation.0 > MAX_INCARNATION {
+        return Err(Rejection::InvalidField {
+            field: "incarnation".into(),
+            reason: format!(
+                "must be at most {MAX_INCARNATION} (2^53 - 1), got {}",
+                target.incarnation
+            ),
+        });
+    }
+    Ok(())
+}
+
 fn not_found(target: &Target) -> Rejection {
     Rejection::NotFound {
         subject: format!(
@@ -84,12 +106,13 @@ fn not_found(target: &Target) -> Rejection {
 
 impl Registry {
     pub(crate) fn plan_register(&self, cmd: &Register, meta: &CommandMeta) -> Result<Planned, Rejection> {
-        let config = self.config();
+        let config = self.policy();
         let target = &cmd.target;
+        check_incarnation(target)?;
         let attrs = cmd.spec.validate(&config.limits, &config.network)?;
         let service = self.service(&target.key);
         let existing = service.and_then(|s| s.current.get(&target.instance));
-        let highest = service.and_then(|s| s.highest_incarnation(&target.instance));
+        let highest = self.highest_incarnation(&target.key, &target.instance, meta.at_ms);
         let same_incarnation = existing.filter(|e| e.incarnation == target.incarnation);
         if let Some(current) =
             highest.filter(|h| target.incarnation < *h || (existing.is_none() && target.incarnation == *h))
@@ -137,7 +160,8 @@ impl Registry {
             existing.map_or(Revision::ZERO, |e| e.revision),
         )?;
         if existing.is_none() {
-            self.check_quota_endpoints(&target.key, service.is_none())?;
+            let new_service = service.is_none_or(|s| s.current.is_empty());
+            self.check_quota_endpoints(&target.key, new_service)?;
         }
         let grant = match lease {
             Some((LeaseGrant { id, ttl_ms }, true)) => {
@@ -202,8 +226,8 @@ impl Registry {
         expected: Option<Revision>,
         meta: &CommandMeta,
     ) -> Result<Planned, Rejection> {
-        let reason = bounded_text("reason", reason, self.config().limits.max_text_bytes)?;
-        let existing = self.fenced_existing(target)?;
+        let reason = bounded_text("reason", reason, self.policy().limits.max_text_bytes)?;
+        let existing = self.fenced_existing(target, meta.at_ms)?;
         if existing.serving == state {
             return Ok(unchanged(existing.revision, None, Unchanged::AlreadyCommitted));
         }
@@ -231,13 +255,57 @@ impl Registry {
         }))
     }
 
-    pub(crate) fn plan_deregister(&self, cmd: &Deregister) -> Result<Planned, Rejection> {
+    /// A drain: set-serving `draining` as the caller, plus its grace's deadline.
+    pub(crate) fn plan_drain(&self, cmd: &Drain, meta: &CommandMeta) -> Result<Planned, Rejection> {
+        if let Some(grace) = cmd.grace_ms
+            && grace > MAX_DRAIN_GRACE_MS
+        {
+            return Err(Rejection::InvalidField {
+                field: "grace_ms".into(),
+                reason: format!("must be at most {MAX_DRAIN_GRACE_MS} (one hour), got {grace}"),
+            });
+        }
+        let planned = self.plan_serving(
+            &cmd.target,
+            ServingState::Draining,
+            &cmd.reason,
+            cmd.expected_revision,
+            meta,
+        )?;
+        let Some(grace) = cmd.grace_ms else {
+            return Ok(planned);
+        };
+        let deadline = DrainDeadline {
+            key: cmd.target.key.clone(),
+            instance: cmd.target.instance.clone(),
+            incarnation: cmd.target.incarnation,
+            deadline_ms: meta.at_ms.saturating_add(grace),
+        };
+        Ok(match planned {
+            Planned::Commit(mut plan) => {
+                plan.drain = Some(deadline);
+                Planned::Commit(plan)
+            }
+            // Already draining with a grace: the first drain's grace stands (a retry changes
+            // nothing).
+            unchanged if self.drain_deadline(&cmd.target.key, &cmd.target.instance).is_some() => unchanged,
+            // Already draining without one (set by a set-serving, or a drain without a grace):
+            // this drain's grace is recorded, at a revision of its own, so the instance is
+            // still deregistered when it ends.
+            _ => Planned::Commit(Plan {
+                drain: Some(deadline),
+                ..Plan::default()
+            }),
+        })
+    }
+
+    pub(crate) fn plan_deregister(&self, cmd: &Deregister, meta: &CommandMeta) -> Result<Planned, Rejection> {
         let target = &cmd.target;
+        check_incarnation(target)?;
         let service = self.service(&target.key);
         let existing = service.and_then(|s| s.current.get(&target.instance));
         let Some(existing) = existing else {
-            let tombstone = service.and_then(|s| s.tombstones.get(&target.instance));
-            return match tombstone {
+            return match self.fence(&target.key, &target.instance, meta.at_ms) {
                 Some(t) if t.incarnation == target.incarnation => {
                     Ok(unchanged(t.revision, None, Unchanged::AlreadyCommitted))
                 }
@@ -354,10 +422,41 @@ impl Registry {
         plan
     }
 
+    /// A new policy, validated. `None`: no policy was committed yet, so this one is adopted
+    /// without a new revision. Otherwise committed at a new revision unless it is the one in
+    /// force. Every branch depends only on committed state, never on the policy a replica
+    /// was created with.
+    pub(crate) fn plan_policy(&self, cmd: &SetPolicy) -> Result<Option<Planned>, Rejection> {
+        cmd.policy.validate()?;
+        if !self.policy_committed() {
+            return Ok(None);
+        }
+        if cmd.initial {
+            // A bootstrap proposal after a policy was committed: the committed one stands.
+            return Ok(Some(unchanged(
+                self.policy_revision(),
+                None,
+                Unchanged::AlreadyCommitted,
+            )));
+        }
+        if &cmd.policy == self.policy() {
+            return Ok(Some(unchanged(
+                self.policy_revision(),
+                None,
+                Unchanged::AlreadyCommitted,
+            )));
+        }
+        Ok(Some(Planned::Commit(Plan {
+            policy: Some(Box::new(cmd.policy.clone())),
+            ..Plan::default()
+        })))
+    }
+
     /// The live record of exactly the target's incarnation, or the refusal that explains why not.
-    fn fenced_existing(&self, target: &Target) -> Result<&Arc<Endpoint>, Rejection> {
+    fn fenced_existing(&self, target: &Target, now_ms: u64) -> Result<&Arc<Endpoint>, Rejection> {
+        check_incarnation(target)?;
         let service = self.service(&target.key);
-        if let Some(current) = service.and_then(|s| s.highest_incarnation(&target.instance))
+        if let Some(current) = self.highest_incarnation(&target.key, &target.instance, now_ms)
             && target.incarnation < current
         {
             return Err(Rejection::StaleIncarnation {
@@ -384,7 +483,7 @@ impl Registry {
     }
 
     fn check_ttl(&self, ttl_ms: u64) -> Result<(), Rejection> {
-        let config = self.config();
+        let config = self.policy();
         if !(config.min_lease_ttl_ms..=config.max_lease_ttl_ms).contains(&ttl_ms) {
             return Err(Rejection::InvalidField {
                 field: "ttl_ms".into(),
@@ -398,7 +497,7 @@ impl Registry {
     }
 
     fn check_size(&self, endpoint: &Endpoint) -> Result<(), Rejection> {
-        let limit = self.config().limits.max_record_bytes;
+        let limit = self.policy().limits.max_record_bytes;
         let size = endpoint.size();
         if size > limit {
             return Err(Rejection::RecordTooLarge {
@@ -411,9 +510,12 @@ impl Registry {
     }
 
     fn check_quota_endpoints(&self, key: &ServiceKey, new_service: bool) -> Result<(), Rejection> {
-        let quotas = &self.config().quotas;
+        let quotas = &self.policy().quotas;
         let usage = self.usage(&key.tenant);
         let tenant = || format!("tenant '{}'", key.tenant);
+        if new_service {
+            self.check_quota_tenants(&key.tenant)?;
+        }
         if new_service && usage.services >= quotas.services_per_tenant {
             return Err(Rejection::QuotaExceeded {
                 quota: Quota::ServicesPerTenant,
@@ -439,8 +541,22 @@ impl Registry {
         Ok(())
     }
 
+    /// A tenant that holds nothing yet may start to only while fewer than `max_tenants` do.
+    fn check_quota_tenants(&self, tenant: &Label) -> Result<(), Rejection> {
+        let limit = self.policy().quotas.max_tenants;
+        if self.usage(tenant) == Usage::default() && self.tenant_count() as u64 >= limit {
+            return Err(Rejection::QuotaExceeded {
+                quota: Quota::MaxTenants,
+                scope: "the registry".into(),
+                limit,
+            });
+        }
+        Ok(())
+    }
+
     fn check_quota_leases(&self, tenant: &Label) -> Result<(), Rejection> {
-        let limit = self.config().quotas.leases_per_tenant;
+        self.check_quota_tenants(tenant)?;
+        let limit = self.policy().quotas.leases_per_tenant;
         if self.usage(tenant).leases >= limit {
             return Err(Rejection::QuotaExceeded {
                 quota: Quota::LeasesPerTenant,

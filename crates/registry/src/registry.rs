@@ -4,16 +4,26 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use muster_core::{
-    DeleteReason, Endpoint, Event, InstanceId, Label, NamespaceKey, Rejection, Revision, ServiceKey, ServiceSnapshot,
-    ServiceUpdate,
+    DeleteReason, Endpoint, Event, Incarnation, InstanceId, Label, NamespaceKey, Rejection, Revision, ServiceKey,
+    ServiceSnapshot, ServiceUpdate,
 };
 
 use crate::applied::{Applied, ReadError};
 use crate::command::{Command, CommandMeta};
 use crate::config::RegistryConfig;
+use crate::drains::{DrainDeadline, DrainTable};
+use crate::fences::{Fence, FenceTable};
 use crate::leases::{Lease, LeaseTable};
 use crate::plan::{Delete, Plan, Planned};
-use crate::service::{Change, ServiceState, Tombstone, delete_event};
+use crate::service::{Change, ServiceState, delete_event};
+
+/// The highest incarnation a command may carry: 2^53 − 1, the largest integer every JSON
+/// client (JavaScript's doubles included) represents exactly, so no client can present an
+/// incarnation it cannot read back. It also keeps an instance from being squatted: a record
+/// at `u64::MAX` could never be replaced by a newer incarnation. The registrar's schemes stay
+/// far below it (a start counter never gets there; start-time milliseconds × 1,000 reach it
+/// around the year 2255).
+pub const MAX_INCARNATION: u64 = (1 << 53) - 1;
 
 /// What a change-log query covers (SPEC W4: per key or per namespace).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +51,19 @@ pub struct Page {
     pub next: Option<InstanceId>,
 }
 
+/// What an imported registry is assembled from (`state.rs` checks and builds them).
+pub(crate) struct Parts {
+    pub(crate) policy: RegistryConfig,
+    pub(crate) policy_revision: Option<Revision>,
+    pub(crate) revision: Revision,
+    pub(crate) compacted: Revision,
+    pub(crate) services: Vec<ServiceState>,
+    pub(crate) leases: LeaseTable,
+    pub(crate) usage: BTreeMap<Label, Usage>,
+    pub(crate) touched: VecDeque<(Revision, Arc<ServiceKey>)>,
+    pub(crate) fences: FenceTable,
+}
+
 /// One endpoint's change within a commit.
 enum Write {
     Put(Arc<Endpoint>),
@@ -50,7 +73,9 @@ enum Write {
     },
 }
 
-/// What a tenant holds, for quotas.
+/// What a tenant holds, for quotas. `services` counts live (non-empty) services only; a
+/// tenant whose usage is all zero is forgotten, so the map holds exactly the tenants that
+/// count against `max_tenants`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Usage {
     pub(crate) services: u64,
@@ -66,7 +91,11 @@ pub(crate) struct Usage {
 /// the same state, events and bytes on every replica.
 #[derive(Debug, Clone)]
 pub struct Registry {
-    config: RegistryConfig,
+    /// The policy in force: replicated, changed only by a committed `SetPolicy`.
+    policy: RegistryConfig,
+    /// The revision the policy in force was committed at; `None` while it is still the one
+    /// the registry was created with (no `SetPolicy` committed yet).
+    policy_revision: Option<Revision>,
     revision: Revision,
     /// Every revision up to and including this one has left the change history.
     compacted: Revision,
@@ -75,19 +104,27 @@ pub struct Registry {
     usage: BTreeMap<Label, Usage>,
     /// (revision, service) for every retained change, oldest first: what compaction visits.
     touched: VecDeque<(Revision, Arc<ServiceKey>)>,
+    /// What fences removed instances, for `fence_retention_ms`.
+    fences: FenceTable,
+    /// When drained instances are to be deregistered (`drains.rs`).
+    drains: DrainTable,
 }
 
 impl Registry {
-    /// An empty registry at revision 0.
-    pub fn new(config: RegistryConfig) -> Registry {
+    /// An empty registry at revision 0 whose initial policy is `policy` (the config file's):
+    /// the only time a configuration decides; later changes are committed `SetPolicy`s.
+    pub fn new(policy: RegistryConfig) -> Registry {
         Registry {
-            config,
+            policy,
+            policy_revision: None,
             revision: Revision::ZERO,
             compacted: Revision::ZERO,
             namespaces: BTreeMap::new(),
             leases: LeaseTable::new(muster_core::LeaseId(1)),
             usage: BTreeMap::new(),
             touched: VecDeque::new(),
+            fences: FenceTable::default(),
+            drains: DrainTable::default(),
         }
     }
 
@@ -97,28 +134,30 @@ impl Registry {
         let planned = match command {
             Command::Register(c) => self.plan_register(c, meta)?,
             Command::SetServing(c) => self.plan_serving(&c.target, c.state, &c.reason, c.expected_revision, meta)?,
-            Command::Drain(c) => self.plan_serving(
-                &c.target,
-                muster_core::ServingState::Draining,
-                &c.reason,
-                c.expected_revision,
-                meta,
-            )?,
-            Command::Deregister(c) => self.plan_deregister(c)?,
+            Command::Drain(c) => self.plan_drain(c, meta)?,
+            Command::Deregister(c) => self.plan_deregister(c, meta)?,
             Command::Evict(c) => self.plan_evict(c)?,
             Command::GrantLease(c) => self.plan_grant(c)?,
             Command::RevokeLease(c) => self.plan_revoke(c)?,
             Command::ExpireLeases(c) => self.plan_expire(c),
+            Command::SetPolicy(c) => match self.plan_policy(c)? {
+                Some(planned) => planned,
+                None => return Ok(self.adopt_policy(c.policy.clone(), meta.at_ms)),
+            },
         };
         Ok(match planned {
             Planned::Unchanged(applied) => applied,
-            Planned::Commit(plan) => self.commit(plan),
+            Planned::Commit(plan) => self.commit(plan, meta.at_ms),
         })
     }
 
     /// Writes a plan at the next revision. Cannot fail: every check happened in planning.
-    fn commit(&mut self, plan: Plan) -> Applied {
+    fn commit(&mut self, plan: Plan, at_ms: u64) -> Applied {
         let revision = self.revision.next();
+        if let Some(policy) = plan.policy {
+            self.policy = *policy;
+            self.policy_revision = Some(revision);
+        }
         if let Some(lease) = plan.grant {
             self.usage.entry(lease.tenant.clone()).or_default().leases += 1;
             self.leases.insert(lease);
@@ -144,30 +183,37 @@ impl Registry {
         }
         let updates = writes
             .into_iter()
-            .map(|(key, writes)| self.commit_service(key, writes, revision))
+            .map(|(key, writes)| self.commit_service(key, writes, revision, at_ms))
             .collect();
         for id in plan.revoke {
             if let Some(lease) = self.leases.remove(id) {
-                self.usage.entry(lease.tenant).or_default().leases -= 1;
+                self.usage.entry(lease.tenant.clone()).or_default().leases -= 1;
+                self.forget_idle_tenant(&lease.tenant);
             }
         }
+        if let Some(drain) = plan.drain {
+            self.drains.set(drain);
+        }
         self.revision = revision;
-        self.compact();
+        self.fences.prune(at_ms, self.policy.fence_retention_ms);
+        let released = self.compact();
         Applied {
             revision,
             updates,
             lease: plan.lease,
             unchanged: None,
+            released,
         }
     }
 
-    /// Applies one service's writes at `revision`: the snapshot (and its digest), tombstones,
+    /// Applies one service's writes at `revision`: the snapshot (and its digest), fences,
     /// lease index, usage and history all move together.
     fn commit_service(
         &mut self,
         key: ServiceKey,
         writes: BTreeMap<InstanceId, Write>,
         revision: Revision,
+        at_ms: u64,
     ) -> Arc<ServiceUpdate> {
         let usage = self.usage.entry(key.tenant.clone()).or_default();
         let service = self
@@ -175,11 +221,9 @@ impl Registry {
             .entry(key.namespace_key())
             .or_default()
             .entry(key.service.clone())
-            .or_insert_with(|| {
-                usage.services += 1;
-                ServiceState::new(key.clone())
-            });
+            .or_insert_with(|| ServiceState::new(key.clone()));
         let snapshot = Arc::make_mut(&mut service.current);
+        let was_live = !snapshot.is_empty();
         let prev_revision = snapshot.revision();
         let mut events = Vec::with_capacity(writes.len());
         let mut before = Vec::with_capacity(writes.len());
@@ -197,24 +241,37 @@ impl Registry {
                     self.leases.attach(id, &service.key, &instance);
                 }
             }
+            // A put that is not the same incarnation draining, or a delete, lifts the drain.
+            let still_draining = matches!(&write, Write::Put(endpoint)
+                if endpoint.serving == muster_core::ServingState::Draining
+                    && self.drains.get(&service.key, &instance).is_some_and(|d| d.incarnation == endpoint.incarnation));
+            if !still_draining {
+                self.drains.clear(&service.key, &instance);
+            }
             match write {
                 Write::Put(endpoint) => {
                     usage.endpoints += u64::from(old.is_none());
-                    service.tombstones.remove(&instance);
+                    self.fences.remove(&service.key, &instance);
                     events.push(Event::Put { endpoint });
                 }
                 Write::Delete { fence, reason } => {
                     let removed = old.as_ref().expect("plans only delete live endpoints");
                     usage.endpoints -= 1;
                     events.push(delete_event(removed, reason));
-                    let tombstone = Tombstone {
+                    let fence = Fence {
                         incarnation: fence.max(removed.incarnation),
                         revision,
+                        removed_at_ms: at_ms,
                     };
-                    service.tombstones.insert(instance, tombstone);
+                    self.fences.insert(&service.key, instance, fence);
                 }
             }
             before.push(old);
+        }
+        match (was_live, !snapshot.is_empty()) {
+            (false, true) => usage.services += 1,
+            (true, false) => usage.services -= 1,
+            _ => {}
         }
         snapshot.set_revision(revision);
         let update = Arc::new(ServiceUpdate {
@@ -229,36 +286,95 @@ impl Registry {
             before,
         });
         self.touched.push_back((revision, Arc::clone(&service.key)));
+        self.forget_idle_tenant(&update.key.tenant);
         update
     }
 
-    /// Drops history older than the configured number of revisions.
-    fn compact(&mut self) {
-        let floor = Revision(self.revision.0.saturating_sub(self.config.history_revisions));
+    /// Puts the first committed policy in force at the current revision: nothing the registry
+    /// holds changes (only history and fences beyond the new bounds go), so no revision is
+    /// spent, and a log that starts with it replays alike whatever policy each replica was
+    /// created with.
+    fn adopt_policy(&mut self, policy: RegistryConfig, at_ms: u64) -> Applied {
+        self.policy = policy;
+        self.policy_revision = Some(self.revision);
+        self.fences.prune(at_ms, self.policy.fence_retention_ms);
+        let released = self.compact();
+        Applied {
+            revision: self.revision,
+            updates: Vec::new(),
+            lease: None,
+            unchanged: Some(crate::applied::Unchanged::PolicyAdopted),
+            released,
+        }
+    }
+
+    /// Forgets a tenant that holds nothing, so it stops counting against `max_tenants`.
+    fn forget_idle_tenant(&mut self, tenant: &Label) {
+        if self.usage.get(tenant).is_some_and(|u| *u == Usage::default()) {
+            self.usage.remove(tenant);
+        }
+    }
+
+    /// Drops history older than the policy's number of revisions, and releases the services
+    /// left empty whose last change it dropped (their fences stay in the fence table).
+    fn compact(&mut self) -> Vec<ServiceKey> {
+        let mut released = Vec::new();
+        let floor = Revision(self.revision.0.saturating_sub(self.policy.history_revisions));
         if floor <= self.compacted {
-            return;
+            return released;
         }
         while let Some((revision, key)) = self.touched.front() {
             if *revision > floor {
                 break;
             }
-            if let Some(service) = self
-                .namespaces
-                .get_mut(&key.namespace_key())
-                .and_then(|ns| ns.get_mut(&key.service))
+            let namespace_key = key.namespace_key();
+            if let Some(services) = self.namespaces.get_mut(&namespace_key)
+                && let Some(service) = services.get_mut(&key.service)
             {
                 service.compact(floor);
+                if service.is_released() {
+                    services.remove(&key.service);
+                    if services.is_empty() {
+                        self.namespaces.remove(&namespace_key);
+                    }
+                    released.push(ServiceKey::clone(key));
+                }
             }
             self.touched.pop_front();
         }
         self.compacted = floor;
+        released.sort();
+        released
     }
 
     // ---- reads -------------------------------------------------------------------------
 
-    /// The configuration.
-    pub fn config(&self) -> &RegistryConfig {
-        &self.config
+    /// The policy commands are judged by now (replicated: see [`SetPolicy`](crate::SetPolicy)).
+    pub fn policy(&self) -> &RegistryConfig {
+        &self.policy
+    }
+
+    /// The revision the policy in force was committed at; 0 while it is still the one the
+    /// registry was created with.
+    pub fn policy_revision(&self) -> Revision {
+        self.policy_revision.unwrap_or(Revision::ZERO)
+    }
+
+    /// Whether the policy in force was committed by a `SetPolicy` (false: it is still the
+    /// one given at construction, which the log does not record). The consensus layer
+    /// commits one before the first other command, so the log says which policy judges it.
+    pub fn policy_committed(&self) -> bool {
+        self.policy_revision.is_some()
+    }
+
+    /// How many tenants hold anything (a live service or a lease): what `max_tenants` bounds.
+    pub fn tenant_count(&self) -> usize {
+        self.usage.len()
+    }
+
+    /// How many live (non-empty) services a tenant holds: what `services_per_tenant` bounds.
+    pub fn live_services(&self, tenant: &Label) -> u64 {
+        self.usage(tenant).services
     }
 
     /// The current global revision.
@@ -378,6 +494,26 @@ impl Registry {
             .collect()
     }
 
+    /// An instance's drain deadline, if a drain with a grace is in effect (SPEC L6).
+    pub fn drain_deadline(&self, key: &ServiceKey, instance: &InstanceId) -> Option<&DrainDeadline> {
+        self.drains.get(key, instance)
+    }
+
+    /// Every drain deadline, by service and instance.
+    pub fn drains(&self) -> impl Iterator<Item = &DrainDeadline> {
+        self.drains.iter()
+    }
+
+    /// The drains whose grace ended by `now_ms` (Unix milliseconds), earliest first.
+    pub fn drains_due(&self, now_ms: u64) -> impl Iterator<Item = &DrainDeadline> {
+        self.drains.due(now_ms)
+    }
+
+    /// How many drains have a deadline.
+    pub fn drain_count(&self) -> usize {
+        self.drains.len()
+    }
+
     fn check_readable(&self, at: Revision) -> Result<(), ReadError> {
         if at > self.revision {
             return Err(ReadError::FutureRevision {
@@ -404,20 +540,47 @@ impl Registry {
         &self.leases
     }
 
+    pub(crate) fn fence_table(&self) -> &FenceTable {
+        &self.fences
+    }
+
+    /// The highest incarnation known for an instance at `now_ms`: live, or removed and still
+    /// fenced.
+    pub(crate) fn highest_incarnation(
+        &self,
+        key: &ServiceKey,
+        instance: &InstanceId,
+        now_ms: u64,
+    ) -> Option<Incarnation> {
+        let live = self
+            .service(key)
+            .and_then(|s| s.current.get(instance))
+            .map(|e| e.incarnation);
+        live.max(self.fence(key, instance, now_ms).map(|f| f.incarnation))
+    }
+
+    /// The fence on a removed instance, if it holds at `now_ms`.
+    pub(crate) fn fence(&self, key: &ServiceKey, instance: &InstanceId, now_ms: u64) -> Option<&Fence> {
+        self.fences.get(key, instance, now_ms, self.policy.fence_retention_ms)
+    }
+
     pub(crate) fn namespaces(&self) -> impl Iterator<Item = &BTreeMap<Label, ServiceState>> {
         self.namespaces.values()
     }
 
     /// Assembles an imported registry; `state.rs` has checked the parts.
-    pub(crate) fn from_parts(
-        config: RegistryConfig,
-        revision: Revision,
-        compacted: Revision,
-        services: Vec<ServiceState>,
-        leases: LeaseTable,
-        usage: BTreeMap<Label, Usage>,
-        touched: VecDeque<(Revision, Arc<ServiceKey>)>,
-    ) -> Registry {
+    pub(crate) fn from_parts(parts: Parts) -> Registry {
+        let Parts {
+            policy,
+            policy_revision,
+            revision,
+            compacted,
+            services,
+            leases,
+            usage,
+            touched,
+            fences,
+        } = parts;
         let mut namespaces: BTreeMap<NamespaceKey, BTreeMap<Label, ServiceState>> = BTreeMap::new();
         for service in services {
             namespaces
@@ -426,14 +589,23 @@ impl Registry {
                 .insert(service.key.service.clone(), service);
         }
         Registry {
-            config,
+            policy,
+            policy_revision,
             revision,
             compacted,
             namespaces,
             leases,
             usage,
             touched,
+            fences,
+            drains: DrainTable::default(),
         }
+    }
+
+    /// Puts an imported drain table in place; `state.rs` has checked it.
+    pub(crate) fn with_drains(mut self, drains: DrainTable) -> Registry {
+        self.drains = drains;
+        self
     }
 
     pub(crate) fn usage(&self, tenant: &Label) -> Usage {

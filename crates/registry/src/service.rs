@@ -1,20 +1,12 @@
-//! One service's state: its current snapshot, its tombstones and its retained history.
+//! One service's state: its current snapshot and its retained history. What fences its
+//! removed instances lives apart, in the registry's [`FenceTable`](crate::fences::FenceTable),
+//! which outlives a released service.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
-use muster_core::{Endpoint, Event, Incarnation, InstanceId, Revision, ServiceKey, ServiceSnapshot, ServiceUpdate};
+use muster_core::{Endpoint, Event, Revision, ServiceKey, ServiceSnapshot, ServiceUpdate};
 use serde::{Deserialize, Serialize};
-
-/// What remains of a removed instance: the highest incarnation it had, so that no command of
-/// that or an older incarnation can bring it back, and when it was removed, so that a retried
-/// deregistration returns the committed result. Kept as long as the change history that
-/// removed it; a delayed command older than the retained history is beyond fencing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Tombstone {
-    pub(crate) incarnation: Incarnation,
-    pub(crate) revision: Revision,
-}
 
 /// One retained update with what it replaced, so a past revision can be read by undoing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,7 +22,6 @@ pub(crate) struct ServiceState {
     pub(crate) key: Arc<ServiceKey>,
     /// The current set, handed out by cloning the `Arc`.
     pub(crate) current: Arc<ServiceSnapshot>,
-    pub(crate) tombstones: BTreeMap<InstanceId, Tombstone>,
     /// Retained changes, oldest first.
     pub(crate) history: VecDeque<Change>,
 }
@@ -40,16 +31,8 @@ impl ServiceState {
         ServiceState {
             current: Arc::new(ServiceSnapshot::empty(key.clone())),
             key: Arc::new(key),
-            tombstones: BTreeMap::new(),
             history: VecDeque::new(),
         }
-    }
-
-    /// The highest incarnation known for an instance, live or removed.
-    pub(crate) fn highest_incarnation(&self, instance: &InstanceId) -> Option<Incarnation> {
-        let live = self.current.get(instance).map(|e| e.incarnation);
-        let removed = self.tombstones.get(instance).map(|t| t.incarnation);
-        live.max(removed)
     }
 
     /// Retained updates after `since`, oldest first.
@@ -80,12 +63,17 @@ impl ServiceState {
         Some(Arc::new(past))
     }
 
-    /// Drops retained changes at or before `floor`, and the tombstones as old.
+    /// Drops retained changes at or before `floor`.
     pub(crate) fn compact(&mut self, floor: Revision) {
         while self.history.front().is_some_and(|c| c.update.revision <= floor) {
             self.history.pop_front();
         }
-        self.tombstones.retain(|_, t| t.revision > floor);
+    }
+
+    /// Whether nothing of this service needs keeping: no endpoints and no retained history.
+    /// Such a service is released (its fences stay in the fence table).
+    pub(crate) fn is_released(&self) -> bool {
+        self.current.is_empty() && self.history.is_empty()
     }
 }
 

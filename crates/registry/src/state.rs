@@ -1,19 +1,28 @@
 //! The whole registry as one serialisable value: what a Raft snapshot stores.
 //!
-//! Only primary state is written (records, tombstones, leases, retained history); indexes
-//! (lease attachments, tenant usage, the compaction queue) are rebuilt on import. Everything
-//! is written in key order, so export → import → export gives the same bytes.
+//! Only primary state is written (records, fences, leases, retained history, the policy in
+//! force); indexes (lease attachments, tenant usage, the compaction and fence-expiry queues)
+//! are rebuilt on import. Everything is written in key order, so export → import → export
+//! gives the same bytes.
+//!
+//! Fields added since snapshots were first written are `#[serde(default)]`, so an older
+//! snapshot still loads: one without a policy gets the policy passed to
+//! [`Registry::import`] (the config file's) at revision 0, and its per-service tombstones
+//! become fences removed at the newest time the state records (the latest observation of any
+//! endpoint), the best lower bound it holds for "now".
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use muster_core::{Incarnation, InstanceId, LeaseId, Revision, ServiceSnapshot};
+use muster_core::{Incarnation, InstanceId, LeaseId, Revision, ServiceKey, ServiceSnapshot, ServingState};
 use serde::{Deserialize, Serialize};
 
 use crate::config::RegistryConfig;
+use crate::drains::{DrainDeadline, DrainTable};
+use crate::fences::{Fence, FenceTable};
 use crate::leases::{Lease, LeaseTable};
-use crate::registry::{Registry, Usage};
-use crate::service::{Change, ServiceState, Tombstone};
+use crate::registry::{Parts, Registry, Usage};
+use crate::service::{Change, ServiceState};
 
 /// A registry's complete state, for snapshots. Opaque: produce it with
 /// [`Registry::export`], consume it with [`Registry::import`].
@@ -24,11 +33,22 @@ pub struct RegistryState {
     next_lease: LeaseId,
     leases: Vec<Lease>,
     services: Vec<ServiceRecord>,
+    /// Removed instances still fenced, by service then instance.
+    #[serde(default)]
+    fences: Vec<FenceRecord>,
+    /// The policy in force; absent in snapshots from before it was replicated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    policy: Option<PolicyRecord>,
+    /// Drain deadlines (absent from snapshots written before drains were committed state).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    drains: Vec<DrainDeadline>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct ServiceRecord {
     snapshot: Arc<ServiceSnapshot>,
+    /// Only in older snapshots: fences kept per service, as long as its history.
+    #[serde(default, skip_serializing)]
     tombstones: Vec<TombstoneRecord>,
     history: Vec<Change>,
 }
@@ -38,6 +58,24 @@ struct TombstoneRecord {
     instance: InstanceId,
     incarnation: Incarnation,
     revision: Revision,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct FenceRecord {
+    key: ServiceKey,
+    instance: InstanceId,
+    incarnation: Incarnation,
+    revision: Revision,
+    removed_at_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct PolicyRecord {
+    /// The revision it was committed at; absent for the policy the registry was created
+    /// with, which travels with the state so a replica installing it judges alike.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    revision: Option<Revision>,
+    policy: RegistryConfig,
 }
 
 /// Why a [`RegistryState`] was refused: it does not describe a state this registry could
@@ -54,16 +92,19 @@ impl Registry {
             .flat_map(|services| services.values())
             .map(|s| ServiceRecord {
                 snapshot: Arc::clone(&s.current),
-                tombstones: s
-                    .tombstones
-                    .iter()
-                    .map(|(instance, t)| TombstoneRecord {
-                        instance: instance.clone(),
-                        incarnation: t.incarnation,
-                        revision: t.revision,
-                    })
-                    .collect(),
+                tombstones: Vec::new(),
                 history: s.history.iter().cloned().collect(),
+            })
+            .collect();
+        let fences = self
+            .fence_table()
+            .iter()
+            .map(|(key, instance, fence)| FenceRecord {
+                key: ServiceKey::clone(key),
+                instance: instance.clone(),
+                incarnation: fence.incarnation,
+                revision: fence.revision,
+                removed_at_ms: fence.removed_at_ms,
             })
             .collect();
         RegistryState {
@@ -72,13 +113,36 @@ impl Registry {
             next_lease: self.lease_table().next_id(),
             leases: self.lease_table().iter().cloned().collect(),
             services,
+            fences,
+            policy: Some(PolicyRecord {
+                revision: self.policy_committed().then(|| self.policy_revision()),
+                policy: self.policy().clone(),
+            }),
+            drains: self.drains().cloned().collect(),
         }
     }
 
     /// Rebuilds a registry from exported state, checking that it is consistent (digests match
-    /// their records, history is ordered, every attached lease exists).
-    pub fn import(config: RegistryConfig, state: RegistryState) -> Result<Registry, ImportError> {
+    /// their records, history is ordered, every attached lease exists). The state's own
+    /// policy is put in force; `initial_policy` (the config file's) only stands in for a
+    /// snapshot written before the policy was replicated.
+    pub fn import(initial_policy: RegistryConfig, state: RegistryState) -> Result<Registry, ImportError> {
         let fail = |what: String| Err(ImportError(what));
+        let (policy_revision, policy) = match state.policy {
+            Some(record) if record.revision.is_some_and(|r| r > state.revision) => {
+                return fail("the policy is set at a revision beyond the state's".into());
+            }
+            Some(record) => (record.revision, record.policy),
+            None => (None, initial_policy),
+        };
+        let mut fences = FenceTable::default();
+        let legacy_removed_at_ms = state
+            .services
+            .iter()
+            .flat_map(|record| record.snapshot.iter())
+            .map(|endpoint| endpoint.observation.at_ms)
+            .max()
+            .unwrap_or(0);
         let mut leases = LeaseTable::new(state.next_lease);
         let mut usage: BTreeMap<_, Usage> = BTreeMap::new();
         for lease in state.leases {
@@ -87,6 +151,20 @@ impl Registry {
             }
             usage.entry(lease.tenant.clone()).or_default().leases += 1;
             leases.insert(lease);
+        }
+        for fence in state.fences {
+            if fence.revision > state.revision {
+                return fail(format!(
+                    "{}: the fence on '{}' is newer than the state",
+                    fence.key, fence.instance
+                ));
+            }
+            let fence_record = Fence {
+                incarnation: fence.incarnation,
+                revision: fence.revision,
+                removed_at_ms: fence.removed_at_ms,
+            };
+            fences.insert(&Arc::new(fence.key), fence.instance, fence_record);
         }
         let mut services = Vec::new();
         let mut touched = Vec::new();
@@ -120,17 +198,21 @@ impl Registry {
             }
             service.history = VecDeque::from(record.history);
             for t in record.tombstones {
-                service.tombstones.insert(
-                    t.instance,
-                    Tombstone {
-                        incarnation: t.incarnation,
-                        revision: t.revision,
-                    },
-                );
+                let fence = Fence {
+                    incarnation: t.incarnation,
+                    revision: t.revision,
+                    removed_at_ms: legacy_removed_at_ms,
+                };
+                fences.insert(&service.key, t.instance, fence);
             }
-            let tenant_usage = usage.entry(key.tenant.clone()).or_default();
-            tenant_usage.services += 1;
-            tenant_usage.endpoints += service.current.len() as u64;
+            if service.is_released() {
+                continue;
+            }
+            if !service.current.is_empty() {
+                let tenant_usage = usage.entry(key.tenant.clone()).or_default();
+                tenant_usage.services += 1;
+                tenant_usage.endpoints += service.current.len() as u64;
+            }
             for endpoint in service.current.iter() {
                 if let Some(id) = endpoint.lease {
                     match leases.get(id) {
@@ -149,14 +231,32 @@ impl Registry {
             services.push(service);
         }
         touched.sort();
-        Ok(Registry::from_parts(
-            config,
-            state.revision,
-            state.compacted,
+        let mut drains = DrainTable::default();
+        for drain in state.drains {
+            let draining = services
+                .iter()
+                .find(|s| *s.key == drain.key)
+                .and_then(|s| s.current.get(&drain.instance))
+                .is_some_and(|e| e.incarnation == drain.incarnation && e.serving == ServingState::Draining);
+            if !draining {
+                return fail(format!(
+                    "{}: '{}' has a drain deadline but is not draining at incarnation {}",
+                    drain.key, drain.instance, drain.incarnation
+                ));
+            }
+            drains.set(drain);
+        }
+        Ok(Registry::from_parts(Parts {
+            policy,
+            policy_revision,
+            revision: state.revision,
+            compacted: state.compacted,
             services,
             leases,
             usage,
-            touched.into(),
-        ))
+            touched: touched.into(),
+            fences,
+        })
+        .with_drains(drains))
     }
 }

@@ -1,25 +1,30 @@
-//! What every handler shares: the node, the hub, the lease deadlines, the checker's handle,
-//! the self-preservation brakes, pending drains and the clock.
+//! What every handler shares: the node, the hub, the leader engine (lease deadlines, drain
+//! ends, brakes, checker decisions: `muster-leader`), and the clock.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use muster_consensus::Node;
 use muster_core::api::{LeaseReply, WriteReply};
 use muster_core::{Actor, Principal, ServiceKey};
-use muster_health::preservation::{Brakes, Counts};
-use muster_registry::{Applied, Command, CommandMeta, LeaseGrant, Unchanged};
-use tokio::sync::watch;
+use muster_health::checker::CheckerConfig;
+use muster_health::preservation::Brakes;
+use muster_leader::{LeaderEngine, Now, Reply, ReplyTo};
+use muster_registry::{Applied, Command, CommandMeta, LeaseGrant, Registry, RegistryConfig, Unchanged};
+use rand_core::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use tokio::sync::{oneshot, watch};
 
-use crate::checker::CheckerHandle;
 use crate::clock::ServerClock;
-use crate::drains::Drains;
 use crate::error::ApiError;
 use crate::forward::ClusterLink;
 use crate::hub::WatchHub;
-use crate::lease_deadlines::LeaseDeadlines;
 use crate::metrics::CheckerStats;
+
+/// The engine the server drives: the checker's jitter from a seeded generator.
+pub(crate) type Engine = LeaderEngine<Xoshiro256PlusPlus>;
 
 /// The principal of every request until authentication exists (SPEC S1 is a later issue).
 pub(crate) const ANONYMOUS: &str = "anonymous";
@@ -30,13 +35,12 @@ pub(crate) struct App {
     pub(crate) hub: Arc<WatchHub>,
     pub(crate) clock: ServerClock,
     pub(crate) progress_interval: Duration,
-    leases: Mutex<LeaseDeadlines>,
-    /// Self-preservation, shared by the checker and the lease keeper.
-    brakes: Mutex<Brakes>,
-    drains: Mutex<Drains>,
-    /// Hands TTL reports to the checker task.
-    pub(crate) checker: CheckerHandle,
-    /// The checker task's counters.
+    /// The leader's duties (locked before the registry is read, never the other way).
+    engine: Mutex<Engine>,
+    /// Callers waiting for the engine's reply.
+    replies: Mutex<HashMap<ReplyTo, oneshot::Sender<Reply>>>,
+    next_reply: AtomicU64,
+    /// The checker's counters.
     pub(crate) checker_stats: CheckerStats,
     /// The other members, in a cluster.
     pub(crate) cluster: Option<ClusterLink>,
@@ -44,14 +48,17 @@ pub(crate) struct App {
     /// Turns true when the server starts stopping: blocking queries return at once.
     stopping: watch::Receiver<bool>,
     anonymous: Principal,
+    /// This node's config file's `[registry]` section: only the initial policy; `status`
+    /// reports how the replicated policy differs from it.
+    pub(crate) config_policy: RegistryConfig,
 }
 
 /// What the background parts of an [`App`] start from.
 pub(crate) struct Background {
     /// The self-preservation brakes.
     pub(crate) brakes: Brakes,
-    /// The checker task's handle.
-    pub(crate) checker: CheckerHandle,
+    /// The checker's limits.
+    pub(crate) checker: CheckerConfig,
     /// The other members, in a cluster.
     pub(crate) cluster: Option<ClusterLink>,
 }
@@ -64,6 +71,7 @@ impl App {
         progress_interval: Duration,
         stopping: watch::Receiver<bool>,
         background: Background,
+        config_policy: RegistryConfig,
     ) -> App {
         let Background {
             brakes,
@@ -75,46 +83,98 @@ impl App {
             hub,
             clock,
             progress_interval,
-            leases: Mutex::new(LeaseDeadlines::new()),
-            brakes: Mutex::new(brakes),
-            drains: Mutex::new(Drains::default()),
-            checker,
+            // Jitter only has to differ between servers and runs.
+            engine: Mutex::new(LeaderEngine::new(
+                checker,
+                brakes,
+                Xoshiro256PlusPlus::seed_from_u64(clock.unix_now_ms()),
+            )),
+            replies: Mutex::new(HashMap::new()),
+            next_reply: AtomicU64::new(0),
             checker_stats: CheckerStats::default(),
             cluster,
             ready: AtomicBool::new(false),
             stopping,
             anonymous: Principal::new(ANONYMOUS).expect("'anonymous' is a valid principal"),
+            config_policy,
         }
     }
 
-    /// The lease deadline table.
-    pub(crate) fn leases(&self) -> MutexGuard<'_, LeaseDeadlines> {
-        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
+    fn engine(&self) -> MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The self-preservation brakes.
-    pub(crate) fn brakes(&self) -> MutexGuard<'_, Brakes> {
-        self.brakes.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The time as the engine takes it.
+    pub(crate) fn now(&self) -> Now {
+        let monotonic_ms = self.clock.now_ms();
+        Now {
+            monotonic_ms,
+            unix_ms: self.clock.unix_ms(monotonic_ms),
+        }
+    }
+
+    /// Runs one engine event over the registry as it is now. The engine first learns whether
+    /// this node leads: a node that just took over starts from the registry it reads here.
+    /// Lock order: engine, then registry (the apply path never takes the engine's lock).
+    pub(crate) fn with_engine<T>(&self, event: impl FnOnce(&mut Engine, &Registry, Now) -> T) -> T {
+        let mut engine = self.engine();
+        let now = self.now();
+        let leader = self.node.is_leader();
+        self.node.read(|registry| {
+            if leader && !engine.is_leading() {
+                engine.became_leader(registry, now);
+                tracing::info!(
+                    leases = engine.leases().len(),
+                    drains = registry.drain_count(),
+                    checked = engine.checker().endpoints(),
+                    "leading: lease deadlines, drains and checks taken over"
+                );
+            } else if !leader && engine.is_leading() {
+                engine.lost_leadership();
+                tracing::info!("no longer leading: deadlines and checks handed over");
+            }
+            event(&mut engine, registry, now)
+        })
     }
 
     /// Whether self-preservation holds removals from `key` now.
     pub(crate) fn protection_active(&self, key: &ServiceKey) -> bool {
-        self.brakes().protection_active(key)
+        self.engine().brakes().protection_active(key)
     }
 
-    /// Drains waiting for their grace to end.
-    pub(crate) fn drains(&self) -> MutexGuard<'_, Drains> {
-        self.drains.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The services self-preservation protects now, sorted.
+    pub(crate) fn protected(&self) -> Vec<ServiceKey> {
+        self.engine().brakes().protected()
     }
 
-    /// Serving and total endpoints of a service as the registry holds them now.
-    pub(crate) fn counts(&self, key: &ServiceKey) -> Counts {
-        self.node.read(|registry| {
-            registry
-                .snapshot(key)
-                .map(|snapshot| Counts::of(snapshot.iter().map(|e| e.serving)))
-                .unwrap_or_default()
-        })
+    /// Probes in flight and endpoints with checks, for metrics.
+    pub(crate) fn checker_load(&self) -> (usize, usize) {
+        let engine = self.engine();
+        (engine.checker().in_flight(), engine.checker().endpoints())
+    }
+
+    /// A fresh reply slot: the engine answers it with [`App::answer`].
+    pub(crate) fn reply_slot(&self) -> (ReplyTo, oneshot::Receiver<Reply>) {
+        let to = ReplyTo(self.next_reply.fetch_add(1, Ordering::Relaxed));
+        let (tx, rx) = oneshot::channel();
+        self.replies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(to, tx);
+        (to, rx)
+    }
+
+    /// Hands the engine's reply to its caller (gone callers are skipped).
+    pub(crate) fn answer(&self, to: ReplyTo, reply: Reply) {
+        let waiting = self.replies.lock().unwrap_or_else(PoisonError::into_inner).remove(&to);
+        if let Some(waiting) = waiting {
+            let _ = waiting.send(reply);
+        }
+    }
+
+    /// Tells the engine a lease was revoked.
+    pub(crate) fn lease_revoked(&self, id: muster_core::LeaseId) {
+        self.engine().revoked(id);
     }
 
     /// Whether the server serves (false while starting and stopping).
@@ -136,8 +196,8 @@ impl App {
         self.meta_as(actor, &self.anonymous)
     }
 
-    /// The metadata of a command proposed now by the server itself (the checker, the lease
-    /// keeper, the drain timer): the principal names the observer (SPEC H4).
+    /// The metadata of a command proposed now by the server itself (a duty of the leader
+    /// engine): the principal names the observer (SPEC H4).
     pub(crate) fn meta_as(&self, actor: Actor, principal: &Principal) -> CommandMeta {
         CommandMeta {
             at_ms: self.clock.unix_now_ms(),
@@ -153,13 +213,7 @@ impl App {
 
     /// A lease in a reply, with its deadline (a new grant's starts now).
     pub(crate) fn lease_reply(&self, grant: LeaseGrant) -> LeaseReply {
-        let now = self.clock.now_ms();
-        let deadline = self.leases().ensure(grant.id, grant.ttl_ms, now);
-        LeaseReply {
-            id: grant.id,
-            ttl_ms: grant.ttl_ms,
-            deadline_unix_ms: self.clock.unix_ms(deadline),
-        }
+        self.with_engine(|engine, _, now| engine.granted(grant, now))
     }
 
     /// The reply of a write.
@@ -177,5 +231,6 @@ fn unchanged_code(why: Unchanged) -> &'static str {
         Unchanged::AlreadyCommitted => "already_committed",
         Unchanged::DrainHeld => "drain_held",
         Unchanged::NothingToExpire => "nothing_to_expire",
+        Unchanged::PolicyAdopted => "policy_adopted",
     }
 }

@@ -3,15 +3,15 @@
 //!
 //! ```text
 //!  peer ──POST /raft/{append|vote|snapshot|propose} + x-muster-cluster-secret──▶ Node::rpc
-//!  follower ──POST /app/renew, /app/check──▶ renew or report here (only while leading;
-//!                                             else no_quorum)
+//!  follower ──POST /app/leader {renew | report | in_flight}──▶ answered here (only while
+//!                                             leading; else no_quorum) — see `forward`
 //!        wrong or missing secret: 401 unauthorized, nothing done
 //! ```
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use std::sync::Arc;
@@ -20,9 +20,9 @@ use muster_consensus::{Node, Rpc, SECRET_HEADER};
 
 use crate::app::App;
 use crate::error::ApiError;
-use crate::forward::{RenewForward, ReportForward};
+use crate::forward::{LEADER_PATH, LeaderCall};
 use crate::lease_routes::renew_here;
-use muster_health::checker::TtlReport;
+use crate::writes::{in_flight_here, report_here};
 
 /// The largest node-to-node request: an append of many batched entries, or a snapshot chunk
 /// (3 MiB of bytes as a JSON array, about four times larger).
@@ -32,8 +32,7 @@ const MAX_RPC_BYTES: usize = 64 * 1024 * 1024;
 pub(crate) fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/raft/{rpc}", post(rpc))
-        .route("/app/renew", post(renew))
-        .route("/app/check", post(check_report))
+        .route(LEADER_PATH, post(leader_call))
         .layer(DefaultBodyLimit::max(MAX_RPC_BYTES))
         .with_state(app)
 }
@@ -47,50 +46,34 @@ fn authenticate(node: &Node, headers: &HeaderMap) -> Result<(), ApiError> {
         return Ok(());
     }
     Err(ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
+        muster_core::ErrorCode::Unauthorized,
         format!("node-to-node requests need the cluster secret in {SECRET_HEADER}"),
     ))
 }
 
-/// A renewal a follower forwarded: only the leader keeps deadlines.
-async fn renew(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
+/// A request a follower forwarded (`forward`): answered by the same code the leader runs for
+/// its own clients; only while leading.
+async fn leader_call(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
     if let Err(refused) = authenticate(&app.node, &headers) {
         return refused.into_response();
     }
-    let Ok(forward) = serde_json::from_slice::<RenewForward>(&body) else {
-        return ApiError::bad_request("a renewal is {tenant, id}").into_response();
+    let call = match serde_json::from_slice::<LeaderCall>(&body) {
+        Ok(call) => call,
+        Err(error) => return ApiError::bad_request(format!("not a leader call: {error}")).into_response(),
     };
     if !app.node.is_leader() {
         return ApiError::no_quorum("this node no longer leads; retry").into_response();
     }
-    match renew_here(&app, &forward.tenant, forward.id) {
-        Ok(reply) => axum::Json(reply).into_response(),
-        Err(error) => error.into_response(),
-    }
-}
-
-/// A TTL report a follower forwarded: only the leader's checker keeps TTL deadlines.
-async fn check_report(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(refused) = authenticate(&app.node, &headers) {
-        return refused.into_response();
-    }
-    let Ok(forward) = serde_json::from_slice::<ReportForward>(&body) else {
-        return ApiError::bad_request("a report is {key, instance, request}").into_response();
+    let answer = match call {
+        LeaderCall::Renew { tenant, id } => renew_here(&app, &tenant, id).map(|r| axum::Json(r).into_response()),
+        LeaderCall::Report { key, instance, request } => report_here(&app, key, instance, request)
+            .await
+            .map(|r| axum::Json(r).into_response()),
+        LeaderCall::InFlight { key, instance, request } => in_flight_here(&app, key, instance, request)
+            .await
+            .map(|r| axum::Json(r).into_response()),
     };
-    if !app.node.is_leader() {
-        return ApiError::no_quorum("this node no longer leads; retry").into_response();
-    }
-    let report = TtlReport {
-        key: forward.key,
-        instance: forward.instance,
-        incarnation: forward.request.incarnation,
-        status: forward.request.status,
-    };
-    match app.checker.report(report).await {
-        Ok(reply) => axum::Json(reply).into_response(),
-        Err(error) => error.into_response(),
-    }
+    answer.unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn rpc(State(app): State<Arc<App>>, Path(segment): Path<String>, headers: HeaderMap, body: Bytes) -> Response {

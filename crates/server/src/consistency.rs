@@ -11,7 +11,6 @@
 //! this node last heard from a leader; for the leader, since a quorum acknowledged it).
 
 use axum::http::HeaderValue;
-use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 
@@ -46,8 +45,7 @@ pub(crate) async fn ready(app: &App, consistency: Consistency) -> Result<(), Api
         Consistency::Default => match app.node.leader_contact_age_ms() {
             Some(age) if age <= DEFAULT_MAX_STALENESS_MS => Ok(()),
             age => Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "stale",
+                muster_core::ErrorCode::Stale,
                 match age {
                     Some(age) => format!(
                         "this node last heard from a leader {age} ms ago (over {DEFAULT_MAX_STALENESS_MS} ms); \

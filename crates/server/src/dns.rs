@@ -35,6 +35,9 @@ impl ApplyObserver for DnsFeed {
             self.zone
                 .stage(&update.key, registry.snapshot(&update.key), applied.revision);
         }
+        for key in &applied.released {
+            self.zone.stage(key, None, applied.revision);
+        }
     }
 
     fn reset(&self, registry: &Registry) {

@@ -1,39 +1,38 @@
 //! API errors: every error reply is `{"error": {"code": ..., "message": ...}}` with a fitting
-//! status (DESIGN "Interfaces").
-//!
-//! | code | status | from |
-//! |---|---|---|
-//! | `stale_incarnation`, `revision_mismatch` | 409 Conflict | registry |
-//! | `not_found`, `lease_not_found` | 404 Not Found | registry, reads |
-//! | `invalid_name`, `invalid_address`, `invalid_field`, `label_limit`, `record_too_large`, `address_out_of_scope` | 422 Unprocessable Content | registry (the body parsed, its content is refused) |
-//! | `quota_exceeded` | 403 Forbidden (retrying will not help) | registry |
-//! | `compacted` | 410 Gone | reads at a compacted revision |
-//! | `future_revision` | 400 Bad Request | reads past the current revision |
-//! | `invalid_name` | 400 Bad Request | a path segment that is not a DNS label |
-//! | `bad_request` | 400 Bad Request | malformed JSON, unknown fields, bad query, bad header |
-//! | `payload_too_large` | 413 Content Too Large | a body over `max_body_bytes` |
-//! | `not_found` | 404 Not Found | no such route |
-//! | `method_not_allowed` | 405 Method Not Allowed | the route exists, the method does not |
-//! | `unavailable` | 503 Service Unavailable | the node is stopping |
-//! | `internal` | 500 Internal Server Error | storage failed |
+//! status (DESIGN "Interfaces"). The codes, their usual statuses and whether a retry may
+//! help are [`muster_core::ErrorCode`]'s, the one vocabulary the registry, this server, the
+//! node-to-node relay and the client share; a route overrides the status only where it says
+//! why (an invalid name in a path is a 400, in a body a 422).
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use muster_consensus::ConsensusError;
-use muster_core::Rejection;
 use muster_core::api::{ErrorBody, ErrorDetail};
+use muster_core::{ErrorCode, Rejection};
 use muster_registry::ReadError;
 
-/// An error reply.
+/// An error reply: a code of the shared vocabulary ([`ErrorCode`]), the status (the code's
+/// usual one unless a route says otherwise) and a message for people.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ApiError {
     pub(crate) status: StatusCode,
-    pub(crate) code: &'static str,
+    pub(crate) code: ErrorCode,
     pub(crate) message: String,
 }
 
+/// The status a code usually has.
+fn usual_status(code: ErrorCode) -> StatusCode {
+    StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
 impl ApiError {
-    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+    /// An error with its code's usual status.
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError::with_status(usual_status(code), code, message)
+    }
+
+    /// An error with a status other than its code's usual one.
+    pub(crate) fn with_status(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             code,
@@ -43,91 +42,79 @@ impl ApiError {
 
     /// 400 `bad_request`: the request itself is malformed.
     pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+        ApiError::new(ErrorCode::BadRequest, message)
     }
 
     /// A path segment refused by name validation: 400 with the rejection's code.
     pub(crate) fn path(rejection: &Rejection) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, rejection.code(), rejection.to_string())
+        ApiError::with_status(StatusCode::BAD_REQUEST, rejection.error_code(), rejection.to_string())
     }
 
     /// 503 `no_quorum`: no leader or no majority to commit with now (SPEC R2); retry.
     pub(crate) fn no_quorum(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "no_quorum", message)
+        ApiError::new(ErrorCode::NoQuorum, message)
     }
 
-    /// Another node's error reply, passed on (its code is one of ours, but not static here).
+    /// Another node's error reply, passed on with its code and status whatever the code
+    /// (one vocabulary: no list of codes allowed through). A code this build does not know
+    /// (a newer peer's) is named by its status class, never turned into a transient one
+    /// unless the status says so.
     pub(crate) fn relayed(status: StatusCode, body: ErrorBody) -> ApiError {
-        let code = crate::error::known_code(&body.error.code).unwrap_or("unavailable");
-        ApiError::new(status, code, body.error.message)
+        let code = body
+            .error
+            .code
+            .parse::<ErrorCode>()
+            .unwrap_or_else(|_| code_for_status(status));
+        ApiError::with_status(status, code, body.error.message)
     }
 
     /// 503 `unavailable`: the server cannot do it now (e.g. it is stopping).
     pub(crate) fn unavailable(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+        ApiError::new(ErrorCode::Unavailable, message)
     }
 
     /// 404 `not_found` for something that is not there.
     pub(crate) fn not_found(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+        ApiError::new(ErrorCode::NotFound, message)
     }
 
     /// The JSON body.
     pub(crate) fn body(&self) -> ErrorBody {
         ErrorBody {
             error: ErrorDetail {
-                code: self.code.to_owned(),
+                code: self.code.as_str().to_owned(),
                 message: self.message.clone(),
             },
         }
     }
 }
 
-/// The status for a registry refusal.
-pub(crate) fn rejection_status(rejection: &Rejection) -> StatusCode {
-    match rejection.code() {
-        "stale_incarnation" | "revision_mismatch" => StatusCode::CONFLICT,
-        "not_found" | "lease_not_found" => StatusCode::NOT_FOUND,
-        "quota_exceeded" => StatusCode::FORBIDDEN,
-        // invalid_name, invalid_address, invalid_field, label_limit, record_too_large,
-        // address_out_of_scope, and any content refusal added later.
-        _ => StatusCode::UNPROCESSABLE_ENTITY,
-    }
-}
-
 impl From<Rejection> for ApiError {
     fn from(rejection: Rejection) -> ApiError {
-        ApiError::new(rejection_status(&rejection), rejection.code(), rejection.to_string())
+        ApiError::new(rejection.error_code(), rejection.to_string())
     }
 }
 
 impl From<ReadError> for ApiError {
     fn from(error: ReadError) -> ApiError {
-        let status = match error {
-            ReadError::Compacted { .. } => StatusCode::GONE,
-            _ => StatusCode::BAD_REQUEST,
-        };
-        ApiError::new(status, error.code(), error.to_string())
+        ApiError::new(error.error_code(), error.to_string())
     }
 }
 
 impl From<ConsensusError> for ApiError {
     fn from(error: ConsensusError) -> ApiError {
-        match error {
-            ConsensusError::ShuttingDown => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", error.to_string())
+        let code = match error {
+            ConsensusError::ShuttingDown => ErrorCode::Unavailable,
+            ConsensusError::NoQuorum | ConsensusError::NoLeader => {
+                return ApiError::no_quorum(format!(
+                    "{error}; the write may still commit: retry it (a retried write is applied once)"
+                ));
             }
-            ConsensusError::NoQuorum | ConsensusError::NoLeader => ApiError::no_quorum(format!(
-                "{error}; the write may still commit: retry it (writes are idempotent)"
-            )),
-            ConsensusError::NotLeader(_) => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_leader", error.to_string())
-            }
-            ConsensusError::Membership(_) => {
-                ApiError::new(StatusCode::CONFLICT, "membership_refused", error.to_string())
-            }
-            _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", error.to_string()),
-        }
+            ConsensusError::NotLeader(_) => ErrorCode::NotLeader,
+            ConsensusError::Membership(_) => ErrorCode::MembershipRefused,
+            _ => ErrorCode::Internal,
+        };
+        ApiError::new(code, error.to_string())
     }
 }
 
@@ -143,31 +130,16 @@ impl IntoResponse for ApiError {
 }
 
 /// The code for an error status the API did not produce itself (the safety net in
-/// [`crate::routes`]).
-/// The static form of a code another node may send back for a forwarded request.
-pub(crate) fn known_code(code: &str) -> Option<&'static str> {
-    [
-        "lease_not_found",
-        "invalid_name",
-        "no_quorum",
-        "unavailable",
-        "unauthorized",
-        "bad_request",
-        "not_found",
-    ]
-    .into_iter()
-    .find(|known| *known == code)
-}
-
-pub(crate) fn code_for_status(status: StatusCode) -> &'static str {
+/// [`crate::routes`], and a relayed code this build does not know).
+pub(crate) fn code_for_status(status: StatusCode) -> ErrorCode {
     match status {
-        StatusCode::NOT_FOUND => "not_found",
-        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
-        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
-        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
-        s if s.is_server_error() => "internal",
-        _ => "bad_request",
+        StatusCode::NOT_FOUND => ErrorCode::NotFound,
+        StatusCode::METHOD_NOT_ALLOWED => ErrorCode::MethodNotAllowed,
+        StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::PayloadTooLarge,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorCode::UnsupportedMediaType,
+        StatusCode::SERVICE_UNAVAILABLE => ErrorCode::Unavailable,
+        s if s.is_server_error() => ErrorCode::Internal,
+        _ => ErrorCode::BadRequest,
     }
 }
 
@@ -193,12 +165,39 @@ mod tests {
         let lease = Rejection::LeaseNotFound {
             lease: muster_core::LeaseId(7),
         };
-        assert_eq!(ApiError::from(lease).code, "lease_not_found");
+        assert_eq!(ApiError::from(lease).code, ErrorCode::LeaseNotFound);
         let compacted = ReadError::Compacted {
             compacted: Revision(5),
             current: Revision(9),
         };
         let error = ApiError::from(compacted);
-        assert_eq!((error.status, error.code), (StatusCode::GONE, "compacted"));
+        assert_eq!((error.status, error.code), (StatusCode::GONE, ErrorCode::Compacted));
+    }
+
+    #[test]
+    fn a_relayed_refusal_keeps_its_code_whatever_the_code() {
+        // Trace: a follower forwards a renewal; the leader refuses it with a code that was
+        // not on the relay's list (quota_exceeded, invalid_field, ...); the follower used to
+        // answer `unavailable`, which clients retry forever.
+        for code in ErrorCode::ALL {
+            let body = ErrorBody {
+                error: ErrorDetail {
+                    code: code.as_str().into(),
+                    message: "m".into(),
+                },
+            };
+            let status = StatusCode::from_u16(code.http_status()).unwrap();
+            let relayed = ApiError::relayed(status, body);
+            assert_eq!((relayed.code, relayed.status), (*code, status));
+        }
+        let unknown = ErrorBody {
+            error: ErrorDetail {
+                code: "from_a_newer_node".into(),
+                message: "m".into(),
+            },
+        };
+        let relayed = ApiError::relayed(StatusCode::UNPROCESSABLE_ENTITY, unknown);
+        assert_eq!(relayed.code, ErrorCode::BadRequest);
+        assert!(!relayed.code.is_transient());
     }
 }

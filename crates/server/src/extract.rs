@@ -30,9 +30,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
         let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
             if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
+                ApiError::with_status(
                     rejection.status(),
-                    "payload_too_large",
+                    muster_core::ErrorCode::PayloadTooLarge,
                     "body: larger than the server's max_body_bytes",
                 )
             } else {

@@ -1,40 +1,76 @@
-//! What a follower hands to the leader besides writes (those the consensus layer forwards):
-//! lease renewals and TTL check reports, whose deadlines live in the leader's memory only
-//! (SPEC R4, issue 7 item 6).
+//! The one way to the leader for what only the leader answers (SPEC R4): lease renewals, TTL
+//! check reports and in-flight reports, whose deadlines and decisions live in the leader's
+//! engine. Writes are forwarded by the consensus layer instead.
 //!
 //! ```text
-//!  client ──renew──▶ follower ──POST /app/renew + secret──▶ leader's cluster listener
-//!                                                             └─▶ deadline moves there
+//!  client ──renew / check / in-flight──▶ follower ──POST /app/leader {LeaderCall} + secret──▶
+//!         leader's cluster listener ──▶ the same handler the leader runs for its own clients
 //! ```
+//!
+//! [`on_leader`] is the one decision point: on the leader (or a single node) the request is
+//! answered here; on a follower it is sent, as a [`LeaderCall`], to the leader it knows.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use muster_consensus::{CallError, PeerClient};
-use muster_core::api::{CheckReportReply, CheckReportRequest, ErrorBody, LeaseReply};
+use muster_core::api::{CheckReportRequest, ErrorBody, InFlightRequest};
 use muster_core::{InstanceId, Label, LeaseId, ServiceKey};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::app::App;
 use crate::error::ApiError;
 
-/// How long a forwarded renewal may take: well inside any TTL (at least 1 s).
+/// How long a forwarded request may take: well inside any TTL (at least 1 s).
 const FORWARD_TIMEOUT: Duration = Duration::from_millis(800);
 
-/// A renewal forwarded to the leader.
+/// The cluster listener's path for every [`LeaderCall`].
+pub(crate) const LEADER_PATH: &str = "/app/leader";
+
+/// A request only the leader answers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct RenewForward {
-    pub(crate) tenant: Label,
-    pub(crate) id: LeaseId,
+#[serde(rename_all = "snake_case")]
+pub(crate) enum LeaderCall {
+    /// Renew a lease: its deadline is the leader's.
+    Renew {
+        /// The tenant that owns the lease.
+        tenant: Label,
+        /// The lease.
+        id: LeaseId,
+    },
+    /// A TTL check's report: the leader's checker holds the TTL deadlines.
+    Report {
+        /// The service.
+        key: ServiceKey,
+        /// The instance.
+        instance: InstanceId,
+        /// The report.
+        request: CheckReportRequest,
+    },
+    /// Requests in flight: zero ends a drain's grace, which the leader ends.
+    InFlight {
+        /// The service.
+        key: ServiceKey,
+        /// The instance.
+        instance: InstanceId,
+        /// The report.
+        request: InFlightRequest,
+    },
 }
 
-/// A TTL report forwarded to the leader, whose checker holds the TTL deadlines.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct ReportForward {
-    pub(crate) key: ServiceKey,
-    pub(crate) instance: InstanceId,
-    pub(crate) request: CheckReportRequest,
+/// Answers `call` here when this node leads (or is alone), else on the leader.
+pub(crate) async fn on_leader<R: DeserializeOwned>(
+    app: &App,
+    call: LeaderCall,
+    here: impl Future<Output = Result<R, ApiError>>,
+) -> Result<R, ApiError> {
+    match &app.cluster {
+        Some(link) if !app.node.is_leader() => link.to_leader(app.node.status().leader, &call).await,
+        _ => here.await,
+    }
 }
 
 /// The way to the other members' cluster listeners (the consensus layer's peer client).
@@ -49,31 +85,13 @@ impl ClusterLink {
         }
     }
 
-    /// Renews on the leader `leader`.
-    pub(crate) async fn renew(&self, leader: Option<u64>, forward: &RenewForward) -> Result<LeaseReply, ApiError> {
-        self.call(leader, "/app/renew", forward).await
-    }
-
-    /// Hands a TTL check's report to the leader's checker.
-    pub(crate) async fn report(
-        &self,
-        leader: Option<u64>,
-        forward: &ReportForward,
-    ) -> Result<CheckReportReply, ApiError> {
-        self.call(leader, "/app/check", forward).await
-    }
-
-    async fn call<B: Serialize, R: DeserializeOwned>(
-        &self,
-        leader: Option<u64>,
-        path: &str,
-        forward: &B,
-    ) -> Result<R, ApiError> {
+    /// Sends `call` to the leader `leader`.
+    async fn to_leader<R: DeserializeOwned>(&self, leader: Option<u64>, call: &LeaderCall) -> Result<R, ApiError> {
         let no_leader = || ApiError::no_quorum("no leader is known to hand this to; retry");
         let addr = leader
             .and_then(|id| self.client.dial_address(id))
             .ok_or_else(no_leader)?;
-        match self.client.post(addr, path, forward, FORWARD_TIMEOUT).await {
+        match self.client.post(addr, LEADER_PATH, call, FORWARD_TIMEOUT).await {
             Ok(reply) => Ok(reply),
             // The leader's refusal (e.g. lease_not_found), passed on with its code.
             Err(CallError::Refused { status, body }) => {

@@ -1,5 +1,5 @@
 //! Lease routes: grant and revoke are committed commands; renewal only moves the deadline in
-//! the server's memory (DESIGN "Leases off the log").
+//! the leader engine's memory (DESIGN "Leases off the log").
 
 use std::sync::Arc;
 
@@ -8,13 +8,14 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use muster_core::api::{GrantLeaseRequest, LeaseReply, WriteReply};
 use muster_core::{Actor, LeaseId, Rejection, Revision};
+use muster_leader::RenewRefused;
 use muster_registry::{GrantLease, RevokeLease};
 use serde::Deserialize;
 
 use crate::app::App;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, QueryParams, Segments, actor};
-use crate::forward::RenewForward;
+use crate::forward::{LeaderCall, on_leader};
 
 /// The query of `DELETE /v1/leases/{tenant}/{id}`.
 #[derive(Debug, Deserialize)]
@@ -47,13 +48,13 @@ pub(crate) async fn grant(
 pub(crate) async fn renew(State(app): State<Arc<App>>, segments: Segments) -> Result<Json<LeaseReply>, ApiError> {
     let tenant = segments.tenant()?;
     let id = segments.lease()?;
-    if let Some(link) = &app.cluster
-        && !app.node.is_leader()
-    {
-        let forward = RenewForward { tenant, id };
-        return Ok(Json(link.renew(app.node.status().leader, &forward).await?));
-    }
-    renew_here(&app, &tenant, id).map(Json)
+    let call = LeaderCall::Renew {
+        tenant: tenant.clone(),
+        id,
+    };
+    on_leader(&app, call, async { renew_here(&app, &tenant, id) })
+        .await
+        .map(Json)
 }
 
 /// How recently a quorum must have acknowledged a cluster's leader for it to extend a lease:
@@ -69,18 +70,11 @@ pub(crate) fn renew_here(app: &App, tenant: &muster_core::Label, id: LeaseId) ->
             "this node cannot confirm it still leads a quorum; the lease was not extended: retry",
         ));
     }
-    let not_found = || ApiError::from(Rejection::LeaseNotFound { lease: id });
-    let ttl_ms = app
-        .node
-        .read(|registry| registry.lease(id).filter(|l| l.tenant == *tenant).map(|l| l.ttl_ms))
-        .ok_or_else(not_found)?;
-    let now = app.clock.now_ms();
-    let deadline = app.leases().renew(id, ttl_ms, now).map_err(|_| not_found())?;
-    Ok(LeaseReply {
-        id,
-        ttl_ms,
-        deadline_unix_ms: app.clock.unix_ms(deadline),
-    })
+    app.with_engine(|engine, registry, now| engine.renew(registry, tenant, id, now))
+        .map_err(|refused| match refused {
+            RenewRefused::NotFound => ApiError::from(Rejection::LeaseNotFound { lease: id }),
+            RenewRefused::NotLeading => ApiError::no_quorum("this node no longer leads; retry"),
+        })
 }
 
 /// `DELETE /v1/leases/{tenant}/{id}[?expected_revision=R]`: the lease's endpoints leave with
@@ -100,6 +94,6 @@ pub(crate) async fn revoke(
         expected_revision: query.expected_revision,
     };
     let applied = app.propose(command.into(), app.meta(actor)).await?;
-    app.leases().forget(id);
+    app.lease_revoked(id);
     Ok(Json(app.write_reply(&applied)))
 }

@@ -1,4 +1,4 @@
-//! The daemon (DESIGN "Crates": `muster-server`): HTTP API, watch hub, lease keeper.
+//! The daemon (DESIGN "Crates": `muster-server`): HTTP API, watch hub, the leader task.
 //! Wiring only; logic lives in the pure crates.
 //!
 //! ```text
@@ -6,9 +6,10 @@
 //!                    │                                            │ ApplyObserver
 //!                    ├──▶ reads, status ──Node::read──────────────┤
 //!                    └──▶ watch ──read + subscribe──▶ WatchHub ◀──┘ (encode once, bounded queues)
-//!  lease_keeper (tick) ──▶ LeaseDeadlines (pure) ──expired──▶ Brakes ──▶ propose ExpireLeases
-//!                     └──▶ Drains (pure) ──grace ended──▶ propose Deregister
-//!  checker (task) ──▶ Checker (muster-health, pure) ──crossings──▶ Brakes ──▶ propose SetServing
+//!  leader (task) ──▶ LeaderEngine (muster-leader, pure: lease deadlines, committed drain
+//!                    deadlines, Brakes, Checker) ──▶ propose ExpireLeases / Deregister (CAS) /
+//!                    SetServing, run probes, answer renew / TTL / in-flight callers
+//!  follower ──renew, TTL report, in-flight──▶ forward (one route) ──▶ the leader's handler
 //!  DNS (UDP + TCP, muster-dns) ◀── LiveZone ◀── DnsFeed ◀── ApplyObserver (before the hub)
 //! ```
 //!
@@ -16,11 +17,12 @@
 //! - `server`: [`start`], [`run`], [`RunningServer`]; `accept`: the HTTP/1.1 accept loop.
 //! - `routes`: the route table and the JSON error safety net; `error`: codes and statuses.
 //! - `extract`: body, query, path and header extraction with API errors.
-//! - `writes`, `lease_routes`, `reads`, `watch`, `status`: the handlers.
+//! - `writes`, `lease_routes`, `reads`, `watch`, `status`, `policy`: the handlers (`policy`
+//!   also compares the replicated registry policy with this node's config file).
 //! - `hub`, `topic`, `subscription`, `frames`: the watch fan-out.
-//! - `lease_deadlines` (pure) and `lease_keeper` (its task, which also ends drain graces
-//!   kept by `drains`).
-//! - `checker`: the health checker task and its feed; `observers`: the apply fan-out.
+//! - `leader`: the task around the leader engine, and its feed from the apply path;
+//!   `forward`: the one way to the leader for leader-only requests; `cluster`: the
+//!   node-to-node listener; `observers`: the apply fan-out.
 //! - `dns`: the DNS view's feed from the apply path.
 //! - `clock`, `page_token`, `wait`: small pieces.
 //!
@@ -38,25 +40,23 @@
 
 mod accept;
 mod app;
-mod checker;
 mod clock;
 mod cluster;
 mod config;
 mod consistency;
 mod dns;
-mod drains;
 mod error;
 mod extract;
 mod forward;
 mod frames;
 mod hub;
-mod lease_deadlines;
-mod lease_keeper;
+mod leader;
 mod lease_routes;
 mod membership;
 mod metrics;
 mod observers;
 mod page_token;
+mod policy;
 mod reads;
 mod routes;
 mod server;

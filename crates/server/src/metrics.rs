@@ -12,7 +12,7 @@ use axum::response::IntoResponse;
 
 use crate::app::App;
 
-/// The checker task's counters, shared with the metrics handler.
+/// The checker's counters (kept by the leader task), shared with the metrics handler.
 #[derive(Debug, Default)]
 pub(crate) struct CheckerStats {
     /// Endpoints with checks.
@@ -80,7 +80,7 @@ pub(crate) async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
         "# HELP muster_protection_active Self-preservation holds removals from this service.\n\
          # TYPE muster_protection_active gauge"
     );
-    for key in app.brakes().protected() {
+    for key in app.protected() {
         let _ = writeln!(out, "muster_protection_active{{service=\"{key}\"}} 1");
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)

@@ -14,7 +14,7 @@ use axum::routing::{delete, get, post, put};
 
 use crate::app::App;
 use crate::error::{ApiError, code_for_status};
-use crate::{lease_routes, membership, metrics, reads, status, watch, writes};
+use crate::{lease_routes, membership, metrics, policy, reads, status, watch, writes};
 
 /// How much of a stray plain-text error body the safety net quotes in its message: error
 /// texts from axum and hyper are one line; 1 KiB keeps a surprise from growing the reply.
@@ -37,6 +37,7 @@ pub(crate) fn router(app: Arc<App>, max_body_bytes: usize) -> Router {
         .route("/v1/leases/{tenant}/{id}", delete(lease_routes::revoke))
         .route("/v1/leases/{tenant}/{id}/renew", put(lease_routes::renew))
         .route("/v1/status", get(status::status))
+        .route("/v1/policy", get(policy::get).put(policy::put))
         .route("/v1/metrics", get(metrics::metrics))
         .route("/v1/cluster", get(membership::status))
         .route("/v1/cluster/members", post(membership::add))
@@ -54,8 +55,7 @@ async fn no_route() -> ApiError {
 
 async fn wrong_method(request: axum::extract::Request) -> ApiError {
     ApiError::new(
-        axum::http::StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        muster_core::ErrorCode::MethodNotAllowed,
         format!("{} is not allowed on {}", request.method(), request.uri().path()),
     )
 }
@@ -80,7 +80,7 @@ async fn json_errors(response: Response) -> Response {
     } else {
         text
     };
-    let mut fixed = ApiError::new(status, code_for_status(status), message).into_response();
+    let mut fixed = ApiError::with_status(status, code_for_status(status), message).into_response();
     for (name, value) in &parts.headers {
         if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
             fixed.headers_mut().insert(name.clone(), value.clone());

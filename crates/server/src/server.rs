@@ -1,12 +1,12 @@
-//! Starting and stopping the daemon: the node, the HTTP listener, the lease keeper.
+//! Starting and stopping the daemon: the node, the HTTP listener, the leader task.
 //!
 //! ```text
-//!  start: check config ─▶ hub, check feed, DNS zone ─▶ Node::open(observers = DNS feed, hub,
-//!         check feed) ─▶ bind HTTP, DNS (and the cluster listener) ─▶ serve + lease keeper
-//!         + checker ─▶ ready
+//!  start: check config ─▶ hub, leader feed, DNS zone ─▶ Node::open(observers = DNS feed, hub,
+//!         leader feed) ─▶ bind HTTP, DNS (and the cluster listener) ─▶ serve + leader task
+//!         ─▶ ready
 //!  stop:  not ready ─▶ DNS stops ─▶ stop accepting (graceful) ─▶ watchers get `closing`, blocking
 //!         queries return ─▶ in-flight requests finish (bounded by shutdown_grace_ms)
-//!         ─▶ keeper and checker stop ─▶ Node::shutdown
+//!         ─▶ leader task stops ─▶ Node::shutdown
 //! ```
 
 use std::net::SocketAddr;
@@ -24,7 +24,8 @@ use crate::dns::DnsFeed;
 use crate::forward::ClusterLink;
 use crate::hub::{WatchHub, WatchStats};
 use crate::observers::Observers;
-use crate::{ServerConfig, ServerError, accept, checker, cluster, dns, lease_keeper, routes};
+use crate::policy::PolicyWatch;
+use crate::{ServerConfig, ServerError, accept, cluster, dns, leader, routes};
 
 /// A server that is running; [`RunningServer::stop`] stops it gracefully.
 pub struct RunningServer {
@@ -33,8 +34,8 @@ pub struct RunningServer {
     stopping: watch::Sender<bool>,
     stop_accepting: oneshot::Sender<()>,
     serve: JoinHandle<std::io::Result<()>>,
-    keeper: JoinHandle<()>,
-    checker: JoinHandle<()>,
+    /// The leader task (lease expiry, drain ends, checks; idle on a follower).
+    leader: JoinHandle<()>,
     /// The node-to-node listener, in a cluster: stopped after the node.
     cluster_serve: Option<(oneshot::Sender<()>, JoinHandle<std::io::Result<()>>)>,
     shutdown_grace: Duration,
@@ -60,6 +61,10 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
     }
     config.health.brakes().map_err(ServerError::Config)?;
     config.cluster().map_err(ServerError::Config)?;
+    config
+        .registry
+        .validate()
+        .map_err(|err| ServerError::Config(format!("registry.{err}")))?;
     Ok(())
 }
 
@@ -71,7 +76,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let clock = ServerClock::start();
     let brakes = config.health.brakes().map_err(ServerError::Config)?;
     let hub = WatchHub::new(config.watch_queue_frames);
-    let (check_feed, checker_handle, checker_messages) = checker::channel();
+    let (leader_feed, leader_messages) = leader::channel();
     let cluster = config.cluster().map_err(ServerError::Config)?;
     // The node-to-node listener is bound before the node opens, so peers can reach it as
     // soon as it votes.
@@ -96,7 +101,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         Arc::new(Observers(vec![
             Arc::new(DnsFeed::new(Arc::clone(&dns_zone))),
             hub.clone(),
-            check_feed,
+            leader_feed,
+            Arc::new(PolicyWatch::new(config.registry.clone())),
         ])),
     )
     .await?;
@@ -130,9 +136,10 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         stopping_rx.clone(),
         Background {
             brakes,
-            checker: checker_handle,
+            checker: config.health.checker(),
             cluster: link,
         },
+        config.registry.clone(),
     ));
     let router = routes::router(Arc::clone(&app), config.max_body_bytes);
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
@@ -144,13 +151,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     });
     // One timer for every watch stream's `progress` frames; it ends when the hub closes.
     tokio::spawn(Arc::clone(&app.hub).run_progress_ticker(app.progress_interval));
-    let keeper = tokio::spawn(lease_keeper::run(Arc::clone(&app), stopping_rx.clone()));
-    let checker = tokio::spawn(checker::run(
-        Arc::clone(&app),
-        config.health.checker(),
-        checker_messages,
-        stopping_rx,
-    ));
+    let leader = tokio::spawn(leader::run(Arc::clone(&app), leader_messages, stopping_rx));
     app.set_ready(true);
     tracing::info!(%local_addr, "muster serving");
     Ok(RunningServer {
@@ -159,8 +160,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         stopping,
         stop_accepting,
         serve,
-        keeper,
-        checker,
+        leader,
         cluster_serve,
         shutdown_grace: Duration::from_millis(config.shutdown_grace_ms),
         dns,
@@ -184,7 +184,7 @@ impl RunningServer {
     }
 
     /// Stops gracefully: stop accepting, tell watchers `closing`, let in-flight requests
-    /// finish (up to `shutdown_grace_ms`), stop the lease keeper, shut the node down.
+    /// finish (up to `shutdown_grace_ms`), stop the leader task, shut the node down.
     pub async fn stop(mut self) -> Result<(), ServerError> {
         self.app.set_ready(false);
         if let Some(dns) = self.dns.take() {
@@ -206,8 +206,7 @@ impl RunningServer {
                 Ok(())
             }
         };
-        let _ = self.keeper.await;
-        let _ = self.checker.await;
+        let _ = self.leader.await;
         self.app.node.shutdown().await?;
         if let Some((stop, task)) = self.cluster_serve {
             let _ = stop.send(());

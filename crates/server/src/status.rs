@@ -1,4 +1,5 @@
-//! `GET /v1/status`: the node's identity, leader, revision and readiness.
+//! `GET /v1/status`: the node's identity, leader, revision and readiness, and whether the
+//! replicated registry policy matches this node's config file.
 
 use std::sync::Arc;
 
@@ -7,6 +8,7 @@ use axum::extract::State;
 use muster_core::api::StatusReply;
 
 use crate::app::App;
+use crate::policy;
 
 /// `GET /v1/status`.
 pub(crate) async fn status(State(app): State<Arc<App>>) -> Json<StatusReply> {
@@ -18,7 +20,8 @@ pub(crate) async fn status(State(app): State<Arc<App>>) -> Json<StatusReply> {
         applied_index: node.applied_index,
         uptime_ms: app.clock.now_ms(),
         ready: app.is_ready(),
-        protected_services: app.brakes().protected().iter().map(ToString::to_string).collect(),
+        protected_services: app.protected().iter().map(ToString::to_string).collect(),
         last_leader_contact_ms: app.node.leader_contact_age_ms(),
+        policy: Some(app.node.read(|registry| policy::status(registry, &app.config_policy))),
     })
 }

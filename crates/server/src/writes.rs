@@ -7,20 +7,20 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::http::StatusCode;
 use muster_core::api::{
     CheckReportReply, CheckReportRequest, DeregisterQuery, DrainRequest, InFlightRequest, LeaseRequest,
     RegisterRequest, SetServingRequest, WriteReply,
 };
 use muster_core::{Actor, InstanceId, ServiceKey};
 use muster_health::checker::TtlReport;
+use muster_leader::{InFlightReply, Reply};
 use muster_registry::{Deregister, Drain, LeaseSpec, Register, SetServing, Target};
 
 use crate::app::App;
-use crate::drains::MAX_GRACE_MS;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, QueryParams, Segments, actor};
-use crate::forward::ReportForward;
+use crate::forward::{LeaderCall, on_leader};
+use crate::leader::ask;
 
 fn target(key: ServiceKey, instance: InstanceId, incarnation: muster_core::Incarnation) -> Target {
     Target {
@@ -73,7 +73,9 @@ pub(crate) async fn set_serving(
     Ok(Json(app.write_reply(&applied)))
 }
 
-/// `POST .../{instance}/drain`: speaks as the owner unless the caller says otherwise.
+/// `POST .../{instance}/drain`: speaks as the owner unless the caller says otherwise. A grace
+/// is committed with the drain (the registry records its deadline), so whichever node leads
+/// when it ends deregisters the instance (SPEC L6).
 pub(crate) async fn drain(
     State(app): State<Arc<App>>,
     segments: Segments,
@@ -82,25 +84,13 @@ pub(crate) async fn drain(
 ) -> Result<Json<WriteReply>, ApiError> {
     let (key, instance) = segments.instance()?;
     let actor = actor(&headers, Actor::Owner)?;
-    if let Some(grace) = request.grace_ms
-        && grace > MAX_GRACE_MS
-    {
-        return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_field",
-            format!("grace_ms: must be at most {MAX_GRACE_MS} (one hour), got {grace}"),
-        ));
-    }
-    let target = target(key, instance, request.incarnation);
     let command = Drain {
-        target: target.clone(),
+        target: target(key, instance, request.incarnation),
         reason: request.reason,
+        grace_ms: request.grace_ms,
         expected_revision: request.expected_revision,
     };
     let applied = app.propose(command.into(), app.meta(actor)).await?;
-    if let Some(grace) = request.grace_ms {
-        app.drains().add(target, app.clock.now_ms() + grace);
-    }
     Ok(Json(app.write_reply(&applied)))
 }
 
@@ -111,19 +101,38 @@ pub(crate) async fn check_report(
     JsonBody(request): JsonBody<CheckReportRequest>,
 ) -> Result<Json<CheckReportReply>, ApiError> {
     let (key, instance) = segments.instance()?;
-    if let Some(link) = &app.cluster
-        && !app.node.is_leader()
-    {
-        let forward = ReportForward { key, instance, request };
-        return Ok(Json(link.report(app.node.status().leader, &forward).await?));
-    }
+    let call = LeaderCall::Report {
+        key: key.clone(),
+        instance: instance.clone(),
+        request: request.clone(),
+    };
+    on_leader(&app, call, report_here(&app, key, instance, request))
+        .await
+        .map(Json)
+}
+
+/// A TTL report on this node, which leads: the engine's checker holds the TTL deadlines.
+pub(crate) async fn report_here(
+    app: &Arc<App>,
+    key: ServiceKey,
+    instance: InstanceId,
+    request: CheckReportRequest,
+) -> Result<CheckReportReply, ApiError> {
     let report = TtlReport {
         key,
         instance,
         incarnation: request.incarnation,
         status: request.status,
     };
-    Ok(Json(app.checker.report(report).await?))
+    match ask(app, |engine, registry, now, to| {
+        engine.ttl_report(registry, &report, to, now)
+    })
+    .await?
+    {
+        Reply::Report(Ok(reply)) => Ok(reply),
+        Reply::Report(Err(refused)) => Err(ApiError::new(refused.error_code(), refused.to_string())),
+        other => Err(not_answered(other)),
+    }
 }
 
 /// `PUT .../{instance}/in-flight`: zero requests in flight ends a pending drain grace now.
@@ -133,27 +142,49 @@ pub(crate) async fn in_flight(
     JsonBody(request): JsonBody<InFlightRequest>,
 ) -> Result<Json<WriteReply>, ApiError> {
     let (key, instance) = segments.instance()?;
-    let drained = (request.in_flight == 0)
-        .then(|| app.drains().take(&key, &instance, Some(request.incarnation)))
-        .flatten();
-    let Some(target) = drained else {
-        return Ok(Json(WriteReply {
-            revision: app.node.status().revision,
+    let call = LeaderCall::InFlight {
+        key: key.clone(),
+        instance: instance.clone(),
+        request: request.clone(),
+    };
+    on_leader(&app, call, in_flight_here(&app, key, instance, request))
+        .await
+        .map(Json)
+}
+
+/// An in-flight report on this node, which leads: the engine ends the drain with a
+/// deregistration fenced by the record's revision, so a lifted drain stays lifted.
+pub(crate) async fn in_flight_here(
+    app: &Arc<App>,
+    key: ServiceKey,
+    instance: InstanceId,
+    request: InFlightRequest,
+) -> Result<WriteReply, ApiError> {
+    let target = target(key, instance, request.incarnation);
+    let reply = ask(app, |engine, registry, _, to| {
+        engine.in_flight(registry, target, request.in_flight, to)
+    })
+    .await?;
+    match reply {
+        Reply::InFlight(InFlightReply::Ended { revision }) => Ok(WriteReply {
+            revision,
+            lease: None,
+            unchanged: None,
+        }),
+        Reply::InFlight(InFlightReply::NothingEnded { revision }) => Ok(WriteReply {
+            revision,
             lease: None,
             unchanged: Some("no_drain_ended".into()),
-        }));
-    };
-    let command = Deregister {
-        target: target.clone(),
-        expected_revision: None,
-    };
-    match app.propose(command.into(), app.meta(Actor::Owner)).await {
-        Ok(applied) => Ok(Json(app.write_reply(&applied))),
-        Err(error) => {
-            // Not deregistered: the grace still ends it later.
-            app.drains().restore(target);
-            Err(error)
-        }
+        }),
+        other => Err(not_answered(other)),
+    }
+}
+
+/// A reply that is no answer: this node stopped leading, or the change did not commit.
+fn not_answered(reply: Reply) -> ApiError {
+    match reply {
+        Reply::NotLeading => ApiError::no_quorum("this node no longer leads; retry"),
+        _ => ApiError::no_quorum("the change this report caused did not commit; retry"),
     }
 }
 

@@ -174,6 +174,9 @@ impl Workload {
                 let command = Drain {
                     target: self.target(slot, known),
                     reason: format!("{GRACE_PREFIX}{grace}ms"),
+                    // The committed grace as the registry now records it; the simulation's
+                    // duties read the same value back from the reason (duties module).
+                    grace_ms: Some(grace),
                     expected_revision: None,
                 };
                 propose(

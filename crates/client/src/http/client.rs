@@ -20,8 +20,8 @@ use serde::de::DeserializeOwned;
 
 use muster_core::api::{
     AddMemberRequest, CheckReportReply, CheckReportRequest, ClusterReply, DeregisterQuery, DrainRequest,
-    GrantLeaseRequest, InFlightRequest, LeaseReply, RegisterRequest, ServicesReply, SetServingRequest, SnapshotReply,
-    StatusReply, WriteReply,
+    GrantLeaseRequest, InFlightRequest, LeaseReply, PolicyReply, PolicySetReply, RegisterRequest, ServicesReply,
+    SetServingRequest, SnapshotReply, StatusReply, WriteReply,
 };
 use muster_core::{Actor, InstanceId, Label, LeaseId, NamespaceKey, Revision, ServiceKey};
 
@@ -311,6 +311,18 @@ impl Client {
     /// `GET /v1/status`.
     pub async fn status(&self) -> Result<StatusReply, ClientError> {
         self.call(Method::GET, "/v1/status", None::<&()>).await
+    }
+
+    /// `GET /v1/policy`: the replicated registry policy, decoded as `P`
+    /// (`muster_registry::RegistryConfig`; this crate does not depend on the registry).
+    pub async fn policy<P: DeserializeOwned>(&self) -> Result<PolicyReply<P>, ClientError> {
+        self.call(Method::GET, "/v1/policy", None::<&()>).await
+    }
+
+    /// `PUT /v1/policy`: replaces the registry policy; commands after the reply's revision
+    /// are judged by it.
+    pub async fn set_policy<P: Serialize>(&self, policy: &P) -> Result<PolicySetReply, ClientError> {
+        self.call(Method::PUT, "/v1/policy", Some(policy)).await
     }
 
     /// `GET /v1/cluster`.

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use hyper::StatusCode;
+use muster_core::ErrorCode;
 use muster_core::api::ErrorBody;
 
 use crate::http::duration::{format_millis, millis};
@@ -79,14 +80,26 @@ impl ClientError {
         }
     }
 
+    /// The API's code for a refusal, in the shared vocabulary; `None` for failures of the
+    /// call itself and for a code this build does not know.
+    pub fn error_code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Api { body, .. } => body.error.code.parse().ok(),
+            _ => None,
+        }
+    }
+
     /// Whether the same call may succeed if simply tried again later: the server was
-    /// unreachable, slow, unavailable (no leader yet, stopping) or failed internally. A
-    /// refusal of the request itself (a fence, a CAS, an invalid record) is not.
+    /// unreachable, slow, or answered with a transient code ([`ErrorCode::is_transient`]: no
+    /// quorum, not the leader, unavailable, internal). A refusal of the request itself (a
+    /// fence, a CAS, an invalid record, a full quota) is not, whatever its status; only a
+    /// code this build does not know falls back on the status (5xx: transient).
     pub fn is_transient(&self) -> bool {
         match self {
-            ClientError::Api { status, body } => {
-                *status >= 500 || matches!(body.error.code.as_str(), "unavailable" | "internal")
-            }
+            ClientError::Api { status, body } => match body.error.code.parse::<ErrorCode>() {
+                Ok(code) => code.is_transient(),
+                Err(_) => *status >= 500,
+            },
             ClientError::Connect { .. }
             | ClientError::Timeout { .. }
             | ClientError::BadReply { .. }
@@ -173,6 +186,11 @@ mod tests {
         assert!(!api(409, "stale_incarnation").is_transient());
         assert!(!api(404, "lease_not_found").is_transient());
         assert!(!api(422, "invalid_field").is_transient());
+        // A refusal relayed with a 5xx status is still a refusal: its code decides.
+        assert!(!api(503, "quota_exceeded").is_transient());
+        assert!(api(503, "no_quorum").is_transient());
+        assert!(api(502, "from_a_newer_server").is_transient());
+        assert!(!api(409, "from_a_newer_server").is_transient());
         let connect = ClientError::Connect {
             server: "s".into(),
             reason: "refused".into(),

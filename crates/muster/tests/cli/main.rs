@@ -12,6 +12,7 @@ mod inproc;
 mod lab;
 mod parsers;
 mod picker;
+mod policy;
 mod registrar;
 mod render;
 mod resolver;

@@ -36,6 +36,9 @@ fn every_command_has_help() {
         "muster lease grant --help",
         "muster lease renew --help",
         "muster lease revoke --help",
+        "muster policy --help",
+        "muster policy show --help",
+        "muster policy set --help",
     ] {
         let err = parse(line).unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::DisplayHelp, "{line}");
@@ -291,4 +294,17 @@ fn serve_takes_the_cluster_flags_and_cluster_commands_parse() {
     assert!(parse("muster cluster remove 4").is_ok());
     assert!(parse("muster cluster status --json").is_ok());
     assert!(parse("muster cluster remove four").is_err());
+}
+
+#[test]
+fn policy_shows_and_sets_from_a_file() {
+    assert!(matches!(
+        parse("muster policy show --json").unwrap().command,
+        Command::Policy(muster_cli::cli::PolicyCommand::Show(_))
+    ));
+    assert!(matches!(
+        parse("muster policy set --file p.toml").unwrap().command,
+        Command::Policy(muster_cli::cli::PolicyCommand::Set(args)) if args.file.to_str() == Some("p.toml")
+    ));
+    assert!(parse("muster policy set").is_err(), "--file is required");
 }

@@ -1,8 +1,13 @@
 //! Integration tests of the registry state machine: one binary (CRATES.md tip 6).
 
+mod drains;
+mod fencing;
+mod incarnation;
 mod lifecycle;
 mod model;
+mod policy;
 mod properties;
+mod quotas;
 mod reads;
 mod scenarios;
 mod support;

@@ -119,6 +119,8 @@ pub(crate) struct ModelEndpoint {
     pub(crate) serving: ServingState,
     pub(crate) lease: Option<u64>,
     pub(crate) revision: u64,
+    /// Whether a drain's grace deadline is recorded (every drain in the model has one).
+    pub(crate) drain_deadline: bool,
 }
 
 /// What the model predicts for one operation.
@@ -230,7 +232,9 @@ impl Model {
                     self.leases.insert(self.next_lease, ttl);
                     self.next_lease += 1;
                 }
-                let serving = same.map_or(ServingState::Ready, |e| e.serving);
+                let serving = same.as_ref().map_or(ServingState::Ready, |e| e.serving);
+                // A re-registration of the same incarnation keeps its drain and its deadline.
+                let drain_deadline = same.is_some_and(|e| e.drain_deadline);
                 self.endpoints.insert(
                     at,
                     ModelEndpoint {
@@ -240,6 +244,7 @@ impl Model {
                         serving,
                         lease: lease_id,
                         revision,
+                        drain_deadline,
                     },
                 );
                 self.removed.remove(&at);
@@ -259,7 +264,27 @@ impl Model {
                 instance,
                 incarnation,
                 owner,
-            } => self.serving(service, instance, incarnation, ServingState::Draining, owner, None),
+            } => {
+                let at = (service, instance);
+                let verdict = self.serving(service, instance, incarnation, ServingState::Draining, owner, None);
+                let Some(live) = self.endpoints.get(&at).filter(|e| e.incarnation == incarnation) else {
+                    return verdict;
+                };
+                match verdict {
+                    // Already draining without a deadline: the drain records its grace at a
+                    // revision of its own, the record itself unchanged.
+                    Verdict::Unchanged(_) if live.serving == ServingState::Draining && !live.drain_deadline => {
+                        let revision = self.commit();
+                        self.endpoints.get_mut(&at).expect("live").drain_deadline = true;
+                        Verdict::Committed(revision)
+                    }
+                    Verdict::Committed(revision) => {
+                        self.endpoints.get_mut(&at).expect("live").drain_deadline = true;
+                        Verdict::Committed(revision)
+                    }
+                    other => other,
+                }
+            }
             Op::Deregister {
                 service,
                 instance,
@@ -352,6 +377,7 @@ impl Model {
         let endpoint = self.endpoints.get_mut(&at).expect("live");
         endpoint.serving = state;
         endpoint.revision = revision;
+        endpoint.drain_deadline = false;
         self.service_revision.insert(service, revision);
         Verdict::Committed(revision)
     }

@@ -167,6 +167,8 @@ fn to_command(op: &Op) -> (Command, CommandMeta) {
             let command = Drain {
                 target: target(service, instance, incarnation),
                 reason: "prop".into(),
+                // A grace, so the drain-deadline table is in every exported state.
+                grace_ms: Some(1_000),
                 expected_revision: None,
             };
             return (command.into(), meta(owner));
@@ -394,8 +396,11 @@ proptest! {
             let (command, meta) = to_command(op);
             let _ = registry.apply(&command, &meta);
             for (index, name) in SERVICES.iter().enumerate() {
-                if let Some(snapshot) = registry.snapshot(&key(name)) {
-                    seen.push((registry.revision(), index, snapshot));
+                match registry.snapshot(&key(name)) {
+                    Some(snapshot) => seen.push((registry.revision(), index, snapshot)),
+                    // Released (empty for the whole history window): if it comes back it is
+                    // a new lineage, which the old views cannot follow.
+                    None => seen.retain(|(_, seen_index, _)| *seen_index != index),
                 }
             }
         }

@@ -92,6 +92,7 @@ pub(crate) fn drain(service: &str, name: &str, incarnation: u64) -> Command {
     Drain {
         target: target(service, name, incarnation),
         reason: "shutdown".into(),
+        grace_ms: None,
         expected_revision: None,
     }
     .into()

@@ -254,6 +254,7 @@ fn oversized_records_are_refused() {
             Drain {
                 target: target("api", "api-0", 5),
                 reason: "x".repeat(300),
+                grace_ms: None,
                 expected_revision: None,
             }
             .into(),

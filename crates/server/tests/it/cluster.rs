@@ -180,6 +180,49 @@ async fn a_lease_renewed_through_a_follower_survives_a_leader_change() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_relays_the_leaders_refusal_with_its_own_code() {
+    // Trace: a TTL report sent to a follower is handed to the leader's checker, which refuses
+    // it (an older incarnation). The follower used to pass on only a few codes and answer
+    // `unavailable` for the rest, which clients take as transient and retry forever.
+    let cluster = Cluster::start().await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % 3;
+    let mut spec = endpoint("10.0.0.1");
+    spec["checks"] = json!([{"ttl_ms": 5000}]);
+    cluster
+        .node(leader)
+        .call(
+            Method::PUT,
+            &instance_path("batch", "b-0"),
+            Some(json!({"incarnation": 2, "endpoint": spec})),
+        )
+        .await
+        .expect(StatusCode::OK);
+    let check = format!("{}/check", instance_path("batch", "b-0"));
+    let (this, check) = (&cluster, &check);
+    let refused = poll(Duration::from_millis(50), || async move {
+        let reply = this
+            .node(follower)
+            .call(Method::PUT, check, Some(json!({"incarnation": 1, "status": "pass"})))
+            .await;
+        // Until the follower has applied the registration, it may not know a leader's answer.
+        (reply.code() != "no_quorum").then_some(reply)
+    })
+    .await
+    .expect("the follower answers");
+    assert_eq!(
+        (refused.status, refused.code()),
+        (StatusCode::CONFLICT, "stale_incarnation"),
+        "{}",
+        refused.body
+    );
+    let mut cluster = cluster;
+    for i in 0..3 {
+        cluster.stop(i).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_minority_refuses_writes_with_no_quorum_and_still_serves_reads() {
     let mut cluster = Cluster::start().await;
     cluster.leader().await;
@@ -683,5 +726,100 @@ async fn the_new_leader_takes_over_the_health_checks() {
         if cluster.nodes[i].is_some() {
             cluster.stop(i).await;
         }
+    }
+}
+
+fn drain_path(service: &str, instance: &str) -> String {
+    format!("{}/drain", instance_path(service, instance))
+}
+
+/// SPEC L6: the grace of a drain taken by a follower used to live in that follower's memory,
+/// where no leader ever ended it. The deadline is committed with the drain now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_with_a_grace_sent_to_a_follower_is_deregistered_after_the_grace() {
+    let mut cluster = Cluster::start().await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % 3;
+    let node = cluster.node(follower);
+    node.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
+    node.call(
+        Method::POST,
+        &drain_path("api", "a"),
+        Some(json!({"incarnation": 1, "grace_ms": 300})),
+    )
+    .await
+    .expect(StatusCode::OK);
+    until_total(cluster.node(leader), "api", 0).await;
+    until_total(cluster.node(follower), "api", 0).await;
+    for i in 0..3 {
+        cluster.stop(i).await;
+    }
+}
+
+/// SPEC L6: a leader change used to forget every pending grace; the new leader ends the drain
+/// at the deadline the log holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_survives_a_leader_change_and_ends_after_its_grace() {
+    let mut cluster = Cluster::start().await;
+    let leader = cluster.leader().await;
+    let node = cluster.node(leader);
+    node.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
+    // Long enough that the old leader stops and another is elected before it ends.
+    node.call(
+        Method::POST,
+        &drain_path("api", "a"),
+        Some(json!({"incarnation": 1, "grace_ms": 4_000})),
+    )
+    .await
+    .expect(StatusCode::OK);
+    let survivor = (leader + 1) % 3;
+    until_total(cluster.node(survivor), "api", 1).await;
+    cluster.stop(leader).await;
+    let new_leader = cluster.leader().await;
+    assert_ne!(new_leader, leader);
+    assert_eq!(
+        total(cluster.node(new_leader), "api").await,
+        1,
+        "still draining when the new leader takes over"
+    );
+    until_total(cluster.node(new_leader), "api", 0).await;
+    for i in 0..3 {
+        if cluster.nodes[i].is_some() {
+            cluster.stop(i).await;
+        }
+    }
+}
+
+/// Every leader-only request goes through the one forwarder: an in-flight report of 0 sent
+/// to a follower ends the drain on the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_in_flight_reported_to_a_follower_ends_the_drain_at_once() {
+    let mut cluster = Cluster::start().await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 2) % 3;
+    let node = cluster.node(follower);
+    node.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
+    node.call(
+        Method::POST,
+        &drain_path("api", "a"),
+        Some(json!({"incarnation": 1, "grace_ms": 3_600_000})),
+    )
+    .await
+    .expect(StatusCode::OK);
+    let in_flight = format!("{}/in-flight", instance_path("api", "a"));
+    let busy = node
+        .call(Method::PUT, &in_flight, Some(json!({"incarnation": 1, "in_flight": 2})))
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(busy.body["unchanged"], "no_drain_ended");
+    let done = node
+        .call(Method::PUT, &in_flight, Some(json!({"incarnation": 1, "in_flight": 0})))
+        .await
+        .expect(StatusCode::OK);
+    assert!(done.body.get("unchanged").is_none(), "{}", done.body);
+    // Acknowledged after commit; the follower that answered has applied it, or will shortly.
+    until_total(node, "api", 0).await;
+    for i in 0..3 {
+        cluster.stop(i).await;
     }
 }

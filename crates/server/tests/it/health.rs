@@ -593,6 +593,44 @@ async fn an_owner_who_lifts_a_drain_keeps_the_instance_past_the_grace() {
     assert_eq!(endpoints[0]["serving"], "ready");
 }
 
+/// SPEC L6: the owner lifts a drain while the instance's last in-flight report is on its
+/// way; the report used to deregister it anyway (no compare-and-swap, and the lifted drain's
+/// grace was still pending in memory).
+#[tokio::test]
+async fn a_late_in_flight_report_after_the_owner_lifted_the_drain_keeps_the_instance() {
+    let server = TestServer::start().await;
+    server.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
+    server
+        .call(
+            Method::POST,
+            &format!("{}/drain", instance_path("api", "a")),
+            Some(json!({"incarnation": 1, "grace_ms": 3_600_000})),
+        )
+        .await
+        .expect(StatusCode::OK);
+    server
+        .send(
+            Method::PUT,
+            &format!("{}/serving", instance_path("api", "a")),
+            Some(serde_json::to_vec(&json!({"incarnation": 1, "state": "ready"})).unwrap()),
+            &[("x-muster-actor", "owner")],
+        )
+        .await
+        .expect(StatusCode::OK);
+    let late = server
+        .call(
+            Method::PUT,
+            &format!("{}/in-flight", instance_path("api", "a")),
+            Some(json!({"incarnation": 1, "in_flight": 0})),
+        )
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(late.body["unchanged"], "no_drain_ended", "{}", late.body);
+    let (endpoints, _) = read(&server, "api").await;
+    assert_eq!(endpoints.len(), 1, "a lifted drain is not ended by a late report");
+    assert_eq!(endpoints[0]["serving"], "ready");
+}
+
 /// An agent holds one lease for a whole service (and one endpoint of another) and goes
 /// silent: the lease's endpoints leave together or not at all, so self-preservation holds the
 /// lease and counts nothing for it — the other service's own expiries go on.

@@ -10,6 +10,7 @@ mod errors;
 mod health;
 mod leases;
 mod lifecycle;
+mod policy;
 mod reads;
 mod support;
 mod watch;

@@ -141,6 +141,12 @@ impl TestServer {
 
     /// Stops and starts again on the same data directory (and a new port).
     pub(crate) async fn restart(&mut self) {
+        self.restart_with(|_| {}).await;
+    }
+
+    /// Stops, changes the configuration, and starts again on the same data directory.
+    pub(crate) async fn restart_with(&mut self, configure: impl FnOnce(&mut ServerConfig)) {
+        configure(&mut self.config);
         self.stop().await;
         let server = tokio::time::timeout(STEP, muster_server::start(self.config.clone()))
             .await

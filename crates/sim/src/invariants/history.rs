@@ -5,7 +5,8 @@
 //! updates, digests and lease); the first report of a revision becomes the record, and
 //! every later one — another node, or the same node replaying its log after a restart —
 //! must match it. The driver also samples each node between steps: (applied index →
-//! revision) and (revision → hash of the exported state) must be functions across nodes. A
+//! revision) and (applied index → hash of the exported state) must be functions across
+//! nodes. A
 //! snapshot that is not a consistent cut, or an entry applied twice, breaks one of these.
 
 use std::collections::BTreeMap;
@@ -35,7 +36,8 @@ pub struct History {
     pub revisions: BTreeMap<u64, RevisionRecord>,
     /// Applied log index → (revision, node that reported it first).
     by_index: BTreeMap<u64, (u64, u64)>,
-    /// Revision → (exported state hash, node that reported it first).
+    /// Applied log index → (exported state hash, node that reported it first). Keyed by
+    /// index, not revision: replicated policy changes the state without a new revision.
     states: BTreeMap<u64, (u64, u64)>,
 }
 
@@ -70,13 +72,13 @@ impl History {
             }
             Some(_) => {}
         }
-        match self.states.get(&revision) {
+        match self.states.get(&applied_index) {
             None => {
-                self.states.insert(revision, (state_hash, node));
+                self.states.insert(applied_index, (state_hash, node));
             }
             Some((seen, other)) if *seen != state_hash => {
                 return Err(format!(
-                    "at revision {revision} node {node}'s state differs from node {other}'s"
+                    "at applied index {applied_index} (revision {revision}) node {node}'s state differs from node {other}'s"
                 ));
             }
             Some(_) => {}

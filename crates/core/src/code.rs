@@ -1,0 +1,168 @@
+//! [`ErrorCode`]: the one vocabulary of error codes, shared by the registry, the server, the
+//! node-to-node relay and the client (SPEC D1, S5).
+//!
+//! Every error reply is `{"error": {"code": ..., "message": ...}}`; the code is one of these,
+//! spelled as [`ErrorCode::as_str`] gives, and never changes once published. Each code knows
+//! its usual HTTP status and whether the same request may succeed if retried
+//! ([`ErrorCode::is_transient`]), so a relay passes any code through unchanged and a client
+//! decides to retry from the code alone — never from a list of strings kept in two places.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Declares the codes once: variant, wire spelling, usual HTTP status, transience.
+macro_rules! codes {
+    ($($(#[$doc:meta])* $variant:ident = $wire:literal, $status:literal, $transient:literal;)*) => {
+        /// A stable, machine-readable error code. `#[non_exhaustive]`: codes may be added,
+        /// never renamed.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        #[non_exhaustive]
+        pub enum ErrorCode {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl ErrorCode {
+            /// Every code, in declaration order.
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant,)*];
+
+            /// The code as it appears on the wire.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$variant => $wire,)*
+                }
+            }
+
+            /// The HTTP status a reply with this code usually has.
+            pub const fn http_status(self) -> u16 {
+                match self {
+                    $(ErrorCode::$variant => $status,)*
+                }
+            }
+
+            /// Whether the same request may succeed if retried later (no leader or quorum
+            /// now, the node stopping, a storage hiccup); refusals of the request itself are
+            /// not transient, and retrying them forever is a bug.
+            pub const fn is_transient(self) -> bool {
+                match self {
+                    $(ErrorCode::$variant => $transient,)*
+                }
+            }
+        }
+
+        impl FromStr for ErrorCode {
+            type Err = UnknownCode;
+
+            fn from_str(code: &str) -> Result<ErrorCode, UnknownCode> {
+                match code {
+                    $($wire => Ok(ErrorCode::$variant),)*
+                    _ => Err(UnknownCode(code.to_owned())),
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    // Registry refusals: the command was judged and refused; it changed nothing.
+    /// A mutation from an older incarnation than the registry knows (SPEC L2).
+    StaleIncarnation = "stale_incarnation", 409, false;
+    /// A compare-and-swap precondition failed.
+    RevisionMismatch = "revision_mismatch", 409, false;
+    /// The thing addressed does not exist (also: no such route).
+    NotFound = "not_found", 404, false;
+    /// The lease does not exist.
+    LeaseNotFound = "lease_not_found", 404, false;
+    /// A name breaks the DNS-label rules (422 in a body, 400 in a path).
+    InvalidName = "invalid_name", 422, false;
+    /// An address does not parse or is unusable.
+    InvalidAddress = "invalid_address", 422, false;
+    /// An address outside the permitted networks (SPEC M5).
+    AddressOutOfScope = "address_out_of_scope", 422, false;
+    /// Labels break a bound (SPEC M4).
+    LabelLimit = "label_limit", 422, false;
+    /// A record or list is too large.
+    RecordTooLarge = "record_too_large", 422, false;
+    /// A field's value is refused.
+    InvalidField = "invalid_field", 422, false;
+    /// A TTL report for an endpoint whose checks are all probed by the registry.
+    NoTtlCheck = "no_ttl_check", 422, false;
+    /// A quota is full; retrying will not help until something is released.
+    QuotaExceeded = "quota_exceeded", 403, false;
+    // Reads.
+    /// The revision asked for left the retained history (SPEC W3).
+    Compacted = "compacted", 410, false;
+    /// The revision asked for is not committed yet.
+    FutureRevision = "future_revision", 400, false;
+    // The request itself.
+    /// Malformed JSON, unknown fields, a bad query or header.
+    BadRequest = "bad_request", 400, false;
+    /// A body over the configured limit.
+    PayloadTooLarge = "payload_too_large", 413, false;
+    /// The route exists, the method does not.
+    MethodNotAllowed = "method_not_allowed", 405, false;
+    /// A body that is not JSON.
+    UnsupportedMediaType = "unsupported_media_type", 415, false;
+    /// The caller is not authenticated (e.g. a wrong cluster secret).
+    Unauthorized = "unauthorized", 401, false;
+    // The cluster and the node.
+    /// No leader or no majority to commit with now (SPEC R2); the write may still commit.
+    NoQuorum = "no_quorum", 503, true;
+    /// This node does not lead; ask the leader.
+    NotLeader = "not_leader", 503, true;
+    /// A membership change was refused.
+    MembershipRefused = "membership_refused", 409, false;
+    /// A `default`-consistency read on a node that has not heard from a leader for too long.
+    Stale = "stale", 503, true;
+    /// The node cannot serve now (starting, stopping).
+    Unavailable = "unavailable", 503, true;
+    /// The node's storage failed: it stopped taking writes and is shutting down.
+    StorageFailed = "storage_failed", 503, true;
+    /// Anything else that went wrong on the server.
+    Internal = "internal", 500, true;
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A code this build does not know (sent by a newer peer, or garbage).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown error code '{0}'")]
+pub struct UnknownCode(pub String);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_round_trips_through_its_wire_spelling_and_serde() {
+        for code in ErrorCode::ALL {
+            assert_eq!(code.as_str().parse::<ErrorCode>(), Ok(*code));
+            let json = serde_json::to_string(code).unwrap();
+            assert_eq!(json, format!("\"{}\"", code.as_str()));
+        }
+        assert_eq!("nope".parse::<ErrorCode>(), Err(UnknownCode("nope".into())));
+    }
+
+    #[test]
+    fn only_conditions_of_the_moment_are_transient() {
+        let transient: Vec<_> = ErrorCode::ALL.iter().filter(|c| c.is_transient()).collect();
+        assert_eq!(
+            transient,
+            [
+                &ErrorCode::NoQuorum,
+                &ErrorCode::NotLeader,
+                &ErrorCode::Stale,
+                &ErrorCode::Unavailable,
+                &ErrorCode::StorageFailed,
+                &ErrorCode::Internal
+            ]
+        );
+        assert_eq!(ErrorCode::LeaseNotFound.http_status(), 404);
+    }
+}

@@ -1,0 +1,222 @@
+//! The leader task: the thin shell around [`muster_leader::LeaderEngine`] that reads the
+//! clock, feeds the engine registry changes, carries out what it asks — proposals, probes,
+//! replies — and reports back how they went (SPEC R4, L6, H2–H5).
+//!
+//! ```text
+//!  Node (registry write lock) ──applied──▶ LeaderFeed ──Updates / Reset──▶ ┐
+//!                                                                          ▼
+//!     leader task: every TICK_MS (or the checker's next turn) ──▶ engine.tick(registry, now)
+//!  renew, TTL report, in-flight (here or forwarded: `forward`) ──▶ engine.{renew, ttl_report, in_flight}
+//!                                                                          │ outputs
+//!                                                                          ▼
+//!   perform: Propose ──spawn: Node::propose──▶ engine.settled(tag, outcome) ──▶ perform …
+//!            Probe   ──spawn: probe (I/O)────▶ engine.probe_result(id, result) ──▶ perform …
+//!            Reply   ──▶ the waiting caller      Note ──▶ log, metrics
+//! ```
+//!
+//! Every node runs the task; the engine acts only while the node leads (`App::with_engine`
+//! tells it when that changes). The feed only forwards updates of services that have (or
+//! had) checks, so a registry without checks costs one set lookup per applied update.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use muster_consensus::ApplyObserver;
+use muster_core::{Event, Principal, ServiceKey, ServiceUpdate};
+use muster_health::probe::probe;
+use muster_leader::{Note, Now, Outcome, Output, Proposal, Reply, ReplyTo};
+use muster_registry::{Applied, Registry};
+use tokio::sync::{mpsc, watch};
+
+use crate::app::{App, Engine};
+use crate::error::ApiError;
+
+/// The longest the task sleeps: a tick is due every `TICK_MS` anyway; this bounds a sleep
+/// computed from a far checker turn.
+const IDLE: Duration = Duration::from_secs(1);
+
+/// What reaches the task from the apply path.
+pub(crate) enum Message {
+    /// Applied updates of services with checks.
+    Updates(Vec<Arc<ServiceUpdate>>),
+    /// The registry was replaced: the checker starts over from it.
+    Reset,
+}
+
+/// The apply observer side: forwards updates of checked services to the task. It never takes
+/// the engine's lock (the apply path holds the registry's write lock).
+pub(crate) struct LeaderFeed {
+    tx: mpsc::UnboundedSender<Message>,
+    /// Services that ever had an endpoint with checks (their deletes matter too).
+    checked: Mutex<HashSet<ServiceKey>>,
+}
+
+/// A feed and the receiver the task consumes.
+pub(crate) fn channel() -> (Arc<LeaderFeed>, mpsc::UnboundedReceiver<Message>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let feed = Arc::new(LeaderFeed {
+        tx,
+        checked: Mutex::new(HashSet::new()),
+    });
+    (feed, rx)
+}
+
+impl ApplyObserver for LeaderFeed {
+    fn applied(&self, _registry: &Registry, applied: &Applied) {
+        let mut checked = self.checked.lock().unwrap_or_else(PoisonError::into_inner);
+        let relevant: Vec<Arc<ServiceUpdate>> = applied
+            .updates
+            .iter()
+            .filter(|update| {
+                let has_checks = update
+                    .events
+                    .iter()
+                    .any(|event| matches!(event, Event::Put { endpoint } if !endpoint.checks.is_empty()));
+                if has_checks && !checked.contains(&update.key) {
+                    checked.insert(update.key.clone());
+                }
+                has_checks || checked.contains(&update.key)
+            })
+            .cloned()
+            .collect();
+        if !relevant.is_empty() {
+            let _ = self.tx.send(Message::Updates(relevant));
+        }
+    }
+
+    fn reset(&self, registry: &Registry) {
+        // The services with checks in the new state: their later deletes and check-less
+        // re-registrations must reach the task too.
+        let mut checked = self.checked.lock().unwrap_or_else(PoisonError::into_inner);
+        *checked = registry
+            .all_services()
+            .filter(|snapshot| snapshot.iter().any(|e| !e.checks.is_empty()))
+            .map(|snapshot| snapshot.key().clone())
+            .collect();
+        let _ = self.tx.send(Message::Reset);
+    }
+}
+
+/// Runs until `stop` turns true.
+pub(crate) async fn run(
+    app: Arc<App>,
+    mut messages: mpsc::UnboundedReceiver<Message>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let (outputs, wake_in) = app.with_engine(|engine, registry, now| {
+            let outputs = engine.tick(registry, now);
+            (outputs, engine.wake_at(now).saturating_sub(now.monotonic_ms))
+        });
+        perform(&app, outputs);
+        let sleep = Duration::from_millis(wake_in).min(IDLE);
+        tokio::select! {
+            _ = stop.wait_for(|stopping| *stopping) => return,
+            Some(message) = messages.recv() => match message {
+                Message::Updates(updates) => app.with_engine(|engine, _, now| engine.applied(&updates, now)),
+                Message::Reset => app.with_engine(|engine, registry, now| engine.reset(registry, now)),
+            },
+            () = tokio::time::sleep(sleep) => {}
+        }
+    }
+}
+
+/// Carries out the engine's outputs: proposals and probes in tasks of their own, whose
+/// results go back into the engine (and their outputs through here again).
+pub(crate) fn perform(app: &Arc<App>, outputs: Vec<Output>) {
+    for output in outputs {
+        match output {
+            Output::Propose(proposal) => {
+                let app = Arc::clone(app);
+                tokio::spawn(async move {
+                    let tag = proposal.tag;
+                    let outcome = propose(&app, proposal).await;
+                    let outputs = app.with_engine(|engine, registry, _| engine.settled(registry, tag, outcome));
+                    perform(&app, outputs);
+                });
+            }
+            Output::Probe(task) => {
+                app.checker_stats.probes.fetch_add(1, Ordering::Relaxed);
+                let app = Arc::clone(app);
+                tokio::spawn(async move {
+                    let result = probe(&task.kind, task.timeout).await;
+                    let outputs =
+                        app.with_engine(|engine, registry, now| engine.probe_result(registry, task.id, result, now));
+                    perform(&app, outputs);
+                });
+            }
+            Output::Reply { to, reply } => app.answer(to, reply),
+            Output::Note(note) => log(app, note),
+        }
+    }
+    let (in_flight, endpoints) = app.checker_load();
+    let stats = &app.checker_stats;
+    stats.in_flight.store(in_flight as u64, Ordering::Relaxed);
+    stats.endpoints.store(endpoints as u64, Ordering::Relaxed);
+}
+
+/// Hands an event that answers a caller to the engine, carries out its outputs, and waits
+/// for the answer (which may come only once a proposal it caused has settled).
+pub(crate) async fn ask(
+    app: &Arc<App>,
+    event: impl FnOnce(&mut Engine, &Registry, Now, ReplyTo) -> Vec<Output>,
+) -> Result<Reply, ApiError> {
+    let (to, answer) = app.reply_slot();
+    let outputs = app.with_engine(|engine, registry, now| event(engine, registry, now, to));
+    perform(app, outputs);
+    answer
+        .await
+        .map_err(|_| ApiError::unavailable("the leader's duties are not running (the server is stopping)"))
+}
+
+async fn propose(app: &App, proposal: Proposal) -> Outcome {
+    let Proposal { duty, command, .. } = proposal;
+    let principal = Principal::new(duty.principal()).expect("a valid principal");
+    match app.node.propose(command, app.meta_as(duty.actor(), &principal)).await {
+        Ok(Ok(applied)) => Outcome::Committed {
+            revision: applied.revision,
+            changed: applied.unchanged.is_none(),
+        },
+        Ok(Err(rejection)) => {
+            // A replaced, removed or lifted endpoint: the registry explains it.
+            tracing::debug!(%rejection, ?duty, "proposal refused");
+            Outcome::Refused
+        }
+        Err(error) => {
+            tracing::warn!(%error, ?duty, "proposal not committed; the duty tries again");
+            Outcome::NotCommitted
+        }
+    }
+}
+
+fn log(app: &App, note: Note) {
+    match note {
+        Note::Crossing {
+            key,
+            instance,
+            state,
+            reason,
+        } => {
+            app.checker_stats.proposals.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(service = %key, %instance, ?state, %reason, "checker: serving state crossed a threshold");
+        }
+        Note::Held { key, instance, reason } => {
+            app.checker_stats.held.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(service = %key, %instance, %reason, "checker: removal held by self-preservation");
+        }
+        Note::ExpiryHeld { lease, key, reason } => {
+            tracing::debug!(lease = lease.0, service = %key, %reason, "lease expiry held by self-preservation");
+        }
+        Note::Liveness {
+            key,
+            instance,
+            health,
+            reason,
+        } => tracing::warn!(
+            service = %key, %instance, ?health, %reason,
+            "checker: liveness check crossed a threshold (not routed on)"
+        ),
+    }
+}
