@@ -25,6 +25,8 @@ const BASE_TTL_MS: u64 = 2_000;
 
 /// What a client sends.
 #[derive(Debug, Clone)]
+// As the registry's `Command`: most operations are proposals, boxing them buys nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum OpKind {
     /// A registry command, proposed through a node.
     Propose(Command, Actor),
