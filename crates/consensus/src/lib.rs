@@ -21,7 +21,11 @@ pub mod fault_injection;
 mod log_store;
 mod network;
 mod node;
+mod runtime;
+mod sim_disk;
+mod sim_log_store;
 mod snapshot_files;
+mod snapshot_store;
 mod state_machine;
 #[cfg(test)]
 mod state_machine_tests;
@@ -29,6 +33,8 @@ mod state_machine_tests;
 mod storage_tests;
 mod types;
 
-pub use network::{CallError, PeerClient, Rpc, SECRET_HEADER};
+pub use network::{CallError, PeerClient, PeerTransport, Rpc, SECRET_HEADER, TransportReply};
 pub use node::{ApplyObserver, ClusterConfig, ConsensusError, Member, Node, NodeConfig, NodeStatus};
+pub use runtime::{ElectionRng, MusterRuntime, seed_election_rng};
+pub use sim_disk::SimDisk;
 pub use types::{Batch, BatchId, Outcome, Proposal, TypeConfig};

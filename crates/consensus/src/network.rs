@@ -75,12 +75,34 @@ impl Rpc {
 /// hands to the leader (renewals, TTL reports).
 #[derive(Clone)]
 pub struct PeerClient {
-    client: Client<HttpConnector, Full<Bytes>>,
+    transport: Transport,
     secret: String,
     /// Where this node dials each member: its own `--peers` (which may differ from the
     /// addresses in the membership, e.g. through a proxy); members added later are dialled
     /// at their membership address.
     dial: std::sync::Arc<std::collections::BTreeMap<u64, String>>,
+}
+
+/// How a [`PeerClient`]'s requests travel.
+#[derive(Clone)]
+enum Transport {
+    /// HTTP/1.1 to the peer's cluster listener.
+    Http(Client<HttpConnector, Full<Bytes>>),
+    /// Another carrier (the simulation's in-memory network).
+    Custom(std::sync::Arc<dyn PeerTransport>),
+}
+
+/// The reply a [`PeerTransport`] delivers: its HTTP status and body.
+pub type TransportReply = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(u16, Bytes), CallError>> + Send>>;
+
+/// A carrier for node-to-node requests other than HTTP, e.g. the deterministic simulation's
+/// network (`muster-sim`), which decides per request whether it is delayed, lost,
+/// duplicated, or answered into a cut link. The [`PeerClient`] around it keeps the secret,
+/// the encoding and the timeout.
+pub trait PeerTransport: Send + Sync + 'static {
+    /// Carries `body` to `path` (`/raft/{rpc}`, or a server route) on the cluster listener
+    /// at `addr`; the reply's status and body.
+    fn post(&self, addr: &str, path: &str, body: Vec<u8>) -> TransportReply;
 }
 
 /// Why a call to a peer failed.
@@ -106,7 +128,20 @@ impl PeerClient {
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(1)));
         PeerClient {
-            client: Client::builder(TokioExecutor::new()).build(connector),
+            transport: Transport::Http(Client::builder(TokioExecutor::new()).build(connector)),
+            secret,
+            dial: std::sync::Arc::new(dial),
+        }
+    }
+
+    /// A client whose requests travel over `transport` instead of HTTP.
+    pub fn with_transport(
+        secret: String,
+        dial: std::collections::BTreeMap<u64, String>,
+        transport: std::sync::Arc<dyn PeerTransport>,
+    ) -> PeerClient {
+        PeerClient {
+            transport: Transport::Custom(transport),
             secret,
             dial: std::sync::Arc::new(dial),
         }
@@ -144,6 +179,29 @@ impl PeerClient {
         timeout: Duration,
     ) -> Result<R, CallError> {
         let bytes = serde_json::to_vec(body).map_err(|e| CallError::Unreachable(format!("encoding: {e}")))?;
+        let exchange = async {
+            let (status, body) = match &self.transport {
+                Transport::Http(client) => self.exchange(client, addr, path, bytes).await?,
+                Transport::Custom(transport) => transport.post(addr, path, bytes).await?,
+            };
+            if status != StatusCode::OK.as_u16() {
+                return Err(CallError::Refused { status, body });
+            }
+            serde_json::from_slice(&body).map_err(|e| CallError::Unreachable(format!("{addr}: decoding: {e}")))
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| CallError::Unreachable(format!("{addr}: no reply within {timeout:?}")))?
+    }
+
+    /// One HTTP request and its whole reply.
+    async fn exchange(
+        &self,
+        client: &Client<HttpConnector, Full<Bytes>>,
+        addr: &str,
+        path: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(u16, Bytes), CallError> {
         let request = Request::builder()
             .method(Method::POST)
             .uri(format!("http://{addr}{path}"))
@@ -151,30 +209,18 @@ impl PeerClient {
             .header(SECRET_HEADER, &self.secret)
             .body(Full::new(Bytes::from(bytes)))
             .map_err(|e| CallError::Unreachable(e.to_string()))?;
-        let exchange = async {
-            let response = self
-                .client
-                .request(request)
-                .await
-                .map_err(|e| CallError::Unreachable(format!("{addr}: {e}")))?;
-            let status = response.status();
-            let body = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| CallError::Unreachable(format!("{addr}: reading the reply: {e}")))?
-                .to_bytes();
-            if status != StatusCode::OK {
-                return Err(CallError::Refused {
-                    status: status.as_u16(),
-                    body,
-                });
-            }
-            serde_json::from_slice(&body).map_err(|e| CallError::Unreachable(format!("{addr}: decoding: {e}")))
-        };
-        tokio::time::timeout(timeout, exchange)
+        let response = client
+            .request(request)
             .await
-            .map_err(|_| CallError::Unreachable(format!("{addr}: no reply within {timeout:?}")))?
+            .map_err(|e| CallError::Unreachable(format!("{addr}: {e}")))?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| CallError::Unreachable(format!("{addr}: reading the reply: {e}")))?
+            .to_bytes();
+        Ok((status.as_u16(), body))
     }
 }
 

@@ -15,6 +15,9 @@ use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
 use crate::batcher::Batcher;
 use crate::log_store::LogStore;
 use crate::network::{HttpPeers, NoPeers, PeerClient, Rpc};
+use crate::sim_disk::{SimDisk, SimSnapshots};
+use crate::sim_log_store::SimLogStore;
+use crate::snapshot_store::SnapshotStore;
 use crate::state_machine::{Shared, StateMachine};
 use crate::types::{Proposal, TypeConfig};
 
@@ -170,9 +173,17 @@ pub enum ConsensusError {
     Failed(String),
 }
 
-/// What opening the data directory gives, before Raft starts.
+/// The log store a node runs on.
+enum Log {
+    /// redb in the data directory.
+    Disk(LogStore),
+    /// A simulated disk.
+    Sim(SimLogStore),
+}
+
+/// What opening the data directory (or a simulated disk) gives, before Raft starts.
 struct Parts {
-    log: LogStore,
+    log: Log,
     log_writer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
     machine: StateMachine,
     shared: Arc<Shared>,
@@ -180,12 +191,28 @@ struct Parts {
 }
 
 impl Parts {
-    fn open(config: &NodeConfig, observer: Arc<dyn ApplyObserver>) -> Result<Parts, ConsensusError> {
+    /// Opens the data directory, or `disk` when given (and then no file is touched).
+    fn open(
+        config: &NodeConfig,
+        observer: Arc<dyn ApplyObserver>,
+        disk: Option<&SimDisk>,
+    ) -> Result<Parts, ConsensusError> {
         let storage = |e: std::io::Error| ConsensusError::Storage(e.to_string());
-        std::fs::create_dir_all(&config.data_dir).map_err(storage)?;
-        let log = LogStore::open(&config.data_dir.join("raft-log.redb")).map_err(storage)?;
-        let log_writer = Arc::new(std::sync::Mutex::new(log.take_writer_thread()));
-        let machine = StateMachine::open(&config.data_dir, config.registry.clone(), observer).map_err(storage)?;
+        let (log, log_writer, snapshots) = match disk {
+            None => {
+                std::fs::create_dir_all(&config.data_dir).map_err(storage)?;
+                let log = LogStore::open(&config.data_dir.join("raft-log.redb")).map_err(storage)?;
+                let writer = log.take_writer_thread();
+                let snapshots = SnapshotStore::open_dir(&config.data_dir).map_err(storage)?;
+                (Log::Disk(log), writer, snapshots)
+            }
+            Some(disk) => {
+                let log = SimLogStore::open(disk).map_err(storage)?;
+                (Log::Sim(log), None, SnapshotStore::Sim(SimSnapshots::new(disk)))
+            }
+        };
+        let log_writer = Arc::new(std::sync::Mutex::new(log_writer));
+        let machine = StateMachine::open_in(snapshots, config.registry.clone(), observer).map_err(storage)?;
         let shared = machine.shared();
         let raft_config = openraft::Config {
             cluster_name: "muster".into(),
@@ -208,6 +235,27 @@ impl Parts {
             raft_config: Arc::new(raft_config),
         })
     }
+
+    /// Starts Raft on these parts.
+    async fn start<N: RaftNetworkFactory<TypeConfig>>(self, id: u64, network: N) -> Result<Started, ConsensusError> {
+        let raft = match self.log {
+            Log::Disk(log) => Raft::new(id, self.raft_config, network, log, self.machine).await,
+            Log::Sim(log) => Raft::new(id, self.raft_config, network, log, self.machine).await,
+        }
+        .map_err(fatal)?;
+        Ok(Started {
+            raft,
+            shared: self.shared,
+            log_writer: self.log_writer,
+        })
+    }
+}
+
+/// A started Raft and what the node keeps beside it.
+struct Started {
+    raft: Raft<TypeConfig>,
+    shared: Arc<Shared>,
+    log_writer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 /// The error Raft stopped on, if it stopped on one (a clean shutdown is `Fatal::Stopped`).
@@ -252,7 +300,7 @@ impl Node {
             Some(cluster) => {
                 let client = PeerClient::new(cluster.secret.clone(), cluster.members.clone());
                 let network = HttpPeers { client: client.clone() };
-                Node::open_member(config, cluster, observer, network, Some(client)).await
+                Node::open_member(config, cluster, observer, network, Some(client), None).await
             }
         }
     }
@@ -268,14 +316,37 @@ impl Node {
             .cluster
             .clone()
             .ok_or_else(|| ConsensusError::Storage("open_with_network needs a cluster config".into()))?;
-        Node::open_member(config, cluster, observer, network, None).await
+        Node::open_member(config, cluster, observer, network, None, None).await
+    }
+
+    /// Opens a cluster member of a deterministic simulation (`muster-sim`): its log, vote and
+    /// snapshots on `disk` (kept by the caller across restarts; `data_dir` is not touched),
+    /// Raft's RPCs through `network`, and a follower's writes forwarded to the leader through
+    /// `forward` (a [`PeerClient::with_transport`]). Run it on a current-thread tokio runtime
+    /// with a paused clock, after [`crate::seed_election_rng`], and the same schedule gives
+    /// the same run.
+    pub async fn open_simulated<N: RaftNetworkFactory<TypeConfig>>(
+        config: NodeConfig,
+        observer: Arc<dyn ApplyObserver>,
+        network: N,
+        forward: PeerClient,
+        disk: &SimDisk,
+    ) -> Result<Node, ConsensusError> {
+        let cluster = config
+            .cluster
+            .clone()
+            .ok_or_else(|| ConsensusError::Storage("open_simulated needs a cluster config".into()))?;
+        Node::open_member(config, cluster, observer, network, Some(forward), Some(disk)).await
     }
 
     async fn open_single(config: NodeConfig, observer: Arc<dyn ApplyObserver>) -> Result<Node, ConsensusError> {
-        let parts = Parts::open(&config, observer)?;
-        let raft = Raft::new(SINGLE_NODE_ID, parts.raft_config, NoPeers, parts.log, parts.machine)
-            .await
-            .map_err(fatal)?;
+        let Started {
+            raft,
+            shared,
+            log_writer,
+        } = Parts::open(&config, observer, None)?
+            .start(SINGLE_NODE_ID, NoPeers)
+            .await?;
         if !raft.is_initialized().await.map_err(fatal)? {
             let members = BTreeMap::from([(SINGLE_NODE_ID, BasicNode::default())]);
             raft.initialize(members)
@@ -293,8 +364,8 @@ impl Node {
             id: SINGLE_NODE_ID,
             secret: None,
             raft,
-            shared: parts.shared,
-            log_writer: parts.log_writer,
+            shared,
+            log_writer,
             batcher,
             initial_policy: Arc::new(config.registry.clone()),
         })
@@ -306,6 +377,7 @@ impl Node {
         observer: Arc<dyn ApplyObserver>,
         network: N,
         forward: Option<PeerClient>,
+        disk: Option<&SimDisk>,
     ) -> Result<Node, ConsensusError> {
         if !cluster.members.contains_key(&cluster.node_id) {
             return Err(ConsensusError::Storage(format!(
@@ -314,10 +386,13 @@ impl Node {
                 cluster.members.keys().collect::<Vec<_>>()
             )));
         }
-        let parts = Parts::open(&config, observer)?;
-        let raft = Raft::new(cluster.node_id, parts.raft_config, network, parts.log, parts.machine)
-            .await
-            .map_err(fatal)?;
+        let Started {
+            raft,
+            shared,
+            log_writer,
+        } = Parts::open(&config, observer, disk)?
+            .start(cluster.node_id, network)
+            .await?;
         // A static cluster forms once: the member with the lowest id proposes the membership
         // (an initialised node ignores it); the others wait to hear from it.
         let first = cluster.members.keys().next().copied();
@@ -338,8 +413,8 @@ impl Node {
             id: cluster.node_id,
             secret: Some(Arc::from(cluster.secret.as_str())),
             raft,
-            shared: parts.shared,
-            log_writer: parts.log_writer,
+            shared,
+            log_writer,
             batcher,
             initial_policy: Arc::new(config.registry.clone()),
         })
@@ -402,6 +477,40 @@ impl Node {
                 }
                 return std::future::pending().await;
             }
+        }
+    }
+
+    /// Proposes a leader duty's command (lease expiry, the end of a drain) on this node only,
+    /// and only while it leads: never queued behind other writes, never forwarded. A duty
+    /// decided on a leader's deadlines is valid in that leader's term only: relayed to the
+    /// next leader (as [`Node::propose`] does when leadership moves while it waits), an
+    /// expiry would land after renewals the new leader accepted. Proposed here, it commits
+    /// in this term or not at all, and a successor that commits it does so before any
+    /// renewal it accepts (its read index covers it). Fails with
+    /// [`ConsensusError::NotLeader`] on a follower.
+    pub async fn propose_as_leader(
+        &self,
+        command: Command,
+        meta: CommandMeta,
+    ) -> Result<Result<Applied, Rejection>, ConsensusError> {
+        use openraft::error::{ClientWriteError, RaftError};
+        let batch = crate::types::Batch {
+            id: None,
+            proposals: vec![Proposal { command, meta }],
+        };
+        match tokio::time::timeout(crate::batcher::WRITE_TIMEOUT, self.raft.client_write(batch)).await {
+            Err(_) => Err(ConsensusError::NoQuorum),
+            Ok(Ok(response)) => response
+                .data
+                .0
+                .into_iter()
+                .next()
+                .ok_or_else(|| ConsensusError::Storage("an entry applied no proposal".into())),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
+                Err(ConsensusError::NotLeader(forward.leader_id))
+            }
+            Ok(Err(RaftError::Fatal(openraft::error::Fatal::Stopped))) => Err(ConsensusError::ShuttingDown),
+            Ok(Err(error)) => Err(ConsensusError::Storage(error.to_string())),
         }
     }
 

@@ -18,7 +18,6 @@
 //!   after a lost reply or a leader change): [`AppliedBatches`].
 
 use std::io::{self, Cursor};
-use std::path::Path;
 use std::sync::{Arc, RwLock};
 
 use muster_registry::{Registry, RegistryConfig, RegistryState};
@@ -28,7 +27,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::applied_batches::{AppliedBatches, Seen};
 use crate::node::ApplyObserver;
+#[cfg(doc)]
 use crate::snapshot_files::SnapshotFiles;
+use crate::snapshot_store::SnapshotStore;
 use crate::types::{Batch, Entry, LogId, Outcome, StorageError, TypeConfig};
 
 /// What readers share with the state machine.
@@ -65,7 +66,7 @@ pub(crate) struct StateMachine {
     last_applied: Option<LogId>,
     membership: StoredMembership<u64, BasicNode>,
     batches: AppliedBatches,
-    files: Arc<SnapshotFiles>,
+    files: SnapshotStore,
 }
 
 fn sm_error(verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {
@@ -78,12 +79,21 @@ fn snapshot_error(verb: ErrorVerb, e: impl std::error::Error + 'static) -> Stora
 
 impl StateMachine {
     /// Loads the newest readable snapshot from `dir`, if there is one.
+    #[cfg(test)]
     pub(crate) fn open(
-        dir: &Path,
+        dir: &std::path::Path,
         config: RegistryConfig,
         observer: Arc<dyn ApplyObserver>,
     ) -> Result<StateMachine, io::Error> {
-        let files = Arc::new(SnapshotFiles::open(dir)?);
+        StateMachine::open_in(SnapshotStore::open_dir(dir)?, config, observer)
+    }
+
+    /// Loads the newest readable snapshot from `files`, if there is one.
+    pub(crate) fn open_in(
+        files: SnapshotStore,
+        config: RegistryConfig,
+        observer: Arc<dyn ApplyObserver>,
+    ) -> Result<StateMachine, io::Error> {
         let mut machine = StateMachine {
             shared: Arc::new(Shared {
                 registry: RwLock::new(Registry::new(config.clone())),
@@ -94,7 +104,7 @@ impl StateMachine {
             last_applied: None,
             membership: StoredMembership::default(),
             batches: AppliedBatches::default(),
-            files: Arc::clone(&files),
+            files: files.clone(),
         };
         let mut last_error = None;
         for bytes in files.candidates()? {
@@ -171,7 +181,7 @@ pub(crate) struct SnapshotBuilder {
     batches: AppliedBatches,
     last_applied: Option<LogId>,
     membership: StoredMembership<u64, BasicNode>,
-    files: Arc<SnapshotFiles>,
+    files: SnapshotStore,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -200,13 +210,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     }
 }
 
-/// Writes a snapshot's bytes in a blocking task (newer wins, [`SnapshotFiles::store`]).
-async fn store(files: &Arc<SnapshotFiles>, last_log_id: Option<LogId>, bytes: &[u8]) -> Result<(), io::Error> {
-    let files = Arc::clone(files);
-    let bytes = bytes.to_vec();
-    let stored = tokio::task::spawn_blocking(move || files.store(last_log_id, &bytes))
-        .await
-        .map_err(io::Error::other)??;
+/// Writes a snapshot's bytes (newer wins, [`SnapshotFiles::store`]).
+async fn store(files: &SnapshotStore, last_log_id: Option<LogId>, bytes: &[u8]) -> Result<(), io::Error> {
+    let stored = files.store(last_log_id, bytes).await?;
     if stored == crate::snapshot_files::Stored::Superseded {
         tracing::debug!(
             ?last_log_id,
@@ -255,7 +261,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             batches: self.batches.clone(),
             last_applied: self.last_applied,
             membership: self.membership.clone(),
-            files: Arc::clone(&self.files),
+            files: self.files.clone(),
         }
     }
 

@@ -11,6 +11,7 @@ openraft::declare_raft_types!(
     pub TypeConfig:
         D = Batch,
         R = Outcome,
+        AsyncRuntime = crate::runtime::MusterRuntime,
 );
 
 /// One log entry's payload: the proposals that arrived while the previous entry was being

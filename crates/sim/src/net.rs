@@ -1,0 +1,365 @@
+//! The simulated network: who runs, which directed links are cut, and the weather (loss,
+//! duplication, delay) every message meets, all decided by the seeded network stream.
+//!
+//! ```text
+//!  sender ──(cut? lost?)──delay──▶ receiver's Node::rpc ──reply──(cut? lost?)──delay──▶ sender
+//!                  └─ duplicated: a second copy, delivered after its own delay
+//! ```
+//!
+//! Delays are drawn per message, so two messages on one link overtake each other
+//! (reordering). A lost message costs its sender the delay and then fails as a network
+//! error, not `Unreachable`: openraft answers `Unreachable` with a backoff whose `select!`
+//! is unbiased (random on a tie), which would put tokio's unseeded generator into the run.
+//! Raft's RPCs ([`SimPeers`]) and forwarded writes ([`ForwardTransport`]) go through here;
+//! so do the leader duties' requests ([`Net::call`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use muster_consensus::{CallError, Node, PeerTransport, Rpc, TransportReply, TypeConfig};
+use openraft::BasicNode;
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::rng::SimRng;
+
+/// A reply body.
+type Reply = Vec<u8>;
+
+/// A second copy of a request, run against the receiving node.
+type Duplicate = Box<dyn FnOnce(Node) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// What every message meets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Weather {
+    /// Messages lost, per thousand (each way).
+    pub loss: u64,
+    /// Requests delivered twice, per thousand.
+    pub duplicate: u64,
+    /// Shortest and longest one-way delay, ms.
+    pub delay_ms: (u64, u64),
+}
+
+impl Weather {
+    /// A calm network: 1–5 ms, nothing lost.
+    pub const CALM: Weather = Weather {
+        loss: 0,
+        duplicate: 0,
+        delay_ms: (1, 5),
+    };
+}
+
+/// Counts for the statistics line.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NetStats {
+    /// Messages sent.
+    pub sent: u64,
+    /// Messages lost (weather or cut links).
+    pub lost: u64,
+    /// Requests duplicated.
+    pub duplicated: u64,
+}
+
+struct NetState {
+    nodes: BTreeMap<u64, Node>,
+    cut: BTreeSet<(u64, u64)>,
+    weather: Weather,
+    rng: SimRng,
+    stats: NetStats,
+}
+
+/// The network. Shared by every node's transports.
+pub struct Net {
+    state: Mutex<NetState>,
+}
+
+/// A message did not arrive, or its reply did not.
+#[derive(Debug, thiserror::Error)]
+#[error("simulated network: message {0} → {1} lost")]
+pub struct Lost(pub u64, pub u64);
+
+/// What the weather decided for one exchange.
+struct Fate {
+    there_ms: u64,
+    back_ms: u64,
+    request_lost: bool,
+    reply_lost: bool,
+    duplicate_after_ms: Option<u64>,
+}
+
+impl Net {
+    /// A network with no node running yet.
+    pub fn new(rng: SimRng) -> Net {
+        Net {
+            state: Mutex::new(NetState {
+                nodes: BTreeMap::new(),
+                cut: BTreeSet::new(),
+                weather: Weather::CALM,
+                rng,
+                stats: NetStats::default(),
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, NetState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Node `id` runs `node` now.
+    pub fn up(&self, id: u64, node: Node) {
+        self.state().nodes.insert(id, node);
+    }
+
+    /// Node `id` stopped; the process it ran, if any.
+    pub fn down(&self, id: u64) -> Option<Node> {
+        self.state().nodes.remove(&id)
+    }
+
+    /// The running node `id`.
+    pub fn node(&self, id: u64) -> Option<Node> {
+        self.state().nodes.get(&id).cloned()
+    }
+
+    /// Every running node, by id.
+    pub fn nodes(&self) -> BTreeMap<u64, Node> {
+        self.state().nodes.clone()
+    }
+
+    /// Cuts the link `from → to` (one way).
+    pub fn cut(&self, from: u64, to: u64) {
+        self.state().cut.insert((from, to));
+    }
+
+    /// Restores every link.
+    pub fn heal(&self) {
+        self.state().cut.clear();
+    }
+
+    /// The cut links.
+    pub fn cuts(&self) -> BTreeSet<(u64, u64)> {
+        self.state().cut.clone()
+    }
+
+    /// Whether `from → to` carries messages now.
+    pub fn link(&self, from: u64, to: u64) -> bool {
+        from == to || !self.state().cut.contains(&(from, to))
+    }
+
+    /// Sets the weather.
+    pub fn set_weather(&self, weather: Weather) {
+        self.state().weather = weather;
+    }
+
+    /// The weather.
+    pub fn weather(&self) -> Weather {
+        self.state().weather
+    }
+
+    /// The counts so far.
+    pub fn stats(&self) -> NetStats {
+        self.state().stats
+    }
+
+    fn fate(&self, duplicable: bool) -> Fate {
+        let mut state = self.state();
+        let weather = state.weather;
+        let (low, high) = weather.delay_ms;
+        let rng = &mut state.rng;
+        let fate = Fate {
+            there_ms: rng.between(low, high),
+            back_ms: rng.between(low, high),
+            request_lost: rng.chance(weather.loss),
+            reply_lost: rng.chance(weather.loss),
+            duplicate_after_ms: (duplicable && rng.chance(weather.duplicate)).then(|| rng.between(low, high * 4)),
+        };
+        state.stats.sent += 1;
+        state.stats.duplicated += u64::from(fate.duplicate_after_ms.is_some());
+        fate
+    }
+
+    fn lost(&self, from: u64, to: u64) -> Lost {
+        self.state().stats.lost += 1;
+        Lost(from, to)
+    }
+
+    /// Carries one request `from → to` to whatever `handle` does on the receiving node, and
+    /// its reply back. `duplicate`, when given, is run with the same node for a second copy
+    /// of the request (its reply is dropped).
+    pub async fn exchange<T, F, Fut>(
+        self: &Arc<Self>,
+        from: u64,
+        to: u64,
+        handle: F,
+        duplicate: Option<Duplicate>,
+    ) -> Result<T, Lost>
+    where
+        F: FnOnce(Node) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let fate = self.fate(duplicate.is_some());
+        tokio::time::sleep(Duration::from_millis(fate.there_ms)).await;
+        if fate.request_lost || !self.link(from, to) {
+            return Err(self.lost(from, to));
+        }
+        let Some(node) = self.node(to) else {
+            return Err(self.lost(from, to));
+        };
+        if let (Some(after), Some(duplicate)) = (fate.duplicate_after_ms, duplicate) {
+            let net = Arc::clone(self);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(after)).await;
+                if net.link(from, to)
+                    && let Some(node) = net.node(to)
+                {
+                    duplicate(node).await;
+                }
+            });
+        }
+        let reply = handle(node).await;
+        tokio::time::sleep(Duration::from_millis(fate.back_ms)).await;
+        if fate.reply_lost || !self.link(to, from) || self.node(from).is_none() {
+            return Err(self.lost(to, from));
+        }
+        Ok(reply)
+    }
+
+    /// Delivers one node-to-node RPC (JSON in, JSON out), duplicable.
+    pub async fn rpc(
+        self: &Arc<Self>,
+        from: u64,
+        to: u64,
+        rpc: Rpc,
+        body: Vec<u8>,
+    ) -> Result<Result<Reply, String>, Lost> {
+        let copy = body.clone();
+        let duplicate: Duplicate = Box::new(move |node: Node| {
+            Box::pin(async move {
+                let _ = node.rpc(rpc, &copy).await;
+            })
+        });
+        self.exchange(
+            from,
+            to,
+            |node| async move { node.rpc(rpc, &body).await },
+            Some(duplicate),
+        )
+        .await
+    }
+}
+
+/// Builds each node's connections to its peers over the simulated network.
+pub struct SimPeers {
+    /// The network.
+    pub net: Arc<Net>,
+    /// This node.
+    pub me: u64,
+}
+
+/// A connection to one peer.
+pub struct SimPeer {
+    net: Arc<Net>,
+    from: u64,
+    to: u64,
+}
+
+impl RaftNetworkFactory<TypeConfig> for SimPeers {
+    type Network = SimPeer;
+
+    async fn new_client(&mut self, target: u64, _node: &BasicNode) -> SimPeer {
+        SimPeer {
+            net: Arc::clone(&self.net),
+            from: self.me,
+            to: target,
+        }
+    }
+}
+
+impl SimPeer {
+    async fn call<B: Serialize, R: DeserializeOwned, E: std::error::Error + DeserializeOwned>(
+        &self,
+        rpc: Rpc,
+        body: &B,
+    ) -> Result<R, RPCError<u64, BasicNode, RaftError<u64, E>>> {
+        let bytes = serde_json::to_vec(body).expect("Raft messages serialise");
+        let reply = self
+            .net
+            .rpc(self.from, self.to, rpc, bytes)
+            .await
+            .map_err(|lost| RPCError::Network(NetworkError::new(&lost)))?
+            .map_err(|message| RPCError::Network(NetworkError::new(&std::io::Error::other(message))))?;
+        let reply: Result<R, RaftError<u64, E>> =
+            serde_json::from_slice(&reply).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        reply.map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for SimPeer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        self.call(Rpc::Append, &rpc).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
+        self.call(Rpc::Snapshot, &rpc).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        _option: RPCOption,
+    ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        self.call(Rpc::Vote, &rpc).await
+    }
+}
+
+/// Carries a follower's forwarded writes (`POST /raft/propose`) to the leader over the
+/// simulated network: lost requests, lost replies and duplicates included, which is what
+/// makes the batcher retry a batch the leader already committed.
+pub struct ForwardTransport {
+    /// The network.
+    pub net: Arc<Net>,
+    /// The forwarding node.
+    pub me: u64,
+}
+
+/// The member address of node `id` in the simulation, and back.
+pub fn address(id: u64) -> String {
+    format!("node-{id}")
+}
+
+fn node_of(addr: &str) -> Option<u64> {
+    addr.strip_prefix("node-")?.parse().ok()
+}
+
+impl PeerTransport for ForwardTransport {
+    fn post(&self, addr: &str, path: &str, body: Vec<u8>) -> TransportReply {
+        let net = Arc::clone(&self.net);
+        let from = self.me;
+        let target = node_of(addr);
+        let rpc = path.strip_prefix("/raft/").and_then(Rpc::from_segment);
+        Box::pin(async move {
+            let (Some(to), Some(rpc)) = (target, rpc) else {
+                return Err(CallError::Unreachable("no such simulated route".into()));
+            };
+            match net.rpc(from, to, rpc, body).await {
+                Ok(Ok(reply)) => Ok((200, reply.into())),
+                Ok(Err(message)) => Ok((400, message.into_bytes().into())),
+                Err(lost) => Err(CallError::Unreachable(lost.to_string())),
+            }
+        })
+    }
+}
