@@ -28,6 +28,7 @@ use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{AnyError, ErrorSubject, ErrorVerb, StorageIOError, Vote};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
+use crate::snapshot_store::DurableSnapshot;
 use crate::types::{Entry, LogId, StorageError, TypeConfig};
 
 const LOG: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("log");
@@ -80,6 +81,8 @@ pub(crate) struct LogStore {
     /// The highest index handed to the writer.
     issued: Arc<AtomicU64>,
     cache: Arc<Mutex<Cache>>,
+    /// Purges stop at the snapshot on disk, once the state machine is attached.
+    purge_floor: Option<DurableSnapshot>,
 }
 
 #[derive(Default)]
@@ -146,7 +149,13 @@ impl LogStore {
             durable,
             issued: Arc::new(AtomicU64::new(last_index)),
             cache: Arc::new(Mutex::new(Cache { last_log, last_purged })),
+            purge_floor: None,
         })
+    }
+
+    /// From now on, purges never go past the snapshot `durable` says is on disk.
+    pub(crate) fn guard_purges(&mut self, durable: DurableSnapshot) {
+        self.purge_floor = Some(durable);
     }
 
     /// The writer thread, to join once every store clone is gone: it exits when the last one
@@ -398,6 +407,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        if self
+            .purge_floor
+            .as_ref()
+            .is_some_and(|floor| !floor.allows_purge(log_id.index))
+        {
+            tracing::debug!(
+                upto = log_id.index,
+                "purge deferred: no snapshot up to it is on disk yet"
+            );
+            return Ok(());
+        }
         let last_purged = encode(&log_id);
         self.send(|done| WriteOp::Purge {
             upto: log_id.index,

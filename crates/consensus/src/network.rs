@@ -87,7 +87,7 @@ pub struct PeerClient {
 #[derive(Clone)]
 enum Transport {
     /// HTTP/1.1 to the peer's cluster listener.
-    Http(Client<HttpConnector, Full<Bytes>>),
+    Http(Box<Client<HttpConnector, Full<Bytes>>>),
     /// Another carrier (the simulation's in-memory network).
     Custom(std::sync::Arc<dyn PeerTransport>),
 }
@@ -128,7 +128,7 @@ impl PeerClient {
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(1)));
         PeerClient {
-            transport: Transport::Http(Client::builder(TokioExecutor::new()).build(connector)),
+            transport: Transport::Http(Box::new(Client::builder(TokioExecutor::new()).build(connector))),
             secret,
             dial: std::sync::Arc::new(dial),
         }

@@ -213,6 +213,11 @@ impl Parts {
         };
         let log_writer = Arc::new(std::sync::Mutex::new(log_writer));
         let machine = StateMachine::open_in(snapshots, config.registry.clone(), observer).map_err(storage)?;
+        let mut log = log;
+        match &mut log {
+            Log::Disk(log) => log.guard_purges(machine.durable_snapshot()),
+            Log::Sim(log) => log.guard_purges(machine.durable_snapshot()),
+        }
         let shared = machine.shared();
         let raft_config = openraft::Config {
             cluster_name: "muster".into(),

@@ -27,6 +27,7 @@ use openraft::{AnyError, ErrorSubject, ErrorVerb, StorageIOError, Vote};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::sim_disk::{DiskWrite, SimDisk};
+use crate::snapshot_store::DurableSnapshot;
 use crate::types::{Entry, LogId, StorageError, TypeConfig};
 
 const VOTE: &str = "vote";
@@ -54,6 +55,8 @@ struct View {
 pub(crate) struct SimLogStore {
     view: Arc<Mutex<View>>,
     writer: mpsc::UnboundedSender<(DiskWrite, Done)>,
+    /// Purges stop at the snapshot on the disk, as the real store's do.
+    purge_floor: Option<DurableSnapshot>,
 }
 
 fn io_error(e: impl std::error::Error + Send + Sync + 'static) -> io::Error {
@@ -122,7 +125,13 @@ impl SimLogStore {
         Ok(SimLogStore {
             view: Arc::new(Mutex::new(view)),
             writer,
+            purge_floor: None,
         })
+    }
+
+    /// From now on, purges never go past the snapshot `durable` says is on the disk.
+    pub(crate) fn guard_purges(&mut self, durable: DurableSnapshot) {
+        self.purge_floor = Some(durable);
     }
 
     fn view(&self) -> std::sync::MutexGuard<'_, View> {
@@ -228,6 +237,13 @@ impl RaftLogStorage<TypeConfig> for SimLogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        if self
+            .purge_floor
+            .as_ref()
+            .is_some_and(|floor| !floor.allows_purge(log_id.index))
+        {
+            return Ok(());
+        }
         {
             let mut view = self.view();
             view.log = view.log.split_off(&(log_id.index + 1));

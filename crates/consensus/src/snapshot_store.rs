@@ -10,6 +10,37 @@ use crate::sim_disk::SimSnapshots;
 use crate::snapshot_files::{SnapshotFiles, Stored};
 use crate::types::LogId;
 
+/// The last log index covered by a snapshot that is on disk (or on the simulated disk), shared
+/// by the state machine, which advances it when a snapshot is stored or loaded, and the log
+/// store, which never purges past it.
+///
+/// openraft 0.9 purges the log as soon as it hands a snapshot to the state machine, without
+/// waiting for the snapshot to be written (a follower installing the leader's snapshot, in
+/// particular): a crash in between left the log purged past every snapshot on disk, and
+/// the node could not open again (found by the deterministic simulation). A purge beyond
+/// this index is skipped — keeping more log is always safe — and a later one, after the
+/// snapshot is stored, removes it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DurableSnapshot(Arc<std::sync::atomic::AtomicU64>);
+
+impl DurableSnapshot {
+    /// The index covered (0: no snapshot).
+    pub(crate) fn index(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Records that a snapshot up to `last_log_id` is on disk.
+    pub(crate) fn advance(&self, last_log_id: Option<LogId>) {
+        let index = last_log_id.map_or(0, |id| id.index);
+        self.0.fetch_max(index, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Whether purging the log up to `index` keeps every entry after the snapshot on disk.
+    pub(crate) fn allows_purge(&self, index: u64) -> bool {
+        index <= self.index()
+    }
+}
+
 /// A state machine's snapshot store. Cheap to clone.
 #[derive(Clone)]
 pub(crate) enum SnapshotStore {

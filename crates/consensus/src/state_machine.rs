@@ -29,7 +29,7 @@ use crate::applied_batches::{AppliedBatches, Seen};
 use crate::node::ApplyObserver;
 #[cfg(doc)]
 use crate::snapshot_files::SnapshotFiles;
-use crate::snapshot_store::SnapshotStore;
+use crate::snapshot_store::{DurableSnapshot, SnapshotStore};
 use crate::types::{Batch, Entry, LogId, Outcome, StorageError, TypeConfig};
 
 /// What readers share with the state machine.
@@ -67,6 +67,7 @@ pub(crate) struct StateMachine {
     membership: StoredMembership<u64, BasicNode>,
     batches: AppliedBatches,
     files: SnapshotStore,
+    durable: DurableSnapshot,
 }
 
 fn sm_error(verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {
@@ -105,12 +106,14 @@ impl StateMachine {
             membership: StoredMembership::default(),
             batches: AppliedBatches::default(),
             files: files.clone(),
+            durable: DurableSnapshot::default(),
         };
         let mut last_error = None;
         for bytes in files.candidates()? {
             match machine.restore(&bytes) {
                 Ok(()) => {
                     files.loaded(machine.last_applied);
+                    machine.durable.advance(machine.last_applied);
                     return Ok(machine);
                 }
                 Err(error) => {
@@ -124,6 +127,11 @@ impl StateMachine {
         }
         machine.shared.observer.reset(&machine.shared.read());
         Ok(machine)
+    }
+
+    /// What the log store consults before it purges.
+    pub(crate) fn durable_snapshot(&self) -> DurableSnapshot {
+        self.durable.clone()
     }
 
     pub(crate) fn shared(&self) -> Arc<Shared> {
@@ -182,6 +190,7 @@ pub(crate) struct SnapshotBuilder {
     last_applied: Option<LogId>,
     membership: StoredMembership<u64, BasicNode>,
     files: SnapshotStore,
+    durable: DurableSnapshot,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -200,7 +209,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             batches: self.batches.clone(),
         };
         let bytes = serde_json::to_vec(&stored).map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
-        store(&self.files, meta.last_log_id, &bytes)
+        store(&self.files, &self.durable, meta.last_log_id, &bytes)
             .await
             .map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
         Ok(Snapshot {
@@ -211,8 +220,16 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
 }
 
 /// Writes a snapshot's bytes (newer wins, [`SnapshotFiles::store`]).
-async fn store(files: &SnapshotStore, last_log_id: Option<LogId>, bytes: &[u8]) -> Result<(), io::Error> {
+async fn store(
+    files: &SnapshotStore,
+    durable: &DurableSnapshot,
+    last_log_id: Option<LogId>,
+    bytes: &[u8],
+) -> Result<(), io::Error> {
     let stored = files.store(last_log_id, bytes).await?;
+    if stored == crate::snapshot_files::Stored::Current {
+        durable.advance(last_log_id);
+    }
     if stored == crate::snapshot_files::Stored::Superseded {
         tracing::debug!(
             ?last_log_id,
@@ -262,6 +279,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             last_applied: self.last_applied,
             membership: self.membership.clone(),
             files: self.files.clone(),
+            durable: self.durable.clone(),
         }
     }
 
@@ -280,7 +298,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let mismatch = io::Error::other("snapshot data does not match its metadata");
             return Err(snapshot_error(ErrorVerb::Read, mismatch));
         }
-        store(&self.files, meta.last_log_id, &bytes)
+        store(&self.files, &self.durable, meta.last_log_id, &bytes)
             .await
             .map_err(|e| sm_error(ErrorVerb::Write, e))?;
         self.restore(&bytes).map_err(|e| sm_error(ErrorVerb::Write, e))

@@ -34,3 +34,22 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Tem
 fn the_stores_pass_openrafts_storage_suite() {
     Suite::test_all(TempStores).expect("conformance suite");
 }
+
+#[tokio::test]
+async fn a_purge_past_the_snapshot_on_disk_waits_for_it() {
+    // Trace (found by muster-sim, seeds 97, 126, 138): a follower installs the leader's
+    // snapshot; openraft purges the log at once, before the snapshot is written; a crash
+    // in between left the log purged past every snapshot on disk, and the node never opened
+    // again. The purge now waits until a snapshot covering it is stored.
+    use openraft::storage::RaftLogStorage;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut log = LogStore::open(&dir.path().join("raft-log.redb")).expect("a new log opens");
+    let durable = crate::snapshot_store::DurableSnapshot::default();
+    log.guard_purges(durable.clone());
+    let upto = openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), 15);
+    log.purge(upto).await.expect("a deferred purge is no error");
+    assert_eq!(log.get_log_state().await.unwrap().last_purged_log_id, None);
+    durable.advance(Some(upto));
+    log.purge(upto).await.expect("purges");
+    assert_eq!(log.get_log_state().await.unwrap().last_purged_log_id, Some(upto));
+}

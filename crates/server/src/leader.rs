@@ -9,7 +9,7 @@
 //!  renew, TTL report, in-flight (here or forwarded: `forward`) ──▶ engine.{renew, ttl_report, in_flight}
 //!                                                                          │ outputs
 //!                                                                          ▼
-//!   perform: Propose ──spawn: Node::propose──▶ engine.settled(tag, outcome) ──▶ perform …
+//!   perform: Propose ──spawn: Node::propose_as_leader──▶ engine.settled(tag, outcome) ──▶ perform …
 //!            Probe   ──spawn: probe (I/O)────▶ engine.probe_result(id, result) ──▶ perform …
 //!            Reply   ──▶ the waiting caller      Note ──▶ log, metrics
 //! ```
@@ -174,7 +174,15 @@ pub(crate) async fn ask(
 async fn propose(app: &App, proposal: Proposal) -> Outcome {
     let Proposal { duty, command, .. } = proposal;
     let principal = Principal::new(duty.principal()).expect("a valid principal");
-    match app.node.propose(command, app.meta_as(duty.actor(), &principal)).await {
+    // On this node only, never forwarded (`Node::propose_as_leader`): a duty decided on this
+    // leader's deadlines and brakes is valid in its term only. Forwarded to the next leader
+    // after a partition heals, a deposed leader's expiry would land after renewals the new
+    // leader accepted and expire leases a majority kept alive (SPEC R4).
+    match app
+        .node
+        .propose_as_leader(command, app.meta_as(duty.actor(), &principal))
+        .await
+    {
         Ok(Ok(applied)) => Outcome::Committed {
             revision: applied.revision,
             changed: applied.unchanged.is_none(),
