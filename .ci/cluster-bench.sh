@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7's figures: durable registrations against a 3-node Muster cluster and a 3-node
+# The SPEC R figures: durable registrations against a 3-node Muster cluster and a 3-node
 # etcd 3.4 cluster in the same run, then leader kill → first successful write on Muster.
 # Usage: .ci/cluster-bench.sh [MUSTER_BIN] [RUNS]   (needs /usr/bin/etcd; not run by CI)
 set -euo pipefail

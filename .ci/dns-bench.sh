@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DNS benchmark (issue 6): one record set, 100 services x 5 endpoints, served by Muster and by
+# DNS benchmark (SPEC D2): one record set, 100 services x 5 endpoints, served by Muster and by
 # nsd, measured by dnsperf on this machine in one run, A and SRV queries alternating.
 #
 #   .ci/dns-bench.sh [MUSTER_BINARY] [SECONDS_PER_RUN] [RUNS]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The DNS view as dig sees it (issue 6): A, SRV with its additional addresses, DNS-SD PTR and
+# The DNS view as dig sees it (SPEC D2): A, SRV with its additional addresses, DNS-SD PTR and
 # TXT, NXDOMAIN vs NODATA with the SOA, truncation over UDP and the full answer over TCP,
 # REFUSED outside the zone, a drain visible at the next query, and the server still answering
 # after garbage.

@@ -24,7 +24,7 @@ pub enum Workload {
     /// Server memory per idle watch stream.
     Watchers,
     /// The health checker at fleet scale (probe rate, CPU) and detection latency per check
-    /// kind (issue 5). Muster only; not part of the default set (it runs about a minute).
+    /// kind (SPEC H). Muster only; not part of the default set (it runs about a minute).
     Checks,
 }
 

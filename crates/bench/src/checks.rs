@@ -1,4 +1,4 @@
-//! The `checks` workload (issue 5, "Performance"): the server's health checker at fleet scale,
+//! The `checks` workload (SPEC H, "Performance"): the server's health checker at fleet scale,
 //! and how fast each check kind detects a failure against its configured bound.
 //!
 //! ```text

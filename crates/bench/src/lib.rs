@@ -1,4 +1,4 @@
-//! The load driver behind `muster bench` (issue 3, "Performance"): the same workloads
+//! The load driver behind `muster bench` (SPEC D1, U1, "Performance"): the same workloads
 //! against Muster and etcd 3.4 (through its `/v3` JSON gateway), one system at a time, with
 //! a report of throughput, p50/p99, the Muster/etcd ratio and the issue's targets. Targets
 //! are reported, never asserted.

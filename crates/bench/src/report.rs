@@ -66,7 +66,7 @@ pub enum Target {
 }
 
 impl Target {
-    /// The issue's target for `workload` (issue 3, "Performance").
+    /// The issue's target for `workload` (SPEC D1, U1, "Performance").
     pub fn for_workload(workload: Workload) -> Target {
         match workload {
             Workload::Register => Target::MinThroughput { per_second: 20_000.0 },

@@ -1,4 +1,4 @@
-//! Balancer picks from a 500-endpoint eligible set (issue 4): round robin and P2C ≤ 50 ns
+//! Balancer picks from a 500-endpoint eligible set (SPEC C): round robin and P2C ≤ 50 ns
 //! median, locality-aware and consistent hash ≤ 100 ns. Each group has an anchor: the naive
 //! way to make the same choice, scanning the 500 endpoints on every call, so the figures can
 //! be read against the machine they ran on. A last group times the O(n) rebuilds.

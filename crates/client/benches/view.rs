@@ -1,4 +1,4 @@
-//! Applying one update to a 10,000-endpoint view (issue 4 target: ≤ 5 µs, not O(n)), next to
+//! Applying one update to a 10,000-endpoint view (SPEC C target: ≤ 5 µs, not O(n)), next to
 //! the anchor of rebuilding the set from scratch per update.
 //!
 //! Run with `cargo bench -p muster-client --bench view`.

@@ -1,4 +1,4 @@
-//! Memory of a client view per endpoint (issue 4 target: ≤ 300 bytes): the live heap bytes a
+//! Memory of a client view per endpoint (SPEC C target: ≤ 300 bytes): the live heap bytes a
 //! 10,000-endpoint view holds, counted by a wrapping allocator, after the registry that
 //! produced the records is dropped (the view's records are decoded from JSON, as a client's
 //! are, so they share nothing with the server's).

@@ -407,16 +407,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        if self
-            .purge_floor
-            .as_ref()
-            .is_some_and(|floor| !floor.allows_purge(log_id.index))
-        {
-            tracing::debug!(
-                upto = log_id.index,
-                "purge deferred: no snapshot up to it is on disk yet"
-            );
-            return Ok(());
+        if let Some(floor) = &self.purge_floor {
+            floor
+                .until_purge_allowed(log_id.index)
+                .await
+                .map_err(|e| storage_error(ErrorSubject::Logs, ErrorVerb::Delete, e))?;
         }
         let last_purged = encode(&log_id);
         self.send(|done| WriteOp::Purge {

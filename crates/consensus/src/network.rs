@@ -1,4 +1,4 @@
-//! Node-to-node transport (issue 7): openraft's RPCs and forwarded writes as JSON over
+//! Node-to-node transport (SPEC R): openraft's RPCs and forwarded writes as JSON over
 //! HTTP/1.1 between the nodes' cluster listeners, authenticated with the shared cluster
 //! secret. A group of one has no peers ([`NoPeers`]).
 //!

@@ -237,12 +237,11 @@ impl RaftLogStorage<TypeConfig> for SimLogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        if self
-            .purge_floor
-            .as_ref()
-            .is_some_and(|floor| !floor.allows_purge(log_id.index))
-        {
-            return Ok(());
+        if let Some(floor) = &self.purge_floor {
+            floor
+                .until_purge_allowed(log_id.index)
+                .await
+                .map_err(|e| storage_error(ErrorSubject::Logs, ErrorVerb::Delete, e))?;
         }
         {
             let mut view = self.view();

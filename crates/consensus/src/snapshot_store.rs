@@ -18,8 +18,9 @@ use crate::types::LogId;
 /// waiting for the snapshot to be written (a follower installing the leader's snapshot, in
 /// particular): a crash in between left the log purged past every snapshot on disk, and
 /// the node could not open again (found by the deterministic simulation). A purge beyond
-/// this index is skipped — keeping more log is always safe — and a later one, after the
-/// snapshot is stored, removes it.
+/// this index waits until a snapshot covering it is stored. (Skipping it instead is not
+/// safe: openraft also truncates around an installed snapshot, and a skipped purge leaves a
+/// hole between the last purged entry and the next one.)
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DurableSnapshot(Arc<std::sync::atomic::AtomicU64>);
 
@@ -39,7 +40,27 @@ impl DurableSnapshot {
     pub(crate) fn allows_purge(&self, index: u64) -> bool {
         index <= self.index()
     }
+
+    /// Waits until purging up to `index` is safe, polling every millisecond (a poll, not a
+    /// notification, so a simulation on a paused clock stays deterministic); `Err` after
+    /// [`PURGE_WAIT`]: the snapshot was not stored, and the caller fails rather than purge.
+    pub(crate) async fn until_purge_allowed(&self, index: u64) -> Result<(), io::Error> {
+        let deadline = tokio::time::Instant::now() + PURGE_WAIT;
+        while !self.allows_purge(index) {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(io::Error::other(format!(
+                    "no snapshot covering log index {index} was stored within {PURGE_WAIT:?}; not purging"
+                )));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        Ok(())
+    }
 }
+
+/// How long a purge waits for the snapshot that covers it: far beyond writing one (a
+/// fraction of a second for a large registry); past it the store has failed.
+const PURGE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A state machine's snapshot store. Cheap to clone.
 #[derive(Clone)]

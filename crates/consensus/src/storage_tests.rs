@@ -47,9 +47,12 @@ async fn a_purge_past_the_snapshot_on_disk_waits_for_it() {
     let durable = crate::snapshot_store::DurableSnapshot::default();
     log.guard_purges(durable.clone());
     let upto = openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), 15);
-    log.purge(upto).await.expect("a deferred purge is no error");
+    let mut purging = log.clone();
+    let purge = tokio::spawn(async move { purging.purge(upto).await });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(!purge.is_finished(), "the purge waits for the snapshot");
     assert_eq!(log.get_log_state().await.unwrap().last_purged_log_id, None);
     durable.advance(Some(upto));
-    log.purge(upto).await.expect("purges");
+    purge.await.unwrap().expect("purges once the snapshot is stored");
     assert_eq!(log.get_log_state().await.unwrap().last_purged_log_id, Some(upto));
 }

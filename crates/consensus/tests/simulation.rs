@@ -1,4 +1,4 @@
-//! A 3-node cluster on an in-memory network with drop rules (issue 7), driven by a seeded
+//! A 3-node cluster on an in-memory network with drop rules (SPEC R), driven by a seeded
 //! fault schedule: writes, crashes with restarts from disk, partitions of one node, heals.
 //! After every step the invariants are checked on every running node; at the end, after
 //! healing, every node must hold the same state.

@@ -1,5 +1,5 @@
 //! Health decisions (SPEC section 4), pure: no sockets, no clock, no randomness. The checker
-//! that probes (issue 5) is a thin shell around these.
+//! that probes (SPEC H) is a thin shell around these.
 //!
 //! ```text
 //!  CheckSpec (wire) ──validate──▶ Check { kind, signal, interval, timeout, jitter, rise, fall }

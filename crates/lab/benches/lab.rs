@@ -1,4 +1,4 @@
-//! The three reference setups, simulated end to end (issue 8 asks for ≤ 1 s in release).
+//! The three reference setups, simulated end to end (SPEC X asks for ≤ 1 s in release).
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use muster_lab::{Scenario, Setup, simulate_all};

@@ -1,4 +1,4 @@
-//! The analytic expectations printed beside every measured figure (issue 8).
+//! The analytic expectations printed beside every measured figure (SPEC X).
 //!
 //! ```text
 //!  hard-coded   failed = total rate × killed share × (run − crash)      (exact for the reference)

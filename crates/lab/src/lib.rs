@@ -1,4 +1,4 @@
-//! `muster lab` (SPEC X1, X2; issue 8): how long does a dead instance keep getting traffic,
+//! `muster lab` (SPEC X1, X2; SPEC X): how long does a dead instance keep getting traffic,
 //! and what does the registry pay for a shorter time? A fleet simulation that answers with
 //! numbers and pictures for the user's own TTLs, heartbeats, caches and watches — running
 //! Muster's **real** code on a virtual clock, not a model of it — and a live lab that

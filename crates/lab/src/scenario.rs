@@ -50,7 +50,7 @@ pub const REFERENCE_SEED: u64 = 0x6d75_7374_6572;
 pub const MAX_INSTANCES: u32 = (1 << 24) - 2;
 
 impl Scenario {
-    /// The reference scenario (issue 8): 500 instances, the same 50 crash at 20 s, 60 s in
+    /// The reference scenario (SPEC X): 500 instances, the same 50 crash at 20 s, 60 s in
     /// 10 ms ticks, 20 callers × 100 requests/s, failures counted per 5 s window.
     pub fn reference() -> Scenario {
         Scenario {

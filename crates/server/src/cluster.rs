@@ -1,4 +1,4 @@
-//! The node-to-node listener (issue 7): openraft's RPCs and forwarded writes, on their own
+//! The node-to-node listener (SPEC R): openraft's RPCs and forwarded writes, on their own
 //! address, each request authenticated with the cluster secret (SPEC R1).
 //!
 //! ```text

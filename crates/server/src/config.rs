@@ -22,7 +22,7 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// The HTTP API's address. Loopback unless auth is configured (SPEC S1).
     pub http: SocketAddr,
-    /// The DNS listener's address, UDP and TCP (issue 6). Loopback, like the API.
+    /// The DNS listener's address, UDP and TCP (SPEC D2). Loopback, like the API.
     pub dns: SocketAddr,
     /// Whether the DNS listener runs: on by default.
     pub dns_enabled: bool,

@@ -1,4 +1,4 @@
-//! Feeding the DNS view (issue 6) from the apply path (the fan-out is `observers`).
+//! Feeding the DNS view (SPEC D2) from the apply path (the fan-out is `observers`).
 //!
 //! ```text
 //!  Node (registry write lock) ──applied──▶ Observers ──▶ DnsFeed ──stage(key, Arc snapshot)──▶ LiveZone

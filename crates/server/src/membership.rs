@@ -1,4 +1,4 @@
-//! `GET /v1/cluster`, and adding and removing members (issue 7): membership changes are
+//! `GET /v1/cluster`, and adding and removing members (SPEC R): membership changes are
 //! Raft's own (joint consensus in openraft), asked of the leader; another node answers
 //! `not_leader` naming it.
 

@@ -66,7 +66,7 @@ pub fn meta() -> CommandMeta {
 }
 
 /// Registration `n` of instance `pod` into `key`: one IPv4 address, ports `http` and `grpc`,
-/// four labels (`team`, `version`, `zone` and the instance-specific `pod`), as issue 2 states
+/// four labels (`team`, `version`, `zone` and the instance-specific `pod`), as SPEC M, L, W states
 /// the memory budget's record.
 pub fn register(key: &ServiceKey, pod: &str, n: u32, weight: u32, lease: LeaseSpec) -> Command {
     let zones = ["eu-west-1a", "eu-west-1b", "eu-west-1c"];

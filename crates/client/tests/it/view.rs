@@ -1,5 +1,5 @@
 //! The view state machine against a real registry's updates, delivered through a faulty
-//! channel: drops, duplicates, reorders, disconnects (issue 4's property test).
+//! channel: drops, duplicates, reorders, disconnects (the SPEC C property test).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The lab's acceptance tests (issue 8, "Tests that must exist and pass"): the reference
+//! The lab's acceptance tests (SPEC X, "Tests that must exist and pass"): the reference
 //! figures against their analytic expectations, determinism, the setups beyond the
 //! reference, and the live lab at a small scale. One test binary, one concern per file.
 

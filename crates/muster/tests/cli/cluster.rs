@@ -1,4 +1,4 @@
-//! A 3-node cluster of real `muster serve` processes on loopback (issue 7): SIGKILL the
+//! A 3-node cluster of real `muster serve` processes on loopback (SPEC R): SIGKILL the
 //! leader during a stream of registrations — writes resume on the new leader and every
 //! acknowledged write is on every node; the killed node comes back and catches up; all three
 //! restart with their state intact.

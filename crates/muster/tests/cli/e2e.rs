@@ -298,7 +298,7 @@ fn a_revoked_lease_takes_its_endpoints_with_it() {
     );
 }
 
-/// Issue 5's surface, typed exactly: a TCP check on a real port, a TTL check fed by
+/// The SPEC H surface, typed exactly: a TCP check on a real port, a TTL check fed by
 /// `muster check`, `resolve --all` with the checker's state and reason, `drain --grace`.
 #[test]
 fn checks_reports_and_a_drain_with_a_grace_from_the_command_line() {

@@ -1,4 +1,4 @@
-//! `muster lab` through the real binary: the JSON shape issue 8 fixes, the files of `--out`,
+//! `muster lab` through the real binary: the JSON shape SPEC X fixes, the files of `--out`,
 //! and bad input refused with exit 2 before anything runs.
 
 use crate::support::run;

@@ -1,5 +1,5 @@
 //! The `muster` command line: its parsers and renderers on fixed data, its exact surface
-//! (issue 3 item 8), end-to-end runs of the real binary against `muster serve` on a free
+//! (SPEC D1, U1 item 8), end-to-end runs of the real binary against `muster serve` on a free
 //! loopback port, and the client library's registrar against an in-process registry. One
 //! test binary (CRATES.md tip 6); each file one concern.
 

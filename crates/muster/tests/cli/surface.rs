@@ -1,4 +1,4 @@
-//! The command-line surface of issue 3 item 8, exactly: acceptance checks type these.
+//! The command-line surface of SPEC D1, U1, exactly: acceptance checks type these.
 
 use clap::{CommandFactory, Parser};
 use muster_cli::cli::{Cli, Command, LeaseCommand};
@@ -198,7 +198,7 @@ fn register_line(extra: &str) -> Result<muster_core::EndpointSpec, (String, i32)
     endpoint_spec(&args).map_err(|err| (err.code().to_owned(), i32::from(err.exit_code())))
 }
 
-/// Issue 5's surface: `--check URL` (the scheme picks the kind) with its timing flags, or
+/// The SPEC H surface: `--check URL` (the scheme picks the kind) with its timing flags, or
 /// `--check-ttl`; validated with the server's rules before any request.
 #[test]
 fn register_takes_a_check_and_validates_it_with_the_servers_codes() {
@@ -266,7 +266,7 @@ fn check_reports_and_drain_with_a_grace_parse() {
     assert!(parse("muster drain prod/api api-0 --incarnation 2 --grace soon").is_err());
 }
 
-/// Issue 7's surface: the static cluster flags of `serve`, and `muster cluster`.
+/// The SPEC R surface: the static cluster flags of `serve`, and `muster cluster`.
 #[test]
 fn serve_takes_the_cluster_flags_and_cluster_commands_parse() {
     let cli = parse(

@@ -1,4 +1,4 @@
-//! Property tests over random command sequences (issue 2, (a)–(e)).
+//! Property tests over random command sequences (SPEC M, L, W, (a)–(e)).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

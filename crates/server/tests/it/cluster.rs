@@ -1,4 +1,4 @@
-//! Three servers on loopback forming a static cluster (issue 7): the status names the leader,
+//! Three servers on loopback forming a static cluster (SPEC R): the status names the leader,
 //! writes to any node commit through the leader, reads and renewals work on every node, a
 //! leader change keeps renewed leases, a minority refuses writes with `no_quorum`, and the
 //! cluster listener refuses requests without the secret.

@@ -1,4 +1,4 @@
-//! The DNS view of a real server (issue 6): registered through the HTTP API, asked by a real
+//! The DNS view of a real server (SPEC D2): registered through the HTTP API, asked by a real
 //! resolver over UDP/TCP. Tests use tenant `acme`, like the rest of this suite.
 
 use hickory_resolver::TokioResolver;

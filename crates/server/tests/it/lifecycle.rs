@@ -1,4 +1,4 @@
-//! Status, readiness, binding rules and restart (issue 3 item 6; SPEC S1).
+//! Status, readiness, binding rules and restart (SPEC D1, U1 item 6; SPEC S1).
 
 use hyper::StatusCode;
 use muster_server::{ServerConfig, ServerError};
