@@ -33,9 +33,10 @@ use crate::types::{Entry, LogId, StorageError, TypeConfig};
 
 const LOG: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("log");
 const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
-const VOTE: &str = "vote";
-const COMMITTED: &str = "committed";
-const LAST_PURGED: &str = "last_purged";
+// The metadata keys, shared with the simulated store (`sim_log_store`).
+pub(crate) const VOTE: &str = "vote";
+pub(crate) const COMMITTED: &str = "committed";
+pub(crate) const LAST_PURGED: &str = "last_purged";
 
 /// Ops drained into one transaction at most: bounds a transaction's size and the latency of
 /// the first op in it, while leaving room for hundreds of concurrent writers per fsync.
@@ -91,22 +92,26 @@ struct Cache {
     last_purged: Option<LogId>,
 }
 
-fn io_error(e: impl std::error::Error + Send + Sync + 'static) -> io::Error {
+pub(crate) fn io_error(e: impl std::error::Error + Send + Sync + 'static) -> io::Error {
     io::Error::other(e)
 }
 
-fn storage_error(subject: ErrorSubject<u64>, verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {
+pub(crate) fn storage_error(
+    subject: ErrorSubject<u64>,
+    verb: ErrorVerb,
+    e: impl std::error::Error + 'static,
+) -> StorageError {
     StorageIOError::new(subject, verb, AnyError::new(&e)).into()
 }
 
 // JSON, not a compact binary format: the command types use `skip_serializing_if` and
 // internally tagged enums for a readable API, which non-self-describing formats cannot read
 // back. A registration encodes in about a microsecond; the fsync dominates anyway.
-fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, io::Error> {
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, io::Error> {
     serde_json::from_slice(bytes).map_err(io_error)
 }
 
-fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
+pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).expect("log entries and Raft metadata always serialise")
 }
 

@@ -310,20 +310,6 @@ impl Node {
         }
     }
 
-    /// Opens a cluster member whose peers are reached through `network` instead of HTTP (the
-    /// in-memory network of the simulation tests). Writes on a follower are not forwarded.
-    pub async fn open_with_network<N: RaftNetworkFactory<TypeConfig>>(
-        config: NodeConfig,
-        observer: Arc<dyn ApplyObserver>,
-        network: N,
-    ) -> Result<Node, ConsensusError> {
-        let cluster = config
-            .cluster
-            .clone()
-            .ok_or_else(|| ConsensusError::Storage("open_with_network needs a cluster config".into()))?;
-        Node::open_member(config, cluster, observer, network, None, None).await
-    }
-
     /// Opens a cluster member of a deterministic simulation (`muster-sim`): its log, vote and
     /// snapshots on `disk` (kept by the caller across restarts; `data_dir` is not touched),
     /// Raft's RPCs through `network`, and a follower's writes forwarded to the leader through

@@ -164,7 +164,7 @@ impl SimDisk {
             }
             DiskWrite::Purge { upto, last_purged } => {
                 state.log = state.log.split_off(&(upto + 1));
-                state.meta.insert(crate::sim_log_store::LAST_PURGED, last_purged);
+                state.meta.insert(crate::log_store::LAST_PURGED, last_purged);
             }
         }
         Ok(())

@@ -23,16 +23,13 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
-use openraft::{AnyError, ErrorSubject, ErrorVerb, StorageIOError, Vote};
+use openraft::{ErrorSubject, ErrorVerb, Vote};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::log_store::{COMMITTED, LAST_PURGED, VOTE, decode, encode, storage_error};
 use crate::sim_disk::{DiskWrite, SimDisk};
 use crate::snapshot_store::DurableSnapshot;
 use crate::types::{Entry, LogId, StorageError, TypeConfig};
-
-const VOTE: &str = "vote";
-const COMMITTED: &str = "committed";
-pub(crate) const LAST_PURGED: &str = "last_purged";
 
 /// Who hears that a write is done.
 enum Done {
@@ -57,22 +54,6 @@ pub(crate) struct SimLogStore {
     writer: mpsc::UnboundedSender<(DiskWrite, Done)>,
     /// Purges stop at the snapshot on the disk, as the real store's do.
     purge_floor: Option<DurableSnapshot>,
-}
-
-fn io_error(e: impl std::error::Error + Send + Sync + 'static) -> io::Error {
-    io::Error::other(e)
-}
-
-fn storage_error(subject: ErrorSubject<u64>, verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {
-    StorageIOError::new(subject, verb, AnyError::new(&e)).into()
-}
-
-fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, io::Error> {
-    serde_json::from_slice(bytes).map_err(io_error)
-}
-
-fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
-    serde_json::to_vec(value).expect("log entries and Raft metadata always serialise")
 }
 
 impl SimLogStore {
