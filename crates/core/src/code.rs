@@ -105,8 +105,26 @@ codes! {
     MethodNotAllowed = "method_not_allowed", 405, false;
     /// A body that is not JSON.
     UnsupportedMediaType = "unsupported_media_type", 415, false;
-    /// The caller is not authenticated (e.g. a wrong cluster secret).
-    Unauthorized = "unauthorized", 401, false;
+    /// The caller is not authenticated: no credentials, an unknown or revoked token, a wrong
+    /// cluster secret or certificate (SPEC S1).
+    Unauthenticated = "unauthenticated", 401, false;
+    /// The caller is authenticated but its rules do not allow this verb on this key (SPEC S2),
+    /// including any request naming another tenant (SPEC S3).
+    PermissionDenied = "permission_denied", 403, false;
+    /// `muster acl bootstrap` on a cluster that already has its first operator token.
+    AlreadyBootstrapped = "already_bootstrapped", 409, false;
+    /// A browser request whose `Origin` is not in the allow-list (SPEC S6).
+    ForbiddenOrigin = "forbidden_origin", 403, false;
+    /// With authentication off, a `Host` header that does not name a loopback address: a DNS
+    /// rebinding attempt (SPEC S6).
+    ForbiddenHost = "forbidden_host", 403, false;
+    /// A health check aimed at a target its endpoint does not own, or at a refused address
+    /// (loopback, link-local, metadata, Muster's own listeners; SPEC S6).
+    CheckTargetRefused = "check_target_refused", 422, false;
+    /// The request head or body did not arrive within the listener's read timeout.
+    RequestTimeout = "request_timeout", 408, true;
+    /// Too many open watches for this token or tenant (SPEC W4); retry once some close.
+    TooManyWatches = "too_many_watches", 429, true;
     // The cluster and the node.
     /// No leader or no majority to commit with now (SPEC R2); the write may still commit.
     NoQuorum = "no_quorum", 503, true;
@@ -159,6 +177,8 @@ mod tests {
         assert_eq!(
             transient,
             [
+                &ErrorCode::RequestTimeout,
+                &ErrorCode::TooManyWatches,
                 &ErrorCode::NoQuorum,
                 &ErrorCode::Stale,
                 &ErrorCode::Unavailable,

@@ -30,13 +30,13 @@ use axum::Router;
 use axum::response::IntoResponse;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::descriptors::ConnectionBudget;
 use crate::error::ApiError;
+use crate::peer::Peer;
 
 /// hyper's smallest allowed read/write buffer bound (its default is ~400 KiB): requests are
 /// small JSON bodies (capped by `max_body_bytes`, read in chunks anyway) and responses are
@@ -72,12 +72,12 @@ pub(crate) async fn serve(
     let mut connections = JoinSet::new();
     let mut stop = std::pin::pin!(stop);
     loop {
-        let tcp = tokio::select! {
+        let (tcp, addr) = tokio::select! {
             _ = &mut stop => break,
             // Reap finished connections, so the set holds only open ones.
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     tracing::warn!(%error, "accept failed");
                     tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
@@ -87,10 +87,15 @@ pub(crate) async fn serve(
         };
         match Arc::clone(&budget.open).try_acquire_owned() {
             Ok(permit) => {
+                let peer = Peer {
+                    addr,
+                    certificate: None,
+                };
                 connections.spawn(connection(
                     builder.clone(),
                     tcp,
                     router.clone(),
+                    peer,
                     stopping_rx.clone(),
                     permit,
                 ));
@@ -114,6 +119,7 @@ async fn connection(
     builder: http1::Builder,
     tcp: TcpStream,
     router: Router,
+    peer: Peer,
     mut stopping: watch::Receiver<bool>,
     _permit: OwnedSemaphorePermit,
 ) {
@@ -121,7 +127,13 @@ async fn connection(
     if let Err(error) = tcp.set_nodelay(true) {
         tracing::debug!(%error, "cannot set TCP_NODELAY");
     }
-    let connection = builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(router));
+    // Every request of the connection carries who sent it ([`Peer`]).
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+        request.extensions_mut().insert(peer.clone());
+        // A Router is always ready: `call` without `poll_ready` is what axum::serve does.
+        tower::Service::call(&mut router.clone(), request)
+    });
+    let connection = builder.serve_connection(TokioIo::new(tcp), service);
     let mut connection = std::pin::pin!(connection);
     let finished = tokio::select! {
         result = connection.as_mut() => Some(result),

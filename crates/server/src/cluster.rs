@@ -5,7 +5,7 @@
 //!  peer ──POST /raft/{append|vote|snapshot|propose} + x-muster-cluster-secret──▶ Node::rpc
 //!  follower ──POST /app/leader {renew | report | in_flight}──▶ answered here (only while
 //!                                             leading; else no_quorum) — see `forward`
-//!        wrong or missing secret: 401 unauthorized, nothing done
+//!        wrong or missing secret: 401 unauthenticated, nothing done
 //! ```
 
 use axum::Router;
@@ -46,7 +46,7 @@ fn authenticate(node: &Node, headers: &HeaderMap) -> Result<(), ApiError> {
         return Ok(());
     }
     Err(ApiError::new(
-        muster_core::ErrorCode::Unauthorized,
+        muster_core::ErrorCode::Unauthenticated,
         format!("node-to-node requests need the cluster secret in {SECRET_HEADER}"),
     ))
 }

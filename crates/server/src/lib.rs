@@ -58,6 +58,7 @@ mod membership;
 mod metrics;
 mod observers;
 mod page_token;
+mod peer;
 mod policy;
 mod reads;
 mod routes;
