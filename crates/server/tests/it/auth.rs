@@ -68,6 +68,12 @@ async fn bootstrap_works_once_and_without_a_token_protected_routes_answer_unauth
         .expect(StatusCode::UNAUTHORIZED);
     assert_eq!(refused.code(), "unauthenticated");
     assert_eq!(server.get("/v1/registry/acme/prod/api").await.code(), "unauthenticated");
+    let (metrics, _) = server.get_text("/v1/metrics").await;
+    assert_eq!(
+        metrics,
+        StatusCode::UNAUTHORIZED,
+        "metrics name services: a token is needed"
+    );
     // Status stays open for readiness probes.
     let revision = server.revision().await;
 
