@@ -53,6 +53,21 @@ pub struct ServerConfig {
     pub peers: BTreeMap<u64, String>,
     /// The secret every node-to-node request carries; required in a cluster.
     pub cluster_secret: Option<String>,
+    /// Browser origins (`scheme://host[:port]`) allowed to call the API (SPEC S6): a request
+    /// carrying any other `Origin` is refused with `forbidden_origin`. Empty (the default):
+    /// no browser may call it; native clients send no `Origin` and are unaffected.
+    pub allowed_origins: Vec<String>,
+    /// How long a request body may take to arrive once the head is read: 10 s is far more
+    /// than a 64 KiB body needs on any link that can run a registry, and short enough that a
+    /// client trickling bodies cannot hold many connections for long. Later:
+    /// `request_timeout`.
+    pub body_read_timeout_ms: u64,
+    /// Open watch streams one principal may hold (SPEC W4); more: `too_many_watches`.
+    /// 16,384 leaves room for the 10,000-watcher fan-out bench on one (anonymous) principal.
+    pub max_watches_per_principal: usize,
+    /// Open watch streams one tenant may hold, all its principals together: 65,536, four
+    /// principals at their cap, so one tenant cannot take every descriptor of the node.
+    pub max_watches_per_tenant: usize,
 }
 
 /// The shortest cluster secret accepted: 16 bytes, so guessing it over the network is not an
@@ -214,6 +229,10 @@ impl Default for ServerConfig {
             cluster_addr: None,
             peers: BTreeMap::new(),
             cluster_secret: None,
+            allowed_origins: Vec::new(),
+            body_read_timeout_ms: 10_000,
+            max_watches_per_principal: 16_384,
+            max_watches_per_tenant: 65_536,
         }
     }
 }

@@ -25,6 +25,8 @@ use crate::app::{App, Background};
 use crate::clock::ServerClock;
 use crate::dns::DnsFeed;
 use crate::forward::ClusterLink;
+use crate::guard::RequestGuard;
+use crate::join::JoinKey;
 use crate::hub::{WatchHub, WatchStats};
 use crate::observers::Observers;
 use crate::policy::PolicyWatch;
@@ -59,6 +61,17 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
     if config.progress_interval_ms == 0 {
         return Err(ServerError::Config("progress_interval_ms: must be at least 1".into()));
     }
+    if config.body_read_timeout_ms == 0 {
+        return Err(ServerError::Config("body_read_timeout_ms: must be at least 1".into()));
+    }
+    if config.max_watches_per_principal == 0 || config.max_watches_per_tenant == 0 {
+        return Err(ServerError::Config(
+            "max_watches_per_principal and max_watches_per_tenant: must be at least 1".into(),
+        ));
+    }
+    for origin in &config.allowed_origins {
+        crate::guard::check_origin(origin).map_err(ServerError::Config)?;
+    }
     if config.max_body_bytes == 0 {
         return Err(ServerError::Config("max_body_bytes: must be at least 1".into()));
     }
@@ -91,9 +104,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         ),
         _ => None,
     };
-    let link = cluster
-        .as_ref()
-        .map(|c| ClusterLink::new(c.members.clone(), c.secret.clone()));
+    let link = cluster.as_ref().map(|c| {
+        let advertised = c.members.get(&c.node_id).cloned().unwrap_or_default();
+        let join = Arc::new(JoinKey::new(c.node_id, advertised, &c.secret));
+        ClusterLink::new(c.members.clone(), c.secret.clone(), join)
+    });
     let node = Node::open(
         NodeConfig {
             registry: config.registry.clone(),
@@ -144,15 +159,23 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         },
         config.registry.clone(),
     ));
-    let router = routes::router(Arc::clone(&app), config.max_body_bytes);
+    // The lead wires `require_loopback_host` to `!auth.enabled` (SPEC S1): until then the
+    // API has no authentication, so it is always on.
+    let guard = RequestGuard::new(
+        &config.allowed_origins,
+        true,
+        Duration::from_millis(config.body_read_timeout_ms),
+    );
+    let router = routes::router(Arc::clone(&app), config.max_body_bytes, guard);
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
     let (http_budget, cluster_budget) = descriptors::budgets();
     let serve = tokio::spawn(accept::serve(listener, router, stop_accepting_rx, http_budget));
-    let cluster_serve = cluster_listener.map(|listener| {
+    let join = app.cluster.as_ref().map(|link| Arc::clone(&link.join));
+    let cluster_serve = cluster_listener.zip(join).map(|(listener, join)| {
         let (stop, stop_rx) = oneshot::channel::<()>();
         let task = tokio::spawn(accept::serve(
             listener,
-            cluster::router(Arc::clone(&app)),
+            cluster::router(Arc::clone(&app), join),
             stop_rx,
             cluster_budget,
         ));
