@@ -22,6 +22,7 @@ use crate::error::ApiError;
 use crate::forward::ClusterLink;
 use crate::hub::WatchHub;
 use crate::metrics::CheckerStats;
+use crate::watch_quota::WatchQuota;
 
 /// The engine the server drives: the checker's jitter from a seeded generator.
 pub(crate) type Engine = LeaderEngine<Xoshiro256PlusPlus>;
@@ -46,6 +47,8 @@ pub(crate) struct App {
     pub(crate) checker_stats: CheckerStats,
     /// The other members, in a cluster.
     pub(crate) cluster: Option<ClusterLink>,
+    /// Open watch streams by tenant and principal, with their caps (SPEC W4).
+    pub(crate) watch_quota: Arc<WatchQuota>,
     ready: AtomicBool,
     /// Turns true when the server starts stopping: blocking queries return at once.
     stopping: watch::Receiver<bool>,
@@ -63,6 +66,8 @@ pub(crate) struct Background {
     pub(crate) checker: CheckerConfig,
     /// The other members, in a cluster.
     pub(crate) cluster: Option<ClusterLink>,
+    /// The caps on open watch streams.
+    pub(crate) watch_quota: Arc<WatchQuota>,
 }
 
 impl App {
@@ -79,6 +84,7 @@ impl App {
             brakes,
             checker,
             cluster,
+            watch_quota,
         } = background;
         App {
             node,
@@ -96,6 +102,7 @@ impl App {
             led_term: AtomicU64::new(0),
             checker_stats: CheckerStats::default(),
             cluster,
+            watch_quota,
             ready: AtomicBool::new(false),
             stopping,
             anonymous: Principal::new(ANONYMOUS).expect("'anonymous' is a valid principal"),
@@ -204,6 +211,11 @@ impl App {
     /// Follows whether the server is stopping.
     pub(crate) fn stopping(&self) -> watch::Receiver<bool> {
         self.stopping.clone()
+    }
+
+    /// The principal of every request until authentication is wired in.
+    pub(crate) fn anonymous(&self) -> &Principal {
+        &self.anonymous
     }
 
     /// The metadata of a command proposed now by the anonymous caller.

@@ -44,7 +44,10 @@ pub(crate) fn router(app: Arc<App>, join: Arc<JoinKey>) -> Router {
         .route("/raft/{rpc}", post(rpc))
         .route(LEADER_PATH, post(leader_call))
         .layer(DefaultBodyLimit::max(MAX_RPC_BYTES))
-        .layer(axum::middleware::from_fn_with_state(Arc::clone(&app), authenticate_first))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&app),
+            authenticate_first,
+        ))
         .with_state(app)
         .merge(proof)
 }

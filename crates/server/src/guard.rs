@@ -178,9 +178,10 @@ pub(crate) fn is_json(headers: &HeaderMap) -> bool {
 
 /// 415 `unsupported_media_type`, naming what was sent.
 pub(crate) fn unsupported_media_type(headers: &HeaderMap) -> ApiError {
-    let sent = headers
-        .get(header::CONTENT_TYPE)
-        .map_or_else(|| "none".to_owned(), |v| format!("'{}'", String::from_utf8_lossy(v.as_bytes())));
+    let sent = headers.get(header::CONTENT_TYPE).map_or_else(
+        || "none".to_owned(),
+        |v| format!("'{}'", String::from_utf8_lossy(v.as_bytes())),
+    );
     ApiError::new(
         ErrorCode::UnsupportedMediaType,
         format!("body: must be sent as Content-Type: application/json, got {sent}"),

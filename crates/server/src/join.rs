@@ -156,12 +156,15 @@ pub(crate) async fn proof(
     Ok(Json(key.answer(&nonce)))
 }
 
+/// The refusal: the same words whatever went wrong, so the API is no oracle of which
+/// addresses answer (the reason goes to the log).
 fn refused(addr: &str, why: impl std::fmt::Display) -> ApiError {
+    tracing::info!(%addr, %why, "join candidate refused");
     ApiError::new(
         ErrorCode::MembershipRefused,
         format!(
-            "{addr} did not prove it holds the cluster secret ({why}); nothing was sent to it. \
-             Start the new node with the cluster's secret and this address as its own"
+            "{addr} did not prove it holds the cluster secret; nothing was sent to it. Start the \
+             new node with the cluster's secret and this address as its own, then add it again"
         ),
     )
 }
@@ -177,7 +180,10 @@ pub(crate) async fn challenge(key: &JoinKey, id: u64, addr: &str) -> Result<(), 
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let uri: hyper::Uri = url.parse().map_err(|e| refused(addr, format!("bad address: {e}")))?;
     let exchange = async {
-        let response = client.get(uri).await.map_err(|e| refused(addr, format!("unreachable: {e}")))?;
+        let response = client
+            .get(uri)
+            .await
+            .map_err(|e| refused(addr, format!("unreachable: {e}")))?;
         if !response.status().is_success() {
             return Err(refused(addr, format!("answered {}", response.status())));
         }
@@ -196,7 +202,10 @@ pub(crate) async fn challenge(key: &JoinKey, id: u64, addr: &str) -> Result<(), 
     }
     Err(refused(
         addr,
-        format!("its proof is not that of node {id} at {addr} (it says node {})", answer.node_id),
+        format!(
+            "its proof is not that of node {id} at {addr} (it says node {})",
+            answer.node_id
+        ),
     ))
 }
 

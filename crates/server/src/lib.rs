@@ -21,7 +21,8 @@
 //!   browser guard (Origin, Host, JSON-only bodies, the body read deadline; SPEC S6).
 //! - `writes`, `lease_routes`, `reads`, `watch`, `status`, `policy`: the handlers (`policy`
 //!   also compares the replicated registry policy with this node's config file).
-//! - `hub`, `topic`, `subscription`, `frames`: the watch fan-out.
+//! - `hub`, `topic`, `subscription`, `frames`: the watch fan-out; `watch_quota`: the caps on
+//!   open watch streams per principal and per tenant.
 //! - `leader`: the task around the leader engine, and its feed from the apply path;
 //!   `forward`: the one way to the leader for leader-only requests; `cluster`: the
 //!   node-to-node listener; `join`: the proof a new member gives before the leader dials it;
@@ -72,6 +73,7 @@ mod subscription;
 mod topic;
 mod wait;
 mod watch;
+mod watch_quota;
 mod writes;
 
 pub use config::{HealthConfig, ServerConfig};

@@ -51,17 +51,19 @@ pub(crate) async fn add(
         )));
     }
     // The candidate proves it holds the cluster secret before the leader sends it anything
-    // that carries it (SPEC S6; see `join`). A follower skips this: it refuses below.
-    if app.node.is_leader() {
-        let Some(link) = &app.cluster else {
-            return Err(ApiError::new(
-                muster_core::ErrorCode::MembershipRefused,
-                "a single node has no cluster secret, so no member can prove it belongs; \
-                 start a cluster with --peers and --cluster-secret",
-            ));
-        };
-        join::challenge(&link.join, request.id, &request.addr).await?;
+    // that carries it (SPEC S6; see `join`). A node that does not lead refuses before
+    // dialling anyone: asking openraft on a node about to lead would add the learner unproven.
+    if !app.node.is_leader() {
+        return Err(muster_consensus::ConsensusError::NotLeader(app.node.status().leader).into());
     }
+    let Some(link) = &app.cluster else {
+        return Err(ApiError::new(
+            muster_core::ErrorCode::MembershipRefused,
+            "a single node has no cluster secret, so no member can prove it belongs; \
+             start a cluster with --peers and --cluster-secret",
+        ));
+    };
+    join::challenge(&link.join, request.id, &request.addr).await?;
     app.node.add_member(request.id, &request.addr).await?;
     Ok(Json(reply(&app)))
 }

@@ -26,10 +26,11 @@ use crate::clock::ServerClock;
 use crate::dns::DnsFeed;
 use crate::forward::ClusterLink;
 use crate::guard::RequestGuard;
-use crate::join::JoinKey;
 use crate::hub::{WatchHub, WatchStats};
+use crate::join::JoinKey;
 use crate::observers::Observers;
 use crate::policy::PolicyWatch;
+use crate::watch_quota::WatchQuota;
 use crate::{ServerConfig, ServerError, accept, cluster, descriptors, dns, leader, routes};
 
 /// A server that is running; [`RunningServer::stop`] stops it gracefully.
@@ -156,6 +157,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             brakes,
             checker: config.health.checker(),
             cluster: link,
+            watch_quota: WatchQuota::new(config.max_watches_per_principal, config.max_watches_per_tenant),
         },
         config.registry.clone(),
     ));

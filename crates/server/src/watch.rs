@@ -30,6 +30,7 @@ use crate::error::ApiError;
 use crate::extract::{INDEX_HEADER, QueryParams, Segments};
 use crate::frames;
 use crate::subscription::Subscription;
+use crate::watch_quota::WatchPermit;
 
 /// The query of a watch.
 #[derive(Debug, Default, Deserialize)]
@@ -68,6 +69,13 @@ enum Beginning {
 }
 
 fn start(app: &Arc<App>, scope: Scope, from: Option<Revision>) -> Result<Response, ApiError> {
+    // The slot is taken before anything is read and held by the stream (SPEC W4). The lead
+    // passes the authenticated principal here; until then every caller is anonymous.
+    let tenant = match &scope {
+        Scope::Service(key) => key.tenant.clone(),
+        Scope::Namespace(namespace) => namespace.tenant.clone(),
+    };
+    let permit = app.watch_quota.acquire(&tenant, app.anonymous())?;
     let (at, beginning, subscription) = app.node.read(|registry| {
         let at = registry.revision();
         let beginning = match from {
@@ -90,7 +98,7 @@ fn start(app: &Arc<App>, scope: Scope, from: Option<Revision>) -> Result<Respons
     })?;
 
     let initial = initial_frames(at, beginning, subscription.is_some());
-    Ok(stream_response(at, initial, subscription))
+    Ok(stream_response(at, initial, subscription, permit))
 }
 
 /// The frames a watch begins with, read at `at`. Without a subscription (the hub is closed:
@@ -125,11 +133,18 @@ fn initial_frames(at: Revision, beginning: Beginning, subscribed: bool) -> Vec<B
     initial
 }
 
-fn stream_response(at: Revision, initial: Vec<Bytes>, subscription: Option<Subscription>) -> Response {
+/// The stream owns `permit`: its slot returns when the stream ends or the client goes.
+fn stream_response(
+    at: Revision,
+    initial: Vec<Bytes>,
+    subscription: Option<Subscription>,
+    permit: WatchPermit,
+) -> Response {
     let live = futures_util::stream::iter(subscription).flatten();
-    let frames = futures_util::stream::iter(initial)
-        .chain(live)
-        .map(Ok::<Bytes, Infallible>);
+    let frames = futures_util::stream::iter(initial).chain(live).map(move |frame| {
+        let _held = &permit;
+        Ok::<Bytes, Infallible>(frame)
+    });
     let mut response = Response::new(Body::from_stream(frames));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
