@@ -114,6 +114,15 @@ pub enum Rejection {
         /// What is wrong, with the accepted range.
         reason: String,
     },
+    /// A health check aimed somewhere other than its own endpoint (SPEC S6): the checker
+    /// would probe it from the leader, so it could be pointed at any host.
+    #[error("{field}: {reason}")]
+    CheckTargetRefused {
+        /// The offending field.
+        field: String,
+        /// Which target, and what the check may probe instead.
+        reason: String,
+    },
 }
 
 /// The quotas a registry enforces (SPEC S5).
@@ -164,6 +173,7 @@ impl Rejection {
             Rejection::RecordTooLarge { .. } => ErrorCode::RecordTooLarge,
             Rejection::QuotaExceeded { .. } => ErrorCode::QuotaExceeded,
             Rejection::InvalidField { .. } => ErrorCode::InvalidField,
+            Rejection::CheckTargetRefused { .. } => ErrorCode::CheckTargetRefused,
         }
     }
 
@@ -177,7 +187,8 @@ impl Rejection {
             | Rejection::AddressOutOfScope { field: f, .. }
             | Rejection::LabelLimit { field: f, .. }
             | Rejection::RecordTooLarge { field: f, .. }
-            | Rejection::InvalidField { field: f, .. } => *f = field.into(),
+            | Rejection::InvalidField { field: f, .. }
+            | Rejection::CheckTargetRefused { field: f, .. } => *f = field.into(),
             Rejection::StaleIncarnation { .. }
             | Rejection::RevisionMismatch { .. }
             | Rejection::NotFound { .. }
