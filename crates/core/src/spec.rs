@@ -259,7 +259,11 @@ fn own_target(check: &Check, addresses: &[Address], ports: &[NamedPort]) -> Resu
         ))
     })?;
     if !addresses.iter().any(|address| address.ip == ip) {
-        let own = addresses.iter().map(|a| a.ip.to_string()).collect::<Vec<_>>().join(", ");
+        let own = addresses
+            .iter()
+            .map(|a| a.ip.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
         return Err(refused(format!(
             "{ip} is not one of the endpoint's addresses ({own}); a check probes its own endpoint"
         )));
@@ -337,10 +341,19 @@ mod tests {
         // Trace: a registrar aims a check at the cloud metadata service, or at a database
         // two hops away, and reads the answer off the endpoint's health (an SSRF oracle).
         for (url, why) in [
-            ("http://169.254.169.254:80/latest/meta-data", "169.254.169.254 is not one of the endpoint's addresses"),
-            ("tcp://10.0.0.2:8080", "10.0.0.2 is not one of the endpoint's addresses (10.0.0.1)"),
+            (
+                "http://169.254.169.254:80/latest/meta-data",
+                "169.254.169.254 is not one of the endpoint's addresses",
+            ),
+            (
+                "tcp://10.0.0.2:8080",
+                "10.0.0.2 is not one of the endpoint's addresses (10.0.0.1)",
+            ),
             ("tcp://db.internal:8080", "'db.internal' is not an IP address"),
-            ("grpc://10.0.0.1:5432", "port 5432 is not one of the endpoint's ports (8080)"),
+            (
+                "grpc://10.0.0.1:5432",
+                "port 5432 is not one of the endpoint's ports (8080)",
+            ),
         ] {
             let err = reject(|s| s.checks = vec![check("tcp://10.0.0.1:8080"), check(url)]);
             assert_eq!(err.code(), "check_target_refused", "{url}: {err}");
@@ -348,7 +361,10 @@ mod tests {
             assert!(err.to_string().contains(why), "{url}: {err}");
         }
         let mut own = spec();
-        own.checks = vec![check("http://10.0.0.1:8080/healthz"), check("tcp://[::ffff:10.0.0.1]:8080")];
+        own.checks = vec![
+            check("http://10.0.0.1:8080/healthz"),
+            check("tcp://[::ffff:10.0.0.1]:8080"),
+        ];
         assert!(own.validate(&Limits::default(), &NetworkPolicy::default()).is_ok());
         // An endpoint that names no ports may be checked on any port of its own address.
         own.ports.clear();

@@ -558,7 +558,10 @@ fn a_tenant_whose_fleet_outruns_the_budget_cannot_starve_another_tenants_probes(
     add_fleet(&mut h, "acme", 0, 100);
     add_fleet(&mut h, "globex", 100, 1);
     let victim = probes_of(&mut h, 10_000, 100, |_| true);
-    assert!(victim >= 9, "globex's check ran {victim} times in 10 s at a 1 s interval");
+    assert!(
+        victim >= 9,
+        "globex's check ran {victim} times in 10 s at a 1 s interval"
+    );
 }
 
 #[test]
@@ -573,8 +576,15 @@ fn a_tenant_whose_targets_all_hang_cannot_take_every_probe_slot() {
     add_fleet(&mut h, "acme", 0, 50);
     add_fleet(&mut h, "globex", 50, 1);
     let victim = probes_of(&mut h, 5_000, 50, |id| id.endpoint >= 50);
-    assert!(victim >= 4, "globex's check ran {victim} times in 5 s at a 1 s interval");
-    assert!(h.checker.in_flight() <= 5, "acme holds at most its share: {}", h.checker.in_flight());
+    assert!(
+        victim >= 4,
+        "globex's check ran {victim} times in 5 s at a 1 s interval"
+    );
+    assert!(
+        h.checker.in_flight() <= 5,
+        "acme holds at most its share: {}",
+        h.checker.in_flight()
+    );
 }
 
 #[test]
@@ -589,7 +599,11 @@ fn a_check_on_a_refused_target_is_never_probed_and_fails() {
         ServingState::Ready,
         vec![check("http://169.254.169.254:80/latest/meta-data", 1, 1)],
     ));
-    h.add(&endpoint(2, ServingState::Ready, vec![check("tcp://127.0.0.1:6379", 1, 1)]));
+    h.add(&endpoint(
+        2,
+        ServingState::Ready,
+        vec![check("tcp://127.0.0.1:6379", 1, 1)],
+    ));
     let per_second = h.run(0, 3_000, |_, _| ProbeResult::Pass);
     assert!(per_second.is_empty(), "nothing was probed: {per_second:?}");
     assert_eq!(h.states[&InstanceId::new("i-1").unwrap()], ServingState::NotServing);

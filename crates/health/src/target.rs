@@ -58,9 +58,7 @@ impl TargetPolicy {
     pub fn new(allow_loopback: bool, allowed: &[String]) -> Result<TargetPolicy, String> {
         let allowed = allowed
             .iter()
-            .map(|text| {
-                Cidr::from_str(text).map_err(|e| format!("health.check_allowed_networks: '{text}': {e}"))
-            })
+            .map(|text| Cidr::from_str(text).map_err(|e| format!("health.check_allowed_networks: '{text}': {e}")))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(TargetPolicy {
             allow_loopback,
@@ -147,12 +145,20 @@ mod tests {
             "[::ffff:127.0.0.1]:7070",
         ] {
             let why = policy.refusal(&tcp(refused));
-            assert!(why.is_some_and(|w| w.starts_with("check_target_refused: ")), "{refused}");
+            assert!(
+                why.is_some_and(|w| w.starts_with("check_target_refused: ")),
+                "{refused}"
+            );
         }
         for allowed in ["10.0.0.5:8080", "127.0.0.1:8080", "[::1]:8080", "[2001:db8::1]:443"] {
             assert_eq!(policy.refusal(&tcp(allowed)), None, "{allowed}");
         }
-        assert_eq!(policy.refusal(&CheckKind::Ttl { ttl: std::time::Duration::from_secs(1) }), None);
+        assert_eq!(
+            policy.refusal(&CheckKind::Ttl {
+                ttl: std::time::Duration::from_secs(1)
+            }),
+            None
+        );
     }
 
     #[test]

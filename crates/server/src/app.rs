@@ -159,6 +159,11 @@ impl App {
         })
     }
 
+    /// Sets what the checker may probe from this node (its listeners are known once bound).
+    pub(crate) fn set_check_targets(&self, targets: muster_health::target::TargetPolicy) {
+        self.engine().set_target_policy(targets);
+    }
+
     /// Whether self-preservation holds removals from `key` now.
     pub(crate) fn protection_active(&self, key: &ServiceKey) -> bool {
         self.engine().brakes().protection_active(key)

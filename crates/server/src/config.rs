@@ -10,6 +10,7 @@ use muster_core::address::host_port;
 use muster_dns::ZoneConfig;
 use muster_health::checker::CheckerConfig;
 use muster_health::preservation::{Brakes, PreservationConfig};
+use muster_health::target::TargetPolicy;
 use muster_registry::RegistryConfig;
 use serde::{Deserialize, Serialize};
 
@@ -135,6 +136,14 @@ pub struct HealthConfig {
     pub floor: usize,
     /// Per-service floors: `"tenant/namespace/service" = 3`.
     pub floors: BTreeMap<String, usize>,
+    /// Probes one tenant may start per second (SPEC S6): half of `budget_per_s` by default.
+    pub tenant_budget_per_s: u32,
+    /// Probes of one tenant running at once: half of `max_in_flight` by default.
+    pub tenant_max_in_flight: usize,
+    /// Networks (CIDR) whose check targets are probed even when loopback, link-local or a
+    /// metadata address, e.g. `["127.0.0.0/8"]` for local endpoints with authentication on.
+    /// Empty by default. Muster's own listeners are never probed.
+    pub check_allowed_networks: Vec<String>,
 }
 
 impl Default for HealthConfig {
@@ -151,6 +160,9 @@ impl Default for HealthConfig {
             preservation_window_ms: brake.window_ms,
             floor: brake.floor,
             floors: BTreeMap::new(),
+            tenant_budget_per_s: checker.tenant_budget_per_s,
+            tenant_max_in_flight: checker.tenant_max_in_flight,
+            check_allowed_networks: Vec::new(),
         }
     }
 }
@@ -164,7 +176,15 @@ impl HealthConfig {
             budget_per_s: self.budget_per_s,
             flap_limit: self.flap_limit,
             flap_window_ms: self.flap_window_ms,
+            tenant_budget_per_s: self.tenant_budget_per_s,
+            tenant_max_in_flight: self.tenant_max_in_flight,
         }
+    }
+
+    /// What the checker may probe, before the listeners are known. `allow_loopback` holds
+    /// while authentication is off (see `muster_health::target`). An error names a bad network.
+    pub(crate) fn targets(&self, allow_loopback: bool) -> Result<TargetPolicy, String> {
+        TargetPolicy::new(allow_loopback, &self.check_allowed_networks)
     }
 
     /// The brakes, with their floors; an error names a bad setting.
@@ -189,6 +209,10 @@ impl HealthConfig {
         if self.max_in_flight == 0 || self.budget_per_s == 0 {
             return Err("health.max_in_flight and health.budget_per_s: must be at least 1".into());
         }
+        if self.tenant_max_in_flight == 0 || self.tenant_budget_per_s == 0 {
+            return Err("health.tenant_max_in_flight and health.tenant_budget_per_s: must be at least 1".into());
+        }
+        self.targets(true)?;
         let mut floors = HashMap::new();
         for (name, floor) in &self.floors {
             let parts: Vec<&str> = name.split('/').collect();

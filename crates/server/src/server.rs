@@ -92,6 +92,9 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let dns_zone = dns::zone(&config)?;
     let clock = ServerClock::start();
     let brakes = config.health.brakes().map_err(ServerError::Config)?;
+    // Loopback check targets are allowed while authentication is off (SPEC S6; see
+    // `muster_health::target`): the lead wires this to `!auth.enabled`.
+    let check_targets = config.health.targets(true).map_err(ServerError::Config)?;
     let hub = WatchHub::new(config.watch_queue_frames);
     let (leader_feed, leader_messages) = leader::channel();
     let cluster = config.cluster().map_err(ServerError::Config)?;
@@ -169,6 +172,13 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         Duration::from_millis(config.body_read_timeout_ms),
     );
     let router = routes::router(Arc::clone(&app), config.max_body_bytes, guard);
+    // The checker never probes this node's own listeners (SPEC S6).
+    let own_listeners = [
+        Some(local_addr),
+        dns.as_ref().map(muster_dns::DnsListener::local_addr),
+        config.cluster_addr,
+    ];
+    app.set_check_targets(check_targets.with_listeners(own_listeners.into_iter().flatten()));
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
     let (http_budget, cluster_budget) = descriptors::budgets();
     let serve = tokio::spawn(accept::serve(listener, router, stop_accepting_rx, http_budget));

@@ -367,3 +367,56 @@ async fn watches_over_max_watches_per_tenant_are_refused_429_before_the_stream_s
     );
     let _other = slow_watch(&server, "/v1/watch/globex/prod").await;
 }
+
+#[tokio::test]
+async fn a_check_aimed_beyond_its_own_endpoint_is_refused_422_and_registers_nothing() {
+    // Trace: an endpoint at 10.0.0.1 registers an HTTP check on the cloud metadata service;
+    // the leader probed it and its health told the registrar what the service answered.
+    let server = TestServer::start().await;
+    for url in [
+        "http://169.254.169.254:80/latest/meta-data/",
+        "tcp://10.0.0.2:8080",
+        "tcp://db.internal:8080",
+    ] {
+        let mut spec = endpoint("10.0.0.1");
+        spec["checks"] = json!([{"url": url}]);
+        let reply = server
+            .call(
+                Method::PUT,
+                &instance_path("api", "a-0"),
+                Some(json!({"incarnation": 1, "endpoint": spec})),
+            )
+            .await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (StatusCode::UNPROCESSABLE_ENTITY, "check_target_refused"),
+            "{url}: {}",
+            reply.body
+        );
+    }
+    assert_eq!(server.revision().await, 0);
+}
+
+#[tokio::test]
+async fn a_check_aimed_at_the_servers_own_listener_is_never_probed_and_fails() {
+    // Trace: a loopback endpoint's check on the registry's own API port: the checker (on
+    // the leader) would drive requests at the API from inside, and report it healthy.
+    use crate::health::{fast_check, loopback_endpoint, until_state};
+    let server = TestServer::start().await;
+    let own = format!("http://{}/v1/status", server.addr());
+    // Registered ready, so failing checks take it out (from `starting` they only hold it).
+    let mut spec = loopback_endpoint();
+    spec["serving"] = json!("ready");
+    spec["checks"] = json!([fast_check(&own)]);
+    server
+        .call(
+            Method::PUT,
+            &instance_path("api", "a-0"),
+            Some(json!({"incarnation": 1, "endpoint": spec})),
+        )
+        .await
+        .expect(StatusCode::OK);
+    let down = until_state(&server, "api", "a-0", "not_serving").await;
+    let reason = down["observation"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("check_target_refused"), "{reason}");
+}
