@@ -123,6 +123,9 @@ pub enum Rejection {
         /// Which target, and what the check may probe instead.
         reason: String,
     },
+    /// `acl bootstrap` after the first operator token was made: it works once (SPEC S1).
+    #[error("acl: the cluster is already bootstrapped; create tokens with an admin token")]
+    AlreadyBootstrapped,
 }
 
 /// The quotas a registry enforces (SPEC S5).
@@ -174,6 +177,7 @@ impl Rejection {
             Rejection::QuotaExceeded { .. } => ErrorCode::QuotaExceeded,
             Rejection::InvalidField { .. } => ErrorCode::InvalidField,
             Rejection::CheckTargetRefused { .. } => ErrorCode::CheckTargetRefused,
+            Rejection::AlreadyBootstrapped => ErrorCode::AlreadyBootstrapped,
         }
     }
 
@@ -193,7 +197,8 @@ impl Rejection {
             | Rejection::RevisionMismatch { .. }
             | Rejection::NotFound { .. }
             | Rejection::LeaseNotFound { .. }
-            | Rejection::QuotaExceeded { .. } => {}
+            | Rejection::QuotaExceeded { .. }
+            | Rejection::AlreadyBootstrapped => {}
         }
         self
     }

@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use muster_consensus::ClusterConfig;
+
+use crate::auth::AuthConfig;
 use muster_core::ServiceKey;
 use muster_core::address::host_port;
 use muster_dns::ZoneConfig;
@@ -69,6 +71,9 @@ pub struct ServerConfig {
     /// Open watch streams one tenant may hold, all its principals together: 65,536, four
     /// principals at their cap, so one tenant cannot take every descriptor of the node.
     pub max_watches_per_tenant: usize,
+    /// Authentication and authorisation (SPEC S1, S2): off by default, and then the API
+    /// binds loopback only.
+    pub auth: AuthConfig,
 }
 
 /// The shortest cluster secret accepted: 16 bytes, so guessing it over the network is not an
@@ -257,6 +262,7 @@ impl Default for ServerConfig {
             body_read_timeout_ms: 10_000,
             max_watches_per_principal: 16_384,
             max_watches_per_tenant: 65_536,
+            auth: AuthConfig::default(),
         }
     }
 }

@@ -43,7 +43,9 @@
 #![forbid(unsafe_code)]
 
 mod accept;
+mod acl;
 mod app;
+mod auth;
 mod clock;
 mod cluster;
 mod config;
@@ -76,6 +78,7 @@ mod watch;
 mod watch_quota;
 mod writes;
 
+pub use auth::AuthConfig;
 pub use config::{HealthConfig, ServerConfig};
 pub use hub::WatchStats;
 pub use server::{RunningServer, run, start};

@@ -22,6 +22,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::app::{App, Background};
+use crate::auth::TokenWatch;
 use crate::clock::ServerClock;
 use crate::dns::DnsFeed;
 use crate::forward::ClusterLink;
@@ -49,10 +50,10 @@ pub struct RunningServer {
 }
 
 fn check(config: &ServerConfig) -> Result<(), ServerError> {
-    if !config.http.ip().is_loopback() {
+    if !config.http.ip().is_loopback() && !config.auth.enabled {
         return Err(ServerError::Config(format!(
-            "http: {} is not a loopback address; the API has no authentication configured yet \
-             (SPEC S1), so it binds loopback only (e.g. 127.0.0.1:7070)",
+            "http: {} is not a loopback address; without authentication ([auth] enabled = true) \
+             the API binds loopback only (SPEC S1), e.g. 127.0.0.1:7070",
             config.http
         )));
     }
@@ -93,10 +94,14 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let clock = ServerClock::start();
     let brakes = config.health.brakes().map_err(ServerError::Config)?;
     // Loopback check targets are allowed while authentication is off (SPEC S6; see
-    // `muster_health::target`): the lead wires this to `!auth.enabled`.
-    let check_targets = config.health.targets(true).map_err(ServerError::Config)?;
+    // `muster_health::target`): every caller is then on this host already.
+    let check_targets = config
+        .health
+        .targets(!config.auth.enabled)
+        .map_err(ServerError::Config)?;
     let hub = WatchHub::new(config.watch_queue_frames);
     let (leader_feed, leader_messages) = leader::channel();
+    let (token_watch, acl_changes) = TokenWatch::new();
     let cluster = config.cluster().map_err(ServerError::Config)?;
     // The node-to-node listener is bound before the node opens, so peers can reach it as
     // soon as it votes.
@@ -125,6 +130,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             hub.clone(),
             leader_feed,
             Arc::new(PolicyWatch::new(config.registry.clone())),
+            Arc::new(token_watch),
         ])),
     )
     .await?;
@@ -161,14 +167,16 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             checker: config.health.checker(),
             cluster: link,
             watch_quota: WatchQuota::new(config.max_watches_per_principal, config.max_watches_per_tenant),
+            auth: config.auth.clone(),
+            acl_changes,
         },
         config.registry.clone(),
     ));
-    // The lead wires `require_loopback_host` to `!auth.enabled` (SPEC S1): until then the
-    // API has no authentication, so it is always on.
+    // Without authentication the API binds loopback only, and a genuine caller names a
+    // loopback Host; anything else is DNS rebinding (SPEC S6, `guard`).
     let guard = RequestGuard::new(
         &config.allowed_origins,
-        true,
+        !config.auth.enabled,
         Duration::from_millis(config.body_read_timeout_ms),
     );
     let router = routes::router(Arc::clone(&app), config.max_body_bytes, guard);

@@ -16,8 +16,8 @@
 //!   reaches zero is removed, so the maps hold only principals and tenants with open
 //!   streams.
 //!
-//! The principal is the caller's authenticated identity; until authentication is wired in,
-//! every request is the anonymous principal (`App::meta`).
+//! The principal is the caller's (`auth::Caller::principal`): its token's, or the anonymous
+//! principal while authentication is off, when every caller shares one cap.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
