@@ -420,3 +420,32 @@ async fn a_check_aimed_at_the_servers_own_listener_is_never_probed_and_fails() {
     let reason = down["observation"]["reason"].as_str().unwrap_or_default();
     assert!(reason.contains("check_target_refused"), "{reason}");
 }
+
+#[tokio::test]
+async fn with_auth_on_any_host_passes_the_guard_and_meets_authentication() {
+    // With authentication a page has no token, so the Host rule (which would refuse every
+    // real deployment name) is off; the Origin rule still holds.
+    let server = TestServer::start_with(|config| config.auth.enabled = true).await;
+    let named = ("host", "registry.example:7070");
+    let (status, body) = raw(&server, Method::GET, "/v1/status", &[named], "").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = raw(&server, Method::GET, "/v1/registry/acme/prod/api", &[named], "").await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::UNAUTHORIZED, "unauthenticated"),
+        "{body}"
+    );
+    let (status, body) = raw(
+        &server,
+        Method::GET,
+        "/v1/status",
+        &[named, ("origin", "https://evil.example")],
+        "",
+    )
+    .await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::FORBIDDEN, "forbidden_origin"),
+        "{body}"
+    );
+}
