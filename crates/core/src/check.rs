@@ -360,6 +360,16 @@ impl Check {
         }
     }
 
+    /// The `host:port` a probed check connects to; `None` for a TTL check.
+    pub fn authority(&self) -> Option<&str> {
+        match &self.kind {
+            CheckKind::Http { authority, .. } | CheckKind::Tcp { authority } | CheckKind::Grpc { authority, .. } => {
+                Some(authority)
+            }
+            CheckKind::Ttl { .. } => None,
+        }
+    }
+
     /// Whether this check votes on routing: readiness and startup checks do, liveness does not.
     pub fn routes(&self) -> bool {
         self.signal != Signal::Liveness

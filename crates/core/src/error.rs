@@ -114,6 +114,15 @@ pub enum Rejection {
         /// What is wrong, with the accepted range.
         reason: String,
     },
+    /// A health check aimed somewhere other than its own endpoint (SPEC S6): the checker
+    /// would probe it from the leader, so it could be pointed at any host.
+    #[error("{field}: {reason}")]
+    CheckTargetRefused {
+        /// The offending field.
+        field: String,
+        /// Which target, and what the check may probe instead.
+        reason: String,
+    },
     /// `acl bootstrap` after the first operator token was made: it works once (SPEC S1).
     #[error("acl: the cluster is already bootstrapped; create tokens with an admin token")]
     AlreadyBootstrapped,
@@ -167,6 +176,7 @@ impl Rejection {
             Rejection::RecordTooLarge { .. } => ErrorCode::RecordTooLarge,
             Rejection::QuotaExceeded { .. } => ErrorCode::QuotaExceeded,
             Rejection::InvalidField { .. } => ErrorCode::InvalidField,
+            Rejection::CheckTargetRefused { .. } => ErrorCode::CheckTargetRefused,
             Rejection::AlreadyBootstrapped => ErrorCode::AlreadyBootstrapped,
         }
     }
@@ -181,7 +191,8 @@ impl Rejection {
             | Rejection::AddressOutOfScope { field: f, .. }
             | Rejection::LabelLimit { field: f, .. }
             | Rejection::RecordTooLarge { field: f, .. }
-            | Rejection::InvalidField { field: f, .. } => *f = field.into(),
+            | Rejection::InvalidField { field: f, .. }
+            | Rejection::CheckTargetRefused { field: f, .. } => *f = field.into(),
             Rejection::StaleIncarnation { .. }
             | Rejection::RevisionMismatch { .. }
             | Rejection::NotFound { .. }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use smol_str::SmolStr;
 
-use crate::address::canonical_ip;
+use crate::address::{canonical_ip, host_port};
 use crate::check::MAX_CHECKS;
 use crate::{
     Address, Check, CheckSpec, Label, Labels, Limits, Locality, NamedPort, NetworkPolicy, Protocol, Rejection,
@@ -212,6 +212,9 @@ impl EndpointSpec {
             .enumerate()
             .map(|(i, check)| check.validate(&format!("checks[{i}]")))
             .collect::<Result<Box<[Check]>, Rejection>>()?;
+        for (i, check) in checks.iter().enumerate() {
+            own_target(check, &addresses, &ports).map_err(|e| e.for_field(format!("checks[{i}].url")))?;
+        }
         let routed = checks.iter().any(Check::routes);
         let initial_serving = self.serving.unwrap_or(if routed {
             ServingState::Starting
@@ -230,6 +233,48 @@ impl EndpointSpec {
             checks,
         })
     }
+}
+
+/// A probed check must aim at its own endpoint (SPEC S6): an IP literal among the
+/// endpoint's addresses (which the network policy admitted), and, when the endpoint names
+/// its ports, one of them. A name is refused: it is resolved at probe time, by the leader,
+/// and could point anywhere. This rule reads only the record, so every replica reaches the
+/// same verdict in `apply`; what depends on the node that probes (loopback, link-local and
+/// metadata addresses, Muster's own listeners) is the checker's `TargetPolicy`, applied at
+/// probe time (muster-health).
+fn own_target(check: &Check, addresses: &[Address], ports: &[NamedPort]) -> Result<(), Rejection> {
+    let Some(authority) = check.authority() else {
+        return Ok(());
+    };
+    let refused = |reason: String| Rejection::CheckTargetRefused {
+        field: "url".into(),
+        reason,
+    };
+    let (host, port) = host_port(authority).ok_or_else(|| refused(format!("'{authority}' is not host:port")))?;
+    let literal = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    let ip = canonical_ip("url", literal).map_err(|_| {
+        refused(format!(
+            "'{host}' is not an IP address: a check probes one of its endpoint's own addresses, \
+             and a name could resolve anywhere"
+        ))
+    })?;
+    if !addresses.iter().any(|address| address.ip == ip) {
+        let own = addresses
+            .iter()
+            .map(|a| a.ip.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(refused(format!(
+            "{ip} is not one of the endpoint's addresses ({own}); a check probes its own endpoint"
+        )));
+    }
+    if !ports.is_empty() && !ports.iter().any(|named| named.port == port) {
+        let own = ports.iter().map(|p| p.port.to_string()).collect::<Vec<_>>().join(", ");
+        return Err(refused(format!(
+            "port {port} is not one of the endpoint's ports ({own}); a check probes its own endpoint"
+        )));
+    }
+    Ok(())
 }
 
 fn too_large(field: &str, size: usize, limit: usize) -> Result<(), Rejection> {
@@ -282,6 +327,49 @@ mod tests {
         edit(&mut spec);
         spec.validate(&Limits::default(), &NetworkPolicy::default())
             .unwrap_err()
+    }
+
+    fn check(url: &str) -> CheckSpec {
+        CheckSpec {
+            url: Some(url.into()),
+            ..CheckSpec::default()
+        }
+    }
+
+    #[test]
+    fn a_check_may_probe_only_its_own_endpoints_addresses_and_ports() {
+        // Trace: a registrar aims a check at the cloud metadata service, or at a database
+        // two hops away, and reads the answer off the endpoint's health (an SSRF oracle).
+        for (url, why) in [
+            (
+                "http://169.254.169.254:80/latest/meta-data",
+                "169.254.169.254 is not one of the endpoint's addresses",
+            ),
+            (
+                "tcp://10.0.0.2:8080",
+                "10.0.0.2 is not one of the endpoint's addresses (10.0.0.1)",
+            ),
+            ("tcp://db.internal:8080", "'db.internal' is not an IP address"),
+            (
+                "grpc://10.0.0.1:5432",
+                "port 5432 is not one of the endpoint's ports (8080)",
+            ),
+        ] {
+            let err = reject(|s| s.checks = vec![check("tcp://10.0.0.1:8080"), check(url)]);
+            assert_eq!(err.code(), "check_target_refused", "{url}: {err}");
+            assert!(err.to_string().starts_with("checks[1].url: "), "{err}");
+            assert!(err.to_string().contains(why), "{url}: {err}");
+        }
+        let mut own = spec();
+        own.checks = vec![
+            check("http://10.0.0.1:8080/healthz"),
+            check("tcp://[::ffff:10.0.0.1]:8080"),
+        ];
+        assert!(own.validate(&Limits::default(), &NetworkPolicy::default()).is_ok());
+        // An endpoint that names no ports may be checked on any port of its own address.
+        own.ports.clear();
+        own.checks = vec![check("tcp://10.0.0.1:9000")];
+        assert!(own.validate(&Limits::default(), &NetworkPolicy::default()).is_ok());
     }
 
     #[test]

@@ -25,6 +25,20 @@
 //! its next turn comes skips that turn. At most `max_in_flight` probes run at once and at
 //! most `budget_per_s` start per second; probes over either limit wait in order.
 //!
+//! # Fairness between tenants (SPEC S6)
+//! One tenant's probes may take at most `tenant_budget_per_s` of a second's starts and
+//! `tenant_max_in_flight` of the running probes; a probe over its tenant's share moves to the
+//! next budget second without holding up anyone else's. The defaults are half the global
+//! limits, so a tenant with a huge fleet (or one whose every target hangs to the timeout)
+//! always leaves the other half to everyone else, and another tenant's detection is not
+//! starved.
+//!
+//! # Targets (SPEC S6)
+//! Before a probe is handed out, the [`TargetPolicy`] of this node may refuse it (its own
+//! listeners; loopback, link-local and metadata addresses unless allowed): the probe is not
+//! run and counts as a failure with reason `check_target_refused: ...`, so a check aimed
+//! there can never make an endpoint look healthy.
+//!
 //! # What is proposed
 //! The endpoint's routing state combines its checks: a startup check that never passed holds
 //! `starting`; otherwise the worst readiness check decides (`not_serving` over `unknown`
@@ -39,11 +53,12 @@ use std::collections::{BinaryHeap, HashMap};
 use std::time::Duration;
 
 use muster_core::check::CheckStatus;
-use muster_core::{Check, CheckKind, Endpoint, Incarnation, InstanceId, ServiceKey, ServingState, Signal};
+use muster_core::{Check, CheckKind, Endpoint, Incarnation, InstanceId, Label, ServiceKey, ServingState, Signal};
 use rand_core::RngCore;
 
 use crate::hysteresis::{Health, Hysteresis, ProbeResult, Thresholds};
 use crate::preservation::{Brakes, Counts, Verdict, in_routing};
+use crate::target::TargetPolicy;
 
 #[path = "decision.rs"]
 mod decision;
@@ -64,6 +79,10 @@ pub struct CheckerConfig {
     pub flap_limit: usize,
     /// The flap window.
     pub flap_window_ms: u64,
+    /// Probes one tenant may start per second: 2,500, half of `budget_per_s`.
+    pub tenant_budget_per_s: u32,
+    /// Probes of one tenant running at once: 256, half of `max_in_flight`.
+    pub tenant_max_in_flight: usize,
 }
 
 impl Default for CheckerConfig {
@@ -75,6 +94,8 @@ impl Default for CheckerConfig {
             budget_per_s: 5_000,
             flap_limit: flaps.flap_limit,
             flap_window_ms: flaps.flap_window_ms,
+            tenant_budget_per_s: 2_500,
+            tenant_max_in_flight: 256,
         }
     }
 }
@@ -127,6 +148,17 @@ pub struct Checker<R> {
     in_flight: usize,
     /// The start of the current budget second and the probes started in it.
     budget: (u64, u32),
+    /// Per tenant: probes started in the current budget second, and probes running.
+    tenants: HashMap<Label, TenantLoad>,
+    /// What this node may probe.
+    targets: TargetPolicy,
+}
+
+/// One tenant's share of the limits in use.
+#[derive(Debug, Default, Clone, Copy)]
+struct TenantLoad {
+    started: u32,
+    in_flight: usize,
 }
 
 impl<R: RngCore> Checker<R> {
@@ -141,7 +173,14 @@ impl<R: RngCore> Checker<R> {
             schedule: BinaryHeap::new(),
             in_flight: 0,
             budget: (0, 0),
+            tenants: HashMap::new(),
+            targets: TargetPolicy::default(),
         }
+    }
+
+    /// Sets what this node may probe (the server sets it once its listeners are bound).
+    pub fn set_target_policy(&mut self, targets: TargetPolicy) {
+        self.targets = targets;
     }
 
     /// Endpoints with checks.
@@ -246,7 +285,9 @@ impl<R: RngCore> Checker<R> {
         if let Some(id) = self.by_instance.remove(&(key.clone(), instance.clone()))
             && let Some(tracked) = self.tracked.remove(&id)
         {
-            self.in_flight -= tracked.checks.iter().filter(|c| c.in_flight).count();
+            let running = tracked.checks.iter().filter(|c| c.in_flight).count();
+            self.in_flight -= running;
+            self.tenant_done(&tracked.key.tenant, running);
         }
     }
 
@@ -256,6 +297,7 @@ impl<R: RngCore> Checker<R> {
         self.by_instance.clear();
         self.schedule.clear();
         self.in_flight = 0;
+        self.tenants.clear();
     }
 
     /// The probes to start now, and the TTL deadlines that passed (already decided: their
@@ -270,6 +312,10 @@ impl<R: RngCore> Checker<R> {
         let mut decisions = Vec::new();
         if now_ms.saturating_sub(self.budget.0) >= 1_000 {
             self.budget = (now_ms, 0);
+            self.tenants.retain(|_, load| {
+                load.started = 0;
+                load.in_flight > 0
+            });
         }
         while let Some(&Reverse((due, id))) = self.schedule.peek() {
             if due > now_ms {
@@ -304,9 +350,27 @@ impl<R: RngCore> Checker<R> {
                 decisions.extend(self.observe(id, ProbeResult::Fail, Some(reason), now_ms, brakes, counts));
                 continue;
             }
+            if let Some(why) = self.targets.refusal(&state.check.kind) {
+                // Never run, never healthy: a failure at every turn.
+                self.schedule.pop();
+                let next = self.next_turn(now_ms, interval);
+                self.reschedule(id, next);
+                decisions.extend(self.observe(id, ProbeResult::Fail, Some(why), now_ms, brakes, counts));
+                continue;
+            }
             let budget_left = self.budget.1 < self.config.budget_per_s;
             if self.in_flight >= self.config.max_in_flight || !budget_left {
                 break;
+            }
+            let tenant = &self.tracked[&id.endpoint].key.tenant;
+            let load = self.tenants.get(tenant).copied().unwrap_or_default();
+            if load.started >= self.config.tenant_budget_per_s || load.in_flight >= self.config.tenant_max_in_flight {
+                // Over its tenant's share: the next budget second, without holding up the
+                // probes of other tenants queued behind it.
+                self.schedule.pop();
+                let later = self.budget.0.saturating_add(1_000).max(now_ms + 1);
+                self.reschedule(id, later);
+                continue;
             }
             self.schedule.pop();
             // The next turn follows the nominal one, so a late start does not slow the
@@ -332,6 +396,10 @@ impl<R: RngCore> Checker<R> {
             if let Some(probe) = probe {
                 self.in_flight += 1;
                 self.budget.1 += 1;
+                let tenant = self.tracked[&id.endpoint].key.tenant.clone();
+                let load = self.tenants.entry(tenant).or_default();
+                load.started += 1;
+                load.in_flight += 1;
                 probes.push(probe);
             }
         }
@@ -354,6 +422,8 @@ impl<R: RngCore> Checker<R> {
         }
         state.in_flight = false;
         self.in_flight -= 1;
+        let tenant = self.tracked[&id.endpoint].key.tenant.clone();
+        self.tenant_done(&tenant, 1);
         self.observe(id, result, None, now_ms, brakes, counts)
     }
 
@@ -494,6 +564,13 @@ impl<R: RngCore> Checker<R> {
             state: desired,
             reason,
         }))
+    }
+
+    /// `finished` probes of `tenant` stopped running.
+    fn tenant_done(&mut self, tenant: &Label, finished: usize) {
+        if let Some(load) = self.tenants.get_mut(tenant) {
+            load.in_flight = load.in_flight.saturating_sub(finished);
+        }
     }
 
     fn state(&self, id: ProbeId) -> Option<&CheckState> {

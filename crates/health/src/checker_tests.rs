@@ -515,3 +515,102 @@ fn failures_of_a_drained_endpoint_spend_no_self_preservation_budget() {
     assert_eq!(h.states[&failing[1]], ServingState::NotServing);
     assert!(h.held.is_empty(), "{:?}", h.held);
 }
+
+/// Syncs `n` endpoints of `tenant`'s `prod/api`, one 1 s TCP check each, numbered from `first`.
+fn add_fleet(h: &mut Harness, tenant: &str, first: u32, n: u32) {
+    let key = ServiceKey::new(tenant, "prod", "api").unwrap();
+    for i in first..first + n {
+        let endpoint = endpoint(i, ServingState::Ready, vec![check("tcp://10.0.0.1:80", 1, 1)]);
+        h.checker.sync(&key, &endpoint, 0);
+    }
+}
+
+/// Runs `due` every 10 ms up to `to_ms`; `answer` says whether a probe's result comes back at
+/// once (else it hangs). Returns how many probes of endpoint ids at or above `victim` started.
+fn probes_of(h: &mut Harness, to_ms: u64, victim: u64, answer: impl Fn(&ProbeId) -> bool) -> usize {
+    let mut started = 0;
+    let mut counts = |_: &ServiceKey| Counts::default();
+    for now in (0..to_ms).step_by(10) {
+        let (probes, _) = h.checker.due(now, &mut h.brakes, &mut counts);
+        for probe in probes {
+            if probe.id.endpoint >= victim {
+                started += 1;
+            }
+            if answer(&probe.id) {
+                h.checker
+                    .record(probe.id, ProbeResult::Pass, now, &mut h.brakes, &mut counts);
+            }
+        }
+    }
+    started
+}
+
+#[test]
+fn a_tenant_whose_fleet_outruns_the_budget_cannot_starve_another_tenants_probes() {
+    // Trace: tenant acme registers 100 checks at 1 s against a budget of 10 probes/s; its
+    // backlog grows without end, and globex's one check, queued behind it, waited longer
+    // every turn: its failures were detected later and later.
+    let mut h = Harness::new(CheckerConfig {
+        budget_per_s: 10,
+        tenant_budget_per_s: 5,
+        ..CheckerConfig::default()
+    });
+    add_fleet(&mut h, "acme", 0, 100);
+    add_fleet(&mut h, "globex", 100, 1);
+    let victim = probes_of(&mut h, 10_000, 100, |_| true);
+    assert!(
+        victim >= 9,
+        "globex's check ran {victim} times in 10 s at a 1 s interval"
+    );
+}
+
+#[test]
+fn a_tenant_whose_targets_all_hang_cannot_take_every_probe_slot() {
+    // Trace: every acme target accepts and never answers; its probes held all max_in_flight
+    // slots to their timeouts, and no other tenant's probe could start.
+    let mut h = Harness::new(CheckerConfig {
+        max_in_flight: 10,
+        tenant_max_in_flight: 5,
+        ..CheckerConfig::default()
+    });
+    add_fleet(&mut h, "acme", 0, 50);
+    add_fleet(&mut h, "globex", 50, 1);
+    let victim = probes_of(&mut h, 5_000, 50, |id| id.endpoint >= 50);
+    assert!(
+        victim >= 4,
+        "globex's check ran {victim} times in 5 s at a 1 s interval"
+    );
+    assert!(
+        h.checker.in_flight() <= 5,
+        "acme holds at most its share: {}",
+        h.checker.in_flight()
+    );
+}
+
+#[test]
+fn a_check_on_a_refused_target_is_never_probed_and_fails() {
+    // Trace: a check aimed at the leader's own loopback (with auth on) or at the metadata
+    // service must neither be probed nor ever pass.
+    let mut h = Harness::new(CheckerConfig::default());
+    h.checker
+        .set_target_policy(crate::target::TargetPolicy::new(false, &[]).unwrap());
+    h.add(&endpoint(
+        1,
+        ServingState::Ready,
+        vec![check("http://169.254.169.254:80/latest/meta-data", 1, 1)],
+    ));
+    h.add(&endpoint(
+        2,
+        ServingState::Ready,
+        vec![check("tcp://127.0.0.1:6379", 1, 1)],
+    ));
+    let per_second = h.run(0, 3_000, |_, _| ProbeResult::Pass);
+    assert!(per_second.is_empty(), "nothing was probed: {per_second:?}");
+    assert_eq!(h.states[&InstanceId::new("i-1").unwrap()], ServingState::NotServing);
+    // The second leaving is held by self-preservation (both endpoints of one service), for
+    // the same reason.
+    assert!(h.held[0].contains("check_target_refused"), "{:?}", h.held);
+    for reason in h.proposals.iter().map(|p| &p.reason) {
+        assert!(reason.contains("check_target_refused"), "{reason}");
+    }
+}

@@ -15,6 +15,8 @@
 //! - [`hysteresis`]: one check's state over time: only crossings of the rise/fall thresholds
 //!   change the serving state; flapping is damped to `degraded`.
 //! - [`probe`]: one TCP, HTTP or gRPC probe, bounded by its timeout (the I/O edge).
+//! - [`target`]: which targets this node's checker may probe (its own listeners, loopback,
+//!   link-local and metadata addresses are refused unless allowed; SPEC S6).
 //! - [`preservation`]: a service-wide brake: when too many endpoints would leave at once, stop
 //!   removing them and say so (H5).
 
@@ -26,3 +28,4 @@ pub mod checker;
 pub mod hysteresis;
 pub mod preservation;
 pub mod probe;
+pub mod target;

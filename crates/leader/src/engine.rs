@@ -113,6 +113,11 @@ impl<R: RngCore> LeaderEngine<R> {
         &self.brakes
     }
 
+    /// Sets what this node's checker may probe (SPEC S6; see `muster_health::target`).
+    pub fn set_target_policy(&mut self, targets: muster_health::target::TargetPolicy) {
+        self.checker.set_target_policy(targets);
+    }
+
     /// The checker: its endpoints, probes in flight, and the state checks combine to.
     pub fn checker(&self) -> &Checker<R> {
         &self.checker

@@ -162,7 +162,8 @@ pub struct RegisterArgs {
     pub state: Option<StateArg>,
     /// A health check the registry runs; the scheme picks the kind: http://HOST:PORT/PATH
     /// (2xx/3xx passes), tcp://HOST:PORT (connects), grpc://HOST:PORT[/SERVICE]
-    /// (grpc.health.v1 SERVING).
+    /// (grpc.health.v1 SERVING). HOST is one of the endpoint's own --addr IPs, PORT one of
+    /// its ports if it names any (else check_target_refused).
     #[arg(long, value_name = "URL", conflicts_with = "check_ttl")]
     pub check: Option<String>,
     /// Time between probes [default: 10s].

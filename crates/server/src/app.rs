@@ -25,6 +25,7 @@ use crate::forward::ClusterLink;
 use crate::hub::WatchHub;
 use crate::metrics::CheckerStats;
 use crate::peer::Peer;
+use crate::watch_quota::WatchQuota;
 
 /// The engine the server drives: the checker's jitter from a seeded generator.
 pub(crate) type Engine = LeaderEngine<Xoshiro256PlusPlus>;
@@ -49,6 +50,8 @@ pub(crate) struct App {
     pub(crate) checker_stats: CheckerStats,
     /// The other members, in a cluster.
     pub(crate) cluster: Option<ClusterLink>,
+    /// Open watch streams by tenant and principal, with their caps (SPEC W4).
+    pub(crate) watch_quota: Arc<WatchQuota>,
     ready: AtomicBool,
     /// Turns true when the server starts stopping: blocking queries return at once.
     stopping: watch::Receiver<bool>,
@@ -71,6 +74,8 @@ pub(crate) struct Background {
     pub(crate) checker: CheckerConfig,
     /// The other members, in a cluster.
     pub(crate) cluster: Option<ClusterLink>,
+    /// The caps on open watch streams.
+    pub(crate) watch_quota: Arc<WatchQuota>,
     /// Whether requests must authenticate.
     pub(crate) auth: AuthConfig,
     /// The token table's changes (from [`crate::auth::TokenWatch`]).
@@ -91,6 +96,7 @@ impl App {
             brakes,
             checker,
             cluster,
+            watch_quota,
             auth,
             acl_changes,
         } = background;
@@ -110,6 +116,7 @@ impl App {
             led_term: AtomicU64::new(0),
             checker_stats: CheckerStats::default(),
             cluster,
+            watch_quota,
             ready: AtomicBool::new(false),
             stopping,
             anonymous: Principal::new(ANONYMOUS).expect("'anonymous' is a valid principal"),
@@ -166,6 +173,11 @@ impl App {
             }
             event(&mut engine, registry, now)
         })
+    }
+
+    /// Sets what the checker may probe from this node (its listeners are known once bound).
+    pub(crate) fn set_check_targets(&self, targets: muster_health::target::TargetPolicy) {
+        self.engine().set_target_policy(targets);
     }
 
     /// Whether self-preservation holds removals from `key` now.

@@ -5,15 +5,21 @@
 //!  peer ──POST /raft/{append|vote|snapshot|propose} + x-muster-cluster-secret──▶ Node::rpc
 //!  follower ──POST /app/leader {renew | report | in_flight}──▶ answered here (only while
 //!                                             leading; else no_quorum) — see `forward`
-//!        wrong or missing secret: 401 unauthenticated, nothing done
+//!  leader ──GET /join/proof?nonce=N (no secret)──▶ this node's proof it holds the secret (`join`)
+//!        wrong or missing secret: 401 unauthenticated, nothing done, no byte of body read
 //! ```
+//!
+//! The secret is checked by a layer in front of every route, before any extractor runs
+//! (SPEC S6): a peer that does not know it cannot make this node buffer a 64 MiB body, or
+//! even wait for one. The compare is constant-time ([`Node::accepts_secret`]).
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{HeaderMap, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use std::sync::Arc;
 
 use muster_consensus::{Node, Rpc, SECRET_HEADER};
@@ -21,6 +27,7 @@ use muster_consensus::{Node, Rpc, SECRET_HEADER};
 use crate::app::App;
 use crate::error::ApiError;
 use crate::forward::{LEADER_PATH, LeaderCall};
+use crate::join::{self, JoinKey, PROOF_PATH};
 use crate::lease_routes::renew_here;
 use crate::writes::{in_flight_here, report_here};
 
@@ -29,12 +36,29 @@ use crate::writes::{in_flight_here, report_here};
 const MAX_RPC_BYTES: usize = 64 * 1024 * 1024;
 
 /// The cluster listener's routes.
-pub(crate) fn router(app: Arc<App>) -> Router {
+pub(crate) fn router(app: Arc<App>, join: Arc<JoinKey>) -> Router {
+    // The join proof is the one route without the secret: a candidate proves it holds the
+    // secret by answering it (`join`), before the leader sends it anything.
+    let proof = Router::new().route(PROOF_PATH, get(join::proof)).with_state(join);
     Router::new()
         .route("/raft/{rpc}", post(rpc))
         .route(LEADER_PATH, post(leader_call))
         .layer(DefaultBodyLimit::max(MAX_RPC_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&app),
+            authenticate_first,
+        ))
         .with_state(app)
+        .merge(proof)
+}
+
+/// Refuses a request without the cluster secret before its body is read: the handlers
+/// behind it read bodies, this layer only the head.
+async fn authenticate_first(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    if let Err(refused) = authenticate(&app.node, request.headers()) {
+        return refused.into_response();
+    }
+    next.run(request).await
 }
 
 fn authenticate(node: &Node, headers: &HeaderMap) -> Result<(), ApiError> {
@@ -53,10 +77,7 @@ fn authenticate(node: &Node, headers: &HeaderMap) -> Result<(), ApiError> {
 
 /// A request a follower forwarded (`forward`): answered by the same code the leader runs for
 /// its own clients; only while leading.
-async fn leader_call(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(refused) = authenticate(&app.node, &headers) {
-        return refused.into_response();
-    }
+async fn leader_call(State(app): State<Arc<App>>, body: Bytes) -> Response {
     let call = match serde_json::from_slice::<LeaderCall>(&body) {
         Ok(call) => call,
         Err(error) => return ApiError::bad_request(format!("not a leader call: {error}")).into_response(),
@@ -76,11 +97,8 @@ async fn leader_call(State(app): State<Arc<App>>, headers: HeaderMap, body: Byte
     answer.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn rpc(State(app): State<Arc<App>>, Path(segment): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+async fn rpc(State(app): State<Arc<App>>, Path(segment): Path<String>, body: Bytes) -> Response {
     let node = &app.node;
-    if let Err(refused) = authenticate(node, &headers) {
-        return refused.into_response();
-    }
     let Some(rpc) = Rpc::from_segment(&segment) else {
         return ApiError::not_found(format!("no cluster RPC '{segment}'")).into_response();
     };

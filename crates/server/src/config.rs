@@ -12,6 +12,7 @@ use muster_core::address::host_port;
 use muster_dns::ZoneConfig;
 use muster_health::checker::CheckerConfig;
 use muster_health::preservation::{Brakes, PreservationConfig};
+use muster_health::target::TargetPolicy;
 use muster_registry::RegistryConfig;
 use serde::{Deserialize, Serialize};
 
@@ -55,6 +56,21 @@ pub struct ServerConfig {
     pub peers: BTreeMap<u64, String>,
     /// The secret every node-to-node request carries; required in a cluster.
     pub cluster_secret: Option<String>,
+    /// Browser origins (`scheme://host[:port]`) allowed to call the API (SPEC S6): a request
+    /// carrying any other `Origin` is refused with `forbidden_origin`. Empty (the default):
+    /// no browser may call it; native clients send no `Origin` and are unaffected.
+    pub allowed_origins: Vec<String>,
+    /// How long a request body may take to arrive once the head is read: 10 s is far more
+    /// than a 64 KiB body needs on any link that can run a registry, and short enough that a
+    /// client trickling bodies cannot hold many connections for long. Later:
+    /// `request_timeout`.
+    pub body_read_timeout_ms: u64,
+    /// Open watch streams one principal may hold (SPEC W4); more: `too_many_watches`.
+    /// 16,384 leaves room for the 10,000-watcher fan-out bench on one (anonymous) principal.
+    pub max_watches_per_principal: usize,
+    /// Open watch streams one tenant may hold, all its principals together: 65,536, four
+    /// principals at their cap, so one tenant cannot take every descriptor of the node.
+    pub max_watches_per_tenant: usize,
     /// Authentication and authorisation (SPEC S1, S2): off by default, and then the API
     /// binds loopback only.
     pub auth: AuthConfig,
@@ -125,6 +141,14 @@ pub struct HealthConfig {
     pub floor: usize,
     /// Per-service floors: `"tenant/namespace/service" = 3`.
     pub floors: BTreeMap<String, usize>,
+    /// Probes one tenant may start per second (SPEC S6): half of `budget_per_s` by default.
+    pub tenant_budget_per_s: u32,
+    /// Probes of one tenant running at once: half of `max_in_flight` by default.
+    pub tenant_max_in_flight: usize,
+    /// Networks (CIDR) whose check targets are probed even when loopback, link-local or a
+    /// metadata address, e.g. `["127.0.0.0/8"]` for local endpoints with authentication on.
+    /// Empty by default. Muster's own listeners are never probed.
+    pub check_allowed_networks: Vec<String>,
 }
 
 impl Default for HealthConfig {
@@ -141,6 +165,9 @@ impl Default for HealthConfig {
             preservation_window_ms: brake.window_ms,
             floor: brake.floor,
             floors: BTreeMap::new(),
+            tenant_budget_per_s: checker.tenant_budget_per_s,
+            tenant_max_in_flight: checker.tenant_max_in_flight,
+            check_allowed_networks: Vec::new(),
         }
     }
 }
@@ -154,7 +181,15 @@ impl HealthConfig {
             budget_per_s: self.budget_per_s,
             flap_limit: self.flap_limit,
             flap_window_ms: self.flap_window_ms,
+            tenant_budget_per_s: self.tenant_budget_per_s,
+            tenant_max_in_flight: self.tenant_max_in_flight,
         }
+    }
+
+    /// What the checker may probe, before the listeners are known. `allow_loopback` holds
+    /// while authentication is off (see `muster_health::target`). An error names a bad network.
+    pub(crate) fn targets(&self, allow_loopback: bool) -> Result<TargetPolicy, String> {
+        TargetPolicy::new(allow_loopback, &self.check_allowed_networks)
     }
 
     /// The brakes, with their floors; an error names a bad setting.
@@ -179,6 +214,10 @@ impl HealthConfig {
         if self.max_in_flight == 0 || self.budget_per_s == 0 {
             return Err("health.max_in_flight and health.budget_per_s: must be at least 1".into());
         }
+        if self.tenant_max_in_flight == 0 || self.tenant_budget_per_s == 0 {
+            return Err("health.tenant_max_in_flight and health.tenant_budget_per_s: must be at least 1".into());
+        }
+        self.targets(true)?;
         let mut floors = HashMap::new();
         for (name, floor) in &self.floors {
             let parts: Vec<&str> = name.split('/').collect();
@@ -219,6 +258,10 @@ impl Default for ServerConfig {
             cluster_addr: None,
             peers: BTreeMap::new(),
             cluster_secret: None,
+            allowed_origins: Vec::new(),
+            body_read_timeout_ms: 10_000,
+            max_watches_per_principal: 16_384,
+            max_watches_per_tenant: 65_536,
             auth: AuthConfig::default(),
         }
     }

@@ -1,6 +1,8 @@
 //! Request extraction that answers in the API's error shape: axum's own rejections are plain
 //! text, these turn every failure into an [`ApiError`] with a code, naming what was wrong.
 
+use std::time::Duration;
+
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::HeaderMap;
 use axum::http::request::Parts;
@@ -9,6 +11,7 @@ use muster_core::{Actor, InstanceId, Label, LeaseId, NamespaceKey, ServiceKey};
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
+use crate::guard::{BodyReadTimeout, is_json, unsupported_media_type};
 
 /// The header a caller uses to say whose authority it speaks with (SPEC L5): `owner` (the
 /// orchestrator: may lift a drain), `app` or `checker`. Without it, drain speaks as the
@@ -20,15 +23,40 @@ pub(crate) const ACTOR_HEADER: &str = "x-muster-actor";
 /// (`?index=<this>`), as Consul's `X-Consul-Index`.
 pub(crate) const INDEX_HEADER: &str = "x-muster-index";
 
-/// A JSON body: malformed JSON and unknown fields are 400 `bad_request` naming the field and
-/// position; a body over the configured limit is 413 `payload_too_large`.
+/// A JSON body (SPEC S6): sent as anything but `Content-Type: application/json` (with at
+/// most `; charset=utf-8`), or with none, it is 415 `unsupported_media_type`, unread;
+/// malformed JSON and unknown fields are 400 `bad_request` naming the field and position; a
+/// body over the configured limit is 413 `payload_too_large`; one that has not arrived within
+/// the guard's [`BodyReadTimeout`] is 408 `request_timeout`.
 pub(crate) struct JsonBody<T>(pub(crate) T);
+
+/// The body read deadline of a request that came without the guard's (a router built
+/// without it, in tests): the same as the config's default.
+const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
+        if !is_json(request.headers()) {
+            return Err(unsupported_media_type(request.headers()));
+        }
+        let deadline = request
+            .extensions()
+            .get::<BodyReadTimeout>()
+            .map_or(DEFAULT_BODY_READ_TIMEOUT, |timeout| timeout.0);
+        let read = tokio::time::timeout(deadline, Bytes::from_request(request, state))
+            .await
+            .map_err(|_| {
+                ApiError::new(
+                    muster_core::ErrorCode::RequestTimeout,
+                    format!(
+                        "body: did not arrive within the server's body_read_timeout_ms ({} ms)",
+                        deadline.as_millis()
+                    ),
+                )
+            })?;
+        let bytes = read.map_err(|rejection| {
             if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::with_status(
                     rejection.status(),

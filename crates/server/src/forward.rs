@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
@@ -23,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::App;
 use crate::error::ApiError;
+use crate::join::JoinKey;
 
 /// How long a forwarded request may take: well inside any TTL (at least 1 s).
 const FORWARD_TIMEOUT: Duration = Duration::from_millis(800);
@@ -76,12 +78,15 @@ pub(crate) async fn on_leader<R: DeserializeOwned>(
 /// The way to the other members' cluster listeners (the consensus layer's peer client).
 pub(crate) struct ClusterLink {
     client: PeerClient,
+    /// What this node proves membership with, and checks a join candidate's proof against.
+    pub(crate) join: Arc<JoinKey>,
 }
 
 impl ClusterLink {
-    pub(crate) fn new(peers: BTreeMap<u64, String>, secret: String) -> ClusterLink {
+    pub(crate) fn new(peers: BTreeMap<u64, String>, secret: String, join: Arc<JoinKey>) -> ClusterLink {
         ClusterLink {
             client: PeerClient::new(secret, peers),
+            join,
         }
     }
 

@@ -17,13 +17,16 @@
 //! - `server`: [`start`], [`run`], [`RunningServer`]; `accept`: the HTTP/1.1 accept loop,
 //!   within the connection budget of `descriptors`.
 //! - `routes`: the route table and the JSON error safety net; `error`: codes and statuses.
-//! - `extract`: body, query, path and header extraction with API errors.
+//! - `extract`: body, query, path and header extraction with API errors; `guard`: the
+//!   browser guard (Origin, Host, JSON-only bodies, the body read deadline; SPEC S6).
 //! - `writes`, `lease_routes`, `reads`, `watch`, `status`, `policy`: the handlers (`policy`
 //!   also compares the replicated registry policy with this node's config file).
-//! - `hub`, `topic`, `subscription`, `frames`: the watch fan-out.
+//! - `hub`, `topic`, `subscription`, `frames`: the watch fan-out; `watch_quota`: the caps on
+//!   open watch streams per principal and per tenant.
 //! - `leader`: the task around the leader engine, and its feed from the apply path;
 //!   `forward`: the one way to the leader for leader-only requests; `cluster`: the
-//!   node-to-node listener; `observers`: the apply fan-out.
+//!   node-to-node listener; `join`: the proof a new member gives before the leader dials it;
+//!   `observers`: the apply fan-out.
 //! - `dns`: the DNS view's feed from the apply path.
 //! - `clock`, `page_token`, `wait`: small pieces.
 //!
@@ -53,7 +56,9 @@ mod error;
 mod extract;
 mod forward;
 mod frames;
+mod guard;
 mod hub;
+mod join;
 mod leader;
 mod lease_routes;
 mod membership;
@@ -70,6 +75,7 @@ mod subscription;
 mod topic;
 mod wait;
 mod watch;
+mod watch_quota;
 mod writes;
 
 pub use auth::AuthConfig;

@@ -12,6 +12,7 @@ use muster_core::api::{AddMemberRequest, ClusterMember, ClusterReply};
 use crate::app::App;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
+use crate::join;
 
 fn reply(app: &App) -> ClusterReply {
     let status = app.node.status();
@@ -36,7 +37,9 @@ pub(crate) async fn status(State(app): State<Arc<App>>) -> Json<ClusterReply> {
     Json(reply(&app))
 }
 
-/// `POST /v1/cluster/members`: returns once the node is a voter.
+/// `POST /v1/cluster/members`: returns once the node is a voter. The candidate must first
+/// answer the join challenge (`join`): 409 `membership_refused` otherwise, with nothing
+/// sent to it and nothing changed.
 pub(crate) async fn add(
     State(app): State<Arc<App>>,
     JsonBody(request): JsonBody<AddMemberRequest>,
@@ -47,6 +50,20 @@ pub(crate) async fn add(
             request.id, request.addr
         )));
     }
+    // The candidate proves it holds the cluster secret before the leader sends it anything
+    // that carries it (SPEC S6; see `join`). A node that does not lead refuses before
+    // dialling anyone: asking openraft on a node about to lead would add the learner unproven.
+    if !app.node.is_leader() {
+        return Err(muster_consensus::ConsensusError::NotLeader(app.node.status().leader).into());
+    }
+    let Some(link) = &app.cluster else {
+        return Err(ApiError::new(
+            muster_core::ErrorCode::MembershipRefused,
+            "a single node has no cluster secret, so no member can prove it belongs; \
+             start a cluster with --peers and --cluster-secret",
+        ));
+    };
+    join::challenge(&link.join, request.id, &request.addr).await?;
     app.node.add_member(request.id, &request.addr).await?;
     Ok(Json(reply(&app)))
 }

@@ -14,6 +14,7 @@ use axum::routing::{delete, get, post, put};
 
 use crate::app::App;
 use crate::error::{ApiError, code_for_status};
+use crate::guard::{self, RequestGuard};
 use crate::{acl, auth, lease_routes, membership, metrics, policy, reads, status, watch, writes};
 
 /// How much of a stray plain-text error body the safety net quotes in its message: error
@@ -21,7 +22,7 @@ use crate::{acl, auth, lease_routes, membership, metrics, policy, reads, status,
 const STRAY_ERROR_QUOTE_BYTES: usize = 1024;
 
 /// The API's routes.
-pub(crate) fn router(app: Arc<App>, max_body_bytes: usize) -> Router {
+pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard) -> Router {
     const INSTANCE: &str = "/v1/registry/{tenant}/{namespace}/{service}/{instance}";
     Router::new()
         .route(INSTANCE, put(writes::register).delete(writes::deregister))
@@ -59,6 +60,8 @@ pub(crate) fn router(app: Arc<App>, max_body_bytes: usize) -> Router {
             Arc::clone(&app),
             refuse_when_failed,
         ))
+        // The browser guard (SPEC S6): Origin, Host, JSON-only bodies, the body deadline.
+        .layer(axum::middleware::from_fn_with_state(Arc::new(guard), guard::guard))
         .layer(axum::middleware::map_response(json_errors))
         .with_state(app)
 }

@@ -26,9 +26,12 @@ use crate::auth::TokenWatch;
 use crate::clock::ServerClock;
 use crate::dns::DnsFeed;
 use crate::forward::ClusterLink;
+use crate::guard::RequestGuard;
 use crate::hub::{WatchHub, WatchStats};
+use crate::join::JoinKey;
 use crate::observers::Observers;
 use crate::policy::PolicyWatch;
+use crate::watch_quota::WatchQuota;
 use crate::{ServerConfig, ServerError, accept, cluster, descriptors, dns, leader, routes};
 
 /// A server that is running; [`RunningServer::stop`] stops it gracefully.
@@ -60,6 +63,17 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
     if config.progress_interval_ms == 0 {
         return Err(ServerError::Config("progress_interval_ms: must be at least 1".into()));
     }
+    if config.body_read_timeout_ms == 0 {
+        return Err(ServerError::Config("body_read_timeout_ms: must be at least 1".into()));
+    }
+    if config.max_watches_per_principal == 0 || config.max_watches_per_tenant == 0 {
+        return Err(ServerError::Config(
+            "max_watches_per_principal and max_watches_per_tenant: must be at least 1".into(),
+        ));
+    }
+    for origin in &config.allowed_origins {
+        crate::guard::check_origin(origin).map_err(ServerError::Config)?;
+    }
     if config.max_body_bytes == 0 {
         return Err(ServerError::Config("max_body_bytes: must be at least 1".into()));
     }
@@ -79,6 +93,12 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let dns_zone = dns::zone(&config)?;
     let clock = ServerClock::start();
     let brakes = config.health.brakes().map_err(ServerError::Config)?;
+    // Loopback check targets are allowed while authentication is off (SPEC S6; see
+    // `muster_health::target`): every caller is then on this host already.
+    let check_targets = config
+        .health
+        .targets(!config.auth.enabled)
+        .map_err(ServerError::Config)?;
     let hub = WatchHub::new(config.watch_queue_frames);
     let (leader_feed, leader_messages) = leader::channel();
     let (token_watch, acl_changes) = TokenWatch::new();
@@ -93,9 +113,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         ),
         _ => None,
     };
-    let link = cluster
-        .as_ref()
-        .map(|c| ClusterLink::new(c.members.clone(), c.secret.clone()));
+    let link = cluster.as_ref().map(|c| {
+        let advertised = c.members.get(&c.node_id).cloned().unwrap_or_default();
+        let join = Arc::new(JoinKey::new(c.node_id, advertised, &c.secret));
+        ClusterLink::new(c.members.clone(), c.secret.clone(), join)
+    });
     let node = Node::open(
         NodeConfig {
             registry: config.registry.clone(),
@@ -144,20 +166,36 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             brakes,
             checker: config.health.checker(),
             cluster: link,
+            watch_quota: WatchQuota::new(config.max_watches_per_principal, config.max_watches_per_tenant),
             auth: config.auth.clone(),
             acl_changes,
         },
         config.registry.clone(),
     ));
-    let router = routes::router(Arc::clone(&app), config.max_body_bytes);
+    // Without authentication the API binds loopback only, and a genuine caller names a
+    // loopback Host; anything else is DNS rebinding (SPEC S6, `guard`).
+    let guard = RequestGuard::new(
+        &config.allowed_origins,
+        !config.auth.enabled,
+        Duration::from_millis(config.body_read_timeout_ms),
+    );
+    let router = routes::router(Arc::clone(&app), config.max_body_bytes, guard);
+    // The checker never probes this node's own listeners (SPEC S6).
+    let own_listeners = [
+        Some(local_addr),
+        dns.as_ref().map(muster_dns::DnsListener::local_addr),
+        config.cluster_addr,
+    ];
+    app.set_check_targets(check_targets.with_listeners(own_listeners.into_iter().flatten()));
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
     let (http_budget, cluster_budget) = descriptors::budgets();
     let serve = tokio::spawn(accept::serve(listener, router, stop_accepting_rx, http_budget));
-    let cluster_serve = cluster_listener.map(|listener| {
+    let join = app.cluster.as_ref().map(|link| Arc::clone(&link.join));
+    let cluster_serve = cluster_listener.zip(join).map(|(listener, join)| {
         let (stop, stop_rx) = oneshot::channel::<()>();
         let task = tokio::spawn(accept::serve(
             listener,
-            cluster::router(Arc::clone(&app)),
+            cluster::router(Arc::clone(&app), join),
             stop_rx,
             cluster_budget,
         ));

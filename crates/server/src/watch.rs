@@ -33,6 +33,7 @@ use crate::auth::{self, Caller};
 use crate::error::ApiError;
 use crate::extract::{INDEX_HEADER, QueryParams, Segments};
 use crate::frames;
+use crate::watch_quota::WatchPermit;
 
 /// The query of a watch.
 #[derive(Debug, Default, Deserialize)]
@@ -73,6 +74,12 @@ enum Beginning {
 }
 
 fn start(app: &Arc<App>, caller: &Caller, scope: Scope, from: Option<Revision>) -> Result<Response, ApiError> {
+    // The slot is taken before anything is read and held by the stream (SPEC W4).
+    let tenant = match &scope {
+        Scope::Service(key) => key.tenant.clone(),
+        Scope::Namespace(namespace) => namespace.tenant.clone(),
+    };
+    let permit = app.watch_quota.acquire(&tenant, caller.principal())?;
     // A namespace watch shows only the services the caller may watch (SPEC S3); the route's
     // gate judged only the namespace.
     let filtered = matches!(scope, Scope::Namespace(_)) && caller.token_ref().is_some();
@@ -124,7 +131,7 @@ fn start(app: &Arc<App>, caller: &Caller, scope: Scope, from: Option<Revision>) 
             .boxed()
         }
     };
-    Ok(stream_response(at, initial, live))
+    Ok(stream_response(at, initial, live, permit))
 }
 
 /// The service a live frame is about (updates); `None` for progress and the last frames.
@@ -212,10 +219,17 @@ fn initial_frames(at: Revision, beginning: Beginning, subscribed: bool) -> Vec<B
     initial
 }
 
-fn stream_response(at: Revision, initial: Vec<Bytes>, live: impl Stream<Item = Bytes> + Send + 'static) -> Response {
-    let frames = futures_util::stream::iter(initial)
-        .chain(live)
-        .map(Ok::<Bytes, Infallible>);
+/// The stream owns `permit`: its slot returns when the stream ends or the client goes.
+fn stream_response(
+    at: Revision,
+    initial: Vec<Bytes>,
+    live: impl Stream<Item = Bytes> + Send + 'static,
+    permit: WatchPermit,
+) -> Response {
+    let frames = futures_util::stream::iter(initial).chain(live).map(move |frame| {
+        let _held = &permit;
+        Ok::<Bytes, Infallible>(frame)
+    });
     let mut response = Response::new(Body::from_stream(frames));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));

@@ -306,12 +306,14 @@ fn checks_reports_and_a_drain_with_a_grace_from_the_command_line() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let check = format!("tcp://127.0.0.1:{port}");
+    // A check probes its own endpoint (SPEC S6): the endpoint is the listener's address.
+    let addr = format!("127.0.0.1:{port}");
     server.ok(&[
         "register",
         "prod/db",
         "db-0",
         "--addr",
-        "10.0.0.9:5432",
+        &addr,
         "--incarnation",
         "1",
         "--ttl",

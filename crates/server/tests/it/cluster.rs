@@ -684,11 +684,11 @@ async fn a_partitioned_leader_is_a_minority_and_catches_up_after_healing() {
 /// over from the registry and acts on them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_new_leader_takes_over_the_health_checks() {
-    use crate::health::{HttpTarget, UNAVAILABLE, fast_check};
+    use crate::health::{HttpTarget, UNAVAILABLE, fast_check, loopback_endpoint};
     let mut cluster = Cluster::start().await;
     let leader = cluster.leader().await;
     let target = HttpTarget::start().await;
-    let mut spec = endpoint("10.0.0.1");
+    let mut spec = loopback_endpoint();
     spec["checks"] = json!([fast_check(&target.url())]);
     for instance in ["w-0", "w-1", "w-2", "w-3"] {
         cluster

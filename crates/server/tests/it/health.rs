@@ -85,8 +85,14 @@ pub(crate) fn fast_check(url: &str) -> Value {
     json!({"url": url, "interval_ms": 200, "timeout_ms": 100, "rise": 2, "fall": 2})
 }
 
+/// An endpoint on loopback without named ports, so its checks may probe any port of
+/// 127.0.0.1 (SPEC S6: a check probes its own endpoint; loopback is allowed without auth).
+pub(crate) fn loopback_endpoint() -> Value {
+    json!({"addresses": [{"ip": "127.0.0.1"}]})
+}
+
 async fn register_checked(server: &TestServer, service: &str, instance: &str, checks: Value) {
-    let mut spec = endpoint("10.0.0.1");
+    let mut spec = loopback_endpoint();
     spec["checks"] = checks;
     server
         .call(
@@ -124,7 +130,7 @@ async fn until(server: &TestServer, service: &str, what: &str, done: impl Fn(&[V
 }
 
 /// Waits until `instance` is in `state`; returns its record.
-async fn until_state(server: &TestServer, service: &str, instance: &str, state: &str) -> Value {
+pub(crate) async fn until_state(server: &TestServer, service: &str, instance: &str, state: &str) -> Value {
     let endpoints = until(server, service, &format!("{instance} {state}"), |endpoints, _| {
         endpoints
             .iter()

@@ -102,7 +102,7 @@ async fn a_connection_still_open_after_the_grace_is_closed_when_stop_returns() {
     let mut server = TestServer::start_with(|config| config.shutdown_grace_ms = 200).await;
     let mut stalled = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
     stalled
-        .write_all(b"PUT /v1/registry/acme/prod/api/a HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{")
+        .write_all(b"PUT /v1/registry/acme/prod/api/a HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{")
         .await
         .unwrap();
     // Let the server read the head and start waiting for the body.

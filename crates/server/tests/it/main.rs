@@ -10,6 +10,7 @@ mod dns;
 mod errors;
 mod faults;
 mod health;
+mod hostile;
 mod leases;
 mod lifecycle;
 mod policy;
