@@ -12,11 +12,12 @@ use muster_core::{Actor, Principal, ServiceKey};
 use muster_health::checker::CheckerConfig;
 use muster_health::preservation::Brakes;
 use muster_leader::{LeaderEngine, Now, Reply, ReplyTo};
-use muster_registry::{Applied, Command, CommandMeta, LeaseGrant, Registry, RegistryConfig, Unchanged};
+use muster_registry::{Applied, Command, CommandMeta, LeaseGrant, Registry, RegistryConfig};
 use rand_core::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use tokio::sync::{oneshot, watch};
 
+use crate::audit::AuditLog;
 use crate::clock::ServerClock;
 use crate::error::ApiError;
 use crate::forward::ClusterLink;
@@ -53,6 +54,9 @@ pub(crate) struct App {
     /// This node's config file's `[registry]` section: only the initial policy; `status`
     /// reports how the replicated policy differs from it.
     pub(crate) config_policy: RegistryConfig,
+    /// The audit trail (SPEC S4): fed by the apply path; denials are recorded with
+    /// [`AuditLog::denied`].
+    pub(crate) audit: Arc<AuditLog>,
 }
 
 /// What the background parts of an [`App`] start from.
@@ -74,6 +78,7 @@ impl App {
         stopping: watch::Receiver<bool>,
         background: Background,
         config_policy: RegistryConfig,
+        audit: Arc<AuditLog>,
     ) -> App {
         let Background {
             brakes,
@@ -100,6 +105,7 @@ impl App {
             stopping,
             anonymous: Principal::new(ANONYMOUS).expect("'anonymous' is a valid principal"),
             config_policy,
+            audit,
         }
     }
 
@@ -236,16 +242,8 @@ impl App {
         WriteReply {
             revision: applied.revision,
             lease: applied.lease.map(|grant| self.lease_reply(grant)),
-            unchanged: applied.unchanged.map(|why| unchanged_code(why).to_owned()),
+            unchanged: applied.unchanged.map(|why| why.code().to_owned()),
         }
     }
 }
 
-fn unchanged_code(why: Unchanged) -> &'static str {
-    match why {
-        Unchanged::AlreadyCommitted => "already_committed",
-        Unchanged::DrainHeld => "drain_held",
-        Unchanged::NothingToExpire => "nothing_to_expire",
-        Unchanged::PolicyAdopted => "policy_adopted",
-    }
-}

@@ -5,23 +5,26 @@
 //!  peer ──POST /raft/{append|vote|snapshot|propose} + x-muster-cluster-secret──▶ Node::rpc
 //!  follower ──POST /app/leader {renew | report | in_flight}──▶ answered here (only while
 //!                                             leading; else no_quorum) — see `forward`
-//!        wrong or missing secret: 401 unauthenticated, nothing done
+//!        wrong or missing secret: 401 unauthenticated, nothing done, the denial audited
+//!        with the peer's address (SPEC S4)
 //! ```
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use std::sync::Arc;
 
-use muster_consensus::{Node, Rpc, SECRET_HEADER};
+use muster_consensus::{Rpc, SECRET_HEADER};
 
 use crate::app::App;
+use crate::audit::Denial;
 use crate::error::ApiError;
 use crate::forward::{LEADER_PATH, LeaderCall};
 use crate::lease_routes::renew_here;
+use crate::peer::Peer;
 use crate::writes::{in_flight_here, report_here};
 
 /// The largest node-to-node request: an append of many batched entries, or a snapshot chunk
@@ -37,24 +40,46 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-fn authenticate(node: &Node, headers: &HeaderMap) -> Result<(), ApiError> {
+fn authenticate(app: &App, peer: Option<&Peer>, resource: &str, headers: &HeaderMap) -> Result<(), ApiError> {
     let secret = headers
         .get(SECRET_HEADER)
         .and_then(|value| value.to_str().ok())
         .unwrap_or_default();
-    if node.accepts_secret(secret) {
+    if app.node.accepts_secret(secret) {
         return Ok(());
     }
-    Err(ApiError::new(
-        muster_core::ErrorCode::Unauthenticated,
-        format!("node-to-node requests need the cluster secret in {SECRET_HEADER}"),
-    ))
+    let reason = format!("node-to-node requests need the cluster secret in {SECRET_HEADER}");
+    // The accept loop gives every request its peer; without one there is no source to record.
+    if let Some(peer) = peer {
+        app.audit.denied(Denial {
+            principal: None,
+            tenant: None,
+            key: None,
+            verb: "cluster".to_owned(),
+            resource: format!("POST {resource}"),
+            code: muster_core::ErrorCode::Unauthenticated,
+            reason: if secret.is_empty() {
+                format!("no cluster secret in {SECRET_HEADER}")
+            } else {
+                format!("a wrong cluster secret in {SECRET_HEADER}")
+            },
+            source: peer.addr,
+            at_ms: app.clock.unix_now_ms(),
+        });
+    }
+    Err(ApiError::new(muster_core::ErrorCode::Unauthenticated, reason))
 }
 
 /// A request a follower forwarded (`forward`): answered by the same code the leader runs for
 /// its own clients; only while leading.
-async fn leader_call(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(refused) = authenticate(&app.node, &headers) {
+async fn leader_call(
+    State(app): State<Arc<App>>,
+    peer: Option<Extension<Peer>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let peer = peer.map(|Extension(peer)| peer);
+    if let Err(refused) = authenticate(&app, peer.as_ref(), LEADER_PATH, &headers) {
         return refused.into_response();
     }
     let call = match serde_json::from_slice::<LeaderCall>(&body) {
@@ -76,11 +101,19 @@ async fn leader_call(State(app): State<Arc<App>>, headers: HeaderMap, body: Byte
     answer.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn rpc(State(app): State<Arc<App>>, Path(segment): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
-    let node = &app.node;
-    if let Err(refused) = authenticate(node, &headers) {
+async fn rpc(
+    State(app): State<Arc<App>>,
+    Path(segment): Path<String>,
+    peer: Option<Extension<Peer>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let peer = peer.map(|Extension(peer)| peer);
+    let resource = format!("/raft/{segment}");
+    if let Err(refused) = authenticate(&app, peer.as_ref(), &resource, &headers) {
         return refused.into_response();
     }
+    let node = &app.node;
     let Some(rpc) = Rpc::from_segment(&segment) else {
         return ApiError::not_found(format!("no cluster RPC '{segment}'")).into_response();
     };

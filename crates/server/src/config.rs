@@ -53,6 +53,26 @@ pub struct ServerConfig {
     pub peers: BTreeMap<u64, String>,
     /// The secret every node-to-node request carries; required in a cluster.
     pub cluster_secret: Option<String>,
+    /// The audit trail (SPEC S4).
+    pub audit: AuditConfig,
+}
+
+/// The audit trail's retention (SPEC S4): in memory, the newest `retention` records; see the
+/// `audit` module for what a restart keeps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Records kept, mutations and denials together: 10,000. A record is a few hundred bytes,
+    /// so the default costs a few MiB; writes are registrations, state changes and removals
+    /// (lease renewals are not logged), so it spans hours of a fleet of thousands of endpoints
+    /// redeploying. Longer retention is a log shipper's job (poll `GET /v1/audit`).
+    pub retention: usize,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig { retention: 10_000 }
+    }
 }
 
 /// The shortest cluster secret accepted: 16 bytes, so guessing it over the network is not an
@@ -214,6 +234,7 @@ impl Default for ServerConfig {
             cluster_addr: None,
             peers: BTreeMap::new(),
             cluster_secret: None,
+            audit: AuditConfig::default(),
         }
     }
 }

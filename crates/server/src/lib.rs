@@ -25,6 +25,8 @@
 //!   `forward`: the one way to the leader for leader-only requests; `cluster`: the
 //!   node-to-node listener; `observers`: the apply fan-out.
 //! - `dns`: the DNS view's feed from the apply path.
+//! - `audit`: the audit trail (SPEC S4): mutations from the apply path, denials from the
+//!   handlers, `GET /v1/audit`.
 //! - `clock`, `page_token`, `wait`: small pieces.
 //!
 //! # HTTP conventions
@@ -41,6 +43,7 @@
 
 mod accept;
 mod app;
+mod audit;
 mod clock;
 mod cluster;
 mod config;
@@ -70,7 +73,7 @@ mod wait;
 mod watch;
 mod writes;
 
-pub use config::{HealthConfig, ServerConfig};
+pub use config::{AuditConfig, HealthConfig, ServerConfig};
 pub use hub::WatchStats;
 pub use server::{RunningServer, run, start};
 

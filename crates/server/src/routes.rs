@@ -14,7 +14,7 @@ use axum::routing::{delete, get, post, put};
 
 use crate::app::App;
 use crate::error::{ApiError, code_for_status};
-use crate::{lease_routes, membership, metrics, policy, reads, status, watch, writes};
+use crate::{audit, lease_routes, membership, metrics, policy, reads, status, watch, writes};
 
 /// How much of a stray plain-text error body the safety net quotes in its message: error
 /// texts from axum and hyper are one line; 1 KiB keeps a surprise from growing the reply.
@@ -39,6 +39,7 @@ pub(crate) fn router(app: Arc<App>, max_body_bytes: usize) -> Router {
         .route("/v1/status", get(status::status))
         .route("/v1/policy", get(policy::get).put(policy::put))
         .route("/v1/metrics", get(metrics::metrics))
+        .route("/v1/audit", get(audit::list))
         .route("/v1/cluster", get(membership::status))
         .route("/v1/cluster/members", post(membership::add))
         .route("/v1/cluster/members/{id}", delete(membership::remove))

@@ -22,6 +22,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::app::{App, Background};
+use crate::audit::AuditLog;
 use crate::clock::ServerClock;
 use crate::dns::DnsFeed;
 use crate::forward::ClusterLink;
@@ -59,6 +60,9 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
     if config.progress_interval_ms == 0 {
         return Err(ServerError::Config("progress_interval_ms: must be at least 1".into()));
     }
+    if config.audit.retention == 0 {
+        return Err(ServerError::Config("audit.retention: must be at least 1".into()));
+    }
     if config.max_body_bytes == 0 {
         return Err(ServerError::Config("max_body_bytes: must be at least 1".into()));
     }
@@ -71,6 +75,17 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
     Ok(())
 }
 
+/// A number that tells this start's audit cursors from another node's or an earlier start's:
+/// 64 bits from the standard library's per-process hash keys (drawn from the operating
+/// system's generator), mixed with a per-call counter so two servers of one process differ.
+fn random_epoch() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    hasher.finish()
+}
+
 /// Opens the node, binds the HTTP API and starts serving. Bind `127.0.0.1:0` and read
 /// [`RunningServer::local_addr`] to run on a free port.
 pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
@@ -81,6 +96,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let hub = WatchHub::new(config.watch_queue_frames);
     let (leader_feed, leader_messages) = leader::channel();
     let cluster = config.cluster().map_err(ServerError::Config)?;
+    let audit = Arc::new(AuditLog::new(config.audit.retention, random_epoch()));
     // The node-to-node listener is bound before the node opens, so peers can reach it as
     // soon as it votes.
     let cluster_listener = match (&cluster, config.cluster_addr) {
@@ -106,6 +122,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             hub.clone(),
             leader_feed,
             Arc::new(PolicyWatch::new(config.registry.clone())),
+            Arc::clone(&audit) as Arc<dyn muster_consensus::ApplyObserver>,
         ])),
     )
     .await?;
@@ -143,6 +160,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             cluster: link,
         },
         config.registry.clone(),
+        audit,
     ));
     let router = routes::router(Arc::clone(&app), config.max_body_bytes);
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
