@@ -65,6 +65,9 @@ pub enum Command {
     /// replicated state, so it judges every later write on every node.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// The audit trail, newest first: every committed write (applied or refused) and every
+    /// denied request, with who, what, when and why (admin).
+    Audit(crate::audit::AuditArgs),
     /// Load Muster (and etcd) over HTTP: throughput, p50/p99, the Muster/etcd ratio, the targets.
     Bench(muster_bench::BenchArgs),
     /// Simulate a fleet on the real registry and client code: failed requests, stale window, heartbeat and lookup rates.
