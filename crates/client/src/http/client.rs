@@ -19,9 +19,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use muster_core::api::{
-    AddMemberRequest, AuditQuery, AuditReply, CheckReportReply, CheckReportRequest, ClusterReply, DeregisterQuery, DrainRequest,
-    GrantLeaseRequest, InFlightRequest, LeaseReply, PolicyReply, PolicySetReply, RegisterRequest, ServicesReply,
-    SetServingRequest, SnapshotReply, StatusReply, WriteReply,
+    AddMemberRequest, AuditQuery, AuditReply, CheckReportReply, CheckReportRequest, ClusterReply, DeregisterQuery,
+    DrainRequest, GrantLeaseRequest, InFlightRequest, LeaseReply, PolicyReply, PolicySetReply, RegisterRequest,
+    ServicesReply, SetServingRequest, SnapshotReply, StatusReply, WriteReply,
 };
 use muster_core::{Actor, InstanceId, Label, LeaseId, NamespaceKey, Revision, ServiceKey};
 

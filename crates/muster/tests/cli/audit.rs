@@ -40,7 +40,11 @@ fn the_flags_become_the_query_with_relative_times_taken_from_now() {
     );
     let namespace = audit_args("muster audit --key prod --since-ms 5 --until-ms 9").unwrap();
     let namespace = query(&namespace, NOW).unwrap();
-    assert_eq!(namespace.key.as_deref(), Some("default/prod"), "a namespace of --tenant");
+    assert_eq!(
+        namespace.key.as_deref(),
+        Some("default/prod"),
+        "a namespace of --tenant"
+    );
     assert_eq!((namespace.since_ms, namespace.until_ms), (Some(5), Some(9)));
     let everything = query(&audit_args("muster audit --all-tenants").unwrap(), NOW).unwrap();
     assert_eq!(everything, AuditQuery::default());
@@ -115,7 +119,18 @@ fn the_table_shows_who_what_when_and_why_and_how_to_continue() {
     let cells = |line: &str| line.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
     assert_eq!(
         cells(lines[1]),
-        ["12", "2025-12-01T22:07:59.123Z", "deployer", "deregister", "acme/prod/api", "api-0", "2", "9", "applied", "-"]
+        [
+            "12",
+            "2025-12-01T22:07:59.123Z",
+            "deployer",
+            "deregister",
+            "acme/prod/api",
+            "api-0",
+            "2",
+            "9",
+            "applied",
+            "-"
+        ]
     );
     assert!(
         lines[2].ends_with("denied:unauthenticated  from 10.0.0.9:4000; POST /raft/vote; a wrong cluster secret"),
@@ -141,7 +156,17 @@ fn times_print_as_utc_dates() {
 #[test]
 fn muster_audit_lists_the_writes_of_a_running_server() {
     let server = Server::start();
-    server.ok(&["register", "prod/api", "api-0", "--addr", "10.0.0.1:80", "--incarnation", "2", "--ttl", "5m"]);
+    server.ok(&[
+        "register",
+        "prod/api",
+        "api-0",
+        "--addr",
+        "10.0.0.1:80",
+        "--incarnation",
+        "2",
+        "--ttl",
+        "5m",
+    ]);
     let stale = server.run(&["deregister", "prod/api", "api-0", "--incarnation", "1"]);
     assert_eq!(stale.status.code(), Some(1));
     let reply: AuditReply = serde_json::from_str(&server.ok(&["audit", "--key", "prod/api", "--json"])).unwrap();
@@ -150,7 +175,10 @@ fn muster_audit_lists_the_writes_of_a_running_server() {
         .iter()
         .map(|r| (r.verb.as_str(), r.outcome.as_str()))
         .collect();
-    assert_eq!(outcomes, [("deregister", "refused:stale_incarnation"), ("register", "applied")]);
+    assert_eq!(
+        outcomes,
+        [("deregister", "refused:stale_incarnation"), ("register", "applied")]
+    );
     let table = server.ok(&["audit", "--outcome", "refused"]);
     assert!(table.contains("refused:stale_incarnation"), "{table}");
     assert!(!table.contains("  applied"), "{table}");

@@ -94,14 +94,17 @@ impl Parsed {
             .map(|text| Label::new("tenant", text).map_err(|r| malformed(format!("tenant: {r}"))))
             .transpose()?;
         let key = query.key.as_deref().map(parse_key).transpose().map_err(malformed)?;
-        let outcome = query.outcome.as_deref().map(parse_outcome).transpose().map_err(malformed)?;
+        let outcome = query
+            .outcome
+            .as_deref()
+            .map(parse_outcome)
+            .transpose()
+            .map_err(malformed)?;
         let principal = query.principal.clone();
         if let (Some(since), Some(until)) = (query.since_ms, query.until_ms)
             && until <= since
         {
-            return Err(malformed(format!(
-                "until_ms: {until} is not after since_ms {since}"
-            )));
+            return Err(malformed(format!("until_ms: {until} is not after since_ms {since}")));
         }
         let cursor = query
             .cursor

@@ -143,7 +143,12 @@ impl AuditLog {
 
     /// One page, newest first: the records below `cursor` (all, without one) that `filter`
     /// admits, at most `limit` (at least 1), and a cursor for the rest when more match.
-    pub(crate) fn page(&self, filter: &AuditFilter, cursor: Option<Cursor>, limit: usize) -> Result<AuditReply, StaleCursor> {
+    pub(crate) fn page(
+        &self,
+        filter: &AuditFilter,
+        cursor: Option<Cursor>,
+        limit: usize,
+    ) -> Result<AuditReply, StaleCursor> {
         let limit = limit.max(1);
         let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
         let below = match cursor {

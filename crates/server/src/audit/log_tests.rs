@@ -69,7 +69,10 @@ fn the_ring_keeps_the_newest_records_up_to_its_retention_and_counts_the_dropped(
     }
     let parsed = Parsed::new(&AuditQuery::default(), None).unwrap();
     let page = log.page(&parsed.filter, None, 10).unwrap();
-    assert_eq!(page.records.iter().map(|r| (r.seq, r.at_ms)).collect::<Vec<_>>(), [(5, 5), (4, 4), (3, 3)]);
+    assert_eq!(
+        page.records.iter().map(|r| (r.seq, r.at_ms)).collect::<Vec<_>>(),
+        [(5, 5), (4, 4), (3, 3)]
+    );
     assert_eq!((page.retention, page.evicted), (3, 2));
 }
 
@@ -105,20 +108,72 @@ fn each_filter_narrows_the_records_and_all_of_them_must_match() {
     let log = filled();
     let query = |q: AuditQuery| seqs(&log, &q);
     let text = |s: &str| Some(s.to_owned());
-    assert_eq!(query(AuditQuery { tenant: text("acme"), ..Default::default() }), [5, 3, 2, 1]);
-    assert_eq!(query(AuditQuery { principal: text("ci"), ..Default::default() }), [4, 3]);
-    assert_eq!(query(AuditQuery { key: text("acme/prod/api"), ..Default::default() }), [1]);
-    // A namespace matches its own services, not a namespace its name is a prefix of.
-    assert_eq!(query(AuditQuery { key: text("acme/prod"), ..Default::default() }), [2, 1]);
-    assert_eq!(query(AuditQuery { outcome: text("applied"), ..Default::default() }), [5, 4, 1]);
-    assert_eq!(query(AuditQuery { outcome: text("refused"), ..Default::default() }), [2]);
     assert_eq!(
-        query(AuditQuery { outcome: text("unchanged:already_committed"), ..Default::default() }),
+        query(AuditQuery {
+            tenant: text("acme"),
+            ..Default::default()
+        }),
+        [5, 3, 2, 1]
+    );
+    assert_eq!(
+        query(AuditQuery {
+            principal: text("ci"),
+            ..Default::default()
+        }),
+        [4, 3]
+    );
+    assert_eq!(
+        query(AuditQuery {
+            key: text("acme/prod/api"),
+            ..Default::default()
+        }),
+        [1]
+    );
+    // A namespace matches its own services, not a namespace its name is a prefix of.
+    assert_eq!(
+        query(AuditQuery {
+            key: text("acme/prod"),
+            ..Default::default()
+        }),
+        [2, 1]
+    );
+    assert_eq!(
+        query(AuditQuery {
+            outcome: text("applied"),
+            ..Default::default()
+        }),
+        [5, 4, 1]
+    );
+    assert_eq!(
+        query(AuditQuery {
+            outcome: text("refused"),
+            ..Default::default()
+        }),
+        [2]
+    );
+    assert_eq!(
+        query(AuditQuery {
+            outcome: text("unchanged:already_committed"),
+            ..Default::default()
+        }),
         [3]
     );
-    assert_eq!(query(AuditQuery { outcome: text("refused:not_found"), ..Default::default() }), Vec::<u64>::new());
+    assert_eq!(
+        query(AuditQuery {
+            outcome: text("refused:not_found"),
+            ..Default::default()
+        }),
+        Vec::<u64>::new()
+    );
     // since is inclusive, until exclusive.
-    assert_eq!(query(AuditQuery { since_ms: Some(20), until_ms: Some(40), ..Default::default() }), [3, 2]);
+    assert_eq!(
+        query(AuditQuery {
+            since_ms: Some(20),
+            until_ms: Some(40),
+            ..Default::default()
+        }),
+        [3, 2]
+    );
     assert_eq!(
         query(AuditQuery {
             tenant: text("acme"),
@@ -159,12 +214,23 @@ fn a_denial_is_recorded_with_its_source_code_and_reason() {
         source: "10.1.2.3:5555".parse().unwrap(),
         at_ms: 99,
     });
-    let parsed = Parsed::new(&AuditQuery { outcome: Some("denied".into()), ..Default::default() }, None).unwrap();
+    let parsed = Parsed::new(
+        &AuditQuery {
+            outcome: Some("denied".into()),
+            ..Default::default()
+        },
+        None,
+    )
+    .unwrap();
     let record = log.page(&parsed.filter, None, 10).unwrap().records.remove(0);
     assert_eq!(record.kind, AuditKind::Denial);
     assert_eq!(record.outcome, "denied:permission_denied");
     assert_eq!(record.source.as_deref(), Some("10.1.2.3:5555"));
-    assert_eq!(record.tenant.as_ref().map(Label::as_str), Some("acme"), "the key's tenant");
+    assert_eq!(
+        record.tenant.as_ref().map(Label::as_str),
+        Some("acme"),
+        "the key's tenant"
+    );
     assert_eq!(record.key.as_deref(), Some("acme/prod/api"));
     assert_eq!(record.reason.as_deref(), Some("no rule allows it"));
     assert_eq!((record.at_ms, record.principal), (99, None));
@@ -174,34 +240,105 @@ fn a_denial_is_recorded_with_its_source_code_and_reason() {
 fn a_cursor_from_another_start_or_node_is_refused() {
     let log = filled();
     let parsed = Parsed::new(&AuditQuery::default(), None).unwrap();
-    let foreign = Cursor { epoch: EPOCH + 1, before: 3 };
+    let foreign = Cursor {
+        epoch: EPOCH + 1,
+        before: 3,
+    };
     assert_eq!(log.page(&parsed.filter, Some(foreign), 10), Err(StaleCursor));
-    let beyond = Cursor { epoch: EPOCH, before: 99 };
+    let beyond = Cursor {
+        epoch: EPOCH,
+        before: 99,
+    };
     assert_eq!(log.page(&parsed.filter, Some(beyond), 10), Err(StaleCursor));
     // A cursor below everything still held is the end, not an error.
-    let old = Cursor { epoch: EPOCH, before: 1 };
+    let old = Cursor {
+        epoch: EPOCH,
+        before: 1,
+    };
     assert!(log.page(&parsed.filter, Some(old), 10).unwrap().records.is_empty());
 }
 
 #[test]
 fn malformed_parameters_are_refused_naming_the_parameter() {
     for (query, parameter) in [
-        (AuditQuery { tenant: Some("Acme".into()), ..Default::default() }, "tenant"),
-        (AuditQuery { key: Some("acme".into()), ..Default::default() }, "key"),
-        (AuditQuery { key: Some("acme/prod/api/x".into()), ..Default::default() }, "key"),
-        (AuditQuery { key: Some("acme/Prod".into()), ..Default::default() }, "key"),
-        (AuditQuery { outcome: Some("refused:".into()), ..Default::default() }, "outcome"),
-        (AuditQuery { outcome: Some("ok".into()), ..Default::default() }, "outcome"),
-        (AuditQuery { limit: Some(0), ..Default::default() }, "limit"),
-        (AuditQuery { cursor: Some("12".into()), ..Default::default() }, "cursor"),
-        (AuditQuery { since_ms: Some(5), until_ms: Some(5), ..Default::default() }, "until_ms"),
+        (
+            AuditQuery {
+                tenant: Some("Acme".into()),
+                ..Default::default()
+            },
+            "tenant",
+        ),
+        (
+            AuditQuery {
+                key: Some("acme".into()),
+                ..Default::default()
+            },
+            "key",
+        ),
+        (
+            AuditQuery {
+                key: Some("acme/prod/api/x".into()),
+                ..Default::default()
+            },
+            "key",
+        ),
+        (
+            AuditQuery {
+                key: Some("acme/Prod".into()),
+                ..Default::default()
+            },
+            "key",
+        ),
+        (
+            AuditQuery {
+                outcome: Some("refused:".into()),
+                ..Default::default()
+            },
+            "outcome",
+        ),
+        (
+            AuditQuery {
+                outcome: Some("ok".into()),
+                ..Default::default()
+            },
+            "outcome",
+        ),
+        (
+            AuditQuery {
+                limit: Some(0),
+                ..Default::default()
+            },
+            "limit",
+        ),
+        (
+            AuditQuery {
+                cursor: Some("12".into()),
+                ..Default::default()
+            },
+            "cursor",
+        ),
+        (
+            AuditQuery {
+                since_ms: Some(5),
+                until_ms: Some(5),
+                ..Default::default()
+            },
+            "until_ms",
+        ),
     ] {
         match Parsed::new(&query, None) {
             Err(QueryError::Malformed(message)) => assert!(message.starts_with(parameter), "{message}"),
             other => panic!("{query:?} gave {other:?}"),
         }
     }
-    let huge = Parsed::new(&AuditQuery { limit: Some(1 << 20), ..Default::default() }, None).unwrap();
+    let huge = Parsed::new(
+        &AuditQuery {
+            limit: Some(1 << 20),
+            ..Default::default()
+        },
+        None,
+    )
+    .unwrap();
     assert_eq!(huge.limit, MAX_LIMIT);
 }
 
@@ -213,12 +350,30 @@ fn a_tenant_scope_lists_only_its_tenant_and_refuses_another_tenants_records() {
     let page = log.page(&parsed.filter, None, 100).unwrap();
     assert_eq!(page.records.iter().map(|r| r.seq).collect::<Vec<_>>(), [5, 3, 2, 1]);
     for query in [
-        AuditQuery { tenant: Some("globex".into()), ..Default::default() },
-        AuditQuery { key: Some("globex/prod".into()), ..Default::default() },
+        AuditQuery {
+            tenant: Some("globex".into()),
+            ..Default::default()
+        },
+        AuditQuery {
+            key: Some("globex/prod".into()),
+            ..Default::default()
+        },
     ] {
-        assert!(matches!(Parsed::new(&query, Some(&acme)), Err(QueryError::OtherTenant(_))), "{query:?}");
+        assert!(
+            matches!(Parsed::new(&query, Some(&acme)), Err(QueryError::OtherTenant(_))),
+            "{query:?}"
+        );
     }
-    assert!(Parsed::new(&AuditQuery { key: Some("acme/prod".into()), ..Default::default() }, Some(&acme)).is_ok());
+    assert!(
+        Parsed::new(
+            &AuditQuery {
+                key: Some("acme/prod".into()),
+                ..Default::default()
+            },
+            Some(&acme)
+        )
+        .is_ok()
+    );
 }
 
 #[test]

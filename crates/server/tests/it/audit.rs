@@ -53,12 +53,20 @@ async fn a_register_a_refused_stale_deregister_and_a_deregister_are_recorded_wit
     let before = unix_ms();
     let registered = register(&server, "api", "api-0", 2).await;
     let stale = server
-        .call(Method::DELETE, &format!("{}?incarnation=1", instance_path("api", "api-0")), None)
+        .call(
+            Method::DELETE,
+            &format!("{}?incarnation=1", instance_path("api", "api-0")),
+            None,
+        )
         .await
         .expect(StatusCode::CONFLICT);
     assert_eq!(stale.code(), "stale_incarnation");
     let removed = server
-        .call(Method::DELETE, &format!("{}?incarnation=2", instance_path("api", "api-0")), None)
+        .call(
+            Method::DELETE,
+            &format!("{}?incarnation=2", instance_path("api", "api-0")),
+            None,
+        )
         .await
         .expect(StatusCode::OK)
         .revision();
@@ -133,16 +141,30 @@ async fn revoking_a_lease_records_every_endpoint_it_removed() {
     let revokes: Vec<_> = records
         .iter()
         .filter(|r| r["verb"] == "revoke_lease")
-        .map(|r| (r["key"].as_str().unwrap(), r["instance"].as_str().unwrap(), r["revision"].as_u64()))
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap(),
+                r["instance"].as_str().unwrap(),
+                r["revision"].as_u64(),
+            )
+        })
         .collect();
     assert_eq!(
         revokes,
-        [("acme/prod/web", "web-0", Some(revoked)), ("acme/prod/api", "api-0", Some(revoked))],
+        [
+            ("acme/prod/web", "web-0", Some(revoked)),
+            ("acme/prod/api", "api-0", Some(revoked))
+        ],
         "one record per endpoint removed, at the revocation's revision (newest first)"
     );
     let granted = records.iter().find(|r| r["verb"] == "grant_lease").expect("the grant");
     assert_eq!(granted["lease"].as_u64(), Some(lease));
-    assert!(records.iter().filter(|r| r["verb"] == "register").all(|r| r["lease"].as_u64() == Some(lease)));
+    assert!(
+        records
+            .iter()
+            .filter(|r| r["verb"] == "register")
+            .all(|r| r["lease"].as_u64() == Some(lease))
+    );
 }
 
 #[tokio::test]
@@ -184,17 +206,26 @@ async fn pages_filters_and_bad_queries() {
     assert_eq!(seen, ["api-4", "api-3", "api-2", "api-1", "api-0"]);
 
     let keys = |records: Vec<Value>| -> Vec<String> {
-        records.iter().map(|r| r["key"].as_str().unwrap_or("-").to_owned()).collect()
+        records
+            .iter()
+            .map(|r| r["key"].as_str().unwrap_or("-").to_owned())
+            .collect()
     };
     assert_eq!(keys(records(&server, "tenant=globex").await), ["globex/prod/api"]);
     assert_eq!(keys(records(&server, "key=acme/prod/web").await), ["acme/prod/web"]);
-    assert_eq!(keys(records(&server, "key=acme/prod").await).len(), 6, "the namespace's services");
+    assert_eq!(
+        keys(records(&server, "key=acme/prod").await).len(),
+        6,
+        "the namespace's services"
+    );
     assert_eq!(
         keys(records(&server, &format!("since_ms={split}")).await),
         ["globex/prod/api"]
     );
     assert!(
-        records(&server, &format!("until_ms={split}&tenant=globex")).await.is_empty(),
+        records(&server, &format!("until_ms={split}&tenant=globex"))
+            .await
+            .is_empty(),
         "until is exclusive of what came later"
     );
     assert!(records(&server, "principal=someone-else").await.is_empty());
@@ -215,7 +246,10 @@ async fn pages_filters_and_bad_queries() {
         ("cursor=1.2", "cursor"),
         ("since_ms=10&until_ms=5", "until_ms"),
     ] {
-        let reply = server.get(&format!("/v1/audit?{query}")).await.expect(StatusCode::BAD_REQUEST);
+        let reply = server
+            .get(&format!("/v1/audit?{query}"))
+            .await
+            .expect(StatusCode::BAD_REQUEST);
         assert_eq!(reply.code(), "bad_request", "{query}");
         assert!(reply.message().contains(says), "{query}: {}", reply.message());
     }
@@ -277,7 +311,11 @@ async fn every_node_of_a_cluster_records_the_same_mutations() {
         assert!(written.is_some(), "node {} accepts writes", i + 1);
     }
     nodes[1]
-        .call(Method::DELETE, &format!("{}?incarnation=1", instance_path("api", "api-0")), None)
+        .call(
+            Method::DELETE,
+            &format!("{}?incarnation=1", instance_path("api", "api-0")),
+            None,
+        )
         .await
         .expect(StatusCode::CONFLICT);
 
@@ -339,7 +377,10 @@ async fn a_wrong_cluster_secret_is_recorded_as_a_denial_with_its_source_address(
     assert_eq!(denial["source"], source.to_string());
     assert_eq!(denial["verb"], "cluster");
     assert_eq!(denial["resource"], "POST /raft/vote");
-    assert!(denial["reason"].as_str().unwrap().contains("wrong cluster secret"), "{denial}");
+    assert!(
+        denial["reason"].as_str().unwrap().contains("wrong cluster secret"),
+        "{denial}"
+    );
     assert!(denial.get("principal").is_none(), "nobody was authenticated: {denial}");
     // Seen by the node that refused it only.
     assert!(records(&nodes[1], "outcome=denied").await.is_empty());
