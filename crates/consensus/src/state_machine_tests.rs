@@ -171,9 +171,12 @@ async fn a_build_that_finishes_after_a_newer_snapshot_does_not_replace_it() {
     assert_eq!(revision(&open(dir.path())), Revision(3));
 }
 
-/// Remembers what `judged` reported: (log index, position, origin, refused code or revision).
+/// One `judged` report: log index, position, origin, and the revision or the refusal's code.
+type Judgement = (u64, usize, Option<u64>, Result<Revision, &'static str>);
+
+/// Remembers what `judged` reported.
 #[derive(Default)]
-struct Judgements(std::sync::Mutex<Vec<(u64, usize, Option<u64>, Result<Revision, &'static str>)>>);
+struct Judgements(std::sync::Mutex<Vec<Judgement>>);
 
 impl ApplyObserver for Judgements {
     fn applied(&self, _registry: &Registry, _applied: &Applied) {}

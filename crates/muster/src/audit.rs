@@ -81,6 +81,10 @@ pub fn query(args: &AuditArgs, now_unix_ms: u64) -> Result<AuditQuery, CliError>
 }
 
 /// Runs `muster audit`.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the wall clock is read once here, at the edge; `query` takes it as an input"
+)]
 pub async fn run(args: AuditArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -67,6 +67,8 @@ pub(crate) struct Background {
     pub(crate) checker: CheckerConfig,
     /// The other members, in a cluster.
     pub(crate) cluster: Option<ClusterLink>,
+    /// The audit trail, already feeding from the node's apply path.
+    pub(crate) audit: Arc<AuditLog>,
 }
 
 impl App {
@@ -78,12 +80,12 @@ impl App {
         stopping: watch::Receiver<bool>,
         background: Background,
         config_policy: RegistryConfig,
-        audit: Arc<AuditLog>,
     ) -> App {
         let Background {
             brakes,
             checker,
             cluster,
+            audit,
         } = background;
         App {
             node,

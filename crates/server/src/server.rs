@@ -158,9 +158,9 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             brakes,
             checker: config.health.checker(),
             cluster: link,
+            audit,
         },
         config.registry.clone(),
-        audit,
     ));
     let router = routes::router(Arc::clone(&app), config.max_body_bytes);
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();

@@ -13,6 +13,10 @@ use crate::support::{TestServer, endpoint, instance_path, poll};
 
 const SECRET: &str = "a-cluster-secret-of-some-length";
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the records' times come from the server's wall clock; the test brackets them"
+)]
 fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
 }
