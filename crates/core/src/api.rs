@@ -42,8 +42,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::check::CheckStatus;
 use crate::{
-    Actor, Endpoint, EndpointSpec, Incarnation, InstanceId, Label, LeaseId, Revision, ServiceSnapshot, ServiceUpdate,
-    ServingState,
+    Actor, Endpoint, EndpointSpec, Incarnation, InstanceId, Label, LeaseId, Principal, Revision, ServiceSnapshot,
+    ServiceUpdate, ServingState,
 };
 
 /// How a registration gets its lease: a new one with this TTL, or an existing one.
@@ -391,7 +391,8 @@ pub struct AuditRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
     /// What: the command (`register`, `set_serving`, `drain`, `deregister`, `evict`,
-    /// `grant_lease`, `revoke_lease`, `expire_leases`, `set_policy`, ...) or the verb denied.
+    /// `grant_lease`, `revoke_lease`, `expire_leases`, `set_policy`, `acl_bootstrap`,
+    /// `create_token`, `revoke_token`) or the verb denied.
     pub verb: String,
     /// The tenant concerned, when one is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -408,6 +409,9 @@ pub struct AuditRecord {
     /// The lease concerned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseId>,
+    /// The token concerned (its accessor): token bootstrap, creation, revocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accessor: Option<String>,
     /// The committed revision holding the command's effect (absent when refused or denied).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<Revision>,
@@ -496,4 +500,79 @@ pub enum Frame {
         /// The last revision sent.
         revision: Revision,
     },
+}
+
+/// `POST /v1/acl/tokens`: a new token (SPEC S1, S2). Rules are in their text form,
+/// `NAMESPACE/SERVICE=VERB,...` (names exact, `prefix*` or `*`; verbs `read`, `watch`,
+/// `register`, `renew`, `set_state`, `deregister`, `admin`, or `*`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenCreateRequest {
+    /// The tenant the token belongs to; absent: an operator token (every tenant and the
+    /// cluster-wide routes), which only an operator may create.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<Label>,
+    /// Allow rules.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Deny rules.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// A client certificate SAN (URI such as `spiffe://...`, or a DNS name) that
+    /// authenticates as this token over mutual TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub san: Option<String>,
+    /// What the token is for.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+}
+
+/// The reply of `POST /v1/acl/bootstrap` and `POST /v1/acl/tokens`: the only time the secret
+/// is shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenSecretReply {
+    /// The token's public id (lists, audit, revocation).
+    pub accessor: String,
+    /// The bearer secret: `Authorization: Bearer <secret>`.
+    pub secret: String,
+}
+
+/// A token as `GET /v1/acl/tokens` lists it: never its secret or hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenInfo {
+    /// The public id.
+    pub accessor: String,
+    /// Its tenant; absent: an operator token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<Label>,
+    /// Allow rules, text form.
+    pub allow: Vec<String>,
+    /// Deny rules, text form.
+    pub deny: Vec<String>,
+    /// The certificate SAN bound to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub san: Option<String>,
+    /// What it is for.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// When it was created (ms since the Unix epoch, the creating command's time).
+    pub created_at_ms: u64,
+    /// Who created it.
+    pub created_by: Principal,
+    /// The principal it acts as (`token:<accessor>`).
+    pub principal: Principal,
+}
+
+/// `GET /v1/acl/tokens`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenListReply {
+    /// The tokens the caller may see, by accessor.
+    pub tokens: Vec<TokenInfo>,
+}
+
+/// `DELETE /v1/acl/tokens/{accessor}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRevokeReply {
+    /// The revision the revocation committed at: from it on, every node refuses the token.
+    pub revision: Revision,
 }

@@ -138,11 +138,15 @@ pub fn audit_text(reply: &AuditReply) -> String {
     text
 }
 
-/// A denial's source and reason, a refusal's reason, a lease; `-` when there is nothing.
+/// A lease or token, a denial's source and resource, a refusal's or denial's reason; `-` when
+/// there is nothing.
 fn detail(record: &AuditRecord) -> String {
     let mut parts = Vec::new();
     if let Some(lease) = record.lease {
         parts.push(format!("lease {lease}"));
+    }
+    if let Some(accessor) = &record.accessor {
+        parts.push(format!("token {accessor}"));
     }
     if let Some(source) = &record.source {
         parts.push(format!("from {source}"));

@@ -6,9 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use muster_auth::{Denial, Request, Scope};
 use muster_consensus::Node;
 use muster_core::api::{LeaseReply, WriteReply};
-use muster_core::{Actor, Principal, ServiceKey};
+use muster_core::{Actor, ErrorCode, Principal, ServiceKey};
 use muster_health::checker::CheckerConfig;
 use muster_health::preservation::Brakes;
 use muster_leader::{LeaderEngine, Now, Reply, ReplyTo};
@@ -17,17 +18,19 @@ use rand_core::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use tokio::sync::{oneshot, watch};
 
-use crate::audit::AuditLog;
+use crate::audit::{AuditLog, Denial as AuditDenial};
+use crate::auth::{AuthConfig, Caller};
 use crate::clock::ServerClock;
 use crate::error::ApiError;
 use crate::forward::ClusterLink;
 use crate::hub::WatchHub;
 use crate::metrics::CheckerStats;
+use crate::peer::Peer;
 
 /// The engine the server drives: the checker's jitter from a seeded generator.
 pub(crate) type Engine = LeaderEngine<Xoshiro256PlusPlus>;
 
-/// The principal of every request until authentication exists (SPEC S1 is a later issue).
+/// The principal of every request while authentication is off (SPEC S1).
 pub(crate) const ANONYMOUS: &str = "anonymous";
 
 /// The handlers' shared state.
@@ -50,7 +53,12 @@ pub(crate) struct App {
     ready: AtomicBool,
     /// Turns true when the server starts stopping: blocking queries return at once.
     stopping: watch::Receiver<bool>,
-    anonymous: Principal,
+    pub(crate) anonymous: Principal,
+    /// Whether requests must authenticate (SPEC S1).
+    pub(crate) auth: AuthConfig,
+    /// Bumped whenever the token table changes or is replaced: open watch streams re-check
+    /// their tokens on it (`TokenWatch`).
+    pub(crate) acl_changes: watch::Receiver<u64>,
     /// This node's config file's `[registry]` section: only the initial policy; `status`
     /// reports how the replicated policy differs from it.
     pub(crate) config_policy: RegistryConfig,
@@ -69,6 +77,10 @@ pub(crate) struct Background {
     pub(crate) cluster: Option<ClusterLink>,
     /// The audit trail, already feeding from the node's apply path.
     pub(crate) audit: Arc<AuditLog>,
+    /// Whether requests must authenticate.
+    pub(crate) auth: AuthConfig,
+    /// The token table's changes (from [`crate::auth::TokenWatch`]).
+    pub(crate) acl_changes: watch::Receiver<u64>,
 }
 
 impl App {
@@ -86,6 +98,8 @@ impl App {
             checker,
             cluster,
             audit,
+            auth,
+            acl_changes,
         } = background;
         App {
             node,
@@ -106,6 +120,8 @@ impl App {
             ready: AtomicBool::new(false),
             stopping,
             anonymous: Principal::new(ANONYMOUS).expect("'anonymous' is a valid principal"),
+            auth,
+            acl_changes,
             config_policy,
             audit,
         }
@@ -214,9 +230,71 @@ impl App {
         self.stopping.clone()
     }
 
-    /// The metadata of a command proposed now by the anonymous caller.
-    pub(crate) fn meta(&self, actor: Actor) -> CommandMeta {
-        self.meta_as(actor, &self.anonymous)
+    /// The metadata of a command proposed now by `caller`.
+    pub(crate) fn meta(&self, actor: Actor, caller: &Caller) -> CommandMeta {
+        self.meta_as(actor, caller.principal())
+    }
+
+    /// A `403 permission_denied` for `request`, recorded in the audit trail (SPEC S4).
+    pub(crate) fn denied(
+        &self,
+        caller: &Caller,
+        peer: Option<&Peer>,
+        request: &Request<'_>,
+        denial: &Denial,
+    ) -> ApiError {
+        let what = match request.scope {
+            Scope::Service { namespace, service } => format!("{namespace}/{service}"),
+            Scope::Namespace(namespace) => format!("{namespace}/*"),
+            Scope::AnyService => "*/*".to_owned(),
+            Scope::Whole => "the whole tenant".to_owned(),
+        };
+        let tenant = request.tenant.map_or_else(|| "cluster".to_owned(), ToString::to_string);
+        tracing::info!(
+            principal = %caller.principal(),
+            source = ?peer.map(|p| p.addr),
+            verb = %request.verb,
+            tenant,
+            what,
+            reason = %denial,
+            "permission denied"
+        );
+        let key = match (request.tenant, request.scope) {
+            (Some(tenant), Scope::Service { namespace, service }) => {
+                ServiceKey::new(tenant.as_str(), namespace, service).ok()
+            }
+            _ => None,
+        };
+        let message = format!("{} on {tenant} {what}: {denial}", request.verb);
+        self.audit.denied(AuditDenial {
+            principal: Some(caller.principal().clone()),
+            tenant: request.tenant.cloned(),
+            key,
+            verb: request.verb.to_string(),
+            resource: format!("{tenant} {what}"),
+            code: ErrorCode::PermissionDenied,
+            reason: denial.to_string(),
+            source: peer.map(|p| p.addr),
+            at_ms: self.clock.unix_now_ms(),
+        });
+        ApiError::new(ErrorCode::PermissionDenied, message)
+    }
+
+    /// A `401 unauthenticated`, recorded in the audit trail (SPEC S4).
+    pub(crate) fn unauthenticated(&self, peer: Option<&Peer>, path: &str, why: &str) -> ApiError {
+        tracing::info!(source = ?peer.map(|p| p.addr), path, why, "unauthenticated");
+        self.audit.denied(AuditDenial {
+            principal: None,
+            tenant: None,
+            key: None,
+            verb: "authenticate".to_owned(),
+            resource: path.to_owned(),
+            code: ErrorCode::Unauthenticated,
+            reason: why.to_owned(),
+            source: peer.map(|p| p.addr),
+            at_ms: self.clock.unix_now_ms(),
+        });
+        ApiError::new(ErrorCode::Unauthenticated, why)
     }
 
     /// The metadata of a command proposed now by the server itself (a duty of the leader

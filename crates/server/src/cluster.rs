@@ -49,24 +49,21 @@ fn authenticate(app: &App, peer: Option<&Peer>, resource: &str, headers: &Header
         return Ok(());
     }
     let reason = format!("node-to-node requests need the cluster secret in {SECRET_HEADER}");
-    // The accept loop gives every request its peer; without one there is no source to record.
-    if let Some(peer) = peer {
-        app.audit.denied(Denial {
-            principal: None,
-            tenant: None,
-            key: None,
-            verb: "cluster".to_owned(),
-            resource: format!("POST {resource}"),
-            code: muster_core::ErrorCode::Unauthenticated,
-            reason: if secret.is_empty() {
-                format!("no cluster secret in {SECRET_HEADER}")
-            } else {
-                format!("a wrong cluster secret in {SECRET_HEADER}")
-            },
-            source: peer.addr,
-            at_ms: app.clock.unix_now_ms(),
-        });
-    }
+    app.audit.denied(Denial {
+        principal: None,
+        tenant: None,
+        key: None,
+        verb: "cluster".to_owned(),
+        resource: format!("POST {resource}"),
+        code: muster_core::ErrorCode::Unauthenticated,
+        reason: if secret.is_empty() {
+            format!("no cluster secret in {SECRET_HEADER}")
+        } else {
+            format!("a wrong cluster secret in {SECRET_HEADER}")
+        },
+        source: peer.map(|peer| peer.addr),
+        at_ms: app.clock.unix_now_ms(),
+    });
     Err(ApiError::new(muster_core::ErrorCode::Unauthenticated, reason))
 }
 

@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use muster_consensus::ClusterConfig;
+
+use crate::auth::AuthConfig;
 use muster_core::ServiceKey;
 use muster_core::address::host_port;
 use muster_dns::ZoneConfig;
@@ -55,6 +57,9 @@ pub struct ServerConfig {
     pub cluster_secret: Option<String>,
     /// The audit trail (SPEC S4).
     pub audit: AuditConfig,
+    /// Authentication and authorisation (SPEC S1, S2): off by default, and then the API
+    /// binds loopback only.
+    pub auth: AuthConfig,
 }
 
 /// The audit trail's retention (SPEC S4): in memory, the newest `retention` records; see the
@@ -235,6 +240,7 @@ impl Default for ServerConfig {
             peers: BTreeMap::new(),
             cluster_secret: None,
             audit: AuditConfig::default(),
+            auth: AuthConfig::default(),
         }
     }
 }

@@ -42,8 +42,10 @@
 #![forbid(unsafe_code)]
 
 mod accept;
+mod acl;
 mod app;
 mod audit;
+mod auth;
 mod clock;
 mod cluster;
 mod config;
@@ -73,6 +75,7 @@ mod wait;
 mod watch;
 mod writes;
 
+pub use auth::AuthConfig;
 pub use config::{AuditConfig, HealthConfig, ServerConfig};
 pub use hub::WatchStats;
 pub use server::{RunningServer, run, start};

@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 
 use crate::app::{App, Background};
 use crate::audit::AuditLog;
+use crate::auth::TokenWatch;
 use crate::clock::ServerClock;
 use crate::dns::DnsFeed;
 use crate::forward::ClusterLink;
@@ -47,10 +48,10 @@ pub struct RunningServer {
 }
 
 fn check(config: &ServerConfig) -> Result<(), ServerError> {
-    if !config.http.ip().is_loopback() {
+    if !config.http.ip().is_loopback() && !config.auth.enabled {
         return Err(ServerError::Config(format!(
-            "http: {} is not a loopback address; the API has no authentication configured yet \
-             (SPEC S1), so it binds loopback only (e.g. 127.0.0.1:7070)",
+            "http: {} is not a loopback address; without authentication ([auth] enabled = true) \
+             the API binds loopback only (SPEC S1), e.g. 127.0.0.1:7070",
             config.http
         )));
     }
@@ -95,6 +96,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let brakes = config.health.brakes().map_err(ServerError::Config)?;
     let hub = WatchHub::new(config.watch_queue_frames);
     let (leader_feed, leader_messages) = leader::channel();
+    let (token_watch, acl_changes) = TokenWatch::new();
     let cluster = config.cluster().map_err(ServerError::Config)?;
     let audit = Arc::new(AuditLog::new(config.audit.retention, random_epoch()));
     // The node-to-node listener is bound before the node opens, so peers can reach it as
@@ -123,6 +125,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             leader_feed,
             Arc::new(PolicyWatch::new(config.registry.clone())),
             Arc::clone(&audit) as Arc<dyn muster_consensus::ApplyObserver>,
+            Arc::new(token_watch),
         ])),
     )
     .await?;
@@ -159,6 +162,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             checker: config.health.checker(),
             cluster: link,
             audit,
+            auth: config.auth.clone(),
+            acl_changes,
         },
         config.registry.clone(),
     ));

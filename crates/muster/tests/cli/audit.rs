@@ -79,6 +79,7 @@ fn record(seq: u64, kind: AuditKind, outcome: &str) -> AuditRecord {
         instance: None,
         incarnation: None,
         lease: None,
+        accessor: None,
         revision: None,
         outcome: outcome.into(),
         reason: None,

@@ -47,8 +47,9 @@ pub(crate) struct Denial {
     pub(crate) code: ErrorCode,
     /// Why, for people.
     pub(crate) reason: String,
-    /// Where the request came from ([`crate::peer::Peer::addr`]).
-    pub(crate) source: SocketAddr,
+    /// Where the request came from ([`crate::peer::Peer::addr`]; the accept loop gives every
+    /// request one, so `None` only for a request that did not come through it).
+    pub(crate) source: Option<SocketAddr>,
     /// When: this node's clock, Unix milliseconds.
     pub(crate) at_ms: u64,
 }
@@ -131,11 +132,12 @@ impl AuditLog {
             instance: None,
             incarnation: None,
             lease: None,
+            accessor: None,
             revision: None,
             outcome: format!("denied:{}", code.as_str()),
             reason: Some(reason),
             resource: Some(resource),
-            source: Some(source.to_string()),
+            source: source.map(|addr| addr.to_string()),
             log_index: None,
             origin: None,
         });

@@ -22,6 +22,7 @@ fn mutation(at_ms: u64, principal: &str, key: &str, outcome: &str) -> AuditRecor
         instance: None,
         incarnation: None,
         lease: None,
+        accessor: None,
         revision: None,
         outcome: outcome.to_owned(),
         reason: None,
@@ -211,7 +212,7 @@ fn a_denial_is_recorded_with_its_source_code_and_reason() {
         resource: "PUT /v1/registry/acme/prod/api/api-0".into(),
         code: ErrorCode::PermissionDenied,
         reason: "no rule allows it".into(),
-        source: "10.1.2.3:5555".parse().unwrap(),
+        source: Some("10.1.2.3:5555".parse().unwrap()),
         at_ms: 99,
     });
     let parsed = Parsed::new(

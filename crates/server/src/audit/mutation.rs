@@ -6,6 +6,7 @@
 //! key, instance and incarnation, all at that revision), or one without a key when it removed
 //! none, so the `key` and `tenant` filters find an endpoint's removal whatever removed it.
 
+use muster_auth::Accessor;
 use muster_consensus::{ApplyObserver, Judged};
 use muster_core::api::{AuditKind, AuditRecord};
 use muster_core::{Event, Incarnation, InstanceId, Label, LeaseId, ServiceKey};
@@ -21,6 +22,7 @@ struct Subject<'a> {
     instance: Option<&'a InstanceId>,
     incarnation: Option<Incarnation>,
     lease: Option<LeaseId>,
+    accessor: Option<&'a Accessor>,
     /// Whether each endpoint it removed gets a record of its own.
     per_endpoint: bool,
 }
@@ -34,6 +36,7 @@ impl<'a> Subject<'a> {
             instance: None,
             incarnation: None,
             lease: None,
+            accessor: None,
             per_endpoint: false,
         }
     }
@@ -87,6 +90,20 @@ fn subject(command: &Command) -> Subject<'_> {
             ..Subject::of("expire_leases")
         },
         Command::SetPolicy(_) => Subject::of("set_policy"),
+        Command::AclBootstrap(bootstrap) => Subject {
+            accessor: Some(&bootstrap.token.accessor),
+            ..Subject::of("acl_bootstrap")
+        },
+        Command::CreateToken(create) => Subject {
+            tenant: create.token.tenant.as_ref(),
+            accessor: Some(&create.token.accessor),
+            ..Subject::of("create_token")
+        },
+        // The token's tenant is gone with it once applied: an operator's record.
+        Command::RevokeToken(revoke) => Subject {
+            accessor: Some(&revoke.accessor),
+            ..Subject::of("revoke_token")
+        },
     }
 }
 
@@ -120,6 +137,7 @@ pub(crate) fn records(judged: &Judged<'_>, mut record: impl FnMut(AuditRecord)) 
         instance: subject.instance.cloned(),
         incarnation: subject.incarnation,
         lease: subject.lease.or(applied.and_then(|a| a.lease.map(|grant| grant.id))),
+        accessor: subject.accessor.map(ToString::to_string),
         revision,
         outcome,
         reason,
