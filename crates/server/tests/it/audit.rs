@@ -392,3 +392,102 @@ async fn a_wrong_cluster_secret_is_recorded_as_a_denial_with_its_source_address(
         node.stop().await;
     }
 }
+
+/// Makes a token with `body` (`POST /v1/acl/tokens`) as `operator`; its secret.
+async fn token(server: &TestServer, operator: &str, body: Value) -> String {
+    let bearer = format!("Bearer {operator}");
+    let reply = server
+        .send(
+            Method::POST,
+            "/v1/acl/tokens",
+            Some(serde_json::to_vec(&body).unwrap()),
+            &[("authorization", &bearer)],
+        )
+        .await
+        .expect(StatusCode::CREATED);
+    reply.body["secret"].as_str().unwrap().to_owned()
+}
+
+async fn audit_as(server: &TestServer, secret: &str, query: &str) -> crate::support::Reply {
+    let bearer = format!("Bearer {secret}");
+    server
+        .send(
+            Method::GET,
+            &format!("/v1/audit?{query}"),
+            None,
+            &[("authorization", &bearer)],
+        )
+        .await
+}
+
+#[tokio::test]
+async fn with_auth_on_denials_are_recorded_and_a_tenant_admin_sees_only_its_tenant() {
+    let server = TestServer::start_with(|config| config.auth.enabled = true).await;
+    let operator = server
+        .call(Method::POST, "/v1/acl/bootstrap", None)
+        .await
+        .expect(StatusCode::CREATED)
+        .body["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let reader = token(&server, &operator, json!({"tenant": "acme", "allow": ["prod/*=read"]})).await;
+    let admin = token(&server, &operator, json!({"tenant": "acme", "allow": ["*/*=admin"]})).await;
+
+    // A write the reader may not make, and a request without credentials.
+    let bearer = format!("Bearer {reader}");
+    let refused = server
+        .send(
+            Method::PUT,
+            &instance_path("api", "api-0"),
+            Some(serde_json::to_vec(&json!({"incarnation": 1, "endpoint": endpoint("10.0.0.1")})).unwrap()),
+            &[("authorization", &bearer)],
+        )
+        .await
+        .expect(StatusCode::FORBIDDEN);
+    assert_eq!(refused.code(), "permission_denied");
+    server.get("/v1/audit").await.expect(StatusCode::UNAUTHORIZED);
+
+    let denials = audit_as(&server, &operator, "outcome=denied")
+        .await
+        .expect(StatusCode::OK);
+    let denials = denials.body["records"].as_array().unwrap().clone();
+    let outcomes: Vec<&str> = denials.iter().map(|d| d["outcome"].as_str().unwrap()).collect();
+    assert_eq!(
+        outcomes,
+        ["denied:unauthenticated", "denied:permission_denied"],
+        "{denials:?}"
+    );
+    let (unauthenticated, forbidden) = (&denials[0], &denials[1]);
+    assert_eq!(unauthenticated["resource"], "/v1/audit");
+    assert!(unauthenticated.get("principal").is_none());
+    assert_eq!(forbidden["verb"], "register");
+    assert_eq!(forbidden["key"], "acme/prod/api");
+    assert_eq!(forbidden["tenant"], "acme");
+    assert!(forbidden["principal"].as_str().is_some(), "{forbidden}");
+    for denial in &denials {
+        assert!(denial["source"].as_str().unwrap().starts_with("127.0.0.1:"), "{denial}");
+        assert_eq!(denial["kind"], "denial");
+    }
+
+    // The tenant's admin sees its tenant's records (the token made for it, the denial of
+    // its reader), not the cluster's own (the bootstrap, the unauthenticated request).
+    let own = audit_as(&server, &admin, "").await.expect(StatusCode::OK);
+    let own = own.body["records"].as_array().unwrap().clone();
+    assert!(!own.is_empty());
+    assert!(own.iter().all(|r| r["tenant"] == "acme"), "{own:?}");
+    assert!(
+        own.iter()
+            .any(|r| r["verb"] == "create_token" && r["accessor"].is_string())
+    );
+    let other = audit_as(&server, &admin, "tenant=globex")
+        .await
+        .expect(StatusCode::FORBIDDEN);
+    assert_eq!(other.code(), "permission_denied");
+    // A token without admin may not read the trail at all; both refusals are on record.
+    audit_as(&server, &reader, "").await.expect(StatusCode::FORBIDDEN);
+    let later = audit_as(&server, &operator, "outcome=denied:permission_denied")
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(later.body["records"].as_array().unwrap().len(), 3, "{}", later.body);
+}
