@@ -35,7 +35,7 @@ pub(crate) async fn list(
     };
     caller.require(&app, peer.as_deref(), &admin)?;
     answer(&app.audit, scope.as_ref(), &query)
-        .map_err(|refusal| {
+        .inspect_err(|refusal| {
             if refusal.code == ErrorCode::PermissionDenied {
                 app.audit.denied(Denial {
                     principal: Some(caller.principal().clone()),
@@ -49,7 +49,6 @@ pub(crate) async fn list(
                     at_ms: app.clock.unix_now_ms(),
                 });
             }
-            refusal
         })
         .map(Json)
 }
