@@ -35,6 +35,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod acl;
 pub mod args;
 pub mod audit;
 pub mod cli;

@@ -5,6 +5,7 @@
 //! test asserts on timing.
 
 mod audit;
+mod auth;
 mod cluster;
 mod dns;
 mod errors;
