@@ -97,12 +97,47 @@ fn random_session() -> u64 {
 
 /// Told about every applied command, in log order, while the registry is locked for the
 /// apply: implementations must be quick and must not call back into the node.
+///
+/// # Correctness
+/// - `applied` and `judged` see each proposal of a batch at most once per process: a retry of
+///   a batch already applied, or a late copy of an older one ([`crate::types::BatchId`]), is
+///   answered from the table of applied batches and reported to neither.
+/// - Every replica reports the same proposals with the same verdicts, in the same order; a
+///   replica that catches up by installing a snapshot reports only what it applies after it
+///   (the snapshot's own history is not replayed, `reset` is called instead).
+/// - After a restart the log after the newest snapshot is applied again through the same
+///   path, so it is reported again: whatever an observer derives from it must be derived
+///   state that starts empty at open, or recognise what it already holds by
+///   [`Judged::log_index`] and [`Judged::position`].
 pub trait ApplyObserver: Send + Sync + 'static {
     /// A command was applied (a refusal is not reported: it changed nothing).
     fn applied(&self, registry: &Registry, applied: &Applied);
+    /// A committed proposal was judged, applied or refused (after `applied`, for an applied
+    /// one): the audit trail's source (SPEC S4). Does nothing unless implemented.
+    fn judged(&self, judged: &Judged<'_>) {
+        let _ = judged;
+    }
     /// The whole state was replaced (at open, or restored from a snapshot): everything
     /// derived from it must be rebuilt, and watchers resynchronised.
     fn reset(&self, registry: &Registry);
+}
+
+/// One committed proposal and the registry's verdict on it, as [`ApplyObserver::judged`]
+/// sees it: the same on every replica.
+#[derive(Debug, Clone, Copy)]
+pub struct Judged<'a> {
+    /// The log entry that carried it.
+    pub log_index: u64,
+    /// Its place in that entry's batch, from 0.
+    pub position: usize,
+    /// The node that proposed the batch (`None` for entries written before batches had ids).
+    pub origin: Option<u64>,
+    /// The command.
+    pub command: &'a Command,
+    /// Who sent it and when (fixed in the log).
+    pub meta: &'a CommandMeta,
+    /// The verdict.
+    pub result: &'a Result<Applied, Rejection>,
 }
 
 /// A member of the group.

@@ -15,7 +15,9 @@
 //!   applied after the builder was taken are in neither the snapshot's state nor its
 //!   `last_log_id`, so replaying the log after it applies each exactly once.
 //! - A batch is applied at most once whatever number of times it reaches the log (retries
-//!   after a lost reply or a leader change): [`AppliedBatches`].
+//!   after a lost reply or a leader change): [`AppliedBatches`]. The observer hears of each
+//!   of its proposals once too, applied or refused ([`ApplyObserver::judged`]); a retry is
+//!   answered from the table and reported to nobody.
 
 use std::io::{self, Cursor};
 use std::sync::{Arc, RwLock};
@@ -26,7 +28,7 @@ use openraft::{AnyError, BasicNode, EntryPayload, ErrorSubject, ErrorVerb, Stora
 use serde::{Deserialize, Serialize};
 
 use crate::applied_batches::{AppliedBatches, Seen};
-use crate::node::ApplyObserver;
+use crate::node::{ApplyObserver, Judged};
 #[cfg(doc)]
 use crate::snapshot_files::SnapshotFiles;
 use crate::snapshot_store::{DurableSnapshot, SnapshotStore};
@@ -163,15 +165,25 @@ impl StateMachine {
             Some((_, Seen::Stale)) => return Outcome(Vec::new()),
             Some((_, Seen::New)) | None => {}
         }
+        let origin = batch.id.map(|id| id.origin);
         let outcome = Outcome(
             batch
                 .proposals
                 .iter()
-                .map(|proposal| {
+                .enumerate()
+                .map(|(position, proposal)| {
                     let result = registry.apply(&proposal.command, &proposal.meta);
                     if let Ok(applied) = &result {
                         self.shared.observer.applied(registry, applied);
                     }
+                    self.shared.observer.judged(&Judged {
+                        log_index,
+                        position,
+                        origin,
+                        command: &proposal.command,
+                        meta: &proposal.meta,
+                        result: &result,
+                    });
                     result
                 })
                 .collect(),

@@ -170,3 +170,64 @@ async fn a_build_that_finishes_after_a_newer_snapshot_does_not_replace_it() {
     drop(machine);
     assert_eq!(revision(&open(dir.path())), Revision(3));
 }
+
+/// One `judged` report: log index, position, origin, and the revision or the refusal's code.
+type Judgement = (u64, usize, Option<u64>, Result<Revision, &'static str>);
+
+/// Remembers what `judged` reported.
+#[derive(Default)]
+struct Judgements(std::sync::Mutex<Vec<Judgement>>);
+
+impl ApplyObserver for Judgements {
+    fn applied(&self, _registry: &Registry, _applied: &Applied) {}
+    fn reset(&self, _registry: &Registry) {}
+    fn judged(&self, judged: &crate::node::Judged<'_>) {
+        let verdict = judged
+            .result
+            .as_ref()
+            .map(|applied| applied.revision)
+            .map_err(muster_core::Rejection::code);
+        self.0
+            .lock()
+            .unwrap()
+            .push((judged.log_index, judged.position, judged.origin, verdict));
+    }
+}
+
+#[tokio::test]
+async fn every_proposal_is_judged_once_refusals_included_and_a_retry_is_not_judged_again() {
+    // The audit trail's source (SPEC S4): a refusal is an outcome too, and a batch that
+    // reaches the log twice (a lost reply, a retry) must not be recorded twice.
+    let dir = tempfile::tempdir().unwrap();
+    let observer = Arc::new(Judgements::default());
+    let mut machine = StateMachine::open(dir.path(), RegistryConfig::default(), observer.clone()).unwrap();
+    let refused = Proposal {
+        command: Command::RevokeLease(muster_registry::RevokeLease {
+            tenant: muster_core::Label::new("tenant", "acme").unwrap(),
+            lease: LeaseId(99),
+            expected_revision: None,
+        }),
+        meta: grant().meta,
+    };
+    let two = Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), 2),
+        payload: EntryPayload::Normal(Batch {
+            id: batch(2),
+            proposals: vec![grant(), refused],
+        }),
+    };
+    machine.apply([entry(1, batch(1)), two.clone()]).await.unwrap();
+    let retry = Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), 3),
+        ..two
+    };
+    machine.apply([retry, entry(4, batch(1))]).await.unwrap();
+    assert_eq!(
+        *observer.0.lock().unwrap(),
+        [
+            (1, 0, Some(2), Ok(Revision(1))),
+            (2, 0, Some(2), Ok(Revision(2))),
+            (2, 1, Some(2), Err("lease_not_found")),
+        ]
+    );
+}

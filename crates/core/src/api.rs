@@ -25,6 +25,7 @@
 //! | `POST /cluster/members` | [`AddMemberRequest`] → [`ClusterReply`] (leader only: `not_leader` elsewhere) |
 //! | `DELETE /cluster/members/{id}` | → [`ClusterReply`] (leader only) |
 //! | `GET /metrics` | → Prometheus text: revision, watchers, checker counters, `muster_protection_active{service}` |
+//! | `GET /audit[?tenant=T][&principal=P][&key=T/NS[/SVC]][&outcome=O][&since_ms=MS][&until_ms=MS][&limit=N][&cursor=C]` | → [`AuditReply`] (admin; newest first) |
 //!
 //! Errors are [`ErrorBody`] with the stable code of a [`Rejection`](crate::Rejection) or of
 //! the API itself (`bad_request`, `payload_too_large`, `method_not_allowed`, `compacted`, ...).
@@ -41,8 +42,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::check::CheckStatus;
 use crate::{
-    Endpoint, EndpointSpec, Incarnation, Label, LeaseId, Principal, Revision, ServiceSnapshot, ServiceUpdate,
-    ServingState,
+    Actor, Endpoint, EndpointSpec, Incarnation, InstanceId, Label, LeaseId, Principal, Revision, ServiceSnapshot,
+    ServiceUpdate, ServingState,
 };
 
 /// How a registration gets its lease: a new one with this TTL, or an existing one.
@@ -324,6 +325,128 @@ pub struct AddMemberRequest {
     pub id: u64,
     /// Its node-to-node address (`host:port`, its `--cluster-addr`).
     pub addr: String,
+}
+
+/// The query of `GET /v1/audit` (SPEC S4): every filter optional, all of them must match.
+/// Records come newest first; `cursor` (a previous reply's `next_cursor`) continues with the
+/// older ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditQuery {
+    /// Only records of this tenant (of the key written, the lease, or the request denied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// Only records of this principal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// Only records of this service (`tenant/namespace/service`) or of any service of this
+    /// namespace (`tenant/namespace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Only these outcomes: a kind (`applied`, `unchanged`, `refused`, `denied`) or one
+    /// outcome exactly (`refused:stale_incarnation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// Only records at or after this time (Unix milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<u64>,
+    /// Only records before this time (Unix milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<u64>,
+    /// At most this many records (default 100, at most 1,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// Continue after the previous page (opaque; valid on the node that issued it, until it
+    /// restarts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+/// What an audit record is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditKind {
+    /// A committed command, applied or refused: recorded by every node from the replicated
+    /// log, the same on each.
+    Mutation,
+    /// A request refused before it reached the log (authentication, authorisation): recorded
+    /// by the node that refused it only.
+    Denial,
+}
+
+/// One audit record (SPEC S4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// Its number on this node, increasing; numbering starts again when the node restarts.
+    pub seq: u64,
+    /// When (Unix milliseconds): a mutation's is the time fixed in the log with the command,
+    /// a denial's the refusing node's clock.
+    pub at_ms: u64,
+    /// A mutation or a denial.
+    pub kind: AuditKind,
+    /// Who: the authenticated caller; absent for a denial of a caller not authenticated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// A mutation's authority (SPEC L5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Actor>,
+    /// What: the command (`register`, `set_serving`, `drain`, `deregister`, `evict`,
+    /// `grant_lease`, `revoke_lease`, `expire_leases`, `set_policy`, `acl_bootstrap`,
+    /// `create_token`, `revoke_token`) or the verb denied.
+    pub verb: String,
+    /// The tenant concerned, when one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<Label>,
+    /// The service concerned: `tenant/namespace/service`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The instance concerned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<InstanceId>,
+    /// The incarnation the command spoke for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<Incarnation>,
+    /// The lease concerned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseId>,
+    /// The token concerned (its accessor): token bootstrap, creation, revocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accessor: Option<String>,
+    /// The committed revision holding the command's effect (absent when refused or denied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<Revision>,
+    /// `applied`, `unchanged:<why>`, `refused:<error code>` or `denied:<error code>`.
+    pub outcome: String,
+    /// Why it was refused or denied, for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A denial: what was asked for (method and path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    /// A denial: the address the request came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// A mutation: the log entry that carried it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_index: Option<u64>,
+    /// A mutation: the node that proposed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<u64>,
+}
+
+/// `GET /v1/audit`: one page of records, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditReply {
+    /// The records that matched, newest first.
+    pub records: Vec<AuditRecord>,
+    /// Pass as `cursor` for the next (older) page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    /// How many records this node keeps at most (the server's `audit.retention`).
+    pub retention: usize,
+    /// How many records this node has dropped since it started, oldest first, to stay
+    /// within `retention`.
+    pub evicted: u64,
 }
 
 /// An error's code and message.

@@ -65,6 +65,9 @@ pub enum Command {
     /// replicated state, so it judges every later write on every node.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// The audit trail, newest first: every committed write (applied or refused) and every
+    /// denied request, with who, what, when and why (admin).
+    Audit(crate::audit::AuditArgs),
     /// Access control: the one-time bootstrap, and tokens (create, list, revoke).
     #[command(subcommand)]
     Acl(crate::acl::AclCommand),

@@ -38,6 +38,7 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Lease(command) => lease(command, json, out).await,
         Command::Cluster(command) => cluster(command, json, out).await,
         Command::Policy(command) => policy(command, json, out).await,
+        Command::Audit(args) => crate::audit::run(args, json, out).await,
         Command::Acl(command) => crate::acl::run(command, json, out).await,
         Command::Status(args) => {
             let client = connect(&args.client)?;
@@ -370,7 +371,7 @@ async fn watch(args: WatchArgs, json: bool, out: &mut dyn Write) -> Result<(), C
     }
 }
 
-fn connect(args: &ClientArgs) -> Result<Client, CliError> {
+pub(crate) fn connect(args: &ClientArgs) -> Result<Client, CliError> {
     connect_to(&args.server, args.token.as_deref())
 }
 

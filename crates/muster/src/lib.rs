@@ -17,7 +17,7 @@
 //!   [`muster_client::http`], shared with applications that link the client library.
 //! - [`table`]: aligned text tables.
 //! - [`render`]: human output for every reply and frame.
-//! - [`commands`]: what each subcommand does.
+//! - [`commands`]: what each subcommand does; [`audit`]: `muster audit` (flags, query, table).
 //! - [`serve`]: `muster serve`: config file, flags, signals.
 //! - [`error`]: [`CliError`], its stable code and its exit code.
 //!
@@ -37,6 +37,7 @@
 
 pub mod acl;
 pub mod args;
+pub mod audit;
 pub mod cli;
 pub mod commands;
 pub mod duration;

@@ -50,6 +50,18 @@ pub enum Unchanged {
     PolicyAdopted,
 }
 
+impl Unchanged {
+    /// The stable code a reply (`unchanged`) and the audit trail (`unchanged:<code>`) use.
+    pub fn code(self) -> &'static str {
+        match self {
+            Unchanged::AlreadyCommitted => "already_committed",
+            Unchanged::DrainHeld => "drain_held",
+            Unchanged::NothingToExpire => "nothing_to_expire",
+            Unchanged::PolicyAdopted => "policy_adopted",
+        }
+    }
+}
+
 /// Why a read could not be answered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

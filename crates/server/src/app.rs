@@ -13,11 +13,12 @@ use muster_core::{Actor, ErrorCode, Principal, ServiceKey};
 use muster_health::checker::CheckerConfig;
 use muster_health::preservation::Brakes;
 use muster_leader::{LeaderEngine, Now, Reply, ReplyTo};
-use muster_registry::{Applied, Command, CommandMeta, LeaseGrant, Registry, RegistryConfig, Unchanged};
+use muster_registry::{Applied, Command, CommandMeta, LeaseGrant, Registry, RegistryConfig};
 use rand_core::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use tokio::sync::{oneshot, watch};
 
+use crate::audit::{AuditLog, Denial as AuditDenial};
 use crate::auth::{AuthConfig, Caller};
 use crate::clock::ServerClock;
 use crate::error::ApiError;
@@ -64,6 +65,9 @@ pub(crate) struct App {
     /// This node's config file's `[registry]` section: only the initial policy; `status`
     /// reports how the replicated policy differs from it.
     pub(crate) config_policy: RegistryConfig,
+    /// The audit trail (SPEC S4): fed by the apply path; denials are recorded with
+    /// [`AuditLog::denied`].
+    pub(crate) audit: Arc<AuditLog>,
 }
 
 /// What the background parts of an [`App`] start from.
@@ -76,6 +80,8 @@ pub(crate) struct Background {
     pub(crate) cluster: Option<ClusterLink>,
     /// The caps on open watch streams.
     pub(crate) watch_quota: Arc<WatchQuota>,
+    /// The audit trail, already feeding from the node's apply path.
+    pub(crate) audit: Arc<AuditLog>,
     /// Whether requests must authenticate.
     pub(crate) auth: AuthConfig,
     /// The token table's changes (from [`crate::auth::TokenWatch`]).
@@ -97,6 +103,7 @@ impl App {
             checker,
             cluster,
             watch_quota,
+            audit,
             auth,
             acl_changes,
         } = background;
@@ -123,6 +130,7 @@ impl App {
             auth,
             acl_changes,
             config_policy,
+            audit,
         }
     }
 
@@ -263,15 +271,41 @@ impl App {
             reason = %denial,
             "permission denied"
         );
-        ApiError::new(
-            ErrorCode::PermissionDenied,
-            format!("{} on {tenant} {what}: {denial}", request.verb),
-        )
+        let key = match (request.tenant, request.scope) {
+            (Some(tenant), Scope::Service { namespace, service }) => {
+                ServiceKey::new(tenant.as_str(), namespace, service).ok()
+            }
+            _ => None,
+        };
+        let message = format!("{} on {tenant} {what}: {denial}", request.verb);
+        self.audit.denied(AuditDenial {
+            principal: Some(caller.principal().clone()),
+            tenant: request.tenant.cloned(),
+            key,
+            verb: request.verb.to_string(),
+            resource: format!("{tenant} {what}"),
+            code: ErrorCode::PermissionDenied,
+            reason: denial.to_string(),
+            source: peer.map(|p| p.addr),
+            at_ms: self.clock.unix_now_ms(),
+        });
+        ApiError::new(ErrorCode::PermissionDenied, message)
     }
 
     /// A `401 unauthenticated`, recorded in the audit trail (SPEC S4).
     pub(crate) fn unauthenticated(&self, peer: Option<&Peer>, path: &str, why: &str) -> ApiError {
         tracing::info!(source = ?peer.map(|p| p.addr), path, why, "unauthenticated");
+        self.audit.denied(AuditDenial {
+            principal: None,
+            tenant: None,
+            key: None,
+            verb: "authenticate".to_owned(),
+            resource: path.to_owned(),
+            code: ErrorCode::Unauthenticated,
+            reason: why.to_owned(),
+            source: peer.map(|p| p.addr),
+            at_ms: self.clock.unix_now_ms(),
+        });
         ApiError::new(ErrorCode::Unauthenticated, why)
     }
 
@@ -300,16 +334,7 @@ impl App {
         WriteReply {
             revision: applied.revision,
             lease: applied.lease.map(|grant| self.lease_reply(grant)),
-            unchanged: applied.unchanged.map(|why| unchanged_code(why).to_owned()),
+            unchanged: applied.unchanged.map(|why| why.code().to_owned()),
         }
-    }
-}
-
-fn unchanged_code(why: Unchanged) -> &'static str {
-    match why {
-        Unchanged::AlreadyCommitted => "already_committed",
-        Unchanged::DrainHeld => "drain_held",
-        Unchanged::NothingToExpire => "nothing_to_expire",
-        Unchanged::PolicyAdopted => "policy_adopted",
     }
 }

@@ -6,7 +6,8 @@
 //!  follower ──POST /app/leader {renew | report | in_flight}──▶ answered here (only while
 //!                                             leading; else no_quorum) — see `forward`
 //!  leader ──GET /join/proof?nonce=N (no secret)──▶ this node's proof it holds the secret (`join`)
-//!        wrong or missing secret: 401 unauthenticated, nothing done, no byte of body read
+//!        wrong or missing secret: 401 unauthenticated, nothing done, no byte of body read,
+//!        the denial audited with the peer's address (SPEC S4)
 //! ```
 //!
 //! The secret is checked by a layer in front of every route, before any extractor runs
@@ -22,13 +23,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use std::sync::Arc;
 
-use muster_consensus::{Node, Rpc, SECRET_HEADER};
+use muster_consensus::{Rpc, SECRET_HEADER};
 
 use crate::app::App;
+use crate::audit::Denial;
 use crate::error::ApiError;
 use crate::forward::{LEADER_PATH, LeaderCall};
 use crate::join::{self, JoinKey, PROOF_PATH};
 use crate::lease_routes::renew_here;
+use crate::peer::Peer;
 use crate::writes::{in_flight_here, report_here};
 
 /// The largest node-to-node request: an append of many batched entries, or a snapshot chunk
@@ -55,24 +58,38 @@ pub(crate) fn router(app: Arc<App>, join: Arc<JoinKey>) -> Router {
 /// Refuses a request without the cluster secret before its body is read: the handlers
 /// behind it read bodies, this layer only the head.
 async fn authenticate_first(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
-    if let Err(refused) = authenticate(&app.node, request.headers()) {
+    let peer = request.extensions().get::<Peer>();
+    if let Err(refused) = authenticate(&app, peer, request.uri().path(), request.headers()) {
         return refused.into_response();
     }
     next.run(request).await
 }
 
-fn authenticate(node: &Node, headers: &HeaderMap) -> Result<(), ApiError> {
+fn authenticate(app: &App, peer: Option<&Peer>, resource: &str, headers: &HeaderMap) -> Result<(), ApiError> {
     let secret = headers
         .get(SECRET_HEADER)
         .and_then(|value| value.to_str().ok())
         .unwrap_or_default();
-    if node.accepts_secret(secret) {
+    if app.node.accepts_secret(secret) {
         return Ok(());
     }
-    Err(ApiError::new(
-        muster_core::ErrorCode::Unauthenticated,
-        format!("node-to-node requests need the cluster secret in {SECRET_HEADER}"),
-    ))
+    let reason = format!("node-to-node requests need the cluster secret in {SECRET_HEADER}");
+    app.audit.denied(Denial {
+        principal: None,
+        tenant: None,
+        key: None,
+        verb: "cluster".to_owned(),
+        resource: format!("POST {resource}"),
+        code: muster_core::ErrorCode::Unauthenticated,
+        reason: if secret.is_empty() {
+            format!("no cluster secret in {SECRET_HEADER}")
+        } else {
+            format!("a wrong cluster secret in {SECRET_HEADER}")
+        },
+        source: peer.map(|peer| peer.addr),
+        at_ms: app.clock.unix_now_ms(),
+    });
+    Err(ApiError::new(muster_core::ErrorCode::Unauthenticated, reason))
 }
 
 /// A request a follower forwarded (`forward`): answered by the same code the leader runs for

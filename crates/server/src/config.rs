@@ -71,9 +71,29 @@ pub struct ServerConfig {
     /// Open watch streams one tenant may hold, all its principals together: 65,536, four
     /// principals at their cap, so one tenant cannot take every descriptor of the node.
     pub max_watches_per_tenant: usize,
+    /// The audit trail (SPEC S4).
+    pub audit: AuditConfig,
     /// Authentication and authorisation (SPEC S1, S2): off by default, and then the API
     /// binds loopback only.
     pub auth: AuthConfig,
+}
+
+/// The audit trail's retention (SPEC S4): in memory, the newest `retention` records; see the
+/// `audit` module for what a restart keeps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Records kept, mutations and denials together: 10,000. A record is a few hundred bytes,
+    /// so the default costs a few MiB; writes are registrations, state changes and removals
+    /// (lease renewals are not logged), so it spans hours of a fleet of thousands of endpoints
+    /// redeploying. Longer retention is a log shipper's job (poll `GET /v1/audit`).
+    pub retention: usize,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig { retention: 10_000 }
+    }
 }
 
 /// The shortest cluster secret accepted: 16 bytes, so guessing it over the network is not an
@@ -262,6 +282,7 @@ impl Default for ServerConfig {
             body_read_timeout_ms: 10_000,
             max_watches_per_principal: 16_384,
             max_watches_per_tenant: 65_536,
+            audit: AuditConfig::default(),
             auth: AuthConfig::default(),
         }
     }

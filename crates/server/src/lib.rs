@@ -28,6 +28,8 @@
 //!   node-to-node listener; `join`: the proof a new member gives before the leader dials it;
 //!   `observers`: the apply fan-out.
 //! - `dns`: the DNS view's feed from the apply path.
+//! - `audit`: the audit trail (SPEC S4): mutations from the apply path, denials from the
+//!   handlers, `GET /v1/audit`.
 //! - `clock`, `page_token`, `wait`: small pieces.
 //!
 //! # HTTP conventions
@@ -45,6 +47,7 @@
 mod accept;
 mod acl;
 mod app;
+mod audit;
 mod auth;
 mod clock;
 mod cluster;
@@ -79,7 +82,7 @@ mod watch_quota;
 mod writes;
 
 pub use auth::AuthConfig;
-pub use config::{HealthConfig, ServerConfig};
+pub use config::{AuditConfig, HealthConfig, ServerConfig};
 pub use hub::WatchStats;
 pub use server::{RunningServer, run, start};
 

@@ -15,7 +15,7 @@ use axum::routing::{delete, get, post, put};
 use crate::app::App;
 use crate::error::{ApiError, code_for_status};
 use crate::guard::{self, RequestGuard};
-use crate::{acl, auth, lease_routes, membership, metrics, policy, reads, status, watch, writes};
+use crate::{acl, audit, auth, lease_routes, membership, metrics, policy, reads, status, watch, writes};
 
 /// How much of a stray plain-text error body the safety net quotes in its message: error
 /// texts from axum and hyper are one line; 1 KiB keeps a surprise from growing the reply.
@@ -40,6 +40,7 @@ pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard) 
         .route("/v1/status", get(status::status))
         .route("/v1/policy", get(policy::get).put(policy::put))
         .route("/v1/metrics", get(metrics::metrics))
+        .route("/v1/audit", get(audit::list))
         .route("/v1/cluster", get(membership::status))
         .route("/v1/cluster/members", post(membership::add))
         .route("/v1/cluster/members/{id}", delete(membership::remove))

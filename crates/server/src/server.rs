@@ -22,6 +22,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::app::{App, Background};
+use crate::audit::AuditLog;
 use crate::auth::TokenWatch;
 use crate::clock::ServerClock;
 use crate::dns::DnsFeed;
@@ -74,6 +75,9 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
     for origin in &config.allowed_origins {
         crate::guard::check_origin(origin).map_err(ServerError::Config)?;
     }
+    if config.audit.retention == 0 {
+        return Err(ServerError::Config("audit.retention: must be at least 1".into()));
+    }
     if config.max_body_bytes == 0 {
         return Err(ServerError::Config("max_body_bytes: must be at least 1".into()));
     }
@@ -84,6 +88,17 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
         .validate()
         .map_err(|err| ServerError::Config(format!("registry.{err}")))?;
     Ok(())
+}
+
+/// A number that tells this start's audit cursors from another node's or an earlier start's:
+/// 64 bits from the standard library's per-process hash keys (drawn from the operating
+/// system's generator), mixed with a per-call counter so two servers of one process differ.
+fn random_epoch() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    hasher.finish()
 }
 
 /// Opens the node, binds the HTTP API and starts serving. Bind `127.0.0.1:0` and read
@@ -103,6 +118,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let (leader_feed, leader_messages) = leader::channel();
     let (token_watch, acl_changes) = TokenWatch::new();
     let cluster = config.cluster().map_err(ServerError::Config)?;
+    let audit = Arc::new(AuditLog::new(config.audit.retention, random_epoch()));
     // The node-to-node listener is bound before the node opens, so peers can reach it as
     // soon as it votes.
     let cluster_listener = match (&cluster, config.cluster_addr) {
@@ -130,6 +146,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             hub.clone(),
             leader_feed,
             Arc::new(PolicyWatch::new(config.registry.clone())),
+            Arc::clone(&audit) as Arc<dyn muster_consensus::ApplyObserver>,
             Arc::new(token_watch),
         ])),
     )
@@ -167,6 +184,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             checker: config.health.checker(),
             cluster: link,
             watch_quota: WatchQuota::new(config.max_watches_per_principal, config.max_watches_per_tenant),
+            audit,
             auth: config.auth.clone(),
             acl_changes,
         },

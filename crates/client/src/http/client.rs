@@ -19,9 +19,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use muster_core::api::{
-    AddMemberRequest, CheckReportReply, CheckReportRequest, ClusterReply, DeregisterQuery, DrainRequest,
-    GrantLeaseRequest, InFlightRequest, LeaseReply, PolicyReply, PolicySetReply, RegisterRequest, ServicesReply,
-    SetServingRequest, SnapshotReply, StatusReply, TokenCreateRequest, TokenListReply, TokenRevokeReply,
+    AddMemberRequest, AuditQuery, AuditReply, CheckReportReply, CheckReportRequest, ClusterReply, DeregisterQuery,
+    DrainRequest, GrantLeaseRequest, InFlightRequest, LeaseReply, PolicyReply, PolicySetReply, RegisterRequest,
+    ServicesReply, SetServingRequest, SnapshotReply, StatusReply, TokenCreateRequest, TokenListReply, TokenRevokeReply,
     TokenSecretReply, WriteReply,
 };
 use muster_core::{Actor, InstanceId, Label, LeaseId, NamespaceKey, Revision, ServiceKey};
@@ -383,6 +383,31 @@ impl Client {
     pub async fn remove_member(&self, id: u64) -> Result<ClusterReply, ClientError> {
         self.call(Method::DELETE, &format!("/v1/cluster/members/{id}"), None::<&()>)
             .await
+    }
+
+    /// `GET /v1/audit`: one page of the audit trail, newest first (admin).
+    pub async fn audit(&self, query: &AuditQuery) -> Result<AuditReply, ClientError> {
+        let text = |name: &str, value: &Option<String>| value.as_ref().map(|v| format!("{name}={}", percent_encode(v)));
+        let number = |name: &str, value: Option<u64>| value.map(|v| format!("{name}={v}"));
+        let params: Vec<String> = [
+            text("tenant", &query.tenant),
+            text("principal", &query.principal),
+            text("key", &query.key),
+            text("outcome", &query.outcome),
+            number("since_ms", query.since_ms),
+            number("until_ms", query.until_ms),
+            number("limit", query.limit.map(|limit| limit as u64)),
+            text("cursor", &query.cursor),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let mut path = "/v1/audit".to_owned();
+        if !params.is_empty() {
+            path.push('?');
+            path.push_str(&params.join("&"));
+        }
+        self.call(Method::GET, &path, None::<&()>).await
     }
 
     async fn watch(

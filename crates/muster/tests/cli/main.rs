@@ -3,6 +3,7 @@
 //! loopback port, and the client library's registrar against an in-process registry. One
 //! test binary (CRATES.md tip 6); each file one concern.
 
+mod audit;
 mod cluster;
 mod discover;
 mod durability;

@@ -1,0 +1,70 @@
+//! `GET /v1/audit`: pages of the trail, newest first (SPEC S4). Admin only: the auth layer
+//! authenticates the caller (the route table says `Authenticated`), and this handler asks for
+//! `admin` on the whole of the caller's tenant, or an operator's `admin`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Extension, State};
+use muster_auth::{Request, Scope, Verb};
+use muster_core::api::{AuditQuery, AuditReply};
+use muster_core::{ErrorCode, Label};
+
+use crate::app::App;
+use crate::audit::filter::{Parsed, QueryError};
+use crate::audit::log::{AuditLog, Denial};
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::QueryParams;
+use crate::peer::Peer;
+
+/// `GET /v1/audit`: an operator (or, with auth off, anyone on loopback) sees every record; a
+/// tenant's token with `admin` on the whole tenant sees that tenant's records only. Every
+/// refusal is itself recorded.
+pub(crate) async fn list(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    peer: Option<Extension<Peer>>,
+    QueryParams(query): QueryParams<AuditQuery>,
+) -> Result<Json<AuditReply>, ApiError> {
+    let scope = caller.confined_to().cloned();
+    let admin = Request {
+        tenant: scope.as_ref(),
+        scope: Scope::Whole,
+        verb: Verb::Admin,
+    };
+    caller.require(&app, peer.as_deref(), &admin)?;
+    answer(&app.audit, scope.as_ref(), &query)
+        .inspect_err(|refusal| {
+            if refusal.code == ErrorCode::PermissionDenied {
+                app.audit.denied(Denial {
+                    principal: Some(caller.principal().clone()),
+                    tenant: scope.clone(),
+                    key: None,
+                    verb: Verb::Admin.to_string(),
+                    resource: "GET /v1/audit".to_owned(),
+                    code: ErrorCode::PermissionDenied,
+                    reason: refusal.message.clone(),
+                    source: peer.as_ref().map(|p| p.addr),
+                    at_ms: app.clock.unix_now_ms(),
+                });
+            }
+        })
+        .map(Json)
+}
+
+/// One page for a caller who may see `scope`'s records only (`None`: every record, tenants'
+/// and the cluster's own). Errors: 400 `bad_request` for a malformed parameter or a cursor
+/// this node did not issue since it started; 403 `permission_denied` for another tenant's.
+pub(crate) fn answer(log: &AuditLog, scope: Option<&Label>, query: &AuditQuery) -> Result<AuditReply, ApiError> {
+    let parsed = Parsed::new(query, scope).map_err(|error| match error {
+        QueryError::Malformed(message) => ApiError::bad_request(message),
+        QueryError::OtherTenant(message) => ApiError::new(ErrorCode::PermissionDenied, message),
+    })?;
+    log.page(&parsed.filter, parsed.cursor, parsed.limit).map_err(|_| {
+        ApiError::bad_request(
+            "cursor: issued by another node, or by this one before it restarted (its numbering \
+             starts again); list again without a cursor",
+        )
+    })
+}
