@@ -13,6 +13,8 @@ use muster_health::preservation::{Brakes, PreservationConfig};
 use muster_registry::RegistryConfig;
 use serde::{Deserialize, Serialize};
 
+use crate::listener::{ClusterTlsConfig, LimitsConfig, TlsConfig};
+
 /// Everything `muster serve` can be told. Every field has a default that makes a working
 /// single-node registry on loopback.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,8 +53,15 @@ pub struct ServerConfig {
     /// Every voter of a static cluster, this node included: id → `host:port` of its cluster
     /// listener. Empty: a single node.
     pub peers: BTreeMap<u64, String>,
-    /// The secret every node-to-node request carries; required in a cluster.
+    /// The secret every node-to-node request carries; required in a cluster (and kept as a
+    /// second factor over `cluster_tls`).
     pub cluster_secret: Option<String>,
+    /// TLS (and optional mutual TLS) for the HTTP API (SPEC S1); off by default.
+    pub tls: TlsConfig,
+    /// Mutual TLS between the members of a cluster (SPEC S1); off by default.
+    pub cluster_tls: ClusterTlsConfig,
+    /// Each listener's connection, header and handshake limits (SPEC S6).
+    pub limits: LimitsConfig,
 }
 
 /// The shortest cluster secret accepted: 16 bytes, so guessing it over the network is not an
@@ -64,7 +73,7 @@ impl ServerConfig {
     /// names the setting.
     pub(crate) fn cluster(&self) -> Result<Option<ClusterConfig>, String> {
         if self.peers.is_empty() {
-            if self.cluster_addr.is_some() || self.cluster_secret.is_some() {
+            if self.cluster_addr.is_some() || self.cluster_secret.is_some() || self.cluster_tls != ClusterTlsConfig::default() {
                 return Err("peers: a cluster needs --peers ID=ADDR,... (every voter, this node included)".into());
             }
             return Ok(None);
@@ -92,6 +101,8 @@ impl ServerConfig {
             node_id: self.node_id,
             members: self.peers.clone(),
             secret,
+            // Loaded from `cluster_tls` when the server starts (`crate::listener`).
+            tls: None,
         }))
     }
 }
@@ -214,6 +225,9 @@ impl Default for ServerConfig {
             cluster_addr: None,
             peers: BTreeMap::new(),
             cluster_secret: None,
+            tls: TlsConfig::default(),
+            cluster_tls: ClusterTlsConfig::default(),
+            limits: LimitsConfig::default(),
         }
     }
 }

@@ -79,9 +79,13 @@ pub(crate) struct ClusterLink {
 }
 
 impl ClusterLink {
-    pub(crate) fn new(peers: BTreeMap<u64, String>, secret: String) -> ClusterLink {
+    pub(crate) fn new(
+        peers: BTreeMap<u64, String>,
+        secret: String,
+        tls: Option<std::sync::Arc<muster_tls::ClientConfig>>,
+    ) -> ClusterLink {
         ClusterLink {
-            client: PeerClient::new(secret, peers),
+            client: PeerClient::new(secret, peers, tls),
         }
     }
 

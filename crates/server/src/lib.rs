@@ -14,8 +14,9 @@
 //! ```
 //!
 //! # Layout
-//! - `server`: [`start`], [`run`], [`RunningServer`]; `accept`: the HTTP/1.1 accept loop,
-//!   within the connection budget of `descriptors`.
+//! - `server`: [`start`], [`run`], [`RunningServer`]; `accept`: the HTTP/1.1 accept loop
+//!   (plain or TLS), within the connection budget of `descriptors`; `listener`: each
+//!   listener's TLS and limits.
 //! - `routes`: the route table and the JSON error safety net; `error`: codes and statuses.
 //! - `extract`: body, query, path and header extraction with API errors.
 //! - `writes`, `lease_routes`, `reads`, `watch`, `status`, `policy`: the handlers (`policy`
@@ -54,6 +55,7 @@ mod frames;
 mod hub;
 mod leader;
 mod lease_routes;
+mod listener;
 mod membership;
 mod metrics;
 mod observers;
@@ -72,6 +74,7 @@ mod writes;
 
 pub use config::{HealthConfig, ServerConfig};
 pub use hub::WatchStats;
+pub use listener::{ClientCertPolicy, ClusterTlsConfig, LimitsConfig, ListenerLimits, TlsConfig};
 pub use server::{RunningServer, run, start};
 
 /// Why the server could not start or stopped abnormally.

@@ -1,7 +1,7 @@
 //! Starting and stopping the daemon: the node, the HTTP listener, the leader task.
 //!
 //! ```text
-//!  start: check config ─▶ hub, leader feed, DNS zone ─▶ Node::open(observers = DNS feed, hub,
+//!  start: check config, read TLS files ─▶ hub, leader feed, DNS zone ─▶ Node::open(observers = DNS feed, hub,
 //!         leader feed) ─▶ bind HTTP, DNS (and the cluster listener) ─▶ serve + leader task
 //!         ─▶ ready
 //!  stop:  not ready ─▶ DNS stops ─▶ stop accepting (graceful) ─▶ watchers get `closing`, blocking
@@ -26,6 +26,7 @@ use crate::clock::ServerClock;
 use crate::dns::DnsFeed;
 use crate::forward::ClusterLink;
 use crate::hub::{WatchHub, WatchStats};
+use crate::listener::Listening;
 use crate::observers::Observers;
 use crate::policy::PolicyWatch;
 use crate::{ServerConfig, ServerError, accept, cluster, descriptors, dns, leader, routes};
@@ -64,6 +65,7 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
     }
     config.health.brakes().map_err(ServerError::Config)?;
     config.cluster().map_err(ServerError::Config)?;
+    config.limits.check().map_err(ServerError::Config)?;
     config
         .registry
         .validate()
@@ -80,7 +82,13 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let brakes = config.health.brakes().map_err(ServerError::Config)?;
     let hub = WatchHub::new(config.watch_queue_frames);
     let (leader_feed, leader_messages) = leader::channel();
-    let cluster = config.cluster().map_err(ServerError::Config)?;
+    let mut cluster = config.cluster().map_err(ServerError::Config)?;
+    // TLS material is read once, before anything is bound: a bad file fails the start.
+    let http_tls = config.tls.server_config().map_err(ServerError::Config)?;
+    let cluster_tls = config.cluster_tls.load().map_err(ServerError::Config)?;
+    if let (Some(cluster), Some(tls)) = (cluster.as_mut(), &cluster_tls) {
+        cluster.tls = Some(Arc::clone(&tls.client));
+    }
     // The node-to-node listener is bound before the node opens, so peers can reach it as
     // soon as it votes.
     let cluster_listener = match (&cluster, config.cluster_addr) {
@@ -93,7 +101,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     };
     let link = cluster
         .as_ref()
-        .map(|c| ClusterLink::new(c.members.clone(), c.secret.clone()));
+        .map(|c| ClusterLink::new(c.members.clone(), c.secret.clone(), c.tls.clone()));
     let node = Node::open(
         NodeConfig {
             registry: config.registry.clone(),
@@ -146,8 +154,16 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     ));
     let router = routes::router(Arc::clone(&app), config.max_body_bytes);
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
-    let (http_budget, cluster_budget) = descriptors::budgets();
-    let serve = tokio::spawn(accept::serve(listener, router, stop_accepting_rx, http_budget));
+    let (http_budget, cluster_budget) = descriptors::budgets(&config.limits);
+    let http_listening = Listening::new(&config.limits.http, http_tls);
+    let serve = tokio::spawn(accept::serve(
+        listener,
+        router,
+        stop_accepting_rx,
+        http_budget,
+        http_listening,
+    ));
+    let cluster_listening = Listening::new(&config.limits.cluster, cluster_tls.map(|tls| tls.server));
     let cluster_serve = cluster_listener.map(|listener| {
         let (stop, stop_rx) = oneshot::channel::<()>();
         let task = tokio::spawn(accept::serve(
@@ -155,6 +171,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             cluster::router(Arc::clone(&app)),
             stop_rx,
             cluster_budget,
+            cluster_listening,
         ));
         (stop, task)
     });
