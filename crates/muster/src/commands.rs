@@ -370,7 +370,12 @@ async fn watch(args: WatchArgs, json: bool, out: &mut dyn Write) -> Result<(), C
 }
 
 fn connect(args: &ClientArgs) -> Result<Client, CliError> {
-    Client::new(&args.server).map_err(|err| CliError::usage(err.code(), err.to_string()))
+    let usage = |err: muster_client::http::ClientError| CliError::usage(err.code(), err.to_string());
+    let client = Client::new(&args.server).map_err(usage)?;
+    Ok(match args.tls.client_tls().map_err(usage)? {
+        Some(tls) => client.with_tls(&tls),
+        None => client,
+    })
 }
 
 /// Prints `value` as one line of JSON, or the human text.
