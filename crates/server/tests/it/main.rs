@@ -14,5 +14,6 @@ mod lifecycle;
 mod policy;
 mod reads;
 mod support;
+mod tls;
 mod watch;
 mod writes;
