@@ -285,4 +285,124 @@ mod tests {
         stop.send(()).unwrap();
         server.await.unwrap().unwrap();
     }
+
+    mod tls {
+        use http_body_util::{BodyExt, Full};
+        use hyper::body::Bytes;
+        use hyper_util::client::legacy::Client;
+        use hyper_util::rt::TokioExecutor;
+        use muster_testkit::pki::{Leaf, TestCa};
+        use muster_tls::{ClientAuth, Connector, Identity, Roots};
+
+        use super::*;
+        use crate::listener::ListenerLimits;
+
+        /// A TLS listener with a `localhost` certificate of `ca`, taking client certificates
+        /// of `ca` (optionally), whose one route answers with the caller's certificate names.
+        async fn listen(
+            ca: &TestCa,
+            connections: usize,
+            handshake_timeout_ms: u64,
+        ) -> (std::net::SocketAddr, oneshot::Sender<()>, tokio::task::JoinHandle<io::Result<()>>) {
+            let leaf = ca.localhost();
+            let identity = Identity::from_pem(leaf.cert.as_bytes(), leaf.key.as_bytes()).unwrap();
+            let roots = Roots::from_pem(ca.pem().as_bytes()).unwrap();
+            let config = muster_tls::server_config(&identity, &ClientAuth::Optional(roots)).unwrap();
+            let limits = ListenerLimits {
+                tls_handshake_timeout_ms: handshake_timeout_ms,
+                ..ListenerLimits::default()
+            };
+            let router = Router::new().route(
+                "/v1/anything",
+                axum::routing::get(|axum::Extension(peer): axum::Extension<Peer>| async move {
+                    format!("{:?}", peer.certificate.as_deref().map(|c| (&c.uris, &c.dns_names)))
+                }),
+            );
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (stop, stop_rx) = oneshot::channel();
+            let listening = Listening::new(&limits, Some(config));
+            let server = tokio::spawn(serve(
+                listener,
+                router,
+                stop_rx,
+                ConnectionBudget::of(connections),
+                listening,
+            ));
+            (addr, stop, server)
+        }
+
+        async fn get(ca: &TestCa, identity: Option<&Leaf>, addr: std::net::SocketAddr) -> Result<(u16, String), String> {
+            let roots = Roots::from_pem(ca.pem().as_bytes()).unwrap();
+            let identity = identity.map(|l| Identity::from_pem(l.cert.as_bytes(), l.key.as_bytes()).unwrap());
+            let config = muster_tls::client_config(&roots, identity.as_ref()).unwrap();
+            let client: Client<Connector, Full<Bytes>> =
+                Client::builder(TokioExecutor::new()).build(Connector::new(Some(config), Duration::from_secs(5)));
+            let uri = format!("https://localhost:{}/v1/anything", addr.port());
+            let reply = tokio::time::timeout(Duration::from_secs(10), client.get(uri.parse().unwrap()))
+                .await
+                .expect("an answer in time")
+                .map_err(|e| format!("{e:?}"))?;
+            let status = reply.status().as_u16();
+            let body = reply.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+            Ok((status, String::from_utf8_lossy(&body).into_owned()))
+        }
+
+        #[tokio::test]
+        async fn a_verified_client_certificates_names_reach_every_request_and_no_certificate_names_none() {
+            let ca = TestCa::new("muster test CA");
+            let (addr, stop, server) = listen(&ca, 8, 10_000).await;
+            let api = ca.leaf(&["api.acme.internal"], &[], &["spiffe://acme.internal/ns/prod/sa/api"]);
+            let (status, body) = get(&ca, Some(&api), addr).await.unwrap();
+            assert_eq!(status, 200);
+            assert_eq!(
+                body,
+                r#"Some((["spiffe://acme.internal/ns/prod/sa/api"], ["api.acme.internal"]))"#
+            );
+            // Optional client certificates: one without is served, and names nobody.
+            assert_eq!(get(&ca, None, addr).await.unwrap(), (200, "None".to_owned()));
+            stop.send(()).unwrap();
+            server.await.unwrap().unwrap();
+        }
+
+        #[tokio::test]
+        async fn over_the_budget_a_tls_client_is_answered_too_many_connections_over_tls() {
+            let ca = TestCa::new("muster test CA");
+            let (addr, stop, server) = listen(&ca, 1, 60_000).await;
+            // Takes the only place and never handshakes (the timeout is far off).
+            let _silent = TcpStream::connect(addr).await.unwrap();
+            let mut refused = (0, String::new());
+            for _ in 0..100 {
+                refused = get(&ca, None, addr).await.unwrap();
+                if refused.0 == 503 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert_eq!(refused.0, 503, "{refused:?}");
+            assert!(refused.1.contains("\"code\":\"too_many_connections\""), "{refused:?}");
+            stop.send(()).unwrap();
+            server.await.unwrap().unwrap();
+        }
+
+        #[tokio::test]
+        async fn a_client_that_never_handshakes_gives_its_place_back_after_the_handshake_timeout() {
+            let ca = TestCa::new("muster test CA");
+            let (addr, stop, server) = listen(&ca, 1, 200).await;
+            // Takes the only place and sends nothing: without the handshake timeout it would
+            // hold it for as long as it stays connected.
+            let _silent = TcpStream::connect(addr).await.unwrap();
+            let mut served = (0, String::new());
+            for _ in 0..200 {
+                served = get(&ca, None, addr).await.unwrap();
+                if served.0 == 200 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert_eq!(served, (200, "None".to_owned()));
+            stop.send(()).unwrap();
+            server.await.unwrap().unwrap();
+        }
+    }
 }
