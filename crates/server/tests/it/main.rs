@@ -11,6 +11,7 @@ mod faults;
 mod health;
 mod leases;
 mod lifecycle;
+mod limits;
 mod policy;
 mod reads;
 mod support;
