@@ -325,7 +325,10 @@ mod tests {
 
     #[test]
     fn tls_adds_the_handshake_rate_to_the_default_set_and_needs_spawn() {
-        assert_eq!(plan(&["--spawn", "--tls"]).unwrap().workloads.last(), Some(&Workload::Handshake));
+        assert_eq!(
+            plan(&["--spawn", "--tls"]).unwrap().workloads.last(),
+            Some(&Workload::Handshake)
+        );
         assert!(!plan(&["--spawn"]).unwrap().workloads.contains(&Workload::Handshake));
         assert!(Cli::try_parse_from(["bench", "--server", "http://127.0.0.1:1", "--tls"]).is_err());
     }

@@ -86,10 +86,15 @@ pub(crate) async fn handshakes(
             let tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
             tcp.set_nodelay(true).map_err(|e| e.to_string())?;
             let name = ServerName::IpAddress(addr.ip().into());
-            let mut tls = connector.connect(name, tcp).await.map_err(|e| format!("handshake: {e}"))?;
+            let mut tls = connector
+                .connect(name, tcp)
+                .await
+                .map_err(|e| format!("handshake: {e}"))?;
             tls.write_all(STATUS_REQUEST).await.map_err(|e| e.to_string())?;
             let mut head = [0; 16];
-            tls.read_exact(&mut head).await.map_err(|e| format!("reading the reply: {e}"))?;
+            tls.read_exact(&mut head)
+                .await
+                .map_err(|e| format!("reading the reply: {e}"))?;
             if !head.starts_with(b"HTTP/1.1 200") {
                 return Err(format!("answered {}", String::from_utf8_lossy(&head)));
             }

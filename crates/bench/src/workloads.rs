@@ -140,7 +140,9 @@ pub(crate) async fn renew(subject: &Subject, plan: &Plan, names: &Arc<Names>) ->
         async move {
             let id = ids[(n % ids.len() as u64) as usize];
             match system {
-                System::Muster | System::MusterTls => http.send_ok(Method::PUT, &names.muster_renew(id), None).await.map(drop),
+                System::Muster | System::MusterTls => {
+                    http.send_ok(Method::PUT, &names.muster_renew(id), None).await.map(drop)
+                }
                 System::Etcd => {
                     // The gateway answers 200 even for an unknown lease; only a TTL says it lived.
                     let body = http

@@ -220,7 +220,9 @@ impl TlsArgs {
                 reason: "--cert needs --cacert (the CA to verify the server with)".into(),
             }),
             None => Ok(None),
-            Some(ca) => muster_client::http::ClientTls::from_files(ca, self.cert.as_deref(), self.key.as_deref()).map(Some),
+            Some(ca) => {
+                muster_client::http::ClientTls::from_files(ca, self.cert.as_deref(), self.key.as_deref()).map(Some)
+            }
         }
     }
 }

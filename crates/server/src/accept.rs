@@ -167,15 +167,11 @@ async fn connection(
 }
 
 /// Serves HTTP/1.1 on `io` until the client is done or the server stops.
-async fn serve_http<I>(
-    builder: http1::Builder,
-    io: I,
-    router: Router,
-    peer: Peer,
-    mut stopping: watch::Receiver<bool>,
-) where
+async fn serve_http<I>(builder: http1::Builder, io: I, router: Router, peer: Peer, mut stopping: watch::Receiver<bool>)
+where
     I: Read + Write + Unpin + Send + 'static,
-{    // Every request of the connection carries who sent it ([`Peer`]).
+{
+    // Every request of the connection carries who sent it ([`Peer`]).
     let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
         request.extensions_mut().insert(peer.clone());
         // A Router is always ready: `call` without `poll_ready` is what axum::serve does.
@@ -303,7 +299,11 @@ mod tests {
             ca: &TestCa,
             connections: usize,
             handshake_timeout_ms: u64,
-        ) -> (std::net::SocketAddr, oneshot::Sender<()>, tokio::task::JoinHandle<io::Result<()>>) {
+        ) -> (
+            std::net::SocketAddr,
+            oneshot::Sender<()>,
+            tokio::task::JoinHandle<io::Result<()>>,
+        ) {
             let leaf = ca.localhost();
             let identity = Identity::from_pem(leaf.cert.as_bytes(), leaf.key.as_bytes()).unwrap();
             let roots = Roots::from_pem(ca.pem().as_bytes()).unwrap();
@@ -332,7 +332,11 @@ mod tests {
             (addr, stop, server)
         }
 
-        async fn get(ca: &TestCa, identity: Option<&Leaf>, addr: std::net::SocketAddr) -> Result<(u16, String), String> {
+        async fn get(
+            ca: &TestCa,
+            identity: Option<&Leaf>,
+            addr: std::net::SocketAddr,
+        ) -> Result<(u16, String), String> {
             let roots = Roots::from_pem(ca.pem().as_bytes()).unwrap();
             let identity = identity.map(|l| Identity::from_pem(l.cert.as_bytes(), l.key.as_bytes()).unwrap());
             let config = muster_tls::client_config(&roots, identity.as_ref()).unwrap();

@@ -73,7 +73,10 @@ impl ServerConfig {
     /// names the setting.
     pub(crate) fn cluster(&self) -> Result<Option<ClusterConfig>, String> {
         if self.peers.is_empty() {
-            if self.cluster_addr.is_some() || self.cluster_secret.is_some() || self.cluster_tls != ClusterTlsConfig::default() {
+            if self.cluster_addr.is_some()
+                || self.cluster_secret.is_some()
+                || self.cluster_tls != ClusterTlsConfig::default()
+            {
                 return Err("peers: a cluster needs --peers ID=ADDR,... (every voter, this node included)".into());
             }
             return Ok(None);

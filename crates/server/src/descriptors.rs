@@ -65,7 +65,12 @@ impl ConnectionBudget {
 pub(crate) fn budgets(limits: &LimitsConfig) -> (ConnectionBudget, ConnectionBudget) {
     let limit = raise_soft_limit();
     let (http, cluster) = split(limit, limits.http.max_connections, limits.cluster.max_connections);
-    tracing::info!(descriptors = limit, http_connections = http, cluster_connections = cluster, "connection budget");
+    tracing::info!(
+        descriptors = limit,
+        http_connections = http,
+        cluster_connections = cluster,
+        "connection budget"
+    );
     (ConnectionBudget::of(http), ConnectionBudget::of(cluster))
 }
 
@@ -83,7 +88,11 @@ fn split(limit: u64, http_max: Option<usize>, cluster_max: Option<usize>) -> (us
     let allowed = usize::try_from(allowed).unwrap_or(usize::MAX);
     let http = http_max.map_or(allowed, |max| max.min(allowed));
     if http_max.is_some_and(|max| max > allowed) {
-        tracing::warn!(configured = http_max, allowed, "limits.http.max_connections lowered to the descriptor budget");
+        tracing::warn!(
+            configured = http_max,
+            allowed,
+            "limits.http.max_connections lowered to the descriptor budget"
+        );
     }
     (http, cluster)
 }

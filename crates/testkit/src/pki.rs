@@ -63,7 +63,9 @@ impl TestCa {
     pub fn leaf(&self, dns: &[&str], ips: &[IpAddr], uris: &[&str]) -> Leaf {
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("no names");
         params.distinguished_name.push(DnType::CommonName, "muster test");
-        let dns = dns.iter().map(|name| SanType::DnsName((*name).try_into().expect("a DNS name")));
+        let dns = dns
+            .iter()
+            .map(|name| SanType::DnsName((*name).try_into().expect("a DNS name")));
         let ips = ips.iter().map(|ip| SanType::IpAddress(*ip));
         let uris = uris.iter().map(|uri| SanType::URI((*uri).try_into().expect("a URI")));
         params.subject_alt_names = dns.chain(ips).chain(uris).collect();

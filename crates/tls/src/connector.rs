@@ -90,7 +90,12 @@ impl tower_service::Service<Uri> for Connector {
             _ => None,
         };
         let tls = self.tls.clone().filter(|_| secure);
-        let host = uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_owned();
+        let host = uri
+            .host()
+            .unwrap_or_default()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
         let connecting = self.http.call(uri);
         Box::pin(async move {
             if let Some(refusal) = refusal {

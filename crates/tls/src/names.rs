@@ -54,11 +54,17 @@ mod tests {
 
     #[test]
     fn a_certificate_without_alternative_names_names_nothing() {
-        assert_eq!(CertificateNames::of(&certificate(&[])), Some(CertificateNames::default()));
+        assert_eq!(
+            CertificateNames::of(&certificate(&[])),
+            Some(CertificateNames::default())
+        );
     }
 
     #[test]
     fn bytes_that_are_not_a_certificate_name_nothing() {
-        assert_eq!(CertificateNames::of(&CertificateDer::from(vec![0x30, 0x03, 1, 2, 3])), None);
+        assert_eq!(
+            CertificateNames::of(&CertificateDer::from(vec![0x30, 0x03, 1, 2, 3])),
+            None
+        );
     }
 }

@@ -33,7 +33,12 @@ impl Identity {
 
     /// From PEM files.
     pub fn from_pem_files(cert: &std::path::Path, key: &std::path::Path) -> Result<Identity, TlsError> {
-        Identity::parse(&read(cert)?, &cert.display().to_string(), &read(key)?, &key.display().to_string())
+        Identity::parse(
+            &read(cert)?,
+            &cert.display().to_string(),
+            &read(key)?,
+            &key.display().to_string(),
+        )
     }
 
     fn parse(cert: &[u8], cert_name: &str, key: &[u8], key_name: &str) -> Result<Identity, TlsError> {

@@ -2,7 +2,6 @@
 //! answered `503 too_many_connections`, and a client that trickles its request head is cut
 //! off after `header_read_timeout_ms` instead of holding its connection.
 
-
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

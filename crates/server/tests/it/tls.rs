@@ -44,18 +44,27 @@ async fn request(
 ) -> Result<(StatusCode, String), String> {
     let mut builder = hyper::Request::builder().uri(url);
     if body.is_some() {
-        builder = builder.method(hyper::Method::POST).header("content-type", "application/json");
+        builder = builder
+            .method(hyper::Method::POST)
+            .header("content-type", "application/json");
     }
     for (name, value) in headers {
         builder = builder.header(*name, *value);
     }
-    let request = builder.body(Full::new(Bytes::from_static(body.unwrap_or_default()))).unwrap();
+    let request = builder
+        .body(Full::new(Bytes::from_static(body.unwrap_or_default())))
+        .unwrap();
     let response = tokio::time::timeout(STEP, client.request(request))
         .await
         .expect("an answer or an error in time")
         .map_err(|e| format!("{e:?}"))?;
     let status = response.status();
-    let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
@@ -91,7 +100,10 @@ async fn a_client_with_the_ca_is_served_over_tls_and_one_with_another_ca_is_not(
     assert!(body.contains("\"ready\":true"), "{body}");
     // By host name too: the certificate names localhost.
     let by_name = https(&server, "/v1/status").replacen("127.0.0.1", "localhost", 1);
-    assert_eq!(request(&tls_client(&ca, None), &by_name, None, &[]).await.unwrap().0, StatusCode::OK);
+    assert_eq!(
+        request(&tls_client(&ca, None), &by_name, None, &[]).await.unwrap().0,
+        StatusCode::OK
+    );
 
     let stranger = TestCa::new("another CA");
     let refused = request(&tls_client(&stranger, None), &https(&server, "/v1/status"), None, &[]).await;
@@ -143,7 +155,10 @@ async fn with_client_certificates_optional_a_client_without_one_is_served_and_a_
     let clients = TestCa::new("muster clients CA");
     let mut server = tls_server(&dir, &ca, Some((&clients, ClientCertPolicy::Optional))).await;
     let url = https(&server, "/v1/status");
-    assert_eq!(request(&tls_client(&ca, None), &url, None, &[]).await.unwrap().0, StatusCode::OK);
+    assert_eq!(
+        request(&tls_client(&ca, None), &url, None, &[]).await.unwrap().0,
+        StatusCode::OK
+    );
     let api = clients.leaf(&["api.acme.internal"], &[], &[]);
     assert_eq!(
         request(&tls_client(&ca, Some(&api)), &url, None, &[]).await.unwrap().0,
@@ -166,7 +181,10 @@ async fn incomplete_or_unreadable_tls_settings_are_refused_naming_the_setting() 
     let other_key = other.key.clone();
     let cases: Vec<(Spoil, &str)> = vec![
         (Box::new(move |c| c.tls.cert = Some(cert.clone())), "tls: cert and key"),
-        (Box::new(move |c| c.tls.client_ca = Some(key.clone())), "tls: cert and key"),
+        (
+            Box::new(move |c| c.tls.client_ca = Some(key.clone())),
+            "tls: cert and key",
+        ),
         (
             Box::new(move |c| {
                 c.tls.cert = Some(files.cert.clone());
@@ -205,7 +223,9 @@ async fn tls_cluster(dir: &TempDir, cas: &[&TestCa]) -> Vec<TestServer> {
     let mut nodes = Vec::new();
     for (i, ca) in cas.iter().enumerate() {
         let id = i as u64 + 1;
-        let leaf = ca.leaf(&[], &[localhost()], &[]).write(dir.path(), &format!("node-{id}"));
+        let leaf = ca
+            .leaf(&[], &[localhost()], &[])
+            .write(dir.path(), &format!("node-{id}"));
         let ca_file = ca.write(dir.path(), &format!("ca-{id}.pem"));
         let peers = peers.clone();
         let port = ports[i];
@@ -233,7 +253,10 @@ async fn total(node: &TestServer) -> u64 {
 
 /// Polls until `node` serves `want` endpoints of `prod/api`.
 async fn until_total(node: &TestServer, want: u64) {
-    let reached = poll(Duration::from_millis(25), || async move { (total(node).await == want).then_some(()) }).await;
+    let reached = poll(Duration::from_millis(25), || async move {
+        (total(node).await == want).then_some(())
+    })
+    .await;
     assert!(reached.is_some(), "never {want} endpoints, still {}", total(node).await);
 }
 
@@ -260,9 +283,22 @@ async fn a_three_node_cluster_forms_over_mutual_tls_and_commits_a_write() {
     let member = ca.leaf(&[], &[localhost()], &[]);
     let vote = format!("{listener}/raft/vote");
     let no_secret = request(&tls_client(&ca, Some(&member)), &vote, Some(b"{}"), &[]).await;
-    assert_eq!(no_secret.unwrap().0, StatusCode::UNAUTHORIZED, "the secret stays a second factor");
-    let no_certificate = request(&tls_client(&ca, None), &vote, Some(b"{}"), &[("x-muster-cluster-secret", SECRET)]).await;
-    assert!(no_certificate.is_err(), "served without a client certificate: {no_certificate:?}");
+    assert_eq!(
+        no_secret.unwrap().0,
+        StatusCode::UNAUTHORIZED,
+        "the secret stays a second factor"
+    );
+    let no_certificate = request(
+        &tls_client(&ca, None),
+        &vote,
+        Some(b"{}"),
+        &[("x-muster-cluster-secret", SECRET)],
+    )
+    .await;
+    assert!(
+        no_certificate.is_err(),
+        "served without a client certificate: {no_certificate:?}"
+    );
     for node in &mut nodes {
         node.stop().await;
     }
