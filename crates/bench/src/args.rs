@@ -124,7 +124,7 @@ pub struct BenchArgs {
     /// With --spawn: also start a second `muster serve` with its API over TLS (a throwaway CA
     /// made in memory), run the same workloads against it over keep-alive TLS connections
     /// (as `muster+tls`), and measure the TLS handshake rate (`handshake`).
-    #[arg(long, requires = "spawn")]
+    #[arg(long)]
     pub tls: bool,
     /// A short run for CI: 2 s per workload, 1,000 watchers, 5 changes.
     #[arg(long)]
@@ -230,6 +230,11 @@ impl BenchArgs {
                 return Err(BenchError::Usage(format!("{name} must be at least 1")));
             }
         }
+        if self.tls && !self.spawn {
+            return Err(BenchError::Usage(
+                "--tls needs --spawn: the bench starts the TLS server itself".into(),
+            ));
+        }
         if plan.duration.is_zero() || plan.max_requests == 0 {
             return Err(BenchError::Usage(
                 "--duration and --max-requests must be above 0".into(),
@@ -330,7 +335,10 @@ mod tests {
             Some(&Workload::Handshake)
         );
         assert!(!plan(&["--spawn"]).unwrap().workloads.contains(&Workload::Handshake));
-        assert!(Cli::try_parse_from(["bench", "--server", "http://127.0.0.1:1", "--tls"]).is_err());
+        assert!(matches!(
+            plan(&["--server", "http://127.0.0.1:1", "--tls"]),
+            Err(BenchError::Usage(_))
+        ));
     }
 
     #[test]

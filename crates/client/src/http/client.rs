@@ -482,11 +482,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_plain_http_urls_without_a_query_are_accepted() {
+    fn only_http_and_https_urls_without_a_query_are_accepted() {
         let client = Client::new("http://127.0.0.1:7070/").unwrap();
         assert_eq!(client.server(), "http://127.0.0.1:7070");
+        assert_eq!(Client::new("https://a:1").unwrap().server(), "https://a:1");
         for (url, reason) in [
-            ("https://a:1", "https is not supported"),
+            ("ftp://a:1", "must start with http:// or https://"),
             ("127.0.0.1:7070", "must start with http://"),
             ("http://a:1/?x=1", "must not hold a query"),
         ] {

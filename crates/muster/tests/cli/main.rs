@@ -18,3 +18,4 @@ mod render;
 mod resolver;
 mod support;
 mod surface;
+mod tls;
