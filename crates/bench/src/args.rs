@@ -26,6 +26,9 @@ pub enum Workload {
     /// The health checker at fleet scale (probe rate, CPU) and detection latency per check
     /// kind (SPEC H). Muster only; not part of the default set (it runs about a minute).
     Checks,
+    /// New TLS connections per second, each a full handshake (no session resumption) and one
+    /// `GET /v1/status`. Muster over TLS only (`--tls`), which adds it to the default set.
+    Handshake,
 }
 
 impl Workload {
@@ -47,6 +50,7 @@ impl Workload {
             Workload::Fanout => "fanout",
             Workload::Watchers => "watchers",
             Workload::Checks => "checks",
+            Workload::Handshake => "handshake",
         }
     }
 }
@@ -117,6 +121,11 @@ pub struct BenchArgs {
     /// Detections measured per check kind [default: 3; --quick: 1].
     #[arg(long, value_name = "N")]
     pub detection_samples: Option<usize>,
+    /// With --spawn: also start a second `muster serve` with its API over TLS (a throwaway CA
+    /// made in memory), run the same workloads against it over keep-alive TLS connections
+    /// (as `muster+tls`), and measure the TLS handshake rate (`handshake`).
+    #[arg(long)]
+    pub tls: bool,
     /// A short run for CI: 2 s per workload, 1,000 watchers, 5 changes.
     #[arg(long)]
     pub quick: bool,
@@ -174,7 +183,11 @@ impl BenchArgs {
     /// Resolves the defaults (`--quick` changes them; explicit flags win) and checks the counts.
     pub fn plan(&self) -> Result<Plan, BenchError> {
         let mut workloads = if self.workloads.is_empty() {
-            Workload::ALL.to_vec()
+            let mut all = Workload::ALL.to_vec();
+            if self.tls {
+                all.push(Workload::Handshake);
+            }
+            all
         } else {
             self.workloads.clone()
         };
@@ -216,6 +229,11 @@ impl BenchArgs {
             if value == 0 {
                 return Err(BenchError::Usage(format!("{name} must be at least 1")));
             }
+        }
+        if self.tls && !self.spawn {
+            return Err(BenchError::Usage(
+                "--tls needs --spawn: the bench starts the TLS server itself".into(),
+            ));
         }
         if plan.duration.is_zero() || plan.max_requests == 0 {
             return Err(BenchError::Usage(
@@ -308,6 +326,19 @@ mod tests {
     fn workloads_run_in_a_fixed_order_once_each() {
         let plan = plan(&["--workloads", "read,register,read"]).unwrap();
         assert_eq!(plan.workloads, [Workload::Register, Workload::Read]);
+    }
+
+    #[test]
+    fn tls_adds_the_handshake_rate_to_the_default_set_and_needs_spawn() {
+        assert_eq!(
+            plan(&["--spawn", "--tls"]).unwrap().workloads.last(),
+            Some(&Workload::Handshake)
+        );
+        assert!(!plan(&["--spawn"]).unwrap().workloads.contains(&Workload::Handshake));
+        assert!(matches!(
+            plan(&["--server", "http://127.0.0.1:1", "--tls"]),
+            Err(BenchError::Usage(_))
+        ));
     }
 
     #[test]

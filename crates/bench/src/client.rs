@@ -1,6 +1,7 @@
 //! The request/response HTTP client: hyper-util's legacy `Client` (CRATES.md "HTTP"),
 //! HTTP/1.1 with keep-alive, its pool sized to the worker count so each worker keeps one
-//! connection, and `TCP_NODELAY` so small requests are not held back by Nagle.
+//! connection, and `TCP_NODELAY` so small requests are not held back by Nagle; over TLS for
+//! an `https://` base with [`Http::with_tls`].
 
 use std::time::Duration;
 
@@ -8,25 +9,31 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 /// A request that takes this long is counted as an error: far above any healthy latency
 /// (milliseconds), short enough that a stalled server cannot hold a run hostage.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a TCP connection may take: the systems under test are on loopback.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A client of one base URL.
 #[derive(Debug, Clone)]
 pub(crate) struct Http {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<muster_tls::Connector, Full<Bytes>>,
     base: String,
 }
 
 impl Http {
     /// A client of `base` (`http://host:port`) keeping up to `pool` idle connections.
     pub(crate) fn new(base: &str, pool: usize) -> Http {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
+        Http::with_tls(base, pool, None)
+    }
+
+    /// Like [`Http::new`], verifying an `https://` base with `tls`.
+    pub(crate) fn with_tls(base: &str, pool: usize, tls: Option<std::sync::Arc<muster_tls::ClientConfig>>) -> Http {
+        let connector = muster_tls::Connector::new(tls, CONNECT_TIMEOUT);
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(pool)
             .build(connector);

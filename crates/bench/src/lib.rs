@@ -24,6 +24,9 @@
 //! - `fanout`: `--watchers` streams of one service, then `--changes` writes one at a time;
 //!   latency from sending the write to each watcher receiving the update of its revision.
 //! - `watchers`: server RSS growth (`/proc/PID/status` VmRSS) with those streams open, ÷ N.
+//! - `handshake` (with `--tls`): new TLS connections per second, each a full handshake and
+//!   one request, against the TLS server; `--tls` also runs every other workload against it
+//!   (`muster+tls`, keep-alive), right after the plain server, for a same-run comparison.
 //! - `checks` (opt-in): `--checks` endpoints with HTTP checks at 10 s against a target in
 //!   this process: probes per second and server CPU, then detection latency per check kind
 //!   against its bound (see the `checks` module). Muster only.
@@ -48,6 +51,7 @@ mod render;
 mod report;
 mod requests;
 mod spawn;
+mod tls;
 mod watch;
 mod workloads;
 
@@ -83,6 +87,8 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     let mut spawned: Vec<Spawned> = Vec::new();
     let mut systems = Vec::new();
     let mut subjects = Vec::new();
+    // `--tls`: the TLS server's URL, PID and the client config trusting its CA.
+    let mut tls_server = None;
     let muster = if args.spawn {
         let bin = match &args.muster_bin {
             Some(bin) => bin.clone(),
@@ -92,9 +98,15 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
             })?,
         };
         info!(bin = %bin.display(), "starting muster serve");
-        let process = spawn_muster(&bin).await?;
+        let (process, _) = spawn_muster(&bin, false).await?;
         let found = Some((process.url.clone(), Some(process.pid), true));
         spawned.push(process);
+        if args.tls {
+            info!(bin = %bin.display(), "starting muster serve with TLS");
+            let (process, client_tls) = spawn_muster(&bin, true).await?;
+            tls_server = Some((process.url.clone(), process.pid, client_tls));
+            spawned.push(process);
+        }
         found
     } else {
         args.server.clone().map(|url| (url, args.server_pid, false))
@@ -118,6 +130,23 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
                 pid,
             });
             subjects.push(Subject { system, http, pid });
+        }
+        // The TLS server right after the plain one, so both run under the same conditions.
+        if system == System::Muster
+            && let Some((url, pid, client_tls)) = &tls_server
+        {
+            let http = Http::with_tls(url, plan.connections, client_tls.clone());
+            systems.push(SystemInfo {
+                system: System::MusterTls,
+                url: http.base().to_owned(),
+                spawned: true,
+                pid: Some(*pid),
+            });
+            subjects.push(Subject {
+                system: System::MusterTls,
+                http,
+                pid: Some(*pid),
+            });
         }
     }
 
@@ -173,6 +202,27 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
             }
         }
         workloads.push(WorkloadReport::new(Workload::Checks, results, skipped));
+    }
+    if plan.workloads.contains(&Workload::Handshake) {
+        let mut results = Vec::new();
+        let mut skipped = Vec::new();
+        match &tls_server {
+            Some((url, pid, Some(client_tls))) => {
+                let addr = url
+                    .trim_start_matches("https://")
+                    .parse()
+                    .map_err(|_| BenchError::Usage(format!("the TLS server's URL {url} names no address")))?;
+                let subject = Subject {
+                    system: System::MusterTls,
+                    http: Http::new(url, 1),
+                    pid: Some(*pid),
+                };
+                info!("running the TLS handshake workload");
+                results.push(tls::handshakes(&subject, addr, client_tls, &plan).await);
+            }
+            _ => skipped.push("no TLS server: run with --spawn --tls".to_owned()),
+        }
+        workloads.push(WorkloadReport::new(Workload::Handshake, results, skipped));
     }
     drop(spawned);
     let report = Report {

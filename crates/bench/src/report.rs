@@ -24,6 +24,9 @@ pub enum System {
     Muster,
     /// etcd 3.4 through its JSON gateway.
     Etcd,
+    /// A second Muster server of the same build, its API over TLS (`--tls`), loaded over
+    /// keep-alive connections like the plain one.
+    MusterTls,
 }
 
 impl System {
@@ -32,6 +35,7 @@ impl System {
         match self {
             System::Muster => "muster",
             System::Etcd => "etcd",
+            System::MusterTls => "muster+tls",
         }
     }
 }
@@ -55,6 +59,8 @@ pub enum Target {
         /// Bytes.
         bytes: f64,
     },
+    /// No target: the figure is reported (the TLS handshake rate).
+    Reported,
     /// Every second's probe count within this fraction of the fleet's rate, and the server
     /// under this many cores.
     ProbeSchedule {
@@ -78,6 +84,7 @@ impl Target {
                 tolerance: 0.2,
                 max_cores: 0.5,
             },
+            Workload::Handshake => Target::Reported,
         }
     }
 
@@ -85,6 +92,7 @@ impl Target {
     pub fn figure(&self, result: &SystemResult) -> Option<f64> {
         match self {
             Target::MinThroughput { .. } => Some(result.throughput_per_s),
+            Target::Reported => None,
             Target::MaxP99 { .. } => result.latency.as_ref().map(|l| l.p99_ms),
             Target::MaxBytesPerWatcher { .. } => result.memory.as_ref().map(|m| m.per_watcher_bytes),
             // One figure for two limits: the larger of deviation ÷ tolerance and cores ÷ limit
@@ -104,6 +112,7 @@ impl Target {
             Target::MaxP99 { ms } => figure <= ms,
             Target::MaxBytesPerWatcher { bytes } => figure <= bytes,
             Target::ProbeSchedule { .. } => figure <= 1.0,
+            Target::Reported => true,
         }
     }
 
@@ -112,6 +121,7 @@ impl Target {
         match *self {
             Target::MinThroughput { per_second } => format!("≥ {}/s", thousands(per_second as u64)),
             Target::MaxP99 { ms } => format!("p99 ≤ {ms} ms"),
+            Target::Reported => "reported, no target".to_owned(),
             Target::MaxBytesPerWatcher { bytes } => format!("≤ {} KiB/watcher", bytes / 1024.0),
             Target::ProbeSchedule { tolerance, max_cores } => {
                 format!("probes/s within ±{:.0}%, server < {max_cores} core", tolerance * 100.0)
@@ -129,6 +139,7 @@ pub fn anchors(workload: Workload) -> &'static str {
         Workload::Fanout => "10,000 watchers of one service",
         Workload::Watchers => "etcd publishes ≈ 35 KiB per connection+stream",
         Workload::Checks => "10,000 endpoints with HTTP checks at 10 s: 1,000 probes/s; etcd has no checks",
+        Workload::Handshake => "new TLS connections per second, each a full handshake (no resumption) and one request",
     }
 }
 

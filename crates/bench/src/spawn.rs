@@ -92,8 +92,13 @@ impl Spawned {
     }
 
     /// Waits until `probe` says ready, or the process exits, or the timeout.
-    async fn wait_ready(mut self, what: &'static str, probe: impl AsyncProbe) -> Result<Spawned, BenchError> {
-        let http = Http::new(&self.url, 1);
+    async fn wait_ready(
+        mut self,
+        what: &'static str,
+        probe: impl AsyncProbe,
+        tls: Option<std::sync::Arc<muster_tls::ClientConfig>>,
+    ) -> Result<Spawned, BenchError> {
+        let http = Http::with_tls(&self.url, 1, tls);
         let start = now();
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -147,8 +152,13 @@ impl AsyncProbe for EtcdReady {
     }
 }
 
-/// Starts `bin serve` on free loopback ports with a temporary data dir.
-pub(crate) async fn spawn_muster(bin: &Path) -> Result<Spawned, BenchError> {
+/// Starts `bin serve` on free loopback ports with a temporary data dir; with `tls`, its API
+/// serves TLS with a certificate of a throwaway CA ([`crate::tls::Pki`]), and the
+/// returned client config trusts that CA.
+pub(crate) async fn spawn_muster(
+    bin: &Path,
+    tls: bool,
+) -> Result<(Spawned, Option<std::sync::Arc<muster_tls::ClientConfig>>), BenchError> {
     let fail = |detail: String| BenchError::Spawn { what: "muster", detail };
     let dir = tempfile::Builder::new()
         .prefix("muster-bench-")
@@ -169,8 +179,17 @@ pub(crate) async fn spawn_muster(bin: &Path) -> Result<Spawned, BenchError> {
         // Per-request logging would cost the server CPU the benchmark is measuring.
         command.env("RUST_LOG", "warn");
     }
-    let spawned = start("muster", command, dir, format!("http://{http}"))?;
-    spawned.wait_ready("muster", MusterReady).await
+    let mut client_tls = None;
+    if tls {
+        let pki = crate::tls::Pki::new().map_err(fail)?;
+        let (cert, key) = pki.write(dir.path()).map_err(fail)?;
+        command.arg("--tls-cert").arg(cert).arg("--tls-key").arg(key);
+        client_tls = Some(pki.client_config().map_err(fail)?);
+    }
+    let scheme = if tls { "https" } else { "http" };
+    let spawned = start("muster", command, dir, format!("{scheme}://{http}"))?;
+    let spawned = spawned.wait_ready("muster", MusterReady, client_tls.clone()).await?;
+    Ok((spawned, client_tls))
 }
 
 /// Starts etcd as a single member on free loopback ports with a temporary data dir.
@@ -194,5 +213,5 @@ pub(crate) async fn spawn_etcd(bin: &Path) -> Result<Spawned, BenchError> {
         .arg(format!("bench={peer}"))
         .args(["--logger", "zap", "--log-level", "warn"]);
     let spawned = start("etcd", command, dir, client)?;
-    spawned.wait_ready("etcd", EtcdReady).await
+    spawned.wait_ready("etcd", EtcdReady, None).await
 }

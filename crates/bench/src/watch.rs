@@ -150,7 +150,7 @@ async fn stream<P>(
         let Ok(data) = frame.into_data() else { continue };
         lines.push(&data, |line| {
             match request.system {
-                System::Muster => {
+                System::Muster | System::MusterTls => {
                     let head: FrameHead = serde_json::from_slice(line).map_err(|err| format!("frame: {err}"))?;
                     match (head.kind.as_str(), head.revision) {
                         ("update", Some(revision)) => {
@@ -185,7 +185,7 @@ async fn stream<P>(
 async fn commit(subject: &Subject, names: &Names, k: u64) -> Result<u64, String> {
     let instance = format!("c-{k}");
     match subject.system {
-        System::Muster => {
+        System::Muster | System::MusterTls => {
             let (path, body) = names.muster_register_in(FANOUT_SERVICE, &instance, 1_000 + k);
             let body = subject.http.send_ok(Method::PUT, &path, Some(body)).await?;
             let reply: WriteReply = serde_json::from_slice(&body).map_err(|err| err.to_string())?;
@@ -223,7 +223,7 @@ pub(crate) async fn watch_phase(
     commit(subject, names, 0).await.map_err(setup_failed)?;
     let (addr, host) = resolve(subject.http.base()).await.map_err(setup_failed)?;
     let (method, path, body) = match subject.system {
-        System::Muster => (Method::GET, names.muster_watch(FANOUT_SERVICE), Bytes::new()),
+        System::Muster | System::MusterTls => (Method::GET, names.muster_watch(FANOUT_SERVICE), Bytes::new()),
         System::Etcd => (Method::POST, "/v3/watch".to_owned(), names.etcd_watch(FANOUT_SERVICE)),
     };
     let request = WatchRequest {

@@ -77,7 +77,7 @@ pub(crate) async fn register(subject: &Subject, plan: &Plan, names: &Arc<Names>)
     let max = plan.max_requests.min(MAX_REGISTRATIONS);
     let meter = CpuMeter::start(subject.pid);
     let outcome = match subject.system {
-        System::Muster => {
+        System::Muster | System::MusterTls => {
             closed_loop(plan.connections, plan.duration, max, move |n| {
                 let (http, names) = (http.clone(), Arc::clone(&names));
                 async move {
@@ -111,7 +111,7 @@ pub(crate) async fn renew(subject: &Subject, plan: &Plan, names: &Arc<Names>) ->
         let (http, names, granted) = (http.clone(), Arc::clone(&names_for_grant), Arc::clone(&granted));
         async move {
             let id = match system {
-                System::Muster => {
+                System::Muster | System::MusterTls => {
                     let (path, body) = names.muster_grant();
                     let body = http.send_ok(Method::POST, &path, Some(body)).await?;
                     let reply: WriteReply = serde_json::from_slice(&body).map_err(|err| err.to_string())?;
@@ -140,7 +140,9 @@ pub(crate) async fn renew(subject: &Subject, plan: &Plan, names: &Arc<Names>) ->
         async move {
             let id = ids[(n % ids.len() as u64) as usize];
             match system {
-                System::Muster => http.send_ok(Method::PUT, &names.muster_renew(id), None).await.map(drop),
+                System::Muster | System::MusterTls => {
+                    http.send_ok(Method::PUT, &names.muster_renew(id), None).await.map(drop)
+                }
                 System::Etcd => {
                     // The gateway answers 200 even for an unknown lease; only a TTL says it lived.
                     let body = http
@@ -169,7 +171,7 @@ pub(crate) async fn read(subject: &Subject, plan: &Plan, names: &Arc<Names>) -> 
         async move {
             let instance = format!("i-{n}");
             match system {
-                System::Muster => {
+                System::Muster | System::MusterTls => {
                     let (path, body) = names.muster_register_in(READ_SERVICE, &instance, n);
                     http.send_ok(Method::PUT, &path, Some(body)).await.map(drop)
                 }
@@ -183,7 +185,7 @@ pub(crate) async fn read(subject: &Subject, plan: &Plan, names: &Arc<Names>) -> 
     .await;
     complete(subject, Workload::Read, &setup, READ_ENDPOINTS)?;
     let verify = match system {
-        System::Muster => http
+        System::Muster | System::MusterTls => http
             .send_ok(Method::GET, &names.muster_snapshot(READ_SERVICE), None)
             .await
             .and_then(|body| serde_json::from_slice::<SnapshotReply>(&body).map_err(|err| err.to_string()))
@@ -205,7 +207,7 @@ pub(crate) async fn read(subject: &Subject, plan: &Plan, names: &Arc<Names>) -> 
     let names = Arc::clone(names);
     let meter = CpuMeter::start(subject.pid);
     let outcome = match system {
-        System::Muster => {
+        System::Muster | System::MusterTls => {
             let path: Arc<str> = names.muster_snapshot(READ_SERVICE).into();
             closed_loop(plan.connections, plan.duration, plan.max_requests, move |_| {
                 let (http, path) = (http.clone(), Arc::clone(&path));

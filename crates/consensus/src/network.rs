@@ -1,6 +1,8 @@
 //! Node-to-node transport (SPEC R): openraft's RPCs and forwarded writes as JSON over
 //! HTTP/1.1 between the nodes' cluster listeners, authenticated with the shared cluster
-//! secret. A group of one has no peers ([`NoPeers`]).
+//! secret — and, when the cluster is configured for it, over mutual TLS (SPEC S1): the
+//! client verifies the listener against the cluster CA and presents its own certificate,
+//! and never falls back to plain HTTP. A group of one has no peers ([`NoPeers`]).
 //!
 //! ```text
 //!  openraft (sender) ──append / vote / snapshot──▶ HttpPeer ──POST /raft/{rpc}──▶ peer's cluster
@@ -18,8 +20,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use muster_tls::Connector;
 use openraft::BasicNode;
 use openraft::error::{InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
@@ -34,6 +36,10 @@ use crate::types::TypeConfig;
 
 /// The header that carries the cluster secret on every node-to-node request.
 pub const SECRET_HEADER: &str = "x-muster-cluster-secret";
+
+/// How long to wait for a peer's TCP connection: peers are on the local network, and
+/// openraft retries an unreachable peer on its next heartbeat anyway.
+const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The RPCs a cluster listener serves, by path segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +82,8 @@ impl Rpc {
 #[derive(Clone)]
 pub struct PeerClient {
     transport: Transport,
+    /// `http` or, over mutual TLS, `https`.
+    scheme: &'static str,
     secret: String,
     /// Where this node dials each member: its own `--peers` (which may differ from the
     /// addresses in the membership, e.g. through a proxy); members added later are dialled
@@ -87,7 +95,7 @@ pub struct PeerClient {
 #[derive(Clone)]
 enum Transport {
     /// HTTP/1.1 to the peer's cluster listener.
-    Http(Box<Client<HttpConnector, Full<Bytes>>>),
+    Http(Box<Client<Connector, Full<Bytes>>>),
     /// Another carrier (the simulation's in-memory network).
     Custom(std::sync::Arc<dyn PeerTransport>),
 }
@@ -122,13 +130,21 @@ pub enum CallError {
 }
 
 impl PeerClient {
-    /// A client with the cluster `secret`, dialling member ids at the addresses of `dial`.
-    pub fn new(secret: String, dial: std::collections::BTreeMap<u64, String>) -> PeerClient {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(1)));
+    /// A client with the cluster `secret`, dialling member ids at the addresses of `dial`,
+    /// over mutual TLS with `tls` (and then never in plain).
+    pub fn new(
+        secret: String,
+        dial: std::collections::BTreeMap<u64, String>,
+        tls: Option<std::sync::Arc<muster_tls::ClientConfig>>,
+    ) -> PeerClient {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut connector = Connector::new(tls.clone(), PEER_CONNECT_TIMEOUT);
+        if tls.is_some() {
+            connector = connector.tls_only();
+        }
         PeerClient {
             transport: Transport::Http(Box::new(Client::builder(TokioExecutor::new()).build(connector))),
+            scheme,
             secret,
             dial: std::sync::Arc::new(dial),
         }
@@ -142,6 +158,7 @@ impl PeerClient {
     ) -> PeerClient {
         PeerClient {
             transport: Transport::Custom(transport),
+            scheme: "http",
             secret,
             dial: std::sync::Arc::new(dial),
         }
@@ -197,14 +214,14 @@ impl PeerClient {
     /// One HTTP request and its whole reply.
     async fn exchange(
         &self,
-        client: &Client<HttpConnector, Full<Bytes>>,
+        client: &Client<Connector, Full<Bytes>>,
         addr: &str,
         path: &str,
         bytes: Vec<u8>,
     ) -> Result<(u16, Bytes), CallError> {
         let request = Request::builder()
             .method(Method::POST)
-            .uri(format!("http://{addr}{path}"))
+            .uri(format!("{}://{addr}{path}", self.scheme))
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .header(SECRET_HEADER, &self.secret)
             .body(Full::new(Bytes::from(bytes)))

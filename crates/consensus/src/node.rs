@@ -58,8 +58,8 @@ pub struct NodeConfig {
 }
 
 /// A static cluster: this node's id, every member's cluster address (this node's included),
-/// and the secret every node-to-node request carries.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// the secret every node-to-node request carries, and the mutual TLS they travel over.
+#[derive(Debug, Clone)]
 pub struct ClusterConfig {
     /// This node's id, a key of `members`.
     pub node_id: u64,
@@ -67,6 +67,9 @@ pub struct ClusterConfig {
     pub members: BTreeMap<u64, String>,
     /// The shared secret.
     pub secret: String,
+    /// Mutual TLS to the other members' cluster listeners (`https://`): verifies them
+    /// against the cluster CA and presents this node's certificate. `None`: plain HTTP.
+    pub tls: Option<std::sync::Arc<muster_tls::ClientConfig>>,
 }
 
 impl NodeConfig {
@@ -338,7 +341,7 @@ impl Node {
         match config.cluster.clone() {
             None => Node::open_single(config, observer).await,
             Some(cluster) => {
-                let client = PeerClient::new(cluster.secret.clone(), cluster.members.clone());
+                let client = PeerClient::new(cluster.secret.clone(), cluster.members.clone(), cluster.tls.clone());
                 let network = HttpPeers { client: client.clone() };
                 Node::open_member(config, cluster, observer, network, Some(client), None).await
             }

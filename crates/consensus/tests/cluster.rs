@@ -124,6 +124,7 @@ async fn open_member(dir: &std::path::Path, id: u64, members: &BTreeMap<u64, Str
             node_id: id,
             members: members.clone(),
             secret: SECRET.into(),
+            tls: None,
         }),
         ..NodeConfig::new(dir.join(format!("node-{id}")))
     };
@@ -301,6 +302,7 @@ async fn a_node_restarted_after_missing_many_writes_catches_up_from_a_snapshot()
                 node_id: id,
                 members: members.clone(),
                 secret: SECRET.into(),
+                tls: None,
             }),
             // Snapshot often and keep no log behind it: a lagging node needs the snapshot.
             snapshot_every: 10,

@@ -92,7 +92,9 @@ pub struct TokenRevokeArgs {
 pub async fn run(command: AclCommand, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     match command {
         AclCommand::Bootstrap(args) => {
-            let reply = connect_to(&args.server, args.token.as_deref())?.acl_bootstrap().await?;
+            let reply = connect_to(&args.server, args.token.as_deref(), &args.tls)?
+                .acl_bootstrap()
+                .await?;
             emit(out, json, &reply, || {
                 format!(
                     "bootstrapped: the first operator token (keep the secret safe; it is not shown again)\n\
@@ -103,19 +105,21 @@ pub async fn run(command: AclCommand, json: bool, out: &mut dyn Write) -> Result
         }
         AclCommand::Token(TokenCommand::Create(args)) => {
             let request = create_request(&args)?;
-            let client = connect_to(&args.server.server, args.server.token.as_deref())?;
+            let client = connect_to(&args.server.server, args.server.token.as_deref(), &args.server.tls)?;
             let reply = client.create_token(&request).await?;
             emit(out, json, &reply, || {
                 format!("accessor  {}\nsecret    {}\n", reply.accessor, reply.secret)
             })
         }
         AclCommand::Token(TokenCommand::List(args)) => {
-            let reply = connect_to(&args.server, args.token.as_deref())?.tokens().await?;
+            let reply = connect_to(&args.server, args.token.as_deref(), &args.tls)?
+                .tokens()
+                .await?;
             emit(out, json, &reply, || list_text(&reply))
         }
         AclCommand::Token(TokenCommand::Revoke(args)) => {
             let accessor = Accessor::parse(&args.accessor).map_err(|e| CliError::usage("bad_request", e))?;
-            let client = connect_to(&args.server.server, args.server.token.as_deref())?;
+            let client = connect_to(&args.server.server, args.server.token.as_deref(), &args.server.tls)?;
             let reply = client.revoke_token(accessor.as_str()).await?;
             emit(out, json, &reply, || {
                 format!("revoked {accessor} at revision {}\n", reply.revision)

@@ -89,6 +89,9 @@ pub struct ClientArgs {
     /// The bearer token's secret, when the server has `[auth] enabled = true`.
     #[arg(long, env = "MUSTER_TOKEN", value_name = "SECRET", hide_env_values = true)]
     pub token: Option<String>,
+    /// TLS to an https:// server: --cacert, --cert, --key.
+    #[command(flatten)]
+    pub tls: crate::args::TlsArgs,
 }
 
 /// Where the server is and whose token to use, for commands that address no tenant's data.
@@ -100,6 +103,9 @@ pub struct ServerArgs {
     /// The bearer token's secret, when the server has `[auth] enabled = true`.
     #[arg(long, env = "MUSTER_TOKEN", value_name = "SECRET", hide_env_values = true)]
     pub token: Option<String>,
+    /// TLS to an https:// server: --cacert, --cert, --key.
+    #[command(flatten)]
+    pub tls: crate::args::TlsArgs,
 }
 
 /// `muster serve`.
@@ -130,6 +136,37 @@ pub struct ServeArgs {
     /// The secret every node-to-node request carries (at least 16 bytes).
     #[arg(long, env = "MUSTER_CLUSTER_SECRET", value_name = "S")]
     pub cluster_secret: Option<String>,
+    /// Serve the HTTP API over TLS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, env = "MUSTER_TLS_CERT", value_name = "PATH")]
+    pub tls_cert: Option<PathBuf>,
+    /// The API certificate's private key (PEM).
+    #[arg(long, env = "MUSTER_TLS_KEY", value_name = "PATH")]
+    pub tls_key: Option<PathBuf>,
+    /// Mutual TLS: verify client certificates against this CA (PEM).
+    #[arg(long, env = "MUSTER_TLS_CLIENT_CA", value_name = "PATH")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// With --tls-client-ca: whether clients must present a certificate [default: required].
+    #[arg(long, env = "MUSTER_TLS_CLIENT_CERT", value_enum, value_name = "POLICY")]
+    pub tls_client_cert: Option<ClientCertArg>,
+    /// Mutual TLS between cluster members: this node's certificate (PEM); its SANs must name
+    /// its --peers host (an IP SAN for an IP). Needs --cluster-tls-key and --cluster-tls-ca.
+    #[arg(long, env = "MUSTER_CLUSTER_TLS_CERT", value_name = "PATH")]
+    pub cluster_tls_cert: Option<PathBuf>,
+    /// This node's cluster certificate's private key (PEM).
+    #[arg(long, env = "MUSTER_CLUSTER_TLS_KEY", value_name = "PATH")]
+    pub cluster_tls_key: Option<PathBuf>,
+    /// The cluster CA (PEM): every member's certificate must be signed by it.
+    #[arg(long, env = "MUSTER_CLUSTER_TLS_CA", value_name = "PATH")]
+    pub cluster_tls_ca: Option<PathBuf>,
+}
+
+/// `--tls-client-cert`: whether a mutual-TLS API requires client certificates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClientCertArg {
+    /// A client without a certificate fails the handshake.
+    Required,
+    /// A client may connect without one (and authenticate with a token).
+    Optional,
 }
 
 /// `muster register`.

@@ -372,14 +372,19 @@ async fn watch(args: WatchArgs, json: bool, out: &mut dyn Write) -> Result<(), C
 }
 
 pub(crate) fn connect(args: &ClientArgs) -> Result<Client, CliError> {
-    connect_to(&args.server, args.token.as_deref())
+    connect_to(&args.server, args.token.as_deref(), &args.tls)
 }
 
-/// A client of `server` with an optional bearer token.
-pub(crate) fn connect_to(server: &str, token: Option<&str>) -> Result<Client, CliError> {
-    Client::new(server)
+/// A client of `server` with an optional bearer token and TLS settings.
+pub(crate) fn connect_to(server: &str, token: Option<&str>, tls: &crate::args::TlsArgs) -> Result<Client, CliError> {
+    let usage = |err: muster_client::http::ClientError| CliError::usage(err.code(), err.to_string());
+    let client = Client::new(server)
         .and_then(|client| client.with_token(token))
-        .map_err(|err| CliError::usage(err.code(), err.to_string()))
+        .map_err(usage)?;
+    Ok(match tls.client_tls().map_err(usage)? {
+        Some(tls) => client.with_tls(&tls),
+        None => client,
+    })
 }
 
 /// Prints `value` as one line of JSON, or the human text.

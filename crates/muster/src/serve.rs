@@ -2,7 +2,7 @@
 //! the server's start and graceful stop.
 //!
 //! ```text
-//!  defaults ◀── --config FILE ◀── --data-dir / --http / --dns   (later wins)
+//!  defaults ◀── --config FILE ◀── --data-dir / --http / --dns / --tls-* ...   (later wins)
 //!  SIGTERM or Ctrl-C ──▶ shutdown future ──▶ server stops gracefully ──▶ exit 0
 //!  storage failure (Raft stopped) ──▶ server stops gracefully ──▶ exit 1, the error on stderr
 //! ```
@@ -10,10 +10,10 @@
 use std::io::Write;
 use std::path::Path;
 
-use muster_server::ServerConfig;
+use muster_server::{ClientCertPolicy, ServerConfig};
 use tracing::info;
 
-use crate::cli::ServeArgs;
+use crate::cli::{ClientCertArg, ServeArgs};
 use crate::error::CliError;
 
 /// The server's settings: the config file's (or the defaults), overridden by the flags.
@@ -43,6 +43,23 @@ pub fn load_config(args: &ServeArgs) -> Result<ServerConfig, CliError> {
     if let Some(secret) = &args.cluster_secret {
         config.cluster_secret = Some(secret.clone());
     }
+    let set = |setting: &mut Option<std::path::PathBuf>, flag: &Option<std::path::PathBuf>| {
+        if let Some(path) = flag {
+            *setting = Some(path.clone());
+        }
+    };
+    set(&mut config.tls.cert, &args.tls_cert);
+    set(&mut config.tls.key, &args.tls_key);
+    set(&mut config.tls.client_ca, &args.tls_client_ca);
+    if let Some(policy) = args.tls_client_cert {
+        config.tls.client_cert = match policy {
+            ClientCertArg::Required => ClientCertPolicy::Required,
+            ClientCertArg::Optional => ClientCertPolicy::Optional,
+        };
+    }
+    set(&mut config.cluster_tls.cert, &args.cluster_tls_cert);
+    set(&mut config.cluster_tls.key, &args.cluster_tls_key);
+    set(&mut config.cluster_tls.ca, &args.cluster_tls_ca);
     Ok(config)
 }
 
@@ -66,6 +83,7 @@ pub async fn serve(args: ServeArgs, json: bool, out: &mut dyn Write) -> Result<(
     // gracefully instead of killing the process with the default action.
     let shutdown = stop_signal()?;
     let data_dir = config.data_dir.display().to_string();
+    let scheme = if config.tls.cert.is_some() { "https" } else { "http" };
     info!(http = %config.http, dns = %config.dns, data_dir, "starting muster serve");
     let server = muster_server::start(config).await?;
     let http = server.local_addr();
@@ -79,7 +97,7 @@ pub async fn serve(args: ServeArgs, json: bool, out: &mut dyn Write) -> Result<(
         .to_string()
     } else {
         let dns = dns.map_or_else(|| "DNS off".to_owned(), |addr| format!("dns {addr} (udp+tcp)"));
-        format!("muster serving http://{http}, {dns} (data in {data_dir}); Ctrl-C or SIGTERM stops it")
+        format!("muster serving {scheme}://{http}, {dns} (data in {data_dir}); Ctrl-C or SIGTERM stops it")
     };
     // A closed stdout must not stop the server: the line is a convenience, the logs say it too.
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());

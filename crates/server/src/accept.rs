@@ -5,12 +5,19 @@
 //! byte 10,000 times.
 //!
 //! ```text
-//!  accept ──▶ within budget? ─yes─▶ TCP_NODELAY ──▶ spawn: http1 connection(router) ──┬─▶ done
+//!  accept ──▶ within budget? ─yes─▶ TCP_NODELAY ──▶ spawn: [TLS handshake, bounded] ──▶
+//!    │            │                      http1 connection(router, Peer{addr, SANs}) ──┬─▶ done
 //!    │            │ no                                                              └─ stop: graceful_shutdown
-//!    │            └─▶ refusal slot? ─yes─▶ answer one request 503 too_many_connections, close
+//!    │            └─▶ refusal slot? ─yes─▶ [TLS handshake] answer one request 503
+//!    │                      │                 too_many_connections, close (all bounded)
 //!    │                      └─ no ──▶ close at once
 //!  stop ──▶ stop accepting, tell every connection ──▶ wait for the last one to finish
 //! ```
+//!
+//! On a TLS listener ([`Listening::tls`]) every connection handshakes first, within the
+//! listener's handshake timeout, so a client that connects and never handshakes gives its
+//! place in the budget back; plain HTTP sent to it fails the handshake. Over mutual TLS the
+//! verified client certificate's SANs go into the connection's [`Peer`].
 //!
 //! The budget ([`crate::descriptors`]) keeps connections from taking the descriptors the log,
 //! snapshots and peers need: a flood of connections is refused, never a snapshot.
@@ -34,9 +41,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, oneshot, watch};
 use tokio::task::JoinSet;
 
+use hyper::rt::{Read, Write};
+use muster_tls::{CertificateNames, TlsAcceptor};
+
 use crate::descriptors::ConnectionBudget;
 use crate::error::ApiError;
-use crate::peer::Peer;
+use crate::listener::Listening;
+use crate::peer::{Peer, PeerCertificate};
 
 /// hyper's smallest allowed read/write buffer bound (its default is ~400 KiB): requests are
 /// small JSON bodies (capped by `max_body_bytes`, read in chunks anyway) and responses are
@@ -59,15 +70,17 @@ pub(crate) async fn serve(
     router: Router,
     stop: oneshot::Receiver<()>,
     budget: ConnectionBudget,
+    listening: Listening,
 ) -> io::Result<()> {
     let mut builder = http1::Builder::new();
-    // The timer makes hyper's header read timeout (30 s by default) real: without one, a
-    // client could hold a connection forever with half a request head.
+    // The timer makes hyper's header read timeout real: without one, a client could hold a
+    // connection forever with half a request head.
     builder
         .max_buf_size(MAX_BUF_SIZE)
         .writev(true)
         .keep_alive(true)
-        .timer(hyper_util::rt::TokioTimer::new());
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(listening.header_read_timeout);
     let (stopping, stopping_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
     let mut stop = std::pin::pin!(stop);
@@ -87,22 +100,19 @@ pub(crate) async fn serve(
         };
         match Arc::clone(&budget.open).try_acquire_owned() {
             Ok(permit) => {
-                let peer = Peer {
-                    addr,
-                    certificate: None,
-                };
                 connections.spawn(connection(
                     builder.clone(),
                     tcp,
                     router.clone(),
-                    peer,
+                    addr,
+                    listening.clone(),
                     stopping_rx.clone(),
                     permit,
                 ));
             }
             Err(_) => match Arc::clone(&budget.refusing).try_acquire_owned() {
                 Ok(permit) => {
-                    connections.spawn(refuse(tcp, permit));
+                    connections.spawn(refuse(tcp, listening.tls.clone(), permit));
                 }
                 Err(_) => drop(tcp),
             },
@@ -114,12 +124,14 @@ pub(crate) async fn serve(
     Ok(())
 }
 
-/// Serves one connection; `_permit` is its place in the budget, given back when it ends.
+/// Serves one connection, after its TLS handshake on a TLS listener; `_permit` is its place
+/// in the budget, given back when it ends.
 async fn connection(
     builder: http1::Builder,
     tcp: TcpStream,
     router: Router,
-    peer: Peer,
+    addr: std::net::SocketAddr,
+    listening: Listening,
     mut stopping: watch::Receiver<bool>,
     _permit: OwnedSemaphorePermit,
 ) {
@@ -127,13 +139,45 @@ async fn connection(
     if let Err(error) = tcp.set_nodelay(true) {
         tracing::debug!(%error, "cannot set TCP_NODELAY");
     }
+    let Some(acceptor) = listening.tls else {
+        let peer = Peer {
+            addr,
+            certificate: None,
+        };
+        return serve_http(builder, TokioIo::new(tcp), router, peer, stopping).await;
+    };
+    let handshake = tokio::time::timeout(listening.handshake_timeout, acceptor.accept(tcp));
+    let tls = tokio::select! {
+        done = handshake => match done {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(error)) => return tracing::debug!(%addr, %error, "TLS handshake failed"),
+            Err(_) => return tracing::debug!(%addr, "no TLS handshake within the timeout"),
+        },
+        _ = stopping.wait_for(|stopping| *stopping) => return,
+    };
+    let certificate = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(CertificateNames::of)
+        .map(|names| Arc::new(PeerCertificate::from(names)));
+    let peer = Peer { addr, certificate };
+    serve_http(builder, TokioIo::new(tls), router, peer, stopping).await;
+}
+
+/// Serves HTTP/1.1 on `io` until the client is done or the server stops.
+async fn serve_http<I>(builder: http1::Builder, io: I, router: Router, peer: Peer, mut stopping: watch::Receiver<bool>)
+where
+    I: Read + Write + Unpin + Send + 'static,
+{
     // Every request of the connection carries who sent it ([`Peer`]).
     let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
         request.extensions_mut().insert(peer.clone());
         // A Router is always ready: `call` without `poll_ready` is what axum::serve does.
         tower::Service::call(&mut router.clone(), request)
     });
-    let connection = builder.serve_connection(TokioIo::new(tcp), service);
+    let connection = builder.serve_connection(io, service);
     let mut connection = std::pin::pin!(connection);
     let finished = tokio::select! {
         result = connection.as_mut() => Some(result),
@@ -152,8 +196,24 @@ async fn connection(
 }
 
 /// Answers one request on a connection over the budget with `503 too_many_connections`, then
-/// closes it (reading the request first, so the client sees the answer, not a reset).
-async fn refuse(tcp: TcpStream, _permit: OwnedSemaphorePermit) {
+/// closes it (reading the request first, so the client sees the answer, not a reset). On a
+/// TLS listener the handshake comes first, inside the same bound.
+async fn refuse(tcp: TcpStream, tls: Option<TlsAcceptor>, _permit: OwnedSemaphorePermit) {
+    let refused = async move {
+        match tls {
+            None => answer_refusal(TokioIo::new(tcp)).await,
+            Some(acceptor) => match acceptor.accept(tcp).await {
+                Ok(tls) => answer_refusal(TokioIo::new(tls)).await,
+                Err(error) => tracing::debug!(%error, "TLS handshake of a refused connection failed"),
+            },
+        }
+    };
+    if tokio::time::timeout(REFUSAL_TIME, refused).await.is_err() {
+        tracing::debug!("a refused connection sent no request in time");
+    }
+}
+
+async fn answer_refusal<I: Read + Write + Unpin + Send + 'static>(io: I) {
     let service = hyper::service::service_fn(|_request| async {
         let refusal = ApiError::new(
             muster_core::ErrorCode::TooManyConnections,
@@ -164,9 +224,8 @@ async fn refuse(tcp: TcpStream, _permit: OwnedSemaphorePermit) {
     });
     let mut builder = http1::Builder::new();
     builder.keep_alive(false).max_buf_size(MAX_BUF_SIZE);
-    let refused = builder.serve_connection(TokioIo::new(tcp), service);
-    if tokio::time::timeout(REFUSAL_TIME, refused).await.is_err() {
-        tracing::debug!("a refused connection sent no request in time");
+    if let Err(error) = builder.serve_connection(io, service).await {
+        tracing::debug!(%error, "a refused connection ended with an error");
     }
 }
 
@@ -195,7 +254,8 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let router = Router::new().route("/v1/anything", axum::routing::get(|| async { "served" }));
         let (stop, stop_rx) = oneshot::channel();
-        let server = tokio::spawn(serve(listener, router, stop_rx, ConnectionBudget::of(1)));
+        let listening = Listening::new(&crate::listener::ListenerLimits::default(), None);
+        let server = tokio::spawn(serve(listener, router, stop_rx, ConnectionBudget::of(1), listening));
 
         // The one connection the budget allows, held open (keep-alive).
         let mut held = TcpStream::connect(addr).await.unwrap();
@@ -220,5 +280,133 @@ mod tests {
         assert!(served.ends_with("served"), "the budget is given back: {served}");
         stop.send(()).unwrap();
         server.await.unwrap().unwrap();
+    }
+
+    mod tls {
+        use http_body_util::{BodyExt, Full};
+        use hyper::body::Bytes;
+        use hyper_util::client::legacy::Client;
+        use hyper_util::rt::TokioExecutor;
+        use muster_testkit::pki::{Leaf, TestCa};
+        use muster_tls::{ClientAuth, Connector, Identity, Roots};
+
+        use super::*;
+        use crate::listener::ListenerLimits;
+
+        /// A TLS listener with a `localhost` certificate of `ca`, taking client certificates
+        /// of `ca` (optionally), whose one route answers with the caller's certificate names.
+        async fn listen(
+            ca: &TestCa,
+            connections: usize,
+            handshake_timeout_ms: u64,
+        ) -> (
+            std::net::SocketAddr,
+            oneshot::Sender<()>,
+            tokio::task::JoinHandle<io::Result<()>>,
+        ) {
+            let leaf = ca.localhost();
+            let identity = Identity::from_pem(leaf.cert.as_bytes(), leaf.key.as_bytes()).unwrap();
+            let roots = Roots::from_pem(ca.pem().as_bytes()).unwrap();
+            let config = muster_tls::server_config(&identity, &ClientAuth::Optional(roots)).unwrap();
+            let limits = ListenerLimits {
+                tls_handshake_timeout_ms: handshake_timeout_ms,
+                ..ListenerLimits::default()
+            };
+            let router = Router::new().route(
+                "/v1/anything",
+                axum::routing::get(|axum::Extension(peer): axum::Extension<Peer>| async move {
+                    format!("{:?}", peer.certificate.as_deref().map(|c| (&c.uris, &c.dns_names)))
+                }),
+            );
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (stop, stop_rx) = oneshot::channel();
+            let listening = Listening::new(&limits, Some(config));
+            let server = tokio::spawn(serve(
+                listener,
+                router,
+                stop_rx,
+                ConnectionBudget::of(connections),
+                listening,
+            ));
+            (addr, stop, server)
+        }
+
+        async fn get(
+            ca: &TestCa,
+            identity: Option<&Leaf>,
+            addr: std::net::SocketAddr,
+        ) -> Result<(u16, String), String> {
+            let roots = Roots::from_pem(ca.pem().as_bytes()).unwrap();
+            let identity = identity.map(|l| Identity::from_pem(l.cert.as_bytes(), l.key.as_bytes()).unwrap());
+            let config = muster_tls::client_config(&roots, identity.as_ref()).unwrap();
+            let client: Client<Connector, Full<Bytes>> =
+                Client::builder(TokioExecutor::new()).build(Connector::new(Some(config), Duration::from_secs(5)));
+            let uri = format!("https://localhost:{}/v1/anything", addr.port());
+            let reply = tokio::time::timeout(Duration::from_secs(10), client.get(uri.parse().unwrap()))
+                .await
+                .expect("an answer in time")
+                .map_err(|e| format!("{e:?}"))?;
+            let status = reply.status().as_u16();
+            let body = reply.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+            Ok((status, String::from_utf8_lossy(&body).into_owned()))
+        }
+
+        #[tokio::test]
+        async fn a_verified_client_certificates_names_reach_every_request_and_no_certificate_names_none() {
+            let ca = TestCa::new("muster test CA");
+            let (addr, stop, server) = listen(&ca, 8, 10_000).await;
+            let api = ca.leaf(&["api.acme.internal"], &[], &["spiffe://acme.internal/ns/prod/sa/api"]);
+            let (status, body) = get(&ca, Some(&api), addr).await.unwrap();
+            assert_eq!(status, 200);
+            assert_eq!(
+                body,
+                r#"Some((["spiffe://acme.internal/ns/prod/sa/api"], ["api.acme.internal"]))"#
+            );
+            // Optional client certificates: one without is served, and names nobody.
+            assert_eq!(get(&ca, None, addr).await.unwrap(), (200, "None".to_owned()));
+            stop.send(()).unwrap();
+            server.await.unwrap().unwrap();
+        }
+
+        #[tokio::test]
+        async fn over_the_budget_a_tls_client_is_answered_too_many_connections_over_tls() {
+            let ca = TestCa::new("muster test CA");
+            let (addr, stop, server) = listen(&ca, 1, 60_000).await;
+            // Takes the only place and never handshakes (the timeout is far off).
+            let _silent = TcpStream::connect(addr).await.unwrap();
+            let mut refused = (0, String::new());
+            for _ in 0..100 {
+                refused = get(&ca, None, addr).await.unwrap();
+                if refused.0 == 503 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert_eq!(refused.0, 503, "{refused:?}");
+            assert!(refused.1.contains("\"code\":\"too_many_connections\""), "{refused:?}");
+            stop.send(()).unwrap();
+            server.await.unwrap().unwrap();
+        }
+
+        #[tokio::test]
+        async fn a_client_that_never_handshakes_gives_its_place_back_after_the_handshake_timeout() {
+            let ca = TestCa::new("muster test CA");
+            let (addr, stop, server) = listen(&ca, 1, 200).await;
+            // Takes the only place and sends nothing: without the handshake timeout it would
+            // hold it for as long as it stays connected.
+            let _silent = TcpStream::connect(addr).await.unwrap();
+            let mut served = (0, String::new());
+            for _ in 0..200 {
+                served = get(&ca, None, addr).await.unwrap();
+                if served.0 == 200 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert_eq!(served, (200, "None".to_owned()));
+            stop.send(()).unwrap();
+            server.await.unwrap().unwrap();
+        }
     }
 }

@@ -16,6 +16,8 @@ use muster_health::target::TargetPolicy;
 use muster_registry::RegistryConfig;
 use serde::{Deserialize, Serialize};
 
+use crate::listener::{ClusterTlsConfig, LimitsConfig, TlsConfig};
+
 /// Everything `muster serve` can be told. Every field has a default that makes a working
 /// single-node registry on loopback.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,7 +56,8 @@ pub struct ServerConfig {
     /// Every voter of a static cluster, this node included: id → `host:port` of its cluster
     /// listener. Empty: a single node.
     pub peers: BTreeMap<u64, String>,
-    /// The secret every node-to-node request carries; required in a cluster.
+    /// The secret every node-to-node request carries; required in a cluster (and kept as a
+    /// second factor over `cluster_tls`).
     pub cluster_secret: Option<String>,
     /// Browser origins (`scheme://host[:port]`) allowed to call the API (SPEC S6): a request
     /// carrying any other `Origin` is refused with `forbidden_origin`. Empty (the default):
@@ -76,6 +79,12 @@ pub struct ServerConfig {
     /// Authentication and authorisation (SPEC S1, S2): off by default, and then the API
     /// binds loopback only.
     pub auth: AuthConfig,
+    /// TLS (and optional mutual TLS) for the HTTP API (SPEC S1); off by default.
+    pub tls: TlsConfig,
+    /// Mutual TLS between the members of a cluster (SPEC S1); off by default.
+    pub cluster_tls: ClusterTlsConfig,
+    /// Each listener's connection, header and handshake limits (SPEC S6).
+    pub limits: LimitsConfig,
 }
 
 /// The audit trail's retention (SPEC S4): in memory, the newest `retention` records; see the
@@ -105,7 +114,10 @@ impl ServerConfig {
     /// names the setting.
     pub(crate) fn cluster(&self) -> Result<Option<ClusterConfig>, String> {
         if self.peers.is_empty() {
-            if self.cluster_addr.is_some() || self.cluster_secret.is_some() {
+            if self.cluster_addr.is_some()
+                || self.cluster_secret.is_some()
+                || self.cluster_tls != ClusterTlsConfig::default()
+            {
                 return Err("peers: a cluster needs --peers ID=ADDR,... (every voter, this node included)".into());
             }
             return Ok(None);
@@ -133,6 +145,8 @@ impl ServerConfig {
             node_id: self.node_id,
             members: self.peers.clone(),
             secret,
+            // Loaded from `cluster_tls` when the server starts (`crate::listener`).
+            tls: None,
         }))
     }
 }
@@ -284,6 +298,9 @@ impl Default for ServerConfig {
             max_watches_per_tenant: 65_536,
             audit: AuditConfig::default(),
             auth: AuthConfig::default(),
+            tls: TlsConfig::default(),
+            cluster_tls: ClusterTlsConfig::default(),
+            limits: LimitsConfig::default(),
         }
     }
 }

@@ -21,13 +21,16 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
+use crate::listener::LimitsConfig;
+
 /// Descriptors never given to connections: the log database, a snapshot's temporary file and
 /// the directory opened to fsync it, the DNS sockets, the runtime's epoll and event fds, and
 /// outgoing connections to at most four peers (a few pooled each). 64 is several times
 /// what a node holds open for them at once.
 const RESERVED: u64 = 64;
 
-/// Connections from peers at most: four peers of a 5-node group, each with a connection per
+/// Connections from peers at most, unless `limits.cluster.max_connections` says otherwise:
+/// four peers of a 5-node group, each with a connection per
 /// RPC kind in flight (append, vote, snapshot, propose, renewals); 64 leaves room for
 /// reconnects while old connections close.
 const CLUSTER_CONNECTIONS: usize = 64;
@@ -55,23 +58,43 @@ impl ConnectionBudget {
     }
 }
 
-/// The budgets of the HTTP and the cluster listener. Raises the soft descriptor limit to the
-/// hard one first (as Go's runtime does): the soft default of 1,024 is far below what a
-/// registry with thousands of watchers needs, and the hard limit is the operator's choice.
-pub(crate) fn budgets() -> (ConnectionBudget, ConnectionBudget) {
+/// The budgets of the HTTP and the cluster listener, within the configured maximums
+/// (`[limits.*] max_connections`). Raises the soft descriptor limit to the hard one first (as
+/// Go's runtime does): the soft default of 1,024 is far below what a registry with thousands
+/// of watchers needs, and the hard limit is the operator's choice.
+pub(crate) fn budgets(limits: &LimitsConfig) -> (ConnectionBudget, ConnectionBudget) {
     let limit = raise_soft_limit();
-    let http = http_connections(limit);
-    tracing::info!(descriptors = limit, http_connections = http, "connection budget");
-    (ConnectionBudget::of(http), ConnectionBudget::of(CLUSTER_CONNECTIONS))
+    let (http, cluster) = split(limit, limits.http.max_connections, limits.cluster.max_connections);
+    tracing::info!(
+        descriptors = limit,
+        http_connections = http,
+        cluster_connections = cluster,
+        "connection budget"
+    );
+    (ConnectionBudget::of(http), ConnectionBudget::of(cluster))
 }
 
-/// HTTP connections allowed under a descriptor limit of `limit`: what is left after the
-/// reserve, the cluster listener and the refusals, but at least a quarter of the limit, so a
-/// very low limit still serves a few clients.
-fn http_connections(limit: u64) -> usize {
-    let kept = RESERVED + (CLUSTER_CONNECTIONS + REFUSALS) as u64;
-    let connections = limit.saturating_sub(kept).max(limit / 4).max(1);
-    usize::try_from(connections).unwrap_or(usize::MAX)
+/// The HTTP and cluster budgets under a descriptor limit of `limit`. The cluster listener
+/// gets its maximum (default [`CLUSTER_CONNECTIONS`]) but at most a quarter of the limit; the
+/// HTTP listener what is left after the reserve, the cluster share and the refusals — at
+/// least a quarter of the limit, so a very low limit still serves a few clients — and never
+/// more than its configured maximum. A maximum above what the descriptors allow is lowered,
+/// so no setting can make connections take the descriptors storage needs.
+fn split(limit: u64, http_max: Option<usize>, cluster_max: Option<usize>) -> (usize, usize) {
+    let quarter = usize::try_from(limit / 4).unwrap_or(usize::MAX).max(1);
+    let cluster = cluster_max.unwrap_or(CLUSTER_CONNECTIONS).min(quarter);
+    let kept = RESERVED + (cluster + REFUSALS) as u64;
+    let allowed = limit.saturating_sub(kept).max(limit / 4).max(1);
+    let allowed = usize::try_from(allowed).unwrap_or(usize::MAX);
+    let http = http_max.map_or(allowed, |max| max.min(allowed));
+    if http_max.is_some_and(|max| max > allowed) {
+        tracing::warn!(
+            configured = http_max,
+            allowed,
+            "limits.http.max_connections lowered to the descriptor budget"
+        );
+    }
+    (http, cluster)
 }
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit (best effort) and returns the soft
@@ -96,6 +119,10 @@ fn raise_soft_limit() -> u64 {
 mod tests {
     use super::*;
 
+    fn http_connections(limit: u64) -> usize {
+        split(limit, None, None).0
+    }
+
     #[test]
     fn connections_leave_the_reserve_and_the_cluster_share() {
         assert_eq!(http_connections(1024), 1024 - 64 - 64 - 16);
@@ -103,5 +130,15 @@ mod tests {
         // A tiny limit still serves a quarter of it.
         assert_eq!(http_connections(100), 25);
         assert_eq!(http_connections(2), 1);
+    }
+
+    #[test]
+    fn configured_maximums_hold_within_the_descriptor_budget() {
+        // Below the budget: as configured; the cluster share shrinks the reserve with it.
+        assert_eq!(split(1024, Some(100), Some(8)), (100, 8));
+        assert_eq!(split(1024, None, Some(8)), (1024 - 64 - 8 - 16, 8));
+        // Above it: lowered, never past what the descriptors allow.
+        assert_eq!(split(1024, Some(1_000_000), None), (1024 - 64 - 64 - 16, 64));
+        assert_eq!(split(1024, None, Some(10_000)), (1024 - 64 - 256 - 16, 256));
     }
 }

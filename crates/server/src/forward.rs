@@ -80,13 +80,21 @@ pub(crate) struct ClusterLink {
     client: PeerClient,
     /// What this node proves membership with, and checks a join candidate's proof against.
     pub(crate) join: Arc<JoinKey>,
+    /// The cluster's mutual TLS, when configured: a join challenge goes over it too.
+    pub(crate) tls: Option<Arc<muster_tls::ClientConfig>>,
 }
 
 impl ClusterLink {
-    pub(crate) fn new(peers: BTreeMap<u64, String>, secret: String, join: Arc<JoinKey>) -> ClusterLink {
+    pub(crate) fn new(
+        peers: BTreeMap<u64, String>,
+        secret: String,
+        join: Arc<JoinKey>,
+        tls: Option<Arc<muster_tls::ClientConfig>>,
+    ) -> ClusterLink {
         ClusterLink {
-            client: PeerClient::new(secret, peers),
+            client: PeerClient::new(secret, peers, tls.clone()),
             join,
+            tls,
         }
     }
 

@@ -171,13 +171,25 @@ fn refused(addr: &str, why: impl std::fmt::Display) -> ApiError {
 
 /// Challenges the candidate `id` at `addr` (the leader's side): `Ok` only when it proved it
 /// holds the secret for exactly that id and address. Nothing sent carries the secret.
-pub(crate) async fn challenge(key: &JoinKey, id: u64, addr: &str) -> Result<(), ApiError> {
+/// With the cluster's mutual TLS (`tls`) the challenge goes over it, as every node-to-node
+/// request does.
+pub(crate) async fn challenge(
+    key: &JoinKey,
+    tls: Option<std::sync::Arc<muster_tls::ClientConfig>>,
+    id: u64,
+    addr: &str,
+) -> Result<(), ApiError> {
     let mut nonce = [0_u8; NONCE_BYTES];
     SystemRandom::new()
         .fill(&mut nonce)
         .map_err(|_| ApiError::unavailable("no randomness for a join challenge"))?;
-    let url = format!("http://{addr}{PROOF_PATH}?nonce={}", hex(&nonce));
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{addr}{PROOF_PATH}?nonce={}", hex(&nonce));
+    let connector = match tls {
+        Some(tls) => muster_tls::Connector::new(Some(tls), ANSWER_TIMEOUT).tls_only(),
+        None => muster_tls::Connector::new(None, ANSWER_TIMEOUT),
+    };
+    let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
     let uri: hyper::Uri = url.parse().map_err(|e| refused(addr, format!("bad address: {e}")))?;
     let exchange = async {
         let response = client

@@ -14,8 +14,9 @@
 //! ```
 //!
 //! # Layout
-//! - `server`: [`start`], [`run`], [`RunningServer`]; `accept`: the HTTP/1.1 accept loop,
-//!   within the connection budget of `descriptors`.
+//! - `server`: [`start`], [`run`], [`RunningServer`]; `accept`: the HTTP/1.1 accept loop
+//!   (plain or TLS), within the connection budget of `descriptors`; `listener`: each
+//!   listener's TLS and limits.
 //! - `routes`: the route table and the JSON error safety net; `error`: codes and statuses.
 //! - `extract`: body, query, path and header extraction with API errors; `guard`: the
 //!   browser guard (Origin, Host, JSON-only bodies, the body read deadline; SPEC S6).
@@ -64,6 +65,7 @@ mod hub;
 mod join;
 mod leader;
 mod lease_routes;
+mod listener;
 mod membership;
 mod metrics;
 mod observers;
@@ -84,6 +86,7 @@ mod writes;
 pub use auth::AuthConfig;
 pub use config::{AuditConfig, HealthConfig, ServerConfig};
 pub use hub::WatchStats;
+pub use listener::{ClientCertPolicy, ClusterTlsConfig, LimitsConfig, ListenerLimits, TlsConfig};
 pub use server::{RunningServer, run, start};
 
 /// Why the server could not start or stopped abnormally.

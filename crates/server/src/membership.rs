@@ -63,7 +63,7 @@ pub(crate) async fn add(
              start a cluster with --peers and --cluster-secret",
         ));
     };
-    join::challenge(&link.join, request.id, &request.addr).await?;
+    join::challenge(&link.join, link.tls.clone(), request.id, &request.addr).await?;
     app.node.add_member(request.id, &request.addr).await?;
     Ok(Json(reply(&app)))
 }

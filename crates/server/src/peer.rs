@@ -24,3 +24,12 @@ pub(crate) struct PeerCertificate {
     /// DNS names.
     pub(crate) dns_names: Vec<String>,
 }
+
+impl From<muster_tls::CertificateNames> for PeerCertificate {
+    fn from(names: muster_tls::CertificateNames) -> PeerCertificate {
+        PeerCertificate {
+            uris: names.uris,
+            dns_names: names.dns_names,
+        }
+    }
+}

@@ -1,7 +1,7 @@
 //! Starting and stopping the daemon: the node, the HTTP listener, the leader task.
 //!
 //! ```text
-//!  start: check config ─▶ hub, leader feed, DNS zone ─▶ Node::open(observers = DNS feed, hub,
+//!  start: check config, read TLS files ─▶ hub, leader feed, DNS zone ─▶ Node::open(observers = DNS feed, hub,
 //!         leader feed) ─▶ bind HTTP, DNS (and the cluster listener) ─▶ serve + leader task
 //!         ─▶ ready
 //!  stop:  not ready ─▶ DNS stops ─▶ stop accepting (graceful) ─▶ watchers get `closing`, blocking
@@ -30,6 +30,7 @@ use crate::forward::ClusterLink;
 use crate::guard::RequestGuard;
 use crate::hub::{WatchHub, WatchStats};
 use crate::join::JoinKey;
+use crate::listener::Listening;
 use crate::observers::Observers;
 use crate::policy::PolicyWatch;
 use crate::watch_quota::WatchQuota;
@@ -83,6 +84,7 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
     }
     config.health.brakes().map_err(ServerError::Config)?;
     config.cluster().map_err(ServerError::Config)?;
+    config.limits.check().map_err(ServerError::Config)?;
     config
         .registry
         .validate()
@@ -117,8 +119,14 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let hub = WatchHub::new(config.watch_queue_frames);
     let (leader_feed, leader_messages) = leader::channel();
     let (token_watch, acl_changes) = TokenWatch::new();
-    let cluster = config.cluster().map_err(ServerError::Config)?;
     let audit = Arc::new(AuditLog::new(config.audit.retention, random_epoch()));
+    let mut cluster = config.cluster().map_err(ServerError::Config)?;
+    // TLS material is read once, before anything is bound: a bad file fails the start.
+    let http_tls = config.tls.server_config().map_err(ServerError::Config)?;
+    let cluster_tls = config.cluster_tls.load().map_err(ServerError::Config)?;
+    if let (Some(cluster), Some(tls)) = (cluster.as_mut(), &cluster_tls) {
+        cluster.tls = Some(Arc::clone(&tls.client));
+    }
     // The node-to-node listener is bound before the node opens, so peers can reach it as
     // soon as it votes.
     let cluster_listener = match (&cluster, config.cluster_addr) {
@@ -132,7 +140,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let link = cluster.as_ref().map(|c| {
         let advertised = c.members.get(&c.node_id).cloned().unwrap_or_default();
         let join = Arc::new(JoinKey::new(c.node_id, advertised, &c.secret));
-        ClusterLink::new(c.members.clone(), c.secret.clone(), join)
+        ClusterLink::new(c.members.clone(), c.secret.clone(), join, c.tls.clone())
     });
     let node = Node::open(
         NodeConfig {
@@ -206,8 +214,16 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     ];
     app.set_check_targets(check_targets.with_listeners(own_listeners.into_iter().flatten()));
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
-    let (http_budget, cluster_budget) = descriptors::budgets();
-    let serve = tokio::spawn(accept::serve(listener, router, stop_accepting_rx, http_budget));
+    let (http_budget, cluster_budget) = descriptors::budgets(&config.limits);
+    let http_listening = Listening::new(&config.limits.http, http_tls);
+    let serve = tokio::spawn(accept::serve(
+        listener,
+        router,
+        stop_accepting_rx,
+        http_budget,
+        http_listening,
+    ));
+    let cluster_listening = Listening::new(&config.limits.cluster, cluster_tls.map(|tls| tls.server));
     let join = app.cluster.as_ref().map(|link| Arc::clone(&link.join));
     let cluster_serve = cluster_listener.zip(join).map(|(listener, join)| {
         let (stop, stop_rx) = oneshot::channel::<()>();
@@ -216,6 +232,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             cluster::router(Arc::clone(&app), join),
             stop_rx,
             cluster_budget,
+            cluster_listening,
         ));
         (stop, task)
     });

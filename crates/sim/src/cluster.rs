@@ -99,6 +99,7 @@ impl Cluster {
                 node_id: id,
                 members: self.members.clone(),
                 secret: SECRET.into(),
+                tls: None,
             }),
             // Distinct for every start of every node, and the same in every run of the seed.
             proposal_session: xxhash_rust::xxh3::xxh3_64(&[self.seed, id, process].map(u64::to_le_bytes).concat()),

@@ -1,11 +1,14 @@
-//! Shared benchmark support (dev-only): the endpoint record the memory and speed budgets
-//! are stated for, and a counting allocator to measure live heap bytes.
+//! Shared test and benchmark support (dev-only): the endpoint record the memory and speed
+//! budgets are stated for, a counting allocator to measure live heap bytes, and test
+//! certificates ([`pki`]).
 //!
 //! This is the workspace's one crate that allows `unsafe` code: implementing `GlobalAlloc`
 //! requires it. Benchmarks install the allocator with
 //! `#[global_allocator] static ALLOCATOR: Counting = Counting;` (no unsafe on their side).
 
 #![allow(unsafe_code)]
+
+pub mod pki;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;

@@ -1,8 +1,9 @@
 //! [`Client`]: one function per route of the `/v1` API ([`muster_core::api`]), typed replies,
 //! the server's `{"error": {"code", "message"}}` as [`ClientError::Api`].
 //!
-//! Plain HTTP/1.1 on hyper-util's pooled legacy client (CRATES.md "HTTP"): no TLS stack to
-//! build, and a custom connector can be slotted in later (turmoil, TLS). Every unary call is
+//! HTTP/1.1 on hyper-util's pooled legacy client (CRATES.md "HTTP"), in plain for `http://`
+//! and over rustls for `https://` with the CA (and, for mutual TLS, the client certificate)
+//! of [`Client::with_tls`]. Every unary call is
 //! bounded by [`REQUEST_TIMEOUT`] (or the caller's own, see [`Client::with_timeout`]); a
 //! watch is bounded per frame instead (see [`Watch`]).
 
@@ -13,7 +14,6 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -28,6 +28,7 @@ use muster_core::{Actor, InstanceId, Label, LeaseId, NamespaceKey, Revision, Ser
 
 use crate::http::error::{ClientError, bad_reply, causes, error_reply, quote};
 use crate::http::lines::MAX_LINE_BYTES;
+use crate::http::tls::ClientTls;
 use crate::http::watch::Watch;
 
 /// The server a client talks to when nothing says otherwise: `muster serve`'s default HTTP
@@ -60,7 +61,7 @@ pub const ACTOR_HEADER: &str = "x-muster-actor";
 /// A client of one server. Cheap to clone (the connection pool is shared).
 #[derive(Debug, Clone)]
 pub struct Client {
-    http: HttpClient<HttpConnector, Full<Bytes>>,
+    http: HttpClient<muster_tls::Connector, Full<Bytes>>,
     /// `http://host:port`, without a trailing slash.
     base: String,
     /// Sent as [`ACTOR_HEADER`] when set; the server's default otherwise.
@@ -83,7 +84,8 @@ pub struct SnapshotQuery {
 }
 
 impl Client {
-    /// A client of the server at `server` (`http://host:port`).
+    /// A client of the server at `server` (`http://host:port`, or `https://host:port` with
+    /// [`Client::with_tls`]).
     pub fn new(server: &str) -> Result<Client, ClientError> {
         let base = server.trim_end_matches('/');
         let invalid = |reason: &str| ClientError::InvalidUrl {
@@ -92,9 +94,8 @@ impl Client {
         };
         let uri: hyper::Uri = base.parse().map_err(|_| invalid("not a URL"))?;
         match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => return Err(invalid("https is not supported yet: use http://")),
-            _ => return Err(invalid("must start with http://")),
+            Some("http" | "https") => {}
+            _ => return Err(invalid("must start with http:// or https://")),
         }
         if uri.authority().is_none() {
             return Err(invalid("names no host"));
@@ -102,10 +103,7 @@ impl Client {
         if uri.query().is_some() {
             return Err(invalid("must not hold a query"));
         }
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        connector.set_nodelay(true);
-        let http = HttpClient::builder(TokioExecutor::new()).build(connector);
+        let http = HttpClient::builder(TokioExecutor::new()).build(muster_tls::Connector::new(None, CONNECT_TIMEOUT));
         Ok(Client {
             http,
             base: base.to_owned(),
@@ -113,6 +111,16 @@ impl Client {
             timeout: REQUEST_TIMEOUT,
             authorization: None,
         })
+    }
+
+    /// The same client, verifying an `https://` server with `tls`'s CA and presenting its
+    /// client certificate, if it holds one, to a server that asks (mutual TLS). Without it an
+    /// `https://` server is refused before anything is sent.
+    #[must_use]
+    pub fn with_tls(mut self, tls: &ClientTls) -> Client {
+        self.http = HttpClient::builder(TokioExecutor::new())
+            .build(muster_tls::Connector::new(Some(tls.config()), CONNECT_TIMEOUT));
+        self
     }
 
     /// The same client, speaking as `actor` on every request.
@@ -546,11 +554,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_plain_http_urls_without_a_query_are_accepted() {
+    fn only_http_and_https_urls_without_a_query_are_accepted() {
         let client = Client::new("http://127.0.0.1:7070/").unwrap();
         assert_eq!(client.server(), "http://127.0.0.1:7070");
+        assert_eq!(Client::new("https://a:1").unwrap().server(), "https://a:1");
         for (url, reason) in [
-            ("https://a:1", "https is not supported"),
+            ("ftp://a:1", "must start with http:// or https://"),
             ("127.0.0.1:7070", "must start with http://"),
             ("http://a:1/?x=1", "must not hold a query"),
         ] {

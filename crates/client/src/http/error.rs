@@ -32,6 +32,12 @@ pub enum ClientError {
         /// What is wrong.
         reason: String,
     },
+    /// The TLS settings are unusable (a CA, certificate or key that does not parse or match).
+    #[error("TLS: {reason}")]
+    InvalidTls {
+        /// What is wrong, naming the file or input.
+        reason: String,
+    },
     /// No connection could be made, or it broke before a reply.
     #[error("cannot connect to {server}: {reason}")]
     Connect {
@@ -73,6 +79,7 @@ impl ClientError {
         match self {
             ClientError::Api { body, .. } => &body.error.code,
             ClientError::InvalidUrl { .. } => "invalid_url",
+            ClientError::InvalidTls { .. } => "invalid_tls",
             ClientError::Connect { .. } => "cannot_connect",
             ClientError::Timeout { .. } => "timeout",
             ClientError::BadReply { .. } => "bad_reply",
@@ -104,7 +111,7 @@ impl ClientError {
             | ClientError::Timeout { .. }
             | ClientError::BadReply { .. }
             | ClientError::StreamLost { .. } => true,
-            ClientError::InvalidUrl { .. } => false,
+            ClientError::InvalidUrl { .. } | ClientError::InvalidTls { .. } => false,
         }
     }
 }

@@ -19,3 +19,4 @@ mod render;
 mod resolver;
 mod support;
 mod surface;
+mod tls;

@@ -115,6 +115,11 @@ impl TestServer {
         self.server.as_ref().expect("the server is running")
     }
 
+    /// The node-to-node listener's address (cluster tests).
+    pub(crate) fn cluster_addr(&self) -> std::net::SocketAddr {
+        self.config.cluster_addr.expect("a cluster member")
+    }
+
     /// The node-to-node listener's base URL (cluster tests).
     pub(crate) fn cluster_url(&self) -> String {
         format!("http://{}", self.config.cluster_addr.expect("a cluster member"))
