@@ -25,6 +25,7 @@
 //! | `POST /cluster/members` | [`AddMemberRequest`] → [`ClusterReply`] (leader only: `not_leader` elsewhere) |
 //! | `DELETE /cluster/members/{id}` | → [`ClusterReply`] (leader only) |
 //! | `GET /metrics` | → Prometheus text: revision, watchers, checker counters, `muster_protection_active{service}` |
+//! | `GET /openapi.json` | → this contract as an OpenAPI 3.1 document (SPEC S5) |
 //!
 //! Errors are [`ErrorBody`] with the stable code of a [`Rejection`](crate::Rejection) or of
 //! the API itself (`bad_request`, `payload_too_large`, `method_not_allowed`, `compacted`, ...).
@@ -45,6 +46,7 @@ use crate::{
 };
 
 /// How a registration gets its lease: a new one with this TTL, or an existing one.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged, deny_unknown_fields)]
 pub enum LeaseRequest {
@@ -61,6 +63,7 @@ pub enum LeaseRequest {
 }
 
 /// `PUT /v1/registry/{tenant}/{namespace}/{service}/{instance}`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterRequest {
@@ -77,6 +80,7 @@ pub struct RegisterRequest {
 }
 
 /// `PUT .../{instance}/serving`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SetServingRequest {
@@ -93,6 +97,7 @@ pub struct SetServingRequest {
 }
 
 /// `POST .../{instance}/drain`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DrainRequest {
@@ -111,6 +116,7 @@ pub struct DrainRequest {
 }
 
 /// `PUT .../{instance}/check`: a TTL check's report from the instance or its agent.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckReportRequest {
@@ -121,6 +127,7 @@ pub struct CheckReportRequest {
 }
 
 /// The reply to a TTL report, after any change it caused has committed.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckReportReply {
     /// The routing state the endpoint's checks now combine to.
@@ -131,6 +138,7 @@ pub struct CheckReportReply {
 }
 
 /// `PUT .../{instance}/in-flight`: how many requests a draining instance still serves.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InFlightRequest {
@@ -142,6 +150,7 @@ pub struct InFlightRequest {
 
 /// The query of `DELETE .../{instance}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
 #[serde(deny_unknown_fields)]
 pub struct DeregisterQuery {
     /// The incarnation speaking.
@@ -152,6 +161,7 @@ pub struct DeregisterQuery {
 }
 
 /// `POST /v1/leases/{tenant}`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GrantLeaseRequest {
@@ -160,6 +170,7 @@ pub struct GrantLeaseRequest {
 }
 
 /// A lease in a reply.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseReply {
     /// The lease.
@@ -171,6 +182,7 @@ pub struct LeaseReply {
 }
 
 /// The reply of every write.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WriteReply {
     /// The committed revision holding the write's effect.
@@ -185,6 +197,7 @@ pub struct WriteReply {
 }
 
 /// `GET /v1/registry/{tenant}/{namespace}/{service}`: one page of the set at one revision.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotReply {
     /// The global revision the set was read at (resume a watch from here).
@@ -207,6 +220,7 @@ pub struct SnapshotReply {
 }
 
 /// One service in a namespace listing.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServiceSummary {
     /// The service's name.
@@ -223,6 +237,7 @@ pub struct ServiceSummary {
 }
 
 /// `GET /v1/registry/{tenant}/{namespace}`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServicesReply {
     /// The global revision the listing was read at.
@@ -232,6 +247,7 @@ pub struct ServicesReply {
 }
 
 /// `GET /v1/status`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusReply {
     /// This node's id.
@@ -266,6 +282,7 @@ pub struct StatusReply {
 /// How the registry policy in force (replicated: it judges every command) compares with the
 /// `[registry]` section of the answering node's config file, which only decided the initial
 /// policy.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyStatus {
     /// The revision the policy in force was committed at (0: the initial policy).
@@ -287,6 +304,7 @@ pub struct PolicyReply<P> {
 }
 
 /// `PUT /v1/policy`'s reply.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicySetReply {
     /// The revision the new policy is in force from: every later command is judged by it.
@@ -294,6 +312,7 @@ pub struct PolicySetReply {
 }
 
 /// One member of the Raft group in `GET /v1/cluster`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterMember {
     /// Its node id.
@@ -305,6 +324,7 @@ pub struct ClusterMember {
 }
 
 /// `GET /v1/cluster`: the group as the answering node knows it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterReply {
     /// The answering node.
@@ -316,6 +336,7 @@ pub struct ClusterReply {
 }
 
 /// `POST /v1/cluster/members`: add a node (as a learner until it caught up, then a voter).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AddMemberRequest {
@@ -326,15 +347,18 @@ pub struct AddMemberRequest {
 }
 
 /// An error's code and message.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorDetail {
     /// The stable, machine-readable code.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::ErrorCode))]
     pub code: String,
     /// For people: names the field and the limit.
     pub message: String,
 }
 
 /// Every error reply: `{"error": {"code": ..., "message": ...}}`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
     /// The error.
@@ -342,6 +366,7 @@ pub struct ErrorBody {
 }
 
 /// One newline-delimited JSON frame of a watch.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Frame {

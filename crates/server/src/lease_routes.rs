@@ -18,7 +18,8 @@ use crate::extract::{JsonBody, QueryParams, Segments, actor};
 use crate::forward::{LeaderCall, on_leader};
 
 /// The query of `DELETE /v1/leases/{tenant}/{id}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RevokeQuery {
     /// Compare-and-swap on the revision the lease was granted at.

@@ -57,6 +57,7 @@ mod lease_routes;
 mod membership;
 mod metrics;
 mod observers;
+mod openapi;
 mod page_token;
 mod peer;
 mod policy;

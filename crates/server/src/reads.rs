@@ -21,7 +21,8 @@ use crate::page_token::PageToken;
 use crate::wait::{DEFAULT_WAIT, parse_wait};
 
 /// The query of `GET /v1/registry/{tenant}/{namespace}/{service}`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SnapshotQuery {
     /// Read at this past revision (within retained history).
@@ -36,8 +37,9 @@ pub(crate) struct SnapshotQuery {
     /// Blocking query: answer once the service's revision is above this.
     #[serde(default)]
     index: Option<Revision>,
-    /// Blocking query: the longest wait (`30s`, `500ms`, `5m`).
+    /// Blocking query: the longest wait (`30s`, `500ms`, `5m`, or bare seconds; at most 5m).
     #[serde(default)]
+    #[param(pattern = r"^[0-9]{1,19}(ms|s|m)?$")]
     wait: Option<String>,
     /// `stale`, `default` or `consistent` (see the `consistency` module).
     #[serde(default)]
@@ -45,7 +47,8 @@ pub(crate) struct SnapshotQuery {
 }
 
 /// The query of `GET /v1/registry/{tenant}/{namespace}`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ServicesQuery {
     /// `stale`, `default` or `consistent`.
