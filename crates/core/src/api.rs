@@ -46,7 +46,6 @@ use crate::{
 };
 
 /// How a registration gets its lease: a new one with this TTL, or an existing one.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged, deny_unknown_fields)]
 pub enum LeaseRequest {

@@ -88,7 +88,7 @@ pub struct NamedPort {
     /// The port's name, a DNS label of at most 15 characters (IANA service-name length).
     pub name: Label,
     /// The port number, 1 to 65535.
-    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 65535))]
     pub port: u16,
     /// What the port speaks.
     pub protocol: Protocol,

@@ -13,11 +13,12 @@
 //! | [`Check`] | its canonical [`CheckSpec`] | `serde(into = "CheckSpec")` |
 //! | [`ServiceSnapshot`] | `{key, revision, digest, endpoints}` | its `Serialize` |
 //! | [`ErrorCode`] | one of [`ErrorCode::ALL`]'s spellings | [`ErrorCode::as_str`] |
+//! | [`LeaseRequest`] | `{ttl_ms}` or `{id}`, nothing else | `serde(untagged, deny_unknown_fields)` |
 //!
 //! Size limits that the replicated policy can change (labels per record, bytes per value)
 //! are not in the schemas: the document would be wrong after `PUT /v1/policy`.
 
-use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, SchemaType, Type};
+use utoipa::openapi::schema::{AdditionalProperties, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type};
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
@@ -25,6 +26,7 @@ use crate::{
     CheckSpec, Digest, Endpoint, ErrorCode, Incarnation, InstanceId, Label, Labels, LeaseId, Principal, Revision,
     ServiceKey, ServiceSnapshot,
 };
+use crate::api::LeaseRequest;
 use crate::check::Check;
 
 /// [`Label::new`] as a regular expression: 1 to 63 of `a-z`, `0-9`, `-`, not starting or
@@ -168,5 +170,34 @@ impl ToSchema for ServiceSnapshot {
         collect::<Revision>(schemas);
         collect::<Digest>(schemas);
         collect::<Endpoint>(schemas);
+    }
+}
+
+impl PartialSchema for LeaseRequest {
+    fn schema() -> RefOr<Schema> {
+        let variant = |field: &str, schema: RefOr<Schema>, description: &str| {
+            ObjectBuilder::new()
+                .schema_type(SchemaType::new(Type::Object))
+                .description(Some(description))
+                .property(field, schema)
+                .required(field)
+                .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+        };
+        let ttl = ObjectBuilder::new()
+            .schema_type(SchemaType::new(Type::Integer))
+            .minimum(Some(0))
+            .maximum(Some(u64::MAX as usize))
+            .description(Some("The TTL asked for, in ms."));
+        OneOfBuilder::new()
+            .description(Some("How a registration gets its lease: a new one with this TTL, or an existing one."))
+            .item(variant("ttl_ms", ttl.into(), "Grant a new lease in the same revision as the record."))
+            .item(variant("id", reference::<LeaseId>(), "Attach to an existing lease of the tenant."))
+            .into()
+    }
+}
+
+impl ToSchema for LeaseRequest {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        collect::<LeaseId>(schemas);
     }
 }

@@ -37,7 +37,7 @@ pub struct PortSpec {
     /// The port's name (a DNS label of at most 15 characters).
     pub name: String,
     /// The port number, 1 to 65535.
-    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 65535))]
     pub port: u16,
     /// What the port speaks; TCP when omitted.
     #[serde(default)]

@@ -93,7 +93,18 @@ pub(crate) fn build() -> Value {
         remove_member,
         openapi_document,
     ),
-    components(schemas(ErrorBody, Frame, ErrorCode)),
+    // The schemas the operations' parameters name (utoipa collects only bodies' schemas).
+    components(schemas(
+        ErrorBody,
+        Frame,
+        ErrorCode,
+        Label,
+        InstanceId,
+        LeaseId,
+        muster_core::Revision,
+        muster_core::Actor,
+        crate::consistency::Consistency
+    )),
     tags(
         (name = "registry", description = "Endpoint records (SPEC M, L)."),
         (name = "watch", description = "Streams of changes (SPEC W)."),
@@ -438,6 +449,29 @@ mod tests {
         let document = build();
         let reply = &document["paths"]["/v1/watch/{tenant}/{namespace}"]["get"]["responses"]["200"];
         assert_eq!(reply["content"][NDJSON]["schema"]["$ref"], "#/components/schemas/Frame");
+    }
+
+    #[test]
+    fn every_reference_resolves() {
+        fn walk(value: &Value, document: &Value, missing: &mut Vec<String>) {
+            match value {
+                Value::Object(map) => {
+                    if let Some(Value::String(target)) = map.get("$ref") {
+                        let pointer = target.trim_start_matches('#');
+                        if document.pointer(pointer).is_none() {
+                            missing.push(target.clone());
+                        }
+                    }
+                    map.values().for_each(|v| walk(v, document, missing));
+                }
+                Value::Array(items) => items.iter().for_each(|v| walk(v, document, missing)),
+                _ => {}
+            }
+        }
+        let document = build();
+        let mut missing = Vec::new();
+        walk(&document, &document, &mut missing);
+        assert!(missing.is_empty(), "unresolved references: {missing:?}");
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub(crate) struct SnapshotQuery {
     revision: Option<Revision>,
     /// At most this many endpoints per page.
     #[serde(default)]
+    #[param(minimum = 1)]
     limit: Option<usize>,
     /// Continue after the previous page (same revision).
     #[serde(default)]
