@@ -18,8 +18,9 @@
 #   MUSTER_SCHEMATHESIS_SEED   the generator's seed (default 1, so CI runs repeat)
 #   MUSTER_SCHEMATHESIS_VENV   where schemathesis is installed (default under ~/.cache)
 #
-# Needs: python3 with venv and pip (Debian: python3-venv; a venv, because Debian's own
-# python3 is externally managed and refuses a bare `pip install`), curl, and root with
+# Needs: python3 (3.12 or later preferred: see below) with venv and pip (Debian:
+# python3-venv; a venv, because Debian's own python3 is externally managed and refuses a
+# bare `pip install`), curl, and root with
 # util-linux `unshare` and iproute2 `ip`: the server and schemathesis run in a network
 # namespace of their own with only loopback, so a fuzzed health-check URL or member address
 # can never send a packet off this machine.
@@ -50,7 +51,10 @@ venv=${MUSTER_SCHEMATHESIS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/muster/schemath
 if [ "${MUSTER_SCHEMATHESIS_INNER:-}" != 1 ]; then
   if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -qF "$SCHEMATHESIS_VERSION"; then
     echo "schemathesis.sh: installing schemathesis $SCHEMATHESIS_VERSION into $venv"
-    python3 -m venv "$venv"
+    # The newest Python on the machine: CPython 3.11's `ast` fails inside hypothesis
+    # ("AST constructor recursion depth mismatch") on this document's deeper schemas.
+    python=$(command -v python3.13 || command -v python3.12 || command -v python3)
+    "$python" -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
   fi
   # The rest runs in a fresh network namespace (loopback only).

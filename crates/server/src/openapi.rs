@@ -59,6 +59,7 @@ pub(crate) async fn document() -> Response {
 pub(crate) fn build() -> Value {
     let mut document = serde_json::to_value(ApiDoc::openapi()).expect("the document always serialises");
     with_errors(&mut document);
+    unsigned_bounds(&mut document);
     document
 }
 
@@ -246,6 +247,7 @@ fn in_flight() {}
 #[utoipa::path(get, path = "/v1/registry/{tenant}/{namespace}/{service}", tag = "registry",
     params(ServicePath, SnapshotQuery),
     responses((status = 200, description = "The page. `X-Muster-Index` carries the revision read at.", body = SnapshotReply),
+              (status = 404, description = "With `revision`: the service did not exist then.", body = ErrorBody),
               (status = 410, body = ErrorBody)))]
 #[allow(dead_code, reason = "read by the OpenAPI derive only")]
 fn snapshot() {}
@@ -398,6 +400,32 @@ fn with_errors(document: &mut Value) {
     }
 }
 
+/// Gives every unsigned integer its real range. With `non_strict_integers` utoipa names each
+/// unsigned width (spelt `u-int64`: its format enum is kebab-cased) but states no maximum,
+/// so a reader, and a fuzzer, cannot tell the largest value the server accepts; without the
+/// feature it says `int64` for a `u64`, which puts 2^63 out of range although the server
+/// takes it. Here each gets the usual spelling and its maximum.
+fn unsigned_bounds(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            let bound = match map.get("format").and_then(Value::as_str) {
+                Some("u-int8" | "uint8") => Some(("uint8", u64::from(u8::MAX))),
+                Some("u-int16" | "uint16") => Some(("uint16", u64::from(u16::MAX))),
+                Some("u-int32" | "uint32") => Some(("uint32", u64::from(u32::MAX))),
+                Some("u-int64" | "uint64") => Some(("uint64", u64::MAX)),
+                _ => None,
+            };
+            if let Some((format, max)) = bound {
+                map.insert("format".to_owned(), json!(format));
+                map.entry("maximum").or_insert(json!(max));
+            }
+            map.values_mut().for_each(unsigned_bounds);
+        }
+        Value::Array(items) => items.iter_mut().for_each(unsigned_bounds),
+        _ => {}
+    }
+}
+
 fn error_response(status: u16) -> Value {
     let codes: Vec<&str> = ErrorCode::ALL
         .iter()
@@ -472,6 +500,23 @@ mod tests {
         let mut missing = Vec::new();
         walk(&document, &document, &mut missing);
         assert!(missing.is_empty(), "unresolved references: {missing:?}");
+    }
+
+    #[test]
+    fn unsigned_integers_state_their_real_range() {
+        // Found by schemathesis: `in_flight` is a u64, which utoipa spells `int64`, so
+        // 2^63 looked out of range although the server rightly accepts it.
+        let document = build();
+        let schemas = &document["components"]["schemas"];
+        let in_flight = &schemas["InFlightRequest"]["properties"]["in_flight"];
+        assert_eq!(in_flight["format"], "uint64");
+        assert_eq!(in_flight["maximum"], u64::MAX);
+        let port = &schemas["PortSpec"]["properties"]["port"];
+        assert_eq!((port["minimum"].as_u64(), port["maximum"].as_u64()), (Some(1), Some(65535)));
+        let weight = &schemas["EndpointSpec"]["properties"]["weight"];
+        assert_eq!(weight["maximum"], u32::MAX);
+        let node_id = &schemas["StatusReply"]["properties"]["node_id"];
+        assert_eq!(node_id["maximum"], u64::MAX);
     }
 
     #[test]

@@ -350,3 +350,24 @@ async fn the_schemas_refuse_what_the_server_refuses() {
         .await;
     assert_eq!(reply.status, StatusCode::BAD_REQUEST);
 }
+
+// Server bugs schemathesis found, each with its regression test.
+
+#[tokio::test]
+async fn a_body_that_is_not_a_json_object_is_refused_and_changes_nothing() {
+    // Found by schemathesis: serde reads a struct from an array of its fields, so
+    // `PUT /v1/policy` with `[]` was accepted and reset the policy to its defaults.
+    let server = TestServer::start().await;
+    let before = server.get("/v1/policy").await.expect(StatusCode::OK).body;
+    let revision = server.revision().await;
+    for body in [&b"[]"[..], b" []", b"null", b"7", b"\"policy\""] {
+        let reply = server.send(Method::PUT, "/v1/policy", Some(body.to_vec()), &[]).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{:?}: {}", String::from_utf8_lossy(body), reply.body);
+        assert_eq!(reply.code(), "bad_request");
+    }
+    let array = json!([1, endpoint("10.0.0.1")]);
+    let reply = server.call(Method::PUT, &instance_path("web", "web-1"), Some(array)).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.body);
+    assert_eq!(server.get("/v1/policy").await.body, before);
+    assert_eq!(server.revision().await, revision, "nothing was written");
+}
