@@ -53,7 +53,16 @@ if [ "${MUSTER_SCHEMATHESIS_INNER:-}" != 1 ]; then
     echo "schemathesis.sh: installing schemathesis $SCHEMATHESIS_VERSION into $venv"
     # The newest Python on the machine: CPython 3.11's `ast` fails inside hypothesis
     # ("AST constructor recursion depth mismatch") on this document's deeper schemas.
-    python=$(command -v python3.13 || command -v python3.12 || command -v python3)
+    python=python3
+    pyenv_root=${PYENV_ROOT:-$HOME/.pyenv}
+    for candidate in python3.13 python3.12 "$pyenv_root"/versions/3.13*/bin/python3 "$pyenv_root"/versions/3.12*/bin/python3; do
+      if "$candidate" -c 'import sys, venv; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+        python=$candidate
+        break
+      fi
+    done
+    [ "$python" = python3 ] && echo "schemathesis.sh: no Python 3.12 or later; trying $(python3 --version)" >&2
+    rm -rf "$venv"
     "$python" -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
   fi

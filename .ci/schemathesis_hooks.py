@@ -1,16 +1,25 @@
 """Schemathesis hooks for .ci/schemathesis.sh.
 
-A blocking query (`?index=N`) above the current revision waits up to `wait` (default 60 s,
-at most 5 min) by design; fuzzed values would spend the whole time budget on a few such
-reads. Every generated blocking read is given a one-second wait instead: still a value the
-document allows, so nothing outside the contract is sent.
+A blocking query (`?index=N`) above the service's revision waits up to `wait` (60 s when
+absent, at most 5 min) by design; generated values would spend the time budget, and the
+request timeout, on a few such reads. Before every call, in every phase, a blocking read
+whose `wait` is absent or valid gets a one-second wait instead: still a value the document
+allows, so a valid case stays valid, and an invalid `wait` is left to be refused.
 """
+
+import re
 
 import schemathesis
 
+# `wait` as the document states it (reads.rs, `SnapshotQuery::wait`).
+VALID_WAIT = re.compile(r"^[0-9]{1,19}(ms|s|m)?$")
+
 
 @schemathesis.hook
-def map_query(context, query):
-    if isinstance(query, dict) and "index" in query:
+def before_call(context, case, kwargs):
+    query = case.query
+    if not isinstance(query, dict) or "index" not in query:
+        return
+    wait = query.get("wait")
+    if wait is None or (isinstance(wait, str) and VALID_WAIT.match(wait)):
         query["wait"] = "1s"
-    return query
