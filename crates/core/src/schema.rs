@@ -18,16 +18,18 @@
 //! Size limits that the replicated policy can change (labels per record, bytes per value)
 //! are not in the schemas: the document would be wrong after `PUT /v1/policy`.
 
-use utoipa::openapi::schema::{AdditionalProperties, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type};
+use utoipa::openapi::schema::{
+    AdditionalProperties, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type,
+};
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
+use crate::api::LeaseRequest;
+use crate::check::Check;
 use crate::{
     CheckSpec, Digest, Endpoint, ErrorCode, Incarnation, InstanceId, Label, Labels, LeaseId, Principal, Revision,
     ServiceKey, ServiceSnapshot,
 };
-use crate::api::LeaseRequest;
-use crate::check::Check;
 
 /// [`Label::new`] as a regular expression: 1 to 63 of `a-z`, `0-9`, `-`, not starting or
 /// ending with `-` (the length is also stated as `maxLength`).
@@ -103,7 +105,10 @@ schema!(
         .into()
 );
 schema!(Revision, unsigned("A global registry revision."));
-schema!(Incarnation, unsigned("The fencing token of one run of an instance (SPEC L2)."));
+schema!(
+    Incarnation,
+    unsigned("The fencing token of one run of an instance (SPEC L2).")
+);
 schema!(LeaseId, unsigned("A lease id."));
 schema!(
     Digest,
@@ -119,7 +124,11 @@ schema!(
             "Descriptive labels, key to value (SPEC M4); the counts and sizes are bounded by the \
              policy's limits.",
         ))
-        .property_names(Some(string("A label key.").min_length(Some(1)).pattern(Some(LABEL_KEY_PATTERN))))
+        .property_names(Some(
+            string("A label key.")
+                .min_length(Some(1))
+                .pattern(Some(LABEL_KEY_PATTERN))
+        ))
         .additional_properties(Some(string("A label value, without control characters.")))
         .into()
 );
@@ -189,9 +198,19 @@ impl PartialSchema for LeaseRequest {
             .maximum(Some(u64::MAX as usize))
             .description(Some("The TTL asked for, in ms."));
         OneOfBuilder::new()
-            .description(Some("How a registration gets its lease: a new one with this TTL, or an existing one."))
-            .item(variant("ttl_ms", ttl.into(), "Grant a new lease in the same revision as the record."))
-            .item(variant("id", reference::<LeaseId>(), "Attach to an existing lease of the tenant."))
+            .description(Some(
+                "How a registration gets its lease: a new one with this TTL, or an existing one.",
+            ))
+            .item(variant(
+                "ttl_ms",
+                ttl.into(),
+                "Grant a new lease in the same revision as the record.",
+            ))
+            .item(variant(
+                "id",
+                reference::<LeaseId>(),
+                "Attach to an existing lease of the tenant.",
+            ))
             .into()
     }
 }

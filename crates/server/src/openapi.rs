@@ -379,7 +379,9 @@ fn with_errors(document: &mut Value) {
     for item in paths.values_mut() {
         let Some(item) = item.as_object_mut() else { continue };
         for operation in item.values_mut() {
-            let Some(operation) = operation.as_object_mut() else { continue };
+            let Some(operation) = operation.as_object_mut() else {
+                continue;
+            };
             let has_body = operation.contains_key("requestBody");
             let responses = operation
                 .entry("responses")
@@ -461,12 +463,14 @@ mod tests {
                 for status in EVERY_ROUTE {
                     let response = &responses[&status.to_string()];
                     assert_eq!(
-                        response["content"]["application/json"]["schema"]["$ref"],
-                        "#/components/schemas/ErrorBody",
+                        response["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/ErrorBody",
                         "{method} {path} {status}"
                     );
                 }
-                assert!(responses.keys().any(|s| s.starts_with('2')), "{method} {path} has no success reply");
+                assert!(
+                    responses.keys().any(|s| s.starts_with('2')),
+                    "{method} {path} has no success reply"
+                );
             }
         }
         assert!(operations >= 21, "{operations} operations");
@@ -512,7 +516,10 @@ mod tests {
         assert_eq!(in_flight["format"], "uint64");
         assert_eq!(in_flight["maximum"], u64::MAX);
         let port = &schemas["PortSpec"]["properties"]["port"];
-        assert_eq!((port["minimum"].as_u64(), port["maximum"].as_u64()), (Some(1), Some(65535)));
+        assert_eq!(
+            (port["minimum"].as_u64(), port["maximum"].as_u64()),
+            (Some(1), Some(65535))
+        );
         let weight = &schemas["EndpointSpec"]["properties"]["weight"];
         assert_eq!(weight["maximum"], u32::MAX);
         let node_id = &schemas["StatusReply"]["properties"]["node_id"];

@@ -73,7 +73,7 @@ fn routed() -> BTreeSet<(String, String)> {
                 out.insert((method, path.clone()));
             }
         }
-        for (line, call) in calls(&code, ".nest(") {
+        if let Some((line, call)) = calls(&code, ".nest(").first() {
             panic!(
                 "{}:{line}: .nest({call}): the drift test reads only .route(); list the routes with .route() or teach it nest",
                 file.display()
@@ -169,10 +169,7 @@ fn resolve_path(expr: &str, consts: &BTreeMap<String, String>) -> Option<String>
     if let Some(literal) = expr.strip_prefix('"').and_then(|e| e.strip_suffix('"')) {
         return Some(literal.to_owned());
     }
-    if let Some(template) = expr
-        .strip_prefix("&format!(\"")
-        .and_then(|e| e.strip_suffix("\")"))
-    {
+    if let Some(template) = expr.strip_prefix("&format!(\"").and_then(|e| e.strip_suffix("\")")) {
         let mut out = template.to_owned();
         for (name, value) in consts {
             out = out.replace(&format!("{{{name}}}"), value);
@@ -233,16 +230,19 @@ async fn every_route_is_documented_and_every_documented_route_is_routed() {
         let has_body = document["paths"][path][method.as_str().to_lowercase()]
             .get("requestBody")
             .is_some();
-        let reply = server
-            .call(method.clone(), &url, has_body.then(|| json!({})))
-            .await;
+        let reply = server.call(method.clone(), &url, has_body.then(|| json!({}))).await;
         let fallback = (reply.status == StatusCode::NOT_FOUND && reply.message().contains("no such route"))
             || reply.status == StatusCode::METHOD_NOT_ALLOWED;
         assert!(!fallback, "{method} {url} is documented but not routed: {}", reply.body);
         // And a method the path does not document is the wrong-method fallback, not a
         // missing route: the path itself is routed.
         let other = server.call(Method::PATCH, &url, None).await;
-        assert_eq!(other.status, StatusCode::METHOD_NOT_ALLOWED, "PATCH {url}: {}", other.body);
+        assert_eq!(
+            other.status,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "PATCH {url}: {}",
+            other.body
+        );
     }
 }
 
@@ -286,25 +286,50 @@ async fn real_replies_validate_against_the_document() {
         .call(Method::PUT, &instance_path("web", "web-1"), Some(request))
         .await
         .expect(StatusCode::OK);
-    assert_conforms(&document, reply_schema(&document, "put", instance, 200), &reply.body, "register");
+    assert_conforms(
+        &document,
+        reply_schema(&document, "put", instance, 200),
+        &reply.body,
+        "register",
+    );
 
     let status = server.get("/v1/status").await.expect(StatusCode::OK);
-    assert_conforms(&document, reply_schema(&document, "get", "/v1/status", 200), &status.body, "status");
+    assert_conforms(
+        &document,
+        reply_schema(&document, "get", "/v1/status", 200),
+        &status.body,
+        "status",
+    );
 
     let service = "/v1/registry/{tenant}/{namespace}/{service}";
     let snapshot = server.get("/v1/registry/acme/prod/web").await.expect(StatusCode::OK);
     assert_eq!(snapshot.body["endpoints"].as_array().unwrap().len(), 1);
-    assert_conforms(&document, reply_schema(&document, "get", service, 200), &snapshot.body, "snapshot");
+    assert_conforms(
+        &document,
+        reply_schema(&document, "get", service, 200),
+        &snapshot.body,
+        "snapshot",
+    );
 
     let services = server.get("/v1/registry/acme/prod").await.expect(StatusCode::OK);
     let listing = reply_schema(&document, "get", "/v1/registry/{tenant}/{namespace}", 200);
     assert_conforms(&document, listing, &services.body, "services");
 
     let policy = server.get("/v1/policy").await.expect(StatusCode::OK);
-    assert_conforms(&document, reply_schema(&document, "get", "/v1/policy", 200), &policy.body, "policy");
+    assert_conforms(
+        &document,
+        reply_schema(&document, "get", "/v1/policy", 200),
+        &policy.body,
+        "policy",
+    );
 
     let cluster = server.get("/v1/cluster").await.expect(StatusCode::OK);
-    assert_conforms(&document, reply_schema(&document, "get", "/v1/cluster", 200), &cluster.body, "cluster");
+    assert_conforms(
+        &document,
+        reply_schema(&document, "get", "/v1/cluster", 200),
+        &cluster.body,
+        "cluster",
+    );
 
     // Errors: a stale incarnation (409) and a bad name in the path (400).
     let stale = server
@@ -316,9 +341,22 @@ async fn real_replies_validate_against_the_document() {
         .await
         .expect(StatusCode::CONFLICT);
     assert_eq!(stale.code(), "stale_incarnation");
-    assert_conforms(&document, reply_schema(&document, "put", instance, 409), &stale.body, "409");
-    let bad_name = server.get("/v1/registry/acme/prod/Not_A_Label").await.expect(StatusCode::BAD_REQUEST);
-    assert_conforms(&document, reply_schema(&document, "get", service, 400), &bad_name.body, "400");
+    assert_conforms(
+        &document,
+        reply_schema(&document, "put", instance, 409),
+        &stale.body,
+        "409",
+    );
+    let bad_name = server
+        .get("/v1/registry/acme/prod/Not_A_Label")
+        .await
+        .expect(StatusCode::BAD_REQUEST);
+    assert_conforms(
+        &document,
+        reply_schema(&document, "get", service, 400),
+        &bad_name.body,
+        "400",
+    );
 
     // Watch frames: the snapshot and progress frames, then an update.
     let frame_schema = reply_schema(&document, "get", "/v1/watch/{tenant}/{namespace}/{service}", 200);
@@ -362,11 +400,19 @@ async fn a_body_that_is_not_a_json_object_is_refused_and_changes_nothing() {
     let revision = server.revision().await;
     for body in [&b"[]"[..], b" []", b"null", b"7", b"\"policy\""] {
         let reply = server.send(Method::PUT, "/v1/policy", Some(body.to_vec()), &[]).await;
-        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{:?}: {}", String::from_utf8_lossy(body), reply.body);
+        assert_eq!(
+            reply.status,
+            StatusCode::BAD_REQUEST,
+            "{:?}: {}",
+            String::from_utf8_lossy(body),
+            reply.body
+        );
         assert_eq!(reply.code(), "bad_request");
     }
     let array = json!([1, endpoint("10.0.0.1")]);
-    let reply = server.call(Method::PUT, &instance_path("web", "web-1"), Some(array)).await;
+    let reply = server
+        .call(Method::PUT, &instance_path("web", "web-1"), Some(array))
+        .await;
     assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.body);
     assert_eq!(server.get("/v1/policy").await.body, before);
     assert_eq!(server.revision().await, revision, "nothing was written");

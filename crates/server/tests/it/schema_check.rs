@@ -73,7 +73,11 @@ fn check(document: &Value, schema: &Value, value: &Value, at: &str, out: &mut Ve
                             .count()
                     })
                     .unwrap_or(0);
-                let fine = if keyword == "oneOf" { matching == 1 } else { matching >= 1 };
+                let fine = if keyword == "oneOf" {
+                    matching == 1
+                } else {
+                    matching >= 1
+                };
                 if !fine {
                     out.push(format!("{at}: {matching} of the {keyword} options match {value}"));
                 }
@@ -118,10 +122,10 @@ fn check(document: &Value, schema: &Value, value: &Value, at: &str, out: &mut Ve
                 }
             }
             "minimum" | "maximum" => {
-                if let (Some(number), Some(bound)) = (value.as_f64(), argument.as_f64()) {
-                    if (keyword == "minimum" && number < bound) || (keyword == "maximum" && number > bound) {
-                        out.push(format!("{at}: {number} breaks {keyword} {bound}"));
-                    }
+                if let (Some(number), Some(bound)) = (value.as_f64(), argument.as_f64())
+                    && ((keyword == "minimum" && number < bound) || (keyword == "maximum" && number > bound))
+                {
+                    out.push(format!("{at}: {number} breaks {keyword} {bound}"));
                 }
             }
             other if ANNOTATIONS.contains(&other) => {}
@@ -158,7 +162,13 @@ fn check_object(
         "additionalProperties" => {
             for (name, field) in object {
                 if !properties.is_some_and(|p| p.contains_key(name)) {
-                    check(document, &schema["additionalProperties"], field, &format!("{at}.{name}"), out);
+                    check(
+                        document,
+                        &schema["additionalProperties"],
+                        field,
+                        &format!("{at}.{name}"),
+                        out,
+                    );
                 }
             }
         }
@@ -191,7 +201,9 @@ fn has_type(value: &Value, name: &str) -> bool {
 
 /// The schema a local reference points at.
 pub(crate) fn resolve<'a>(document: &'a Value, reference: &str) -> &'a Value {
-    let pointer = reference.strip_prefix('#').unwrap_or_else(|| panic!("not a local reference: {reference}"));
+    let pointer = reference
+        .strip_prefix('#')
+        .unwrap_or_else(|| panic!("not a local reference: {reference}"));
     document
         .pointer(pointer)
         .unwrap_or_else(|| panic!("the document has no {reference}"))
