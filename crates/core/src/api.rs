@@ -42,7 +42,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::check::CheckStatus;
 use crate::{
-    Endpoint, EndpointSpec, Incarnation, Label, LeaseId, Revision, ServiceSnapshot, ServiceUpdate, ServingState,
+    Endpoint, EndpointSpec, Incarnation, Label, LeaseId, Principal, Revision, ServiceSnapshot, ServiceUpdate,
+    ServingState,
 };
 
 /// How a registration gets its lease: a new one with this TTL, or an existing one.
@@ -400,4 +401,84 @@ pub enum Frame {
         /// The last revision sent.
         revision: Revision,
     },
+}
+
+/// `POST /v1/acl/tokens`: a new token (SPEC S1, S2). Rules are in their text form,
+/// `NAMESPACE/SERVICE=VERB,...` (names exact, `prefix*` or `*`; verbs `read`, `watch`,
+/// `register`, `renew`, `set_state`, `deregister`, `admin`, or `*`).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenCreateRequest {
+    /// The tenant the token belongs to; absent: an operator token (every tenant and the
+    /// cluster-wide routes), which only an operator may create.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<Label>,
+    /// Allow rules.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Deny rules.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// A client certificate SAN (URI such as `spiffe://...`, or a DNS name) that
+    /// authenticates as this token over mutual TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub san: Option<String>,
+    /// What the token is for.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+}
+
+/// The reply of `POST /v1/acl/bootstrap` and `POST /v1/acl/tokens`: the only time the secret
+/// is shown.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenSecretReply {
+    /// The token's public id (lists, audit, revocation).
+    pub accessor: String,
+    /// The bearer secret: `Authorization: Bearer <secret>`.
+    pub secret: String,
+}
+
+/// A token as `GET /v1/acl/tokens` lists it: never its secret or hash.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenInfo {
+    /// The public id.
+    pub accessor: String,
+    /// Its tenant; absent: an operator token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<Label>,
+    /// Allow rules, text form.
+    pub allow: Vec<String>,
+    /// Deny rules, text form.
+    pub deny: Vec<String>,
+    /// The certificate SAN bound to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub san: Option<String>,
+    /// What it is for.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// When it was created (ms since the Unix epoch, the creating command's time).
+    pub created_at_ms: u64,
+    /// Who created it.
+    pub created_by: Principal,
+    /// The principal it acts as (`token:<accessor>`).
+    pub principal: Principal,
+}
+
+/// `GET /v1/acl/tokens`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenListReply {
+    /// The tokens the caller may see, by accessor.
+    pub tokens: Vec<TokenInfo>,
+}
+
+/// `DELETE /v1/acl/tokens/{accessor}`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRevokeReply {
+    /// The revision the revocation committed at: from it on, every node refuses the token.
+    pub revision: Revision,
 }

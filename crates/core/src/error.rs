@@ -114,6 +114,9 @@ pub enum Rejection {
         /// What is wrong, with the accepted range.
         reason: String,
     },
+    /// `acl bootstrap` after the first operator token was made: it works once (SPEC S1).
+    #[error("acl: the cluster is already bootstrapped; create tokens with an admin token")]
+    AlreadyBootstrapped,
 }
 
 /// The quotas a registry enforces (SPEC S5).
@@ -164,6 +167,7 @@ impl Rejection {
             Rejection::RecordTooLarge { .. } => ErrorCode::RecordTooLarge,
             Rejection::QuotaExceeded { .. } => ErrorCode::QuotaExceeded,
             Rejection::InvalidField { .. } => ErrorCode::InvalidField,
+            Rejection::AlreadyBootstrapped => ErrorCode::AlreadyBootstrapped,
         }
     }
 
@@ -182,7 +186,8 @@ impl Rejection {
             | Rejection::RevisionMismatch { .. }
             | Rejection::NotFound { .. }
             | Rejection::LeaseNotFound { .. }
-            | Rejection::QuotaExceeded { .. } => {}
+            | Rejection::QuotaExceeded { .. }
+            | Rejection::AlreadyBootstrapped => {}
         }
         self
     }

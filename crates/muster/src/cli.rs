@@ -65,6 +65,9 @@ pub enum Command {
     /// replicated state, so it judges every later write on every node.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Access control: the one-time bootstrap, and tokens (create, list, revoke).
+    #[command(subcommand)]
+    Acl(crate::acl::AclCommand),
     /// Load Muster (and etcd) over HTTP: throughput, p50/p99, the Muster/etcd ratio, the targets.
     Bench(muster_bench::BenchArgs),
     /// Simulate a fleet on the real registry and client code: failed requests, stale window, heartbeat and lookup rates.
@@ -80,6 +83,20 @@ pub struct ClientArgs {
     /// The tenant whose services to address.
     #[arg(long, env = "MUSTER_TENANT", default_value = "default", value_name = "T")]
     pub tenant: String,
+    /// The bearer token's secret, when the server has `[auth] enabled = true`.
+    #[arg(long, env = "MUSTER_TOKEN", value_name = "SECRET", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+/// Where the server is and whose token to use, for commands that address no tenant's data.
+#[derive(Debug, Clone, Args)]
+pub struct ServerArgs {
+    /// The server's HTTP API.
+    #[arg(long, env = "MUSTER_SERVER", default_value = DEFAULT_SERVER, value_name = "URL")]
+    pub server: String,
+    /// The bearer token's secret, when the server has `[auth] enabled = true`.
+    #[arg(long, env = "MUSTER_TOKEN", value_name = "SECRET", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 /// `muster serve`.

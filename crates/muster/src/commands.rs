@@ -38,6 +38,7 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Lease(command) => lease(command, json, out).await,
         Command::Cluster(command) => cluster(command, json, out).await,
         Command::Policy(command) => policy(command, json, out).await,
+        Command::Acl(command) => crate::acl::run(command, json, out).await,
         Command::Status(args) => {
             let client = connect(&args.client)?;
             let status = client.status().await?;
@@ -370,11 +371,18 @@ async fn watch(args: WatchArgs, json: bool, out: &mut dyn Write) -> Result<(), C
 }
 
 fn connect(args: &ClientArgs) -> Result<Client, CliError> {
-    Client::new(&args.server).map_err(|err| CliError::usage(err.code(), err.to_string()))
+    connect_to(&args.server, args.token.as_deref())
+}
+
+/// A client of `server` with an optional bearer token.
+pub(crate) fn connect_to(server: &str, token: Option<&str>) -> Result<Client, CliError> {
+    Client::new(server)
+        .and_then(|client| client.with_token(token))
+        .map_err(|err| CliError::usage(err.code(), err.to_string()))
 }
 
 /// Prints `value` as one line of JSON, or the human text.
-fn emit<T: Serialize>(
+pub(crate) fn emit<T: Serialize>(
     out: &mut dyn Write,
     json: bool,
     value: &T,

@@ -35,6 +35,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod acl;
 pub mod args;
 pub mod cli;
 pub mod commands;

@@ -4,6 +4,7 @@
 //! registrar's [`EndpointSpec`] as submitted; the registry validates the spec inside
 //! `apply`, deterministically, so every replica reaches the same verdict.
 
+use muster_auth::{Accessor, TokenSpec};
 use muster_core::{
     Actor, EndpointSpec, Incarnation, InstanceId, Label, LeaseId, Principal, Revision, ServiceKey, ServingState,
 };
@@ -50,6 +51,12 @@ pub enum Command {
     ExpireLeases(ExpireLeases),
     /// Replace the policy the commands after it are judged by.
     SetPolicy(SetPolicy),
+    /// Make the first operator token: only once in a cluster's life (SPEC S1).
+    AclBootstrap(AclBootstrap),
+    /// Add a token.
+    CreateToken(CreateToken),
+    /// Revoke a token: refused everywhere from the revision it commits at.
+    RevokeToken(RevokeToken),
 }
 
 /// Which endpoint incarnation a command addresses.
@@ -198,6 +205,28 @@ pub struct SetPolicy {
     pub initial: bool,
 }
 
+/// Make the first operator token. Refused with `already_bootstrapped` once any bootstrap
+/// committed, so racing bootstraps leave exactly one winner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AclBootstrap {
+    /// The token (an operator token: no tenant); only its secret's hash is in the log.
+    pub token: TokenSpec,
+}
+
+/// Add a token. Its creation time and creator come from the command's metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateToken {
+    /// The token; only its secret's hash is in the log.
+    pub token: TokenSpec,
+}
+
+/// Revoke a token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevokeToken {
+    /// The token's accessor.
+    pub accessor: Accessor,
+}
+
 /// `impl From<Variant> for Command` for every command struct.
 macro_rules! into_command {
     ($($variant:ident),*) => {$(
@@ -218,5 +247,8 @@ into_command!(
     GrantLease,
     RevokeLease,
     ExpireLeases,
-    SetPolicy
+    SetPolicy,
+    AclBootstrap,
+    CreateToken,
+    RevokeToken
 );

@@ -65,6 +65,7 @@
 
 #![forbid(unsafe_code)]
 
+mod acl;
 mod applied;
 mod command;
 mod config;
@@ -79,8 +80,8 @@ mod state;
 
 pub use applied::{Applied, LeaseGrant, ReadError, Unchanged};
 pub use command::{
-    Command, CommandMeta, Deregister, Drain, Evict, ExpireLeases, GrantLease, LeaseSpec, Register, RevokeLease,
-    SetPolicy, SetServing, Target,
+    AclBootstrap, Command, CommandMeta, CreateToken, Deregister, Drain, Evict, ExpireLeases, GrantLease, LeaseSpec,
+    Register, RevokeLease, RevokeToken, SetPolicy, SetServing, Target,
 };
 pub use config::{MIN_FENCE_RETENTION_MS, Quotas, RegistryConfig};
 pub use deadlines::{DeadlinePassed, LeaseDeadlines};

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
+use muster_auth::AclTable;
 use muster_core::{
     DeleteReason, Endpoint, Event, Incarnation, InstanceId, Label, NamespaceKey, Rejection, Revision, ServiceKey,
     ServiceSnapshot, ServiceUpdate,
@@ -97,7 +98,7 @@ pub struct Registry {
     /// The revision the policy in force was committed at; `None` while it is still the one
     /// the registry was created with (no `SetPolicy` committed yet).
     policy_revision: Option<Revision>,
-    revision: Revision,
+    pub(crate) revision: Revision,
     /// Every revision up to and including this one has left the change history.
     compacted: Revision,
     namespaces: BTreeMap<NamespaceKey, BTreeMap<Label, ServiceState>>,
@@ -115,6 +116,8 @@ pub struct Registry {
     clock_ms: u64,
     /// When drained instances are to be deregistered (`drains.rs`).
     drains: DrainTable,
+    /// The tokens in force (`acl.rs`, SPEC S1).
+    pub(crate) acl: AclTable,
 }
 
 impl Registry {
@@ -133,6 +136,7 @@ impl Registry {
             fences: FenceTable::default(),
             clock_ms: 0,
             drains: DrainTable::default(),
+            acl: AclTable::default(),
         }
     }
 
@@ -166,6 +170,9 @@ impl Registry {
             Command::GrantLease(c) => self.plan_grant(c)?,
             Command::RevokeLease(c) => self.plan_revoke(c)?,
             Command::ExpireLeases(c) => self.plan_expire(c),
+            Command::AclBootstrap(c) => return self.bootstrap(c, meta),
+            Command::CreateToken(c) => return self.create_token(c, meta),
+            Command::RevokeToken(c) => return self.revoke_token(c),
             Command::SetPolicy(c) => match self.plan_policy(c)? {
                 Some(planned) => planned,
                 None => return Ok(self.adopt_policy(c.policy.clone(), meta.at_ms)),
@@ -627,6 +634,7 @@ impl Registry {
             fences,
             clock_ms,
             drains: DrainTable::default(),
+            acl: AclTable::default(),
         }
     }
 

@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
+use muster_auth::{AclState, AclTable};
 use muster_core::{Incarnation, InstanceId, LeaseId, Revision, ServiceKey, ServiceSnapshot, ServingState};
 use serde::{Deserialize, Serialize};
 
@@ -46,6 +47,13 @@ pub struct RegistryState {
     /// Drain deadlines (absent from snapshots written before drains were committed state).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     drains: Vec<DrainDeadline>,
+    /// The tokens in force (absent from snapshots written before access control).
+    #[serde(default, skip_serializing_if = "is_empty_acl")]
+    acl: AclState,
+}
+
+fn is_empty_acl(acl: &AclState) -> bool {
+    *acl == AclState::default()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,6 +132,7 @@ impl Registry {
             }),
             clock_ms: self.clock_ms(),
             drains: self.drains().cloned().collect(),
+            acl: self.acl().export(),
         }
     }
 
@@ -236,6 +245,7 @@ impl Registry {
             services.push(service);
         }
         touched.sort();
+        let acl = AclTable::import(state.acl).map_err(|e| ImportError(format!("acl: {e}")))?;
         let mut drains = DrainTable::default();
         for drain in state.drains {
             let draining = services
@@ -263,6 +273,7 @@ impl Registry {
             fences,
             clock_ms: state.clock_ms,
         })
-        .with_drains(drains))
+        .with_drains(drains)
+        .with_acl(acl))
     }
 }

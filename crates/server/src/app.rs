@@ -6,9 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use muster_auth::{Denial, Request, Scope};
 use muster_consensus::Node;
 use muster_core::api::{LeaseReply, WriteReply};
-use muster_core::{Actor, Principal, ServiceKey};
+use muster_core::{Actor, ErrorCode, Principal, ServiceKey};
 use muster_health::checker::CheckerConfig;
 use muster_health::preservation::Brakes;
 use muster_leader::{LeaderEngine, Now, Reply, ReplyTo};
@@ -17,16 +18,18 @@ use rand_core::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use tokio::sync::{oneshot, watch};
 
+use crate::auth::{AuthConfig, Caller};
 use crate::clock::ServerClock;
 use crate::error::ApiError;
 use crate::forward::ClusterLink;
 use crate::hub::WatchHub;
 use crate::metrics::CheckerStats;
+use crate::peer::Peer;
 
 /// The engine the server drives: the checker's jitter from a seeded generator.
 pub(crate) type Engine = LeaderEngine<Xoshiro256PlusPlus>;
 
-/// The principal of every request until authentication exists (SPEC S1 is a later issue).
+/// The principal of every request while authentication is off (SPEC S1).
 pub(crate) const ANONYMOUS: &str = "anonymous";
 
 /// The handlers' shared state.
@@ -49,7 +52,12 @@ pub(crate) struct App {
     ready: AtomicBool,
     /// Turns true when the server starts stopping: blocking queries return at once.
     stopping: watch::Receiver<bool>,
-    anonymous: Principal,
+    pub(crate) anonymous: Principal,
+    /// Whether requests must authenticate (SPEC S1).
+    pub(crate) auth: AuthConfig,
+    /// Bumped whenever the token table changes or is replaced: open watch streams re-check
+    /// their tokens on it (`TokenWatch`).
+    pub(crate) acl_changes: watch::Receiver<u64>,
     /// This node's config file's `[registry]` section: only the initial policy; `status`
     /// reports how the replicated policy differs from it.
     pub(crate) config_policy: RegistryConfig,
@@ -63,6 +71,10 @@ pub(crate) struct Background {
     pub(crate) checker: CheckerConfig,
     /// The other members, in a cluster.
     pub(crate) cluster: Option<ClusterLink>,
+    /// Whether requests must authenticate.
+    pub(crate) auth: AuthConfig,
+    /// The token table's changes (from [`crate::auth::TokenWatch`]).
+    pub(crate) acl_changes: watch::Receiver<u64>,
 }
 
 impl App {
@@ -79,6 +91,8 @@ impl App {
             brakes,
             checker,
             cluster,
+            auth,
+            acl_changes,
         } = background;
         App {
             node,
@@ -99,6 +113,8 @@ impl App {
             ready: AtomicBool::new(false),
             stopping,
             anonymous: Principal::new(ANONYMOUS).expect("'anonymous' is a valid principal"),
+            auth,
+            acl_changes,
             config_policy,
         }
     }
@@ -206,9 +222,45 @@ impl App {
         self.stopping.clone()
     }
 
-    /// The metadata of a command proposed now by the anonymous caller.
-    pub(crate) fn meta(&self, actor: Actor) -> CommandMeta {
-        self.meta_as(actor, &self.anonymous)
+    /// The metadata of a command proposed now by `caller`.
+    pub(crate) fn meta(&self, actor: Actor, caller: &Caller) -> CommandMeta {
+        self.meta_as(actor, caller.principal())
+    }
+
+    /// A `403 permission_denied` for `request`, recorded in the audit trail (SPEC S4).
+    pub(crate) fn denied(
+        &self,
+        caller: &Caller,
+        peer: Option<&Peer>,
+        request: &Request<'_>,
+        denial: &Denial,
+    ) -> ApiError {
+        let what = match request.scope {
+            Scope::Service { namespace, service } => format!("{namespace}/{service}"),
+            Scope::Namespace(namespace) => format!("{namespace}/*"),
+            Scope::AnyService => "*/*".to_owned(),
+            Scope::Whole => "the whole tenant".to_owned(),
+        };
+        let tenant = request.tenant.map_or_else(|| "cluster".to_owned(), ToString::to_string);
+        tracing::info!(
+            principal = %caller.principal(),
+            source = ?peer.map(|p| p.addr),
+            verb = %request.verb,
+            tenant,
+            what,
+            reason = %denial,
+            "permission denied"
+        );
+        ApiError::new(
+            ErrorCode::PermissionDenied,
+            format!("{} on {tenant} {what}: {denial}", request.verb),
+        )
+    }
+
+    /// A `401 unauthenticated`, recorded in the audit trail (SPEC S4).
+    pub(crate) fn unauthenticated(&self, peer: Option<&Peer>, path: &str, why: &str) -> ApiError {
+        tracing::info!(source = ?peer.map(|p| p.addr), path, why, "unauthenticated");
+        ApiError::new(ErrorCode::Unauthenticated, why)
     }
 
     /// The metadata of a command proposed now by the server itself (a duty of the leader

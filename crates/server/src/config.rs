@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use muster_consensus::ClusterConfig;
+
+use crate::auth::AuthConfig;
 use muster_core::ServiceKey;
 use muster_core::address::host_port;
 use muster_dns::ZoneConfig;
@@ -53,6 +55,9 @@ pub struct ServerConfig {
     pub peers: BTreeMap<u64, String>,
     /// The secret every node-to-node request carries; required in a cluster.
     pub cluster_secret: Option<String>,
+    /// Authentication and authorisation (SPEC S1, S2): off by default, and then the API
+    /// binds loopback only.
+    pub auth: AuthConfig,
 }
 
 /// The shortest cluster secret accepted: 16 bytes, so guessing it over the network is not an
@@ -214,6 +219,7 @@ impl Default for ServerConfig {
             cluster_addr: None,
             peers: BTreeMap::new(),
             cluster_secret: None,
+            auth: AuthConfig::default(),
         }
     }
 }

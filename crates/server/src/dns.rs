@@ -52,10 +52,14 @@ impl ApplyObserver for DnsFeed {
 
 /// The live zone for `config`, or why its DNS settings are unusable.
 pub(crate) fn zone(config: &ServerConfig) -> Result<Arc<LiveZone>, ServerError> {
-    if config.dns_enabled && !config.dns.ip().is_loopback() {
+    // DNS carries no credentials: a listener answers one configured tenant's names
+    // (`dns_zone.tenant`, never a mix; SPEC S3) to whoever reaches it. With authentication
+    // off it binds loopback only, like the API; with it on, publishing that view on a network
+    // is the operator's configured choice.
+    if config.dns_enabled && !config.dns.ip().is_loopback() && !config.auth.enabled {
         return Err(ServerError::Config(format!(
-            "dns: {} is not a loopback address; without authentication (SPEC S1) the DNS view \
-             binds loopback only (e.g. 127.0.0.1:7053)",
+            "dns: {} is not a loopback address; without authentication ([auth] enabled = true) \
+             the DNS view binds loopback only (e.g. 127.0.0.1:7053)",
             config.dns
         )));
     }

@@ -13,9 +13,11 @@ use muster_registry::{GrantLease, RevokeLease};
 use serde::Deserialize;
 
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, QueryParams, Segments, actor};
 use crate::forward::{LeaderCall, on_leader};
+use crate::peer::Peer;
 
 /// The query of `DELETE /v1/leases/{tenant}/{id}`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -30,6 +32,7 @@ pub(crate) struct RevokeQuery {
 /// `POST /v1/leases/{tenant}`.
 pub(crate) async fn grant(
     State(app): State<Arc<App>>,
+    caller: Caller,
     segments: Segments,
     headers: HeaderMap,
     JsonBody(request): JsonBody<GrantLeaseRequest>,
@@ -40,7 +43,7 @@ pub(crate) async fn grant(
         tenant,
         ttl_ms: request.ttl_ms,
     };
-    let applied = app.propose(command.into(), app.meta(actor)).await?;
+    let applied = app.propose(command.into(), app.meta(actor, &caller)).await?;
     Ok(Json(app.write_reply(&applied)))
 }
 
@@ -79,22 +82,45 @@ pub(crate) fn renew_here(app: &App, tenant: &muster_core::Label, id: LeaseId) ->
 }
 
 /// `DELETE /v1/leases/{tenant}/{id}[?expected_revision=R]`: the lease's endpoints leave with
-/// reason `deregistered`.
+/// reason `deregistered`. Revoking removes what is attached, so the caller needs
+/// `deregister` on every service the lease holds endpoints of (SPEC S2).
 pub(crate) async fn revoke(
     State(app): State<Arc<App>>,
+    caller: Caller,
+    peer: Option<axum::Extension<Peer>>,
     segments: Segments,
     headers: HeaderMap,
     QueryParams(query): QueryParams<RevokeQuery>,
 ) -> Result<Json<WriteReply>, ApiError> {
     let tenant = segments.tenant()?;
     let id = segments.lease()?;
+    let attached = app.node.read(|registry| {
+        let mut keys: Vec<_> = registry.lease_endpoints(id).into_iter().map(|(key, _)| key).collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    });
+    for key in attached.iter().filter(|key| key.tenant == tenant) {
+        caller.require(
+            &app,
+            peer.as_deref(),
+            &muster_auth::Request {
+                tenant: Some(&key.tenant),
+                scope: muster_auth::Scope::Service {
+                    namespace: key.namespace.as_str(),
+                    service: key.service.as_str(),
+                },
+                verb: muster_auth::Verb::Deregister,
+            },
+        )?;
+    }
     let actor = actor(&headers, Actor::App)?;
     let command = RevokeLease {
         tenant,
         lease: id,
         expected_revision: query.expected_revision,
     };
-    let applied = app.propose(command.into(), app.meta(actor)).await?;
+    let applied = app.propose(command.into(), app.meta(actor, &caller)).await?;
     app.lease_revoked(id);
     Ok(Json(app.write_reply(&applied)))
 }

@@ -40,7 +40,9 @@
 #![forbid(unsafe_code)]
 
 mod accept;
+mod acl;
 mod app;
+mod auth;
 mod clock;
 mod cluster;
 mod config;
@@ -71,6 +73,7 @@ mod wait;
 mod watch;
 mod writes;
 
+pub use auth::AuthConfig;
 pub use config::{HealthConfig, ServerConfig};
 pub use hub::WatchStats;
 pub use server::{RunningServer, run, start};

@@ -11,6 +11,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 use crate::app::App;
+use crate::auth::Caller;
 
 /// The checker's counters (kept by the leader task), shared with the metrics handler.
 #[derive(Debug, Default)]
@@ -28,7 +29,7 @@ pub(crate) struct CheckerStats {
 }
 
 /// `GET /v1/metrics`.
-pub(crate) async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
+pub(crate) async fn metrics(State(app): State<Arc<App>>, caller: Caller) -> impl IntoResponse {
     let node = app.node.status();
     let watch = app.hub.stats();
     let checker = &app.checker_stats;
@@ -80,7 +81,12 @@ pub(crate) async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
         "# HELP muster_protection_active Self-preservation holds removals from this service.\n\
          # TYPE muster_protection_active gauge"
     );
-    for key in app.protected() {
+    // Service names only of the tenants the caller may see (SPEC S3).
+    for key in app
+        .protected()
+        .into_iter()
+        .filter(|key| caller.sees_tenant(&key.tenant))
+    {
         let _ = writeln!(out, "muster_protection_active{{service=\"{key}\"}} 1");
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)

@@ -27,7 +27,8 @@ use axum::response::{IntoResponse, Response};
 use muster_core::api::{
     AddMemberRequest, CheckReportReply, CheckReportRequest, ClusterReply, DeregisterQuery, DrainRequest, ErrorBody,
     Frame, GrantLeaseRequest, InFlightRequest, LeaseReply, PolicySetReply, RegisterRequest, ServicesReply,
-    SetServingRequest, SnapshotReply, StatusReply, WriteReply,
+    SetServingRequest, SnapshotReply, StatusReply, TokenCreateRequest, TokenInfo, TokenListReply, TokenRevokeReply,
+    TokenSecretReply, WriteReply,
 };
 use muster_core::{ErrorCode, InstanceId, Label, LeaseId};
 use serde_json::{Map, Value, json};
@@ -60,6 +61,7 @@ pub(crate) fn build() -> Value {
     let mut document = serde_json::to_value(ApiDoc::openapi()).expect("the document always serialises");
     with_errors(&mut document);
     unsigned_bounds(&mut document);
+    with_security(&mut document);
     document
 }
 
@@ -93,6 +95,11 @@ pub(crate) fn build() -> Value {
         add_member,
         remove_member,
         openapi_document,
+        acl_bootstrap,
+        acl_list,
+        acl_create,
+        acl_revoke,
+        acl_self,
     ),
     // The schemas the operations' parameters name (utoipa collects only bodies' schemas).
     components(schemas(
@@ -111,6 +118,7 @@ pub(crate) fn build() -> Value {
         (name = "watch", description = "Streams of changes (SPEC W)."),
         (name = "leases", description = "Leases (SPEC L3, R4)."),
         (name = "node", description = "This node and its cluster."),
+        (name = "acl", description = "Tokens and their rules (SPEC S1, S2)."),
     )
 )]
 struct ApiDoc;
@@ -348,6 +356,38 @@ fn remove_member() {}
 #[allow(dead_code, reason = "read by the OpenAPI derive only")]
 fn openapi_document() {}
 
+/// Make the first operator token; works once per cluster.
+#[utoipa::path(post, path = "/v1/acl/bootstrap", tag = "acl",
+    responses((status = 201, description = "The token; its secret is shown only now.", body = TokenSecretReply),
+              (status = 409, body = ErrorBody)))]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+fn acl_bootstrap() {}
+
+/// The tokens the caller may see.
+#[utoipa::path(get, path = "/v1/acl/tokens", tag = "acl",
+    responses((status = 200, description = "The tokens, by accessor.", body = TokenListReply)))]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+fn acl_list() {}
+
+/// Make a token.
+#[utoipa::path(post, path = "/v1/acl/tokens", tag = "acl", request_body = TokenCreateRequest,
+    responses((status = 201, description = "The token; its secret is shown only now.", body = TokenSecretReply)))]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+fn acl_create() {}
+
+/// Revoke a token: from the revision it commits at, every node refuses it.
+#[utoipa::path(delete, path = "/v1/acl/tokens/{accessor}", tag = "acl",
+    params(("accessor" = String, Path, description = "The token's accessor.")),
+    responses((status = 200, description = "Committed.", body = TokenRevokeReply), (status = 404, body = ErrorBody)))]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+fn acl_revoke() {}
+
+/// The caller's own token.
+#[utoipa::path(get, path = "/v1/acl/self", tag = "acl",
+    responses((status = 200, description = "The token the request carried.", body = TokenInfo), (status = 404, body = ErrorBody)))]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+fn acl_self() {}
+
 /// `GET /v1/policy`'s reply: `muster_core::api::PolicyReply` with the policy as an object
 /// (its type lives in muster-registry, which the document does not describe field by field).
 #[derive(utoipa::ToSchema)]
@@ -397,6 +437,28 @@ fn with_errors(document: &mut Value) {
                 if status >= 400 {
                     *response = error_response(status);
                 }
+            }
+        }
+    }
+}
+
+/// Declares the bearer token (SPEC S1) and, from the auth layer's own table
+/// ([`crate::auth::need`]), which operations need one: all but the open ones. A route that
+/// table does not know is refused by the server, and is marked as needing a token here.
+fn with_security(document: &mut Value) {
+    document["components"]["securitySchemes"] = json!({
+        "bearer": {"type": "http", "scheme": "bearer", "description": "A token's secret: `Authorization: Bearer <secret>`."}
+    });
+    let Some(paths) = document.get_mut("paths").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for (path, item) in paths.iter_mut() {
+        let Some(item) = item.as_object_mut() else { continue };
+        for (method, operation) in item.iter_mut() {
+            let Ok(method) = method.to_uppercase().parse::<axum::http::Method>() else { continue };
+            let open = matches!(crate::auth::need(&method, path), Some(crate::auth::Need::Open));
+            if !open {
+                operation["security"] = json!([{"bearer": []}]);
             }
         }
     }
@@ -524,6 +586,18 @@ mod tests {
         assert_eq!(weight["maximum"], u32::MAX);
         let node_id = &schemas["StatusReply"]["properties"]["node_id"];
         assert_eq!(node_id["maximum"], u64::MAX);
+    }
+
+    #[test]
+    fn only_the_open_routes_go_without_a_token() {
+        let document = build();
+        let paths = &document["paths"];
+        assert!(paths["/v1/status"]["get"].get("security").is_none());
+        assert!(paths["/v1/openapi.json"]["get"].get("security").is_none());
+        assert!(paths["/v1/acl/bootstrap"]["post"].get("security").is_none());
+        let register = &paths["/v1/registry/{tenant}/{namespace}/{service}/{instance}"]["put"];
+        assert_eq!(register["security"], json!([{"bearer": []}]));
+        assert_eq!(document["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
     }
 
     #[test]

@@ -25,6 +25,7 @@ use muster_registry::{Applied, Registry, RegistryConfig, SetPolicy};
 use serde_json::Value;
 
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, actor};
 
@@ -41,12 +42,13 @@ pub(crate) async fn get(State(app): State<Arc<App>>) -> Json<PolicyReply<Registr
 /// an unusable policy is 422 `invalid_field`; either way nothing changes. Speaks as the owner.
 pub(crate) async fn put(
     State(app): State<Arc<App>>,
+    caller: Caller,
     headers: HeaderMap,
     JsonBody(policy): JsonBody<RegistryConfig>,
 ) -> Result<Json<PolicySetReply>, ApiError> {
     let actor = actor(&headers, Actor::Owner)?;
     let applied = app
-        .propose(SetPolicy { policy, initial: false }.into(), app.meta(actor))
+        .propose(SetPolicy { policy, initial: false }.into(), app.meta(actor, &caller))
         .await?;
     Ok(Json(PolicySetReply {
         revision: applied.revision,

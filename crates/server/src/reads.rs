@@ -8,12 +8,14 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
+use muster_auth::Verb;
 use muster_core::api::{ServiceSummary, ServicesReply};
 use muster_core::{Digest, Endpoint, Revision, ServiceKey};
 use muster_registry::Page;
 use serde::{Deserialize, Serialize};
 
 use crate::app::App;
+use crate::auth::Caller;
 use crate::consistency::{self, Consistency};
 use crate::error::ApiError;
 use crate::extract::{INDEX_HEADER, QueryParams, Segments};
@@ -197,6 +199,7 @@ async fn wait_for_change(app: &App, key: &ServiceKey, index: Revision, wait: Dur
 /// `GET /v1/registry/{tenant}/{namespace}`: the namespace's services, sorted by name.
 pub(crate) async fn services(
     State(app): State<Arc<App>>,
+    caller: Caller,
     segments: Segments,
     QueryParams(query): QueryParams<ServicesQuery>,
 ) -> Result<Response, ApiError> {
@@ -205,8 +208,11 @@ pub(crate) async fn services(
     let (revision, snapshots) = app
         .node
         .read(|registry| (registry.revision(), registry.services(&namespace)));
+    // Only the services the caller may read (SPEC S3): the route's gate let it into the
+    // namespace, each service is judged on its own.
     let services = snapshots
         .iter()
+        .filter(|snapshot| caller.may(snapshot.key(), Verb::Read))
         .map(|snapshot| ServiceSummary {
             service: snapshot.key().service.clone(),
             revision: snapshot.revision(),

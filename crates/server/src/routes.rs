@@ -14,7 +14,7 @@ use axum::routing::{delete, get, post, put};
 
 use crate::app::App;
 use crate::error::{ApiError, code_for_status};
-use crate::{lease_routes, membership, metrics, openapi, policy, reads, status, watch, writes};
+use crate::{acl, auth, lease_routes, membership, metrics, openapi, policy, reads, status, watch, writes};
 
 /// How much of a stray plain-text error body the safety net quotes in its message: error
 /// texts from axum and hyper are one line; 1 KiB keeps a surprise from growing the reply.
@@ -43,6 +43,16 @@ pub(crate) fn router(app: Arc<App>, max_body_bytes: usize) -> Router {
         .route("/v1/cluster/members", post(membership::add))
         .route("/v1/cluster/members/{id}", delete(membership::remove))
         .route(openapi::PATH, get(openapi::document))
+        .route("/v1/acl/bootstrap", post(acl::bootstrap))
+        .route("/v1/acl/tokens", get(acl::list).post(acl::create))
+        .route("/v1/acl/tokens/{accessor}", delete(acl::revoke))
+        .route("/v1/acl/self", get(acl::whoami))
+        // Every matched route passes the auth layer first (SPEC S1, S2): `auth::need` says
+        // what each one needs.
+        .route_layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&app),
+            auth::authenticate,
+        ))
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(max_body_bytes))

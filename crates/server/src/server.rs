@@ -22,6 +22,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::app::{App, Background};
+use crate::auth::TokenWatch;
 use crate::clock::ServerClock;
 use crate::dns::DnsFeed;
 use crate::forward::ClusterLink;
@@ -46,10 +47,10 @@ pub struct RunningServer {
 }
 
 fn check(config: &ServerConfig) -> Result<(), ServerError> {
-    if !config.http.ip().is_loopback() {
+    if !config.http.ip().is_loopback() && !config.auth.enabled {
         return Err(ServerError::Config(format!(
-            "http: {} is not a loopback address; the API has no authentication configured yet \
-             (SPEC S1), so it binds loopback only (e.g. 127.0.0.1:7070)",
+            "http: {} is not a loopback address; without authentication ([auth] enabled = true) \
+             the API binds loopback only (SPEC S1), e.g. 127.0.0.1:7070",
             config.http
         )));
     }
@@ -80,6 +81,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let brakes = config.health.brakes().map_err(ServerError::Config)?;
     let hub = WatchHub::new(config.watch_queue_frames);
     let (leader_feed, leader_messages) = leader::channel();
+    let (token_watch, acl_changes) = TokenWatch::new();
     let cluster = config.cluster().map_err(ServerError::Config)?;
     // The node-to-node listener is bound before the node opens, so peers can reach it as
     // soon as it votes.
@@ -106,6 +108,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             hub.clone(),
             leader_feed,
             Arc::new(PolicyWatch::new(config.registry.clone())),
+            Arc::new(token_watch),
         ])),
     )
     .await?;
@@ -141,6 +144,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             brakes,
             checker: config.health.checker(),
             cluster: link,
+            auth: config.auth.clone(),
+            acl_changes,
         },
         config.registry.clone(),
     ));

@@ -12,24 +12,27 @@
 //! a write.
 
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use bytes::Bytes;
-use futures_util::StreamExt;
+use futures_util::{Stream, StreamExt};
+use muster_auth::Verb;
 use muster_core::api::Frame;
-use muster_core::{Revision, ServiceSnapshot, ServiceUpdate};
+use muster_core::{ErrorCode, Revision, ServiceKey, ServiceSnapshot, ServiceUpdate};
 use muster_registry::{ReadError, Scope};
 use serde::Deserialize;
 
 use crate::app::App;
+use crate::auth::{self, Caller};
 use crate::error::ApiError;
 use crate::extract::{INDEX_HEADER, QueryParams, Segments};
 use crate::frames;
-use crate::subscription::Subscription;
 
 /// The query of a watch.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
@@ -44,21 +47,23 @@ pub(crate) struct WatchQuery {
 /// `GET /v1/watch/{tenant}/{namespace}/{service}`.
 pub(crate) async fn watch_service(
     State(app): State<Arc<App>>,
+    caller: Caller,
     segments: Segments,
     QueryParams(query): QueryParams<WatchQuery>,
 ) -> Result<Response, ApiError> {
     let key = segments.service()?;
-    start(&app, Scope::Service(key), query.from_revision)
+    start(&app, &caller, Scope::Service(key), query.from_revision)
 }
 
 /// `GET /v1/watch/{tenant}/{namespace}`.
 pub(crate) async fn watch_namespace(
     State(app): State<Arc<App>>,
+    caller: Caller,
     segments: Segments,
     QueryParams(query): QueryParams<WatchQuery>,
 ) -> Result<Response, ApiError> {
     let namespace = segments.namespace()?;
-    start(&app, Scope::Namespace(namespace), query.from_revision)
+    start(&app, &caller, Scope::Namespace(namespace), query.from_revision)
 }
 
 /// How a watch begins, read together with its subscription.
@@ -68,7 +73,11 @@ enum Beginning {
     Refused(ReadError),
 }
 
-fn start(app: &Arc<App>, scope: Scope, from: Option<Revision>) -> Result<Response, ApiError> {
+fn start(app: &Arc<App>, caller: &Caller, scope: Scope, from: Option<Revision>) -> Result<Response, ApiError> {
+    // A namespace watch shows only the services the caller may watch (SPEC S3); the route's
+    // gate judged only the namespace.
+    let filtered = matches!(scope, Scope::Namespace(_)) && caller.token_ref().is_some();
+    let visible = |key: &ServiceKey| !filtered || caller.may(key, Verb::Watch);
     let (at, beginning, subscription) = app.node.read(|registry| {
         let at = registry.revision();
         let beginning = match from {
@@ -79,19 +88,97 @@ fn start(app: &Arc<App>, scope: Scope, from: Option<Revision>) -> Result<Respons
                 }));
             }
             Some(from) => match registry.changes_since(&scope, from) {
-                Ok(updates) => Beginning::Replay(updates),
+                Ok(mut updates) => {
+                    updates.retain(|update| visible(&update.key));
+                    Beginning::Replay(updates)
+                }
                 Err(error) => return Ok((at, Beginning::Refused(error), None)),
             },
             None => Beginning::Snapshots(match &scope {
                 Scope::Service(key) => registry.snapshot(key).into_iter().collect(),
-                Scope::Namespace(namespace) => registry.services(namespace),
+                Scope::Namespace(namespace) => {
+                    let mut services = registry.services(namespace);
+                    services.retain(|snapshot| visible(snapshot.key()));
+                    services
+                }
             }),
         };
         Ok((at, beginning, app.hub.subscribe(scope)))
     })?;
 
     let initial = initial_frames(at, beginning, subscription.is_some());
-    Ok(stream_response(at, initial, subscription))
+    let live = futures_util::stream::iter(subscription).flatten();
+    let live = match caller.token_ref() {
+        None => live.boxed(),
+        Some(token) => {
+            let caller = caller.clone();
+            let live = live.filter(move |frame| {
+                futures_util::future::ready(
+                    !filtered || frame_key(frame).is_none_or(|key| caller.may(&key, Verb::Watch)),
+                )
+            });
+            Revocable::new(
+                live,
+                Box::pin(auth::revoked(Arc::clone(app), Arc::clone(token))),
+                app.hub.clone(),
+            )
+            .boxed()
+        }
+    };
+    Ok(stream_response(at, initial, live))
+}
+
+/// The service a live frame is about (updates); `None` for progress and the last frames.
+fn frame_key(frame: &Bytes) -> Option<ServiceKey> {
+    #[derive(Deserialize)]
+    struct Keyed {
+        key: Option<ServiceKey>,
+    }
+    serde_json::from_slice::<Keyed>(frame).ok().and_then(|keyed| keyed.key)
+}
+
+/// A token's live frames until the token is revoked: then an `unauthenticated` error frame,
+/// and the stream ends (SPEC S1).
+struct Revocable<S> {
+    frames: S,
+    revoked: Pin<Box<dyn Future<Output = ()> + Send>>,
+    hub: Arc<crate::hub::WatchHub>,
+    done: bool,
+}
+
+impl<S> Revocable<S> {
+    fn new(frames: S, revoked: Pin<Box<dyn Future<Output = ()> + Send>>, hub: Arc<crate::hub::WatchHub>) -> Self {
+        Revocable {
+            frames,
+            revoked,
+            hub,
+            done: false,
+        }
+    }
+}
+
+impl<S: Stream<Item = Bytes> + Unpin> Stream for Revocable<S> {
+    type Item = Bytes;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if self.revoked.as_mut().poll(cx).is_ready() {
+            self.done = true;
+            let revision = self.hub.revision();
+            return Poll::Ready(Some(frames::error(
+                ErrorCode::Unauthenticated.as_str(),
+                "the token was revoked".to_owned(),
+                revision,
+            )));
+        }
+        let next = Pin::new(&mut self.frames).poll_next(cx);
+        if let Poll::Ready(None) = next {
+            self.done = true;
+        }
+        next
+    }
 }
 
 /// The frames a watch begins with, read at `at`. Without a subscription (the hub is closed:
@@ -126,8 +213,7 @@ fn initial_frames(at: Revision, beginning: Beginning, subscribed: bool) -> Vec<B
     initial
 }
 
-fn stream_response(at: Revision, initial: Vec<Bytes>, subscription: Option<Subscription>) -> Response {
-    let live = futures_util::stream::iter(subscription).flatten();
+fn stream_response(at: Revision, initial: Vec<Bytes>, live: impl Stream<Item = Bytes> + Send + 'static) -> Response {
     let frames = futures_util::stream::iter(initial)
         .chain(live)
         .map(Ok::<Bytes, Infallible>);

@@ -17,6 +17,7 @@ use muster_leader::{InFlightReply, Reply};
 use muster_registry::{Deregister, Drain, LeaseSpec, Register, SetServing, Target};
 
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, QueryParams, Segments, actor};
 use crate::forward::{LeaderCall, on_leader};
@@ -33,6 +34,7 @@ fn target(key: ServiceKey, instance: InstanceId, incarnation: muster_core::Incar
 /// `PUT /v1/registry/{tenant}/{namespace}/{service}/{instance}`.
 pub(crate) async fn register(
     State(app): State<Arc<App>>,
+    caller: Caller,
     segments: Segments,
     headers: HeaderMap,
     JsonBody(request): JsonBody<RegisterRequest>,
@@ -50,13 +52,14 @@ pub(crate) async fn register(
         lease,
         expected_revision: request.expected_revision,
     };
-    let applied = app.propose(command.into(), app.meta(actor)).await?;
+    let applied = app.propose(command.into(), app.meta(actor, &caller)).await?;
     Ok(Json(app.write_reply(&applied)))
 }
 
 /// `PUT .../{instance}/serving`.
 pub(crate) async fn set_serving(
     State(app): State<Arc<App>>,
+    caller: Caller,
     segments: Segments,
     headers: HeaderMap,
     JsonBody(request): JsonBody<SetServingRequest>,
@@ -69,7 +72,7 @@ pub(crate) async fn set_serving(
         reason: request.reason,
         expected_revision: request.expected_revision,
     };
-    let applied = app.propose(command.into(), app.meta(actor)).await?;
+    let applied = app.propose(command.into(), app.meta(actor, &caller)).await?;
     Ok(Json(app.write_reply(&applied)))
 }
 
@@ -78,6 +81,7 @@ pub(crate) async fn set_serving(
 /// when it ends deregisters the instance (SPEC L6).
 pub(crate) async fn drain(
     State(app): State<Arc<App>>,
+    caller: Caller,
     segments: Segments,
     headers: HeaderMap,
     JsonBody(request): JsonBody<DrainRequest>,
@@ -90,7 +94,7 @@ pub(crate) async fn drain(
         grace_ms: request.grace_ms,
         expected_revision: request.expected_revision,
     };
-    let applied = app.propose(command.into(), app.meta(actor)).await?;
+    let applied = app.propose(command.into(), app.meta(actor, &caller)).await?;
     Ok(Json(app.write_reply(&applied)))
 }
 
@@ -191,6 +195,7 @@ fn not_answered(reply: Reply) -> ApiError {
 /// `DELETE .../{instance}?incarnation=N[&expected_revision=R]`.
 pub(crate) async fn deregister(
     State(app): State<Arc<App>>,
+    caller: Caller,
     segments: Segments,
     headers: HeaderMap,
     QueryParams(query): QueryParams<DeregisterQuery>,
@@ -201,6 +206,6 @@ pub(crate) async fn deregister(
         target: target(key, instance, query.incarnation),
         expected_revision: query.expected_revision,
     };
-    let applied = app.propose(command.into(), app.meta(actor)).await?;
+    let applied = app.propose(command.into(), app.meta(actor, &caller)).await?;
     Ok(Json(app.write_reply(&applied)))
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{ACCEPT, CONTENT_TYPE};
+use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -21,7 +21,8 @@ use serde::de::DeserializeOwned;
 use muster_core::api::{
     AddMemberRequest, CheckReportReply, CheckReportRequest, ClusterReply, DeregisterQuery, DrainRequest,
     GrantLeaseRequest, InFlightRequest, LeaseReply, PolicyReply, PolicySetReply, RegisterRequest, ServicesReply,
-    SetServingRequest, SnapshotReply, StatusReply, WriteReply,
+    SetServingRequest, SnapshotReply, StatusReply, TokenCreateRequest, TokenListReply, TokenRevokeReply,
+    TokenSecretReply, WriteReply,
 };
 use muster_core::{Actor, InstanceId, Label, LeaseId, NamespaceKey, Revision, ServiceKey};
 
@@ -66,6 +67,8 @@ pub struct Client {
     actor: Option<Actor>,
     /// The bound on one unary call.
     timeout: Duration,
+    /// `Authorization: Bearer <secret>` on every request, when set (SPEC S1).
+    authorization: Option<HeaderValue>,
 }
 
 /// The optional parts of a snapshot read.
@@ -108,6 +111,7 @@ impl Client {
             base: base.to_owned(),
             actor: None,
             timeout: REQUEST_TIMEOUT,
+            authorization: None,
         })
     }
 
@@ -116,6 +120,25 @@ impl Client {
     pub fn with_actor(mut self, actor: Option<Actor>) -> Client {
         self.actor = actor;
         self
+    }
+
+    /// The same client, sending `secret` as its bearer token on every request (the server
+    /// needs one when `[auth] enabled = true`). A secret that cannot be a header value (a
+    /// control character) is refused.
+    pub fn with_token(mut self, secret: Option<&str>) -> Result<Client, ClientError> {
+        self.authorization = match secret {
+            None => None,
+            Some(secret) => {
+                let mut value =
+                    HeaderValue::from_str(&format!("Bearer {secret}")).map_err(|_| ClientError::InvalidUrl {
+                        url: self.base.clone(),
+                        reason: "the token holds characters a header cannot carry".into(),
+                    })?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+        };
+        Ok(self)
     }
 
     /// The same client, bounding every unary call (and a watch's opening) by `timeout`
@@ -325,6 +348,27 @@ impl Client {
         self.call(Method::PUT, "/v1/policy", Some(policy)).await
     }
 
+    /// `POST /v1/acl/bootstrap`: the first operator token; works once per cluster.
+    pub async fn acl_bootstrap(&self) -> Result<TokenSecretReply, ClientError> {
+        self.call(Method::POST, "/v1/acl/bootstrap", None::<&()>).await
+    }
+
+    /// `POST /v1/acl/tokens`: a new token; its secret is in the reply only.
+    pub async fn create_token(&self, request: &TokenCreateRequest) -> Result<TokenSecretReply, ClientError> {
+        self.call(Method::POST, "/v1/acl/tokens", Some(request)).await
+    }
+
+    /// `GET /v1/acl/tokens`.
+    pub async fn tokens(&self) -> Result<TokenListReply, ClientError> {
+        self.call(Method::GET, "/v1/acl/tokens", None::<&()>).await
+    }
+
+    /// `DELETE /v1/acl/tokens/{accessor}`.
+    pub async fn revoke_token(&self, accessor: &str) -> Result<TokenRevokeReply, ClientError> {
+        self.call(Method::DELETE, &format!("/v1/acl/tokens/{accessor}"), None::<&()>)
+            .await
+    }
+
     /// `GET /v1/cluster`.
     pub async fn cluster(&self) -> Result<ClusterReply, ClientError> {
         self.call(Method::GET, "/v1/cluster", None::<&()>).await
@@ -403,6 +447,9 @@ impl Client {
         }
         if let Some(actor) = self.actor {
             request = request.header(ACTOR_HEADER, actor_header(actor));
+        }
+        if let Some(authorization) = &self.authorization {
+            request = request.header(AUTHORIZATION, authorization.clone());
         }
         let request = request
             .body(Full::new(body.unwrap_or_default()))

@@ -23,6 +23,11 @@ struct Cluster {
 
 impl Cluster {
     async fn start() -> Cluster {
+        Cluster::start_with(|_| {}).await
+    }
+
+    /// Three voters, each config also changed by `extra`.
+    async fn start_with(extra: impl Fn(&mut ServerConfig) + Clone + Send + 'static) -> Cluster {
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let peers: BTreeMap<u64, String> = ports
             .iter()
@@ -33,12 +38,14 @@ impl Cluster {
         for (i, port) in ports.iter().enumerate() {
             let peers = peers.clone();
             let port = *port;
+            let extra = extra.clone();
             nodes.push(Some(
                 TestServer::start_with(move |config| {
                     config.node_id = i as u64 + 1;
                     config.cluster_addr = Some(format!("127.0.0.1:{port}").parse().unwrap());
                     config.peers = peers;
                     config.cluster_secret = Some(SECRET.into());
+                    extra(config);
                 })
                 .await,
             ));
@@ -822,4 +829,78 @@ async fn zero_in_flight_reported_to_a_follower_ends_the_drain_at_once() {
     for i in 0..3 {
         cluster.stop(i).await;
     }
+}
+
+/// Tokens are replicated state (SPEC S1): a token made through one node is honoured by
+/// every node, and once its revocation commits every node refuses it.
+#[tokio::test]
+async fn a_token_made_on_one_node_is_honoured_and_its_revocation_refused_on_every_node() {
+    let cluster = Cluster::start_with(|config| config.auth.enabled = true).await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % 3;
+    let bootstrap = cluster
+        .node(follower)
+        .call(Method::POST, "/v1/acl/bootstrap", None)
+        .await
+        .expect(StatusCode::CREATED);
+    let operator = format!("Bearer {}", bootstrap.body["secret"].as_str().unwrap());
+    let created = cluster
+        .node(leader)
+        .send(
+            Method::POST,
+            "/v1/acl/tokens",
+            Some(serde_json::to_vec(&json!({"tenant": "acme", "allow": ["prod/*=read"]})).unwrap()),
+            &[("authorization", operator.as_str())],
+        )
+        .await
+        .expect(StatusCode::CREATED);
+    let accessor = created.body["accessor"].as_str().unwrap().to_owned();
+    let reader = format!("Bearer {}", created.body["secret"].as_str().unwrap());
+    let read_code = |i: usize| {
+        let reader = reader.clone();
+        let node = cluster.node(i);
+        async move {
+            node.send(
+                Method::GET,
+                "/v1/registry/acme/prod/api",
+                None,
+                &[("authorization", reader.as_str())],
+            )
+            .await
+            .code()
+            .to_owned()
+        }
+    };
+    for i in 0..3 {
+        let code = poll(Duration::from_millis(50), || {
+            let read = read_code(i);
+            async move { (read.await == "not_found").then_some(()) }
+        })
+        .await;
+        assert!(code.is_some(), "node {i} honours the token");
+    }
+    cluster
+        .node(follower)
+        .send(
+            Method::DELETE,
+            &format!("/v1/acl/tokens/{accessor}"),
+            None,
+            &[("authorization", operator.as_str())],
+        )
+        .await
+        .expect(StatusCode::OK);
+    for i in 0..3 {
+        let refused = poll(Duration::from_millis(50), || {
+            let read = read_code(i);
+            async move { (read.await == "unauthenticated").then_some(()) }
+        })
+        .await;
+        assert!(refused.is_some(), "node {i} refuses the revoked token");
+    }
+    let again = cluster
+        .node(leader)
+        .call(Method::POST, "/v1/acl/bootstrap", None)
+        .await
+        .expect(StatusCode::CONFLICT);
+    assert_eq!(again.code(), "already_bootstrapped", "bootstrap works once per cluster");
 }

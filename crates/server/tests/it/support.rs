@@ -264,11 +264,16 @@ impl TestServer {
 
     /// Opens a watch.
     pub(crate) async fn watch(&self, path: &str) -> Watch {
-        let request = Request::builder()
-            .method(Method::GET)
-            .uri(self.url(path))
-            .body(Full::new(Bytes::new()))
-            .unwrap();
+        self.watch_with(path, &[]).await
+    }
+
+    /// Opens a watch with extra headers (a bearer token).
+    pub(crate) async fn watch_with(&self, path: &str, headers: &[(&str, &str)]) -> Watch {
+        let mut request = Request::builder().method(Method::GET).uri(self.url(path));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(Full::new(Bytes::new())).unwrap();
         let response = tokio::time::timeout(STEP, self.client.request(request))
             .await
             .expect("the watch answers in time")

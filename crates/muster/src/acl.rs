@@ -1,0 +1,166 @@
+//! `muster acl ...`: the one-time bootstrap and token management (SPEC S1, S2).
+//!
+//! ```text
+//!  muster acl bootstrap [--json]                      first operator token (once per cluster)
+//!  muster acl token create --tenant T --allow 'NS/SVC=VERB,...' [--deny ...] [--san URI] [--json]
+//!  muster acl token create --operator --allow '*/*=*' an operator token
+//!  muster acl token list [--json]
+//!  muster acl token revoke ACCESSOR
+//! ```
+//!
+//! Rules are checked here with the server's own parser (`muster-auth`), so a typo is refused
+//! before anything is sent. `--json` on bootstrap and create prints exactly
+//! `{"accessor": ..., "secret": ...}`.
+
+use std::io::Write;
+
+use clap::{Args, Subcommand};
+use muster_auth::{Accessor, Effect, Rule};
+use muster_core::api::{TokenCreateRequest, TokenListReply};
+
+use crate::args::parse_tenant;
+use crate::cli::ServerArgs;
+use crate::commands::{connect_to, emit};
+use crate::error::CliError;
+use crate::table::Table;
+
+/// `muster acl ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum AclCommand {
+    /// Make the first operator token of a fresh cluster and print it (works once).
+    Bootstrap(ServerArgs),
+    /// Create, list or revoke tokens (needs an admin token).
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+/// `muster acl token ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token; its secret is printed once.
+    Create(TokenCreateArgs),
+    /// List the tokens you may manage (never their secrets).
+    List(ServerArgs),
+    /// Revoke a token: every node refuses it from the revision the revocation commits at.
+    Revoke(TokenRevokeArgs),
+}
+
+/// `muster acl token create`.
+#[derive(Debug, Clone, Args)]
+pub struct TokenCreateArgs {
+    /// The tenant the token belongs to.
+    #[arg(
+        long = "tenant",
+        value_name = "T",
+        required_unless_present = "operator",
+        conflicts_with = "operator"
+    )]
+    pub token_tenant: Option<String>,
+    /// An operator token instead: every tenant, and the cluster-wide routes.
+    #[arg(long)]
+    pub operator: bool,
+    /// Allow rules: `NAMESPACE/SERVICE=VERB,...` (names exact, `prefix*` or `*`; verbs read,
+    /// watch, register, renew, set_state, deregister, admin, or `*`). Repeatable.
+    #[arg(long, value_name = "RULE")]
+    pub allow: Vec<String>,
+    /// Deny rules, same form; a deny wins a tie with an allow. Repeatable.
+    #[arg(long, value_name = "RULE")]
+    pub deny: Vec<String>,
+    /// A client certificate SAN (e.g. `spiffe://acme.internal/ns/prod/sa/api`) that
+    /// authenticates as this token over mutual TLS.
+    #[arg(long, value_name = "SAN")]
+    pub san: Option<String>,
+    /// What the token is for.
+    #[arg(long, default_value = "", value_name = "TEXT")]
+    pub description: String,
+    /// Server and token.
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// `muster acl token revoke`.
+#[derive(Debug, Clone, Args)]
+pub struct TokenRevokeArgs {
+    /// The token's accessor (from `create` or `list`).
+    pub accessor: String,
+    /// Server and token.
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// Runs an `acl` command.
+pub async fn run(command: AclCommand, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    match command {
+        AclCommand::Bootstrap(args) => {
+            let reply = connect_to(&args.server, args.token.as_deref())?.acl_bootstrap().await?;
+            emit(out, json, &reply, || {
+                format!(
+                    "bootstrapped: the first operator token (keep the secret safe; it is not shown again)\n\
+                     accessor  {}\nsecret    {}\n",
+                    reply.accessor, reply.secret
+                )
+            })
+        }
+        AclCommand::Token(TokenCommand::Create(args)) => {
+            let request = create_request(&args)?;
+            let client = connect_to(&args.server.server, args.server.token.as_deref())?;
+            let reply = client.create_token(&request).await?;
+            emit(out, json, &reply, || {
+                format!("accessor  {}\nsecret    {}\n", reply.accessor, reply.secret)
+            })
+        }
+        AclCommand::Token(TokenCommand::List(args)) => {
+            let reply = connect_to(&args.server, args.token.as_deref())?.tokens().await?;
+            emit(out, json, &reply, || list_text(&reply))
+        }
+        AclCommand::Token(TokenCommand::Revoke(args)) => {
+            let accessor = Accessor::parse(&args.accessor).map_err(|e| CliError::usage("bad_request", e))?;
+            let client = connect_to(&args.server.server, args.server.token.as_deref())?;
+            let reply = client.revoke_token(accessor.as_str()).await?;
+            emit(out, json, &reply, || {
+                format!("revoked {accessor} at revision {}\n", reply.revision)
+            })
+        }
+    }
+}
+
+/// The request `create` sends, every rule checked first.
+pub fn create_request(args: &TokenCreateArgs) -> Result<TokenCreateRequest, CliError> {
+    for (texts, effect) in [(&args.allow, Effect::Allow), (&args.deny, Effect::Deny)] {
+        for text in texts {
+            Rule::parse(text, effect).map_err(|e| CliError::usage("invalid_field", e.to_string()))?;
+        }
+    }
+    if args.allow.is_empty() {
+        return Err(CliError::usage(
+            "invalid_field",
+            "--allow: a token needs at least one allow rule (default deny), e.g. --allow 'prod/api=read,watch'",
+        ));
+    }
+    let tenant = args.token_tenant.as_deref().map(parse_tenant).transpose()?;
+    Ok(TokenCreateRequest {
+        tenant,
+        allow: args.allow.clone(),
+        deny: args.deny.clone(),
+        san: args.san.clone(),
+        description: args.description.clone(),
+    })
+}
+
+fn list_text(reply: &TokenListReply) -> String {
+    let mut table = Table::new(["ACCESSOR", "TENANT", "ALLOW", "DENY", "SAN", "DESCRIPTION"]);
+    for token in &reply.tokens {
+        table.row([
+            token.accessor.clone(),
+            token
+                .tenant
+                .as_ref()
+                .map_or_else(|| "(operator)".to_owned(), ToString::to_string),
+            token.allow.join(" "),
+            token.deny.join(" "),
+            token.san.clone().unwrap_or_default(),
+            token.description.clone(),
+        ]);
+    }
+    table.render()
+}

@@ -1,0 +1,199 @@
+//! Token management (SPEC S1, S2): the one-time bootstrap, create, list, revoke, and who
+//! the caller is.
+//!
+//! Secrets are drawn from the OS here (the shell) and only their SHA-256 enters the log. Who
+//! may manage what: an operator token allowed `admin` cluster-wide manages every token; a
+//! tenant's token allowed `admin` on the whole tenant (`*/*=admin`) manages that tenant's
+//! tokens and can create no operator token, so no token can make one stronger than itself
+//! outside its tenant.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use muster_auth::{Accessor, Effect, Request, Rule, Scope, Secret, SecretHash, Token, TokenSpec, Verb};
+use muster_core::api::{TokenCreateRequest, TokenInfo, TokenListReply, TokenRevokeReply, TokenSecretReply};
+use muster_core::{Actor, Label};
+use muster_registry::{AclBootstrap, CreateToken, RevokeToken};
+use ring::rand::{SecureRandom, SystemRandom};
+
+use crate::app::App;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{JsonBody, Segments};
+use crate::peer::Peer;
+
+/// `POST /v1/acl/bootstrap`: the first operator token (`*/*=*` everywhere). Works once per
+/// cluster: after it commits, `409 already_bootstrapped`.
+pub(crate) async fn bootstrap(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+) -> Result<(StatusCode, Json<TokenSecretReply>), ApiError> {
+    let (spec, secret) = new_token(
+        None,
+        vec![Rule::parse("*/*=*", Effect::Allow).expect("a valid rule")],
+        None,
+        "bootstrap operator token".into(),
+    )?;
+    let accessor = spec.accessor.to_string();
+    app.propose(AclBootstrap { token: spec }.into(), app.meta(Actor::Owner, &caller))
+        .await?;
+    tracing::info!(%accessor, "acl bootstrapped: the first operator token was made");
+    Ok((
+        StatusCode::CREATED,
+        Json(TokenSecretReply {
+            accessor,
+            secret: secret.as_str().to_owned(),
+        }),
+    ))
+}
+
+/// `POST /v1/acl/tokens`.
+pub(crate) async fn create(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    peer: Option<axum::Extension<Peer>>,
+    JsonBody(request): JsonBody<TokenCreateRequest>,
+) -> Result<(StatusCode, Json<TokenSecretReply>), ApiError> {
+    require_admin(&app, &caller, peer.as_deref(), request.tenant.as_ref())?;
+    let mut rules = Vec::with_capacity(request.allow.len() + request.deny.len());
+    for (texts, effect) in [(&request.allow, Effect::Allow), (&request.deny, Effect::Deny)] {
+        for text in texts {
+            rules.push(
+                Rule::parse(text, effect)
+                    .map_err(|e| ApiError::new(muster_core::ErrorCode::InvalidField, e.to_string()))?,
+            );
+        }
+    }
+    let (spec, secret) = new_token(request.tenant, rules, request.san, request.description)?;
+    spec.validate()
+        .map_err(|e| ApiError::new(muster_core::ErrorCode::InvalidField, e))?;
+    let accessor = spec.accessor.to_string();
+    app.propose(CreateToken { token: spec }.into(), app.meta(Actor::Owner, &caller))
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(TokenSecretReply {
+            accessor,
+            secret: secret.as_str().to_owned(),
+        }),
+    ))
+}
+
+/// `GET /v1/acl/tokens`: the tokens the caller may manage.
+pub(crate) async fn list(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    peer: Option<axum::Extension<Peer>>,
+) -> Result<Json<TokenListReply>, ApiError> {
+    let scope = caller.confined_to().cloned();
+    require_admin(&app, &caller, peer.as_deref(), scope.as_ref())?;
+    let tokens = app.node.read(|registry| {
+        registry
+            .acl()
+            .tokens()
+            .filter(|token| scope.is_none() || token.tenant() == scope.as_ref())
+            .map(|token| info(token))
+            .collect()
+    });
+    Ok(Json(TokenListReply { tokens }))
+}
+
+/// `GET /v1/acl/self`: the caller's own token.
+pub(crate) async fn whoami(caller: Caller) -> Result<Json<TokenInfo>, ApiError> {
+    caller
+        .token_ref()
+        .map(|token| Json(info(token)))
+        .ok_or_else(|| ApiError::not_found("authentication is off: requests carry no token"))
+}
+
+/// `DELETE /v1/acl/tokens/{accessor}`: from the revision it commits at, every node refuses the
+/// token, and streams it opened end with an error frame.
+pub(crate) async fn revoke(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    peer: Option<axum::Extension<Peer>>,
+    segments: Segments,
+) -> Result<Json<TokenRevokeReply>, ApiError> {
+    let text = segments.0.first().map_or("", String::as_str);
+    let accessor = Accessor::parse(text).map_err(ApiError::bad_request)?;
+    let owner = app
+        .node
+        .read(|registry| registry.acl().get(&accessor).map(|token| token.tenant().cloned()));
+    let Some(tenant) = owner else {
+        return Err(ApiError::not_found(format!("token {accessor} does not exist")));
+    };
+    require_admin(&app, &caller, peer.as_deref(), tenant.as_ref())?;
+    let applied = app
+        .propose(RevokeToken { accessor }.into(), app.meta(Actor::Owner, &caller))
+        .await?;
+    Ok(Json(TokenRevokeReply {
+        revision: applied.revision,
+    }))
+}
+
+/// Managing `tenant`'s tokens needs `admin` on the whole tenant; operator tokens (`None`)
+/// need an operator's `admin`.
+fn require_admin(app: &App, caller: &Caller, peer: Option<&Peer>, tenant: Option<&Label>) -> Result<(), ApiError> {
+    caller.require(
+        app,
+        peer,
+        &Request {
+            tenant,
+            scope: Scope::Whole,
+            verb: Verb::Admin,
+        },
+    )
+}
+
+/// A token's spec with a fresh accessor and secret from the OS's generator.
+fn new_token(
+    tenant: Option<Label>,
+    rules: Vec<Rule>,
+    san: Option<String>,
+    description: String,
+) -> Result<(TokenSpec, Secret), ApiError> {
+    let random = SystemRandom::new();
+    let mut secret = [0; muster_auth::SECRET_BYTES];
+    let mut accessor = [0; 16];
+    random
+        .fill(&mut secret)
+        .and_then(|()| random.fill(&mut accessor))
+        .map_err(|_| ApiError::new(muster_core::ErrorCode::Internal, "the OS random generator failed"))?;
+    let secret = Secret::from_random(secret);
+    Ok((
+        TokenSpec {
+            accessor: Accessor::from_random(accessor),
+            secret_hash: SecretHash::of(secret.as_str()),
+            tenant,
+            rules,
+            san,
+            description,
+        },
+        secret,
+    ))
+}
+
+fn info(token: &Token) -> TokenInfo {
+    let rules = |effect: Effect| {
+        token
+            .spec
+            .rules
+            .iter()
+            .filter(|r| r.effect == effect)
+            .map(ToString::to_string)
+            .collect()
+    };
+    TokenInfo {
+        accessor: token.accessor().to_string(),
+        tenant: token.tenant().cloned(),
+        allow: rules(Effect::Allow),
+        deny: rules(Effect::Deny),
+        san: token.spec.san.clone(),
+        description: token.spec.description.clone(),
+        created_at_ms: token.created_at_ms,
+        created_by: token.created_by.clone(),
+        principal: token.principal(),
+    }
+}

@@ -1,0 +1,370 @@
+//! Authentication and authorisation of every API request (SPEC S1–S3).
+//!
+//! ```text
+//!  request ─▶ route matched ─▶ need(method, route) ─┬─ open ───────────────────────▶ handler
+//!                                                   └─ else: who? ─┬─ none ─▶ 401 unauthenticated
+//!     Authorization: Bearer <secret>  ─┐                           │
+//!     client certificate SAN (mTLS)  ──┴─▶ the registry's tokens ──┴─ token ─▶ verdict(tenant, scope, verb)
+//!                                                                        ├─ deny ─▶ 403 permission_denied
+//!                                                                        └─ allow ─▶ handler (with its Caller)
+//! ```
+//!
+//! The need of every route is one table ([`need`]), keyed by the route's template, so a route
+//! cannot be added without saying what it needs (a test walks the router). Tokens live in the
+//! replicated registry, so every node gives the same verdict from the same log position, and
+//! a revocation holds on a node from the moment it applies there. Every refusal is recorded
+//! in the audit trail with the caller's address (SPEC S4).
+//!
+//! With `[auth] enabled = false` (the default) every caller is the unrestricted `anonymous`
+//! principal, and the server binds loopback only (SPEC S1).
+
+use std::sync::Arc;
+
+use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, State};
+use axum::http::request::Parts;
+use axum::http::{Method, header};
+use axum::response::{IntoResponse, Response};
+use muster_auth::{Denial, Request, Scope, Token, Verb};
+use muster_core::{ErrorCode, Label, Principal, ServiceKey};
+use serde::{Deserialize, Serialize};
+
+use crate::app::App;
+use crate::error::ApiError;
+use crate::peer::Peer;
+
+/// The `[auth]` section of the server's configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Every route but `/v1/status`, `/v1/openapi.json` and `/v1/acl/bootstrap` needs a token
+    /// (or a client certificate bound to one); non-loopback binds are allowed.
+    pub enabled: bool,
+}
+
+/// What a route needs from its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// Nothing: status, the API document, the one-time bootstrap.
+    Open,
+    /// Any valid token; the handler judges the rest (token management, audit, metrics).
+    Authenticated,
+    /// A verb on one service: path segments tenant, namespace, service.
+    Service(Verb),
+    /// A verb somewhere in a namespace (tenant, namespace); results filtered per service.
+    Namespace(Verb),
+    /// A verb somewhere in a tenant (leases: tenant).
+    AnyService(Verb),
+    /// An operator token with this verb (policy, membership).
+    Cluster(Verb),
+}
+
+/// The need of each route, by method and route template. `None`: a route this table does not
+/// know, refused (a test asserts every routed path is here).
+pub(crate) fn need(method: &Method, route: &str) -> Option<Need> {
+    const INSTANCE: &str = "/v1/registry/{tenant}/{namespace}/{service}/{instance}";
+    let need = match (method.as_str(), route) {
+        ("GET", "/v1/status" | "/v1/openapi.json") | ("POST", "/v1/acl/bootstrap") => Need::Open,
+        ("GET", "/v1/metrics" | "/v1/audit" | "/v1/acl/tokens" | "/v1/acl/self")
+        | ("POST", "/v1/acl/tokens")
+        | ("DELETE", "/v1/acl/tokens/{accessor}") => Need::Authenticated,
+        ("PUT", INSTANCE) => Need::Service(Verb::Register),
+        ("DELETE", INSTANCE) => Need::Service(Verb::Deregister),
+        ("PUT", r) if r == format!("{INSTANCE}/serving") => Need::Service(Verb::SetState),
+        ("POST", r) if r == format!("{INSTANCE}/drain") => Need::Service(Verb::SetState),
+        ("PUT", r) if r == format!("{INSTANCE}/check") || r == format!("{INSTANCE}/in-flight") => {
+            Need::Service(Verb::Renew)
+        }
+        ("GET", "/v1/registry/{tenant}/{namespace}/{service}") => Need::Service(Verb::Read),
+        ("GET", "/v1/registry/{tenant}/{namespace}") => Need::Namespace(Verb::Read),
+        ("GET", "/v1/watch/{tenant}/{namespace}/{service}") => Need::Service(Verb::Watch),
+        ("GET", "/v1/watch/{tenant}/{namespace}") => Need::Namespace(Verb::Watch),
+        ("POST", "/v1/leases/{tenant}") => Need::AnyService(Verb::Register),
+        ("DELETE", "/v1/leases/{tenant}/{id}") => Need::AnyService(Verb::Deregister),
+        ("PUT", "/v1/leases/{tenant}/{id}/renew") => Need::AnyService(Verb::Renew),
+        ("GET", "/v1/policy" | "/v1/cluster") => Need::Cluster(Verb::Read),
+        ("PUT", "/v1/policy") | ("POST", "/v1/cluster/members") | ("DELETE", "/v1/cluster/members/{id}") => {
+            Need::Cluster(Verb::Admin)
+        }
+        _ => return None,
+    };
+    Some(need)
+}
+
+/// Whose authority a request carries.
+#[derive(Debug, Clone)]
+enum Authority {
+    /// Authentication is off: everything is allowed.
+    Unrestricted,
+    /// Authentication is on and the request carried no credentials (an open route).
+    Nobody,
+    /// A token, by its secret or a certificate bound to it.
+    Token(Arc<Token>),
+}
+
+/// The caller of a request, as the handlers see it: its principal (recorded with what it
+/// writes) and what it may do.
+#[derive(Debug, Clone)]
+pub(crate) struct Caller {
+    principal: Principal,
+    authority: Authority,
+}
+
+impl Caller {
+    /// The caller when authentication is off.
+    pub(crate) fn unrestricted(principal: Principal) -> Caller {
+        Caller {
+            principal,
+            authority: Authority::Unrestricted,
+        }
+    }
+
+    fn nobody(principal: Principal) -> Caller {
+        Caller {
+            principal,
+            authority: Authority::Nobody,
+        }
+    }
+
+    fn token(token: Arc<Token>) -> Caller {
+        Caller {
+            principal: token.principal(),
+            authority: Authority::Token(token),
+        }
+    }
+
+    /// The principal its writes are recorded under.
+    pub(crate) fn principal(&self) -> &Principal {
+        &self.principal
+    }
+
+    /// Its token, when it has one.
+    pub(crate) fn token_ref(&self) -> Option<&Arc<Token>> {
+        match &self.authority {
+            Authority::Token(token) => Some(token),
+            _ => None,
+        }
+    }
+
+    /// The verdict for `request`.
+    pub(crate) fn check(&self, request: &Request<'_>) -> Result<(), Denial> {
+        match &self.authority {
+            Authority::Unrestricted => Ok(()),
+            Authority::Nobody => Err(Denial::NoRule),
+            Authority::Token(token) => token.authorize(request),
+        }
+    }
+
+    /// Whether it may use `verb` on `key`: what filters lists and namespace watches.
+    pub(crate) fn may(&self, key: &ServiceKey, verb: Verb) -> bool {
+        self.check(&Request {
+            tenant: Some(&key.tenant),
+            scope: Scope::Service {
+                namespace: key.namespace.as_str(),
+                service: key.service.as_str(),
+            },
+            verb,
+        })
+        .is_ok()
+    }
+
+    /// Whether it may see names of `tenant` at all (metrics, audit): an operator or
+    /// unrestricted caller sees every tenant, a tenant's token only its own.
+    pub(crate) fn sees_tenant(&self, tenant: &Label) -> bool {
+        match &self.authority {
+            Authority::Unrestricted => true,
+            Authority::Nobody => false,
+            Authority::Token(token) => token.tenant().is_none_or(|own| own == tenant),
+        }
+    }
+
+    /// The tenant a tenant's token is confined to (`None`: every tenant).
+    pub(crate) fn confined_to(&self) -> Option<&Label> {
+        self.token_ref().and_then(|token| token.tenant())
+    }
+
+    /// Refuses with `permission_denied` unless `request` is allowed; the refusal is audited.
+    pub(crate) fn require(&self, app: &App, peer: Option<&Peer>, request: &Request<'_>) -> Result<(), ApiError> {
+        self.check(request)
+            .map_err(|denial| app.denied(self, peer, request, &denial))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    /// The caller the auth layer decided on; a request that did not pass it (none should)
+    /// is nobody.
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Caller, ApiError> {
+        Ok(parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .unwrap_or_else(|| Caller::nobody(Principal::new(crate::app::ANONYMOUS).expect("a valid principal"))))
+    }
+}
+
+/// The auth layer: decides the caller and the route's need before the handler runs (and
+/// before any body is read).
+pub(crate) async fn authenticate(
+    State(app): State<Arc<App>>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|path| path.as_str().to_owned())
+        .unwrap_or_default();
+    let Some(need) = need(request.method(), &route) else {
+        return ApiError::new(ErrorCode::Internal, format!("route {route} has no access rule")).into_response();
+    };
+    let peer = request.extensions().get::<Peer>().cloned();
+    let caller = match identify(&app, &request, peer.as_ref()) {
+        Ok(caller) => caller,
+        Err(error) => return error.into_response(),
+    };
+    if need != Need::Open {
+        if let Authority::Nobody = caller.authority {
+            return app
+                .unauthenticated(
+                    peer.as_ref(),
+                    &route,
+                    "no credentials: send Authorization: Bearer <secret>",
+                )
+                .into_response();
+        }
+        let (mut parts, body) = request.into_parts();
+        let params = match RawPathParams::from_request_parts(&mut parts, &()).await {
+            Ok(params) => params.iter().map(|(_, value)| value.to_owned()).collect::<Vec<_>>(),
+            Err(rejection) => return ApiError::bad_request(format!("path: {}", rejection.body_text())).into_response(),
+        };
+        request = axum::extract::Request::from_parts(parts, body);
+        if let Err(error) = judge(&app, &caller, peer.as_ref(), need, &params) {
+            return error.into_response();
+        }
+    }
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}
+
+/// Who sent `request`: a bearer token, else a certificate bound to a token, else nobody
+/// (authentication on) or the unrestricted anonymous caller (off). A token that is not (or
+/// no longer) known is refused at once, on any route.
+fn identify(app: &App, request: &axum::extract::Request, peer: Option<&Peer>) -> Result<Caller, ApiError> {
+    if !app.auth.enabled {
+        return Ok(Caller::unrestricted(app.anonymous.clone()));
+    }
+    if let Some(value) = request.headers().get(header::AUTHORIZATION) {
+        let secret = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|s| !s.is_empty());
+        let Some(secret) = secret else {
+            return Err(app.unauthenticated(peer, request.uri().path(), "Authorization: expected 'Bearer <secret>'"));
+        };
+        return match app.node.read(|registry| registry.acl().authenticate(secret)) {
+            Some(token) => Ok(Caller::token(token)),
+            None => Err(app.unauthenticated(peer, request.uri().path(), "unknown or revoked token")),
+        };
+    }
+    let bound = peer.and_then(|p| p.certificate.as_ref()).and_then(|certificate| {
+        let sans = certificate
+            .uris
+            .iter()
+            .chain(&certificate.dns_names)
+            .map(String::as_str);
+        app.node.read(|registry| registry.acl().by_certificate(sans))
+    });
+    Ok(match bound {
+        Some(token) => Caller::token(token),
+        None => Caller::nobody(app.anonymous.clone()),
+    })
+}
+
+/// The verdict for a route's need, from its path parameters (tenant, namespace, service).
+fn judge(app: &App, caller: &Caller, peer: Option<&Peer>, need: Need, params: &[String]) -> Result<(), ApiError> {
+    let segment = |i: usize| params.get(i).map_or("", String::as_str);
+    let (scope, verb) = match need {
+        Need::Open | Need::Authenticated => return Ok(()),
+        Need::Service(verb) => (
+            Scope::Service {
+                namespace: segment(1),
+                service: segment(2),
+            },
+            verb,
+        ),
+        Need::Namespace(verb) => (Scope::Namespace(segment(1)), verb),
+        Need::AnyService(verb) => (Scope::AnyService, verb),
+        Need::Cluster(verb) => (Scope::Whole, verb),
+    };
+    let tenant = match need {
+        Need::Cluster(_) => None,
+        // A malformed tenant is a 400, as the handler would answer.
+        _ => Some(Label::new("tenant", segment(0)).map_err(|r| ApiError::path(&r))?),
+    };
+    caller.require(
+        app,
+        peer,
+        &Request {
+            tenant: tenant.as_ref(),
+            scope,
+            verb,
+        },
+    )
+}
+
+/// Follows the token table: bumps a counter whenever it changes or is replaced (a snapshot
+/// installed), so open watch streams re-check their tokens (SPEC S1: a revoked token is
+/// refused on streams already open).
+pub(crate) struct TokenWatch {
+    changes: tokio::sync::watch::Sender<u64>,
+    seen: std::sync::atomic::AtomicU64,
+}
+
+impl TokenWatch {
+    pub(crate) fn new() -> (TokenWatch, tokio::sync::watch::Receiver<u64>) {
+        let (changes, receiver) = tokio::sync::watch::channel(0);
+        let watch = TokenWatch {
+            changes,
+            seen: std::sync::atomic::AtomicU64::new(0),
+        };
+        (watch, receiver)
+    }
+
+    fn bump(&self) {
+        self.changes.send_modify(|n| *n += 1);
+    }
+}
+
+impl muster_consensus::ApplyObserver for TokenWatch {
+    fn applied(&self, registry: &muster_registry::Registry, _: &muster_registry::Applied) {
+        let generation = registry.acl().generation();
+        if self.seen.swap(generation, std::sync::atomic::Ordering::Relaxed) != generation {
+            self.bump();
+        }
+    }
+
+    fn reset(&self, registry: &muster_registry::Registry) {
+        self.seen
+            .store(registry.acl().generation(), std::sync::atomic::Ordering::Relaxed);
+        self.bump();
+    }
+}
+
+/// Resolves once `token` is no longer in force on this node (revoked, or gone with a
+/// snapshot that does not hold it).
+pub(crate) async fn revoked(app: Arc<App>, token: Arc<Token>) {
+    let mut changes = app.acl_changes.clone();
+    loop {
+        changes.borrow_and_update();
+        let present = app.node.read(|registry| registry.acl().get(token.accessor()).is_some());
+        if !present {
+            return;
+        }
+        if changes.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
