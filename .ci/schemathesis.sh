@@ -113,8 +113,11 @@ else
 fi
 
 set +e
-SCHEMATHESIS_HOOKS="$PWD/.ci/schemathesis_hooks.py" \
-  "$venv/bin/schemathesis" --config-file .ci/schemathesis.toml run "$base/v1/openapi.json" \
+# From the temporary directory, so schemathesis's own cache (.schemathesis/) stays out of the tree.
+repo=$PWD
+cd "$work"
+SCHEMATHESIS_HOOKS="$repo/.ci/schemathesis_hooks.py" \
+  "$venv/bin/schemathesis" --config-file "$repo/.ci/schemathesis.toml" run "$base/v1/openapi.json" \
   --checks all \
   --exclude-path-regex '^/v1/(watch/|cluster/members|acl/bootstrap)' \
   --exclude-by 'method == "DELETE" and path == "/v1/acl/tokens/{accessor}"' \
@@ -126,6 +129,7 @@ SCHEMATHESIS_HOOKS="$PWD/.ci/schemathesis_hooks.py" \
   "${auth[@]}"
 status=$?
 set -e
+cd "$repo"
 
 alive=1
 kill -0 "$server" 2>/dev/null || alive=0
