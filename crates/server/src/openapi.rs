@@ -455,7 +455,9 @@ fn with_security(document: &mut Value) {
     for (path, item) in paths.iter_mut() {
         let Some(item) = item.as_object_mut() else { continue };
         for (method, operation) in item.iter_mut() {
-            let Ok(method) = method.to_uppercase().parse::<axum::http::Method>() else { continue };
+            let Ok(method) = method.to_uppercase().parse::<axum::http::Method>() else {
+                continue;
+            };
             let open = matches!(crate::auth::need(&method, path), Some(crate::auth::Need::Open));
             if !open {
                 operation["security"] = json!([{"bearer": []}]);
