@@ -83,6 +83,7 @@ base="http://127.0.0.1:$port"
 server=$!
 cleanup() {
   kill -9 "$server" 2>/dev/null || true
+  wait "$server" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
