@@ -15,9 +15,11 @@ use serde::{Deserialize, Serialize};
 use crate::{Label, Rejection, Revision};
 
 /// One address of an endpoint: the IP and the network scope it is reachable in.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Address {
     /// The canonical IP.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = "ip"))]
     pub ip: IpAddr,
     /// The reachability scope (e.g. `lan`, `vpc-7`); `None` means reachable from every scope.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -26,6 +26,7 @@
 //! | `DELETE /cluster/members/{id}` | → [`ClusterReply`] (leader only) |
 //! | `GET /metrics` | → Prometheus text: revision, watchers, checker counters, `muster_protection_active{service}` |
 //! | `GET /audit[?tenant=T][&principal=P][&key=T/NS[/SVC]][&outcome=O][&since_ms=MS][&until_ms=MS][&limit=N][&cursor=C]` | → [`AuditReply`] (admin; newest first) |
+//! | `GET /openapi.json` | → this contract as an OpenAPI 3.1 document (SPEC S5) |
 //!
 //! Errors are [`ErrorBody`] with the stable code of a [`Rejection`](crate::Rejection) or of
 //! the API itself (`bad_request`, `payload_too_large`, `method_not_allowed`, `compacted`, ...).
@@ -63,6 +64,7 @@ pub enum LeaseRequest {
 }
 
 /// `PUT /v1/registry/{tenant}/{namespace}/{service}/{instance}`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterRequest {
@@ -79,6 +81,7 @@ pub struct RegisterRequest {
 }
 
 /// `PUT .../{instance}/serving`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SetServingRequest {
@@ -95,6 +98,7 @@ pub struct SetServingRequest {
 }
 
 /// `POST .../{instance}/drain`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DrainRequest {
@@ -113,6 +117,7 @@ pub struct DrainRequest {
 }
 
 /// `PUT .../{instance}/check`: a TTL check's report from the instance or its agent.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckReportRequest {
@@ -123,6 +128,7 @@ pub struct CheckReportRequest {
 }
 
 /// The reply to a TTL report, after any change it caused has committed.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckReportReply {
     /// The routing state the endpoint's checks now combine to.
@@ -133,6 +139,7 @@ pub struct CheckReportReply {
 }
 
 /// `PUT .../{instance}/in-flight`: how many requests a draining instance still serves.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InFlightRequest {
@@ -144,6 +151,7 @@ pub struct InFlightRequest {
 
 /// The query of `DELETE .../{instance}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
 #[serde(deny_unknown_fields)]
 pub struct DeregisterQuery {
     /// The incarnation speaking.
@@ -154,6 +162,7 @@ pub struct DeregisterQuery {
 }
 
 /// `POST /v1/leases/{tenant}`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GrantLeaseRequest {
@@ -162,6 +171,7 @@ pub struct GrantLeaseRequest {
 }
 
 /// A lease in a reply.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseReply {
     /// The lease.
@@ -173,6 +183,7 @@ pub struct LeaseReply {
 }
 
 /// The reply of every write.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WriteReply {
     /// The committed revision holding the write's effect.
@@ -187,6 +198,7 @@ pub struct WriteReply {
 }
 
 /// `GET /v1/registry/{tenant}/{namespace}/{service}`: one page of the set at one revision.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotReply {
     /// The global revision the set was read at (resume a watch from here).
@@ -209,6 +221,7 @@ pub struct SnapshotReply {
 }
 
 /// One service in a namespace listing.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServiceSummary {
     /// The service's name.
@@ -225,6 +238,7 @@ pub struct ServiceSummary {
 }
 
 /// `GET /v1/registry/{tenant}/{namespace}`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServicesReply {
     /// The global revision the listing was read at.
@@ -234,6 +248,7 @@ pub struct ServicesReply {
 }
 
 /// `GET /v1/status`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusReply {
     /// This node's id.
@@ -268,6 +283,7 @@ pub struct StatusReply {
 /// How the registry policy in force (replicated: it judges every command) compares with the
 /// `[registry]` section of the answering node's config file, which only decided the initial
 /// policy.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyStatus {
     /// The revision the policy in force was committed at (0: the initial policy).
@@ -289,6 +305,7 @@ pub struct PolicyReply<P> {
 }
 
 /// `PUT /v1/policy`'s reply.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicySetReply {
     /// The revision the new policy is in force from: every later command is judged by it.
@@ -296,6 +313,7 @@ pub struct PolicySetReply {
 }
 
 /// One member of the Raft group in `GET /v1/cluster`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterMember {
     /// Its node id.
@@ -307,6 +325,7 @@ pub struct ClusterMember {
 }
 
 /// `GET /v1/cluster`: the group as the answering node knows it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterReply {
     /// The answering node.
@@ -318,6 +337,7 @@ pub struct ClusterReply {
 }
 
 /// `POST /v1/cluster/members`: add a node (as a learner until it caught up, then a voter).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AddMemberRequest {
@@ -330,6 +350,8 @@ pub struct AddMemberRequest {
 /// The query of `GET /v1/audit` (SPEC S4): every filter optional, all of them must match.
 /// Records come newest first; `cursor` (a previous reply's `next_cursor`) continues with the
 /// older ones.
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
@@ -363,6 +385,7 @@ pub struct AuditQuery {
 }
 
 /// What an audit record is about.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AuditKind {
@@ -375,6 +398,7 @@ pub enum AuditKind {
 }
 
 /// One audit record (SPEC S4).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditRecord {
     /// Its number on this node, increasing; numbering starts again when the node restarts.
@@ -435,6 +459,7 @@ pub struct AuditRecord {
 }
 
 /// `GET /v1/audit`: one page of records, newest first.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditReply {
     /// The records that matched, newest first.
@@ -450,15 +475,18 @@ pub struct AuditReply {
 }
 
 /// An error's code and message.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorDetail {
     /// The stable, machine-readable code.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::ErrorCode))]
     pub code: String,
     /// For people: names the field and the limit.
     pub message: String,
 }
 
 /// Every error reply: `{"error": {"code": ..., "message": ...}}`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
     /// The error.
@@ -466,6 +494,7 @@ pub struct ErrorBody {
 }
 
 /// One newline-delimited JSON frame of a watch.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Frame {
@@ -505,6 +534,7 @@ pub enum Frame {
 /// `POST /v1/acl/tokens`: a new token (SPEC S1, S2). Rules are in their text form,
 /// `NAMESPACE/SERVICE=VERB,...` (names exact, `prefix*` or `*`; verbs `read`, `watch`,
 /// `register`, `renew`, `set_state`, `deregister`, `admin`, or `*`).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenCreateRequest {
@@ -529,6 +559,7 @@ pub struct TokenCreateRequest {
 
 /// The reply of `POST /v1/acl/bootstrap` and `POST /v1/acl/tokens`: the only time the secret
 /// is shown.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenSecretReply {
     /// The token's public id (lists, audit, revocation).
@@ -538,6 +569,7 @@ pub struct TokenSecretReply {
 }
 
 /// A token as `GET /v1/acl/tokens` lists it: never its secret or hash.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenInfo {
     /// The public id.
@@ -564,6 +596,7 @@ pub struct TokenInfo {
 }
 
 /// `GET /v1/acl/tokens`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenListReply {
     /// The tokens the caller may see, by accessor.
@@ -571,6 +604,7 @@ pub struct TokenListReply {
 }
 
 /// `DELETE /v1/acl/tokens/{accessor}`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenRevokeReply {
     /// The revision the revocation committed at: from it on, every node refuses the token.

@@ -11,6 +11,7 @@ use crate::address::host_port;
 use serde::{Deserialize, Serialize};
 
 /// Which signal a check feeds (SPEC H1): they route differently.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Signal {
@@ -24,6 +25,7 @@ pub enum Signal {
 }
 
 /// A TTL check's report.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckStatus {
@@ -36,6 +38,7 @@ pub enum CheckStatus {
 }
 
 /// A check as submitted.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckSpec {
@@ -63,6 +66,7 @@ pub struct CheckSpec {
     pub fall: Option<u32>,
     /// HTTP: the accepted status range, `[low, high]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Vec<u16>>, min_items = 2, max_items = 2))]
     pub status: Option<(u16, u16)>,
     /// HTTP: a string the body must contain.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -11,6 +11,7 @@ use crate::{Address, Check, Incarnation, InstanceId, Label, Labels, LeaseId, Pri
 
 /// Whether an endpoint may get new work. An enum, never a Boolean: "alive but not ready",
 /// "draining" and "nobody knows" route differently.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ServingState {
@@ -40,6 +41,7 @@ impl ServingState {
 }
 
 /// Who is changing an endpoint: the split of authority in SPEC L5.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Actor {
@@ -52,6 +54,7 @@ pub enum Actor {
 }
 
 /// Transport and application protocol of a named port.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Protocol {
@@ -79,17 +82,20 @@ impl Protocol {
 }
 
 /// A named port: `http` on 8080 speaking HTTP, say.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct NamedPort {
     /// The port's name, a DNS label of at most 15 characters (IANA service-name length).
     pub name: Label,
     /// The port number, 1 to 65535.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 65535))]
     pub port: u16,
     /// What the port speaks.
     pub protocol: Protocol,
 }
 
 /// Where an endpoint runs (SPEC G1).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct Locality {
     /// The region, when known.
@@ -107,18 +113,21 @@ pub struct Locality {
 }
 
 /// Who wrote a record, from what source, under which policy.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Provenance {
     /// The authenticated principal that registered this incarnation.
     pub registrar: Principal,
     /// The revision of the registrar's own source object (a pod's resourceVersion, say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub source_revision: Option<SmolStr>,
     /// The revision of the network policy that admitted the addresses.
     pub policy_revision: Revision,
 }
 
 /// Who set the serving state, when and why (SPEC H4).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Observation {
     /// The kind of actor.
@@ -128,11 +137,13 @@ pub struct Observation {
     /// When, in milliseconds on the committing leader's clock.
     pub at_ms: u64,
     /// Why, in words.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub reason: SmolStr,
 }
 
 /// One endpoint record: an instance incarnation of a service, where it listens, whether it
 /// may get new work, and the evidence for all of it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Endpoint {
     /// The stable workload identity.
@@ -140,8 +151,10 @@ pub struct Endpoint {
     /// The fencing token of this run of the instance.
     pub incarnation: Incarnation,
     /// Canonical addresses, at least one.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Address>, min_items = 1))]
     pub addresses: Box<[Address]>,
     /// Named ports, names unique.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<NamedPort>))]
     pub ports: Box<[NamedPort]>,
     /// Where it runs.
     pub locality: Locality,
@@ -165,6 +178,7 @@ pub struct Endpoint {
     pub observation: Observation,
     /// The health checks the registry runs for it.
     #[serde(default, skip_serializing_if = "<[Check]>::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Check>))]
     pub checks: Box<[Check]>,
 }
 

@@ -17,6 +17,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::{Digest, Endpoint, Incarnation, InstanceId, Revision, ServiceKey};
 
 /// Why an endpoint left the set (SPEC L7).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeleteReason {
@@ -29,12 +30,14 @@ pub enum DeleteReason {
 }
 
 /// One change to one endpoint.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     /// The endpoint was created or changed; this is its whole new record.
     Put {
         /// The new record.
+        #[cfg_attr(feature = "openapi", schema(value_type = Endpoint))]
         endpoint: Arc<Endpoint>,
     },
     /// The endpoint was removed.
@@ -59,6 +62,7 @@ impl Event {
 }
 
 /// All events of one revision for one service, with the proof of contiguity and completeness.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServiceUpdate {
     /// The service.

@@ -23,6 +23,7 @@
 //! - [`event`]: events, per-service updates and snapshots.
 //! - [`error`]: [`Rejection`], every refusal with its stable code.
 //! - [`api`]: the HTTP/JSON bodies and watch frames.
+//! - `schema` (feature `openapi`): the OpenAPI schemas of the types with hand-written serde.
 //!
 //! Nothing here does I/O, reads a clock or draws a random number.
 
@@ -39,6 +40,8 @@ pub mod ids;
 pub mod labels;
 pub mod limits;
 pub mod name;
+#[cfg(feature = "openapi")]
+pub mod schema;
 pub mod spec;
 
 pub use address::{Address, Cidr, NetworkPolicy};

@@ -103,6 +103,7 @@ impl fmt::Display for InstanceId {
 }
 
 /// A tenant's namespace: the scope of namespace watches and listings.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct NamespaceKey {
     /// The tenant; nothing crosses a tenant boundary.
@@ -128,6 +129,7 @@ impl fmt::Display for NamespaceKey {
 }
 
 /// A logical service: `tenant / namespace / service`. Typed data, never one string.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ServiceKey {
     /// The tenant.

@@ -18,6 +18,7 @@ use crate::{
 };
 
 /// An address as submitted.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AddressSpec {
@@ -29,12 +30,14 @@ pub struct AddressSpec {
 }
 
 /// A named port as submitted.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PortSpec {
     /// The port's name (a DNS label of at most 15 characters).
     pub name: String,
     /// The port number, 1 to 65535.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 65535))]
     pub port: u16,
     /// What the port speaks; TCP when omitted.
     #[serde(default)]
@@ -42,6 +45,7 @@ pub struct PortSpec {
 }
 
 /// A locality as submitted.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LocalitySpec {
@@ -60,6 +64,7 @@ pub struct LocalitySpec {
 }
 
 /// An endpoint as a registrar submits it. Unknown fields are refused, not ignored.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EndpointSpec {

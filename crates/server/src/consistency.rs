@@ -25,7 +25,7 @@ pub(crate) const LAST_CONTACT_HEADER: &str = "x-muster-last-contact";
 const DEFAULT_MAX_STALENESS_MS: u64 = 5_000;
 
 /// What a read asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Consistency {
     /// Whatever this node has applied.

@@ -28,6 +28,10 @@ pub(crate) const INDEX_HEADER: &str = "x-muster-index";
 /// malformed JSON and unknown fields are 400 `bad_request` naming the field and position; a
 /// body over the configured limit is 413 `payload_too_large`; one that has not arrived within
 /// the guard's [`BodyReadTimeout`] is 408 `request_timeout`.
+///
+/// Every body of the API is a JSON object: serde would also read a struct from an array of
+/// its fields in order (so `PUT /v1/policy` with `[]` reset the policy to its defaults), and
+/// that is refused.
 pub(crate) struct JsonBody<T>(pub(crate) T);
 
 /// The body read deadline of a request that came without the guard's (a router built
@@ -67,6 +71,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
                 ApiError::bad_request(format!("body: {}", rejection.body_text()))
             }
         })?;
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(ApiError::bad_request("body: expected a JSON object"));
+        }
         serde_json::from_slice(&bytes)
             .map(JsonBody)
             .map_err(|e| ApiError::bad_request(format!("body: {e}")))

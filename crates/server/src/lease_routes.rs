@@ -20,7 +20,8 @@ use crate::forward::{LeaderCall, on_leader};
 use crate::peer::Peer;
 
 /// The query of `DELETE /v1/leases/{tenant}/{id}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RevokeQuery {
     /// Compare-and-swap on the revision the lease was granted at.

@@ -69,6 +69,7 @@ mod listener;
 mod membership;
 mod metrics;
 mod observers;
+mod openapi;
 mod page_token;
 mod peer;
 mod policy;

@@ -23,7 +23,8 @@ use crate::page_token::PageToken;
 use crate::wait::{DEFAULT_WAIT, parse_wait};
 
 /// The query of `GET /v1/registry/{tenant}/{namespace}/{service}`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SnapshotQuery {
     /// Read at this past revision (within retained history).
@@ -31,6 +32,7 @@ pub(crate) struct SnapshotQuery {
     revision: Option<Revision>,
     /// At most this many endpoints per page.
     #[serde(default)]
+    #[param(minimum = 1)]
     limit: Option<usize>,
     /// Continue after the previous page (same revision).
     #[serde(default)]
@@ -38,8 +40,9 @@ pub(crate) struct SnapshotQuery {
     /// Blocking query: answer once the service's revision is above this.
     #[serde(default)]
     index: Option<Revision>,
-    /// Blocking query: the longest wait (`30s`, `500ms`, `5m`).
+    /// Blocking query: the longest wait (`30s`, `500ms`, `5m`, or bare seconds; at most 5m).
     #[serde(default)]
+    #[param(pattern = r"^[0-9]{1,19}(ms|s|m)?$")]
     wait: Option<String>,
     /// `stale`, `default` or `consistent` (see the `consistency` module).
     #[serde(default)]
@@ -47,7 +50,8 @@ pub(crate) struct SnapshotQuery {
 }
 
 /// The query of `GET /v1/registry/{tenant}/{namespace}`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ServicesQuery {
     /// `stale`, `default` or `consistent`.

@@ -36,7 +36,8 @@ use crate::frames;
 use crate::watch_quota::WatchPermit;
 
 /// The query of a watch.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct WatchQuery {
     /// Replay every update after this revision instead of starting with snapshots.
