@@ -30,6 +30,9 @@ mod verdict;
 
 pub use rule::{Effect, Pattern, Rule, RuleError};
 pub use table::{AclState, AclTable};
-pub use token::{Accessor, MAX_DESCRIPTION, MAX_RULES, MAX_SAN, SECRET_BYTES, Secret, SecretHash, Token, TokenSpec};
+pub use token::{
+    Accessor, MAX_DESCRIPTION, MAX_RULES, MAX_SAN, MAX_TOKENS, SECRET_BYTES, Secret, SecretHash, TOKEN_PRINCIPAL,
+    Token, TokenSpec,
+};
 pub use verb::{Verb, Verbs};
 pub use verdict::{Denial, Request, Scope};

@@ -76,6 +76,12 @@ impl AclTable {
     /// Why `spec` cannot be added: a bound broken, or an accessor, secret or SAN in use.
     pub fn check(&self, spec: &TokenSpec) -> Result<(), String> {
         spec.validate()?;
+        if self.tokens.len() >= crate::token::MAX_TOKENS {
+            return Err(format!(
+                "the cluster holds {} tokens, the most it keeps",
+                self.tokens.len()
+            ));
+        }
         if self.tokens.contains_key(&spec.accessor) {
             return Err(format!("accessor: {} is in use", spec.accessor));
         }

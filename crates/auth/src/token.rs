@@ -15,6 +15,12 @@ use crate::verdict::{Denial, Request, authorize};
 pub const SECRET_BYTES: usize = 32;
 const ACCESSOR_BYTES: usize = 16;
 
+/// The prefix of a token's principal (`token:<accessor>`).
+pub const TOKEN_PRINCIPAL: &str = "token:";
+
+/// Most tokens a cluster holds: bounds the replicated table and every snapshot.
+pub const MAX_TOKENS: usize = 100_000;
+
 /// Most rules one token may carry.
 pub const MAX_RULES: usize = 64;
 /// Longest description.
@@ -228,7 +234,8 @@ impl Token {
     /// The principal it acts as: `token:<accessor>`, recorded in audit records and as the
     /// registrar of what it writes.
     pub fn principal(&self) -> Principal {
-        Principal::new(&format!("token:{}", self.spec.accessor)).expect("an accessor makes a valid principal")
+        Principal::new(&format!("{TOKEN_PRINCIPAL}{}", self.spec.accessor))
+            .expect("an accessor makes a valid principal")
     }
 
     /// The verdict for `request`.

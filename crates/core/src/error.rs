@@ -123,6 +123,13 @@ pub enum Rejection {
         /// Which target, and what the check may probe instead.
         reason: String,
     },
+    /// The command speaks for a token that is no longer in force when it applies: revoked
+    /// between the check on the node that took the request and the commit (SPEC S1).
+    #[error("token {accessor} was revoked before this command committed")]
+    TokenRevoked {
+        /// The token's accessor.
+        accessor: String,
+    },
     /// `acl bootstrap` after the first operator token was made: it works once (SPEC S1).
     #[error("acl: the cluster is already bootstrapped; create tokens with an admin token")]
     AlreadyBootstrapped,
@@ -178,6 +185,7 @@ impl Rejection {
             Rejection::InvalidField { .. } => ErrorCode::InvalidField,
             Rejection::CheckTargetRefused { .. } => ErrorCode::CheckTargetRefused,
             Rejection::AlreadyBootstrapped => ErrorCode::AlreadyBootstrapped,
+            Rejection::TokenRevoked { .. } => ErrorCode::Unauthenticated,
         }
     }
 
@@ -198,7 +206,8 @@ impl Rejection {
             | Rejection::NotFound { .. }
             | Rejection::LeaseNotFound { .. }
             | Rejection::QuotaExceeded { .. }
-            | Rejection::AlreadyBootstrapped => {}
+            | Rejection::AlreadyBootstrapped
+            | Rejection::TokenRevoked { .. } => {}
         }
         self
     }

@@ -2,7 +2,7 @@
 //! revision with no service updates, so the audit trail and a reader of the log can place it,
 //! and every replica's table changes at the same point of the log.
 
-use muster_auth::{AclTable, Token};
+use muster_auth::{Accessor, AclTable, TOKEN_PRINCIPAL, Token};
 use muster_core::Rejection;
 
 use crate::applied::Applied;
@@ -19,6 +19,21 @@ impl Registry {
     pub(crate) fn with_acl(mut self, acl: AclTable) -> Registry {
         self.acl = acl;
         self
+    }
+
+    /// A command proposed for a token is refused if the token is gone by the time it
+    /// applies: the node that took the request judged it before the revocation reached it
+    /// (or while it was racing on the leader). Every replica decides alike.
+    pub(crate) fn check_principal(&self, meta: &CommandMeta) -> Result<(), Rejection> {
+        let Some(accessor) = meta.principal.as_str().strip_prefix(TOKEN_PRINCIPAL) else {
+            return Ok(());
+        };
+        match Accessor::parse(accessor) {
+            Ok(accessor) if self.acl.get(&accessor).is_some() => Ok(()),
+            _ => Err(Rejection::TokenRevoked {
+                accessor: accessor.to_owned(),
+            }),
+        }
     }
 
     pub(crate) fn bootstrap(&mut self, command: &AclBootstrap, meta: &CommandMeta) -> Result<Applied, Rejection> {
@@ -140,6 +155,32 @@ mod tests {
         assert!(registry.acl().authenticate(secret.as_str()).is_none());
         let revision = registry.revision();
         assert_eq!(registry.apply(&revoke, &meta()).unwrap_err().code(), "not_found");
+        assert_eq!(registry.revision(), revision, "a refusal changes nothing");
+    }
+
+    #[test]
+    fn a_command_for_a_token_revoked_before_it_applies_is_refused() {
+        let mut registry = Registry::new(RegistryConfig::default());
+        let (token, _) = spec(5, Some("acme"));
+        let accessor = token.accessor.clone();
+        registry
+            .apply(&Command::CreateToken(CreateToken { token }), &meta())
+            .unwrap();
+        let as_token = CommandMeta {
+            principal: Principal::new(&format!("token:{accessor}")).unwrap(),
+            ..meta()
+        };
+        let grant = Command::GrantLease(crate::GrantLease {
+            tenant: Label::new("tenant", "acme").unwrap(),
+            ttl_ms: 10_000,
+        });
+        registry.apply(&grant, &as_token).unwrap();
+        registry
+            .apply(&Command::RevokeToken(RevokeToken { accessor }), &meta())
+            .unwrap();
+        let revision = registry.revision();
+        let refused = registry.apply(&grant, &as_token).unwrap_err();
+        assert_eq!(refused.code(), "unauthenticated");
         assert_eq!(registry.revision(), revision, "a refusal changes nothing");
     }
 

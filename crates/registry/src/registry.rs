@@ -161,6 +161,7 @@ impl Registry {
     }
 
     fn judge(&mut self, command: &Command, meta: &CommandMeta) -> Result<Applied, Rejection> {
+        self.check_principal(meta)?;
         let planned = match command {
             Command::Register(c) => self.plan_register(c, meta)?,
             Command::SetServing(c) => self.plan_serving(&c.target, c.state, &c.reason, c.expected_revision, meta)?,

@@ -30,6 +30,7 @@ pub(crate) async fn bootstrap(
     State(app): State<Arc<App>>,
     caller: Caller,
 ) -> Result<(StatusCode, Json<TokenSecretReply>), ApiError> {
+    require_auth_on(&app)?;
     let (spec, secret) = new_token(
         None,
         vec![Rule::parse("*/*=*", Effect::Allow).expect("a valid rule")],
@@ -56,7 +57,13 @@ pub(crate) async fn create(
     peer: Option<axum::Extension<Peer>>,
     JsonBody(request): JsonBody<TokenCreateRequest>,
 ) -> Result<(StatusCode, Json<TokenSecretReply>), ApiError> {
+    require_auth_on(&app)?;
     require_admin(&app, &caller, peer.as_deref(), request.tenant.as_ref())?;
+    // A certificate identity is not a tenant's to claim: binding one is an operator's act,
+    // so one tenant cannot take over another's workload identities (SPEC S3).
+    if request.san.is_some() {
+        require_admin(&app, &caller, peer.as_deref(), None)?;
+    }
     let mut rules = Vec::with_capacity(request.allow.len() + request.deny.len());
     for (texts, effect) in [(&request.allow, Effect::Allow), (&request.deny, Effect::Deny)] {
         for text in texts {
@@ -121,9 +128,14 @@ pub(crate) async fn revoke(
     let owner = app
         .node
         .read(|registry| registry.acl().get(&accessor).map(|token| token.tenant().cloned()));
+    // A token outside the caller's reach is answered as absent: a probe learns nothing of it.
+    let absent = || ApiError::not_found(format!("token {accessor} does not exist"));
     let Some(tenant) = owner else {
-        return Err(ApiError::not_found(format!("token {accessor} does not exist")));
+        return Err(absent());
     };
+    if caller.confined_to().is_some_and(|own| tenant.as_ref() != Some(own)) {
+        return Err(absent());
+    }
     require_admin(&app, &caller, peer.as_deref(), tenant.as_ref())?;
     let applied = app
         .propose(RevokeToken { accessor }.into(), app.meta(Actor::Owner, &caller))
@@ -131,6 +143,18 @@ pub(crate) async fn revoke(
     Ok(Json(TokenRevokeReply {
         revision: applied.revision,
     }))
+}
+
+/// Tokens are made only with authentication on: made while it is off (when anyone on the
+/// host could), a token would outlive that and hold power once it is turned on.
+fn require_auth_on(app: &App) -> Result<(), ApiError> {
+    if app.auth.enabled {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        muster_core::ErrorCode::PermissionDenied,
+        "authentication is off on this node: set [auth] enabled = true before making tokens",
+    ))
 }
 
 /// Managing `tenant`'s tokens needs `admin` on the whole tenant; operator tokens (`None`)

@@ -271,16 +271,20 @@ impl App {
             reason = %denial,
             "permission denied"
         );
-        let key = match (request.tenant, request.scope) {
-            (Some(tenant), Scope::Service { namespace, service }) => {
-                ServiceKey::new(tenant.as_str(), namespace, service).ok()
-            }
-            _ => None,
+        // A token that reached for another tenant is on its own tenant's record, not the
+        // other's: the other tenant's admin must not learn who probed it (SPEC S3).
+        let (filed_under, key) = match (denial, request.tenant, request.scope) {
+            (muster_auth::Denial::OtherTenant { token, .. }, _, _) => (Some(token.clone()), None),
+            (_, Some(tenant), Scope::Service { namespace, service }) => (
+                Some(tenant.clone()),
+                ServiceKey::new(tenant.as_str(), namespace, service).ok(),
+            ),
+            (_, tenant, _) => (tenant.cloned(), None),
         };
         let message = format!("{} on {tenant} {what}: {denial}", request.verb);
         self.audit.denied(AuditDenial {
             principal: Some(caller.principal().clone()),
-            tenant: request.tenant.cloned(),
+            tenant: filed_under,
             key,
             verb: request.verb.to_string(),
             resource: format!("{tenant} {what}"),

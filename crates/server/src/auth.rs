@@ -62,7 +62,9 @@ pub(crate) enum Need {
 /// know, refused (a test asserts every routed path is here).
 pub(crate) fn need(method: &Method, route: &str) -> Option<Need> {
     const INSTANCE: &str = "/v1/registry/{tenant}/{namespace}/{service}/{instance}";
-    let need = match (method.as_str(), route) {
+    // axum answers HEAD with the GET handler: it needs what GET needs.
+    let method = if method == Method::HEAD { "GET" } else { method.as_str() };
+    let need = match (method, route) {
         ("GET", "/v1/status" | "/v1/openapi.json") | ("POST", "/v1/acl/bootstrap") => Need::Open,
         ("GET", "/v1/metrics" | "/v1/audit" | "/v1/acl/tokens" | "/v1/acl/self")
         | ("POST", "/v1/acl/tokens")

@@ -9,10 +9,13 @@ use axum::extract::State;
 use muster_core::api::StatusReply;
 
 use crate::app::App;
+use crate::auth::Caller;
 use crate::policy;
 
 /// `GET /v1/status`.
-pub(crate) async fn status(State(app): State<Arc<App>>) -> Json<StatusReply> {
+/// Open (readiness probes need no token), so it names only the services of tenants the
+/// caller may see: none for an anonymous caller when authentication is on (SPEC S3).
+pub(crate) async fn status(State(app): State<Arc<App>>, caller: Caller) -> Json<StatusReply> {
     let node = app.node.status();
     Json(StatusReply {
         node_id: node.node_id,
@@ -21,7 +24,12 @@ pub(crate) async fn status(State(app): State<Arc<App>>) -> Json<StatusReply> {
         applied_index: node.applied_index,
         uptime_ms: app.clock.now_ms(),
         ready: app.is_ready() && node.fatal.is_none(),
-        protected_services: app.protected().iter().map(ToString::to_string).collect(),
+        protected_services: app
+            .protected()
+            .iter()
+            .filter(|key| caller.sees_tenant(&key.tenant))
+            .map(ToString::to_string)
+            .collect(),
         last_leader_contact_ms: app.node.leader_contact_age_ms(),
         fatal: node.fatal.map(|fatal| format!("storage: {fatal}")),
         policy: Some(app.node.read(|registry| policy::status(registry, &app.config_policy))),

@@ -86,6 +86,13 @@ fn start(app: &Arc<App>, caller: &Caller, scope: Scope, from: Option<Revision>) 
     let filtered = matches!(scope, Scope::Namespace(_)) && caller.token_ref().is_some();
     let visible = |key: &ServiceKey| !filtered || caller.may(key, Verb::Watch);
     let (at, beginning, subscription) = app.node.read(|registry| {
+        // Judged at the same read as the first frames: a token revoked since the auth layer
+        // saw it gets nothing.
+        if let Some(token) = caller.token_ref()
+            && registry.acl().get(token.accessor()).is_none()
+        {
+            return Err(ApiError::new(ErrorCode::Unauthenticated, "the token was revoked"));
+        }
         let at = registry.revision();
         let beginning = match from {
             Some(from) if from > at => {

@@ -409,3 +409,45 @@ async fn a_non_loopback_bind_needs_authentication() {
     let server = muster_server::start(config).await.expect("allowed with auth");
     server.stop().await.unwrap();
 }
+
+/// Review findings, each a hole once: HEAD on a GET route answered 500 (no access rule);
+/// tokens could be made with authentication off and outlive it; a tenant admin could bind
+/// any certificate identity; revoking a token of another tenant said whose it was.
+#[tokio::test]
+async fn head_routes_tokens_only_with_auth_on_san_binding_and_revocation_probes() {
+    let open = TestServer::start().await;
+    let off = open
+        .call(Method::POST, "/v1/acl/bootstrap", None)
+        .await
+        .expect(StatusCode::FORBIDDEN);
+    assert_eq!(off.code(), "permission_denied");
+    let head = open.send(Method::HEAD, "/v1/status", None, &[]).await;
+    assert_eq!(head.status, StatusCode::OK);
+
+    let server = secured().await;
+    let head = server.send(Method::HEAD, "/v1/registry/acme/prod/api", None, &[]).await;
+    assert_eq!(head.status, StatusCode::UNAUTHORIZED);
+    let operator = bootstrap(&server).await;
+    let (_, admin) = token(&server, &operator, "acme", &["*/*=admin"], &[]).await;
+    let bind = as_token(
+        &server,
+        &admin,
+        Method::POST,
+        "/v1/acl/tokens",
+        Some(json!({"tenant": "acme", "allow": ["prod/*=read"], "san": "spiffe://corp/ns/other/sa/api"})),
+    )
+    .await
+    .expect(StatusCode::FORBIDDEN);
+    assert_eq!(bind.code(), "permission_denied");
+    let (other, _) = token(&server, &operator, "other", &["*/*=read"], &[]).await;
+    let probe = as_token(
+        &server,
+        &admin,
+        Method::DELETE,
+        &format!("/v1/acl/tokens/{other}"),
+        None,
+    )
+    .await
+    .expect(StatusCode::NOT_FOUND);
+    assert!(!probe.message().contains("other"), "{}", probe.message());
+}
