@@ -123,7 +123,7 @@ pub struct BenchArgs {
     pub detection_samples: Option<usize>,
     /// With --spawn: also start a second `muster serve` with its API over TLS (a throwaway CA
     /// made in memory), run the same workloads against it over keep-alive TLS connections
-    /// (as `muster+tls`), and measure the TLS handshake rate (`handshake`).
+    /// (as `muster+tls+auth`: TLS and `[auth] enabled = true`, a bootstrapped token on every request), and measure the TLS handshake rate (`handshake`).
     #[arg(long)]
     pub tls: bool,
     /// A short run for CI: 2 s per workload, 1,000 watchers, 5 changes.

@@ -23,6 +23,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) struct Http {
     client: Client<muster_tls::Connector, Full<Bytes>>,
     base: String,
+    /// `Authorization: Bearer <secret>`, for a server with authentication on.
+    authorization: Option<hyper::header::HeaderValue>,
 }
 
 impl Http {
@@ -40,7 +42,15 @@ impl Http {
         Http {
             client,
             base: base.trim_end_matches('/').to_owned(),
+            authorization: None,
         }
+    }
+
+    /// The same client, sending `secret` as a bearer token on every request (a server with
+    /// `[auth] enabled = true`).
+    pub(crate) fn with_token(mut self, secret: &str) -> Http {
+        self.authorization = hyper::header::HeaderValue::from_str(&format!("Bearer {secret}")).ok();
+        self
     }
 
     /// The base URL.
@@ -58,6 +68,9 @@ impl Http {
         let mut request = Request::builder().method(method).uri(format!("{}{path}", self.base));
         if body.is_some() {
             request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+        }
+        if let Some(authorization) = &self.authorization {
+            request = request.header(hyper::header::AUTHORIZATION, authorization.clone());
         }
         let request = request
             .body(Full::new(body.unwrap_or_default()))

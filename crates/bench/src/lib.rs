@@ -26,7 +26,7 @@
 //! - `watchers`: server RSS growth (`/proc/PID/status` VmRSS) with those streams open, ÷ N.
 //! - `handshake` (with `--tls`): new TLS connections per second, each a full handshake and
 //!   one request, against the TLS server; `--tls` also runs every other workload against it
-//!   (`muster+tls`, keep-alive), right after the plain server, for a same-run comparison.
+//!   (`muster+tls+auth`: TLS and authentication on, a bootstrapped token, keep-alive), right after the plain server, for a same-run comparison.
 //! - `checks` (opt-in): `--checks` endpoints with HTTP checks at 10 s against a target in
 //!   this process: probes per second and server CPU, then detection latency per check kind
 //!   against its bound (see the `checks` module). Muster only.
@@ -136,6 +136,10 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
             && let Some((url, pid, client_tls)) = &tls_server
         {
             let http = Http::with_tls(url, plan.connections, client_tls.clone());
+            let http = match bootstrap(&http).await {
+                Ok(secret) => http.with_token(&secret),
+                Err(detail) => return Err(BenchError::Spawn { what: "muster", detail }),
+            };
             systems.push(SystemInfo {
                 system: System::MusterTls,
                 url: http.base().to_owned(),
@@ -239,4 +243,13 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         })?;
     }
     Ok(report)
+}
+
+/// The secured server's first operator token, its secret sent on every request of the
+/// `muster+tls+auth` runs.
+async fn bootstrap(http: &Http) -> Result<String, String> {
+    let (status, body) = http.send(hyper::Method::POST, "/v1/acl/bootstrap", None).await?;
+    let reply: muster_core::api::TokenSecretReply =
+        serde_json::from_slice(&body).map_err(|err| format!("acl bootstrap answered {status}: {err}"))?;
+    Ok(reply.secret)
 }

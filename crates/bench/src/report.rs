@@ -35,7 +35,7 @@ impl System {
         match self {
             System::Muster => "muster",
             System::Etcd => "etcd",
-            System::MusterTls => "muster+tls",
+            System::MusterTls => "muster+tls+auth",
         }
     }
 }

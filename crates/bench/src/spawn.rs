@@ -181,9 +181,14 @@ pub(crate) async fn spawn_muster(
     }
     let mut client_tls = None;
     if tls {
+        // The secured server: TLS and authentication together, as a deployment runs it
+        // (SPEC S1); the bench bootstraps its token once the server is ready.
         let pki = crate::tls::Pki::new().map_err(fail)?;
         let (cert, key) = pki.write(dir.path()).map_err(fail)?;
         command.arg("--tls-cert").arg(cert).arg("--tls-key").arg(key);
+        let config = dir.path().join("auth-on.toml");
+        std::fs::write(&config, "[auth]\nenabled = true\n").map_err(|err| fail(err.to_string()))?;
+        command.arg("--config").arg(config);
         client_tls = Some(pki.client_config().map_err(fail)?);
     }
     let scheme = if tls { "https" } else { "http" };

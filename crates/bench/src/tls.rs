@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  Pki::new ──▶ CA (in memory) ──▶ server certificate for 127.0.0.1 / localhost ──▶ files
-//!           └─▶ client config trusting the CA (keep-alive load: muster+tls)
+//!           └─▶ client config trusting the CA (keep-alive load: muster+tls+auth)
 //!  handshake: per operation: TCP connect ──▶ full TLS handshake (resumption disabled)
 //!             ──▶ GET /v1/status, Connection: close ──▶ 200? ──▶ drop
 //! ```

@@ -197,31 +197,44 @@ impl From<ActorArg> for Actor {
     }
 }
 
-/// `--cacert`, `--cert`, `--key`: TLS to an `https://` server, and the client certificate a
+/// `--cacert`, `--client-cert`, `--client-key`: TLS to an `https://` server, and the client certificate a
 /// server with mutual TLS asks for.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct TlsArgs {
     /// CA certificate(s) (PEM) to verify an https:// server with.
     #[arg(long, global = true, env = "MUSTER_CACERT", value_name = "PATH")]
     pub cacert: Option<std::path::PathBuf>,
-    /// Client certificate (PEM) for a server that requires mutual TLS; needs --key.
-    #[arg(long, global = true, env = "MUSTER_CERT", value_name = "PATH", requires = "key")]
-    pub cert: Option<std::path::PathBuf>,
-    /// The client certificate's private key (PEM); needs --cert.
-    #[arg(long, global = true, env = "MUSTER_KEY", value_name = "PATH", requires = "cert")]
-    pub key: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) for a server that requires mutual TLS; needs --client-key.
+    #[arg(
+        long = "client-cert",
+        global = true,
+        env = "MUSTER_CERT",
+        value_name = "PATH",
+        requires = "client_key"
+    )]
+    pub client_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM); needs --client-cert.
+    #[arg(
+        long = "client-key",
+        global = true,
+        env = "MUSTER_KEY",
+        value_name = "PATH",
+        requires = "client_cert"
+    )]
+    pub client_key: Option<std::path::PathBuf>,
 }
 
 impl TlsArgs {
     /// The client's TLS settings; `None` without `--cacert`.
     pub fn client_tls(&self) -> Result<Option<muster_client::http::ClientTls>, muster_client::http::ClientError> {
         match &self.cacert {
-            None if self.cert.is_some() => Err(muster_client::http::ClientError::InvalidTls {
-                reason: "--cert needs --cacert (the CA to verify the server with)".into(),
+            None if self.client_cert.is_some() => Err(muster_client::http::ClientError::InvalidTls {
+                reason: "--client-cert needs --cacert (the CA to verify the server with)".into(),
             }),
             None => Ok(None),
             Some(ca) => {
-                muster_client::http::ClientTls::from_files(ca, self.cert.as_deref(), self.key.as_deref()).map(Some)
+                muster_client::http::ClientTls::from_files(ca, self.client_cert.as_deref(), self.client_key.as_deref())
+                    .map(Some)
             }
         }
     }

@@ -89,7 +89,7 @@ pub struct ClientArgs {
     /// The bearer token's secret, when the server has `[auth] enabled = true`.
     #[arg(long, env = "MUSTER_TOKEN", value_name = "SECRET", hide_env_values = true)]
     pub token: Option<String>,
-    /// TLS to an https:// server: --cacert, --cert, --key.
+    /// TLS to an https:// server: --cacert, --client-cert, --client-key.
     #[command(flatten)]
     pub tls: crate::args::TlsArgs,
 }
@@ -103,7 +103,7 @@ pub struct ServerArgs {
     /// The bearer token's secret, when the server has `[auth] enabled = true`.
     #[arg(long, env = "MUSTER_TOKEN", value_name = "SECRET", hide_env_values = true)]
     pub token: Option<String>,
-    /// TLS to an https:// server: --cacert, --cert, --key.
+    /// TLS to an https:// server: --cacert, --client-cert, --client-key.
     #[command(flatten)]
     pub tls: crate::args::TlsArgs,
 }
