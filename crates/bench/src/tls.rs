@@ -102,14 +102,5 @@ pub(crate) async fn handshakes(
         }
     })
     .await;
-    let mut result = SystemResult::from_requests(
-        subject.system,
-        outcome.requests,
-        outcome.errors,
-        outcome.elapsed,
-        &outcome.latencies,
-    );
-    result.note = outcome.first_error.as_ref().map(|err| format!("first error: {err}"));
-    meter.finish(&mut result);
-    result
+    crate::workloads::result(subject.system, &outcome, &meter)
 }

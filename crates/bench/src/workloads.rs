@@ -37,7 +37,8 @@ pub(crate) struct Subject {
     pub(crate) pid: Option<u32>,
 }
 
-fn result(system: System, outcome: &Outcome, meter: &CpuMeter) -> SystemResult {
+/// A workload's result from its outcome and CPU meter (shared with `tls::handshakes`).
+pub(crate) fn result(system: System, outcome: &Outcome, meter: &CpuMeter) -> SystemResult {
     let mut result = SystemResult::from_requests(
         system,
         outcome.requests,
