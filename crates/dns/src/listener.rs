@@ -101,7 +101,7 @@ impl DnsListener {
             workers.push(worker);
         }
         let tcp = tokio::spawn(serve_tcp(tcp, zone));
-        tracing::info!(%local_addr, udp_threads = threads, "dns serving");
+        tracing::debug!(%local_addr, udp_threads = threads, "dns serving");
         Ok(DnsListener {
             local_addr,
             tcp,

@@ -27,6 +27,9 @@ pub struct Cli {
     /// Machine-readable output: the API's JSON on stdout (errors too, as {"error":{...}}).
     #[arg(long, global = true)]
     pub json: bool,
+    /// Logs: --log-level, --log-format (stderr).
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

@@ -19,6 +19,8 @@
 //! - [`render`]: human output for every reply and frame.
 //! - [`commands`]: what each subcommand does; [`audit`]: `muster audit` (flags, query, table).
 //! - [`serve`]: `muster serve`: config file, flags, signals.
+//! - [`logging`]: `--log-level`, `--log-format`, openraft held at warn (SPEC O2); `otel`
+//!   (feature `otel`): OTLP span export.
 //! - [`error`]: [`CliError`], its stable code and its exit code.
 //!
 //! # Exit codes
@@ -42,6 +44,9 @@ pub mod cli;
 pub mod commands;
 pub mod duration;
 pub mod error;
+pub mod logging;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod render;
 pub mod serve;
 pub mod table;

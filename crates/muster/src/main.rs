@@ -1,5 +1,5 @@
 //! `muster`: the server and the command-line client in one binary (DESIGN "Interfaces").
-//! Wiring only: argv, logging, the runtime, and the error → exit code mapping; everything
+//! Wiring only: argv, logging (`muster_cli::logging`), the runtime, and the error → exit code mapping; everything
 //! else is in the `muster_cli` library.
 
 #![forbid(unsafe_code)]
@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use clap::Parser;
 use muster_cli::cli::{Cli, Command};
-use tracing_subscriber::EnvFilter;
 
 /// How long `serve` lets the runtime's remaining tasks finish after the server returned:
 /// the server has already stopped gracefully by then, so this only bounds stragglers.
@@ -21,7 +20,13 @@ fn main() -> ExitCode {
     // The server and the load generator need every core, and so does the lab's live server;
     // a client command needs one.
     let serving = matches!(cli.command, Command::Serve(_) | Command::Bench(_));
-    init_logging(serving);
+    let _logging = match muster_cli::logging::init(&cli.log, serving) {
+        Ok(guard) => guard,
+        Err(err) => {
+            eprintln!("error: usage: {err}");
+            return ExitCode::from(2);
+        }
+    };
     let json = cli.json;
     let runtime = if serving || matches!(cli.command, Command::Lab(_)) {
         tokio::runtime::Builder::new_multi_thread().enable_all().build()
@@ -48,18 +53,4 @@ fn main() -> ExitCode {
             ExitCode::from(err.exit_code())
         }
     }
-}
-
-/// Logs go to stderr, filtered by `MUSTER_LOG` (or `RUST_LOG`), e.g. `MUSTER_LOG=debug`.
-/// The server logs at `info` by default; the client commands only warn, so their stdout and
-/// stderr stay what the user asked for.
-fn init_logging(serving: bool) {
-    let default = if serving { "info" } else { "warn" };
-    let filter = EnvFilter::try_from_env("MUSTER_LOG")
-        .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
 }

@@ -84,7 +84,7 @@ pub async fn serve(args: ServeArgs, json: bool, out: &mut dyn Write) -> Result<(
     let shutdown = stop_signal()?;
     let data_dir = config.data_dir.display().to_string();
     let scheme = if config.tls.cert.is_some() { "https" } else { "http" };
-    info!(http = %config.http, dns = %config.dns, data_dir, "starting muster serve");
+    tracing::debug!(http = %config.http, dns = %config.dns, data_dir, "starting muster serve");
     let server = muster_server::start(config).await?;
     let http = server.local_addr();
     let dns = server.dns_addr();

@@ -169,12 +169,15 @@ impl App {
             }
             if leader && !engine.is_leading() {
                 engine.became_leader(registry, now);
-                tracing::info!(
-                    leases = engine.leases().len(),
-                    drains = registry.drain_count(),
-                    checked = engine.checker().endpoints(),
-                    "leading: lease deadlines, drains and checks taken over"
-                );
+                let (leases, drains, checked) = (engine.leases().len(), registry.drain_count(), engine.checker().endpoints());
+                let message = "leading: lease deadlines, drains and checks taken over";
+                // A leader change is news in a cluster; a single node leads from its start,
+                // which prints one line and no more (SPEC O2).
+                if self.node.members().len() > 1 {
+                    tracing::info!(leases, drains, checked, term, "{message}");
+                } else {
+                    tracing::debug!(leases, drains, checked, term, "{message}");
+                }
             } else if !leader && engine.is_leading() {
                 engine.lost_leadership();
                 tracing::info!("no longer leading: deadlines and checks handed over");

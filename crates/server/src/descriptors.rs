@@ -65,7 +65,9 @@ impl ConnectionBudget {
 pub(crate) fn budgets(limits: &LimitsConfig) -> (ConnectionBudget, ConnectionBudget) {
     let limit = raise_soft_limit();
     let (http, cluster) = split(limit, limits.http.max_connections, limits.cluster.max_connections);
-    tracing::info!(
+    // Debug: `muster serve` prints one line at startup (SPEC O2); a budget too small for the
+    // configured maximums is a warning of its own below.
+    tracing::debug!(
         descriptors = limit,
         http_connections = http,
         cluster_connections = cluster,

@@ -174,6 +174,10 @@ pub(crate) async fn ask(
 async fn propose(app: &App, proposal: Proposal) -> Outcome {
     let Proposal { duty, command, .. } = proposal;
     let principal = Principal::new(duty.principal()).expect("a valid principal");
+    // Only an endpoint's command needs it (for the log below), and only when it fails.
+    let target = crate::endpoint_log::command_target(&command).map(|(key, instance, incarnation)| {
+        (key.clone(), instance.clone(), incarnation)
+    });
     // On this node only, never forwarded (`Node::propose_as_leader`): a duty decided on this
     // leader's deadlines and brakes is valid in its term only. Forwarded to the next leader
     // after a partition heals, a deposed leader's expiry would land after renewals the new
@@ -183,23 +187,53 @@ async fn propose(app: &App, proposal: Proposal) -> Outcome {
         .propose_as_leader(command, app.meta_as(duty.actor(), &principal))
         .await
     {
-        Ok(Ok(applied)) => Outcome::Committed {
+        Ok(Ok(applied)) => {
+            crate::endpoint_log::duty_committed(duty, &applied);
+            Outcome::Committed {
             revision: applied.revision,
             changed: applied.unchanged.is_none(),
-        },
+            }
+        }
         Ok(Err(rejection)) => {
             // A replaced, removed or lifted endpoint: the registry explains it.
-            tracing::debug!(%rejection, ?duty, "proposal refused");
+            let revision = app.node.read(Registry::revision);
+            match &target {
+                Some((key, instance, incarnation)) => crate::endpoint_log::endpoint_event!(
+                    tracing::Level::DEBUG, key, instance, incarnation, revision,
+                    code = rejection.code(), %rejection, ?duty, "proposal refused"
+                ),
+                None => tracing::debug!(%rejection, ?duty, "proposal refused"),
+            }
             Outcome::Refused
         }
         Err(error) => {
-            tracing::warn!(%error, ?duty, "proposal not committed; the duty tries again");
+            let revision = app.node.read(Registry::revision);
+            match &target {
+                Some((key, instance, incarnation)) => crate::endpoint_log::endpoint_event!(
+                    tracing::Level::WARN, key, instance, incarnation, revision,
+                    %error, ?duty, "proposal not committed; the duty tries again"
+                ),
+                None => tracing::warn!(%error, ?duty, "proposal not committed; the duty tries again"),
+            }
             Outcome::NotCommitted
         }
     }
 }
 
 fn log(app: &App, note: Note) {
+    use crate::endpoint_log::endpoint_event;
+    use tracing::Level;
+    // The checker decides before its proposal commits: `revision` and `incarnation` are the
+    // record's as the decision saw it (SPEC O2); the committed change is logged by
+    // `endpoint_log::duty_committed`.
+    let record = |key: &ServiceKey, instance: &muster_core::InstanceId| {
+        app.node.read(|registry| {
+            registry
+                .snapshot(key)
+                .and_then(|snapshot| snapshot.get(instance).map(|e| (e.incarnation, e.revision)))
+                .unwrap_or((muster_core::Incarnation(0), registry.revision()))
+        })
+    };
     match note {
         Note::Crossing {
             key,
@@ -208,23 +242,38 @@ fn log(app: &App, note: Note) {
             reason,
         } => {
             app.checker_stats.proposals.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(service = %key, %instance, ?state, %reason, "checker: serving state crossed a threshold");
+            let (incarnation, revision) = record(&key, &instance);
+            endpoint_event!(
+                Level::INFO, key, instance, incarnation, revision, ?state, %reason,
+                "checker: serving state crossed a threshold"
+            );
         }
         Note::Held { key, instance, reason } => {
             app.checker_stats.held.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(service = %key, %instance, %reason, "checker: removal held by self-preservation");
+            let (incarnation, revision) = record(&key, &instance);
+            endpoint_event!(
+                Level::WARN, key, instance, incarnation, revision, %reason,
+                "checker: removal held by self-preservation"
+            );
         }
         Note::ExpiryHeld { lease, key, reason } => {
-            tracing::debug!(lease = lease.0, service = %key, %reason, "lease expiry held by self-preservation");
+            tracing::debug!(
+                target: crate::endpoint_log::TARGET,
+                lease = lease.0, tenant = %key.tenant, namespace = %key.namespace, service = %key.service, %reason,
+                "lease expiry held by self-preservation"
+            );
         }
         Note::Liveness {
             key,
             instance,
             health,
             reason,
-        } => tracing::warn!(
-            service = %key, %instance, ?health, %reason,
-            "checker: liveness check crossed a threshold (not routed on)"
-        ),
+        } => {
+            let (incarnation, revision) = record(&key, &instance);
+            endpoint_event!(
+                Level::WARN, key, instance, incarnation, revision, ?health, %reason,
+                "checker: liveness check crossed a threshold (not routed on)"
+            );
+        }
     }
 }

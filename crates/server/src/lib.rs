@@ -56,6 +56,7 @@ mod config;
 mod consistency;
 mod descriptors;
 mod dns;
+mod endpoint_log;
 mod error;
 mod extract;
 mod forward;

@@ -156,6 +156,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             Arc::new(PolicyWatch::new(config.registry.clone())),
             Arc::clone(&audit) as Arc<dyn muster_consensus::ApplyObserver>,
             Arc::new(token_watch),
+            Arc::new(crate::endpoint_log::EndpointLog::default()),
         ])),
     )
     .await?;
@@ -240,7 +241,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     tokio::spawn(Arc::clone(&app.hub).run_progress_ticker(app.progress_interval));
     let leader = tokio::spawn(leader::run(Arc::clone(&app), leader_messages, stopping_rx));
     app.set_ready(true);
-    tracing::info!(%local_addr, "muster serving");
+    // Debug: `muster serve` prints the one startup line, with every listener (SPEC O2).
+    tracing::debug!(%local_addr, "muster serving");
     Ok(RunningServer {
         local_addr,
         app,
