@@ -161,6 +161,10 @@ pub struct ServeArgs {
     /// The cluster CA (PEM): every member's certificate must be signed by it.
     #[arg(long, env = "MUSTER_CLUSTER_TLS_CA", value_name = "PATH")]
     pub cluster_tls_ca: Option<PathBuf>,
+    /// Print the effective configuration (defaults, then --config, then the flags) as TOML,
+    /// a valid --config file, and exit without starting; docs/config.md describes each key.
+    #[arg(long)]
+    pub print_config: bool,
 }
 
 /// `--tls-client-cert`: whether a mutual-TLS API requires client certificates.

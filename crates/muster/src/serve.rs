@@ -63,6 +63,20 @@ pub fn load_config(args: &ServeArgs) -> Result<ServerConfig, CliError> {
     Ok(config)
 }
 
+/// `--print-config`: the effective settings as TOML, every key present that has a value
+/// (unset optional ones, such as `cluster_addr` on a single node, are left out).
+pub fn print_config(config: &ServerConfig, out: &mut dyn Write) -> Result<(), CliError> {
+    let text = config_toml(config)?;
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|err| CliError::usage("stdout", format!("cannot print the configuration: {err}")))
+}
+
+/// The settings as a TOML document that [`read_config`] reads back into the same value.
+pub fn config_toml(config: &ServerConfig) -> Result<String, CliError> {
+    toml::to_string(config).map_err(|err| CliError::usage("config", format!("cannot render as TOML: {err}")))
+}
+
 /// Parses a TOML config file (unknown keys are refused, so a typo is never silently ignored).
 pub fn read_config(path: &Path) -> Result<ServerConfig, CliError> {
     let text = std::fs::read_to_string(path)
@@ -75,34 +89,67 @@ pub fn read_config(path: &Path) -> Result<ServerConfig, CliError> {
 ///
 /// This is [`muster_server::run`] unrolled into `start` and `stop`, so that the address
 /// actually bound (`--http 127.0.0.1:0` picks a free port) can be printed in between: one
-/// line on stdout, `muster serving http://ADDR, dns ADDR ...`, or
-/// `{"http":"ADDR","dns":"ADDR",...}` with `--json` (`dns` is null when DNS is disabled).
+/// line on stdout ([`ready_line`]), the only line a healthy start prints at the default log
+/// level (SPEC O2).
 pub async fn serve(args: ServeArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let config = load_config(&args)?;
+    if args.print_config {
+        return print_config(&config, out);
+    }
     // Signals are installed before the server starts, so an early SIGTERM stops it
     // gracefully instead of killing the process with the default action.
     let shutdown = stop_signal()?;
     let data_dir = config.data_dir.display().to_string();
     let scheme = if config.tls.cert.is_some() { "https" } else { "http" };
     tracing::debug!(http = %config.http, dns = %config.dns, data_dir, "starting muster serve");
+    let cluster = config.cluster_addr;
     let server = muster_server::start(config).await?;
-    let http = server.local_addr();
-    let dns = server.dns_addr();
-    let line = if json {
-        serde_json::json!({
-            "http": http.to_string(),
-            "dns": dns.map(|addr| addr.to_string()),
-            "data_dir": data_dir,
-        })
-        .to_string()
-    } else {
-        let dns = dns.map_or_else(|| "DNS off".to_owned(), |addr| format!("dns {addr} (udp+tcp)"));
-        format!("muster serving {scheme}://{http}, {dns} (data in {data_dir}); Ctrl-C or SIGTERM stops it")
-    };
+    // Every listener, in the order the line names them; `None`: that listener is off. One
+    // entry per listener feeds both the text and the `--json` line.
+    let listeners: [(&str, Option<String>); 3] = [
+        ("http", Some(server.local_addr().to_string())),
+        ("dns", server.dns_addr().map(|addr| addr.to_string())),
+        ("cluster", cluster.map(|addr| addr.to_string())),
+    ];
+    let line = ready_line(&listeners, scheme, &data_dir, json);
     // A closed stdout must not stop the server: the line is a convenience, the logs say it too.
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());
     server.serve_until(shutdown).await?;
     Ok(())
+}
+
+/// The one line `serve` prints once it listens: `muster serving http://ADDR, dns ADDR
+/// (udp+tcp), cluster ADDR (data in DIR); ...`, or with `--json` an object with a key per
+/// listener (`null` when off) and `data_dir`. The first listener is the HTTP API's.
+pub fn ready_line(listeners: &[(&str, Option<String>)], scheme: &str, data_dir: &str, json: bool) -> String {
+    if json {
+        let mut line: serde_json::Map<String, serde_json::Value> = listeners
+            .iter()
+            .map(|(name, addr)| ((*name).to_owned(), addr.clone().into()))
+            .collect();
+        line.insert("data_dir".to_owned(), data_dir.into());
+        return serde_json::Value::Object(line).to_string();
+    }
+    let named: Vec<String> = listeners
+        .iter()
+        .filter_map(|(name, addr)| {
+            let addr = addr.as_ref()?;
+            Some(match *name {
+                "http" => format!("{scheme}://{addr}"),
+                "dns" => format!("dns {addr} (udp+tcp)"),
+                other => format!("{other} {addr}"),
+            })
+        })
+        .collect();
+    let dns_off = if listeners.iter().any(|(name, addr)| *name == "dns" && addr.is_none()) {
+        ", DNS off"
+    } else {
+        ""
+    };
+    format!(
+        "muster serving {}{dns_off} (data in {data_dir}); Ctrl-C or SIGTERM stops it",
+        named.join(", ")
+    )
 }
 
 /// A future that resolves on the first SIGTERM or SIGINT (Ctrl-C).

@@ -5,6 +5,7 @@
 
 mod audit;
 mod cluster;
+mod config;
 mod discover;
 mod durability;
 mod e2e;
