@@ -89,23 +89,30 @@ pub fn directive(flag: Option<&str>, env: impl Fn(&str) -> Option<String>, servi
     }
 }
 
-/// Installs the global subscriber; an unusable directive is a usage error naming it.
+/// Installs the global subscriber; an unusable directive is a usage error naming it. With
+/// the `otel` feature, call it inside the Tokio runtime (see [`crate::otel`]).
 pub fn init(args: &LogArgs, serving: bool) -> Result<Guard, String> {
     let (directive, source) = directive(args.log_level.as_deref(), |name| std::env::var(name).ok(), serving);
     let filter = EnvFilter::builder()
         .parse(&directive)
         .map_err(|err| format!("{}: '{directive}': {err}", source_name(source)))?;
+    // The filter is the stderr layer's own, so that the OTLP export (feature `otel`) can take
+    // spans that stderr does not print.
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let fmt = match args.log_format {
-        LogFormat::Text => fmt.boxed(),
-        LogFormat::Json => fmt.json().flatten_event(true).with_current_span(false).boxed(),
+        LogFormat::Text => fmt.with_filter(filter).boxed(),
+        LogFormat::Json => fmt
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_filter(filter)
+            .boxed(),
     };
     #[cfg(feature = "otel")]
-    let (otel, guard) = crate::otel::layer(args.otlp_endpoint.as_deref())?;
+    let (otel, guard) = crate::otel::layer(args.otlp_endpoint.as_deref(), serving)?;
     #[cfg(not(feature = "otel"))]
     let (otel, guard) = (None::<tracing_subscriber::layer::Identity>, Guard);
     tracing_subscriber::registry()
-        .with(filter)
         .with(fmt)
         .with(otel)
         .try_init()
@@ -119,6 +126,12 @@ pub fn init(args: &LogArgs, serving: bool) -> Result<Guard, String> {
 #[cfg(not(feature = "otel"))]
 #[derive(Debug)]
 pub struct Guard;
+
+#[cfg(not(feature = "otel"))]
+impl Guard {
+    /// Flushes what the exporter holds (nothing without the `otel` feature).
+    pub fn flush(self) {}
+}
 
 #[cfg(feature = "otel")]
 pub use crate::otel::Guard;

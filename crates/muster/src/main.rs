@@ -20,13 +20,6 @@ fn main() -> ExitCode {
     // The server and the load generator need every core, and so does the lab's live server;
     // a client command needs one.
     let serving = matches!(cli.command, Command::Serve(_) | Command::Bench(_));
-    let _logging = match muster_cli::logging::init(&cli.log, serving) {
-        Ok(guard) => guard,
-        Err(err) => {
-            eprintln!("error: usage: {err}");
-            return ExitCode::from(2);
-        }
-    };
     let json = cli.json;
     let runtime = if serving || matches!(cli.command, Command::Lab(_)) {
         tokio::runtime::Builder::new_multi_thread().enable_all().build()
@@ -40,8 +33,22 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Inside the runtime: the OTLP exporter (feature `otel`) starts its channel's task there.
+    let logging = {
+        let _entered = runtime.enter();
+        muster_cli::logging::init(&cli.log, serving)
+    };
+    let logging = match logging {
+        Ok(guard) => guard,
+        Err(err) => {
+            eprintln!("error: usage: {err}");
+            return ExitCode::from(2);
+        }
+    };
     let mut stdout = std::io::stdout();
     let result = runtime.block_on(muster_cli::commands::run(cli, &mut stdout));
+    // Flushes the spans still queued (feature `otel`) while the runtime still runs.
+    logging.flush();
     runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -174,8 +174,27 @@ where
     // Every request of the connection carries who sent it ([`Peer`]).
     let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
         request.extensions_mut().insert(peer.clone());
+        // One span per request (SPEC O2), at debug under `muster::http`: off, and free, at
+        // the default level; the OTLP export (the binary's `otel` feature) turns it on.
+        let span = tracing::debug_span!(
+            target: "muster::http",
+            "http request",
+            method = %request.method(),
+            path = request.uri().path(),
+            status = tracing::field::Empty,
+        );
         // A Router is always ready: `call` without `poll_ready` is what axum::serve does.
-        tower::Service::call(&mut router.clone(), request)
+        let call = tower::Service::call(&mut router.clone(), request);
+        tracing::Instrument::instrument(
+            async move {
+                let response = call.await;
+                if let Ok(response) = &response {
+                    tracing::Span::current().record("status", response.status().as_u16());
+                }
+                response
+            },
+            span,
+        )
     });
     let connection = builder.serve_connection(io, service);
     let mut connection = std::pin::pin!(connection);
