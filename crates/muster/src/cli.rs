@@ -17,8 +17,9 @@ use crate::duration::parse_duration;
 use muster_client::http::DEFAULT_SERVER;
 use muster_core::LeaseId;
 
-/// Muster: a service-discovery registry. `muster serve` runs it; the other commands talk to
-/// it over HTTP.
+/// Muster: a service-discovery registry. `muster serve` runs it (one node or a Raft cluster);
+/// the other commands talk to it over its HTTP API, except `bench` and `lab`, which drive
+/// servers (or a simulated fleet) of their own.
 #[derive(Debug, Parser)]
 #[command(name = "muster", version, propagate_version = true)]
 #[command(after_help = "Exit codes: 0 ok, 1 refused by the server, 2 usage or invalid input, \
@@ -38,7 +39,9 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a single-node registry: HTTP API, DNS, Raft log on disk.
+    /// Run the registry: one node, or a member of a Raft cluster of 3 or 5 (--node-id,
+    /// --cluster-addr, --peers); HTTP API, DNS, the Raft log on disk. Prints one line once it
+    /// listens; --print-config shows the settings instead.
     Serve(ServeArgs),
     /// Register (or re-register) an instance of a service, with a lease.
     Register(RegisterArgs),
@@ -126,7 +129,7 @@ pub struct ServeArgs {
     /// A TOML file of server settings; the flags above override it.
     #[arg(long, env = "MUSTER_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// This node's id in a static cluster (a key of --peers).
+    /// This node's id in a cluster (a key of --peers) [default: 1].
     #[arg(long, env = "MUSTER_NODE_ID", value_name = "N")]
     pub node_id: Option<u64>,
     /// The node-to-node listener (Raft traffic, forwarded writes) of a cluster member.

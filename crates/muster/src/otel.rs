@@ -51,10 +51,7 @@ impl Drop for Guard {
 /// The export layer, when a collector is named (`flag`, else [`ENDPOINT_ENV`]) and the
 /// command is a server's (`serving`); an unusable endpoint is an error naming it. Must run
 /// inside a Tokio runtime.
-pub fn layer<S>(
-    flag: Option<&str>,
-    serving: bool,
-) -> Result<(Option<impl tracing_subscriber::Layer<S>>, Guard), String>
+pub fn layer<S>(flag: Option<&str>, serving: bool) -> Result<(Option<impl tracing_subscriber::Layer<S>>, Guard), String>
 where
     S: Subscriber + for<'span> LookupSpan<'span>,
 {

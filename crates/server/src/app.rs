@@ -169,7 +169,11 @@ impl App {
             }
             if leader && !engine.is_leading() {
                 engine.became_leader(registry, now);
-                let (leases, drains, checked) = (engine.leases().len(), registry.drain_count(), engine.checker().endpoints());
+                let (leases, drains, checked) = (
+                    engine.leases().len(),
+                    registry.drain_count(),
+                    engine.checker().endpoints(),
+                );
                 let message = "leading: lease deadlines, drains and checks taken over";
                 // A leader change is news in a cluster; a single node leads from its start,
                 // which prints one line and no more (SPEC O2).

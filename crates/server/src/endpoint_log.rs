@@ -125,8 +125,16 @@ impl ApplyObserver for EndpointLog {
                         incarnation,
                         reason,
                     } => endpoint_event!(
-                        Level::DEBUG, key, instance, incarnation, applied.revision,
-                        change, principal, ?actor, ?reason, "endpoint removed"
+                        Level::DEBUG,
+                        key,
+                        instance,
+                        incarnation,
+                        applied.revision,
+                        change,
+                        principal,
+                        ?actor,
+                        ?reason,
+                        "endpoint removed"
                     ),
                 });
             }
@@ -159,14 +167,52 @@ pub(crate) fn duty_committed(duty: Duty, applied: &Applied) {
     let principal = duty.principal();
     let revision = applied.revision;
     for_each_event(applied, |key, event| match (duty, event) {
-        (_, Event::Delete { instance, incarnation, reason: DeleteReason::LeaseExpired }) => endpoint_event!(
-            Level::INFO, key, instance, incarnation, revision, principal, "endpoint expired: its lease ran out"
+        (
+            _,
+            Event::Delete {
+                instance,
+                incarnation,
+                reason: DeleteReason::LeaseExpired,
+            },
+        ) => endpoint_event!(
+            Level::INFO,
+            key,
+            instance,
+            incarnation,
+            revision,
+            principal,
+            "endpoint expired: its lease ran out"
         ),
-        (Duty::Drain, Event::Delete { instance, incarnation, .. }) => endpoint_event!(
-            Level::INFO, key, instance, incarnation, revision, principal, "drain ended: endpoint removed"
+        (
+            Duty::Drain,
+            Event::Delete {
+                instance, incarnation, ..
+            },
+        ) => endpoint_event!(
+            Level::INFO,
+            key,
+            instance,
+            incarnation,
+            revision,
+            principal,
+            "drain ended: endpoint removed"
         ),
-        (_, Event::Delete { instance, incarnation, reason }) => endpoint_event!(
-            Level::INFO, key, instance, incarnation, revision, principal, ?reason, "endpoint removed"
+        (
+            _,
+            Event::Delete {
+                instance,
+                incarnation,
+                reason,
+            },
+        ) => endpoint_event!(
+            Level::INFO,
+            key,
+            instance,
+            incarnation,
+            revision,
+            principal,
+            ?reason,
+            "endpoint removed"
         ),
         (Duty::Checker, Event::Put { endpoint }) => endpoint_event!(
             Level::INFO, key, endpoint.instance, endpoint.incarnation, revision,

@@ -81,7 +81,11 @@ fn assert_endpoint_fields(event: &Captured, incarnation: u64, revision: Revision
     assert_eq!(field("namespace"), Some("prod"), "{event:?}");
     assert_eq!(field("service"), Some("api"), "{event:?}");
     assert_eq!(field("instance"), Some("api-0"), "{event:?}");
-    assert_eq!(field("incarnation"), Some(incarnation.to_string().as_str()), "{event:?}");
+    assert_eq!(
+        field("incarnation"),
+        Some(incarnation.to_string().as_str()),
+        "{event:?}"
+    );
     assert_eq!(field("revision"), Some(revision.0.to_string().as_str()), "{event:?}");
 }
 
@@ -96,7 +100,11 @@ fn a_committed_lease_expiry_logs_the_endpoint_by_its_six_fields_at_info() {
     let events = captured(|| duty_committed(Duty::LeaseKeeper, &applied));
     let expired: Vec<&Captured> = events
         .iter()
-        .filter(|e| e.fields.get("message").is_some_and(|m| m.starts_with("endpoint expired")))
+        .filter(|e| {
+            e.fields
+                .get("message")
+                .is_some_and(|m| m.starts_with("endpoint expired"))
+        })
         .collect();
     assert_eq!(expired.len(), 1, "{events:?}");
     assert_eq!(expired[0].level, tracing::Level::INFO);
@@ -128,7 +136,10 @@ fn applied_and_refused_endpoint_writes_carry_the_six_fields_at_debug() {
     });
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].level, tracing::Level::DEBUG);
-    assert_eq!(events[0].fields.get("code").map(String::as_str), Some("stale_incarnation"));
+    assert_eq!(
+        events[0].fields.get("code").map(String::as_str),
+        Some("stale_incarnation")
+    );
     assert_endpoint_fields(&events[0], 1, registered_at);
 
     // A newer incarnation replaces it: one `endpoint changed` at the new revision.
@@ -149,6 +160,9 @@ fn applied_and_refused_endpoint_writes_carry_the_six_fields_at_debug() {
         });
     });
     assert_eq!(events.len(), 1, "{events:?}");
-    assert_eq!(events[0].fields.get("message").map(String::as_str), Some("endpoint changed"));
+    assert_eq!(
+        events[0].fields.get("message").map(String::as_str),
+        Some("endpoint changed")
+    );
     assert_endpoint_fields(&events[0], 8, revision);
 }

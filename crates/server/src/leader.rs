@@ -175,9 +175,8 @@ async fn propose(app: &App, proposal: Proposal) -> Outcome {
     let Proposal { duty, command, .. } = proposal;
     let principal = Principal::new(duty.principal()).expect("a valid principal");
     // Only an endpoint's command needs it (for the log below), and only when it fails.
-    let target = crate::endpoint_log::command_target(&command).map(|(key, instance, incarnation)| {
-        (key.clone(), instance.clone(), incarnation)
-    });
+    let target = crate::endpoint_log::command_target(&command)
+        .map(|(key, instance, incarnation)| (key.clone(), instance.clone(), incarnation));
     // On this node only, never forwarded (`Node::propose_as_leader`): a duty decided on this
     // leader's deadlines and brakes is valid in its term only. Forwarded to the next leader
     // after a partition heals, a deposed leader's expiry would land after renewals the new
@@ -190,8 +189,8 @@ async fn propose(app: &App, proposal: Proposal) -> Outcome {
         Ok(Ok(applied)) => {
             crate::endpoint_log::duty_committed(duty, &applied);
             Outcome::Committed {
-            revision: applied.revision,
-            changed: applied.unchanged.is_none(),
+                revision: applied.revision,
+                changed: applied.unchanged.is_none(),
             }
         }
         Ok(Err(rejection)) => {

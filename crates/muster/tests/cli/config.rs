@@ -66,7 +66,13 @@ fn print_config_alone_prints_the_defaults_and_starts_nothing() {
     let data = dir.path().join("data");
     let printed = print_config(&["--data-dir", data.to_str().unwrap()]);
     let parsed: ServerConfig = toml::from_str(&printed).unwrap();
-    assert_eq!(parsed, ServerConfig { data_dir: data.clone(), ..ServerConfig::default() });
+    assert_eq!(
+        parsed,
+        ServerConfig {
+            data_dir: data.clone(),
+            ..ServerConfig::default()
+        }
+    );
     for section in ["[registry]", "[health]", "[auth]", "[dns_zone]", "[limits.http]"] {
         assert!(printed.contains(section), "{section} missing:\n{printed}");
     }

@@ -6,12 +6,14 @@
 mod audit;
 mod cluster;
 mod config;
+mod config_reference;
 mod discover;
 mod durability;
 mod e2e;
 mod fixtures;
 mod inproc;
 mod lab;
+mod logging;
 mod parsers;
 mod picker;
 mod policy;
