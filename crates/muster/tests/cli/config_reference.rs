@@ -68,7 +68,7 @@ fn parse(text: &str, structs: &mut BTreeMap<String, Struct>) {
                     && let Some(name) = rest.strip_suffix(" {")
                 {
                     let item = Struct {
-                        doc: doc.join(" "),
+                        doc: doc.iter().filter(|line| !line.is_empty()).cloned().collect::<Vec<_>>().join(" "),
                         fields: Vec::new(),
                     };
                     open = Some((name.trim().to_owned(), item));
@@ -84,7 +84,7 @@ fn parse(text: &str, structs: &mut BTreeMap<String, Struct>) {
                     item.fields.push(Field {
                         name: field.to_owned(),
                         ty: ty.trim_end_matches(',').to_owned(),
-                        doc: doc.join(" "),
+                        doc: doc.iter().filter(|line| !line.is_empty()).cloned().collect::<Vec<_>>().join(" "),
                     });
                 }
             }
@@ -157,7 +157,7 @@ impl Writer<'_> {
             .structs
             .get(name)
             .unwrap_or_else(|| panic!("struct {name} not found in SOURCES"));
-        let defaults = path.iter().fold(Some(self.defaults), |value, key| value?.get(key));
+        let defaults = path.iter().try_fold(self.defaults, |value, key| value.get(key));
         let title = if path.is_empty() {
             "Top level".to_owned()
         } else {
