@@ -21,7 +21,7 @@ fn tenant_rows_encode_as_one_counter_family_with_tenant_and_outcome_labels() {
                 .inc_by(count);
         }
         let mut registry = Registry::with_prefix("muster");
-        registry.register("renewals", "Renewals.", family);
+        registry.register("renewals", "Renewals", family);
         let mut out = String::new();
         prometheus_text::encode(&mut out, &registry).unwrap();
         let mut samples: Vec<String> = out.lines().filter(|l| !l.starts_with('#')).map(str::to_owned).collect();

@@ -27,7 +27,8 @@
 //! `muster_protection_active` (only services self-preservation protects now). Never an
 //! endpoint, instance, address or revision.
 //!
-//! Counters are registered without the `_total` suffix: the encoder appends it.
+//! Counters are registered without the `_total` suffix and help texts without their final
+//! period: the encoder appends both.
 
 mod observer;
 mod tenants;
@@ -297,93 +298,93 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
 
     // Consensus.
     let node = app.node.status();
-    registry.register("revision", "The registry's revision.", gauge(node.revision.0));
+    registry.register("revision", "The registry's revision", gauge(node.revision.0));
     registry.register(
         "applied_index",
-        "The index of the last log entry this node applied.",
+        "The index of the last log entry this node applied",
         gauge(node.applied_index),
     );
     registry.register(
         "apply_lag",
-        "Log entries this node holds but has not applied (committed minus applied, at most).",
+        "Log entries this node holds but has not applied (committed minus applied, at most)",
         gauge(app.node.log_index().saturating_sub(node.applied_index)),
     );
     registry.register(
         "leader_present",
-        "1 when this node knows a leader, else 0.",
+        "1 when this node knows a leader, else 0",
         gauge(u64::from(node.leader.is_some())),
     );
     registry.register(
         "leader",
-        "1 when this node is the leader, else 0.",
+        "1 when this node is the leader, else 0",
         gauge(u64::from(node.leader == Some(node.node_id))),
     );
     registry.register(
         "leader_changes",
-        "Times the leader this node knows changed.",
+        "Times the leader this node knows changed",
         metrics.leader_changes.clone(),
     );
     registry.register(
         "commit_latency_seconds",
-        "Seconds from a write accepted on this node to its commit.",
+        "Seconds from a write accepted on this node to its commit",
         metrics.commit_latency.clone(),
     );
 
     // Writes by tenant.
     registry.register(
         "registrations",
-        "Registrations applied, by tenant and outcome (ok, unchanged, or the refusal's code).",
+        "Registrations applied, by tenant and outcome (ok, unchanged, or the refusal's code)",
         tenant_rows(&metrics.registrations, "outcome", &visibility),
     );
     registry.register(
         "renewals",
-        "Lease renewals on this node, by tenant and outcome.",
+        "Lease renewals on this node, by tenant and outcome",
         tenant_rows(&metrics.renewals, "outcome", &visibility),
     );
     registry.register(
         "expiries",
-        "Endpoints removed by lease expiry (expired) and expiries held by self-preservation (held), by tenant.",
+        "Endpoints removed by lease expiry (expired) and expiries held by self-preservation (held), by tenant",
         tenant_rows(&metrics.expiries, "outcome", &visibility),
     );
     registry.register(
         "fenced_rejections",
-        "Commands refused for a stale incarnation, by tenant and command.",
+        "Commands refused for a stale incarnation, by tenant and command",
         tenant_rows(&metrics.fenced, "command", &visibility),
     );
     registry.register(
         "denials",
-        "Requests refused by authentication or authorisation, by tenant and outcome.",
+        "Requests refused by authentication or authorisation, by tenant and outcome",
         tenant_rows(&metrics.denials, "outcome", &visibility),
     );
 
     // Watches.
     let watch = app.hub.stats();
-    registry.register("watchers", "Watch streams open.", gauge(watch.watchers as u64));
+    registry.register("watchers", "Watch streams open", gauge(watch.watchers as u64));
     registry.register(
         "watch_queued_frames",
-        "Frames open watch streams have yet to send.",
+        "Frames open watch streams have yet to send",
         gauge(watch.queued_frames as u64),
     );
     registry.register(
         "watch_outstanding_bytes",
-        "Bytes of frames held for watch streams that have yet to send them.",
+        "Bytes of frames held for watch streams that have yet to send them",
         gauge(watch.outstanding_bytes as u64),
     );
-    registry.register("watch_resyncs", "Watchers told to resync.", counter(watch.resyncs));
+    registry.register("watch_resyncs", "Watchers told to resync", counter(watch.resyncs));
     registry.register(
         "watch_slow_consumers",
-        "Watchers cut off for falling a whole log behind (each then resyncs).",
+        "Watchers cut off for falling a whole log behind (each then resyncs)",
         counter(watch.slow_consumers),
     );
-    registry.register("watch_connects", "Watch streams opened.", metrics.watch.connects.clone());
+    registry.register("watch_connects", "Watch streams opened", metrics.watch.connects.clone());
     registry.register(
         "watch_resumes",
-        "Watch streams resumed from a revision (from_revision).",
+        "Watch streams resumed from a revision (from_revision)",
         metrics.watch.resumes.clone(),
     );
     registry.register(
         "watch_compactions",
-        "Watch resumes refused because the revision is older than the history kept.",
+        "Watch resumes refused because the revision is older than the history kept",
         metrics.watch.compactions.clone(),
     );
 
@@ -404,37 +405,37 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
     }
     registry.register(
         "blocking_queries",
-        "Blocking queries returned, by API and why (changed, timeout, stopping).",
+        "Blocking queries returned, by API and why (changed, timeout, stopping)",
         blocking,
     );
-    registry.register("blocking_queries_waiting", "Blocking queries waiting now, by API.", waiting);
+    registry.register("blocking_queries_waiting", "Blocking queries waiting now, by API", waiting);
 
     // Health checks.
     let checker = &metrics.checker;
     registry.register(
         "health_transitions",
-        "Serving states the checker proposed, by the state found and the state proposed.",
+        "Serving states the checker proposed, by the state found and the state proposed",
         metrics.transitions.clone(),
     );
     registry.register(
         "checker_endpoints",
-        "Endpoints with health checks.",
+        "Endpoints with health checks",
         gauge(load(&checker.endpoints)),
     );
-    registry.register("checker_probes", "Health probes started.", counter(load(&checker.probes)));
+    registry.register("checker_probes", "Health probes started", counter(load(&checker.probes)));
     registry.register(
         "checker_in_flight",
-        "Health probes running.",
+        "Health probes running",
         gauge(load(&checker.in_flight)),
     );
     registry.register(
         "checker_proposals",
-        "Serving states the checker proposed (threshold crossings only).",
+        "Serving states the checker proposed (threshold crossings only)",
         counter(load(&checker.proposals)),
     );
     registry.register(
         "checker_held",
-        "Removals held by self-preservation.",
+        "Removals held by self-preservation",
         counter(load(&checker.held)),
     );
     let protected = Family::<Vec<(&'static str, String)>, prometheus_client::metrics::gauge::Gauge>::default();
@@ -444,7 +445,7 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
     }
     registry.register(
         "protection_active",
-        "Self-preservation holds removals from this service.",
+        "Self-preservation holds removals from this service",
         protected,
     );
 
@@ -455,7 +456,7 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
     }
     registry.register(
         "dns_queries",
-        "DNS packets answered, by response code (dropped: not answered).",
+        "DNS packets answered, by response code (dropped: not answered)",
         dns,
     );
 
