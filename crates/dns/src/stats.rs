@@ -12,7 +12,9 @@ use crate::{Outcome, Rcode};
 
 /// The outcomes counted, in the order of [`QueryStats::counts`]: every response code the
 /// zone answers with, then packets dropped unanswered.
-const OUTCOMES: [&str; 7] = ["NOERROR", "FORMERR", "NXDOMAIN", "NOTIMP", "REFUSED", "BADVERS", "dropped"];
+const OUTCOMES: [&str; 7] = [
+    "NOERROR", "FORMERR", "NXDOMAIN", "NOTIMP", "REFUSED", "BADVERS", "dropped",
+];
 
 /// Counters of answered and dropped packets.
 #[derive(Debug, Default)]

@@ -337,9 +337,7 @@ impl App {
         // The I/O shell's clock: latency is measured, never decided on.
         let accepted = tokio::time::Instant::now();
         let applied = self.node.propose(command, meta).await??;
-        self.metrics
-            .commit_latency
-            .observe(accepted.elapsed().as_secs_f64());
+        self.metrics.commit_latency.observe(accepted.elapsed().as_secs_f64());
         Ok(applied)
     }
 

@@ -209,8 +209,24 @@ fn endpoint_groups<'a>(
             meta("state", state_name(endpoint.serving).to_owned());
             meta("instance", endpoint.instance.to_string());
             meta("incarnation", endpoint.incarnation.0.to_string());
-            meta("region", endpoint.locality.region.as_ref().map(ToString::to_string).unwrap_or_default());
-            meta("zone", endpoint.locality.zone.as_ref().map(ToString::to_string).unwrap_or_default());
+            meta(
+                "region",
+                endpoint
+                    .locality
+                    .region
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+            );
+            meta(
+                "zone",
+                endpoint
+                    .locality
+                    .zone
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+            );
             for (name, value) in endpoint.labels.iter() {
                 meta(&format!("label_{}", sanitise(name)), value.to_owned());
             }

@@ -19,8 +19,8 @@ use crate::auth::Caller;
 use crate::consistency::{self, Consistency};
 use crate::error::ApiError;
 use crate::extract::{INDEX_HEADER, QueryParams, Segments};
-use crate::page_token::PageToken;
 use crate::metrics::Woken;
+use crate::page_token::PageToken;
 use crate::wait::{DEFAULT_WAIT, parse_wait};
 
 /// The query of `GET /v1/registry/{tenant}/{namespace}/{service}`.

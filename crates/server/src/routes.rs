@@ -15,7 +15,9 @@ use axum::routing::{delete, get, post, put};
 use crate::app::App;
 use crate::error::{ApiError, code_for_status};
 use crate::guard::{self, RequestGuard};
-use crate::{acl, audit, auth, lease_routes, membership, metrics, openapi, policy, prometheus_sd, reads, status, watch, writes};
+use crate::{
+    acl, audit, auth, lease_routes, membership, metrics, openapi, policy, prometheus_sd, reads, status, watch, writes,
+};
 
 /// How much of a stray plain-text error body the safety net quotes in its message: error
 /// texts from axum and hyper are one line; 1 KiB keeps a surprise from growing the reply.

@@ -332,7 +332,12 @@ impl Topic {
             backlog.queued += queued;
             backlog.max_queued = backlog.max_queued.max(queued);
         }
-        backlog.bytes = log.slots.iter().filter_map(|slot| slot.frame.as_ref()).map(Bytes::len).sum();
+        backlog.bytes = log
+            .slots
+            .iter()
+            .filter_map(|slot| slot.frame.as_ref())
+            .map(Bytes::len)
+            .sum();
         backlog
     }
 }

@@ -29,7 +29,10 @@ fn tenant_rows_encode_as_one_counter_family_with_tenant_and_outcome_labels() {
         (out, samples)
     };
     let (text, samples) = rows(true);
-    assert!(text.starts_with("# HELP muster_renewals_total Renewals.\n# TYPE muster_renewals_total counter\n"), "{text}");
+    assert!(
+        text.starts_with("# HELP muster_renewals_total Renewals.\n# TYPE muster_renewals_total counter\n"),
+        "{text}"
+    );
     assert_eq!(
         samples,
         [

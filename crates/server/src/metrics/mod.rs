@@ -391,13 +391,18 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
     // Blocking queries.
     let blocking = Family::<[(&'static str, &'static str); 2], Counter>::default();
     let waiting = Family::<[(&'static str, &'static str); 1], prometheus_client::metrics::gauge::Gauge>::default();
-    for (api, stats) in [("native", &metrics.blocking_native), ("consul", &metrics.blocking_consul)] {
+    for (api, stats) in [
+        ("native", &metrics.blocking_native),
+        ("consul", &metrics.blocking_consul),
+    ] {
         for (outcome, count) in [
             ("changed", &stats.changed),
             ("timeout", &stats.timed_out),
             ("stopping", &stats.stopped),
         ] {
-            blocking.get_or_create(&[("api", api), ("outcome", outcome)]).inc_by(load(count));
+            blocking
+                .get_or_create(&[("api", api), ("outcome", outcome)])
+                .inc_by(load(count));
         }
         waiting
             .get_or_create(&[("api", api)])
@@ -408,7 +413,11 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
         "Blocking queries returned, by API and why (changed, timeout, stopping)",
         blocking,
     );
-    registry.register("blocking_queries_waiting", "Blocking queries waiting now, by API", waiting);
+    registry.register(
+        "blocking_queries_waiting",
+        "Blocking queries waiting now, by API",
+        waiting,
+    );
 
     // Health checks.
     let checker = &metrics.checker;
@@ -422,7 +431,11 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
         "Endpoints with health checks",
         gauge(load(&checker.endpoints)),
     );
-    registry.register("checker_probes", "Health probes started", counter(load(&checker.probes)));
+    registry.register(
+        "checker_probes",
+        "Health probes started",
+        counter(load(&checker.probes)),
+    );
     registry.register(
         "checker_in_flight",
         "Health probes running",

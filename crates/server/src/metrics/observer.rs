@@ -28,9 +28,7 @@ impl ApplyObserver for MetricsObserver {
                     Ok(_) => 0,
                     Err(rejection) => registration_refused(rejection),
                 };
-                metrics
-                    .registrations
-                    .add(Some(&register.target.key.tenant), outcome, 1);
+                metrics.registrations.add(Some(&register.target.key.tenant), outcome, 1);
                 (&register.target, fenced::REGISTER)
             }
             Command::SetServing(command) => (&command.target, fenced::SET_SERVING),

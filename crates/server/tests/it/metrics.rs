@@ -23,7 +23,9 @@ const FORBIDDEN_LABELS: [&str; 6] = ["instance", "endpoint", "address", "ip", "r
 
 fn is_name(text: &str) -> bool {
     let mut chars = text.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
 }
 
@@ -93,7 +95,12 @@ fn parse(text: &str) -> Vec<Sample> {
 fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
     samples
         .iter()
-        .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
+        .filter(|s| {
+            s.name == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
         .map(|s| s.value)
         .sum()
 }
@@ -187,7 +194,10 @@ async fn registrations_fenced_rejections_renewals_watches_and_blocking_queries_a
     let count = |name: &str, labels: &[(&str, &str)]| value(&samples, name, labels);
     assert_eq!(count("muster_registrations_total", &[acme[0], ("outcome", "ok")]), 2.0);
     assert_eq!(
-        count("muster_registrations_total", &[acme[0], ("outcome", "stale_incarnation")]),
+        count(
+            "muster_registrations_total",
+            &[acme[0], ("outcome", "stale_incarnation")]
+        ),
         1.0
     );
     assert_eq!(
@@ -207,7 +217,10 @@ async fn registrations_fenced_rejections_renewals_watches_and_blocking_queries_a
     assert_eq!(count("muster_watch_resumes_total", &[]), 1.0);
     assert_eq!(count("muster_watchers", &[]), 2.0);
     assert_eq!(
-        count("muster_blocking_queries_total", &[("api", "native"), ("outcome", "timeout")]),
+        count(
+            "muster_blocking_queries_total",
+            &[("api", "native"), ("outcome", "timeout")]
+        ),
         1.0
     );
     assert!(count("muster_commit_latency_seconds_count", &[]) >= 3.0);
@@ -217,11 +230,17 @@ async fn registrations_fenced_rejections_renewals_watches_and_blocking_queries_a
 async fn a_compacted_resume_is_counted() {
     let server = TestServer::start_with(|config| config.registry.history_revisions = 5).await;
     for n in 0..10 {
-        server.register("api", &format!("i{n}"), "10.0.0.1").await.expect(StatusCode::OK);
+        server
+            .register("api", &format!("i{n}"), "10.0.0.1")
+            .await
+            .expect(StatusCode::OK);
     }
     let mut watch = server.watch("/v1/watch/acme/prod/api?from_revision=1").await;
     let frame = watch.next().await;
-    assert!(matches!(frame, Some(muster_core::api::Frame::Error { .. })), "{frame:?}");
+    assert!(
+        matches!(frame, Some(muster_core::api::Frame::Error { .. })),
+        "{frame:?}"
+    );
     let samples = scrape(&server).await;
     assert_eq!(value(&samples, "muster_watch_compactions_total", &[]), 1.0);
     assert_eq!(value(&samples, "muster_watch_resumes_total", &[]), 0.0);
@@ -330,10 +349,20 @@ async fn denials_are_counted_and_a_tenant_token_sees_only_its_own_tenant() {
     assert_eq!(status, StatusCode::OK);
     let all = parse(&text);
     assert_eq!(
-        value(&all, "muster_denials_total", &[("tenant", "acme"), ("outcome", "permission_denied")]),
+        value(
+            &all,
+            "muster_denials_total",
+            &[("tenant", "acme"), ("outcome", "permission_denied")]
+        ),
         1.0
     );
-    assert!(value(&all, "muster_denials_total", &[("tenant", "_none"), ("outcome", "unauthenticated")]) >= 1.0);
+    assert!(
+        value(
+            &all,
+            "muster_denials_total",
+            &[("tenant", "_none"), ("outcome", "unauthenticated")]
+        ) >= 1.0
+    );
     assert_eq!(value(&all, "muster_registrations_total", &[("tenant", "beta")]), 1.0);
 
     let (status, text) = server
@@ -341,7 +370,10 @@ async fn denials_are_counted_and_a_tenant_token_sees_only_its_own_tenant() {
         .await;
     assert_eq!(status, StatusCode::OK);
     let confined = parse(&text);
-    assert_eq!(value(&confined, "muster_registrations_total", &[("tenant", "acme")]), 1.0);
+    assert_eq!(
+        value(&confined, "muster_registrations_total", &[("tenant", "acme")]),
+        1.0
+    );
     for sample in &confined {
         let tenant = sample.labels.get("tenant").map(String::as_str);
         assert!(

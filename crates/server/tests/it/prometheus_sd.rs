@@ -101,18 +101,12 @@ async fn filters_pick_service_port_and_states() {
                 .body
         }
     };
-    assert_eq!(
-        targets(&get("service=api&port=metrics").await),
-        ["10.0.0.1:9100"]
-    );
+    assert_eq!(targets(&get("service=api&port=metrics").await), ["10.0.0.1:9100"]);
     assert_eq!(
         targets(&get("service=api&port=metrics&state=any").await),
         ["10.0.0.1:9100", "10.0.0.3:9100"]
     );
-    assert_eq!(
-        targets(&get("port=http&state=draining").await),
-        ["10.0.0.3:8080"]
-    );
+    assert_eq!(targets(&get("port=http&state=draining").await), ["10.0.0.3:8080"]);
     assert_eq!(
         targets(&get("tenant=acme&namespace=prod&service=web&port=http").await),
         ["10.0.1.1:8080"]

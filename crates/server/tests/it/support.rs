@@ -226,7 +226,10 @@ impl TestServer {
 
     /// The `Content-Type` of a GET's reply.
     pub(crate) async fn content_type(&self, path: &str) -> Option<String> {
-        let request = Request::builder().uri(self.url(path)).body(Full::new(Bytes::new())).unwrap();
+        let request = Request::builder()
+            .uri(self.url(path))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
         let response = tokio::time::timeout(STEP, self.client.request(request))
             .await
             .expect("a reply in time")
