@@ -382,3 +382,41 @@ async fn denials_are_counted_and_a_tenant_token_sees_only_its_own_tenant() {
         );
     }
 }
+
+#[tokio::test]
+async fn checker_transitions_are_counted_by_the_state_found_and_the_state_proposed() {
+    let server = TestServer::start().await;
+    let mut spec = endpoint("10.0.0.1");
+    spec["checks"] = json!([{"ttl_ms": 60000}]);
+    server
+        .call(
+            Method::PUT,
+            &instance_path("batch", "b-0"),
+            Some(json!({"incarnation": 1, "endpoint": spec})),
+        )
+        .await
+        .expect(StatusCode::OK);
+    let check = format!("{}/check", instance_path("batch", "b-0"));
+    for (status, serving) in [("pass", "ready"), ("warn", "degraded")] {
+        let reply = server
+            .call(Method::PUT, &check, Some(json!({"incarnation": 1, "status": status})))
+            .await
+            .expect(StatusCode::OK);
+        assert_eq!(reply.body["serving"], serving);
+    }
+    let samples = scrape(&server).await;
+    assert_eq!(
+        value(&samples, "muster_health_transitions_total", &[("to", "ready")]),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "muster_health_transitions_total",
+            &[("from", "ready"), ("to", "degraded")]
+        ),
+        1.0
+    );
+    assert_eq!(value(&samples, "muster_checker_proposals_total", &[]), 2.0);
+    assert_eq!(value(&samples, "muster_checker_endpoints", &[]), 1.0);
+}
