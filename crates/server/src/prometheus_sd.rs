@@ -37,7 +37,7 @@ use crate::app::App;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::QueryParams;
-use crate::metrics::state_name;
+use crate::metrics::{ALL_STATES, state_name};
 
 /// The route.
 pub(crate) const PATH: &str = "/v1/prometheus/sd";
@@ -112,15 +112,6 @@ impl States {
         }
     }
 }
-
-const ALL_STATES: [ServingState; 6] = [
-    ServingState::Starting,
-    ServingState::Ready,
-    ServingState::Degraded,
-    ServingState::Draining,
-    ServingState::NotServing,
-    ServingState::Unknown,
-];
 
 /// A query parameter that must be a DNS label: 400 with the name rule's code otherwise.
 fn label(field: &str, value: Option<&String>) -> Result<Option<Label>, ApiError> {

@@ -8,41 +8,70 @@ fn tenant(name: &str) -> Label {
 }
 
 #[test]
-fn tenant_rows_encode_as_one_counter_family_with_tenant_and_outcome_labels() {
+fn tenant_rows_encode_as_one_counter_family_sorted_by_tenant_and_outcome() {
     let counters = TenantCounters::new(renewal::NAMES);
-    counters.add(Some(&tenant("acme")), renewal::OK, 3);
-    counters.add(Some(&tenant("acme")), renewal::LEASE_NOT_FOUND, 1);
     counters.add(Some(&tenant("beta")), renewal::OK, 7);
-    let rows = |all| {
-        let family = Rows::default();
-        for (tenant, outcome, count) in counters.rows(|t| all || t.as_str() == "acme", all) {
-            family
-                .get_or_create(&vec![("tenant", tenant), ("outcome", outcome.to_owned())])
-                .inc_by(count);
-        }
+    counters.add(Some(&tenant("acme")), renewal::LEASE_NOT_FOUND, 1);
+    counters.add(Some(&tenant("acme")), renewal::OK, 3);
+    let encode = |all: bool| {
+        let rows = counters
+            .rows(|t| all || t.as_str() == "acme", all)
+            .into_iter()
+            .map(|(tenant, outcome, count)| (vec![("tenant", tenant), ("outcome", outcome.to_owned())], count))
+            .collect();
         let mut registry = Registry::with_prefix("muster");
-        registry.register("renewals", "Renewals", family);
+        registry.register_collector(Sorted::counter("renewals", "Renewals", rows));
         let mut out = String::new();
         prometheus_text::encode(&mut out, &registry).unwrap();
-        let mut samples: Vec<String> = out.lines().filter(|l| !l.starts_with('#')).map(str::to_owned).collect();
-        samples.sort();
-        (out, samples)
+        out
     };
-    let (text, samples) = rows(true);
-    assert!(
-        text.starts_with("# HELP muster_renewals_total Renewals.\n# TYPE muster_renewals_total counter\n"),
-        "{text}"
-    );
     assert_eq!(
-        samples,
+        encode(true),
+        "# HELP muster_renewals_total Renewals.\n\
+         # TYPE muster_renewals_total counter\n\
+         muster_renewals_total{tenant=\"acme\",outcome=\"ok\"} 3\n\
+         muster_renewals_total{tenant=\"acme\",outcome=\"lease_not_found\"} 1\n\
+         muster_renewals_total{tenant=\"beta\",outcome=\"ok\"} 7\n"
+    );
+    assert!(!encode(false).contains("beta"));
+}
+
+#[test]
+fn an_empty_family_is_left_out_and_gauges_encode_as_gauges() {
+    let mut registry = Registry::with_prefix("muster");
+    registry.register_collector(Sorted::counter("nothing", "Nothing", Vec::new()));
+    registry.register_collector(Sorted::gauge(
+        "protection_active",
+        "Protected",
+        vec![(vec![("service", "acme/prod/api".to_owned())], 1)],
+    ));
+    let mut out = String::new();
+    prometheus_text::encode(&mut out, &registry).unwrap();
+    assert_eq!(
+        out,
+        "# HELP muster_protection_active Protected.\n\
+         # TYPE muster_protection_active gauge\n\
+         muster_protection_active{service=\"acme/prod/api\"} 1\n"
+    );
+}
+
+#[test]
+fn transitions_are_counted_from_the_state_found_or_absent() {
+    let metrics = Metrics::new(Arc::new(muster_dns::LiveZone::new(
+        muster_dns::Zone::new(muster_dns::ZoneConfig::default()).unwrap(),
+    )));
+    metrics.transition(Some(ServingState::Ready), ServingState::NotServing);
+    metrics.transition(Some(ServingState::Ready), ServingState::NotServing);
+    metrics.transition(None, ServingState::Ready);
+    let rows = metrics.transition_rows();
+    let text = |row: &Row| format!("{:?} {}", row.0, row.1);
+    assert_eq!(
+        rows.iter().map(text).collect::<Vec<_>>(),
         [
-            r#"muster_renewals_total{tenant="acme",outcome="lease_not_found"} 1"#,
-            r#"muster_renewals_total{tenant="acme",outcome="ok"} 3"#,
-            r#"muster_renewals_total{tenant="beta",outcome="ok"} 7"#,
+            r#"[("from", "ready"), ("to", "not_serving")] 2"#,
+            r#"[("from", "absent"), ("to", "ready")] 1"#,
         ]
     );
-    let (_, confined) = rows(false);
-    assert!(confined.iter().all(|line| !line.contains("beta")), "{confined:?}");
 }
 
 #[test]

@@ -27,10 +27,11 @@
 //! `muster_protection_active` (only services self-preservation protects now). Never an
 //! endpoint, instance, address or revision.
 //!
-//! Counters are registered without the `_total` suffix and help texts without their final
-//! period: the encoder appends both.
+//! Counters are registered without the `_total` suffix (the encoder appends it) and help texts
+//! without their final period (the registry, and [`sorted::Sorted`], append it).
 
 mod observer;
+mod sorted;
 mod tenants;
 
 use std::sync::Arc;
@@ -42,12 +43,12 @@ use axum::response::IntoResponse;
 use muster_core::{ErrorCode, Label, Rejection, ServingState};
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
-use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 pub(crate) use observer::MetricsObserver;
+use sorted::{Row, Sorted};
 pub(crate) use tenants::TenantCounters;
 
 use crate::app::App;
@@ -203,8 +204,9 @@ pub(crate) struct Metrics {
     /// The Consul-compatible listener's blocking queries: the Consul handlers count here
     /// (`begin`/`end`), reported with `api="consul"`.
     pub(crate) blocking_consul: BlockingStats,
-    /// Serving states the checker proposed, by the state it found and the state it proposed.
-    pub(crate) transitions: Family<[(&'static str, &'static str); 2], Counter>,
+    /// Serving states the checker proposed, by the state it found ([`FROM_STATES`]) and the
+    /// state it proposed ([`ALL_STATES`]).
+    transitions: [[AtomicU64; ALL_STATES.len()]; FROM_STATES],
     /// The checker's load.
     pub(crate) checker: CheckerStats,
     /// DNS answers, from the live zone (counted whether or not DNS listens).
@@ -225,7 +227,7 @@ impl Metrics {
             watch: WatchCounters::default(),
             blocking_native: BlockingStats::default(),
             blocking_consul: BlockingStats::default(),
-            transitions: Family::default(),
+            transitions: Default::default(),
             checker: CheckerStats::default(),
             dns,
         }
@@ -233,12 +235,43 @@ impl Metrics {
 
     /// Counts a serving state the checker proposed over the one the registry holds.
     pub(crate) fn transition(&self, from: Option<ServingState>, to: ServingState) {
-        let from = from.map_or("absent", state_name);
-        self.transitions
-            .get_or_create(&[("from", from), ("to", state_name(to))])
-            .inc();
+        let index = |state: ServingState| ALL_STATES.iter().position(|s| *s == state).unwrap_or(0);
+        let from = from.map_or(ALL_STATES.len(), index);
+        self.transitions[from][index(to)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The transitions counted, as rows labelled `from` and `to`.
+    fn transition_rows(&self) -> Vec<Row> {
+        let mut rows = Vec::new();
+        for (from, row) in self.transitions.iter().enumerate() {
+            let from = ALL_STATES.get(from).map_or("absent", |state| state_name(*state));
+            for (to, count) in ALL_STATES.iter().zip(row) {
+                let count = count.load(Ordering::Relaxed);
+                if count > 0 {
+                    rows.push((
+                        vec![("from", from.to_owned()), ("to", state_name(*to).to_owned())],
+                        count,
+                    ));
+                }
+            }
+        }
+        rows
     }
 }
+
+/// Every serving state, in the API's order.
+pub(crate) const ALL_STATES: [ServingState; 6] = [
+    ServingState::Starting,
+    ServingState::Ready,
+    ServingState::Degraded,
+    ServingState::Draining,
+    ServingState::NotServing,
+    ServingState::Unknown,
+];
+
+/// The states a transition can start from: every state, then `absent` (the endpoint was gone
+/// from the registry when the checker proposed).
+const FROM_STATES: usize = ALL_STATES.len() + 1;
 
 /// A serving state as the API spells it.
 pub(crate) fn state_name(state: ServingState) -> &'static str {
@@ -268,17 +301,13 @@ impl Visibility<'_> {
     }
 }
 
-type Rows = Family<Vec<(&'static str, String)>, Counter>;
-
-/// A family of `counters`' rows the caller may see, labelled `tenant` and `label`.
-fn tenant_rows(counters: &TenantCounters, label: &'static str, visibility: &Visibility<'_>) -> Rows {
-    let family = Rows::default();
-    for (tenant, outcome, count) in counters.rows(|t| visibility.sees(t), visibility.sees_all()) {
-        family
-            .get_or_create(&vec![("tenant", tenant), (label, outcome.to_owned())])
-            .inc_by(count);
-    }
-    family
+/// `counters`' rows the caller may see, labelled `tenant` and `label`, sorted by tenant.
+fn tenant_rows(counters: &TenantCounters, label: &'static str, visibility: &Visibility<'_>) -> Vec<Row> {
+    counters
+        .rows(|t| visibility.sees(t), visibility.sees_all())
+        .into_iter()
+        .map(|(tenant, outcome, count)| (vec![("tenant", tenant), (label, outcome.to_owned())], count))
+        .collect()
 }
 
 fn gauge(value: u64) -> ConstGauge<i64> {
@@ -331,31 +360,31 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
     );
 
     // Writes by tenant.
-    registry.register(
+    registry.register_collector(Sorted::counter(
         "registrations",
         "Registrations applied, by tenant and outcome (ok, unchanged, or the refusal's code)",
         tenant_rows(&metrics.registrations, "outcome", &visibility),
-    );
-    registry.register(
+    ));
+    registry.register_collector(Sorted::counter(
         "renewals",
         "Lease renewals on this node, by tenant and outcome",
         tenant_rows(&metrics.renewals, "outcome", &visibility),
-    );
-    registry.register(
+    ));
+    registry.register_collector(Sorted::counter(
         "expiries",
         "Endpoints removed by lease expiry (expired) and expiries held by self-preservation (held), by tenant",
         tenant_rows(&metrics.expiries, "outcome", &visibility),
-    );
-    registry.register(
+    ));
+    registry.register_collector(Sorted::counter(
         "fenced_rejections",
         "Commands refused for a stale incarnation, by tenant and command",
         tenant_rows(&metrics.fenced, "command", &visibility),
-    );
-    registry.register(
+    ));
+    registry.register_collector(Sorted::counter(
         "denials",
         "Requests refused by authentication or authorisation, by tenant and outcome",
         tenant_rows(&metrics.denials, "outcome", &visibility),
-    );
+    ));
 
     // Watches.
     let watch = app.hub.stats();
@@ -389,8 +418,8 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
     );
 
     // Blocking queries.
-    let blocking = Family::<[(&'static str, &'static str); 2], Counter>::default();
-    let waiting = Family::<[(&'static str, &'static str); 1], prometheus_client::metrics::gauge::Gauge>::default();
+    let mut blocking = Vec::new();
+    let mut waiting = Vec::new();
     for (api, stats) in [
         ("native", &metrics.blocking_native),
         ("consul", &metrics.blocking_consul),
@@ -400,32 +429,31 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
             ("timeout", &stats.timed_out),
             ("stopping", &stats.stopped),
         ] {
-            blocking
-                .get_or_create(&[("api", api), ("outcome", outcome)])
-                .inc_by(load(count));
+            blocking.push((
+                vec![("api", api.to_owned()), ("outcome", outcome.to_owned())],
+                load(count),
+            ));
         }
-        waiting
-            .get_or_create(&[("api", api)])
-            .set(i64::try_from(load(&stats.waiting)).unwrap_or(i64::MAX));
+        waiting.push((vec![("api", api.to_owned())], load(&stats.waiting)));
     }
-    registry.register(
+    registry.register_collector(Sorted::counter(
         "blocking_queries",
         "Blocking queries returned, by API and why (changed, timeout, stopping)",
         blocking,
-    );
-    registry.register(
+    ));
+    registry.register_collector(Sorted::gauge(
         "blocking_queries_waiting",
         "Blocking queries waiting now, by API",
         waiting,
-    );
+    ));
 
     // Health checks.
     let checker = &metrics.checker;
-    registry.register(
+    registry.register_collector(Sorted::counter(
         "health_transitions",
         "Serving states the checker proposed, by the state found and the state proposed",
-        metrics.transitions.clone(),
-    );
+        metrics.transition_rows(),
+    ));
     registry.register(
         "checker_endpoints",
         "Endpoints with health checks",
@@ -451,27 +479,31 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
         "Removals held by self-preservation",
         counter(load(&checker.held)),
     );
-    let protected = Family::<Vec<(&'static str, String)>, prometheus_client::metrics::gauge::Gauge>::default();
-    // Service names only of the tenants the caller may see (SPEC S3).
-    for key in app.protected().into_iter().filter(|key| visibility.sees(&key.tenant)) {
-        protected.get_or_create(&vec![("service", key.to_string())]).set(1);
-    }
-    registry.register(
+    // Service names only of the tenants the caller may see (SPEC S3); `protected` is sorted.
+    let protected = app
+        .protected()
+        .into_iter()
+        .filter(|key| visibility.sees(&key.tenant))
+        .map(|key| (vec![("service", key.to_string())], 1))
+        .collect();
+    registry.register_collector(Sorted::gauge(
         "protection_active",
         "Self-preservation holds removals from this service",
         protected,
-    );
+    ));
 
     // DNS.
-    let dns = Family::<[(&'static str, &'static str); 1], Counter>::default();
-    for (rcode, count) in metrics.dns.stats().counts() {
-        dns.get_or_create(&[("rcode", rcode)]).inc_by(count);
-    }
-    registry.register(
+    let dns = metrics
+        .dns
+        .stats()
+        .counts()
+        .map(|(rcode, count)| (vec![("rcode", rcode.to_owned())], count))
+        .collect();
+    registry.register_collector(Sorted::counter(
         "dns_queries",
         "DNS packets answered, by response code (dropped: not answered)",
         dns,
-    );
+    ));
 
     let mut out = String::new();
     prometheus_text::encode(&mut out, &registry).expect("writing to a String cannot fail");
