@@ -1,6 +1,10 @@
 //! The encoder's output for the families built per scrape, exactly: names with the
 //! `_total` suffix on counters, labels in the order given, zero rows left out.
 
+use muster_core::Label;
+use prometheus_client::registry::Registry;
+
+use super::sorted::Sorted;
 use super::*;
 
 fn tenant(name: &str) -> Label {
