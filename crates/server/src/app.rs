@@ -24,7 +24,7 @@ use crate::clock::ServerClock;
 use crate::error::ApiError;
 use crate::forward::ClusterLink;
 use crate::hub::WatchHub;
-use crate::metrics::CheckerStats;
+use crate::metrics::{Metrics, denial};
 use crate::peer::Peer;
 use crate::watch_quota::WatchQuota;
 
@@ -47,8 +47,8 @@ pub(crate) struct App {
     next_reply: AtomicU64,
     /// The Raft term the engine last took leadership over in (0: not leading).
     led_term: AtomicU64,
-    /// The checker's counters.
-    pub(crate) checker_stats: CheckerStats,
+    /// What `/v1/metrics` reports (the checker's counters among them).
+    pub(crate) metrics: Arc<Metrics>,
     /// The other members, in a cluster.
     pub(crate) cluster: Option<ClusterLink>,
     /// Open watch streams by tenant and principal, with their caps (SPEC W4).
@@ -86,6 +86,8 @@ pub(crate) struct Background {
     pub(crate) auth: AuthConfig,
     /// The token table's changes (from [`crate::auth::TokenWatch`]).
     pub(crate) acl_changes: watch::Receiver<u64>,
+    /// The metrics, already counting on the node's apply path.
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl App {
@@ -106,6 +108,7 @@ impl App {
             audit,
             auth,
             acl_changes,
+            metrics,
         } = background;
         App {
             node,
@@ -121,7 +124,7 @@ impl App {
             replies: Mutex::new(HashMap::new()),
             next_reply: AtomicU64::new(0),
             led_term: AtomicU64::new(0),
-            checker_stats: CheckerStats::default(),
+            metrics,
             cluster,
             watch_quota,
             ready: AtomicBool::new(false),
@@ -288,6 +291,9 @@ impl App {
             ),
             (_, tenant, _) => (tenant.cloned(), None),
         };
+        self.metrics
+            .denials
+            .add(filed_under.as_ref(), denial::PERMISSION_DENIED, 1);
         let message = format!("{} on {tenant} {what}: {denial}", request.verb);
         self.audit.denied(AuditDenial {
             principal: Some(caller.principal().clone()),
@@ -306,6 +312,7 @@ impl App {
     /// A `401 unauthenticated`, recorded in the audit trail (SPEC S4).
     pub(crate) fn unauthenticated(&self, peer: Option<&Peer>, path: &str, why: &str) -> ApiError {
         tracing::info!(source = ?peer.map(|p| p.addr), path, why, "unauthenticated");
+        self.metrics.denials.add(None, denial::UNAUTHENTICATED, 1);
         self.audit.denied(AuditDenial {
             principal: None,
             tenant: None,
@@ -331,8 +338,14 @@ impl App {
     }
 
     /// Proposes a command; a refusal or a node failure becomes an [`ApiError`].
+    /// A committed write's latency from here to its commit goes into the commit latency
+    /// histogram (SPEC O1); refusals and failures do not.
     pub(crate) async fn propose(&self, command: Command, meta: CommandMeta) -> Result<Applied, ApiError> {
-        Ok(self.node.propose(command, meta).await??)
+        // The I/O shell's clock: latency is measured, never decided on.
+        let accepted = tokio::time::Instant::now();
+        let applied = self.node.propose(command, meta).await??;
+        self.metrics.commit_latency.observe(accepted.elapsed().as_secs_f64());
+        Ok(applied)
     }
 
     /// A lease in a reply, with its deadline (a new grant's starts now).

@@ -138,7 +138,7 @@ pub(crate) fn perform(app: &Arc<App>, outputs: Vec<Output>) {
                 });
             }
             Output::Probe(task) => {
-                app.checker_stats.probes.fetch_add(1, Ordering::Relaxed);
+                app.metrics.checker.probes.fetch_add(1, Ordering::Relaxed);
                 let app = Arc::clone(app);
                 tokio::spawn(async move {
                     let result = probe(&task.kind, task.timeout).await;
@@ -152,7 +152,7 @@ pub(crate) fn perform(app: &Arc<App>, outputs: Vec<Output>) {
         }
     }
     let (in_flight, endpoints) = app.checker_load();
-    let stats = &app.checker_stats;
+    let stats = &app.metrics.checker;
     stats.in_flight.store(in_flight as u64, Ordering::Relaxed);
     stats.endpoints.store(endpoints as u64, Ordering::Relaxed);
 }
@@ -222,15 +222,18 @@ async fn propose(app: &App, proposal: Proposal) -> Outcome {
 fn log(app: &App, note: Note) {
     use crate::endpoint_log::endpoint_event;
     use tracing::Level;
-    // The checker decides before its proposal commits: `revision` and `incarnation` are the
-    // record's as the decision saw it (SPEC O2); the committed change is logged by
-    // `endpoint_log::duty_committed`.
+    // The checker decides before its proposal commits: `revision`, `incarnation` and the
+    // serving state are the record's as the decision saw it (SPEC O2); the committed change
+    // is logged by `endpoint_log::duty_committed`.
     let record = |key: &ServiceKey, instance: &muster_core::InstanceId| {
         app.node.read(|registry| {
-            registry
+            let endpoint = registry
                 .snapshot(key)
-                .and_then(|snapshot| snapshot.get(instance).map(|e| (e.incarnation, e.revision)))
-                .unwrap_or((muster_core::Incarnation(0), registry.revision()))
+                .and_then(|snapshot| snapshot.get(instance).cloned());
+            match endpoint {
+                Some(e) => (e.incarnation, e.revision, Some(e.serving)),
+                None => (muster_core::Incarnation(0), registry.revision(), None),
+            }
         })
     };
     match note {
@@ -240,22 +243,27 @@ fn log(app: &App, note: Note) {
             state,
             reason,
         } => {
-            app.checker_stats.proposals.fetch_add(1, Ordering::Relaxed);
-            let (incarnation, revision) = record(&key, &instance);
+            app.metrics.checker.proposals.fetch_add(1, Ordering::Relaxed);
+            // The state it crosses from is the registry's now: the proposal has not committed.
+            let (incarnation, revision, from) = record(&key, &instance);
+            app.metrics.transition(from, state);
             endpoint_event!(
                 Level::INFO, key, instance, incarnation, revision, ?state, %reason,
                 "checker: serving state crossed a threshold"
             );
         }
         Note::Held { key, instance, reason } => {
-            app.checker_stats.held.fetch_add(1, Ordering::Relaxed);
-            let (incarnation, revision) = record(&key, &instance);
+            app.metrics.checker.held.fetch_add(1, Ordering::Relaxed);
+            let (incarnation, revision, _) = record(&key, &instance);
             endpoint_event!(
                 Level::WARN, key, instance, incarnation, revision, %reason,
                 "checker: removal held by self-preservation"
             );
         }
         Note::ExpiryHeld { lease, key, reason } => {
+            app.metrics
+                .expiries
+                .add(Some(&key.tenant), crate::metrics::expiry::HELD, 1);
             tracing::debug!(
                 target: crate::endpoint_log::TARGET,
                 lease = lease.0, tenant = %key.tenant, namespace = %key.namespace, service = %key.service, %reason,
@@ -268,7 +276,7 @@ fn log(app: &App, note: Note) {
             health,
             reason,
         } => {
-            let (incarnation, revision) = record(&key, &instance);
+            let (incarnation, revision, _) = record(&key, &instance);
             endpoint_event!(
                 Level::WARN, key, instance, incarnation, revision, ?health, %reason,
                 "checker: liveness check crossed a threshold (not routed on)"

@@ -29,6 +29,7 @@
 //!   node-to-node listener; `join`: the proof a new member gives before the leader dials it;
 //!   `observers`: the apply fan-out.
 //! - `dns`: the DNS view's feed from the apply path.
+//! - `metrics`: `/v1/metrics` (prometheus-client); `prometheus_sd`: Prometheus's `http_sd`.
 //! - `audit`: the audit trail (SPEC S4): mutations from the apply path, denials from the
 //!   handlers, `GET /v1/audit`.
 //! - `clock`, `page_token`, `wait`: small pieces.
@@ -74,6 +75,7 @@ mod openapi;
 mod page_token;
 mod peer;
 mod policy;
+mod prometheus_sd;
 mod reads;
 mod routes;
 mod server;

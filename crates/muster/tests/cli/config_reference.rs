@@ -68,7 +68,12 @@ fn parse(text: &str, structs: &mut BTreeMap<String, Struct>) {
                     && let Some(name) = rest.strip_suffix(" {")
                 {
                     let item = Struct {
-                        doc: doc.iter().filter(|line| !line.is_empty()).cloned().collect::<Vec<_>>().join(" "),
+                        doc: doc
+                            .iter()
+                            .filter(|line| !line.is_empty())
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(" "),
                         fields: Vec::new(),
                     };
                     open = Some((name.trim().to_owned(), item));
@@ -84,7 +89,12 @@ fn parse(text: &str, structs: &mut BTreeMap<String, Struct>) {
                     item.fields.push(Field {
                         name: field.to_owned(),
                         ty: ty.trim_end_matches(',').to_owned(),
-                        doc: doc.iter().filter(|line| !line.is_empty()).cloned().collect::<Vec<_>>().join(" "),
+                        doc: doc
+                            .iter()
+                            .filter(|line| !line.is_empty())
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(" "),
                     });
                 }
             }
