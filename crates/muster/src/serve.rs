@@ -106,7 +106,7 @@ pub async fn serve(args: ServeArgs, json: bool, out: &mut dyn Write) -> Result<(
     let server = muster_server::start(config).await?;
     // Every listener, in the order the line names them; `None`: that listener is off. One
     // entry per listener feeds both the text and the `--json` line.
-    let listeners: [(&str, Option<String>); 3] = [
+    let listeners = [
         ("http", Some(server.local_addr().to_string())),
         ("dns", server.dns_addr().map(|addr| addr.to_string())),
         ("cluster", cluster.map(|addr| addr.to_string())),
