@@ -247,10 +247,13 @@ async fn maintenance(
     let value = |name: &str| query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
     let enable = match value("enable") {
         None | Some("") => return Err(ConsulError::bad_request("Missing value for enable")),
-        Some(text) => parse_bool(text)
-            .ok_or_else(|| ConsulError::bad_request(format!("Invalid value for enable: {text:?}")))?,
+        Some(text) => {
+            parse_bool(text).ok_or_else(|| ConsulError::bad_request(format!("Invalid value for enable: {text:?}")))?
+        }
     };
-    let reason = value("reason").filter(|r| !r.is_empty()).unwrap_or(DEFAULT_MAINTENANCE_REASON);
+    let reason = value("reason")
+        .filter(|r| !r.is_empty())
+        .unwrap_or(DEFAULT_MAINTENANCE_REASON);
     let found = find_service(&app, &view, request.uri().query(), &id)?;
     caller.require(&app, &found.key, Verb::SetState)?;
     let command: Command = if enable {

@@ -60,7 +60,9 @@ pub(crate) fn unknown_service(id: &str) -> ConsulError {
 
 /// Consul's 404 for a check ID it does not hold.
 pub(crate) fn unknown_check(id: &str) -> ConsulError {
-    ConsulError::not_found(format!("Unknown check ID {id:?}. Ensure that the check ID is passed, not the check name."))
+    ConsulError::not_found(format!(
+        "Unknown check ID {id:?}. Ensure that the check ID is passed, not the check name."
+    ))
 }
 
 /// Every endpoint of `namespace` whose instance is `instance`, by service.
@@ -88,7 +90,11 @@ pub(crate) fn service(registry: &Registry, place: &Placement, id: &str) -> Resul
         _ => Err(ConsulError::bad_request(format!(
             "Service ID {id:?} names instances of several services ({}): Muster keys instances per \
              service, a Consul agent per ID; use the native API, or give each instance an ID of its own",
-            found.iter().map(|f| f.key.service.as_str()).collect::<Vec<_>>().join(", ")
+            found
+                .iter()
+                .map(|f| f.key.service.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ))),
     }
 }

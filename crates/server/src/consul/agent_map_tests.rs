@@ -16,7 +16,13 @@ fn place() -> Placement {
 const CALLER: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3));
 
 fn mapped(body: &str) -> Mapped {
-    map(&registration(body.as_bytes()).unwrap(), &place(), (false, false), CALLER).unwrap()
+    map(
+        &registration(body.as_bytes()).unwrap(),
+        &place(),
+        (false, false),
+        CALLER,
+    )
+    .unwrap()
 }
 
 /// The record the registry keeps for a mapped registration.
@@ -60,7 +66,10 @@ fn a_full_registration_maps_to_key_record_labels_and_checks() {
     assert_eq!(spec.checks[0].ttl_ms, Some(15_000));
     assert_eq!(spec.checks[1].url.as_deref(), Some("http://10.0.0.5:8080/health"));
     // The timeout is cut to the interval; Consul's 0 thresholds are Muster's 1.
-    assert_eq!((spec.checks[1].interval_ms, spec.checks[1].timeout_ms), (Some(2_000), Some(2_000)));
+    assert_eq!(
+        (spec.checks[1].interval_ms, spec.checks[1].timeout_ms),
+        (Some(2_000), Some(2_000))
+    );
     assert_eq!((spec.checks[1].rise, spec.checks[1].fall), (Some(1), Some(3)));
     let endpoint = committed(&mapped);
     assert_eq!(tags(&endpoint), ["v1", "primary"]);
@@ -77,7 +86,11 @@ fn a_full_registration_maps_to_key_record_labels_and_checks() {
 fn a_bare_registration_takes_consul_s_defaults() {
     let mapped = mapped(r#"{"Name": "db"}"#);
     assert_eq!(mapped.instance.as_str(), "db", "ID defaults to the name");
-    assert_eq!(mapped.spec.addresses[0].ip, CALLER.to_string(), "no Address: the caller's");
+    assert_eq!(
+        mapped.spec.addresses[0].ip,
+        CALLER.to_string(),
+        "no Address: the caller's"
+    );
     assert!(mapped.spec.ports.is_empty());
     assert_eq!(mapped.spec.weight, Some(1), "Consul's default weight");
     let endpoint = committed(&mapped);
@@ -88,14 +101,18 @@ fn a_bare_registration_takes_consul_s_defaults() {
 
 #[test]
 fn one_check_gets_the_id_service_colon_id_and_passing_checks_start_ready() {
-    let mapped = mapped(r#"{"name": "api", "id": "api-7", "address": "localhost",
-        "check": {"ttl": "10s", "status": "passing"}}"#);
+    let mapped = mapped(
+        r#"{"name": "api", "id": "api-7", "address": "localhost",
+        "check": {"ttl": "10s", "status": "passing"}}"#,
+    );
     assert_eq!(mapped.spec.addresses[0].ip, "127.0.0.1");
     let endpoint = committed(&mapped);
     assert_eq!(check_ids(&endpoint), ["service:api-7"]);
     assert_eq!(endpoint.serving, ServingState::Ready);
-    let warning = self::mapped(r#"{"Name": "api", "Checks": [{"TTL": "1s", "Status": "passing"},
-        {"TTL": "1s", "Status": "warning"}]}"#);
+    let warning = self::mapped(
+        r#"{"Name": "api", "Checks": [{"TTL": "1s", "Status": "passing"},
+        {"TTL": "1s", "Status": "warning"}]}"#,
+    );
     assert_eq!(warning.spec.serving, Some(ServingState::Degraded));
 }
 
@@ -142,7 +159,8 @@ fn service_ids_that_are_not_labels_are_rewritten_reversibly() {
     assert!(long.as_str().len() <= 63);
     assert!(instance_of("__").unwrap().0.as_str().starts_with("id-"));
     assert!(instance_of("").is_err() && instance_of("a b").is_ok() && instance_of("a\nb").is_err());
-    let mapped = mapped(r#"{"Name": "web", "ID": "Web.1", "Meta": {"k": "v"}, "Weights": {"Passing": 2, "Warning": 3}}"#);
+    let mapped =
+        mapped(r#"{"Name": "web", "ID": "Web.1", "Meta": {"k": "v"}, "Weights": {"Passing": 2, "Warning": 3}}"#);
     let endpoint = committed(&mapped);
     assert_eq!(service_id(&endpoint), "Web.1");
     assert_eq!(endpoint.labels.get(WARNING_WEIGHT_LABEL), Some("3"));

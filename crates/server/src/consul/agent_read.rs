@@ -22,12 +22,12 @@ use muster_core::{CheckKind, Endpoint, ServiceKey};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::ConsulView;
 use super::agent_lookup::{self, Found};
 use super::agent_map::{WARNING_WEIGHT_LABEL, check_ids, check_label, meta, service_id, tags};
 use super::error::ConsulError;
 use super::status::{CheckStatus, MAINTENANCE_NAME, check_status, in_maintenance, maintenance_check_id};
 use super::token::{ConsulCaller, query_pairs};
-use super::ConsulView;
 use crate::app::App;
 
 /// The Consul version `/v1/agent/self` reports: the API level this adapter follows (clients
