@@ -305,12 +305,11 @@ pub(crate) fn check_label<'a>(endpoint: &'a Endpoint, n: usize, field: &str) -> 
 /// The Consul check ids of an endpoint's checks, in order.
 pub(crate) fn check_ids(endpoint: &Endpoint) -> Vec<String> {
     let id = service_id(endpoint);
-    let several = endpoint.checks.len() > 1;
-    (0..endpoint.checks.len())
+    let count = endpoint.checks.len();
+    (0..count)
         .map(|n| match check_label(endpoint, n, "id") {
             Some(custom) => custom.to_owned(),
-            None if several => format!("service:{id}:{}", n + 1),
-            None => format!("service:{id}"),
+            None => super::status::check_id(id, n, count),
         })
         .collect()
 }

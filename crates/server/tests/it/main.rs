@@ -8,6 +8,7 @@ mod audit;
 mod auth;
 mod cluster;
 mod consul;
+mod consul_agent;
 mod dns;
 mod errors;
 mod faults;
