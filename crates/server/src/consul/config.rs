@@ -16,7 +16,9 @@ pub struct ConsulConfig {
     /// (say, next to a real Consul agent that holds port 8500).
     pub enabled: bool,
     /// The listener's address: `127.0.0.1:8500`, a local Consul agent's. Loopback only unless
-    /// authentication is on (`[auth] enabled = true`), like `http` and `dns` (SPEC S1).
+    /// authentication is on (`[auth] enabled = true`), like `http` and `dns` (SPEC S1). It
+    /// speaks TLS when the HTTP API does (`[tls]`, client certificates included) and shares
+    /// the HTTP API's connection budget and `[limits.http]`.
     pub addr: SocketAddr,
     /// The tenant Consul requests read and write when they name no `partition` (a
     /// `?partition=` names another tenant).
