@@ -7,6 +7,7 @@
 mod audit;
 mod auth;
 mod cluster;
+mod consul;
 mod consul_agent;
 mod dns;
 mod errors;
