@@ -53,16 +53,12 @@
 mod agent;
 mod agent_body;
 mod agent_duration;
-<<<<<<< HEAD
 mod agent_lookup;
 mod agent_map;
 mod agent_read;
 mod agent_reap;
-=======
-mod agent_map;
 pub(crate) mod blocking;
 mod catalog;
->>>>>>> consul-read
 pub(crate) mod config;
 pub(crate) mod error;
 mod health;
