@@ -274,11 +274,22 @@ async fn a_reregistration_gets_a_higher_incarnation_and_fences_the_old_one() {
         .await
         .expect(StatusCode::OK);
     let first = record(&server, "web-1").await.unwrap()["incarnation"].as_u64().unwrap();
+    put(&server, "/v1/agent/check/pass/service:web-1", None)
+        .await
+        .expect(StatusCode::OK);
     put(&server, "/v1/agent/service/register", Some(GO_BODY))
         .await
         .expect(StatusCode::OK);
     let second = record(&server, "web-1").await.unwrap()["incarnation"].as_u64().unwrap();
     assert!(second > first, "{second} after {first}");
+    // The same checks keep their verdict, as a Consul agent keeps check status.
+    assert_eq!(serving(&server, "web-1").await.as_deref(), Some("ready"));
+    // Other checks start over.
+    let other_checks = GO_BODY.replace("30s", "20s");
+    put(&server, "/v1/agent/service/register", Some(&other_checks))
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(serving(&server, "web-1").await.as_deref(), Some("starting"));
     // The old incarnation's writes are refused.
     let stale = server
         .call(
