@@ -560,6 +560,29 @@ impl Node {
         }
     }
 
+    /// The index of the last entry in this node's log (0: none yet). Minus
+    /// [`NodeStatus::applied_index`] it is the apply lag: entries held but not yet applied
+    /// (an upper bound on committed − applied, as openraft 0.9 publishes no commit index).
+    pub fn log_index(&self) -> u64 {
+        self.raft.metrics().borrow().last_log_index.unwrap_or(0)
+    }
+
+    /// Waits until the leader this node knows differs from `known`, and returns the new one
+    /// (`None`: no leader known now). Changes that come and go between two looks are seen as
+    /// one. Fails with [`ConsensusError::ShuttingDown`] once Raft has stopped.
+    pub async fn leader_change(&self, known: Option<u64>) -> Result<Option<u64>, ConsensusError> {
+        let mut metrics = self.raft.metrics();
+        loop {
+            let leader = metrics.borrow_and_update().current_leader;
+            if leader != known {
+                return Ok(leader);
+            }
+            if metrics.changed().await.is_err() {
+                return Err(ConsensusError::ShuttingDown);
+            }
+        }
+    }
+
     /// Whether this node leads its group now (lease expiry and health checks run only there).
     pub fn is_leader(&self) -> bool {
         self.raft.metrics().borrow().current_leader == Some(self.id)

@@ -24,7 +24,8 @@
 //! | `GET /cluster` | → [`ClusterReply`] |
 //! | `POST /cluster/members` | [`AddMemberRequest`] → [`ClusterReply`] (leader only: `not_leader` elsewhere) |
 //! | `DELETE /cluster/members/{id}` | → [`ClusterReply`] (leader only) |
-//! | `GET /metrics` | → Prometheus text: revision, watchers, checker counters, `muster_protection_active{service}` |
+//! | `GET /metrics` | → Prometheus text 0.0.4 (also at `/metrics` without `/v1`): consensus, writes by tenant, watches, blocking queries, health, DNS (SPEC O1) |
+//! | `GET /prometheus/sd[?tenant=T][&namespace=NS][&service=S][&port=P][&state=ready,…\|any]` | → Prometheus `http_sd` target groups `[{"targets":["host:port"],"labels":{"__meta_muster_…":…}}]` (default `ready` only, a group per port) |
 //! | `GET /audit[?tenant=T][&principal=P][&key=T/NS[/SVC]][&outcome=O][&since_ms=MS][&until_ms=MS][&limit=N][&cursor=C]` | → [`AuditReply`] (admin; newest first) |
 //! | `GET /openapi.json` | → this contract as an OpenAPI 3.1 document (SPEC S5) |
 //!

@@ -51,11 +51,13 @@ mod config;
 mod listener;
 mod live;
 mod records;
+mod stats;
 mod wire;
 mod zone;
 
 pub use config::{ConfigError, ZoneConfig};
 pub use listener::{DnsListener, ListenError};
 pub use live::LiveZone;
+pub use stats::QueryStats;
 pub use wire::{QueryError, Rcode};
 pub use zone::{Outcome, Transport, Zone};

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use muster_core::{Label, Revision, ServiceKey, ServiceSnapshot};
 
-use crate::{Outcome, Transport, Zone};
+use crate::{Outcome, QueryStats, Transport, Zone};
 
 #[derive(Default)]
 struct Pending {
@@ -44,6 +44,8 @@ pub struct LiveZone {
     dirty: AtomicBool,
     /// The zone's tenant: other tenants' changes are not even staged.
     tenant: Label,
+    /// Queries answered, by response code.
+    stats: QueryStats,
 }
 
 impl LiveZone {
@@ -54,6 +56,7 @@ impl LiveZone {
             zone: RwLock::new(zone),
             pending: Mutex::new(Pending::default()),
             dirty: AtomicBool::new(false),
+            stats: QueryStats::default(),
         }
     }
 
@@ -87,13 +90,21 @@ impl LiveZone {
         &self.tenant
     }
 
-    /// Folds staged changes in, then answers `packet` into `out`.
+    /// Folds staged changes in, then answers `packet` into `out` (and counts the outcome).
     pub fn answer(&self, packet: &[u8], transport: Transport, out: &mut Vec<u8>) -> Outcome {
         self.catch_up();
-        self.zone
+        let outcome = self
+            .zone
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .answer(packet, transport, out)
+            .answer(packet, transport, out);
+        self.stats.record(&outcome);
+        outcome
+    }
+
+    /// The queries answered so far, by response code.
+    pub fn stats(&self) -> &QueryStats {
+        &self.stats
     }
 
     /// Runs `read` on the zone as of now (staged changes folded in).

@@ -25,7 +25,7 @@ use crate::consul::stats::ConsulStats;
 use crate::error::ApiError;
 use crate::forward::ClusterLink;
 use crate::hub::WatchHub;
-use crate::metrics::CheckerStats;
+use crate::metrics::{Metrics, denial};
 use crate::peer::Peer;
 use crate::watch_quota::WatchQuota;
 
@@ -48,8 +48,8 @@ pub(crate) struct App {
     next_reply: AtomicU64,
     /// The Raft term the engine last took leadership over in (0: not leading).
     led_term: AtomicU64,
-    /// The checker's counters.
-    pub(crate) checker_stats: CheckerStats,
+    /// What `/v1/metrics` reports (the checker's counters among them).
+    pub(crate) metrics: Arc<Metrics>,
     /// The Consul-compatible API's blocking-query counters (SPEC E1, O1).
     pub(crate) consul_stats: ConsulStats,
     /// The other members, in a cluster.
@@ -89,6 +89,8 @@ pub(crate) struct Background {
     pub(crate) auth: AuthConfig,
     /// The token table's changes (from [`crate::auth::TokenWatch`]).
     pub(crate) acl_changes: watch::Receiver<u64>,
+    /// The metrics, already counting on the node's apply path.
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl App {
@@ -109,6 +111,7 @@ impl App {
             audit,
             auth,
             acl_changes,
+            metrics,
         } = background;
         App {
             node,
@@ -124,7 +127,7 @@ impl App {
             replies: Mutex::new(HashMap::new()),
             next_reply: AtomicU64::new(0),
             led_term: AtomicU64::new(0),
-            checker_stats: CheckerStats::default(),
+            metrics,
             consul_stats: ConsulStats::default(),
             cluster,
             watch_quota,
@@ -285,6 +288,9 @@ impl App {
             ),
             (_, tenant, _) => (tenant.cloned(), None),
         };
+        self.metrics
+            .denials
+            .add(filed_under.as_ref(), denial::PERMISSION_DENIED, 1);
         let message = format!("{} on {tenant} {what}: {denial}", request.verb);
         self.audit.denied(AuditDenial {
             principal: Some(caller.principal().clone()),
@@ -303,6 +309,7 @@ impl App {
     /// A `401 unauthenticated`, recorded in the audit trail (SPEC S4).
     pub(crate) fn unauthenticated(&self, peer: Option<&Peer>, path: &str, why: &str) -> ApiError {
         tracing::info!(source = ?peer.map(|p| p.addr), path, why, "unauthenticated");
+        self.metrics.denials.add(None, denial::UNAUTHENTICATED, 1);
         self.audit.denied(AuditDenial {
             principal: None,
             tenant: None,
@@ -328,8 +335,14 @@ impl App {
     }
 
     /// Proposes a command; a refusal or a node failure becomes an [`ApiError`].
+    /// A committed write's latency from here to its commit goes into the commit latency
+    /// histogram (SPEC O1); refusals and failures do not.
     pub(crate) async fn propose(&self, command: Command, meta: CommandMeta) -> Result<Applied, ApiError> {
-        Ok(self.node.propose(command, meta).await??)
+        // The I/O shell's clock: latency is measured, never decided on.
+        let accepted = tokio::time::Instant::now();
+        let applied = self.node.propose(command, meta).await??;
+        self.metrics.commit_latency.observe(accepted.elapsed().as_secs_f64());
+        Ok(applied)
     }
 
     /// A lease in a reply, with its deadline (a new grant's starts now).

@@ -43,7 +43,7 @@ use tokio::sync::watch;
 
 use crate::frames;
 use crate::subscription::Subscription;
-use crate::topic::Topic;
+use crate::topic::{CutCounts, Topic};
 
 /// What the hub holds, for tests, metrics and the dashboard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -56,6 +56,10 @@ pub struct WatchStats {
     pub max_queued_frames: usize,
     /// Watchers told to resync since the server started.
     pub resyncs: u64,
+    /// Of those, the ones cut off for falling a whole log behind.
+    pub slow_consumers: u64,
+    /// Bytes of the frames held for watchers that have yet to read them.
+    pub outstanding_bytes: usize,
 }
 
 #[derive(Default)]
@@ -83,7 +87,7 @@ pub(crate) struct WatchHub {
     revision: watch::Sender<Revision>,
     queue_frames: usize,
     /// Watchers told to resync, counted by the topics as they cut them off.
-    resyncs: Arc<AtomicU64>,
+    resyncs: Arc<CutCounts>,
     /// Progress ticks so far: a watcher with nothing to send answers each new one.
     ticks: AtomicU64,
 }
@@ -95,7 +99,7 @@ impl WatchHub {
             topics: Mutex::new(Topics::default()),
             revision: watch::Sender::new(Revision::ZERO),
             queue_frames,
-            resyncs: Arc::new(AtomicU64::new(0)),
+            resyncs: Arc::new(CutCounts::default()),
             ticks: AtomicU64::new(0),
         })
     }
@@ -211,8 +215,10 @@ impl WatchHub {
             stats.watchers += backlog.watchers;
             stats.queued_frames += backlog.queued;
             stats.max_queued_frames = stats.max_queued_frames.max(backlog.max_queued);
+            stats.outstanding_bytes += backlog.bytes;
         }
-        stats.resyncs = self.resyncs.load(Ordering::Relaxed);
+        stats.resyncs = self.resyncs.resyncs.load(Ordering::Relaxed);
+        stats.slow_consumers = self.resyncs.slow_consumers.load(Ordering::Relaxed);
         stats
     }
 

@@ -74,8 +74,10 @@ fn a_full_queue_gets_resync_and_leaves_the_hub() {
         hub.stats(),
         WatchStats {
             resyncs: 1,
+            slow_consumers: 1,
             ..WatchStats::default()
-        }
+        },
+        "a slow consumer, cut off: its frames are released"
     );
     assert_eq!(pop_frame(&mut slow), Some(Frame::Resync { revision: Revision(3) }));
     assert_eq!(slow.try_next(), Next::Done);

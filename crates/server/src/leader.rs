@@ -138,7 +138,7 @@ pub(crate) fn perform(app: &Arc<App>, outputs: Vec<Output>) {
                 });
             }
             Output::Probe(task) => {
-                app.checker_stats.probes.fetch_add(1, Ordering::Relaxed);
+                app.metrics.checker.probes.fetch_add(1, Ordering::Relaxed);
                 let app = Arc::clone(app);
                 tokio::spawn(async move {
                     let result = probe(&task.kind, task.timeout).await;
@@ -152,7 +152,7 @@ pub(crate) fn perform(app: &Arc<App>, outputs: Vec<Output>) {
         }
     }
     let (in_flight, endpoints) = app.checker_load();
-    let stats = &app.checker_stats;
+    let stats = &app.metrics.checker;
     stats.in_flight.store(in_flight as u64, Ordering::Relaxed);
     stats.endpoints.store(endpoints as u64, Ordering::Relaxed);
 }
@@ -207,14 +207,24 @@ fn log(app: &App, note: Note) {
             state,
             reason,
         } => {
-            app.checker_stats.proposals.fetch_add(1, Ordering::Relaxed);
+            app.metrics.checker.proposals.fetch_add(1, Ordering::Relaxed);
+            // The state it crosses from is the registry's now: the proposal has not committed.
+            let from = app.node.read(|registry| {
+                registry
+                    .snapshot(&key)
+                    .and_then(|snapshot| snapshot.get(&instance).map(|endpoint| endpoint.serving))
+            });
+            app.metrics.transition(from, state);
             tracing::info!(service = %key, %instance, ?state, %reason, "checker: serving state crossed a threshold");
         }
         Note::Held { key, instance, reason } => {
-            app.checker_stats.held.fetch_add(1, Ordering::Relaxed);
+            app.metrics.checker.held.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(service = %key, %instance, %reason, "checker: removal held by self-preservation");
         }
         Note::ExpiryHeld { lease, key, reason } => {
+            app.metrics
+                .expiries
+                .add(Some(&key.tenant), crate::metrics::expiry::HELD, 1);
             tracing::debug!(lease = lease.0, service = %key, %reason, "lease expiry held by self-preservation");
         }
         Note::Liveness {

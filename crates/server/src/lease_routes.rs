@@ -17,6 +17,7 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, QueryParams, Segments, actor};
 use crate::forward::{LeaderCall, on_leader};
+use crate::metrics::renewal;
 use crate::peer::Peer;
 
 /// The query of `DELETE /v1/leases/{tenant}/{id}`.
@@ -70,15 +71,22 @@ const RENEW_QUORUM_MS: u64 = 1_000;
 /// Renews on this node, which leads (or is the only node).
 pub(crate) fn renew_here(app: &App, tenant: &muster_core::Label, id: LeaseId) -> Result<LeaseReply, ApiError> {
     if app.cluster.is_some() && app.node.leader_contact_age_ms().is_none_or(|age| age > RENEW_QUORUM_MS) {
+        app.metrics.renewals.add(Some(tenant), renewal::NO_QUORUM, 1);
         return Err(ApiError::no_quorum(
             "this node cannot confirm it still leads a quorum; the lease was not extended: retry",
         ));
     }
-    app.with_engine(|engine, registry, now| engine.renew(registry, tenant, id, now))
-        .map_err(|refused| match refused {
-            RenewRefused::NotFound => ApiError::from(Rejection::LeaseNotFound { lease: id }),
-            RenewRefused::NotLeading => ApiError::no_quorum("this node no longer leads; retry"),
-        })
+    let renewed = app.with_engine(|engine, registry, now| engine.renew(registry, tenant, id, now));
+    let outcome = match &renewed {
+        Ok(_) => renewal::OK,
+        Err(RenewRefused::NotFound) => renewal::LEASE_NOT_FOUND,
+        Err(RenewRefused::NotLeading) => renewal::NO_QUORUM,
+    };
+    app.metrics.renewals.add(Some(tenant), outcome, 1);
+    renewed.map_err(|refused| match refused {
+        RenewRefused::NotFound => ApiError::from(Rejection::LeaseNotFound { lease: id }),
+        RenewRefused::NotLeading => ApiError::no_quorum("this node no longer leads; retry"),
+    })
 }
 
 /// `DELETE /v1/leases/{tenant}/{id}[?expected_revision=R]`: the lease's endpoints leave with

@@ -30,6 +30,7 @@
 //!   `observers`: the apply fan-out.
 //! - `dns`: the DNS view's feed from the apply path.
 //! - `consul`: the Consul-compatible API (SPEC E1) on a listener of its own.
+//! - `metrics`: `/v1/metrics` (prometheus-client); `prometheus_sd`: Prometheus's `http_sd`.
 //! - `audit`: the audit trail (SPEC S4): mutations from the apply path, denials from the
 //!   handlers, `GET /v1/audit`.
 //! - `clock`, `page_token`, `wait`: small pieces.
@@ -75,6 +76,7 @@ mod openapi;
 mod page_token;
 mod peer;
 mod policy;
+mod prometheus_sd;
 mod reads;
 mod routes;
 mod server;

@@ -92,6 +92,8 @@ pub(crate) fn build() -> Value {
         get_policy,
         put_policy,
         metrics,
+        metrics_root,
+        prometheus_sd,
         cluster,
         add_member,
         remove_member,
@@ -330,6 +332,21 @@ fn put_policy() {}
     responses((status = 200, description = "Prometheus text exposition.", content_type = "text/plain", body = String)))]
 #[allow(dead_code, reason = "read by the OpenAPI derive only")]
 fn metrics() {}
+
+/// Prometheus metrics at the path Prometheus scrapes by default (the same as `/v1/metrics`).
+#[utoipa::path(get, path = "/metrics", tag = "node",
+    responses((status = 200, description = "Prometheus text exposition.", content_type = "text/plain", body = String)))]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+fn metrics_root() {}
+
+/// Prometheus HTTP service discovery (`http_sd_configs`): the target groups of the services the
+/// caller may read; by default only `ready` endpoints, one group per named port.
+#[utoipa::path(get, path = "/v1/prometheus/sd", tag = "node",
+    params(crate::prometheus_sd::SdQuery),
+    responses((status = 200, description = "Every matching target group, in a stable order.",
+        body = Vec<crate::prometheus_sd::TargetGroup>)))]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+fn prometheus_sd() {}
 
 /// The Raft group as this node knows it.
 #[utoipa::path(get, path = "/v1/cluster", tag = "node",

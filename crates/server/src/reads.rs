@@ -19,6 +19,7 @@ use crate::auth::Caller;
 use crate::consistency::{self, Consistency};
 use crate::error::ApiError;
 use crate::extract::{INDEX_HEADER, QueryParams, Segments};
+use crate::metrics::Woken;
 use crate::page_token::PageToken;
 use crate::wait::{DEFAULT_WAIT, parse_wait};
 
@@ -177,6 +178,12 @@ fn page_response(page: &Page, protection_active: bool) -> Response {
 /// Waits until the service's last change is after `index`, `wait` passes, or the server
 /// starts stopping. An unknown service counts as revision 0.
 async fn wait_for_change(app: &App, key: &ServiceKey, index: Revision, wait: Duration) {
+    let stats = &app.metrics.blocking_native;
+    stats.begin();
+    stats.end(wait_for_change_inner(app, key, index, wait).await);
+}
+
+async fn wait_for_change_inner(app: &App, key: &ServiceKey, index: Revision, wait: Duration) -> Woken {
     let deadline = tokio::time::Instant::now() + wait;
     let mut revisions = app.hub.revisions();
     let mut stopping = app.stopping();
@@ -185,13 +192,16 @@ async fn wait_for_change(app: &App, key: &ServiceKey, index: Revision, wait: Dur
         let service_revision = app
             .node
             .read(|registry| registry.snapshot(key).map_or(Revision::ZERO, |s| s.revision()));
-        if service_revision > index || *stopping.borrow_and_update() {
-            return;
+        if service_revision > index {
+            return Woken::Changed;
+        }
+        if *stopping.borrow_and_update() {
+            return Woken::Stopped;
         }
         tokio::select! {
-            changed = revisions.changed() => if changed.is_err() { return },
-            _ = stopping.changed() => return,
-            () = tokio::time::sleep_until(deadline) => return,
+            changed = revisions.changed() => if changed.is_err() { return Woken::Stopped },
+            _ = stopping.changed() => return Woken::Stopped,
+            () = tokio::time::sleep_until(deadline) => return Woken::TimedOut,
         }
     }
 }

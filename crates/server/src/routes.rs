@@ -15,7 +15,9 @@ use axum::routing::{delete, get, post, put};
 use crate::app::App;
 use crate::error::{ApiError, code_for_status};
 use crate::guard::{self, RequestGuard};
-use crate::{acl, audit, auth, lease_routes, membership, metrics, openapi, policy, reads, status, watch, writes};
+use crate::{
+    acl, audit, auth, lease_routes, membership, metrics, openapi, policy, prometheus_sd, reads, status, watch, writes,
+};
 
 /// How much of a stray plain-text error body the safety net quotes in its message: error
 /// texts from axum and hyper are one line; 1 KiB keeps a surprise from growing the reply.
@@ -40,6 +42,9 @@ pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard) 
         .route("/v1/status", get(status::status))
         .route("/v1/policy", get(policy::get).put(policy::put))
         .route("/v1/metrics", get(metrics::metrics))
+        // The path Prometheus scrapes by default (`metrics_path`), the same handler.
+        .route("/metrics", get(metrics::metrics))
+        .route(prometheus_sd::PATH, get(prometheus_sd::targets))
         .route("/v1/audit", get(audit::list))
         .route("/v1/cluster", get(membership::status))
         .route("/v1/cluster/members", post(membership::add))
@@ -80,6 +85,7 @@ async fn refuse_when_failed(
     let path = request.uri().path();
     if path != "/v1/status"
         && path != "/v1/metrics"
+        && path != "/metrics"
         && let Some(fatal) = app.node.fatal()
     {
         return ApiError::from(muster_consensus::ConsensusError::Failed(fatal)).into_response();

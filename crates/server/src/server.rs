@@ -35,6 +35,7 @@ use crate::guard::RequestGuard;
 use crate::hub::{WatchHub, WatchStats};
 use crate::join::JoinKey;
 use crate::listener::Listening;
+use crate::metrics::{Metrics, MetricsObserver};
 use crate::observers::Observers;
 use crate::policy::PolicyWatch;
 use crate::watch_quota::WatchQuota;
@@ -134,6 +135,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let (leader_feed, leader_messages) = leader::channel();
     let (token_watch, acl_changes) = TokenWatch::new();
     let audit = Arc::new(AuditLog::new(config.audit.retention, random_epoch()));
+    let metrics = Arc::new(Metrics::new(Arc::clone(&dns_zone)));
     let mut cluster = config.cluster().map_err(ServerError::Config)?;
     // TLS material is read once, before anything is bound: a bad file fails the start.
     let http_tls = config.tls.server_config().map_err(ServerError::Config)?;
@@ -166,6 +168,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         Arc::new(PolicyWatch::new(config.registry.clone())),
         Arc::clone(&audit) as Arc<dyn muster_consensus::ApplyObserver>,
         Arc::new(token_watch),
+        Arc::new(MetricsObserver(Arc::clone(&metrics))),
     ];
     if config.consul.enabled {
         observers.push(Arc::clone(&consul_waiters) as Arc<dyn muster_consensus::ApplyObserver>);
@@ -235,6 +238,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             audit,
             auth: config.auth.clone(),
             acl_changes,
+            metrics,
         },
         config.registry.clone(),
     ));
@@ -309,6 +313,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     // One timer for every watch stream's `progress` frames; it ends when the hub closes.
     tokio::spawn(Arc::clone(&app.hub).run_progress_ticker(app.progress_interval));
     let leader = tokio::spawn(leader::run(Arc::clone(&app), leader_messages, stopping_rx));
+    // Ends when the server starts stopping (or the node stops).
+    tokio::spawn(crate::metrics::follow_leader(Arc::clone(&app)));
     app.set_ready(true);
     tracing::info!(%local_addr, consul = ?consul.as_ref().map(|c| c.addr), "muster serving");
     Ok(RunningServer {

@@ -81,8 +81,17 @@ struct Log {
     /// Counts the times `waiting` was emptied and woken, from 1: a watcher registers at most
     /// once per round, however often it is polled.
     round: u64,
-    /// The hub's count of watchers told to resync, shared by all its topics.
-    resyncs: Arc<AtomicU64>,
+    /// The hub's counts of watchers cut off, shared by all its topics.
+    cuts: Arc<CutCounts>,
+}
+
+/// Watchers cut off, counted by the topics that cut them (the hub's stats read them).
+#[derive(Debug, Default)]
+pub(crate) struct CutCounts {
+    /// Watchers told to resync: lagged, or their topic's state was replaced.
+    pub(crate) resyncs: AtomicU64,
+    /// Of those, the slow consumers: watchers that fell a whole log behind.
+    pub(crate) slow_consumers: AtomicU64,
 }
 
 impl Log {
@@ -116,7 +125,8 @@ impl Log {
     /// Cuts a lagged watcher off, counting its resync the first time.
     fn cut(&mut self, id: u64) {
         if self.remove(id) {
-            self.resyncs.fetch_add(1, Ordering::Relaxed);
+            self.cuts.resyncs.fetch_add(1, Ordering::Relaxed);
+            self.cuts.slow_consumers.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -150,6 +160,8 @@ pub(crate) struct Backlog {
     pub(crate) queued: usize,
     /// The largest backlog of one of them.
     pub(crate) max_queued: usize,
+    /// The bytes of the frames held for them.
+    pub(crate) bytes: usize,
 }
 
 /// A bounded broadcast log of encoded frames.
@@ -161,8 +173,8 @@ pub(crate) struct Topic {
 
 impl Topic {
     /// A topic keeping at most `bound` unread frames (at least one), counting the watchers it
-    /// cuts off in `resyncs`.
-    pub(crate) fn new(bound: usize, resyncs: Arc<AtomicU64>) -> Topic {
+    /// cuts off in `cuts`.
+    pub(crate) fn new(bound: usize, cuts: Arc<CutCounts>) -> Topic {
         Topic {
             log: Mutex::new(Log {
                 slots: VecDeque::new(),
@@ -172,7 +184,7 @@ impl Topic {
                 next_id: 0,
                 waiting: Vec::new(),
                 round: 1,
-                resyncs,
+                cuts,
             }),
             bound: bound.max(1),
         }
@@ -240,7 +252,7 @@ impl Topic {
         if log.end.is_none() {
             if matches!(end, End::Resync(_)) {
                 let cut = log.watchers.len() as u64;
-                log.resyncs.fetch_add(cut, Ordering::Relaxed);
+                log.cuts.resyncs.fetch_add(cut, Ordering::Relaxed);
                 log.watchers.clear();
                 log.slots.clear();
             }
@@ -320,6 +332,12 @@ impl Topic {
             backlog.queued += queued;
             backlog.max_queued = backlog.max_queued.max(queued);
         }
+        backlog.bytes = log
+            .slots
+            .iter()
+            .filter_map(|slot| slot.frame.as_ref())
+            .map(Bytes::len)
+            .sum();
         backlog
     }
 }

@@ -5,13 +5,13 @@ fn frame(text: &'static str) -> Bytes {
 }
 
 /// A topic and the resync count it reports to.
-fn topic(bound: usize) -> (Topic, Arc<AtomicU64>) {
-    let resyncs = Arc::new(AtomicU64::new(0));
-    (Topic::new(bound, Arc::clone(&resyncs)), resyncs)
+fn topic(bound: usize) -> (Topic, Arc<CutCounts>) {
+    let cuts = Arc::new(CutCounts::default());
+    (Topic::new(bound, Arc::clone(&cuts)), cuts)
 }
 
-fn count(resyncs: &AtomicU64) -> u64 {
-    resyncs.load(Ordering::Relaxed)
+fn count(cuts: &CutCounts) -> u64 {
+    cuts.resyncs.load(Ordering::Relaxed)
 }
 
 #[test]

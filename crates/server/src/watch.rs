@@ -120,6 +120,16 @@ fn start(app: &Arc<App>, caller: &Caller, scope: Scope, from: Option<Revision>) 
         Ok((at, beginning, app.hub.subscribe(scope)))
     })?;
 
+    let counters = &app.metrics.watch;
+    match &beginning {
+        Beginning::Refused(ReadError::Compacted { .. }) => counters.compactions.inc(),
+        Beginning::Refused(_) => 0,
+        Beginning::Replay(_) => {
+            counters.connects.inc();
+            counters.resumes.inc()
+        }
+        Beginning::Snapshots(_) => counters.connects.inc(),
+    };
     let initial = initial_frames(at, beginning, subscription.is_some());
     let live = futures_util::stream::iter(subscription).flatten();
     let live = match caller.token_ref() {

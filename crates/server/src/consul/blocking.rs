@@ -38,6 +38,7 @@ use super::token::{FILTERED_HEADER, query_pairs};
 use super::waiters::WaitScope;
 use crate::app::App;
 use crate::consistency::{self, Consistency};
+use crate::metrics::Woken;
 
 /// A wait that names none (or 0): 5 minutes, Consul's `defaultQueryTime`.
 pub(crate) const DEFAULT_WAIT: Duration = Duration::from_secs(5 * 60);
@@ -176,6 +177,22 @@ pub(crate) async fn read<R>(
         return Ok(app.node.read(&read));
     };
     app.consul_stats.blocking_query();
+    let metrics = &app.metrics.blocking_consul;
+    metrics.begin();
+    let (woken, found) = wait(app, view, blocking, want, scope, read).await;
+    metrics.end(woken);
+    Ok(found)
+}
+
+/// The waiting of [`read`]: what it read last, and why it stopped waiting.
+async fn wait<R>(
+    app: &App,
+    view: &ConsulView,
+    blocking: &Blocking,
+    want: u64,
+    scope: WaitScope,
+    read: impl Fn(&Registry) -> Indexed<R>,
+) -> (Woken, Indexed<R>) {
     let deadline = tokio::time::Instant::now() + with_jitter(blocking.wait, view.random());
     let waiter = view.waiters.join(scope);
     let mut stopping = app.stopping();
@@ -185,13 +202,16 @@ pub(crate) async fn read<R>(
         // Enabled before the read: a change applied after the read still wakes it.
         notified.as_mut().enable();
         let found = app.node.read(&read);
-        if found.index.max(1) > want || *stopping.borrow_and_update() {
-            return Ok(found);
+        if found.index.max(1) > want {
+            return (Woken::Changed, found);
+        }
+        if *stopping.borrow_and_update() {
+            return (Woken::Stopped, found);
         }
         tokio::select! {
             () = notified => app.consul_stats.wakeup(),
-            () = tokio::time::sleep_until(deadline) => return Ok(found),
-            _ = stopping.changed() => return Ok(found),
+            () = tokio::time::sleep_until(deadline) => return (Woken::TimedOut, found),
+            _ = stopping.changed() => return (Woken::Stopped, found),
         }
     }
 }

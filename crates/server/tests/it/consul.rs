@@ -389,6 +389,16 @@ async fn a_blocking_query_returns_after_its_wait_with_the_same_index_when_nothin
     let after = server.consul_counts();
     assert_eq!(after.blocking_queries, before.blocking_queries + 1);
     assert_eq!(after.wakeups, before.wakeups, "timed out, never woken");
+    let (_, metrics) = server.get_text("/v1/metrics").await;
+    let timed_out = metrics
+        .lines()
+        .find(|line| {
+            line.contains("blocking_queries")
+                && line.contains(r#"api="consul""#)
+                && line.contains(r#"outcome="timeout""#)
+        })
+        .unwrap_or_else(|| panic!("no Consul blocking-query row:\n{metrics}"));
+    assert!(timed_out.ends_with(" 1"), "{timed_out}");
 }
 
 #[tokio::test]

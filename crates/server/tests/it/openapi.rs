@@ -222,7 +222,7 @@ async fn every_route_is_documented_and_every_documented_route_is_routed() {
             server.watch(&url).await;
             continue;
         }
-        if path == "/v1/metrics" {
+        if path == "/v1/metrics" || path == "/metrics" {
             assert_eq!(server.get_text(&url).await.0, StatusCode::OK, "GET {url}");
             continue;
         }

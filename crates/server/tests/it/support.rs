@@ -241,10 +241,33 @@ impl TestServer {
 
     /// A GET whose reply is text (the metrics page): status and body.
     pub(crate) async fn get_text(&self, path: &str) -> (StatusCode, String) {
+        self.get_text_with(path, &[]).await
+    }
+
+    /// The `Content-Type` of a GET's reply.
+    pub(crate) async fn content_type(&self, path: &str) -> Option<String> {
         let request = Request::builder()
             .uri(self.url(path))
             .body(Full::new(Bytes::new()))
             .unwrap();
+        let response = tokio::time::timeout(STEP, self.client.request(request))
+            .await
+            .expect("a reply in time")
+            .expect("a reply");
+        response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    }
+
+    /// [`TestServer::get_text`] with extra headers (a bearer token).
+    pub(crate) async fn get_text_with(&self, path: &str, headers: &[(&str, &str)]) -> (StatusCode, String) {
+        let mut request = Request::builder().uri(self.url(path));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(Full::new(Bytes::new())).unwrap();
         let response = tokio::time::timeout(STEP, self.client.request(request))
             .await
             .expect("a reply in time")

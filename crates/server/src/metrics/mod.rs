@@ -1,0 +1,314 @@
+//! `GET /v1/metrics` (and `/metrics`): the Prometheus text exposition (format 0.0.4, the one
+//! `promtool check metrics` lints and every Prometheus scrapes) of what an operator watches
+//! (SPEC O1, E2), encoded by the `prometheus-client` crate.
+//!
+//! ```text
+//!  apply path ──judged──▶ MetricsObserver ──▶ registrations, fenced, expiries   (by tenant)
+//!  handlers ──▶ renewals (lease_routes), denials (App::denied / unauthenticated),
+//!               commit latency (App::propose), watch connects/resumes/compactions (watch),
+//!               blocking queries (reads)
+//!  leader task ──▶ health transitions, held expiries, checker load (CheckerStats)
+//!  scrape ──▶ a Registry built for this scrape: the live counters above, gauges read now
+//!             (revision, apply lag, leader, watch backlog, DNS answers), and only the
+//!             tenants the caller may see (SPEC S3) ──▶ prometheus_text::encode
+//! ```
+//!
+//! # Why a registry per scrape
+//! The counters live here, as plain handles (`Counter`, `Histogram`: an `Arc` around
+//! atomics) or as [`TenantCounters`]; a scrape registers clones of them in a fresh
+//! `Registry` (no global state: several servers in one process, as in the tests and the
+//! simulation, never mix). Building it costs a few dozen small allocations per scrape; what
+//! it buys is that the rows by tenant and by service are filtered to what the caller may see,
+//! which a shared registry could not do.
+//!
+//! # Labels (SPEC O1)
+//! Only bounded ones: `tenant` (bounded by [`tenants::MAX_TENANTS`]), `outcome` / `command`
+//! (fixed lists), `from` / `to` (serving states), `rcode`, `api`, and `service` on
+//! `muster_protection_active` (only services self-preservation protects now). Never an
+//! endpoint, instance, address or revision.
+//!
+//! Counters are registered without the `_total` suffix (the encoder appends it) and help texts
+//! without their final period (the registry, and [`sorted::Sorted`], append it).
+
+mod observer;
+mod render;
+mod sorted;
+mod tenants;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use muster_core::{ErrorCode, Rejection, ServingState};
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
+pub(crate) use observer::MetricsObserver;
+use render::render;
+use sorted::Row;
+pub(crate) use tenants::TenantCounters;
+
+use crate::app::App;
+use crate::auth::Caller;
+
+/// The checker's counters (kept by the leader task), shared with the metrics handler.
+#[derive(Debug, Default)]
+pub(crate) struct CheckerStats {
+    /// Endpoints with checks.
+    pub(crate) endpoints: AtomicU64,
+    /// Probes started since the server started.
+    pub(crate) probes: AtomicU64,
+    /// Probes running now.
+    pub(crate) in_flight: AtomicU64,
+    /// Serving states proposed (threshold crossings).
+    pub(crate) proposals: AtomicU64,
+    /// Removals held by self-preservation.
+    pub(crate) held: AtomicU64,
+}
+
+/// Blocking queries of one API: how they ended and how many wait now.
+#[derive(Debug, Default)]
+pub(crate) struct BlockingStats {
+    /// Returned because what they watch changed.
+    pub(crate) changed: AtomicU64,
+    /// Returned when their wait ran out with nothing changed.
+    pub(crate) timed_out: AtomicU64,
+    /// Returned early because the server is stopping.
+    pub(crate) stopped: AtomicU64,
+    /// Waiting now.
+    pub(crate) waiting: AtomicU64,
+}
+
+/// How a blocking query ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Woken {
+    /// What it watches changed.
+    Changed,
+    /// Its wait ran out.
+    TimedOut,
+    /// The server is stopping.
+    Stopped,
+}
+
+impl BlockingStats {
+    /// Counts a query that starts waiting; [`BlockingStats::end`] counts how it ended.
+    pub(crate) fn begin(&self) {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts how a query [`BlockingStats::begin`] counted ended.
+    pub(crate) fn end(&self, woken: Woken) {
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        let counter = match woken {
+            Woken::Changed => &self.changed,
+            Woken::TimedOut => &self.timed_out,
+            Woken::Stopped => &self.stopped,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Watch streams' events that the hub does not count itself.
+#[derive(Debug, Default)]
+pub(crate) struct WatchCounters {
+    /// Streams opened.
+    pub(crate) connects: Counter,
+    /// Streams opened with `from_revision` and replayed from history.
+    pub(crate) resumes: Counter,
+    /// Streams refused because `from_revision` is older than the history kept.
+    pub(crate) compactions: Counter,
+}
+
+/// Outcomes of a renewal, in [`Metrics::renewals`].
+pub(crate) mod renewal {
+    /// The deadline moved.
+    pub(crate) const OK: usize = 0;
+    /// No such lease (expired or revoked).
+    pub(crate) const LEASE_NOT_FOUND: usize = 1;
+    /// This node could not confirm it leads a quorum.
+    pub(crate) const NO_QUORUM: usize = 2;
+    pub(super) const NAMES: [&str; 3] = ["ok", "lease_not_found", "no_quorum"];
+}
+
+/// Outcomes of an expiry, in [`Metrics::expiries`].
+pub(crate) mod expiry {
+    /// An endpoint was removed because its lease expired.
+    pub(crate) const EXPIRED: usize = 0;
+    /// A lease expiry held back by self-preservation.
+    pub(crate) const HELD: usize = 1;
+    pub(super) const NAMES: [&str; 2] = ["expired", "held"];
+}
+
+/// Kinds of denial, in [`Metrics::denials`].
+pub(crate) mod denial {
+    /// A token without the right (403).
+    pub(crate) const PERMISSION_DENIED: usize = 0;
+    /// No valid credentials (401).
+    pub(crate) const UNAUTHENTICATED: usize = 1;
+    pub(super) const NAMES: [&str; 2] = ["permission_denied", "unauthenticated"];
+}
+
+/// The commands a fenced rejection can refuse, in [`Metrics::fenced`].
+pub(crate) mod fenced {
+    pub(crate) const REGISTER: usize = 0;
+    pub(crate) const SET_SERVING: usize = 1;
+    pub(crate) const DRAIN: usize = 2;
+    pub(crate) const DEREGISTER: usize = 3;
+    pub(super) const NAMES: [&str; 4] = ["register", "set_serving", "drain", "deregister"];
+}
+
+/// Outcomes of a registration, in [`Metrics::registrations`]: applied, unchanged (a retry of
+/// what is already committed), or refused with the refusal's code.
+fn registration_outcomes() -> impl Iterator<Item = &'static str> {
+    ["ok", "unchanged"]
+        .into_iter()
+        .chain(ErrorCode::ALL.iter().map(|code| code.as_str()))
+}
+
+/// The outcome number of a registration refused with `rejection`.
+pub(crate) fn registration_refused(rejection: &Rejection) -> usize {
+    let code = rejection.error_code();
+    2 + ErrorCode::ALL.iter().position(|c| *c == code).unwrap_or(0)
+}
+
+/// Commit latency buckets: 0.5 ms doubling to about 8 s. A single node's fsync is about a
+/// millisecond, a cluster's round trip a few more; a write fails at 5 s
+/// (`muster_consensus` `WRITE_TIMEOUT`), so the last bucket holds only failures' neighbours.
+fn commit_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.000_5, 2.0, 15)
+}
+
+/// Every counter the server keeps for `/v1/metrics`; the gauges are read at each scrape.
+pub(crate) struct Metrics {
+    /// Times the leader this node knows changed (to another node or to none).
+    pub(crate) leader_changes: Counter,
+    /// Seconds from a write accepted on this node to its commit (applied here).
+    pub(crate) commit_latency: Histogram,
+    /// Registrations by tenant and outcome.
+    pub(crate) registrations: TenantCounters,
+    /// Lease renewals by tenant and outcome ([`renewal`]), counted on the node that renews.
+    pub(crate) renewals: TenantCounters,
+    /// Expired endpoints and held expiries by tenant ([`expiry`]).
+    pub(crate) expiries: TenantCounters,
+    /// Stale-incarnation refusals (SPEC L2) by tenant and command ([`fenced`]).
+    pub(crate) fenced: TenantCounters,
+    /// Refused requests by tenant ([`denial`]).
+    pub(crate) denials: TenantCounters,
+    /// Watch stream events.
+    pub(crate) watch: WatchCounters,
+    /// The native API's blocking queries (`?index=`).
+    pub(crate) blocking_native: BlockingStats,
+    /// The Consul-compatible listener's blocking queries: the Consul handlers count here
+    /// (`begin`/`end`), reported with `api="consul"`.
+    pub(crate) blocking_consul: BlockingStats,
+    /// Serving states the checker proposed, by the state it found ([`FROM_STATES`]) and the
+    /// state it proposed ([`ALL_STATES`]).
+    transitions: [[AtomicU64; ALL_STATES.len()]; FROM_STATES],
+    /// The checker's load.
+    pub(crate) checker: CheckerStats,
+    /// DNS answers, from the live zone (counted whether or not DNS listens).
+    dns: Arc<muster_dns::LiveZone>,
+}
+
+impl Metrics {
+    /// Fresh counters; DNS queries are read from `dns`.
+    pub(crate) fn new(dns: Arc<muster_dns::LiveZone>) -> Metrics {
+        Metrics {
+            leader_changes: Counter::default(),
+            commit_latency: Histogram::new(commit_buckets()),
+            registrations: TenantCounters::new(registration_outcomes()),
+            renewals: TenantCounters::new(renewal::NAMES),
+            expiries: TenantCounters::new(expiry::NAMES),
+            fenced: TenantCounters::new(fenced::NAMES),
+            denials: TenantCounters::new(denial::NAMES),
+            watch: WatchCounters::default(),
+            blocking_native: BlockingStats::default(),
+            blocking_consul: BlockingStats::default(),
+            transitions: Default::default(),
+            checker: CheckerStats::default(),
+            dns,
+        }
+    }
+
+    /// Counts a serving state the checker proposed over the one the registry holds.
+    pub(crate) fn transition(&self, from: Option<ServingState>, to: ServingState) {
+        let index = |state: ServingState| ALL_STATES.iter().position(|s| *s == state).unwrap_or(0);
+        let from = from.map_or(ALL_STATES.len(), index);
+        self.transitions[from][index(to)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The transitions counted, as rows labelled `from` and `to`.
+    fn transition_rows(&self) -> Vec<Row> {
+        let mut rows = Vec::new();
+        for (from, row) in self.transitions.iter().enumerate() {
+            let from = ALL_STATES.get(from).map_or("absent", |state| state_name(*state));
+            for (to, count) in ALL_STATES.iter().zip(row) {
+                let count = count.load(Ordering::Relaxed);
+                if count > 0 {
+                    rows.push((
+                        vec![("from", from.to_owned()), ("to", state_name(*to).to_owned())],
+                        count,
+                    ));
+                }
+            }
+        }
+        rows
+    }
+}
+
+/// Every serving state, in the API's order.
+pub(crate) const ALL_STATES: [ServingState; 6] = [
+    ServingState::Starting,
+    ServingState::Ready,
+    ServingState::Degraded,
+    ServingState::Draining,
+    ServingState::NotServing,
+    ServingState::Unknown,
+];
+
+/// The states a transition can start from: every state, then `absent` (the endpoint was gone
+/// from the registry when the checker proposed).
+const FROM_STATES: usize = ALL_STATES.len() + 1;
+
+/// A serving state as the API spells it.
+pub(crate) fn state_name(state: ServingState) -> &'static str {
+    match state {
+        ServingState::Starting => "starting",
+        ServingState::Ready => "ready",
+        ServingState::Degraded => "degraded",
+        ServingState::Draining => "draining",
+        ServingState::NotServing => "not_serving",
+        ServingState::Unknown => "unknown",
+    }
+}
+
+/// `GET /v1/metrics` and `GET /metrics`.
+pub(crate) async fn metrics(State(app): State<Arc<App>>, caller: Caller) -> impl IntoResponse {
+    let out = render(&app, &caller);
+    ([(header::CONTENT_TYPE, prometheus_text::CONTENT_TYPE)], out)
+}
+
+/// Counts leader changes until the node stops (a task of its own, started with the server).
+pub(crate) async fn follow_leader(app: Arc<App>) {
+    let mut known = app.node.status().leader;
+    let mut stopping = app.stopping();
+    loop {
+        tokio::select! {
+            changed = app.node.leader_change(known) => match changed {
+                Ok(leader) => {
+                    app.metrics.leader_changes.inc();
+                    known = leader;
+                }
+                Err(_) => return,
+            },
+            _ = stopping.wait_for(|stopping| *stopping) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "exposition_tests.rs"]
+mod exposition_tests;

@@ -1,0 +1,240 @@
+//! One scrape: a `Registry` built for it from the live counters, the gauges read now, and the
+//! rows the caller may see (see the parent module's "Why a registry per scrape").
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use muster_core::Label;
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
+use super::TenantCounters;
+use super::sorted::{Row, Sorted};
+use crate::app::App;
+use crate::auth::Caller;
+
+/// Who may see which rows of a scrape.
+struct Visibility<'a> {
+    caller: &'a Caller,
+}
+
+impl Visibility<'_> {
+    fn sees(&self, tenant: &Label) -> bool {
+        self.caller.sees_tenant(tenant)
+    }
+
+    /// Rows of no tenant or past the tenant bound: only for callers who see every tenant.
+    fn sees_all(&self) -> bool {
+        self.caller.confined_to().is_none()
+    }
+}
+
+/// `counters`' rows the caller may see, labelled `tenant` and `label`, sorted by tenant.
+fn tenant_rows(counters: &TenantCounters, label: &'static str, visibility: &Visibility<'_>) -> Vec<Row> {
+    counters
+        .rows(|t| visibility.sees(t), visibility.sees_all())
+        .into_iter()
+        .map(|(tenant, outcome, count)| (vec![("tenant", tenant), (label, outcome.to_owned())], count))
+        .collect()
+}
+
+fn gauge(value: u64) -> ConstGauge<i64> {
+    ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX))
+}
+
+fn counter(value: u64) -> ConstCounter<u64> {
+    ConstCounter::new(value)
+}
+
+/// The exposition for `caller`.
+pub(crate) fn render(app: &App, caller: &Caller) -> String {
+    let metrics = &app.metrics;
+    let visibility = Visibility { caller };
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    let mut registry = Registry::with_prefix("muster");
+
+    // Consensus.
+    let node = app.node.status();
+    registry.register("revision", "The registry's revision", gauge(node.revision.0));
+    registry.register(
+        "applied_index",
+        "The index of the last log entry this node applied",
+        gauge(node.applied_index),
+    );
+    registry.register(
+        "apply_lag",
+        "Log entries this node holds but has not applied (committed minus applied, at most)",
+        gauge(app.node.log_index().saturating_sub(node.applied_index)),
+    );
+    registry.register(
+        "leader_present",
+        "1 when this node knows a leader, else 0",
+        gauge(u64::from(node.leader.is_some())),
+    );
+    registry.register(
+        "leader",
+        "1 when this node is the leader, else 0",
+        gauge(u64::from(node.leader == Some(node.node_id))),
+    );
+    registry.register(
+        "leader_changes",
+        "Times the leader this node knows changed",
+        metrics.leader_changes.clone(),
+    );
+    registry.register(
+        "commit_latency_seconds",
+        "Seconds from a write accepted on this node to its commit",
+        metrics.commit_latency.clone(),
+    );
+
+    // Writes by tenant.
+    registry.register_collector(Sorted::counter(
+        "registrations",
+        "Registrations applied, by tenant and outcome (ok, unchanged, or the refusal's code)",
+        tenant_rows(&metrics.registrations, "outcome", &visibility),
+    ));
+    registry.register_collector(Sorted::counter(
+        "renewals",
+        "Lease renewals on this node, by tenant and outcome",
+        tenant_rows(&metrics.renewals, "outcome", &visibility),
+    ));
+    registry.register_collector(Sorted::counter(
+        "expiries",
+        "Endpoints removed by lease expiry (expired) and expiries held by self-preservation (held), by tenant",
+        tenant_rows(&metrics.expiries, "outcome", &visibility),
+    ));
+    registry.register_collector(Sorted::counter(
+        "fenced_rejections",
+        "Commands refused for a stale incarnation, by tenant and command",
+        tenant_rows(&metrics.fenced, "command", &visibility),
+    ));
+    registry.register_collector(Sorted::counter(
+        "denials",
+        "Requests refused by authentication or authorisation, by tenant and outcome",
+        tenant_rows(&metrics.denials, "outcome", &visibility),
+    ));
+
+    // Watches.
+    let watch = app.hub.stats();
+    registry.register("watchers", "Watch streams open", gauge(watch.watchers as u64));
+    registry.register(
+        "watch_queued_frames",
+        "Frames open watch streams have yet to send",
+        gauge(watch.queued_frames as u64),
+    );
+    registry.register(
+        "watch_outstanding_bytes",
+        "Bytes of frames held for watch streams that have yet to send them",
+        gauge(watch.outstanding_bytes as u64),
+    );
+    registry.register("watch_resyncs", "Watchers told to resync", counter(watch.resyncs));
+    registry.register(
+        "watch_slow_consumers",
+        "Watchers cut off for falling a whole log behind (each then resyncs)",
+        counter(watch.slow_consumers),
+    );
+    registry.register("watch_connects", "Watch streams opened", metrics.watch.connects.clone());
+    registry.register(
+        "watch_resumes",
+        "Watch streams resumed from a revision (from_revision)",
+        metrics.watch.resumes.clone(),
+    );
+    registry.register(
+        "watch_compactions",
+        "Watch resumes refused because the revision is older than the history kept",
+        metrics.watch.compactions.clone(),
+    );
+
+    // Blocking queries.
+    let mut blocking = Vec::new();
+    let mut waiting = Vec::new();
+    for (api, stats) in [
+        ("native", &metrics.blocking_native),
+        ("consul", &metrics.blocking_consul),
+    ] {
+        for (outcome, count) in [
+            ("changed", &stats.changed),
+            ("timeout", &stats.timed_out),
+            ("stopping", &stats.stopped),
+        ] {
+            blocking.push((
+                vec![("api", api.to_owned()), ("outcome", outcome.to_owned())],
+                load(count),
+            ));
+        }
+        waiting.push((vec![("api", api.to_owned())], load(&stats.waiting)));
+    }
+    registry.register_collector(Sorted::counter(
+        "blocking_queries",
+        "Blocking queries returned, by API and why (changed, timeout, stopping)",
+        blocking,
+    ));
+    registry.register_collector(Sorted::gauge(
+        "blocking_queries_waiting",
+        "Blocking queries waiting now, by API",
+        waiting,
+    ));
+
+    // Health checks.
+    let checker = &metrics.checker;
+    registry.register_collector(Sorted::counter(
+        "health_transitions",
+        "Serving states the checker proposed, by the state found and the state proposed",
+        metrics.transition_rows(),
+    ));
+    registry.register(
+        "checker_endpoints",
+        "Endpoints with health checks",
+        gauge(load(&checker.endpoints)),
+    );
+    registry.register(
+        "checker_probes",
+        "Health probes started",
+        counter(load(&checker.probes)),
+    );
+    registry.register(
+        "checker_in_flight",
+        "Health probes running",
+        gauge(load(&checker.in_flight)),
+    );
+    registry.register(
+        "checker_proposals",
+        "Serving states the checker proposed (threshold crossings only)",
+        counter(load(&checker.proposals)),
+    );
+    registry.register(
+        "checker_held",
+        "Removals held by self-preservation",
+        counter(load(&checker.held)),
+    );
+    // Service names only of the tenants the caller may see (SPEC S3); `protected` is sorted.
+    let protected = app
+        .protected()
+        .into_iter()
+        .filter(|key| visibility.sees(&key.tenant))
+        .map(|key| (vec![("service", key.to_string())], 1))
+        .collect();
+    registry.register_collector(Sorted::gauge(
+        "protection_active",
+        "Self-preservation holds removals from this service",
+        protected,
+    ));
+
+    // DNS.
+    let dns = metrics
+        .dns
+        .stats()
+        .counts()
+        .map(|(rcode, count)| (vec![("rcode", rcode.to_owned())], count))
+        .collect();
+    registry.register_collector(Sorted::counter(
+        "dns_queries",
+        "DNS packets answered, by response code (dropped: not answered)",
+        dns,
+    ));
+
+    let mut out = String::new();
+    prometheus_text::encode(&mut out, &registry).expect("writing to a String cannot fail");
+    out
+}
