@@ -166,6 +166,9 @@ pub(crate) async fn spawn_muster(
         .map_err(|err| fail(err.to_string()))?;
     let http = SocketAddr::from(([127, 0, 0, 1], free_tcp_port().map_err(fail)?));
     let dns = SocketAddr::from(([127, 0, 0, 1], free_dns_port().map_err(fail)?));
+    // A free port for the Consul-compatible API too: its default, 8500, would collide with
+    // a local Consul agent or another bench run.
+    let consul = SocketAddr::from(([127, 0, 0, 1], free_tcp_port().map_err(fail)?));
     let mut command = Command::new(bin);
     command
         .arg("serve")
@@ -174,7 +177,9 @@ pub(crate) async fn spawn_muster(
         .arg("--http")
         .arg(http.to_string())
         .arg("--dns")
-        .arg(dns.to_string());
+        .arg(dns.to_string())
+        .arg("--consul")
+        .arg(consul.to_string());
     if std::env::var_os("RUST_LOG").is_none() {
         // Per-request logging would cost the server CPU the benchmark is measuring.
         command.env("RUST_LOG", "warn");

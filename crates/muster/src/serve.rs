@@ -2,7 +2,7 @@
 //! the server's start and graceful stop.
 //!
 //! ```text
-//!  defaults ◀── --config FILE ◀── --data-dir / --http / --dns / --tls-* ...   (later wins)
+//!  defaults ◀── --config FILE ◀── --data-dir / --http / --dns / --consul / --tls-* ...   (later wins)
 //!  SIGTERM or Ctrl-C ──▶ shutdown future ──▶ server stops gracefully ──▶ exit 0
 //!  storage failure (Raft stopped) ──▶ server stops gracefully ──▶ exit 1, the error on stderr
 //! ```
@@ -13,6 +13,7 @@ use std::path::Path;
 use muster_server::{ClientCertPolicy, ServerConfig};
 use tracing::info;
 
+use crate::args::ConsulListen;
 use crate::cli::{ClientCertArg, ServeArgs};
 use crate::error::CliError;
 
@@ -30,6 +31,14 @@ pub fn load_config(args: &ServeArgs) -> Result<ServerConfig, CliError> {
     }
     if let Some(dns) = args.dns {
         config.dns = dns;
+    }
+    match args.consul {
+        Some(ConsulListen::Off) => config.consul.enabled = false,
+        Some(ConsulListen::At(addr)) => {
+            config.consul.enabled = true;
+            config.consul.addr = addr;
+        }
+        None => {}
     }
     if let Some(node_id) = args.node_id {
         config.node_id = node_id;
@@ -109,6 +118,7 @@ pub async fn serve(args: ServeArgs, json: bool, out: &mut dyn Write) -> Result<(
     let listeners = [
         ("http", Some(server.local_addr().to_string())),
         ("dns", server.dns_addr().map(|addr| addr.to_string())),
+        ("consul", server.consul_addr().map(|addr| addr.to_string())),
         ("cluster", cluster.map(|addr| addr.to_string())),
     ];
     let line = ready_line(&listeners, scheme, &data_dir, json);
@@ -137,6 +147,7 @@ pub fn ready_line(listeners: &[(&str, Option<String>)], scheme: &str, data_dir: 
             Some(match *name {
                 "http" => format!("{scheme}://{addr}"),
                 "dns" => format!("dns {addr} (udp+tcp)"),
+                "consul" => format!("consul {scheme}://{addr}"),
                 other => format!("{other} {addr}"),
             })
         })

@@ -7,6 +7,8 @@
 mod audit;
 mod auth;
 mod cluster;
+mod consul;
+mod consul_agent;
 mod dns;
 mod errors;
 mod faults;
