@@ -30,6 +30,8 @@ pub(crate) struct Spawned {
     child: Child,
     /// Its HTTP base URL.
     pub(crate) url: String,
+    /// Its Consul-compatible listener's base URL (Muster only).
+    pub(crate) consul_url: Option<String>,
     /// Its PID.
     pub(crate) pid: u32,
     // Removed after the child is killed (fields drop after `Drop::drop`).
@@ -80,6 +82,7 @@ fn start(what: &'static str, mut command: Command, dir: TempDir, url: String) ->
         pid: child.id(),
         child,
         url,
+        consul_url: None,
         dir,
     })
 }
@@ -166,6 +169,9 @@ pub(crate) async fn spawn_muster(
         .map_err(|err| fail(err.to_string()))?;
     let http = SocketAddr::from(([127, 0, 0, 1], free_tcp_port().map_err(fail)?));
     let dns = SocketAddr::from(([127, 0, 0, 1], free_dns_port().map_err(fail)?));
+    // Its own Consul-compatible listener: the default (127.0.0.1:8500) would be taken by the
+    // first of two spawned servers, or by a Consul agent on this machine.
+    let consul = SocketAddr::from(([127, 0, 0, 1], free_tcp_port().map_err(fail)?));
     let mut command = Command::new(bin);
     command
         .arg("serve")
@@ -174,7 +180,9 @@ pub(crate) async fn spawn_muster(
         .arg("--http")
         .arg(http.to_string())
         .arg("--dns")
-        .arg(dns.to_string());
+        .arg(dns.to_string())
+        .arg("--consul")
+        .arg(consul.to_string());
     if std::env::var_os("RUST_LOG").is_none() {
         // Per-request logging would cost the server CPU the benchmark is measuring.
         command.env("RUST_LOG", "warn");
@@ -192,7 +200,8 @@ pub(crate) async fn spawn_muster(
         client_tls = Some(pki.client_config().map_err(fail)?);
     }
     let scheme = if tls { "https" } else { "http" };
-    let spawned = start("muster", command, dir, format!("{scheme}://{http}"))?;
+    let mut spawned = start("muster", command, dir, format!("{scheme}://{http}"))?;
+    spawned.consul_url = Some(format!("http://{consul}"));
     let spawned = spawned.wait_ready("muster", MusterReady, client_tls.clone()).await?;
     Ok((spawned, client_tls))
 }
