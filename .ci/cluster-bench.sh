@@ -12,7 +12,7 @@ trap 'kill $(cat pid* epid* 2>/dev/null) 2>/dev/null || true; rm -rf "$DIR"' EXI
 SECRET=cluster-bench-secret-0123456789
 PEERS="1=127.0.0.1:17301,2=127.0.0.1:17302,3=127.0.0.1:17303"
 for i in 1 2 3; do
-  "$BIN" serve --data-dir "d$i" --http "127.0.0.1:1720$i" --dns 127.0.0.1:0 --node-id "$i" \
+  "$BIN" serve --data-dir "d$i" --http "127.0.0.1:1720$i" --dns 127.0.0.1:0 --consul 127.0.0.1:0 --node-id "$i" \
     --cluster-addr "127.0.0.1:1730$i" --peers "$PEERS" --cluster-secret "$SECRET" >"out$i" 2>"log$i" &
   echo $! >"pid$i"
 done

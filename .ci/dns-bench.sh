@@ -34,7 +34,7 @@ cleanup() {
 trap cleanup EXIT
 
 # --- Muster: serve, then register the record set through the HTTP API -------------------
-"$muster" serve --data-dir "$work/data" --http "127.0.0.1:$http_port" --dns "127.0.0.1:$muster_dns" \
+"$muster" serve --data-dir "$work/data" --http "127.0.0.1:$http_port" --dns "127.0.0.1:$muster_dns" --consul 127.0.0.1:0 \
   >"$work/muster.out" 2>"$work/muster.log" &
 pids+=($!)
 for _ in $(seq 1 100); do

@@ -44,7 +44,7 @@ shutdown_grace_ms = 2000
 EOF
 
 start() {
-  "$muster" serve --config "$work/muster.toml" >>"$work/serve.out" 2>>"$work/serve.log" &
+  "$muster" serve --config "$work/muster.toml" --consul off >>"$work/serve.out" 2>>"$work/serve.log" &
   server=$!
   up() { call "" GET /v1/status && [ "$code" = 200 ] && [ "$(field .ready)" = true ]; }
   within 20 up || fail "the server did not become ready"

@@ -57,7 +57,7 @@ peers="1=10.99.0.1:7400,2=10.99.0.2:7400,3=10.99.0.3:7400"
 start() {
   local i="$1"
   ip netns exec "$(ns $i)" "$muster" serve --data-dir "$work/data-$i" --http 127.0.0.1:7070 \
-    --dns 127.0.0.1:7053 --node-id "$i" --cluster-addr "10.99.0.$i:7400" --peers "$peers" \
+    --dns 127.0.0.1:7053 --consul 127.0.0.1:0 --node-id "$i" --cluster-addr "10.99.0.$i:7400" --peers "$peers" \
     --cluster-secret "$secret" >>"$work/node-$i.out" 2>>"$work/node-$i.log" &
   pid[$i]=$!
 }

@@ -8,7 +8,7 @@ muster="$1"
 work=$(mktemp -d)
 port=$((20000 + RANDOM % 20000))
 base="http://127.0.0.1:$port"
-"$muster" serve --json --data-dir "$work/data" --http "127.0.0.1:$port" --dns 127.0.0.1:0 \
+"$muster" serve --json --data-dir "$work/data" --http "127.0.0.1:$port" --dns 127.0.0.1:0 --consul 127.0.0.1:0 \
   >"$work/serve.out" 2>"$work/serve.log" &
 server=$!
 trap 'kill -9 $server 2>/dev/null || true; rm -rf "$work"' EXIT

@@ -6,7 +6,7 @@ muster="$1"
 work=$(mktemp -d)
 port=$((20000 + RANDOM % 20000))
 base="http://127.0.0.1:$port"
-"$muster" serve --data-dir "$work/data" --http "127.0.0.1:$port" --dns "127.0.0.1:$((port + 1))" >"$work/serve.out" 2>"$work/serve.log" &
+"$muster" serve --data-dir "$work/data" --http "127.0.0.1:$port" --dns "127.0.0.1:$((port + 1))" --consul 127.0.0.1:0 >"$work/serve.out" 2>"$work/serve.log" &
 server=$!
 trap 'kill -9 $server 2>/dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 1 100); do

@@ -78,7 +78,7 @@ work=$(mktemp -d)
 port=18080
 base="http://127.0.0.1:$port"
 # shellcheck disable=SC2086 # MUSTER_SERVE_ARGS is a list of arguments.
-"$muster" serve --data-dir "$work/data" --http "127.0.0.1:$port" --dns "127.0.0.1:$((port + 1))" \
+"$muster" serve --data-dir "$work/data" --http "127.0.0.1:$port" --dns "127.0.0.1:$((port + 1))" --consul 127.0.0.1:0 \
   ${MUSTER_SERVE_ARGS:-} >"$work/serve.out" 2>"$work/serve.log" &
 server=$!
 cleanup() {

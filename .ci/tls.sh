@@ -49,7 +49,7 @@ leaf client clients-ca "URI:spiffe://acme.internal/ns/prod/sa/api,DNS:api.acme.i
 serve() { # NAME PORT FLAGS...: starts a TLS server, waits until curl --cacert reads its status
   local name="$1" port="$2"
   shift 2
-  "$muster" serve --data-dir "$work/$name-data" --http "127.0.0.1:$port" --dns "127.0.0.1:$((port + 1))" \
+  "$muster" serve --data-dir "$work/$name-data" --http "127.0.0.1:$port" --dns "127.0.0.1:$((port + 1))" --consul 127.0.0.1:0 \
     --tls-cert "$work/server.crt" --tls-key "$work/server.key" "$@" >"$work/$name.out" 2>"$work/$name.log" &
   servers+=($!)
   for _ in $(seq 1 100); do

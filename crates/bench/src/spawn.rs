@@ -169,8 +169,8 @@ pub(crate) async fn spawn_muster(
         .map_err(|err| fail(err.to_string()))?;
     let http = SocketAddr::from(([127, 0, 0, 1], free_tcp_port().map_err(fail)?));
     let dns = SocketAddr::from(([127, 0, 0, 1], free_dns_port().map_err(fail)?));
-    // Its own Consul-compatible listener: the default (127.0.0.1:8500) would be taken by the
-    // first of two spawned servers, or by a Consul agent on this machine.
+    // A free port for the Consul-compatible API too: its default, 8500, would collide with
+    // a local Consul agent or another bench run.
     let consul = SocketAddr::from(([127, 0, 0, 1], free_tcp_port().map_err(fail)?));
     let mut command = Command::new(bin);
     command

@@ -275,6 +275,11 @@ pub async fn run(live: &LiveScenario, progress: &mut dyn FnMut(u64, u64)) -> Res
         data_dir: data.path().to_path_buf(),
         http: "127.0.0.1:0".parse().expect("a socket address"),
         dns: "127.0.0.1:0".parse().expect("a socket address"),
+        // The lab drives the native API only; Consul's default port could be taken.
+        consul: muster_server::ConsulConfig {
+            enabled: false,
+            ..muster_server::ConsulConfig::default()
+        },
         ..muster_server::ServerConfig::default()
     };
     let server = muster_server::start(config)

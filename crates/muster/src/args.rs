@@ -70,6 +70,25 @@ pub fn parse_peers(text: &str) -> Result<std::collections::BTreeMap<u64, String>
     Ok(peers)
 }
 
+/// Where `muster serve` runs the Consul-compatible API (`--consul`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsulListen {
+    /// `--consul off`: not at all.
+    Off,
+    /// `--consul ADDR`: on this address.
+    At(SocketAddr),
+}
+
+/// Parses `--consul`: `off`, or an address (`127.0.0.1:8500`, `[::1]:8500`).
+pub fn parse_consul(text: &str) -> Result<ConsulListen, String> {
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(ConsulListen::Off);
+    }
+    text.parse()
+        .map(ConsulListen::At)
+        .map_err(|_| format!("'{}' is neither IP:PORT nor off", text.escape_debug()))
+}
+
 /// Parses a label `KEY=VALUE`. The key must not be empty; limits are the server's to check.
 pub fn parse_label(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {

@@ -11,7 +11,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::args::{
-    ActorArg, CheckStatusArg, ProtocolArg, StateArg, parse_addr, parse_label, parse_lease_id, parse_peers,
+    ActorArg, CheckStatusArg, ConsulListen, ProtocolArg, StateArg, parse_addr, parse_consul, parse_label,
+    parse_lease_id, parse_peers,
 };
 use crate::duration::parse_duration;
 use muster_client::http::DEFAULT_SERVER;
@@ -120,6 +121,10 @@ pub struct ServeArgs {
     /// The DNS listener's address [default: 127.0.0.1:7053].
     #[arg(long, env = "MUSTER_DNS", value_name = "ADDR")]
     pub dns: Option<SocketAddr>,
+    /// The Consul-compatible API's address, or `off`; loopback only unless auth is configured
+    /// [default: 127.0.0.1:8500, a local Consul agent's].
+    #[arg(long, env = "MUSTER_CONSUL", value_name = "ADDR|off", value_parser = parse_consul)]
+    pub consul: Option<ConsulListen>,
     /// A TOML file of server settings; the flags above override it.
     #[arg(long, env = "MUSTER_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,

@@ -2,7 +2,7 @@
 //! the server's start and graceful stop.
 //!
 //! ```text
-//!  defaults ◀── --config FILE ◀── --data-dir / --http / --dns / --tls-* ...   (later wins)
+//!  defaults ◀── --config FILE ◀── --data-dir / --http / --dns / --consul / --tls-* ...   (later wins)
 //!  SIGTERM or Ctrl-C ──▶ shutdown future ──▶ server stops gracefully ──▶ exit 0
 //!  storage failure (Raft stopped) ──▶ server stops gracefully ──▶ exit 1, the error on stderr
 //! ```
@@ -13,6 +13,7 @@ use std::path::Path;
 use muster_server::{ClientCertPolicy, ServerConfig};
 use tracing::info;
 
+use crate::args::ConsulListen;
 use crate::cli::{ClientCertArg, ServeArgs};
 use crate::error::CliError;
 
@@ -30,6 +31,14 @@ pub fn load_config(args: &ServeArgs) -> Result<ServerConfig, CliError> {
     }
     if let Some(dns) = args.dns {
         config.dns = dns;
+    }
+    match args.consul {
+        Some(ConsulListen::Off) => config.consul.enabled = false,
+        Some(ConsulListen::At(addr)) => {
+            config.consul.enabled = true;
+            config.consul.addr = addr;
+        }
+        None => {}
     }
     if let Some(node_id) = args.node_id {
         config.node_id = node_id;
@@ -75,8 +84,9 @@ pub fn read_config(path: &Path) -> Result<ServerConfig, CliError> {
 ///
 /// This is [`muster_server::run`] unrolled into `start` and `stop`, so that the address
 /// actually bound (`--http 127.0.0.1:0` picks a free port) can be printed in between: one
-/// line on stdout, `muster serving http://ADDR, dns ADDR ...`, or
-/// `{"http":"ADDR","dns":"ADDR",...}` with `--json` (`dns` is null when DNS is disabled).
+/// line on stdout, `muster serving http://ADDR, dns ADDR, consul ADDR ...`, or
+/// `{"http":"ADDR","dns":"ADDR","consul":"ADDR",...}` with `--json` (`dns` and `consul` are
+/// null when that listener is off).
 pub async fn serve(args: ServeArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let config = load_config(&args)?;
     // Signals are installed before the server starts, so an early SIGTERM stops it
@@ -88,16 +98,22 @@ pub async fn serve(args: ServeArgs, json: bool, out: &mut dyn Write) -> Result<(
     let server = muster_server::start(config).await?;
     let http = server.local_addr();
     let dns = server.dns_addr();
+    let consul = server.consul_addr();
     let line = if json {
         serde_json::json!({
             "http": http.to_string(),
             "dns": dns.map(|addr| addr.to_string()),
+            "consul": consul.map(|addr| addr.to_string()),
             "data_dir": data_dir,
         })
         .to_string()
     } else {
         let dns = dns.map_or_else(|| "DNS off".to_owned(), |addr| format!("dns {addr} (udp+tcp)"));
-        format!("muster serving {scheme}://{http}, {dns} (data in {data_dir}); Ctrl-C or SIGTERM stops it")
+        let consul = consul.map_or_else(
+            || "Consul API off".to_owned(),
+            |addr| format!("consul {scheme}://{addr}"),
+        );
+        format!("muster serving {scheme}://{http}, {dns}, {consul} (data in {data_dir}); Ctrl-C or SIGTERM stops it")
     };
     // A closed stdout must not stop the server: the line is a convenience, the logs say it too.
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());

@@ -21,6 +21,7 @@ use tokio::sync::{oneshot, watch};
 use crate::audit::{AuditLog, Denial as AuditDenial};
 use crate::auth::{AuthConfig, Caller};
 use crate::clock::ServerClock;
+use crate::consul::stats::ConsulStats;
 use crate::error::ApiError;
 use crate::forward::ClusterLink;
 use crate::hub::WatchHub;
@@ -49,6 +50,8 @@ pub(crate) struct App {
     led_term: AtomicU64,
     /// The checker's counters.
     pub(crate) checker_stats: CheckerStats,
+    /// The Consul-compatible API's blocking-query counters (SPEC E1, O1).
+    pub(crate) consul_stats: ConsulStats,
     /// The other members, in a cluster.
     pub(crate) cluster: Option<ClusterLink>,
     /// Open watch streams by tenant and principal, with their caps (SPEC W4).
@@ -122,6 +125,7 @@ impl App {
             next_reply: AtomicU64::new(0),
             led_term: AtomicU64::new(0),
             checker_stats: CheckerStats::default(),
+            consul_stats: ConsulStats::default(),
             cluster,
             watch_quota,
             ready: AtomicBool::new(false),

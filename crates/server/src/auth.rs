@@ -120,14 +120,17 @@ impl Caller {
         }
     }
 
-    fn nobody(principal: Principal) -> Caller {
+    /// The caller of a request without credentials while authentication is on: every check
+    /// is denied.
+    pub(crate) fn nobody(principal: Principal) -> Caller {
         Caller {
             principal,
             authority: Authority::Nobody,
         }
     }
 
-    fn token(token: Arc<Token>) -> Caller {
+    /// The caller holding `token`.
+    pub(crate) fn token(token: Arc<Token>) -> Caller {
         Caller {
             principal: token.principal(),
             authority: Authority::Token(token),

@@ -16,6 +16,7 @@ use muster_health::target::TargetPolicy;
 use muster_registry::RegistryConfig;
 use serde::{Deserialize, Serialize};
 
+use crate::consul::config::ConsulConfig;
 use crate::listener::{ClusterTlsConfig, LimitsConfig, TlsConfig};
 
 /// Everything `muster serve` can be told. Every field has a default that makes a working
@@ -85,6 +86,8 @@ pub struct ServerConfig {
     pub cluster_tls: ClusterTlsConfig,
     /// Each listener's connection, header and handshake limits (SPEC S6).
     pub limits: LimitsConfig,
+    /// The Consul-compatible HTTP API (SPEC E1): on by default at `127.0.0.1:8500`.
+    pub consul: ConsulConfig,
 }
 
 /// The audit trail's retention (SPEC S4): in memory, the newest `retention` records; see the
@@ -301,6 +304,7 @@ impl Default for ServerConfig {
             tls: TlsConfig::default(),
             cluster_tls: ClusterTlsConfig::default(),
             limits: LimitsConfig::default(),
+            consul: ConsulConfig::default(),
         }
     }
 }

@@ -83,6 +83,17 @@ impl RequestGuard {
 
     /// The guard's verdict on a request's headers: `Err` is the refusal to send.
     pub(crate) fn admit(&self, headers: &HeaderMap, authority: Option<&str>) -> Result<(), ApiError> {
+        self.admit_caller(headers, authority)?;
+        if announces_body(headers) && !is_json(headers) {
+            return Err(unsupported_media_type(headers));
+        }
+        Ok(())
+    }
+
+    /// The Origin and Host checks alone, for a listener whose clients send bodies without a
+    /// JSON content type (the Consul-compatible API: `crate::consul`). A page cannot use
+    /// that to deliver a body: a cross-origin `PUT` or `POST` always carries `Origin`.
+    pub(crate) fn admit_caller(&self, headers: &HeaderMap, authority: Option<&str>) -> Result<(), ApiError> {
         if let Some(origin) = headers.get(header::ORIGIN) {
             let text = origin.to_str().unwrap_or("").to_ascii_lowercase();
             if !self.allowed_origins.contains(&text) {
@@ -110,10 +121,12 @@ impl RequestGuard {
                 ));
             }
         }
-        if announces_body(headers) && !is_json(headers) {
-            return Err(unsupported_media_type(headers));
-        }
         Ok(())
+    }
+
+    /// How long a request body may take to arrive.
+    pub(crate) fn body_read_timeout(&self) -> Duration {
+        self.body_read_timeout
     }
 }
 

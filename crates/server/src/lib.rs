@@ -29,6 +29,7 @@
 //!   node-to-node listener; `join`: the proof a new member gives before the leader dials it;
 //!   `observers`: the apply fan-out.
 //! - `dns`: the DNS view's feed from the apply path.
+//! - `consul`: the Consul-compatible API (SPEC E1) on a listener of its own.
 //! - `audit`: the audit trail (SPEC S4): mutations from the apply path, denials from the
 //!   handlers, `GET /v1/audit`.
 //! - `clock`, `page_token`, `wait`: small pieces.
@@ -54,6 +55,7 @@ mod clock;
 mod cluster;
 mod config;
 mod consistency;
+mod consul;
 mod descriptors;
 mod dns;
 mod error;
@@ -86,6 +88,8 @@ mod writes;
 
 pub use auth::AuthConfig;
 pub use config::{AuditConfig, HealthConfig, ServerConfig};
+pub use consul::config::ConsulConfig;
+pub use consul::stats::ConsulCounts;
 pub use hub::WatchStats;
 pub use listener::{ClientCertPolicy, ClusterTlsConfig, LimitsConfig, ListenerLimits, TlsConfig};
 pub use server::{RunningServer, run, start};

@@ -2,10 +2,10 @@
 //!
 //! ```text
 //!  start: check config, read TLS files ─▶ hub, leader feed, DNS zone ─▶ Node::open(observers = DNS feed, hub,
-//!         leader feed) ─▶ bind HTTP, DNS (and the cluster listener) ─▶ serve + leader task
+//!         leader feed) ─▶ bind HTTP, Consul, DNS (and the cluster listener) ─▶ serve + leader task
 //!         ─▶ ready
-//!  stop:  not ready ─▶ DNS stops ─▶ stop accepting (graceful) ─▶ watchers get `closing`, blocking
-//!         queries return ─▶ in-flight requests finish (bounded by shutdown_grace_ms)
+//!  stop:  not ready ─▶ DNS stops ─▶ stop accepting on HTTP and Consul (graceful) ─▶ watchers get
+//!         `closing`, blocking queries return ─▶ in-flight requests finish (bounded by shutdown_grace_ms)
 //!         ─▶ leader task stops ─▶ Node::shutdown
 //!  fail:  the node's storage fails (Raft stops for good) ─▶ status: not ready, `fatal` names
 //!         the error; writes answer `storage_failed` ─▶ the same graceful stop ─▶ the run
@@ -25,6 +25,8 @@ use crate::app::{App, Background};
 use crate::audit::AuditLog;
 use crate::auth::TokenWatch;
 use crate::clock::ServerClock;
+use crate::consul::ConsulView;
+use crate::consul::stats::ConsulCounts;
 use crate::dns::DnsFeed;
 use crate::forward::ClusterLink;
 use crate::guard::RequestGuard;
@@ -34,7 +36,7 @@ use crate::listener::Listening;
 use crate::observers::Observers;
 use crate::policy::PolicyWatch;
 use crate::watch_quota::WatchQuota;
-use crate::{ServerConfig, ServerError, accept, cluster, descriptors, dns, leader, routes};
+use crate::{ServerConfig, ServerError, accept, cluster, consul, descriptors, dns, leader, routes};
 
 /// A server that is running; [`RunningServer::stop`] stops it gracefully.
 pub struct RunningServer {
@@ -49,6 +51,15 @@ pub struct RunningServer {
     cluster_serve: Option<(oneshot::Sender<()>, JoinHandle<std::io::Result<()>>)>,
     shutdown_grace: Duration,
     dns: Option<muster_dns::DnsListener>,
+    /// The Consul-compatible listener, when enabled: its address, stop and accept loop.
+    consul: Option<ConsulServe>,
+}
+
+/// The Consul-compatible listener's accept loop (SPEC E1), stopped with the HTTP API's.
+struct ConsulServe {
+    addr: SocketAddr,
+    stop_accepting: oneshot::Sender<()>,
+    serve: JoinHandle<std::io::Result<()>>,
 }
 
 fn check(config: &ServerConfig) -> Result<(), ServerError> {
@@ -59,6 +70,7 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
             config.http
         )));
     }
+    config.consul.check(config.auth.enabled).map_err(ServerError::Config)?;
     if config.watch_queue_frames == 0 {
         return Err(ServerError::Config("watch_queue_frames: must be at least 1".into()));
     }
@@ -173,6 +185,25 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         addr: config.http,
         source,
     })?;
+    let consul_listener = if config.consul.enabled {
+        let bound = match TcpListener::bind(config.consul.addr).await {
+            Ok(listener) => listener.local_addr().map(|addr| (listener, addr)),
+            Err(source) => Err(source),
+        };
+        match bound {
+            Ok(bound) => Some(bound),
+            Err(source) => {
+                let _ = node.shutdown().await;
+                return Err(ServerError::Config(format!(
+                    "consul.addr: cannot listen on {}: {source} (is a Consul agent running there? \
+                     `--consul ADDR` picks another address, `--consul off` turns the Consul-compatible API off)",
+                    config.consul.addr
+                )));
+            }
+        }
+    } else {
+        None
+    };
     let dns = match dns::listen(&config, dns_zone).await {
         Ok(dns) => dns,
         Err(err) => {
@@ -205,10 +236,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         !config.auth.enabled,
         Duration::from_millis(config.body_read_timeout_ms),
     );
-    let router = routes::router(Arc::clone(&app), config.max_body_bytes, guard);
+    let router = routes::router(Arc::clone(&app), config.max_body_bytes, guard.clone());
     // The checker never probes this node's own listeners (SPEC S6).
     let own_listeners = [
         Some(local_addr),
+        consul_listener.as_ref().map(|(_, addr)| *addr),
         dns.as_ref().map(muster_dns::DnsListener::local_addr),
         config.cluster_addr,
     ];
@@ -216,6 +248,31 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
     let (http_budget, cluster_budget) = descriptors::budgets(&config.limits);
     let http_listening = Listening::new(&config.limits.http, http_tls);
+    // The Consul listener shares the HTTP API's connection budget, limits and TLS: one
+    // budget keeps the two from taking, together, the descriptors storage needs.
+    let consul = consul_listener.map(|(listener, addr)| {
+        let view = Arc::new(ConsulView {
+            tenant: config.consul.tenant.clone(),
+            namespace: config.consul.namespace.clone(),
+            datacenter: config.consul.datacenter.clone(),
+            node: config.consul.node_name(config.node_id),
+            node_address: config.consul.node_address(addr),
+        });
+        let router = consul::router(Arc::clone(&app), view, guard, config.max_body_bytes);
+        let (stop_accepting, stop_rx) = oneshot::channel::<()>();
+        let serve = tokio::spawn(accept::serve(
+            listener,
+            router,
+            stop_rx,
+            http_budget.clone(),
+            http_listening.clone(),
+        ));
+        ConsulServe {
+            addr,
+            stop_accepting,
+            serve,
+        }
+    });
     let serve = tokio::spawn(accept::serve(
         listener,
         router,
@@ -240,7 +297,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     tokio::spawn(Arc::clone(&app.hub).run_progress_ticker(app.progress_interval));
     let leader = tokio::spawn(leader::run(Arc::clone(&app), leader_messages, stopping_rx));
     app.set_ready(true);
-    tracing::info!(%local_addr, "muster serving");
+    tracing::info!(%local_addr, consul = ?consul.as_ref().map(|c| c.addr), "muster serving");
     Ok(RunningServer {
         local_addr,
         app,
@@ -251,6 +308,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         cluster_serve,
         shutdown_grace: Duration::from_millis(config.shutdown_grace_ms),
         dns,
+        consul,
     })
 }
 
@@ -263,6 +321,16 @@ impl RunningServer {
     /// The address the DNS listener answers on (UDP and TCP), when DNS is enabled.
     pub fn dns_addr(&self) -> Option<SocketAddr> {
         self.dns.as_ref().map(muster_dns::DnsListener::local_addr)
+    }
+
+    /// The address the Consul-compatible API listens on, when it is enabled (SPEC E1).
+    pub fn consul_addr(&self) -> Option<SocketAddr> {
+        self.consul.as_ref().map(|consul| consul.addr)
+    }
+
+    /// The Consul-compatible API's blocking queries and their wake-ups so far.
+    pub fn consul_counts(&self) -> ConsulCounts {
+        self.app.consul_stats.counts()
     }
 
     /// What the watch hub holds.
@@ -310,10 +378,29 @@ impl RunningServer {
             dns.stop().await;
         }
         let _ = self.stop_accepting.send(());
+        let consul = self.consul.take().map(|consul| {
+            let _ = consul.stop_accepting.send(());
+            consul.serve
+        });
         self.app.hub.close();
         let _ = self.stopping.send(true);
+        let deadline = tokio::time::Instant::now() + self.shutdown_grace;
+        if let Some(mut serve) = consul {
+            // Both listeners drain within the one grace; Consul's outcome is only logged, the
+            // HTTP API's is the result.
+            match tokio::time::timeout_at(deadline, &mut serve).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(error))) => tracing::warn!(%error, "the Consul listener ended with an error"),
+                Ok(Err(join)) => tracing::warn!(error = %join, "the Consul listener's task failed"),
+                Err(_) => {
+                    tracing::warn!(grace = ?self.shutdown_grace, "Consul connections still open after the grace; closing them");
+                    serve.abort();
+                    let _ = serve.await;
+                }
+            }
+        }
         let mut serve = self.serve;
-        let served = match tokio::time::timeout(self.shutdown_grace, &mut serve).await {
+        let served = match tokio::time::timeout_at(deadline, &mut serve).await {
             Ok(Ok(result)) => result.map_err(ServerError::Serve),
             Ok(Err(join)) => Err(ServerError::Serve(std::io::Error::other(join))),
             Err(_) => {

@@ -102,6 +102,7 @@ fn serve_refuses_a_non_loopback_address_without_auth() {
     let mut child = muster()
         .args(["serve", "--http", "0.0.0.0:7070", "--data-dir", data.to_str().unwrap()])
         .args(["--dns", &format!("127.0.0.1:{}", crate::support::free_udp_port())])
+        .args(["--consul", "127.0.0.1:0"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()

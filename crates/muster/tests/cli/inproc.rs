@@ -70,6 +70,11 @@ impl Registry {
             data_dir: dir.path().to_path_buf(),
             http: "127.0.0.1:0".parse().unwrap(),
             dns: "127.0.0.1:0".parse().unwrap(),
+            // A free port: parallel tests would collide on Consul's 8500.
+            consul: muster_server::ConsulConfig {
+                addr: "127.0.0.1:0".parse().unwrap(),
+                ..muster_server::ConsulConfig::default()
+            },
             progress_interval_ms: 200,
             shutdown_grace_ms: 1_000,
             ..ServerConfig::default()

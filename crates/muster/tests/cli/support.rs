@@ -102,7 +102,14 @@ impl Server {
             .unwrap();
         let mut child = muster()
             .args(["serve", "--json", "--data-dir", data.to_str().unwrap()])
-            .args(["--http", "127.0.0.1:0", "--dns", "127.0.0.1:0"])
+            .args([
+                "--http",
+                "127.0.0.1:0",
+                "--dns",
+                "127.0.0.1:0",
+                "--consul",
+                "127.0.0.1:0",
+            ])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

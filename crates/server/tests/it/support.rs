@@ -83,6 +83,11 @@ pub(crate) fn test_config(dir: &TempDir) -> ServerConfig {
         data_dir: dir.path().to_path_buf(),
         http: "127.0.0.1:0".parse().unwrap(),
         dns: "127.0.0.1:0".parse().unwrap(),
+        // A free port: parallel tests would collide on Consul's 8500.
+        consul: muster_server::ConsulConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            ..muster_server::ConsulConfig::default()
+        },
         progress_interval_ms: 200,
         shutdown_grace_ms: 5_000,
         ..ServerConfig::default()
@@ -132,6 +137,16 @@ impl TestServer {
     /// Where the DNS listener answers.
     pub(crate) fn dns_addr(&self) -> std::net::SocketAddr {
         self.running().dns_addr().expect("DNS is enabled")
+    }
+
+    /// Where the Consul-compatible API listens.
+    pub(crate) fn consul_addr(&self) -> std::net::SocketAddr {
+        self.running().consul_addr().expect("the Consul API is enabled")
+    }
+
+    /// The Consul API's blocking-query counters.
+    pub(crate) fn consul_counts(&self) -> muster_server::ConsulCounts {
+        self.running().consul_counts()
     }
 
     pub(crate) fn watch_stats(&self) -> WatchStats {

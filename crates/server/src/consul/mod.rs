@@ -1,0 +1,140 @@
+//! The Consul-compatible HTTP API (SPEC E1): a listener of its own (`[consul]`, default
+//! `127.0.0.1:8500`) where Consul's clients — the Go `api` package, py-consul, npm `consul`,
+//! Prometheus `consul_sd`, consul-template, Traefik, Fabio — find a Consul agent and talk to
+//! it unchanged. It is a view over the registry (STYLE rule 10): every answer is read from
+//! the same snapshots the native API serves, every write is a native command.
+//!
+//! ```text
+//!  Consul client ──▶ [consul] listener (accept loop, limits and TLS of the HTTP API)
+//!      ──▶ guard (Origin, loopback Host) ──▶ token (X-Consul-Token | Bearer | ?token=) ─▶ Caller
+//!      ├─▶ agent:   register / deregister / maintenance / check updates ──▶ native commands
+//!      ├─▶ catalog, health: snapshots of the view's namespace ──▶ Go-shaped JSON (`shape`)
+//!      │            blocking (`?index=&wait=`): wakes on that service's topic only (`blocking`)
+//!      └─▶ status, kv: the leader, the peers; an empty key/value store
+//! ```
+//!
+//! # The mapping
+//! - One Consul datacenter (`[consul] datacenter`) with one node (`[consul] node`, default
+//!   `muster-<node_id>`) holding every service; the node's address is the listener's.
+//! - A Consul service name is a Muster service of the view's tenant and namespace
+//!   (`[consul] tenant`, `namespace`); `?partition=` names another tenant, `?ns=` another
+//!   namespace. Names must be Muster names (DNS labels: `a-z`, `0-9`, `-`): a name that is
+//!   not one is no service of the registry (reads answer nothing, writes are refused).
+//! - A service instance is an endpoint: `ID` is its instance id (or its label `consul.id`,
+//!   see below), `Address` its first address, `Port` its first named port (0 without one).
+//! - Labels carry what a Muster endpoint has no field for, reversibly:
+//!
+//!   | Consul | Muster label |
+//!   |---|---|
+//!   | `Tags[n]` | `consul.tag.<n>` = the tag (`n` = 0, 1, ...; read back in numeric order) |
+//!   | `Meta[k]` | `k` = the value (Consul meta keys hold no `.`, so they never meet `consul.*`) |
+//!   | `ID`, when it is not the instance id | `consul.id` |
+//!   | `Weights.Warning` | `consul.weight.warning` (default 1, as Consul's) |
+//!
+//!   Every label outside `consul.*` is Meta, so an endpoint registered through the native API
+//!   shows its labels as Meta; `Weights.Passing` is the endpoint's `weight`.
+//! - Checks and states are [`status`]'s table: `ready` → passing, `degraded` → warning,
+//!   `draining` → a critical `_service_maintenance:<id>` check, everything else → critical,
+//!   and a node check `serfHealth`, passing.
+//!
+//! # What is answered
+//! Routes are in [`router`]; everything else is a 404 `404 page not found` in plain text, as
+//! Consul's own mux answers (clients quote the text; none parses an error body). Errors are
+//! plain text too ([`error`]).
+//!
+//! # Layout
+//! - `config`: `[consul]`; `error`: plain-text errors; `token`: the caller; `status`: the
+//!   state mapping; `stats`: blocking-query counters; `agent`: the agent routes.
+
+mod agent;
+pub(crate) mod config;
+pub(crate) mod error;
+pub(crate) mod stats;
+pub(crate) mod status;
+pub(crate) mod token;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Router};
+use muster_core::Label;
+
+use self::error::ConsulError;
+use crate::app::App;
+use crate::guard::{BodyReadTimeout, RequestGuard};
+
+/// What every Consul handler needs besides the [`App`]: which part of the registry the
+/// listener shows and how it names itself. Handlers take it as `Extension<Arc<ConsulView>>`.
+#[derive(Debug)]
+pub(crate) struct ConsulView {
+    /// The tenant requests read and write without `?partition=`.
+    pub(crate) tenant: Label,
+    /// The namespace requests read and write without `?ns=`.
+    pub(crate) namespace: Label,
+    /// The datacenter name.
+    pub(crate) datacenter: String,
+    /// The node name.
+    pub(crate) node: String,
+    /// The node's address.
+    pub(crate) node_address: IpAddr,
+}
+
+/// The Consul-compatible API's routes over `app`, shown as `view`; `guard` is the native
+/// API's (its Origin and Host checks apply, not its JSON-only bodies: Consul clients send
+/// bodies without a content type).
+pub(crate) fn router(app: Arc<App>, view: Arc<ConsulView>, guard: RequestGuard, max_body_bytes: usize) -> Router {
+    Router::new()
+        .merge(agent::routes())
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(Extension(view))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&app),
+            refuse_when_failed,
+        ))
+        .layer(axum::middleware::from_fn_with_state(Arc::new(guard), consul_guard))
+        .with_state(app)
+}
+
+/// The browser guard's Origin and Host checks (SPEC S6), answered as Consul errors (403), and
+/// the body read deadline for the agent's bodies.
+async fn consul_guard(State(guard): State<Arc<RequestGuard>>, mut request: Request, next: Next) -> Response {
+    let authority = request.uri().authority().map(|a| a.as_str().to_owned());
+    if let Err(refused) = guard.admit_caller(request.headers(), authority.as_deref()) {
+        return ConsulError::new(StatusCode::FORBIDDEN, refused.message).into_response();
+    }
+    request
+        .extensions_mut()
+        .insert(BodyReadTimeout(guard.body_read_timeout()));
+    next.run(request).await
+}
+
+/// A node whose storage failed answers nothing but `500`s: its registry is frozen at the
+/// failure (as the native API's `refuse_when_failed`).
+async fn refuse_when_failed(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    if let Some(fatal) = app.node.fatal() {
+        return ConsulError::from(crate::error::ApiError::from(muster_consensus::ConsensusError::Failed(
+            fatal,
+        )))
+        .into_response();
+    }
+    next.run(request).await
+}
+
+async fn no_route() -> ConsulError {
+    // Go's `http.NotFound`, what Consul's mux answers for a path it does not serve.
+    ConsulError::not_found("404 page not found")
+}
+
+async fn wrong_method(request: Request) -> ConsulError {
+    // Consul's wording (`MethodNotAllowedError`).
+    ConsulError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("method {} not allowed", request.method()),
+    )
+}
