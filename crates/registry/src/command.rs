@@ -35,6 +35,11 @@ pub struct CommandMeta {
 pub enum Command {
     /// Create or update an endpoint, or replace an older incarnation.
     Register(Register),
+    /// Register a new incarnation the registry picks: one above the highest it knows for the
+    /// instance (live, or fenced within `fence_retention_ms`), read at apply time. For callers
+    /// that have no incarnation of their own (the Consul-compatible agent API); the
+    /// `target.incarnation` given is ignored.
+    RegisterNext(Register),
     /// Report an endpoint's serving state.
     SetServing(SetServing),
     /// Put an endpoint in `draining` (SPEC L6).

@@ -10,7 +10,7 @@ use muster_core::{
 };
 
 use crate::applied::{Applied, ReadError};
-use crate::command::{Command, CommandMeta};
+use crate::command::{Command, CommandMeta, Register, Target};
 use crate::config::RegistryConfig;
 use crate::drains::{DrainDeadline, DrainTable};
 use crate::fences::{Fence, FenceTable};
@@ -164,6 +164,7 @@ impl Registry {
         self.check_principal(meta)?;
         let planned = match command {
             Command::Register(c) => self.plan_register(c, meta)?,
+            Command::RegisterNext(c) => self.plan_register(&self.next_incarnation(c, meta.at_ms), meta)?,
             Command::SetServing(c) => self.plan_serving(&c.target, c.state, &c.reason, c.expected_revision, meta)?,
             Command::Drain(c) => self.plan_drain(c, meta)?,
             Command::Deregister(c) => self.plan_deregister(c, meta)?,
@@ -591,6 +592,24 @@ impl Registry {
             .and_then(|s| s.current.get(instance))
             .map(|e| e.incarnation);
         live.max(self.fence(key, instance, now_ms).map(|f| f.incarnation))
+    }
+
+    /// `register` for the incarnation after the highest this registry knows for its instance
+    /// at `now_ms` (1 for an instance it knows nothing of). Read from committed state while
+    /// applying, so every replica and every leader picks the same number, and each pick is
+    /// above every incarnation the instance had: it fences them all (SPEC L2).
+    fn next_incarnation(&self, register: &Register, now_ms: u64) -> Register {
+        let target = &register.target;
+        let next = self
+            .highest_incarnation(&target.key, &target.instance, now_ms)
+            .map_or(Incarnation(1), |highest| Incarnation(highest.0.saturating_add(1)));
+        Register {
+            target: Target {
+                incarnation: next,
+                ..target.clone()
+            },
+            ..register.clone()
+        }
     }
 
     /// The fence on a removed instance, if it holds at `now_ms`.

@@ -36,3 +36,38 @@ fn an_incarnation_above_the_bound_is_refused_and_changes_nothing() {
     }
     assert_eq!(state_bytes(&registry), before);
 }
+
+/// The registry's pick for a caller without incarnations (the Consul agent API).
+fn register_next(service: &str, name: &str, ip: &str) -> muster_registry::Command {
+    match register(service, name, 0, ip) {
+        muster_registry::Command::Register(register) => muster_registry::Command::RegisterNext(register),
+        other => unreachable!("{other:?}"),
+    }
+}
+
+fn incarnation_of(registry: &muster_registry::Registry, name: &str) -> u64 {
+    registry.snapshot(&key("api")).unwrap().get(&instance(name)).unwrap().incarnation.0
+}
+
+/// The restart trace: a process re-registers through an API that carries no incarnation; the
+/// registry must still give it one above every incarnation the instance had, live or removed,
+/// so the leader's duties and native writes of the old one are fenced.
+#[test]
+fn a_registration_without_an_incarnation_gets_one_above_every_earlier_one() {
+    let mut registry = registry();
+    ok(&mut registry, register_next("api", "api-0", "10.0.0.1"));
+    assert_eq!(incarnation_of(&registry, "api-0"), 1);
+    // The same body again is a new incarnation (a restart cannot be told from a retry).
+    ok(&mut registry, register_next("api", "api-0", "10.0.0.1"));
+    assert_eq!(incarnation_of(&registry, "api-0"), 2);
+    let err = registry.apply(&set_serving("api", "api-0", 1, muster_core::ServingState::Ready), &app());
+    assert_eq!(err.unwrap_err().code(), "stale_incarnation");
+    // A native registrar's incarnation is a floor too; a removal's fence is remembered.
+    ok(&mut registry, register("api", "api-0", 40, "10.0.0.1"));
+    ok(&mut registry, deregister("api", "api-0", 40));
+    ok(&mut registry, register_next("api", "api-0", "10.0.0.1"));
+    assert_eq!(incarnation_of(&registry, "api-0"), 41);
+    // The incarnation the command named is ignored.
+    ok(&mut registry, register_next("api", "api-1", "10.0.0.2"));
+    assert_eq!(incarnation_of(&registry, "api-1"), 1);
+}

@@ -62,6 +62,11 @@ fn subject(command: &Command) -> Subject<'_> {
             },
             ..Subject::target("register", &register.target)
         },
+        // The incarnation is the registry's pick, seen in the record the command wrote.
+        Command::RegisterNext(register) => Subject {
+            incarnation: None,
+            ..Subject::target("register", &register.target)
+        },
         Command::SetServing(set) => Subject::target("set_serving", &set.target),
         Command::Drain(drain) => Subject::target("drain", &drain.target),
         Command::Deregister(deregister) => Subject::target("deregister", &deregister.target),
