@@ -46,7 +46,13 @@ fn register_next(service: &str, name: &str, ip: &str) -> muster_registry::Comman
 }
 
 fn incarnation_of(registry: &muster_registry::Registry, name: &str) -> u64 {
-    registry.snapshot(&key("api")).unwrap().get(&instance(name)).unwrap().incarnation.0
+    registry
+        .snapshot(&key("api"))
+        .unwrap()
+        .get(&instance(name))
+        .unwrap()
+        .incarnation
+        .0
 }
 
 /// The restart trace: a process re-registers through an API that carries no incarnation; the
@@ -60,7 +66,10 @@ fn a_registration_without_an_incarnation_gets_one_above_every_earlier_one() {
     // The same body again is a new incarnation (a restart cannot be told from a retry).
     ok(&mut registry, register_next("api", "api-0", "10.0.0.1"));
     assert_eq!(incarnation_of(&registry, "api-0"), 2);
-    let err = registry.apply(&set_serving("api", "api-0", 1, muster_core::ServingState::Ready), &app());
+    let err = registry.apply(
+        &set_serving("api", "api-0", 1, muster_core::ServingState::Ready),
+        &app(),
+    );
     assert_eq!(err.unwrap_err().code(), "stale_incarnation");
     // A native registrar's incarnation is a floor too; a removal's fence is remembered.
     ok(&mut registry, register("api", "api-0", 40, "10.0.0.1"));

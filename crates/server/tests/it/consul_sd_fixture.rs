@@ -204,7 +204,9 @@ fn parse_go_duration(text: &str) -> Option<f64> {
         return None;
     }
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         let number: f64 = rest[..digits].parse().ok()?;
         rest = &rest[digits..];
         let unit = ["ns", "us", "µs", "ms", "s", "m", "h"]
@@ -423,7 +425,10 @@ async fn prometheus_consul_sd_request_sequence_decodes_with_go_types() {
     assert!(!entry.node.node.is_empty());
     assert_eq!(aggregated_status(&entry.checks), "passing", "{:?}", entry.checks);
     assert!(
-        entry.checks.iter().any(|c| c.check_id == "serfHealth" && c.status == "passing"),
+        entry
+            .checks
+            .iter()
+            .any(|c| c.check_id == "serfHealth" && c.status == "passing"),
         "{:?}",
         entry.checks
     );
@@ -449,17 +454,32 @@ async fn prometheus_consul_sd_request_sequence_decodes_with_go_types() {
     // Both queries are parked before the changes (a query sent after a change would return
     // at once and prove nothing about waking).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!blocked_health.is_finished(), "the health query returned with nothing changed");
-    assert!(!blocked_catalog.is_finished(), "the catalog query returned with nothing changed");
+    assert!(
+        !blocked_health.is_finished(),
+        "the health query returned with nothing changed"
+    );
+    assert!(
+        !blocked_catalog.is_finished(),
+        "the catalog query returned with nothing changed"
+    );
     fixture.register("web", "web-2", "10.0.0.2", 8080).await;
     let (entries, meta) = woken(blocked_health, "health/service/web").await;
-    assert!(meta.last_index > health_meta.last_index, "{meta:?} after {health_meta:?}");
+    assert!(
+        meta.last_index > health_meta.last_index,
+        "{meta:?} after {health_meta:?}"
+    );
     assert_eq!(entries.len(), 2, "{entries:?}");
 
     fixture.register("db", "db-1", "10.0.0.3", 5432).await;
     let (services, meta) = woken(blocked_catalog, "catalog/services").await;
-    assert!(meta.last_index > catalog_meta.last_index, "{meta:?} after {catalog_meta:?}");
-    assert!(services.contains_key("db") && services.contains_key("web"), "{services:?}");
+    assert!(
+        meta.last_index > catalog_meta.last_index,
+        "{meta:?} after {catalog_meta:?}"
+    );
+    assert!(
+        services.contains_key("db") && services.contains_key("web"),
+        "{services:?}"
+    );
 }
 
 // A change elsewhere must not move a service's index: Prometheus compares the index with
@@ -482,7 +502,10 @@ async fn a_write_to_another_service_leaves_a_services_index_alone() {
     .await;
     assert!(seen.is_some(), "db never appeared in the catalog");
     let (_, after) = fixture.consul_get::<Vec<ServiceEntry>>(&path).await;
-    assert_eq!(after.last_index, before.last_index, "web's index moved on a write to db");
+    assert_eq!(
+        after.last_index, before.last_index,
+        "web's index moved on a write to db"
+    );
 }
 
 #[test]
@@ -503,6 +526,7 @@ fn go_shaped_types_refuse_what_gos_decoder_refuses() {
         "Node": {"ID": "n", "Node": "muster-1", "Address": "127.0.0.1", "Datacenter": "dc1",
                  "TaggedAddresses": {"lan": "127.0.0.1"}, "Meta": {}, "CreateIndex": 1, "ModifyIndex": 1},
         "Service": {"ID": "web-1", "Service": "web", "Tags": [], "Meta": {}, "Port": 8080, "Address": "",
+                    "TaggedAddresses": {"lan_ipv4": {"Address": "10.0.0.1", "Port": 8080}},
                     "Weights": {"Passing": 1, "Warning": 1}, "EnableTagOverride": false},
         "Checks": [{"Node": "muster-1", "CheckID": "serfHealth", "Name": "Serf Health Status",
                     "Status": "passing", "Notes": "", "Output": "", "ServiceID": "", "ServiceName": "",
@@ -517,10 +541,22 @@ fn go_shaped_types_refuse_what_gos_decoder_refuses() {
     };
     assert!(broken("/Service/Port", json!("8080")), "an integer as a string");
     assert!(broken("/Node/CreateIndex", json!(-1)), "a negative uint64");
-    assert!(broken("/Node/TaggedAddresses", json!({"lan": {"Address": "x", "Port": 1}})), "Node.TaggedAddresses is a string map");
-    assert!(broken("/Service/TaggedAddresses", json!({"lan": "127.0.0.1"})), "Service.TaggedAddresses is a map of {{Address, Port}}");
-    assert!(broken("/Checks/0/Definition/Interval", json!("")), "an empty ReadableDuration");
+    assert!(
+        broken("/Node/TaggedAddresses", json!({"lan": {"Address": "x", "Port": 1}})),
+        "Node.TaggedAddresses is a string map"
+    );
+    assert!(
+        broken("/Service/TaggedAddresses", json!({"lan": "127.0.0.1"})),
+        "Service.TaggedAddresses is a map of {{Address, Port}}"
+    );
+    assert!(
+        broken("/Checks/0/Definition/Interval", json!("")),
+        "an empty ReadableDuration"
+    );
     let mut missing = good.clone();
     missing["Node"].as_object_mut().unwrap().remove("Meta");
-    assert!(serde_json::from_value::<ServiceEntry>(missing).is_err(), "a missing map");
+    assert!(
+        serde_json::from_value::<ServiceEntry>(missing).is_err(),
+        "a missing map"
+    );
 }
