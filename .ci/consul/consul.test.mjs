@@ -11,7 +11,8 @@ import { execFileSync } from "node:child_process";
 import { createRequire } from "node:module";
 
 const require = createRequire(import.meta.url);
-const { Consul } = require(process.env.MUSTER_NPM_CONSUL ?? "consul");
+// The package exports the class itself (`module.exports = Consul`).
+const Consul = require(process.env.MUSTER_NPM_CONSUL ?? "consul");
 
 const env = process.env;
 const HOST = env.MUSTER_CONSUL_HOST ?? "127.0.0.1";

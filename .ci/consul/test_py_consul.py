@@ -8,7 +8,7 @@ Run by .ci/consul.sh, which starts the servers and sets:
   MUSTER_AUTH_CONSUL_PORT                  the Consul listener of a server with auth on
   MUSTER_OPERATOR_TOKEN, MUSTER_DENIED_TOKEN   a token with every right, one with none here
 By hand: start the servers the same way, export those, run
-`python -m unittest -v .ci/consul/test_py_consul.py`.
+`python .ci/consul/test_py_consul.py`.
 
 Every wait is a bounded poll; a failure says what the server last answered.
 """
@@ -51,6 +51,13 @@ def poll(probe, what, timeout=STATE_TIMEOUT):
     raise AssertionError(f"{what}: not within {timeout} s; the server last answered {json.dumps(last, default=str)}")
 
 
+def accepted(result, what="this write"):
+    """py-consul's boolean calls answer False on a 404 (no such route) instead of raising."""
+    if result is not True:
+        raise AssertionError(f"{what}: the server refused it (py-consul got {result!r}: a 404, no such route or id)")
+    return result
+
+
 def entry(nodes, service_id):
     return next((n for n in nodes if n["Service"]["ID"] == service_id), None)
 
@@ -62,8 +69,7 @@ def check_status(node, check_id):
 class PyConsulAgainstMuster(unittest.TestCase):
     def test_a_ttl_check_passed_is_listed_as_passing(self):
         c = client()
-        self.assertTrue(
-            c.agent.service.register(
+        accepted(c.agent.service.register(
                 "py-web", service_id="py-web-1", address="127.0.0.1", port=8080, tags=["v1"],
                 meta={"team": "edge"}, check=consul.Check.ttl("30s"),
             )
@@ -72,7 +78,7 @@ class PyConsulAgainstMuster(unittest.TestCase):
         # A TTL check starts critical (Consul's default): not passing before its first pass.
         _, before = c.health.service("py-web", passing=True)
         self.assertIsNone(entry(before, "py-web-1"), f"listed as passing before any pass: {before}")
-        self.assertTrue(c.agent.check.ttl_pass("service:py-web-1", notes="warmed up"))
+        accepted(c.agent.check.ttl_pass("service:py-web-1", notes="warmed up"))
 
         def listed():
             _, nodes = c.health.service("py-web", passing=True)
@@ -87,12 +93,12 @@ class PyConsulAgainstMuster(unittest.TestCase):
         self.assertEqual(node["Service"]["Meta"].get("team"), "edge")
         self.assertEqual(check_status(node, "service:py-web-1"), "passing", node["Checks"])
         self.assertEqual(check_status(node, "serfHealth"), "passing", node["Checks"])
-        self.assertTrue(c.agent.service.deregister("py-web-1"))
+        accepted(c.agent.service.deregister("py-web-1"))
         poll(lambda: (entry(c.health.service("py-web")[1], "py-web-1") is None, None), "py-web-1 deregistered")
 
     def test_a_blocking_query_waits_out_its_wait_when_nothing_changes_and_wakes_on_a_register(self):
         c = client()
-        self.assertTrue(c.agent.service.register("py-block", service_id="py-block-1", port=9000))
+        accepted(c.agent.service.register("py-block", service_id="py-block-1", port=9000))
         poll(lambda: (entry(c.health.service("py-block")[1], "py-block-1") is not None, None), "py-block-1 listed")
         index, _ = c.health.service("py-block")
         self.assertGreaterEqual(int(index), 1)
@@ -118,7 +124,7 @@ class PyConsulAgainstMuster(unittest.TestCase):
         waiter = threading.Thread(target=blocked, daemon=True)
         waiter.start()
         time.sleep(0.3)
-        self.assertTrue(client().agent.service.register("py-block", service_id="py-block-2", port=9001))
+        accepted(client().agent.service.register("py-block", service_id="py-block-2", port=9001))
         waiter.join(timeout=10)
         self.assertFalse(waiter.is_alive(), "the blocking query did not wake within 10 s of a register (wait 60 s)")
         new_index, nodes = result["reply"]
@@ -129,8 +135,8 @@ class PyConsulAgainstMuster(unittest.TestCase):
         c = client()
         check = consul.Check.ttl("1s")
         check["DeregisterCriticalServiceAfter"] = "2s"
-        self.assertTrue(c.agent.service.register("py-ttl", service_id="py-ttl-1", port=9100, check=check))
-        self.assertTrue(c.agent.check.ttl_pass("service:py-ttl-1"))
+        accepted(c.agent.service.register("py-ttl", service_id="py-ttl-1", port=9100, check=check))
+        accepted(c.agent.check.ttl_pass("service:py-ttl-1"))
         poll(lambda: (entry(c.health.service("py-ttl", passing=True)[1], "py-ttl-1") is not None, None), "py-ttl-1 passing")
 
         def critical():
@@ -149,8 +155,8 @@ class PyConsulAgainstMuster(unittest.TestCase):
 
     def test_a_muster_drain_shows_as_maintenance(self):
         c = client()
-        self.assertTrue(c.agent.service.register("py-drain", service_id="py-drain-1", port=9200, check=consul.Check.ttl("30s")))
-        self.assertTrue(c.agent.check.ttl_pass("service:py-drain-1"))
+        accepted(c.agent.service.register("py-drain", service_id="py-drain-1", port=9200, check=consul.Check.ttl("30s")))
+        accepted(c.agent.check.ttl_pass("service:py-drain-1"))
         poll(lambda: (entry(c.health.service("py-drain", passing=True)[1], "py-drain-1") is not None, None), "py-drain-1 passing")
         with urllib.request.urlopen(f"{HTTP}/v1/registry/{TENANT}/{NAMESPACE}/py-drain", timeout=10) as reply:
             snapshot = json.load(reply)
@@ -172,9 +178,9 @@ class PyConsulAgainstMuster(unittest.TestCase):
 
     def test_consul_maintenance_mode_toggles(self):
         c = client()
-        self.assertTrue(c.agent.service.register("py-maint", service_id="py-maint-1", port=9300))
+        accepted(c.agent.service.register("py-maint", service_id="py-maint-1", port=9300))
         poll(lambda: (entry(c.health.service("py-maint", passing=True)[1], "py-maint-1") is not None, None), "py-maint-1 passing")
-        self.assertTrue(c.agent.service.maintenance("py-maint-1", True, reason="upgrade"))
+        accepted(c.agent.service.maintenance("py-maint-1", True, reason="upgrade"))
 
         def in_maintenance(wanted):
             def probe():
@@ -185,7 +191,7 @@ class PyConsulAgainstMuster(unittest.TestCase):
             return probe
 
         poll(in_maintenance(True), "py-maint-1 in maintenance")
-        self.assertTrue(c.agent.service.maintenance("py-maint-1", False))
+        accepted(c.agent.service.maintenance("py-maint-1", False))
         poll(in_maintenance(False), "py-maint-1 out of maintenance")
         poll(lambda: (entry(c.health.service("py-maint", passing=True)[1], "py-maint-1") is not None, None), "py-maint-1 passing again")
 
@@ -198,7 +204,7 @@ class PyConsulAgainstMuster(unittest.TestCase):
         _, nodes = operator.health.service("py-secret")
         self.assertEqual(nodes, [], "a refused registration left an instance behind")
         # The same registration with rights succeeds: the 403 was about the token.
-        self.assertTrue(operator.agent.service.register("py-secret", service_id="py-secret-1", port=9400))
+        accepted(operator.agent.service.register("py-secret", service_id="py-secret-1", port=9400))
         poll(lambda: (entry(operator.health.service("py-secret")[1], "py-secret-1") is not None, None), "py-secret-1 listed")
 
 
