@@ -44,6 +44,8 @@ pub(crate) struct Registration {
     pub(crate) meta: BTreeMap<String, String>,
     /// `Weights.Passing`.
     pub(crate) weight: Option<u32>,
+    /// `Weights.Warning`.
+    pub(crate) warning_weight: Option<u32>,
     /// `Check` followed by `Checks`.
     pub(crate) checks: Vec<CheckDefinition>,
     /// `Namespace` (Consul Enterprise): a Muster namespace.
@@ -272,15 +274,18 @@ pub(crate) fn registration(body: &[u8]) -> Result<Registration, BodyError> {
             u16::try_from(port).map_err(|_| BodyError(format!("Invalid service port {port}: must be 1 to 65535")))?,
         ),
     };
-    let weight = match service.get("Weights") {
-        None => None,
+    let (weight, warning_weight) = match service.get("Weights") {
+        None => (None, None),
         Some(weights) => {
             let weights = Fields::of("Weights".into(), weights)?;
+            let warning = weights
+                .unsigned("Warning")?
+                .map(|w| u32::try_from(w).unwrap_or(u32::MAX));
             match weights.unsigned("Passing")? {
                 None | Some(0) => {
                     return Err(BodyError("Invalid Weights: Passing must be greater than 0".into()));
                 }
-                Some(passing) => Some(u32::try_from(passing).unwrap_or(u32::MAX)),
+                Some(passing) => (Some(u32::try_from(passing).unwrap_or(u32::MAX)), warning),
             }
         }
     };
@@ -308,6 +313,7 @@ pub(crate) fn registration(body: &[u8]) -> Result<Registration, BodyError> {
         port,
         meta: service.string_map("Meta")?,
         weight,
+        warning_weight,
         checks,
         namespace: service.text("Namespace")?,
         partition: service.text("Partition")?,

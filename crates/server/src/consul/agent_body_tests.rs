@@ -112,14 +112,26 @@ fn bad_bodies_are_refused_with_a_message_naming_the_field() {
         (br#"{"Name": "a", "Port": 70000}"#, "Invalid service port 70000"),
         (br#"{"Name": "a", "Port": -1}"#, "Port must be a non-negative integer"),
         (br#"{"Name": "a", "Tags": "v1"}"#, "Tags must be a list of strings"),
-        (br#"{"Name": "a", "Weights": {"Passing": 0}}"#, "Passing must be greater than 0"),
-        (br#"{"Name": "a", "Check": {"TTL": "ten"}}"#, "Check.TTL: invalid duration"),
-        (br#"{"Name": "a", "Check": {"Interval": "10s"}}"#, "needs one of TTL, HTTP, TCP or GRPC"),
+        (
+            br#"{"Name": "a", "Weights": {"Passing": 0}}"#,
+            "Passing must be greater than 0",
+        ),
+        (
+            br#"{"Name": "a", "Check": {"TTL": "ten"}}"#,
+            "Check.TTL: invalid duration",
+        ),
+        (
+            br#"{"Name": "a", "Check": {"Interval": "10s"}}"#,
+            "needs one of TTL, HTTP, TCP or GRPC",
+        ),
         (
             br#"{"Name": "a", "Checks": [{"TTL": "1s"}, {"args": ["/bin/true"], "interval": "1s"}]}"#,
             "Checks[1]: script checks are not supported",
         ),
-        (br#"{"Name": "a", "Check": {"HTTP": "http://1.2.3.4:1/", "Method": "POST"}}"#, "GET, not POST"),
+        (
+            br#"{"Name": "a", "Check": {"HTTP": "http://1.2.3.4:1/", "Method": "POST"}}"#,
+            "GET, not POST",
+        ),
         (br#"{"Name": "a", "Kind": "connect-proxy"}"#, "Invalid service kind"),
     ];
     for (body, want) in cases {

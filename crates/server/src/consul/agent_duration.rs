@@ -106,7 +106,7 @@ mod tests {
         for (text, why) in [
             ("", "empty"),
             ("10", "missing unit"),
-            ("s", "missing unit"),
+            ("s", "malformed"),
             ("10x", "unknown unit"),
             ("1d", "unknown unit"),
             ("1..5s", "malformed"),

@@ -44,9 +44,19 @@
 //!
 //! # Layout
 //! - `config`: `[consul]`; `error`: plain-text errors; `token`: the caller; `status`: the
-//!   state mapping; `stats`: blocking-query counters; `agent`: the agent routes.
+//!   state mapping; `stats`: blocking-query counters; `agent`: the agent routes (writes, and
+//!   the server-assigned incarnations), `agent_read` (the agent's own view), `agent_body`
+//!   (case-insensitive body decoding), `agent_duration` (Go duration strings), `agent_map`
+//!   (a registration as an endpoint: the label convention, check ids), `agent_lookup`
+//!   (service and check IDs to endpoints), `agent_reap` (`DeregisterCriticalServiceAfter`).
 
 mod agent;
+mod agent_body;
+mod agent_duration;
+mod agent_lookup;
+mod agent_map;
+mod agent_read;
+mod agent_reap;
 pub(crate) mod config;
 pub(crate) mod error;
 pub(crate) mod stats;
@@ -87,6 +97,8 @@ pub(crate) struct ConsulView {
 /// API's (its Origin and Host checks apply, not its JSON-only bodies: Consul clients send
 /// bodies without a content type).
 pub(crate) fn router(app: Arc<App>, view: Arc<ConsulView>, guard: RequestGuard, max_body_bytes: usize) -> Router {
+    // `DeregisterCriticalServiceAfter` (`agent_reap`): acts on the leader, ends with the server.
+    tokio::spawn(agent_reap::run(Arc::clone(&app)));
     Router::new()
         .merge(agent::routes())
         .fallback(no_route)

@@ -1,0 +1,132 @@
+//! Finding what an agent request names: the placement (`?partition=`, `?ns=`), the endpoint
+//! of a service ID, the endpoint and check of a check ID.
+//!
+//! A Consul agent keys services by ID alone; Muster keys endpoints by service and instance.
+//! The instance of an ID is a pure function of it ([`instance_of`]), so finding it asks each
+//! service of the namespace for that instance: O(services) lookups, no scan of endpoints. A
+//! check ID of Consul's default form (`service:<ID>[:<n>]`) is found the same way; a custom
+//! `CheckID` is looked for among the namespace's endpoints, O(endpoints).
+
+use std::sync::Arc;
+
+use muster_core::{Endpoint, InstanceId, NamespaceKey, ServiceKey};
+use muster_registry::Registry;
+
+use super::ConsulView;
+use super::agent_map::{Placement, check_ids, instance_of};
+use super::error::ConsulError;
+
+/// Where a request lands and whether its query chose it: `(tenant named, namespace named)`.
+pub(crate) fn placement(view: &ConsulView, query: &[(String, String)]) -> (Placement, (bool, bool)) {
+    let named = |name: &str| {
+        query
+            .iter()
+            .find(|(k, v)| k == name && !v.is_empty())
+            .map(|(_, v)| v.clone())
+    };
+    let tenant = named("partition");
+    let namespace = named("ns");
+    let chosen = (tenant.is_some(), namespace.is_some());
+    (
+        Placement {
+            tenant: tenant.unwrap_or_else(|| view.tenant.to_string()),
+            namespace: namespace.unwrap_or_else(|| view.namespace.to_string()),
+        },
+        chosen,
+    )
+}
+
+/// The namespace a placement names; `None` when its names are no Muster names (nothing can
+/// be registered there, so nothing is found).
+pub(crate) fn namespace_of(place: &Placement) -> Option<NamespaceKey> {
+    NamespaceKey::new(&place.tenant, &place.namespace).ok()
+}
+
+/// An endpoint an agent request found, with its service.
+#[derive(Debug, Clone)]
+pub(crate) struct Found {
+    /// The service.
+    pub(crate) key: ServiceKey,
+    /// The record.
+    pub(crate) endpoint: Arc<Endpoint>,
+}
+
+/// Consul's 404 for a service ID it does not hold.
+pub(crate) fn unknown_service(id: &str) -> ConsulError {
+    ConsulError::not_found(format!(
+        "Unknown service ID {id:?}. Ensure that the service ID is passed, not the service name."
+    ))
+}
+
+/// Consul's 404 for a check ID it does not hold.
+pub(crate) fn unknown_check(id: &str) -> ConsulError {
+    ConsulError::not_found(format!(
+        "Unknown check ID {id:?}. Ensure that the check ID is passed, not the check name."
+    ))
+}
+
+/// Every endpoint of `namespace` whose instance is `instance`, by service.
+fn with_instance(registry: &Registry, namespace: &NamespaceKey, instance: &InstanceId) -> Vec<Found> {
+    registry
+        .services(namespace)
+        .into_iter()
+        .filter_map(|snapshot| {
+            snapshot.get(instance).map(|endpoint| Found {
+                key: snapshot.key().clone(),
+                endpoint: Arc::clone(endpoint),
+            })
+        })
+        .collect()
+}
+
+/// The endpoint of service ID `id` in `place`.
+pub(crate) fn service(registry: &Registry, place: &Placement, id: &str) -> Result<Found, ConsulError> {
+    let namespace = namespace_of(place).ok_or_else(|| unknown_service(id))?;
+    let (instance, _) = instance_of(id).map_err(|_| unknown_service(id))?;
+    let mut found = with_instance(registry, &namespace, &instance);
+    match found.len() {
+        0 => Err(unknown_service(id)),
+        1 => Ok(found.remove(0)),
+        _ => Err(ConsulError::bad_request(format!(
+            "Service ID {id:?} names instances of several services ({}): Muster keys instances per \
+             service, a Consul agent per ID; use the native API, or give each instance an ID of its own",
+            found
+                .iter()
+                .map(|f| f.key.service.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// The endpoint holding check `check_id` in `place`, and the check's index.
+pub(crate) fn check(registry: &Registry, place: &Placement, check_id: &str) -> Result<(Found, usize), ConsulError> {
+    let namespace = namespace_of(place).ok_or_else(|| unknown_check(check_id))?;
+    let index_of = |found: &Found| check_ids(&found.endpoint).iter().position(|id| id == check_id);
+    // The default form first: the instance follows from the ID.
+    if let Some(rest) = check_id.strip_prefix("service:") {
+        let ids = [Some(rest), rest.rsplit_once(':').map(|(id, _)| id)];
+        for id in ids.into_iter().flatten() {
+            let Ok((instance, _)) = instance_of(id) else {
+                continue;
+            };
+            for found in with_instance(registry, &namespace, &instance) {
+                if let Some(index) = index_of(&found) {
+                    return Ok((found, index));
+                }
+            }
+        }
+    }
+    for snapshot in registry.services(&namespace) {
+        for endpoint in snapshot.iter().filter(|e| !e.checks.is_empty()) {
+            let found = Found {
+                key: snapshot.key().clone(),
+                endpoint: Arc::clone(endpoint),
+            };
+            if let Some(index) = index_of(&found) {
+                return Ok((found, index));
+            }
+        }
+    }
+    Err(unknown_check(check_id))
+}

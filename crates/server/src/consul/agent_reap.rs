@@ -1,0 +1,116 @@
+//! `DeregisterCriticalServiceAfter`: an endpoint registered through the agent API with it is
+//! deregistered once it has been critical that long (SPEC E1; Consul's agent "reaper").
+//!
+//! ```text
+//!  every REAP_EVERY, on the leader only:
+//!    registry ──due(now)──▶ endpoints labelled consul.deregister-critical-after-ms whose state is
+//!                           critical (starting, not_serving, unknown) since observation.at_ms + after
+//!             ──▶ Deregister { that incarnation, expected_revision: the record's revision }
+//! ```
+//!
+//! The threshold is committed with the record (a label, [`DEREGISTER_AFTER_LABEL`]) and the
+//! moment the state was set is the record's committed observation time, so whichever node
+//! leads finds the same removals: nothing is kept in memory, and a leader change neither
+//! loses nor repeats one (a repeat is refused by its compare-and-swap and changes nothing).
+//! The compare-and-swap also means a removal never races a pass: a record that changed since
+//! it was read (a TTL pass, a re-registration's new incarnation) is not removed.
+//!
+//! # What differs from Consul
+//! - "Critical since" is since the serving state last changed. A TTL check registered
+//!   `starting` that then times out moves to `not_serving`; the clock starts again there, so
+//!   the removal can come up to one TTL later than Consul's.
+//! - A draining endpoint (Consul's maintenance) is not critical here and is never reaped.
+//! - No brake (SPEC H5) is asked: a reaped endpoint is already out of routing, so removing its
+//!   record takes no capacity away; the checker asked the brakes when it left routing.
+//! - Consul's reaper runs every 30 s and refuses thresholds under a minute; this one accepts
+//!   any threshold and looks every second.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use muster_core::{Actor, Principal};
+use muster_registry::{Deregister, Registry, Target};
+
+use super::agent_map::{DEREGISTER_AFTER_LABEL, deregister_after};
+use super::status::{CheckStatus, check_status};
+use crate::app::App;
+
+/// How often the leader looks: 1 s, so a removal is at most a second late; one look reads
+/// every record's labels, well under a millisecond per 10,000 endpoints.
+pub(crate) const REAP_EVERY: Duration = Duration::from_secs(1);
+
+/// The principal the reaper's deregistrations are recorded under (SPEC S4, H4).
+pub(crate) const REAPER_PRINCIPAL: &str = "consul-agent-reaper";
+
+/// The deregistrations due at `now_unix_ms`: endpoints critical for longer than their
+/// `DeregisterCriticalServiceAfter`.
+pub(crate) fn due(registry: &Registry, now_unix_ms: u64) -> Vec<Deregister> {
+    let mut due = Vec::new();
+    for snapshot in registry.all_services() {
+        for endpoint in snapshot.iter() {
+            if check_status(endpoint.serving) != CheckStatus::Critical {
+                continue;
+            }
+            let Some(after) = deregister_after(endpoint) else {
+                continue;
+            };
+            let after_ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+            if endpoint.observation.at_ms.saturating_add(after_ms) > now_unix_ms {
+                continue;
+            }
+            due.push(Deregister {
+                target: Target {
+                    key: snapshot.key().clone(),
+                    instance: endpoint.instance.clone(),
+                    incarnation: endpoint.incarnation,
+                },
+                expected_revision: Some(endpoint.revision),
+            });
+        }
+    }
+    due
+}
+
+/// The reaper: runs until the server stops, acting only while this node leads.
+pub(crate) async fn run(app: Arc<App>) {
+    let principal = Principal::new(REAPER_PRINCIPAL).expect("a valid principal");
+    let mut stopping = app.stopping();
+    let mut ticks = tokio::time::interval(REAP_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = stopping.changed() => return,
+        }
+        if *stopping.borrow() {
+            return;
+        }
+        if !app.is_ready() || !app.node.is_leader() {
+            continue;
+        }
+        let now = app.clock.unix_now_ms();
+        for removal in app.node.read(|registry| due(registry, now)) {
+            let target = removal.target.clone();
+            let meta = app.meta_as(Actor::Owner, &principal);
+            match app.propose(removal.into(), meta).await {
+                Ok(applied) => tracing::info!(
+                    tenant = %target.key.tenant,
+                    namespace = %target.key.namespace,
+                    service = %target.key.service,
+                    instance = %target.instance,
+                    incarnation = target.incarnation.0,
+                    revision = applied.revision.0,
+                    label = DEREGISTER_AFTER_LABEL,
+                    "critical longer than DeregisterCriticalServiceAfter: deregistered"
+                ),
+                // Changed since it was read (a pass, a re-registration): not due any more.
+                Err(error) => tracing::debug!(
+                    service = %target.key,
+                    instance = %target.instance,
+                    error = %error.message,
+                    "reaping skipped"
+                ),
+            }
+        }
+    }
+}
