@@ -26,7 +26,9 @@ use crate::audit::AuditLog;
 use crate::auth::TokenWatch;
 use crate::clock::ServerClock;
 use crate::consul::ConsulView;
+use crate::consul::blocking::Jitter;
 use crate::consul::stats::ConsulCounts;
+use crate::consul::waiters::Waiters;
 use crate::dns::DnsFeed;
 use crate::forward::ClusterLink;
 use crate::guard::RequestGuard;
@@ -154,6 +156,20 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         let join = Arc::new(JoinKey::new(c.node_id, advertised, &c.secret));
         ClusterLink::new(c.members.clone(), c.secret.clone(), join, c.tls.clone())
     });
+    // The Consul API's blocking queries wake on the apply path, each on its own service
+    // (`consul::waiters`).
+    let consul_waiters = Arc::new(Waiters::default());
+    let mut observers: Vec<Arc<dyn muster_consensus::ApplyObserver>> = vec![
+        Arc::new(DnsFeed::new(Arc::clone(&dns_zone))),
+        hub.clone(),
+        leader_feed,
+        Arc::new(PolicyWatch::new(config.registry.clone())),
+        Arc::clone(&audit) as Arc<dyn muster_consensus::ApplyObserver>,
+        Arc::new(token_watch),
+    ];
+    if config.consul.enabled {
+        observers.push(Arc::clone(&consul_waiters) as Arc<dyn muster_consensus::ApplyObserver>);
+    }
     let node = Node::open(
         NodeConfig {
             registry: config.registry.clone(),
@@ -161,14 +177,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             cluster,
             ..NodeConfig::new(config.data_dir.clone())
         },
-        Arc::new(Observers(vec![
-            Arc::new(DnsFeed::new(Arc::clone(&dns_zone))),
-            hub.clone(),
-            leader_feed,
-            Arc::new(PolicyWatch::new(config.registry.clone())),
-            Arc::clone(&audit) as Arc<dyn muster_consensus::ApplyObserver>,
-            Arc::new(token_watch),
-        ])),
+        Arc::new(Observers(observers)),
     )
     .await?;
     let listener = match TcpListener::bind(config.http).await {
@@ -256,7 +265,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             namespace: config.consul.namespace.clone(),
             datacenter: config.consul.datacenter.clone(),
             node: config.consul.node_name(config.node_id),
+            node_id: format!("00000000-0000-0000-0000-{:012x}", config.node_id),
             node_address: config.consul.node_address(addr),
+            port: addr.port(),
+            waiters: Arc::clone(&consul_waiters),
+            jitter: Jitter::new(app.clock.unix_now_ms()),
         });
         let router = consul::router(Arc::clone(&app), view, guard, config.max_body_bytes);
         let (stop_accepting, stop_rx) = oneshot::channel::<()>();

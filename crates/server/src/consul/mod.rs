@@ -57,41 +57,34 @@ mod agent_lookup;
 mod agent_map;
 mod agent_read;
 mod agent_reap;
+pub(crate) mod blocking;
+mod catalog;
 pub(crate) mod config;
 pub(crate) mod error;
+mod health;
+mod kv;
+mod raft_status;
+mod shape;
 pub(crate) mod stats;
 pub(crate) mod status;
 pub(crate) mod token;
+mod view;
+pub(crate) mod waiters;
 
-use std::net::IpAddr;
+pub(crate) use view::ConsulView;
+
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use axum::{Extension, Router};
-use muster_core::Label;
 
 use self::error::ConsulError;
 use crate::app::App;
 use crate::guard::{BodyReadTimeout, RequestGuard};
-
-/// What every Consul handler needs besides the [`App`]: which part of the registry the
-/// listener shows and how it names itself. Handlers take it as `Extension<Arc<ConsulView>>`.
-#[derive(Debug)]
-pub(crate) struct ConsulView {
-    /// The tenant requests read and write without `?partition=`.
-    pub(crate) tenant: Label,
-    /// The namespace requests read and write without `?ns=`.
-    pub(crate) namespace: Label,
-    /// The datacenter name.
-    pub(crate) datacenter: String,
-    /// The node name.
-    pub(crate) node: String,
-    /// The node's address.
-    pub(crate) node_address: IpAddr,
-}
 
 /// The Consul-compatible API's routes over `app`, shown as `view`; `guard` is the native
 /// API's (its Origin and Host checks apply, not its JSON-only bodies: Consul clients send
@@ -101,6 +94,14 @@ pub(crate) fn router(app: Arc<App>, view: Arc<ConsulView>, guard: RequestGuard, 
     tokio::spawn(agent_reap::run(Arc::clone(&app)));
     Router::new()
         .merge(agent::routes())
+        .route("/v1/catalog/services", get(catalog::services))
+        .route("/v1/catalog/service/{name}", get(catalog::service))
+        .route("/v1/health/service/{name}", get(health::service))
+        .route("/v1/health/checks/{name}", get(health::checks))
+        .route("/v1/health/state/{state}", get(health::state))
+        .route("/v1/status/leader", get(raft_status::leader))
+        .route("/v1/status/peers", get(raft_status::peers))
+        .route("/v1/kv/{*key}", get(kv::get).put(kv::write).delete(kv::write))
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(Extension(view))

@@ -20,7 +20,8 @@
 use muster_core::ServingState;
 
 /// A Consul check's status, as the `api` package spells it (`api.HealthPassing`, ...).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub(crate) enum CheckStatus {
     /// Healthy.
     Passing,
@@ -53,13 +54,13 @@ pub(crate) enum StateFilter {
 impl StateFilter {
     /// `any`, `passing`, `warning` or `critical` (what Consul accepts); `None` otherwise.
     pub(crate) fn parse(text: &str) -> Option<StateFilter> {
-        Some(match text {
-            "any" => StateFilter::Any,
-            "passing" => StateFilter::Only(CheckStatus::Passing),
-            "warning" => StateFilter::Only(CheckStatus::Warning),
-            "critical" => StateFilter::Only(CheckStatus::Critical),
-            _ => return None,
-        })
+        if text == "any" {
+            return Some(StateFilter::Any);
+        }
+        [CheckStatus::Passing, CheckStatus::Warning, CheckStatus::Critical]
+            .into_iter()
+            .find(|status| status.as_str() == text)
+            .map(StateFilter::Only)
     }
 
     /// Whether a check in `status` is answered.
@@ -81,6 +82,10 @@ pub(crate) const SERF_HEALTH_OUTPUT: &str = "Agent alive and reachable";
 pub(crate) const MAINTENANCE_PREFIX: &str = "_service_maintenance:";
 /// The maintenance check's name, as a Consul agent names it.
 pub(crate) const MAINTENANCE_NAME: &str = "Service Maintenance Mode";
+/// The maintenance check's notes when the drain gave no reason (Consul's
+/// `defaultServiceMaintReason`).
+pub(crate) const DEFAULT_MAINTENANCE_NOTES: &str =
+    "Maintenance mode is enabled for this service, but no reason was provided. This is a default message.";
 
 /// The status of an endpoint's own checks in `state`.
 pub(crate) fn check_status(state: ServingState) -> CheckStatus {
@@ -101,16 +106,6 @@ pub(crate) fn maintenance_check_id(id: &str) -> String {
     format!("{MAINTENANCE_PREFIX}{id}")
 }
 
-/// The status a client aggregating every check of an endpoint arrives at (as the `api`
-/// package's `HealthChecks.AggregatedStatus` does, maintenance aside): the worst one.
-pub(crate) fn aggregate(state: ServingState) -> CheckStatus {
-    if in_maintenance(state) {
-        CheckStatus::Critical
-    } else {
-        check_status(state)
-    }
-}
-
 /// The id of an endpoint's `n`-th check (0-based) of `count`: `service:<id>` for one,
 /// `service:<id>:<n+1>` for several, as a Consul agent numbers the `Checks` of a
 /// registration.
@@ -129,42 +124,16 @@ mod tests {
     #[test]
     fn ready_is_passing_degraded_warning_and_everything_else_critical() {
         let cases = [
-            (ServingState::Ready, CheckStatus::Passing, false, CheckStatus::Passing),
-            (
-                ServingState::Degraded,
-                CheckStatus::Warning,
-                false,
-                CheckStatus::Warning,
-            ),
-            (
-                ServingState::Draining,
-                CheckStatus::Passing,
-                true,
-                CheckStatus::Critical,
-            ),
-            (
-                ServingState::Starting,
-                CheckStatus::Critical,
-                false,
-                CheckStatus::Critical,
-            ),
-            (
-                ServingState::NotServing,
-                CheckStatus::Critical,
-                false,
-                CheckStatus::Critical,
-            ),
-            (
-                ServingState::Unknown,
-                CheckStatus::Critical,
-                false,
-                CheckStatus::Critical,
-            ),
+            (ServingState::Ready, CheckStatus::Passing, false),
+            (ServingState::Degraded, CheckStatus::Warning, false),
+            (ServingState::Draining, CheckStatus::Passing, true),
+            (ServingState::Starting, CheckStatus::Critical, false),
+            (ServingState::NotServing, CheckStatus::Critical, false),
+            (ServingState::Unknown, CheckStatus::Critical, false),
         ];
-        for (state, own, maintenance, overall) in cases {
+        for (state, own, maintenance) in cases {
             assert_eq!(check_status(state), own, "{state:?}");
             assert_eq!(in_maintenance(state), maintenance, "{state:?}");
-            assert_eq!(aggregate(state), overall, "{state:?}");
         }
     }
 
