@@ -308,7 +308,7 @@ async fn bad_registrations_are_400_in_plain_text_and_change_nothing() {
     let before = server.revision().await;
     let five_checks = format!(
         r#"{{"Name": "web", "Address": "10.0.0.5", "Checks": [{}]}}"#,
-        vec![r#"{"TTL": "10s"}"#; 5].join(",")
+        [r#"{"TTL": "10s"}"#; 5].join(",")
     );
     for (body, want) in [
         ("{not json", "Request decode failed"),
