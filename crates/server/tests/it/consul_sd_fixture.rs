@@ -462,14 +462,8 @@ async fn prometheus_consul_sd_request_sequence_decodes_with_go_types() {
         !blocked_catalog.is_finished(),
         "the catalog query returned with nothing changed"
     );
-    fixture.register("web", "web-2", "10.0.0.2", 8080).await;
-    let (entries, meta) = woken(blocked_health, "health/service/web").await;
-    assert!(
-        meta.last_index > health_meta.last_index,
-        "{meta:?} after {health_meta:?}"
-    );
-    assert_eq!(entries.len(), 2, "{entries:?}");
-
+    // A new service wakes the catalog query (any change in the namespace may: its index is
+    // the namespace's), then a second instance of web wakes web's query.
     fixture.register("db", "db-1", "10.0.0.3", 5432).await;
     let (services, meta) = woken(blocked_catalog, "catalog/services").await;
     assert!(
@@ -480,6 +474,13 @@ async fn prometheus_consul_sd_request_sequence_decodes_with_go_types() {
         services.contains_key("db") && services.contains_key("web"),
         "{services:?}"
     );
+    fixture.register("web", "web-2", "10.0.0.2", 8080).await;
+    let (entries, meta) = woken(blocked_health, "health/service/web").await;
+    assert!(
+        meta.last_index > health_meta.last_index,
+        "{meta:?} after {health_meta:?}"
+    );
+    assert_eq!(entries.len(), 2, "{entries:?}");
 }
 
 // A change elsewhere must not move a service's index: Prometheus compares the index with
