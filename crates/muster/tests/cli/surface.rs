@@ -59,6 +59,41 @@ fn serve_takes_data_dir_http_dns_and_config() {
 }
 
 #[test]
+fn serve_takes_a_consul_address_or_off_and_the_config_follows() {
+    use muster_cli::args::ConsulListen;
+    let serve = |line: &str| match parse(line).unwrap().command {
+        Command::Serve(args) => args,
+        _ => panic!("not serve"),
+    };
+    let at = serve("muster serve --consul 127.0.0.1:18500");
+    assert_eq!(at.consul, Some(ConsulListen::At("127.0.0.1:18500".parse().unwrap())));
+    let config = muster_cli::serve::load_config(&at).unwrap();
+    assert!(config.consul.enabled);
+    assert_eq!(config.consul.addr.to_string(), "127.0.0.1:18500");
+
+    let off = serve("muster serve --consul off");
+    assert_eq!(off.consul, Some(ConsulListen::Off));
+    assert!(!muster_cli::serve::load_config(&off).unwrap().consul.enabled);
+
+    let default = muster_cli::serve::load_config(&serve("muster serve")).unwrap();
+    assert!(default.consul.enabled, "on by default");
+    assert_eq!(default.consul.addr.to_string(), "127.0.0.1:8500");
+    assert!(parse("muster serve --consul nowhere").is_err());
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("muster.toml");
+    std::fs::write(
+        &file,
+        "[consul]\nenabled = false\ndatacenter = \"eu-west\"\nnode = \"edge-1\"\n",
+    )
+    .unwrap();
+    let from_file = muster_cli::serve::read_config(&file).unwrap();
+    assert!(!from_file.consul.enabled);
+    assert_eq!(from_file.consul.datacenter, "eu-west");
+    assert_eq!(from_file.consul.node.as_deref(), Some("edge-1"));
+}
+
+#[test]
 fn register_takes_the_whole_surface_and_builds_the_spec() {
     let cli = parse(
         "muster register prod/api api-0 --addr 10.0.0.1:8080 --addr [fd00::1]:8080 --port-name http \

@@ -22,7 +22,6 @@
 //!   `X-Consul-LastContact` (ms since this node heard from its leader; 0 on the leader) and
 //!   `X-Consul-Effective-Consistency`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::FromRequestParts;
@@ -62,11 +61,6 @@ const CONSISTENCY_HEADER: &str = "x-consul-effective-consistency";
 pub(crate) struct Params(Vec<(String, String)>);
 
 impl Params {
-    /// Pairs as given.
-    pub(crate) fn new(pairs: Vec<(String, String)>) -> Params {
-        Params(pairs)
-    }
-
     /// The first value of `name`.
     pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
@@ -273,9 +267,6 @@ impl std::fmt::Debug for Jitter {
         f.write_str("Jitter")
     }
 }
-
-/// A shared handle, for the view.
-pub(crate) type SharedJitter = Arc<Jitter>;
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,7 @@
 //!      ──▶ guard (Origin, loopback Host) ──▶ token (X-Consul-Token | Bearer | ?token=) ─▶ Caller
 //!      ├─▶ agent:   register / deregister / maintenance / check updates ──▶ native commands
 //!      ├─▶ catalog, health: snapshots of the view's namespace ──▶ Go-shaped JSON (`shape`)
-//!      │            blocking (`?index=&wait=`): wakes on that service's topic only (`blocking`)
+//!      │            blocking (`?index=&wait=`): wakes on that service's changes only (`waiters`)
 //!      └─▶ status, kv: the leader, the peers; an empty key/value store
 //! ```
 //!
@@ -21,7 +21,9 @@
 //!   namespace. Names must be Muster names (DNS labels: `a-z`, `0-9`, `-`): a name that is
 //!   not one is no service of the registry (reads answer nothing, writes are refused).
 //! - A service instance is an endpoint: `ID` is its instance id (or its label `consul.id`,
-//!   see below), `Address` its first address, `Port` its first named port (0 without one).
+//!   see below), `Address` its first address, `Port` its port named `default` (a Consul
+//!   registration's), else its first port, else 0. `CreateIndex` and `ModifyIndex` are the
+//!   record's revision (Muster does not keep when an instance first appeared).
 //! - Labels carry what a Muster endpoint has no field for, reversibly:
 //!
 //!   | Consul | Muster label |
@@ -30,6 +32,10 @@
 //!   | `Meta[k]` | `k` = the value (Consul meta keys hold no `.`, so they never meet `consul.*`) |
 //!   | `ID`, when it is not the instance id | `consul.id` |
 //!   | `Weights.Warning` | `consul.weight.warning` (default 1, as Consul's) |
+//!   | `CheckID`, `Name`, `Notes` of check `n` | `consul.check.<n>.id`, `.name`, `.notes` (defaults: `service:<ID>[:<n+1>]`, `Service '<name>' check`, empty) |
+//!   | `DeregisterCriticalServiceAfter` | `consul.deregister-critical-after-ms` |
+//!
+//!   `agent_map` writes and reads them; the read routes render through it.
 //!
 //!   Every label outside `consul.*` is Meta, so an endpoint registered through the native API
 //!   shows its labels as Meta; `Weights.Passing` is the endpoint's `weight`.
@@ -38,9 +44,29 @@
 //!   and a node check `serfHealth`, passing.
 //!
 //! # What is answered
-//! Routes are in [`router`]; everything else is a 404 `404 page not found` in plain text, as
-//! Consul's own mux answers (clients quote the text; none parses an error body). Errors are
-//! plain text too ([`error`]).
+//!
+//! | route | answer |
+//! |---|---|
+//! | agent routes (`/v1/agent/...`) | see `agent` |
+//! | `GET /v1/catalog/services` | name → tags of every service with endpoints (`catalog`) |
+//! | `GET /v1/catalog/service/<name>[?tag=]` | `[CatalogService]` |
+//! | `GET /v1/health/service/<name>[?passing][&tag=]...[&near=]` | `[ServiceEntry]` (`health`) |
+//! | `GET /v1/health/checks/<name>` | `[HealthCheck]` of the service |
+//! | `GET /v1/health/state/<any\|passing\|warning\|critical>` | `[HealthCheck]` of the namespace and the node |
+//! | `GET /v1/status/leader`, `/v1/status/peers` | `"host:port"`, `["host:port", ...]` (`raft_status`) |
+//! | `GET /v1/kv/<key>` | 404, blocking as asked (`kv`); `PUT`/`DELETE` 405 |
+//!
+//! Every read takes `index`, `wait`, `stale`, `consistent` (`blocking`), `ns`, `partition`,
+//! `dc` (accepted; there is one datacenter), `node-meta` (against the node's one meta key)
+//! and a token (`token`); `near` is ignored (one node). Not supported, and refused rather
+//! than ignored: `filter` expressions (400). Not served (404): the catalog's node routes and
+//! writes (`/v1/catalog/register`, `/v1/catalog/nodes`), prepared queries, sessions, events,
+//! ACL management (tokens are managed through the native API), Connect, config entries,
+//! the operator and snapshot routes, `/v1/health/node/<node>` and `/v1/health/connect`.
+//!
+//! Everything else is a 404 `404 page not found` in plain text, as Consul's own mux answers
+//! (clients quote the text; none parses an error body). Errors are plain text too
+//! ([`error`]).
 //!
 //! # Layout
 //! - `config`: `[consul]`; `error`: plain-text errors; `token`: the caller; `status`: the
@@ -49,6 +75,9 @@
 //!   (case-insensitive body decoding), `agent_duration` (Go duration strings), `agent_map`
 //!   (a registration as an endpoint: the label convention, check ids), `agent_lookup`
 //!   (service and check IDs to endpoints), `agent_reap` (`DeregisterCriticalServiceAfter`).
+//! - `view`: [`ConsulView`], names and `ns`/`partition`; `blocking`: blocking queries and the
+//!   `X-Consul-*` headers; `waiters`: who waits on which service; `shape`: the Go-shaped
+//!   replies; `catalog`, `health`, `raft_status`, `kv`: the read routes.
 
 mod agent;
 mod agent_body;

@@ -642,3 +642,16 @@ async fn tokens_come_from_the_consul_header_a_bearer_or_the_query_and_denials_ar
     assert_eq!(unknown.text(), "ACL not found");
     assert_eq!(unknown.headers["content-type"], "text/plain; charset=utf-8");
 }
+
+#[tokio::test]
+async fn the_listener_can_be_off_and_a_public_address_needs_authentication() {
+    let off = TestServer::start_with(|config| config.consul.enabled = false).await;
+    assert_eq!(off.consul_listener(), None);
+    let dir = tempfile::tempdir().unwrap();
+    let mut public = crate::support::test_config(&dir);
+    public.consul.addr = "0.0.0.0:0".parse().unwrap();
+    let Err(muster_server::ServerError::Config(message)) = muster_server::start(public).await else {
+        panic!("a non-loopback Consul address without auth must be refused");
+    };
+    assert!(message.starts_with("consul.addr:"), "{message}");
+}

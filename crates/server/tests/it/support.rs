@@ -141,7 +141,12 @@ impl TestServer {
 
     /// Where the Consul-compatible API listens.
     pub(crate) fn consul_addr(&self) -> std::net::SocketAddr {
-        self.running().consul_addr().expect("the Consul API is enabled")
+        self.consul_listener().expect("the Consul API is enabled")
+    }
+
+    /// Where the Consul-compatible API listens, if it is on.
+    pub(crate) fn consul_listener(&self) -> Option<std::net::SocketAddr> {
+        self.running().consul_addr()
     }
 
     /// The Consul API's blocking-query counters.
