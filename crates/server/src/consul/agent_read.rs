@@ -267,6 +267,7 @@ pub(super) async fn agent_self(
         "Member": {
             "Name": view.node,
             "Addr": view.node_address.to_string(),
+            // Serf's LAN port, what a Consul agent reports here; nothing dials it.
             "Port": 8301,
             "Tags": {"dc": view.datacenter, "role": "consul", "id": uuid, "build": CONSUL_VERSION, "vsn": "2"},
             "Status": 1,

@@ -114,3 +114,72 @@ pub(crate) async fn run(app: Arc<App>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use muster_core::{Actor, Incarnation, InstanceId, Principal, ServiceKey, ServingState};
+    use muster_registry::{Command, CommandMeta, LeaseSpec, Register, RegistryConfig, SetServing};
+
+    use super::*;
+
+    fn at(at_ms: u64) -> CommandMeta {
+        CommandMeta {
+            at_ms,
+            principal: Principal::new("tester").unwrap(),
+            actor: Actor::Owner,
+        }
+    }
+
+    fn target(name: &str) -> Target {
+        Target {
+            key: ServiceKey::new("default", "default", "web").unwrap(),
+            instance: InstanceId::new(name).unwrap(),
+            incarnation: Incarnation(1),
+        }
+    }
+
+    /// `name` registered at 1,000 ms with `after` ms, then set to `state` at 2,000 ms.
+    fn registered(registry: &mut Registry, name: &str, after: Option<u64>, state: ServingState) {
+        let mut spec: muster_core::EndpointSpec =
+            serde_json::from_value(serde_json::json!({"addresses": [{"ip": "10.0.0.1"}]})).unwrap();
+        if let Some(after) = after {
+            spec.labels.insert(DEREGISTER_AFTER_LABEL.into(), after.to_string());
+        }
+        let register = Register {
+            target: target(name),
+            spec,
+            lease: LeaseSpec::None,
+            expected_revision: None,
+        };
+        registry.apply(&Command::Register(register), &at(1_000)).unwrap();
+        let set = SetServing {
+            target: target(name),
+            state,
+            reason: "test".into(),
+            expected_revision: None,
+        };
+        registry.apply(&Command::SetServing(set), &at(2_000)).unwrap();
+    }
+
+    #[test]
+    fn only_endpoints_critical_longer_than_their_threshold_are_due_each_fenced_by_its_revision() {
+        let mut registry = Registry::new(RegistryConfig::default());
+        registered(&mut registry, "critical", Some(500), ServingState::NotServing);
+        registered(&mut registry, "ready", Some(500), ServingState::Ready);
+        registered(&mut registry, "draining", Some(500), ServingState::Draining);
+        registered(&mut registry, "unlabelled", None, ServingState::NotServing);
+        registered(&mut registry, "patient", Some(60_000), ServingState::Unknown);
+        assert!(due(&registry, 2_499).is_empty(), "critical since 2,000 ms: not yet");
+        let removals = due(&registry, 2_500);
+        assert_eq!(removals.len(), 1, "{removals:?}");
+        let record = registry
+            .snapshot(&target("critical").key)
+            .unwrap()
+            .get(&target("critical").instance)
+            .cloned()
+            .unwrap();
+        assert_eq!(removals[0].target, target("critical"));
+        assert_eq!(removals[0].expected_revision, Some(record.revision));
+        assert_eq!(due(&registry, 62_000).len(), 2, "the patient one's turn comes too");
+    }
+}

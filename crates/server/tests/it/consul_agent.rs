@@ -429,3 +429,29 @@ async fn with_auth_a_token_without_service_write_gets_403_and_changes_nothing() 
         .json();
     assert_eq!(nobody, json!({}));
 }
+
+/// The py-consul and npm `consul` walk-through: register with a TTL check, pass it, and find
+/// the instance among the passing ones of the health endpoint.
+#[tokio::test]
+async fn a_registered_and_passed_instance_is_found_among_the_passing() {
+    let server = TestServer::start().await;
+    let body = r#"{"name": "web", "id": "web-1", "address": "10.0.0.5", "port": 8080,
+        "checks": [{"ttl": "30s"}]}"#;
+    put(&server, "/v1/agent/service/register", Some(body))
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(passing_web(&server).await, json!([]), "critical until its first pass");
+    put(&server, "/v1/agent/check/pass/service:web-1", None)
+        .await
+        .expect(StatusCode::OK);
+    let found = passing_web(&server).await;
+    assert_eq!(found[0]["Service"]["ID"], "web-1", "{found}");
+    assert_eq!(found[0]["Service"]["Port"], 8080);
+}
+
+async fn passing_web(server: &TestServer) -> Value {
+    consul(server, Method::GET, "/v1/health/service/web?passing=true", None, None)
+        .await
+        .expect(StatusCode::OK)
+        .json()
+}
