@@ -29,6 +29,10 @@ pub enum Workload {
     /// New TLS connections per second, each a full handshake (no session resumption) and one
     /// `GET /v1/status`. Muster over TLS only (`--tls`), which adds it to the default set.
     Handshake,
+    /// Blocking queries on the Consul-compatible API, one per service over
+    /// `--consul-services` services, one change per second: wake-ups per change against
+    /// Consul's wake-everyone model, and server CPU. Muster only; not part of the default set.
+    Consul,
 }
 
 impl Workload {
@@ -51,6 +55,7 @@ impl Workload {
             Workload::Watchers => "watchers",
             Workload::Checks => "checks",
             Workload::Handshake => "handshake",
+            Workload::Consul => "consul",
         }
     }
 }
@@ -99,7 +104,8 @@ pub struct BenchArgs {
     /// Watch streams for fanout and watchers [default: 10000; --quick: 1000].
     #[arg(long, value_name = "N")]
     pub watchers: Option<usize>,
-    /// Changes committed one at a time in fanout [default: 20; --quick: 5].
+    /// Changes committed one at a time in fanout, and one per second in consul [default: 20;
+    /// --quick: 5].
     #[arg(long, value_name = "N")]
     pub changes: Option<usize>,
     /// Pause between fanout changes, after the previous one reached every watcher.
@@ -121,6 +127,13 @@ pub struct BenchArgs {
     /// Detections measured per check kind [default: 3; --quick: 1].
     #[arg(long, value_name = "N")]
     pub detection_samples: Option<usize>,
+    /// Services of the consul workload, one blocking query waiting on each.
+    #[arg(long, value_name = "N", default_value_t = 1_000)]
+    pub consul_services: usize,
+    /// The Consul-compatible listener of the `--server`, e.g. http://127.0.0.1:8500, for the
+    /// consul workload (`--spawn` knows its own).
+    #[arg(long = "consul", value_name = "URL", requires = "server")]
+    pub consul: Option<String>,
     /// With --spawn: also start a second `muster serve` with its API over TLS (a throwaway CA
     /// made in memory), run the same workloads against it over keep-alive TLS connections
     /// (as `muster+tls+auth`: TLS and `[auth] enabled = true`, a bootstrapped token on every request), and measure the TLS handshake rate (`handshake`).
@@ -164,6 +177,8 @@ pub struct Plan {
     pub check_window: Duration,
     /// Detections per check kind.
     pub detection_samples: usize,
+    /// Services (and blocking queries) of the consul workload.
+    pub consul_services: usize,
 }
 
 /// Per-workload duration of a full run: long enough for p99 to settle over ~10^5 requests.
@@ -216,6 +231,7 @@ impl BenchArgs {
             checks: self.checks.unwrap_or(checks),
             check_window: self.check_window.unwrap_or(check_window),
             detection_samples: self.detection_samples.unwrap_or(detection_samples),
+            consul_services: self.consul_services,
         };
         for (name, value) in [
             ("--connections", plan.connections),
@@ -225,6 +241,7 @@ impl BenchArgs {
             ("--services", plan.services),
             ("--checks", plan.checks),
             ("--detection-samples", plan.detection_samples),
+            ("--consul-services", plan.consul_services),
         ] {
             if value == 0 {
                 return Err(BenchError::Usage(format!("{name} must be at least 1")));
@@ -339,6 +356,14 @@ mod tests {
             plan(&["--server", "http://127.0.0.1:1", "--tls"]),
             Err(BenchError::Usage(_))
         ));
+    }
+
+    #[test]
+    fn the_consul_workload_runs_only_when_named() {
+        assert!(!plan(&["--spawn"]).unwrap().workloads.contains(&Workload::Consul));
+        let plan = plan(&["--spawn", "--workloads", "consul"]).unwrap();
+        assert_eq!(plan.workloads, [Workload::Consul]);
+        assert_eq!(plan.consul_services, 1_000);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::{Method, Request, StatusCode};
+use hyper::{HeaderMap, Method, Request, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
@@ -65,6 +65,19 @@ impl Http {
         path: &str,
         body: Option<Bytes>,
     ) -> Result<(StatusCode, Bytes), String> {
+        let (status, _, body) = self.send_full(method, path, body, REQUEST_TIMEOUT).await?;
+        Ok((status, body))
+    }
+
+    /// Like [`Http::send`], with the reply's headers and a timeout of the caller's (a
+    /// blocking query is meant to take its whole wait).
+    pub(crate) async fn send_full(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+        timeout: Duration,
+    ) -> Result<(StatusCode, HeaderMap, Bytes), String> {
         let mut request = Request::builder().method(method).uri(format!("{}{path}", self.base));
         if body.is_some() {
             request = request.header(hyper::header::CONTENT_TYPE, "application/json");
@@ -78,17 +91,18 @@ impl Http {
         let exchange = async {
             let response = self.client.request(request).await.map_err(|err| format!("{err:?}"))?;
             let status = response.status();
+            let headers = response.headers().clone();
             let body = response
                 .into_body()
                 .collect()
                 .await
                 .map_err(|err| format!("reading the reply: {err}"))?
                 .to_bytes();
-            Ok((status, body))
+            Ok((status, headers, body))
         };
-        tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+        tokio::time::timeout(timeout, exchange)
             .await
-            .map_err(|_| format!("no reply within {REQUEST_TIMEOUT:?}"))?
+            .map_err(|_| format!("no reply within {timeout:?}"))?
     }
 
     /// Like [`Http::send`], but a non-2xx status is an error too (with the reply's text).

@@ -175,6 +175,35 @@ pub(crate) fn parse_vm_rss(status: &str) -> Option<u64> {
     }
 }
 
+/// The sum of the samples of `name` in a Prometheus text page whose labels include every
+/// pair of `labels`; `None` when no sample matches.
+pub(crate) fn parse_metric(page: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut total = None;
+    for line in page.lines() {
+        let Some(rest) = line.strip_prefix(name) else { continue };
+        let (label_text, value) = match rest.strip_prefix('{') {
+            Some(rest) => match rest.split_once('}') {
+                Some((labels, value)) => (labels, value),
+                None => continue,
+            },
+            None if rest.starts_with(' ') => ("", rest),
+            None => continue,
+        };
+        let present: Vec<(&str, &str)> = label_text
+            .split(',')
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(key, value)| (key.trim(), value.trim().trim_matches('"')))
+            .collect();
+        if !labels.iter().all(|wanted| present.contains(wanted)) {
+            continue;
+        }
+        if let Some(value) = value.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()) {
+            *total.get_or_insert(0.0) += value;
+        }
+    }
+    total
+}
+
 #[cfg(test)]
 mod tests {
     use muster_core::api::Frame;
@@ -305,5 +334,30 @@ mod tests {
         let status = "Name:\tmuster\nVmPeak:\t  900000 kB\nVmRSS:\t   12345 kB\nThreads:\t4\n";
         assert_eq!(parse_vm_rss(status), Some(12_345 * 1024));
         assert_eq!(parse_vm_rss("Name:\tx\n"), None, "kernel threads have no VmRSS");
+    }
+
+    #[test]
+    fn a_metric_is_found_by_name_and_labels() {
+        let page = "# HELP muster_blocking_queries_total x\n\
+                    muster_blocking_queries_total{api=\"consul\",outcome=\"changed\"} 7\n\
+                    muster_blocking_queries_total{api=\"native\",outcome=\"changed\"} 3\n\
+                    muster_blocking_queries_waiting{api=\"consul\"} 1000\n\
+                    muster_up 1\n";
+        let consul = [("api", "consul"), ("outcome", "changed")];
+        assert_eq!(parse_metric(page, "muster_blocking_queries_total", &consul), Some(7.0));
+        assert_eq!(
+            parse_metric(page, "muster_blocking_queries_total", &[("outcome", "changed")]),
+            Some(10.0)
+        );
+        assert_eq!(
+            parse_metric(page, "muster_blocking_queries_waiting", &[("api", "consul")]),
+            Some(1000.0)
+        );
+        assert_eq!(parse_metric(page, "muster_up", &[]), Some(1.0));
+        assert_eq!(parse_metric(page, "muster_blocking_queries", &[]), None);
+        assert_eq!(
+            parse_metric(page, "muster_blocking_queries_total", &[("api", "grpc")]),
+            None
+        );
     }
 }

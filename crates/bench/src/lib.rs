@@ -27,6 +27,9 @@
 //! - `handshake` (with `--tls`): new TLS connections per second, each a full handshake and
 //!   one request, against the TLS server; `--tls` also runs every other workload against it
 //!   (`muster+tls+auth`: TLS and authentication on, a bootstrapped token, keep-alive), right after the plain server, for a same-run comparison.
+//! - `consul` (opt-in): one blocking query per service on the Consul-compatible API over
+//!   `--consul-services` services, one change per second: wake-ups per change against
+//!   Consul's wake-every-waiter model, and server CPU (see the `consul` module). Muster only.
 //! - `checks` (opt-in): `--checks` endpoints with HTTP checks at 10 s against a target in
 //!   this process: probes per second and server CPU, then detection latency per check kind
 //!   against its bound (see the `checks` module). Muster only.
@@ -43,6 +46,7 @@ mod checks;
 mod client;
 mod clock;
 mod codec;
+mod consul;
 mod driver;
 mod error;
 mod histogram;
@@ -61,6 +65,7 @@ use tracing::info;
 
 pub use args::{BenchArgs, Plan, Workload, parse_duration};
 pub use checks::{ChecksSummary, DetectionSummary};
+pub use consul::ConsulSummary;
 pub use error::BenchError;
 pub use histogram::Histogram;
 pub use report::{
@@ -89,6 +94,8 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     let mut subjects = Vec::new();
     // `--tls`: the TLS server's URL, PID and the client config trusting its CA.
     let mut tls_server = None;
+    // The plain Muster server's Consul-compatible listener, for the consul workload.
+    let mut consul_url = args.consul.clone();
     let muster = if args.spawn {
         let bin = match &args.muster_bin {
             Some(bin) => bin.clone(),
@@ -100,6 +107,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         info!(bin = %bin.display(), "starting muster serve");
         let (process, _) = spawn_muster(&bin, false).await?;
         let found = Some((process.url.clone(), Some(process.pid), true));
+        consul_url = process.consul_url.clone();
         spawned.push(process);
         if args.tls {
             info!(bin = %bin.display(), "starting muster serve with TLS");
@@ -227,6 +235,30 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
             _ => skipped.push("no TLS server: run with --spawn --tls".to_owned()),
         }
         workloads.push(WorkloadReport::new(Workload::Handshake, results, skipped));
+    }
+    if plan.workloads.contains(&Workload::Consul) {
+        let mut results = Vec::new();
+        let mut skipped = Vec::new();
+        for subject in &subjects {
+            match (subject.system, &consul_url) {
+                (System::Muster, Some(url)) => {
+                    info!(
+                        services = plan.consul_services,
+                        changes = plan.changes,
+                        "running the consul workload"
+                    );
+                    let run = requests::base36(clock::run_id());
+                    results.push(consul::consul(&subject.http, url, subject.pid, &plan, &run).await?);
+                }
+                (System::Muster, None) => {
+                    skipped.push("muster: its Consul listener is unknown (use --spawn, or --consul URL)".to_owned());
+                }
+                (System::Etcd, _) => skipped.push("etcd: it has no Consul API".to_owned()),
+                // The same listener code behind TLS measures nothing new.
+                (System::MusterTls, _) => {}
+            }
+        }
+        workloads.push(WorkloadReport::new(Workload::Consul, results, skipped));
     }
     drop(spawned);
     let report = Report {

@@ -8,7 +8,8 @@ use crate::clock::now;
 use crate::codec::parse_cpu_seconds;
 use crate::report::SystemResult;
 
-fn cpu_seconds(path: &str) -> Option<f64> {
+/// The CPU seconds (user + system) of the process whose `stat` file is at `path`.
+pub(crate) fn cpu_seconds(path: &str) -> Option<f64> {
     std::fs::read_to_string(path)
         .ok()
         .and_then(|stat| parse_cpu_seconds(&stat))

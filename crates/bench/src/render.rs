@@ -158,6 +158,9 @@ impl Report {
                 if let Some(checks) = &result.checks {
                     let _ = write!(out, "{}", checks_notes(checks));
                 }
+                if let Some(consul) = &result.consul {
+                    let _ = write!(out, "{}", consul_notes(consul));
+                }
                 if let Some(m) = &result.memory {
                     let _ = writeln!(
                         out,
@@ -221,6 +224,42 @@ fn checks_notes(checks: &crate::ChecksSummary) -> String {
             kind.bound_ms
         );
     }
+    out
+}
+
+/// The consul workload's figures: wake-ups per change against Consul's model, and CPU.
+fn consul_notes(consul: &crate::ConsulSummary) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "consul: {} services, one blocking query each; {} changes, one per second: wake-ups per change median {} \
+         (per change: {:?}), Consul's model {} (every waiter): ratio {:.4}{}",
+        thousands(consul.services),
+        consul.changes,
+        consul.median_wakeups_per_change,
+        consul.wakeups_per_change,
+        thousands(consul.consul_model_wakeups_per_change),
+        consul.ratio_to_consul_model,
+        if consul.missed > 0 {
+            format!(
+                "; {} changes not seen by their service's query within the second",
+                consul.missed
+            )
+        } else {
+            String::new()
+        },
+    );
+    let server = consul.server_wakeups.map_or_else(
+        || "not exposed in /v1/metrics".to_owned(),
+        |n| format!("{n} over {} changes", consul.changes),
+    );
+    let cores = consul
+        .median_server_cores
+        .map_or_else(|| "unknown (no PID)".to_owned(), |c| format!("{c:.3} cores"));
+    let _ = writeln!(
+        out,
+        "consul: server-side wake-ups (blocking queries returned changed): {server}; server CPU per second, median: {cores}"
+    );
     out
 }
 

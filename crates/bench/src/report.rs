@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::{Serialize, Serializer};
 
 use crate::checks::ChecksSummary;
+use crate::consul::ConsulSummary;
 use crate::histogram::Histogram;
 use crate::render::thousands;
 use crate::{Plan, Workload};
@@ -84,7 +85,7 @@ impl Target {
                 tolerance: 0.2,
                 max_cores: 0.5,
             },
-            Workload::Handshake => Target::Reported,
+            Workload::Handshake | Workload::Consul => Target::Reported,
         }
     }
 
@@ -140,6 +141,9 @@ pub fn anchors(workload: Workload) -> &'static str {
         Workload::Watchers => "etcd publishes ≈ 35 KiB per connection+stream",
         Workload::Checks => "10,000 endpoints with HTTP checks at 10 s: 1,000 probes/s; etcd has no checks",
         Workload::Handshake => "new TLS connections per second, each a full handshake (no resumption) and one request",
+        Workload::Consul => {
+            "Consul wakes every blocking query on any write in the datacenter: one wake-up per waiter per change"
+        }
     }
 }
 
@@ -228,6 +232,9 @@ pub struct SystemResult {
     /// For the checks workload.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checks: Option<ChecksSummary>,
+    /// For the consul workload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consul: Option<ConsulSummary>,
 }
 
 impl SystemResult {
@@ -246,6 +253,7 @@ impl SystemResult {
             client_cores: None,
             note: None,
             checks: None,
+            consul: None,
         }
     }
 }

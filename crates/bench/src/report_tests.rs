@@ -14,6 +14,7 @@ fn plan() -> Plan {
         checks: 10_000,
         check_window: Duration::from_secs(30),
         detection_samples: 3,
+        consul_services: 1_000,
     }
 }
 

@@ -159,7 +159,7 @@ fn body(value: &serde_json::Value) -> Bytes {
 }
 
 /// Lowercase base 36: short, and valid inside a DNS label.
-fn base36(mut n: u64) -> String {
+pub(crate) fn base36(mut n: u64) -> String {
     const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
     let mut out = Vec::new();
     loop {

@@ -30,6 +30,8 @@ pub(crate) struct Spawned {
     child: Child,
     /// Its HTTP base URL.
     pub(crate) url: String,
+    /// Its Consul-compatible listener's base URL (Muster only).
+    pub(crate) consul_url: Option<String>,
     /// Its PID.
     pub(crate) pid: u32,
     // Removed after the child is killed (fields drop after `Drop::drop`).
@@ -80,6 +82,7 @@ fn start(what: &'static str, mut command: Command, dir: TempDir, url: String) ->
         pid: child.id(),
         child,
         url,
+        consul_url: None,
         dir,
     })
 }
@@ -197,7 +200,8 @@ pub(crate) async fn spawn_muster(
         client_tls = Some(pki.client_config().map_err(fail)?);
     }
     let scheme = if tls { "https" } else { "http" };
-    let spawned = start("muster", command, dir, format!("{scheme}://{http}"))?;
+    let mut spawned = start("muster", command, dir, format!("{scheme}://{http}"))?;
+    spawned.consul_url = Some(format!("http://{consul}"));
     let spawned = spawned.wait_ready("muster", MusterReady, client_tls.clone()).await?;
     Ok((spawned, client_tls))
 }

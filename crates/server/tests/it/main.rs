@@ -9,6 +9,7 @@ mod auth;
 mod cluster;
 mod consul;
 mod consul_agent;
+mod consul_sd_fixture;
 mod dns;
 mod errors;
 mod faults;
