@@ -41,8 +41,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the registry: one node, or a member of a Raft cluster of 3 or 5 (--node-id,
-    /// --cluster-addr, --peers); HTTP API, DNS, the Raft log on disk. Prints one line once it
-    /// listens; --print-config shows the settings instead.
+    /// --cluster-addr, --peers); HTTP API, DNS, a Consul-compatible API, the Raft log on disk.
+    /// Prints one line once it listens; --print-config shows the settings instead.
     Serve(ServeArgs),
     /// Register (or re-register) an instance of a service, with a lease.
     Register(RegisterArgs),

@@ -257,17 +257,21 @@ pub(crate) async fn authenticate(
 /// Who sent `request`: a bearer token, else a certificate bound to a token, else nobody
 /// (authentication on) or the unrestricted anonymous caller (off). A token that is not (or
 /// no longer) known is refused at once, on any route.
+/// The secret of an `Authorization: Bearer <secret>` value; the scheme is case-insensitive
+/// (RFC 9110 section 11.1), so `bearer` and `BEARER` are accepted too. `None`: another
+/// scheme, or no secret.
+pub(crate) fn bearer_secret(value: &str) -> Option<&str> {
+    let (scheme, secret) = value.split_once(' ')?;
+    let secret = secret.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !secret.is_empty()).then_some(secret)
+}
+
 fn identify(app: &App, request: &axum::extract::Request, peer: Option<&Peer>) -> Result<Caller, ApiError> {
     if !app.auth.enabled {
         return Ok(Caller::unrestricted(app.anonymous.clone()));
     }
     if let Some(value) = request.headers().get(header::AUTHORIZATION) {
-        let secret = value
-            .to_str()
-            .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|s| !s.is_empty());
+        let secret = value.to_str().ok().and_then(bearer_secret);
         let Some(secret) = secret else {
             return Err(app.unauthenticated(peer, request.uri().path(), "Authorization: expected 'Bearer <secret>'"));
         };
@@ -372,6 +376,21 @@ pub(crate) async fn revoked(app: Arc<App>, token: Arc<Token>) {
         }
         if changes.changed().await.is_err() {
             std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_secret;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive_and_needs_a_secret() {
+        assert_eq!(bearer_secret("Bearer s3cret"), Some("s3cret"));
+        assert_eq!(bearer_secret("bearer s3cret"), Some("s3cret"));
+        assert_eq!(bearer_secret("BEARER  s3cret "), Some("s3cret"));
+        for refused in ["Basic dXNlcjpwYXNz", "Bearer", "Bearer   ", "Bearers3cret", ""] {
+            assert_eq!(bearer_secret(refused), None, "{refused:?}");
         }
     }
 }

@@ -54,7 +54,8 @@ use tracing::Level;
 /// for none: 0).
 pub(crate) fn command_target(command: &Command) -> Option<(&ServiceKey, &InstanceId, Incarnation)> {
     let target = match command {
-        Command::Register(register) => &register.target,
+        // RegisterNext's incarnation is the registry's pick, made at apply: its target names 0.
+        Command::Register(register) | Command::RegisterNext(register) => &register.target,
         Command::SetServing(set) => &set.target,
         Command::Drain(drain) => &drain.target,
         Command::Deregister(deregister) => &deregister.target,
@@ -73,7 +74,7 @@ pub(crate) fn command_target(command: &Command) -> Option<(&ServiceKey, &Instanc
 /// The command's name, as the audit trail spells it.
 fn verb(command: &Command) -> &'static str {
     match command {
-        Command::Register(_) => "register",
+        Command::Register(_) | Command::RegisterNext(_) => "register",
         Command::SetServing(_) => "set_serving",
         Command::Drain(_) => "drain",
         Command::Deregister(_) => "deregister",

@@ -23,6 +23,7 @@ const SOURCES: &[&str] = &[
     "../server/src/config.rs",
     "../server/src/auth.rs",
     "../server/src/listener.rs",
+    "../server/src/consul/config.rs",
     "../dns/src/config.rs",
     "../registry/src/config.rs",
     "../core/src/limits.rs",

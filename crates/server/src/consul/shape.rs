@@ -75,7 +75,10 @@ pub(crate) struct Service {
 }
 
 /// `api.HealthCheckDefinition`: what a check probes, durations as Go writes them (`10s`).
-#[derive(Debug, Clone, Default, Serialize)]
+/// A duration a check does not have is `0s`, never empty: Go's `ReadableDuration` runs
+/// `time.ParseDuration` on the text, and `""` fails the whole reply (Prometheus's consul_sd
+/// then finds no targets at all).
+#[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "PascalCase")]
 pub(crate) struct HealthCheckDefinition {
     #[serde(rename = "HTTP")]
@@ -87,6 +90,20 @@ pub(crate) struct HealthCheckDefinition {
     pub(crate) interval: String,
     pub(crate) timeout: String,
     pub(crate) deregister_critical_service_after: String,
+}
+
+impl Default for HealthCheckDefinition {
+    fn default() -> Self {
+        let zero = || go_duration(Duration::ZERO);
+        HealthCheckDefinition {
+            http: String::new(),
+            tcp: String::new(),
+            grpc: String::new(),
+            interval: zero(),
+            timeout: zero(),
+            deregister_critical_service_after: zero(),
+        }
+    }
 }
 
 /// `api.HealthCheck`.
@@ -345,7 +362,8 @@ impl<'a> Instance<'a> {
             )]
         } else {
             let ids = agent_map::check_ids(self.endpoint);
-            let deregister_after = agent_map::deregister_after(self.endpoint).map_or_else(String::new, go_duration);
+            let deregister_after =
+                agent_map::deregister_after(self.endpoint).map_or_else(|| go_duration(Duration::ZERO), go_duration);
             self.endpoint
                 .checks
                 .iter()

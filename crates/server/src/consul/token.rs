@@ -49,12 +49,7 @@ pub(crate) fn secret<'a>(headers: &'a HeaderMap, query: &'a [(String, String)]) 
             .filter(|value| !value.is_empty())
     };
     header_value(header::HeaderName::from_static(TOKEN_HEADER))
-        .or_else(|| {
-            header_value(header::AUTHORIZATION)
-                .and_then(|value| value.strip_prefix("Bearer "))
-                .map(str::trim)
-                .filter(|value| !value.is_empty())
-        })
+        .or_else(|| header_value(header::AUTHORIZATION).and_then(crate::auth::bearer_secret))
         .or_else(|| {
             query
                 .iter()

@@ -22,7 +22,9 @@ impl ApplyObserver for MetricsObserver {
     fn judged(&self, judged: &Judged<'_>) {
         let metrics = &self.0;
         let (target, command) = match judged.command {
-            Command::Register(register) => {
+            // A registration whose incarnation the registry picks (the Consul API's) is a
+            // registration like any other.
+            Command::Register(register) | Command::RegisterNext(register) => {
                 let outcome = match judged.result {
                     Ok(applied) if applied.unchanged.is_some() => 1,
                     Ok(_) => 0,
