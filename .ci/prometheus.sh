@@ -14,7 +14,7 @@ muster="$1"
 work=$(mktemp -d)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 http=$(free_port)
-dns=$(free_port)
+dns=0  # DNS binds UDP too: port 0 lets the kernel pick one free for both
 prom_port=$(free_port)
 base="http://127.0.0.1:$http"
 fail() { echo "prometheus: $*" >&2; echo "--- muster log" >&2; tail -20 "$work/serve.log" >&2 || true; exit 1; }

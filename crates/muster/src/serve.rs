@@ -72,10 +72,19 @@ pub fn load_config(args: &ServeArgs) -> Result<ServerConfig, CliError> {
     Ok(config)
 }
 
+/// What `--print-config` shows instead of the cluster secret: the output is pasted into
+/// tickets and chats, and the secret admits a process to the cluster's Raft traffic.
+pub const REDACTED: &str = "<redacted>";
+
 /// `--print-config`: the effective settings as TOML, every key present that has a value
-/// (unset optional ones, such as `cluster_addr` on a single node, are left out).
+/// (unset optional ones, such as `cluster_addr` on a single node, are left out), with the
+/// cluster secret shown as [`REDACTED`].
 pub fn print_config(config: &ServerConfig, out: &mut dyn Write) -> Result<(), CliError> {
-    let text = config_toml(config)?;
+    let mut shown = config.clone();
+    if shown.cluster_secret.is_some() {
+        shown.cluster_secret = Some(REDACTED.to_owned());
+    }
+    let text = config_toml(&shown)?;
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .map_err(|err| CliError::usage("stdout", format!("cannot print the configuration: {err}")))

@@ -131,6 +131,12 @@ impl Caller {
         }
     }
 
+    /// Whether this is [`Caller::nobody`]: authentication is on and the request carried no
+    /// credentials.
+    pub(crate) fn is_nobody(&self) -> bool {
+        matches!(self.authority, Authority::Nobody)
+    }
+
     /// The caller holding `token`.
     pub(crate) fn token(token: Arc<Token>) -> Caller {
         Caller {

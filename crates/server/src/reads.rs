@@ -178,9 +178,8 @@ fn page_response(page: &Page, protection_active: bool) -> Response {
 /// Waits until the service's last change is after `index`, `wait` passes, or the server
 /// starts stopping. An unknown service counts as revision 0.
 async fn wait_for_change(app: &App, key: &ServiceKey, index: Revision, wait: Duration) {
-    let stats = &app.metrics.blocking_native;
-    stats.begin();
-    stats.end(wait_for_change_inner(app, key, index, wait).await);
+    let waiting = app.metrics.blocking_native.begin();
+    waiting.end(wait_for_change_inner(app, key, index, wait).await);
 }
 
 async fn wait_for_change_inner(app: &App, key: &ServiceKey, index: Revision, wait: Duration) -> Woken {

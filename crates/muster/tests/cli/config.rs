@@ -58,6 +58,14 @@ fn print_config_merges_defaults_file_and_flags_and_reads_back_the_same() {
     assert!(printed.contains("http = \"127.0.0.1:7272\""), "{printed}");
 }
 
+/// The cluster secret is never printed: the output goes into tickets and chats.
+#[test]
+fn print_config_redacts_the_cluster_secret() {
+    let printed = print_config(&["--cluster-secret", "a-cluster-secret-of-32-bytes-xxxx"]);
+    assert!(!printed.contains("a-cluster-secret-of-32-bytes-xxxx"), "{printed}");
+    assert!(printed.contains("cluster_secret = \"<redacted>\""), "{printed}");
+}
+
 /// Without a file or flags it prints the defaults, every section included, and starts
 /// nothing (it exits at once, with no data dir made).
 #[test]

@@ -148,6 +148,21 @@ async fn register(
     let (place, named) = agent_lookup::placement(&view, &query);
     let mut mapped = agent_map::map(&registration, &place, named, caller_ip).map_err(bad)?;
     caller.require(&app, &mapped.key, Verb::Register)?;
+    if let Some(other) = app
+        .node
+        .read(|registry| agent_lookup::held_elsewhere(registry, &mapped.key, &mapped.instance))
+    {
+        let id = registration
+            .id
+            .as_deref()
+            .filter(|id| !id.is_empty())
+            .unwrap_or(&registration.name);
+        return Err(ConsulError::bad_request(format!(
+            "Service ID {id:?} is registered as service {:?}: deregister it first \
+             (PUT /v1/agent/service/deregister/{id}); Muster keeps instances per service",
+            other.service.as_str(),
+        )));
+    }
     keep_check_verdicts(&app, &mut mapped);
     let command = Command::RegisterNext(Register {
         target: Target {

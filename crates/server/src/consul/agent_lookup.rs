@@ -79,6 +79,17 @@ fn with_instance(registry: &Registry, namespace: &NamespaceKey, instance: &Insta
         .collect()
 }
 
+/// Another service of `key`'s namespace that holds `instance` already: a Consul agent keys
+/// services by ID alone, so an ID registered again under a new name replaces the old one
+/// there; Muster keys instances per service and would keep both, leaving one the agent API
+/// cannot address. Such a registration is refused instead (deregister the old one first).
+pub(crate) fn held_elsewhere(registry: &Registry, key: &ServiceKey, instance: &InstanceId) -> Option<ServiceKey> {
+    with_instance(registry, &key.namespace_key(), instance)
+        .into_iter()
+        .map(|found| found.key)
+        .find(|other| other != key)
+}
+
 /// The endpoint of service ID `id` in `place`.
 pub(crate) fn service(registry: &Registry, place: &Placement, id: &str) -> Result<Found, ConsulError> {
     let namespace = namespace_of(place).ok_or_else(|| unknown_service(id))?;

@@ -87,7 +87,7 @@ fn agent_service(view: &ConsulView, found: &Found) -> AgentService {
         service: found.key.service.to_string(),
         tags: tags(endpoint),
         meta: meta(endpoint),
-        port: endpoint.ports.first().map_or(0, |port| port.port),
+        port: super::shape::consul_port(endpoint),
         address: endpoint.addresses.first().map(|a| a.ip.to_string()).unwrap_or_default(),
         weights: Weights {
             passing: u32::from(endpoint.weight),
@@ -244,15 +244,19 @@ pub(super) async fn checks(
 /// `GET /v1/agent/self`: what Consul clients read of it. Every top-level value is an object
 /// (Go decodes `map[string]map[string]interface{}`); `Config.Datacenter` and
 /// `Config.NodeName` are strings (Prometheus `consul_sd`, `api.Agent.NodeName`),
-/// `Member.Addr` the node's address.
+/// `Member.Addr` the node's address. With authentication on it needs a token (Consul asks
+/// `agent:read`; any token here): without one, `403 Permission denied`.
 pub(super) async fn agent_self(
     State(app): State<Arc<App>>,
     Extension(view): Extension<Arc<ConsulView>>,
-) -> Json<Value> {
-    let node_id = app.node.status().node_id;
-    // Consul node ids are UUIDs; this one is the Muster node id, so it is stable.
-    let uuid = format!("00000000-0000-4000-8000-{node_id:012x}");
-    Json(json!({
+    caller: ConsulCaller,
+) -> Result<Json<Value>, ConsulError> {
+    if app.auth.enabled && caller.caller().is_nobody() {
+        return Err(ConsulError::permission_denied());
+    }
+    // The node's UUID as catalog and health answers name it (`ConsulView::node_id`).
+    let uuid = view.node_id.clone();
+    Ok(Json(json!({
         "Config": {
             "Datacenter": view.datacenter,
             "PrimaryDatacenter": view.datacenter,
@@ -276,5 +280,5 @@ pub(super) async fn agent_self(
         },
         "Meta": {},
         "Stats": {},
-    }))
+    })))
 }

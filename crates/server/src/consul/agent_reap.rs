@@ -4,7 +4,8 @@
 //! ```text
 //!  every REAP_EVERY, on the leader only:
 //!    registry ──due(now)──▶ endpoints labelled consul.deregister-critical-after-ms whose state is
-//!                           critical (starting, not_serving, unknown) since observation.at_ms + after
+//!                           starting or not_serving since observation.at_ms + after, in a
+//!                           service self-preservation does not protect
 //!             ──▶ Deregister { that incarnation, expected_revision: the record's revision }
 //! ```
 //!
@@ -20,19 +21,21 @@
 //!   `starting` that then times out moves to `not_serving`; the clock starts again there, so
 //!   the removal can come up to one TTL later than Consul's.
 //! - A draining endpoint (Consul's maintenance) is not critical here and is never reaped.
-//! - No brake (SPEC H5) is asked: a reaped endpoint is already out of routing, so removing its
-//!   record takes no capacity away; the checker asked the brakes when it left routing.
+//! - `unknown` is not reaped, though Consul shows it critical: it means the checker could not
+//!   probe (SPEC H4: "no route from here" is not "not serving"), and an outage of the
+//!   checker's own network must not delete a fleet that Consul clients registered only once.
+//! - Nothing is reaped from a service self-preservation protects (SPEC H5): a mass failure
+//!   that trips the brakes is the case where the registry keeps records, not removes them.
 //! - Consul's reaper runs every 30 s and refuses thresholds under a minute; this one accepts
 //!   any threshold and looks every second.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use muster_core::{Actor, Principal};
+use muster_core::{Actor, Principal, ServiceKey, ServingState};
 use muster_registry::{Deregister, Registry, Target};
 
 use super::agent_map::{DEREGISTER_AFTER_LABEL, deregister_after};
-use super::status::{CheckStatus, check_status};
 use crate::app::App;
 
 /// How often the leader looks: 1 s, so a removal is at most a second late; one look reads
@@ -44,11 +47,14 @@ pub(crate) const REAPER_PRINCIPAL: &str = "consul-agent-reaper";
 
 /// The deregistrations due at `now_unix_ms`: endpoints critical for longer than their
 /// `DeregisterCriticalServiceAfter`.
-pub(crate) fn due(registry: &Registry, now_unix_ms: u64) -> Vec<Deregister> {
+pub(crate) fn due(registry: &Registry, now_unix_ms: u64, protected: impl Fn(&ServiceKey) -> bool) -> Vec<Deregister> {
     let mut due = Vec::new();
     for snapshot in registry.all_services() {
+        if protected(snapshot.key()) {
+            continue;
+        }
         for endpoint in snapshot.iter() {
-            if check_status(endpoint.serving) != CheckStatus::Critical {
+            if !matches!(endpoint.serving, ServingState::Starting | ServingState::NotServing) {
                 continue;
             }
             let Some(after) = deregister_after(endpoint) else {
@@ -89,7 +95,10 @@ pub(crate) async fn run(app: Arc<App>) {
             continue;
         }
         let now = app.clock.unix_now_ms();
-        for removal in app.node.read(|registry| due(registry, now)) {
+        for removal in app
+            .node
+            .read(|registry| due(registry, now, |key| app.protection_active(key)))
+        {
             let target = removal.target.clone();
             let meta = app.meta_as(Actor::Owner, &principal);
             match app.propose(removal.into(), meta).await {
@@ -168,9 +177,14 @@ mod tests {
         registered(&mut registry, "ready", Some(500), ServingState::Ready);
         registered(&mut registry, "draining", Some(500), ServingState::Draining);
         registered(&mut registry, "unlabelled", None, ServingState::NotServing);
-        registered(&mut registry, "patient", Some(60_000), ServingState::Unknown);
-        assert!(due(&registry, 2_499).is_empty(), "critical since 2,000 ms: not yet");
-        let removals = due(&registry, 2_500);
+        registered(&mut registry, "patient", Some(60_000), ServingState::Starting);
+        registered(&mut registry, "unprobed", Some(500), ServingState::Unknown);
+        let nothing_protected = |_: &ServiceKey| false;
+        assert!(
+            due(&registry, 2_499, nothing_protected).is_empty(),
+            "critical since 2,000 ms: not yet"
+        );
+        let removals = due(&registry, 2_500, nothing_protected);
         assert_eq!(removals.len(), 1, "{removals:?}");
         let record = registry
             .snapshot(&target("critical").key)
@@ -180,6 +194,24 @@ mod tests {
             .unwrap();
         assert_eq!(removals[0].target, target("critical"));
         assert_eq!(removals[0].expected_revision, Some(record.revision));
-        assert_eq!(due(&registry, 62_000).len(), 2, "the patient one's turn comes too");
+        let later = due(&registry, 62_000, nothing_protected);
+        assert_eq!(
+            later.len(),
+            2,
+            "the patient one's turn comes too, never the unknown one: {later:?}"
+        );
+        assert!(
+            later
+                .iter()
+                .all(|removal| removal.target.instance.as_str() != "unprobed")
+        );
+    }
+
+    #[test]
+    fn nothing_is_due_in_a_service_self_preservation_protects() {
+        let mut registry = Registry::new(RegistryConfig::default());
+        registered(&mut registry, "critical", Some(500), ServingState::NotServing);
+        assert!(due(&registry, 10_000, |key| *key == target("critical").key).is_empty());
+        assert_eq!(due(&registry, 10_000, |_| false).len(), 1);
     }
 }

@@ -2,23 +2,29 @@
 //!
 //! ```text
 //!  ?index=I&wait=W ─▶ consistency ready? ─▶ Waiter(scope): Notified enabled ─▶ read: (index N, result)
-//!       N > I, or no I ─▶ answer (X-Consul-Index: N)
+//!       N + 1 > I, or no I ─▶ answer (X-Consul-Index: N + 1)
 //!       else wait: scope notified (a wake-up) ─▶ read again
 //!                  W + jitter passed, or the server stops ─▶ answer what is there (same N)
 //! ```
 //!
-//! - The index is the revision of the result: the service's last change for a query on one
-//!   service, the newest change among a namespace's services for a namespace-wide one. It
-//!   moves only when the result can have changed, and it is never below 1: clients treat 0
-//!   (and a missing header) as "no index" and would never see a change.
+//! - The index is the revision of the result plus one ([`consul_index`]): the service's last
+//!   change for a query on one service, the newest change among a namespace's services for a
+//!   namespace-wide one. It moves only when the result can have changed, and exactly then.
+//!   The one is added because clients treat 0 (and a missing header) as "no index" and would
+//!   never see a change, and a fresh registry is at revision 0 with its first write at 1: an
+//!   index of "at least 1" would give the empty answer and the first write the same index,
+//!   and a client blocked on it would miss that write.
+//! - With authentication on, a caller without credentials blocks for at most
+//!   [`NOBODY_MAX_WAIT`]: the Consul listener shares the HTTP API's connection budget, and an
+//!   anonymous client must not hold connections for ten minutes each (SPEC S6).
 //! - `wait` is a Go duration (`120000ms`, `5m`, `1m30s`, `1.5s`; `agent_duration`): 5 min
 //!   when absent or 0, at most 10 min, plus a jitter of up to wait/16 so that clients that
 //!   started together do not come back together (Consul's `JitterFraction`). The jitter's
 //!   randomness is drawn by the caller and passed in ([`with_jitter`]; STYLE rule 3).
 //! - `stale` / default / `consistent` are the native read modes
 //!   ([`Consistency`](crate::consistency::Consistency)): a default read on a node cut off from
-//!   its leader is refused (500, as Consul answers `No cluster leader`) rather than served
-//!   stale; `stale` is always served. Replies say `X-Consul-KnownLeader`,
+//!   its leader is refused (503 `stale`, where Consul answers 500 `No cluster leader`) rather
+//!   than served stale; `stale` is always served. Replies say `X-Consul-KnownLeader`,
 //!   `X-Consul-LastContact` (ms since this node heard from its leader; 0 on the leader) and
 //!   `X-Consul-Effective-Consistency`.
 
@@ -34,7 +40,7 @@ use serde::Serialize;
 use super::ConsulView;
 use super::agent_duration::parse_go_duration;
 use super::error::ConsulError;
-use super::token::{FILTERED_HEADER, query_pairs};
+use super::token::{ConsulCaller, FILTERED_HEADER, query_pairs};
 use super::waiters::WaitScope;
 use crate::app::App;
 use crate::consistency::{self, Consistency};
@@ -48,6 +54,16 @@ pub(crate) const MAX_WAIT: Duration = Duration::from_secs(10 * 60);
 /// The jitter is up to wait / 16, Consul's `JitterFraction`: a 5-minute wait spreads over
 /// about 19 s, enough to break up a herd of clients started together.
 const JITTER_FRACTION: u32 = 16;
+/// The longest a caller without credentials blocks while authentication is on: a second,
+/// so holding connections costs it a request per connection per second, no more than any
+/// other flood of requests.
+pub(crate) const NOBODY_MAX_WAIT: Duration = Duration::from_secs(1);
+
+/// The `X-Consul-Index` of a result at `revision`: one more, so that it is never 0 and a
+/// fresh registry's empty answer (revision 0) and its first write (revision 1) differ.
+pub(crate) fn consul_index(revision: u64) -> u64 {
+    revision.saturating_add(1)
+}
 
 /// The header carrying the result's index.
 pub(crate) const INDEX_HEADER: &str = "x-consul-index";
@@ -168,6 +184,7 @@ pub(crate) struct Indexed<R> {
 pub(crate) async fn read<R>(
     app: &App,
     view: &ConsulView,
+    caller: &ConsulCaller,
     blocking: &Blocking,
     scope: WaitScope,
     read: impl Fn(&Registry) -> Indexed<R>,
@@ -177,10 +194,14 @@ pub(crate) async fn read<R>(
         return Ok(app.node.read(&read));
     };
     app.consul_stats.blocking_query();
-    let metrics = &app.metrics.blocking_consul;
-    metrics.begin();
-    let (woken, found) = wait(app, view, blocking, want, scope, read).await;
-    metrics.end(woken);
+    let wait_for = if app.auth.enabled && caller.caller().is_nobody() {
+        blocking.wait.min(NOBODY_MAX_WAIT)
+    } else {
+        blocking.wait
+    };
+    let waiting = app.metrics.blocking_consul.begin();
+    let (woken, found) = wait(app, view, wait_for, want, scope, read).await;
+    waiting.end(woken);
     Ok(found)
 }
 
@@ -188,12 +209,12 @@ pub(crate) async fn read<R>(
 async fn wait<R>(
     app: &App,
     view: &ConsulView,
-    blocking: &Blocking,
+    wait_for: Duration,
     want: u64,
     scope: WaitScope,
     read: impl Fn(&Registry) -> Indexed<R>,
 ) -> (Woken, Indexed<R>) {
-    let deadline = tokio::time::Instant::now() + with_jitter(blocking.wait, view.random());
+    let deadline = tokio::time::Instant::now() + with_jitter(wait_for, view.random());
     let waiter = view.waiters.join(scope);
     let mut stopping = app.stopping();
     loop {
@@ -202,7 +223,7 @@ async fn wait<R>(
         // Enabled before the read: a change applied after the read still wakes it.
         notified.as_mut().enable();
         let found = app.node.read(&read);
-        if found.index.max(1) > want {
+        if consul_index(found.index) > want {
             return (Woken::Changed, found);
         }
         if *stopping.borrow_and_update() {
@@ -233,11 +254,11 @@ pub(crate) fn respond<T: Serialize>(app: &App, blocking: &Blocking, index: u64, 
     response
 }
 
-/// Adds `X-Consul-Index` (at least 1), `X-Consul-KnownLeader`, `X-Consul-LastContact` and
+/// Adds `X-Consul-Index` ([`consul_index`] of the result's revision `index`), `X-Consul-KnownLeader`, `X-Consul-LastContact` and
 /// `X-Consul-Effective-Consistency` to a reply.
 pub(crate) fn annotate(app: &App, blocking: &Blocking, index: u64, response: &mut Response) {
     let headers = response.headers_mut();
-    headers.insert(INDEX_HEADER, HeaderValue::from(index.max(1)));
+    headers.insert(INDEX_HEADER, HeaderValue::from(consul_index(index)));
     let known_leader = app.node.status().leader.is_some();
     headers.insert(
         KNOWN_LEADER_HEADER,

@@ -43,6 +43,7 @@ pub(super) async fn services(
     let found = blocking::read(
         &app,
         &view,
+        &caller,
         &blocking,
         WaitScope::Namespace(namespace.clone()),
         |registry| {

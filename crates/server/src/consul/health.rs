@@ -102,6 +102,7 @@ pub(super) async fn state(
     let found = blocking::read(
         &app,
         &view,
+        &caller,
         &blocking,
         WaitScope::Namespace(namespace.clone()),
         |registry| {

@@ -23,11 +23,11 @@ use crate::app::App;
 pub(super) async fn get(
     State(app): State<Arc<App>>,
     Extension(view): Extension<Arc<ConsulView>>,
-    _caller: ConsulCaller,
+    caller: ConsulCaller,
     params: Params,
 ) -> Result<Response, ConsulError> {
     let blocking = Blocking::parse(&params)?;
-    let found = blocking::read(&app, &view, &blocking, WaitScope::Nothing, |_| Indexed {
+    let found = blocking::read(&app, &view, &caller, &blocking, WaitScope::Nothing, |_| Indexed {
         index: 0,
         result: (),
     })

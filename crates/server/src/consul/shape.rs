@@ -249,14 +249,9 @@ impl<'a> Instance<'a> {
             .unwrap_or_default()
     }
 
-    /// The port named `default` (a Consul registration's), else the first one, else 0.
+    /// [`consul_port`].
     fn port(&self) -> u16 {
-        let ports = &self.endpoint.ports;
-        ports
-            .iter()
-            .find(|port| port.name.as_str() == agent_map::PORT_NAME)
-            .or_else(|| ports.first())
-            .map_or(0, |port| port.port)
+        consul_port(self.endpoint)
     }
 
     fn weights(&self) -> Weights {
@@ -450,6 +445,17 @@ fn definition(kind: &CheckKind) -> (&'static str, HealthCheckDefinition) {
         CheckKind::Ttl { .. } => "ttl",
     };
     (kind, definition)
+}
+
+/// The `Port` Consul shows for an endpoint: the port named `default` (what a Consul
+/// registration makes), else the first one, else 0; the same in every route.
+pub(crate) fn consul_port(endpoint: &muster_core::Endpoint) -> u16 {
+    let ports = &endpoint.ports;
+    ports
+        .iter()
+        .find(|port| port.name.as_str() == agent_map::PORT_NAME)
+        .or_else(|| ports.first())
+        .map_or(0, |port| port.port)
 }
 
 /// A duration as Go's `time.Duration.String` writes it, to the millisecond: `0s`, `250ms`,

@@ -98,7 +98,7 @@ impl ConsulView {
         let readable = key.as_ref().filter(|key| caller.may(key, Verb::Read));
         let filtered = key.is_some() && readable.is_none();
         let Some(key) = readable else {
-            let found = blocking::read(app, self, blocking, WaitScope::Nothing, |_| Indexed {
+            let found = blocking::read(app, self, caller, blocking, WaitScope::Nothing, |_| Indexed {
                 index: 0,
                 result: (),
             })
@@ -109,13 +109,20 @@ impl ConsulView {
                 filtered,
             });
         };
-        let found = blocking::read(app, self, blocking, WaitScope::Service(key.clone()), |registry| {
-            let snapshot = registry.snapshot(key);
-            Indexed {
-                index: snapshot.as_ref().map_or(0, |snapshot| snapshot.revision().0),
-                result: snapshot,
-            }
-        })
+        let found = blocking::read(
+            app,
+            self,
+            caller,
+            blocking,
+            WaitScope::Service(key.clone()),
+            |registry| {
+                let snapshot = registry.snapshot(key);
+                Indexed {
+                    index: snapshot.as_ref().map_or(0, |snapshot| snapshot.revision().0),
+                    result: snapshot,
+                }
+            },
+        )
         .await?;
         Ok(ServiceRead {
             index: found.index,

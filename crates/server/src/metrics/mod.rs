@@ -78,6 +78,8 @@ pub(crate) struct BlockingStats {
     pub(crate) timed_out: AtomicU64,
     /// Returned early because the server is stopping.
     pub(crate) stopped: AtomicU64,
+    /// Ended because the client went away (its connection closed while it waited).
+    pub(crate) gone: AtomicU64,
     /// Waiting now.
     pub(crate) waiting: AtomicU64,
 }
@@ -91,21 +93,45 @@ pub(crate) enum Woken {
     TimedOut,
     /// The server is stopping.
     Stopped,
+    /// The client went away while it waited: the request was dropped, not answered.
+    Gone,
 }
 
 impl BlockingStats {
-    /// Counts a query that starts waiting; [`BlockingStats::end`] counts how it ended.
-    pub(crate) fn begin(&self) {
+    /// Counts a query that starts waiting, until the guard returned says how it ended: by
+    /// [`Waiting::end`], or by being dropped unanswered (the client hung up and hyper dropped
+    /// the request's future), which counts as [`Woken::Gone`] so `waiting` never drifts up.
+    pub(crate) fn begin(&self) -> Waiting<'_> {
         self.waiting.fetch_add(1, Ordering::Relaxed);
+        Waiting {
+            stats: self,
+            woken: Woken::Gone,
+        }
     }
+}
 
-    /// Counts how a query [`BlockingStats::begin`] counted ended.
-    pub(crate) fn end(&self, woken: Woken) {
-        self.waiting.fetch_sub(1, Ordering::Relaxed);
-        let counter = match woken {
-            Woken::Changed => &self.changed,
-            Woken::TimedOut => &self.timed_out,
-            Woken::Stopped => &self.stopped,
+/// A blocking query counted as waiting; see [`BlockingStats::begin`].
+#[derive(Debug)]
+pub(crate) struct Waiting<'s> {
+    stats: &'s BlockingStats,
+    woken: Woken,
+}
+
+impl Waiting<'_> {
+    /// Counts how the query ended.
+    pub(crate) fn end(mut self, woken: Woken) {
+        self.woken = woken;
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
+        let counter = match self.woken {
+            Woken::Changed => &self.stats.changed,
+            Woken::TimedOut => &self.stats.timed_out,
+            Woken::Stopped => &self.stats.stopped,
+            Woken::Gone => &self.stats.gone,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }

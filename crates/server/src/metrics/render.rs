@@ -157,6 +157,7 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
             ("changed", &stats.changed),
             ("timeout", &stats.timed_out),
             ("stopping", &stats.stopped),
+            ("gone", &stats.gone),
         ] {
             blocking.push((
                 vec![("api", api.to_owned()), ("outcome", outcome.to_owned())],
@@ -167,13 +168,19 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
     }
     registry.register_collector(Sorted::counter(
         "blocking_queries",
-        "Blocking queries returned, by API and why (changed, timeout, stopping)",
+        "Blocking queries ended, by API and why (changed, timeout, stopping, gone: the client hung up)",
         blocking,
     ));
     registry.register_collector(Sorted::gauge(
         "blocking_queries_waiting",
         "Blocking queries waiting now, by API",
         waiting,
+    ));
+    registry.register_collector(Sorted::counter(
+        "blocking_wakeups",
+        "Times a waiting Consul blocking query was woken by a change of what it watches (its \
+         service, or its namespace): one per change per waiter of that service only",
+        vec![(vec![("api", "consul".to_owned())], app.consul_stats.counts().wakeups)],
     ));
 
     // Health checks.

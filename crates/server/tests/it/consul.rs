@@ -258,7 +258,11 @@ async fn catalog_and_health_answer_in_the_go_api_s_shapes() {
         ["last", "urlprefix-/web", "v1"],
         "tags, the union, sorted"
     );
-    assert_eq!(services.index(), revision, "the namespace's newest change");
+    assert_eq!(
+        services.index(),
+        revision + 1,
+        "the namespace's newest change, plus one"
+    );
     assert_eq!(services.headers["content-type"], "application/json");
     assert_eq!(services.headers["x-consul-knownleader"], "true");
     assert!(services.headers.contains_key("x-consul-lastcontact"));
@@ -285,7 +289,7 @@ async fn catalog_and_health_answer_in_the_go_api_s_shapes() {
     assert_eq!(a.tagged_addresses["lan"], "127.0.0.1");
 
     let health = get(&server, "/v1/health/service/web").await;
-    assert_eq!(health.index(), revision, "the service's revision");
+    assert_eq!(health.index(), revision + 1, "the service's revision, plus one");
     let entries: Vec<ServiceEntry> = health.json();
     assert_eq!(entries.len(), 2);
     let checks: Vec<(&str, &str)> = entries[0]
@@ -422,10 +426,9 @@ async fn a_blocking_query_returns_early_with_a_higher_index_when_its_service_cha
     .expect("the query is waiting");
     let changed = register(&server, "web", "b", "10.0.0.2", json!({})).await;
     let answer = tokio::time::timeout(STEP, waiting).await.expect("woken").unwrap();
-    assert_eq!(answer.index(), changed, "the revision of the change");
+    assert_eq!(answer.index(), changed + 1, "the revision of the change, plus one");
     let entries: Vec<ServiceEntry> = answer.json();
     assert_eq!(entries.len(), 2, "the answer holds the change");
-    assert!(server.consul_counts().wakeups > before.wakeups);
 }
 
 /// Consul wakes every blocking query of a datacenter on any write; Muster wakes only the
@@ -485,9 +488,45 @@ async fn a_namespace_wide_query_wakes_on_any_service_of_its_namespace() {
     .expect("the query is waiting");
     let changed = register(&server, "api", "a", "10.0.0.2", json!({})).await;
     let answer = tokio::time::timeout(STEP, waiting).await.expect("woken").unwrap();
-    assert_eq!(answer.index(), changed);
+    assert_eq!(answer.index(), changed + 1);
     let listing: BTreeMap<String, Vec<String>> = answer.json();
     assert!(listing.contains_key("api"));
+}
+
+/// Prometheus's first look at a fresh registry: it blocks on the empty catalog's index, and
+/// the very first write (revision 1) must wake it with a different index, or it never sees
+/// the service (an index of "revision, at least 1" gave both the index 1).
+#[tokio::test]
+async fn the_first_write_to_a_fresh_registry_wakes_a_query_blocked_on_the_empty_answer() {
+    let server = std::sync::Arc::new(server().await);
+    let empty = get(&server, "/v1/catalog/services").await;
+    let index = empty.index();
+    let service_index = get(&server, "/v1/health/service/web").await.index();
+    let ask = |path: String| {
+        let server = std::sync::Arc::clone(&server);
+        tokio::spawn(async move { consul(&server, &path, &[]).await })
+    };
+    let catalog = ask(format!("/v1/catalog/services?index={index}&wait=10m"));
+    let health = ask(format!("/v1/health/service/web?index={service_index}&wait=10m"));
+    poll(std::time::Duration::from_millis(10), || {
+        let counts = server.consul_counts();
+        async move { (counts.blocking_queries >= 2).then_some(()) }
+    })
+    .await
+    .expect("both queries are waiting");
+    let first = register(&server, "web", "a", "10.0.0.1", json!({})).await;
+    assert_eq!(first, 1, "the registry's first write");
+    let catalog = tokio::time::timeout(STEP, catalog)
+        .await
+        .expect("catalog woken")
+        .unwrap();
+    assert!(catalog.index() > index, "{} after {index}", catalog.index());
+    let listing: BTreeMap<String, Vec<String>> = catalog.json();
+    assert!(listing.contains_key("web"));
+    let health = tokio::time::timeout(STEP, health).await.expect("health woken").unwrap();
+    assert!(health.index() > service_index);
+    let entries: Vec<ServiceEntry> = health.json();
+    assert_eq!(entries.len(), 1);
 }
 
 #[tokio::test]

@@ -341,6 +341,34 @@ async fn bad_registrations_are_400_in_plain_text_and_change_nothing() {
     assert_eq!(server.revision().await, before);
 }
 
+/// A Consul agent keys services by ID alone; Muster per service. An ID registered again
+/// under another name would leave a second record the agent API cannot address (every
+/// lookup by that ID then fails), so it is refused and nothing changes.
+#[tokio::test]
+async fn an_id_registered_again_under_another_name_is_refused_and_changes_nothing() {
+    let server = TestServer::start().await;
+    put(
+        &server,
+        "/v1/agent/service/register",
+        Some(r#"{"Name": "web", "ID": "x", "Address": "10.0.0.5"}"#),
+    )
+    .await
+    .expect(StatusCode::OK);
+    let before = server.revision().await;
+    let reply = put(
+        &server,
+        "/v1/agent/service/register",
+        Some(r#"{"Name": "api", "ID": "x", "Address": "10.0.0.5"}"#),
+    )
+    .await
+    .expect(StatusCode::BAD_REQUEST);
+    assert!(reply.text.contains("registered as service \"web\""), "{}", reply.text);
+    assert_eq!(server.revision().await, before);
+    consul(&server, Method::GET, "/v1/agent/service/x", None, None)
+        .await
+        .expect(StatusCode::OK);
+}
+
 #[tokio::test]
 async fn agent_self_is_objects_all_the_way_down_with_the_datacenter() {
     let server = TestServer::start().await;
