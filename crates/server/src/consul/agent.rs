@@ -39,6 +39,13 @@
 //!   as the app), per-check TTL reports (a report applies to every TTL check of the
 //!   endpoint) and check output (`note`, `Output` are not stored).
 //!
+//! What Consul accepts and this path refuses (400, nothing changed): an `Address` that is a
+//! host name (Muster records IP addresses; `localhost` is 127.0.0.1), a registration whose
+//! tags, meta and check names exceed the registry's label limits (each tag is a label; the
+//! default policy allows 32 labels and 2,048 bytes of them, so a Traefik- or Fabio-style
+//! service with dozens of tags needs a raised `[registry]` limit), and an ID already
+//! registered under another service name (deregister it first; Consul would replace it).
+//!
 //! `replace-existing-checks` is accepted and changes nothing: every registration replaces
 //! the endpoint's checks with those it names.
 
