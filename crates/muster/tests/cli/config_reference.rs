@@ -30,6 +30,9 @@ const SOURCES: &[&str] = &[
     "../core/src/address.rs",
 ];
 
+/// The map-valued keys of the default configuration (tables that are no section).
+const MAP_KEYS: &[&str] = &["health.floors", "peers"];
+
 /// The root of the file: the whole `--config` document.
 const ROOT: &str = "ServerConfig";
 
@@ -276,6 +279,17 @@ fn config_reference_lists_every_default_key() {
                     // A section; any other table is a map-valued key (`peers`, `floors`).
                     toml::Value::Table(_) if generated.contains(&format!("## `[{full}]`")) => {
                         keys(value, &full, generated, out)
+                    }
+                    // A table that is no section must be a map-valued key; anything else is a
+                    // section whose struct the reference does not know (its file is missing
+                    // from `SOURCES`), which would otherwise pass as one opaque key.
+                    toml::Value::Table(_) => {
+                        assert!(
+                            MAP_KEYS.contains(&full.as_str()),
+                            "`{full}` is a table but no section of the reference: add its struct's \
+                             file to SOURCES (or, if it is a map, to MAP_KEYS) and regenerate"
+                        );
+                        out.push(full);
                     }
                     _ => out.push(full),
                 }
