@@ -89,9 +89,18 @@ pub(super) fn routes() -> Router<Arc<App>> {
         .route("/v1/agent/service/register", put(register))
         .route("/v1/agent/service/deregister/{id}", put(deregister))
         .route("/v1/agent/service/maintenance/{id}", put(maintenance))
-        .route("/v1/agent/check/pass/{id}", put(pass))
-        .route("/v1/agent/check/warn/{id}", put(warn))
-        .route("/v1/agent/check/fail/{id}", put(fail))
+        .route(
+            "/v1/agent/check/pass/{id}",
+            put(|app, caller, view, id, request| report_as(TtlStatus::Pass, app, caller, view, id, request)),
+        )
+        .route(
+            "/v1/agent/check/warn/{id}",
+            put(|app, caller, view, id, request| report_as(TtlStatus::Warn, app, caller, view, id, request)),
+        )
+        .route(
+            "/v1/agent/check/fail/{id}",
+            put(|app, caller, view, id, request| report_as(TtlStatus::Fail, app, caller, view, id, request)),
+        )
         .route("/v1/agent/check/update/{id}", put(update))
         .route("/v1/agent/services", get(agent_read::services))
         .route("/v1/agent/service/{id}", get(agent_read::service))
@@ -349,37 +358,16 @@ async fn report(
     }
 }
 
-/// `PUT /v1/agent/check/pass/<id>`.
-async fn pass(
+/// `PUT /v1/agent/check/pass|warn|fail/<id>`: a TTL report of `status`.
+async fn report_as(
+    status: TtlStatus,
     State(app): State<Arc<App>>,
     caller: ConsulCaller,
     Extension(view): Extension<Arc<ConsulView>>,
     Path(id): Path<String>,
     request: Request,
 ) -> Result<(), ConsulError> {
-    report(app, caller, &view, request.uri().query(), &id, TtlStatus::Pass).await
-}
-
-/// `PUT /v1/agent/check/warn/<id>`.
-async fn warn(
-    State(app): State<Arc<App>>,
-    caller: ConsulCaller,
-    Extension(view): Extension<Arc<ConsulView>>,
-    Path(id): Path<String>,
-    request: Request,
-) -> Result<(), ConsulError> {
-    report(app, caller, &view, request.uri().query(), &id, TtlStatus::Warn).await
-}
-
-/// `PUT /v1/agent/check/fail/<id>`.
-async fn fail(
-    State(app): State<Arc<App>>,
-    caller: ConsulCaller,
-    Extension(view): Extension<Arc<ConsulView>>,
-    Path(id): Path<String>,
-    request: Request,
-) -> Result<(), ConsulError> {
-    report(app, caller, &view, request.uri().query(), &id, TtlStatus::Fail).await
+    report(app, caller, &view, request.uri().query(), &id, status).await
 }
 
 /// `PUT /v1/agent/check/update/<id>` with `{"Status": ..., "Output": ...}`.

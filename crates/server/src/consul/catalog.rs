@@ -19,15 +19,12 @@ use std::sync::Arc;
 use axum::Extension;
 use axum::extract::{Path, State};
 use axum::response::Response;
-use muster_auth::Verb;
-use muster_core::{Revision, ServiceSnapshot};
 
 use super::ConsulView;
-use super::blocking::{self, Blocking, Indexed, Params};
+use super::blocking::{self, Blocking, Params};
 use super::error::ConsulError;
 use super::shape::Instance;
 use super::token::ConsulCaller;
-use super::waiters::WaitScope;
 use crate::app::App;
 
 /// `GET /v1/catalog/services`.
@@ -39,26 +36,8 @@ pub(super) async fn services(
 ) -> Result<Response, ConsulError> {
     view.refuse_filter(&params)?;
     let blocking = Blocking::parse(&params)?;
-    let namespace = view.namespace(&params)?;
-    let found = blocking::read(
-        &app,
-        &view,
-        &caller,
-        &blocking,
-        WaitScope::Namespace(namespace.clone()),
-        |registry| {
-            let (visible, hidden): (Vec<_>, Vec<_>) = registry
-                .services(&namespace)
-                .into_iter()
-                .partition(|snapshot| caller.may(snapshot.key(), Verb::Read));
-            Indexed {
-                index: newest(&visible),
-                result: (visible, !hidden.is_empty()),
-            }
-        },
-    )
-    .await?;
-    let (snapshots, filtered) = found.result;
+    let found = view.read_namespace(&app, &caller, &blocking, &params).await?;
+    let (snapshots, filtered) = (found.snapshots, found.filtered);
     let listing: BTreeMap<&str, BTreeSet<String>> = snapshots
         .iter()
         .filter(|snapshot| !snapshot.is_empty() && view.node_meta_matches(&params))
@@ -71,16 +50,6 @@ pub(super) async fn services(
         })
         .collect();
     Ok(blocking::respond(&app, &blocking, found.index, &listing, filtered))
-}
-
-/// The newest revision among `snapshots` (0 for none).
-pub(super) fn newest(snapshots: &[Arc<ServiceSnapshot>]) -> u64 {
-    snapshots
-        .iter()
-        .map(|snapshot| snapshot.revision())
-        .max()
-        .unwrap_or(Revision::ZERO)
-        .0
 }
 
 /// `GET /v1/catalog/service/<name>`.

@@ -18,16 +18,13 @@ use std::sync::Arc;
 use axum::Extension;
 use axum::extract::{Path, State};
 use axum::response::Response;
-use muster_auth::Verb;
 
 use super::ConsulView;
-use super::blocking::{self, Blocking, Indexed, Params};
-use super::catalog::newest;
+use super::blocking::{self, Blocking, Params};
 use super::error::ConsulError;
 use super::shape::{self, HealthCheck, Instance};
 use super::status::{CheckStatus, StateFilter};
 use super::token::ConsulCaller;
-use super::waiters::WaitScope;
 use crate::app::App;
 
 /// `GET /v1/health/service/<name>`.
@@ -98,26 +95,8 @@ pub(super) async fn state(
         )));
     };
     let blocking = Blocking::parse(&params)?;
-    let namespace = view.namespace(&params)?;
-    let found = blocking::read(
-        &app,
-        &view,
-        &caller,
-        &blocking,
-        WaitScope::Namespace(namespace.clone()),
-        |registry| {
-            let (visible, hidden): (Vec<_>, Vec<_>) = registry
-                .services(&namespace)
-                .into_iter()
-                .partition(|snapshot| caller.may(snapshot.key(), Verb::Read));
-            Indexed {
-                index: newest(&visible),
-                result: (visible, !hidden.is_empty()),
-            }
-        },
-    )
-    .await?;
-    let (snapshots, filtered) = found.result;
+    let found = view.read_namespace(&app, &caller, &blocking, &params).await?;
+    let (snapshots, filtered) = (found.snapshots, found.filtered);
     let mut checks = Vec::new();
     if view.node_meta_matches(&params) {
         checks.push(shape::serf_health(&view));

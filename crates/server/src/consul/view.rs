@@ -48,7 +48,53 @@ pub(crate) struct ServiceRead {
     pub(crate) filtered: bool,
 }
 
+/// What [`ConsulView::read_namespace`] found.
+pub(crate) struct NamespaceRead {
+    /// The index of the answer: the newest revision among the readable services.
+    pub(crate) index: u64,
+    /// The services of the namespace the caller may read, in key order.
+    pub(crate) snapshots: Vec<Arc<ServiceSnapshot>>,
+    /// Whether the caller's rights left some out.
+    pub(crate) filtered: bool,
+}
+
 impl ConsulView {
+    /// Reads the request's namespace for `caller`, blocking as asked on any change of its
+    /// services (catalog/services, health/state).
+    pub(crate) async fn read_namespace(
+        &self,
+        app: &App,
+        caller: &ConsulCaller,
+        blocking: &Blocking,
+        params: &Params,
+    ) -> Result<NamespaceRead, ConsulError> {
+        let namespace = self.namespace(params)?;
+        let found = blocking::read(
+            app,
+            self,
+            caller,
+            blocking,
+            WaitScope::Namespace(namespace.clone()),
+            |registry| {
+                let (visible, hidden): (Vec<_>, Vec<_>) = registry
+                    .services(&namespace)
+                    .into_iter()
+                    .partition(|snapshot| caller.may(snapshot.key(), Verb::Read));
+                Indexed {
+                    index: newest(&visible),
+                    result: (visible, !hidden.is_empty()),
+                }
+            },
+        )
+        .await?;
+        let (snapshots, filtered) = found.result;
+        Ok(NamespaceRead {
+            index: found.index,
+            snapshots,
+            filtered,
+        })
+    }
+
     /// A random number for a blocking query's jitter.
     pub(crate) fn random(&self) -> u64 {
         self.jitter.next()
@@ -151,4 +197,14 @@ impl ConsulView {
             key == super::shape::NETWORK_SEGMENT && value.is_empty()
         })
     }
+}
+
+/// The newest revision among `snapshots` (0 for none).
+fn newest(snapshots: &[Arc<ServiceSnapshot>]) -> u64 {
+    snapshots
+        .iter()
+        .map(|snapshot| snapshot.revision())
+        .max()
+        .unwrap_or(muster_core::Revision::ZERO)
+        .0
 }
