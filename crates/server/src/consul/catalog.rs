@@ -23,7 +23,6 @@ use axum::response::Response;
 use super::ConsulView;
 use super::blocking::{self, Blocking, Params};
 use super::error::ConsulError;
-use super::shape::Instance;
 use super::token::ConsulCaller;
 use crate::app::App;
 
@@ -63,15 +62,11 @@ pub(super) async fn service(
     view.refuse_filter(&params)?;
     let blocking = Blocking::parse(&params)?;
     let found = view.read_service(&app, &caller, &blocking, &params, &name).await?;
-    let entries: Vec<_> = match &found.result {
-        Some(snapshot) if view.node_meta_matches(&params) => snapshot
-            .iter()
-            .map(|endpoint| Instance::new(&view, snapshot.key(), endpoint))
-            .filter(|instance| instance.has_tags(params.all("tag")))
-            .map(|instance| instance.catalog())
-            .collect(),
-        _ => Vec::new(),
-    };
+    let entries: Vec<_> = found
+        .instances(&view, &params)
+        .filter(|instance| instance.has_tags(params.all("tag")))
+        .map(|instance| instance.catalog())
+        .collect();
     let filtered = found.filtered;
     Ok(blocking::respond(&app, &blocking, found.index, &entries, filtered))
 }

@@ -39,16 +39,12 @@ pub(super) async fn service(
     let blocking = Blocking::parse(&params)?;
     let passing = params.flag("passing")?;
     let found = view.read_service(&app, &caller, &blocking, &params, &name).await?;
-    let entries: Vec<_> = match &found.result {
-        Some(snapshot) if view.node_meta_matches(&params) => snapshot
-            .iter()
-            .map(|endpoint| Instance::new(&view, snapshot.key(), endpoint))
-            .filter(|instance| instance.has_tags(params.all("tag")))
-            .map(|instance| instance.entry())
-            .filter(|entry| !passing || entry.checks.iter().all(|check| check.status == CheckStatus::Passing))
-            .collect(),
-        _ => Vec::new(),
-    };
+    let entries: Vec<_> = found
+        .instances(&view, &params)
+        .filter(|instance| instance.has_tags(params.all("tag")))
+        .map(|instance| instance.entry())
+        .filter(|entry| !passing || entry.checks.iter().all(|check| check.status == CheckStatus::Passing))
+        .collect();
     Ok(blocking::respond(
         &app,
         &blocking,
@@ -69,13 +65,10 @@ pub(super) async fn checks(
     view.refuse_filter(&params)?;
     let blocking = Blocking::parse(&params)?;
     let found = view.read_service(&app, &caller, &blocking, &params, &name).await?;
-    let checks: Vec<HealthCheck> = match &found.result {
-        Some(snapshot) if view.node_meta_matches(&params) => snapshot
-            .iter()
-            .flat_map(|endpoint| Instance::new(&view, snapshot.key(), endpoint).checks())
-            .collect(),
-        _ => Vec::new(),
-    };
+    let checks: Vec<HealthCheck> = found
+        .instances(&view, &params)
+        .flat_map(|instance| instance.checks())
+        .collect();
     Ok(blocking::respond(&app, &blocking, found.index, &checks, found.filtered))
 }
 

@@ -10,6 +10,7 @@ use muster_core::{Label, NamespaceKey, ServiceKey, ServiceSnapshot};
 
 use super::blocking::{self, Blocking, Indexed, Jitter, Params};
 use super::error::ConsulError;
+use super::shape::Instance;
 use super::token::ConsulCaller;
 use super::waiters::{WaitScope, Waiters};
 use crate::app::App;
@@ -46,6 +47,22 @@ pub(crate) struct ServiceRead {
     pub(crate) result: Option<Arc<ServiceSnapshot>>,
     /// Whether the caller's rights left it out.
     pub(crate) filtered: bool,
+}
+
+impl ServiceRead {
+    /// The service's instances as Consul shows them: every endpoint, or none when the
+    /// service is absent or unreadable or the node does not match `node-meta`.
+    pub(crate) fn instances<'a>(&'a self, view: &'a ConsulView, params: &Params) -> impl Iterator<Item = Instance<'a>> {
+        self.result
+            .as_ref()
+            .filter(|_| view.node_meta_matches(params))
+            .into_iter()
+            .flat_map(move |snapshot| {
+                snapshot
+                    .iter()
+                    .map(move |endpoint| Instance::new(view, snapshot.key(), endpoint))
+            })
+    }
 }
 
 /// What [`ConsulView::read_namespace`] found.
