@@ -56,8 +56,8 @@ fail() {
   echo "--- muster serve log" >&2
   tail -n 40 "$work/serve.log" | cut -c1-600 >&2 || true
   if [ -s "$work/client.log" ]; then
-    echo "--- grpc client log (GRPC_TRACE=$GRPC_TRACE)" >&2
-    tail -n 120 "$work/client.log" | cut -c1-600 >&2
+    echo "--- grpc client log, its end (GRPC_TRACE=${GRPC_TRACE:-})" >&2
+    tail -n 300 "$work/client.log" | cut -c1-400 >&2
   fi
   exit 1
 }
