@@ -122,12 +122,11 @@ pub fn assignment(name: &str, snapshot: &ServiceSnapshot, cohort: &Cohort) -> Cl
                 .map(|(endpoint, _)| u32::from(endpoint.weight))
                 .sum();
             LocalityLbEndpoints {
-                locality: Some(XdsLocality {
-                    region,
-                    zone,
-                    sub_zone,
-                }),
-                lb_endpoints: members.into_iter().map(|(endpoint, port)| lb_endpoint(endpoint, port)).collect(),
+                locality: Some(XdsLocality { region, zone, sub_zone }),
+                lb_endpoints: members
+                    .into_iter()
+                    .map(|(endpoint, port)| lb_endpoint(endpoint, port))
+                    .collect(),
                 load_balancing_weight: Some(UInt32Value {
                     value: eligible_weight.max(1),
                 }),

@@ -2,8 +2,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use muster_core::{
-    Actor, Address, Incarnation, InstanceId, Labels, Locality, NamedPort, Observation, Principal, Protocol,
-    Provenance, Revision, ServiceKey,
+    Actor, Address, Incarnation, InstanceId, Labels, Locality, NamedPort, Observation, Principal, Protocol, Provenance,
+    Revision, ServiceKey,
 };
 
 use super::*;
@@ -105,7 +105,11 @@ fn shape(assignment: &ClusterLoadAssignment) -> Vec<(u32, String, Vec<(String, H
                     )
                 })
                 .collect();
-            (locality.priority, locality.locality.as_ref().unwrap().zone.clone(), endpoints)
+            (
+                locality.priority,
+                locality.locality.as_ref().unwrap().zone.clone(),
+                endpoints,
+            )
         })
         .collect()
 }
@@ -127,7 +131,11 @@ fn serving_states_map_to_health_and_never_to_unknown() {
         .collect();
     let built = assignment("api.prod", &snapshot(endpoints), &zone_a());
     assert_eq!(built.cluster_name, "api.prod");
-    let seen: Vec<HealthStatus> = shape(&built).into_iter().flat_map(|(_, _, e)| e).map(|(_, h, _)| h).collect();
+    let seen: Vec<HealthStatus> = shape(&built)
+        .into_iter()
+        .flat_map(|(_, _, e)| e)
+        .map(|(_, h, _)| h)
+        .collect();
     assert_eq!(seen, states.map(|(_, health)| health));
 }
 
@@ -175,7 +183,14 @@ fn another_zone_is_a_lower_priority_whatever_its_health() {
         region: Some("r1".into()),
         zone: Some("b".into()),
     };
-    let built = assignment("api.prod", &snapshot(vec![endpoint(1, "a", ServingState::Ready), endpoint(2, "b", ServingState::Ready)]), &from_b);
+    let built = assignment(
+        "api.prod",
+        &snapshot(vec![
+            endpoint(1, "a", ServingState::Ready),
+            endpoint(2, "b", ServingState::Ready),
+        ]),
+        &from_b,
+    );
     let priorities: Vec<(u32, String)> = shape(&built).into_iter().map(|(p, zone, _)| (p, zone)).collect();
     assert_eq!(priorities, [(0, "b".to_owned()), (1, "a".to_owned())]);
 }
@@ -202,7 +217,12 @@ fn a_known_service_with_nothing_eligible_is_an_assignment_without_healthy_endpoi
         &snapshot(vec![endpoint(1, "a", ServingState::NotServing)]),
         &zone_a(),
     );
-    assert!(shape(&built).iter().flat_map(|(_, _, e)| e).all(|(_, health, _)| *health == HealthStatus::Unhealthy));
+    assert!(
+        shape(&built)
+            .iter()
+            .flat_map(|(_, _, e)| e)
+            .all(|(_, health, _)| *health == HealthStatus::Unhealthy)
+    );
 }
 
 #[test]

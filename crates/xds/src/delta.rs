@@ -69,7 +69,10 @@ impl DeltaStream {
 
     /// What the stream subscribes to of `kind` (nothing, before it asks).
     pub fn subscription(&self, kind: Kind) -> Option<&Subscription> {
-        self.types.get(&kind).filter(|state| state.asked).map(|state| &state.subscription)
+        self.types
+            .get(&kind)
+            .filter(|state| state.asked)
+            .map(|state| &state.subscription)
     }
 
     /// Takes in one request at `now_ms`.
@@ -82,7 +85,12 @@ impl DeltaStream {
         state.asked = true;
         let mut heard = Heard::Subscribed(kind);
         if !request.response_nonce.is_empty() {
-            match request.response_nonce.parse().ok().and_then(|nonce: u64| state.in_flight.remove(&nonce)) {
+            match request
+                .response_nonce
+                .parse()
+                .ok()
+                .and_then(|nonce: u64| state.in_flight.remove(&nonce))
+            {
                 None => heard = Heard::StaleNonce(kind),
                 Some(held) => match &request.error_detail {
                     Some(error) => {
@@ -156,7 +164,10 @@ impl DeltaStream {
             .collect();
         let mut sent = Vec::new();
         let mut out = Vec::new();
-        for resource in resources.iter().filter(|resource| current.contains(resource.name.as_str())) {
+        for resource in resources
+            .iter()
+            .filter(|resource| current.contains(resource.name.as_str()))
+        {
             let version = resource.revision.0.to_string();
             if state.held.get(&resource.name) != Some(&version) {
                 out.push(Resource {
@@ -175,7 +186,13 @@ impl DeltaStream {
             .filter(|name| !current.contains(name.as_str()))
             .cloned()
             .collect();
-        removed.extend(state.pending.iter().filter(|name| !current.contains(name.as_str())).cloned());
+        removed.extend(
+            state
+                .pending
+                .iter()
+                .filter(|name| !current.contains(name.as_str()))
+                .cloned(),
+        );
         state.pending.clear();
         for name in &removed {
             state.held.remove(name);

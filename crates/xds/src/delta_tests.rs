@@ -27,7 +27,11 @@ fn request(subscribe: &[&str], unsubscribe: &[&str], nonce: &str) -> DeltaDiscov
 }
 
 fn names(response: &DeltaDiscoveryResponse) -> Vec<(&str, &str)> {
-    response.resources.iter().map(|r| (r.name.as_str(), r.version.as_str())).collect()
+    response
+        .resources
+        .iter()
+        .map(|r| (r.name.as_str(), r.version.as_str()))
+        .collect()
 }
 
 #[test]
@@ -38,10 +42,18 @@ fn subscribe_sends_versions_then_only_changes_and_an_ack_is_recorded() {
     let first = stream.respond(EDS, &current, Revision(9)).unwrap();
     assert_eq!(names(&first), [("api.prod", "7")]);
     assert_eq!(first.system_version_info, "9");
-    assert_eq!(stream.on_request(&request(&[], &[], &first.nonce), 3), Heard::Acked(EDS));
-    assert_eq!(stream.ledger().get(EDS, "api.prod").unwrap().acked, Some((Revision(7), 3)));
+    assert_eq!(
+        stream.on_request(&request(&[], &[], &first.nonce), 3),
+        Heard::Acked(EDS)
+    );
+    assert_eq!(
+        stream.ledger().get(EDS, "api.prod").unwrap().acked,
+        Some((Revision(7), 3))
+    );
     assert_eq!(stream.respond(EDS, &current, Revision(9)), None);
-    let next = stream.respond(EDS, &[resource(EDS, "api.prod", 10)], Revision(10)).unwrap();
+    let next = stream
+        .respond(EDS, &[resource(EDS, "api.prod", 10)], Revision(10))
+        .unwrap();
     assert_eq!(names(&next), [("api.prod", "10")]);
 }
 
@@ -49,15 +61,22 @@ fn subscribe_sends_versions_then_only_changes_and_an_ack_is_recorded() {
 fn an_unknown_name_is_removed_at_once_and_one_that_goes_is_removed_too() {
     let mut stream = DeltaStream::new();
     stream.on_request(&request(&["api.prod", "nope.prod", "not a name"], &[], ""), 0);
-    let first = stream.respond(EDS, &[resource(EDS, "api.prod", 7)], Revision(7)).unwrap();
+    let first = stream
+        .respond(EDS, &[resource(EDS, "api.prod", 7)], Revision(7))
+        .unwrap();
     assert_eq!(names(&first), [("api.prod", "7")]);
     assert_eq!(first.removed_resources, ["nope.prod", "not a name"]);
     // Said once only.
     assert_eq!(stream.respond(EDS, &[resource(EDS, "api.prod", 7)], Revision(7)), None);
     let gone = stream.respond(EDS, &[], Revision(8)).unwrap();
-    assert_eq!((gone.resources.len(), gone.removed_resources.as_slice()), (0, ["api.prod".to_owned()].as_slice()));
+    assert_eq!(
+        (gone.resources.len(), gone.removed_resources.as_slice()),
+        (0, ["api.prod".to_owned()].as_slice())
+    );
     // It comes back: sent again.
-    let back = stream.respond(EDS, &[resource(EDS, "api.prod", 12)], Revision(12)).unwrap();
+    let back = stream
+        .respond(EDS, &[resource(EDS, "api.prod", 12)], Revision(12))
+        .unwrap();
     assert_eq!(names(&back), [("api.prod", "12")]);
 }
 
@@ -79,12 +98,19 @@ fn unsubscribe_stops_pushes_without_a_removal() {
 fn initial_versions_that_match_are_not_resent_and_stale_ones_are() {
     let mut stream = DeltaStream::new();
     let mut reconnect = request(&["api.prod", "web.prod"], &[], "");
-    reconnect.initial_resource_versions = [("api.prod".to_owned(), "7".to_owned()), ("web.prod".to_owned(), "2".to_owned())]
-        .into_iter()
-        .collect();
+    reconnect.initial_resource_versions = [
+        ("api.prod".to_owned(), "7".to_owned()),
+        ("web.prod".to_owned(), "2".to_owned()),
+    ]
+    .into_iter()
+    .collect();
     stream.on_request(&reconnect, 0);
     let first = stream
-        .respond(EDS, &[resource(EDS, "api.prod", 7), resource(EDS, "web.prod", 3)], Revision(9))
+        .respond(
+            EDS,
+            &[resource(EDS, "api.prod", 7), resource(EDS, "web.prod", 3)],
+            Revision(9),
+        )
         .unwrap();
     assert_eq!(names(&first), [("web.prod", "3")]);
     assert!(first.removed_resources.is_empty());
@@ -94,9 +120,13 @@ fn initial_versions_that_match_are_not_resent_and_stale_ones_are() {
 fn a_nack_keeps_the_acked_version_and_the_refused_one_is_not_resent_and_stale_nonces_ack_nothing() {
     let mut stream = DeltaStream::new();
     stream.on_request(&request(&["api.prod"], &[], ""), 0);
-    let first = stream.respond(EDS, &[resource(EDS, "api.prod", 7)], Revision(7)).unwrap();
+    let first = stream
+        .respond(EDS, &[resource(EDS, "api.prod", 7)], Revision(7))
+        .unwrap();
     stream.on_request(&request(&[], &[], &first.nonce), 1);
-    let second = stream.respond(EDS, &[resource(EDS, "api.prod", 8)], Revision(8)).unwrap();
+    let second = stream
+        .respond(EDS, &[resource(EDS, "api.prod", 8)], Revision(8))
+        .unwrap();
     let mut refuse = request(&[], &[], &second.nonce);
     refuse.error_detail = Some(Status {
         code: 3,
@@ -123,9 +153,18 @@ fn the_wildcard_follows_every_resource_and_a_first_empty_cluster_request_is_one(
     );
     assert!(stream.subscription(Kind::Cluster).unwrap().is_wildcard());
     let first = stream
-        .respond(Kind::Cluster, &[resource(Kind::Cluster, "api.prod", 1), resource(Kind::Cluster, "web.prod", 2)], Revision(2))
+        .respond(
+            Kind::Cluster,
+            &[
+                resource(Kind::Cluster, "api.prod", 1),
+                resource(Kind::Cluster, "web.prod", 2),
+            ],
+            Revision(2),
+        )
         .unwrap();
     assert_eq!(first.resources.len(), 2);
-    let shrunk = stream.respond(Kind::Cluster, &[resource(Kind::Cluster, "api.prod", 1)], Revision(3)).unwrap();
+    let shrunk = stream
+        .respond(Kind::Cluster, &[resource(Kind::Cluster, "api.prod", 1)], Revision(3))
+        .unwrap();
     assert_eq!(shrunk.removed_resources, ["web.prod"]);
 }

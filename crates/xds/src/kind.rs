@@ -66,6 +66,9 @@ mod tests {
         for kind in Kind::ALL {
             assert_eq!(Kind::from_type_url(kind.type_url()), Some(kind));
         }
-        assert_eq!(Kind::from_type_url("type.googleapis.com/envoy.config.core.v3.Secret"), None);
+        assert_eq!(
+            Kind::from_type_url("type.googleapis.com/envoy.config.core.v3.Secret"),
+            None
+        );
     }
 }

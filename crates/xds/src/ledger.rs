@@ -42,7 +42,9 @@ pub struct Ledger {
 impl Ledger {
     /// Every resource, in kind and name order.
     pub fn iter(&self) -> impl Iterator<Item = (Kind, &str, &ResourceState)> {
-        self.resources.iter().map(|((kind, name), state)| (*kind, name.as_str(), state))
+        self.resources
+            .iter()
+            .map(|((kind, name), state)| (*kind, name.as_str(), state))
     }
 
     /// One resource's state.

@@ -158,13 +158,19 @@ mod tests {
         let Some(http_filter::ConfigType::TypedConfig(router)) = &last.config_type else {
             panic!("no typed config");
         };
-        assert_eq!(router.type_url, "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router");
+        assert_eq!(
+            router.type_url,
+            "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+        );
     }
 
     #[test]
     fn the_route_matches_the_authority_and_sends_everything_to_the_cluster() {
         let route = RouteConfiguration::decode(
-            static_resource(Kind::Route, "api.prod", Revision(3)).any.value.as_slice(),
+            static_resource(Kind::Route, "api.prod", Revision(3))
+                .any
+                .value
+                .as_slice(),
         )
         .unwrap();
         let host = &route.virtual_hosts[0];
@@ -180,14 +186,23 @@ mod tests {
 
     #[test]
     fn the_cluster_is_eds_over_ads_with_round_robin() {
-        let cluster = Cluster::decode(static_resource(Kind::Cluster, "api.prod", Revision(3)).any.value.as_slice()).unwrap();
+        let cluster = Cluster::decode(
+            static_resource(Kind::Cluster, "api.prod", Revision(3))
+                .any
+                .value
+                .as_slice(),
+        )
+        .unwrap();
         assert_eq!(
             cluster.cluster_discovery_type,
             Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::Eds as i32))
         );
         let eds = cluster.eds_cluster_config.unwrap();
         assert_eq!(eds.service_name, "api.prod");
-        assert!(matches!(eds.eds_config.unwrap().config_source_specifier, Some(ConfigSourceSpecifier::Ads(_))));
+        assert!(matches!(
+            eds.eds_config.unwrap().config_source_specifier,
+            Some(ConfigSourceSpecifier::Ads(_))
+        ));
         assert_eq!(cluster.lb_policy, cluster::LbPolicy::RoundRobin as i32);
     }
 }

@@ -65,7 +65,10 @@ impl SotwStream {
 
     /// What the stream subscribes to of `kind` (nothing, before it asks).
     pub fn subscription(&self, kind: Kind) -> Option<&Subscription> {
-        self.types.get(&kind).filter(|state| state.asked).map(|state| &state.subscription)
+        self.types
+            .get(&kind)
+            .filter(|state| state.asked)
+            .map(|state| &state.subscription)
     }
 
     /// Takes in one request at `now_ms`.
@@ -117,7 +120,12 @@ impl SotwStream {
 
     /// The response to send for `kind`, given the current resources of its subscription
     /// (those that exist) and the registry's revision, if the client's view would change.
-    pub fn respond(&mut self, kind: Kind, resources: &[Arc<Versioned>], registry_revision: Revision) -> Option<DiscoveryResponse> {
+    pub fn respond(
+        &mut self,
+        kind: Kind,
+        resources: &[Arc<Versioned>],
+        registry_revision: Revision,
+    ) -> Option<DiscoveryResponse> {
         let state = self.types.get_mut(&kind).filter(|state| state.asked)?;
         let current: BTreeMap<String, Revision> = resources
             .iter()

@@ -39,19 +39,32 @@ const EDS: Kind = Kind::Endpoint;
 #[test]
 fn a_first_request_is_answered_with_the_revision_as_version_and_an_ack_is_not() {
     let mut stream = SotwStream::new();
-    assert_eq!(stream.on_request(&ask(EDS, &["api.prod"], ""), 0), Heard::Subscribed(EDS));
-    let response = stream.respond(EDS, &[resource(EDS, "api.prod", 7)], Revision(9)).unwrap();
+    assert_eq!(
+        stream.on_request(&ask(EDS, &["api.prod"], ""), 0),
+        Heard::Subscribed(EDS)
+    );
+    let response = stream
+        .respond(EDS, &[resource(EDS, "api.prod", 7)], Revision(9))
+        .unwrap();
     assert_eq!((response.version_info.as_str(), response.resources.len()), ("7", 1));
     assert_eq!(response.type_url, EDS.type_url());
     assert_eq!(stream.ledger().get(EDS, "api.prod").unwrap().sent, Some(Revision(7)));
     assert_eq!(stream.ledger().get(EDS, "api.prod").unwrap().acked, None);
 
-    assert_eq!(stream.on_request(&ask(EDS, &["api.prod"], &response.nonce), 50), Heard::Acked(EDS));
-    assert_eq!(stream.ledger().get(EDS, "api.prod").unwrap().acked, Some((Revision(7), 50)));
+    assert_eq!(
+        stream.on_request(&ask(EDS, &["api.prod"], &response.nonce), 50),
+        Heard::Acked(EDS)
+    );
+    assert_eq!(
+        stream.ledger().get(EDS, "api.prod").unwrap().acked,
+        Some((Revision(7), 50))
+    );
     // Nothing changed: no answer to the ACK.
     assert_eq!(stream.respond(EDS, &[resource(EDS, "api.prod", 7)], Revision(9)), None);
     // A change is pushed with a fresh nonce.
-    let next = stream.respond(EDS, &[resource(EDS, "api.prod", 12)], Revision(12)).unwrap();
+    let next = stream
+        .respond(EDS, &[resource(EDS, "api.prod", 12)], Revision(12))
+        .unwrap();
     assert_eq!(next.version_info, "12");
     assert_ne!(next.nonce, response.nonce);
 }
@@ -60,27 +73,42 @@ fn a_first_request_is_answered_with_the_revision_as_version_and_an_ack_is_not() 
 fn a_nack_is_recorded_keeps_the_acked_revision_and_the_refused_one_is_not_resent() {
     let mut stream = SotwStream::new();
     stream.on_request(&ask(EDS, &["api.prod"], ""), 0);
-    let first = stream.respond(EDS, &[resource(EDS, "api.prod", 7)], Revision(7)).unwrap();
+    let first = stream
+        .respond(EDS, &[resource(EDS, "api.prod", 7)], Revision(7))
+        .unwrap();
     stream.on_request(&ask(EDS, &["api.prod"], &first.nonce), 10);
-    let second = stream.respond(EDS, &[resource(EDS, "api.prod", 8)], Revision(8)).unwrap();
+    let second = stream
+        .respond(EDS, &[resource(EDS, "api.prod", 8)], Revision(8))
+        .unwrap();
     let heard = stream.on_request(&nack(EDS, &["api.prod"], &second.nonce, "bad weight"), 20);
     let Heard::Nacked(EDS, refusal) = heard else {
         panic!("not a NACK: {heard:?}");
     };
-    assert_eq!((refusal.revision, refusal.message.as_str()), (Revision(8), "bad weight"));
+    assert_eq!(
+        (refusal.revision, refusal.message.as_str()),
+        (Revision(8), "bad weight")
+    );
     let state = stream.ledger().get(EDS, "api.prod").unwrap();
     assert_eq!((state.acked, state.nacks), (Some((Revision(7), 10)), 1));
     assert_eq!(state.last_nack.as_ref().unwrap().at_ms, 20);
     assert_eq!(stream.respond(EDS, &[resource(EDS, "api.prod", 8)], Revision(8)), None);
-    assert!(stream.respond(EDS, &[resource(EDS, "api.prod", 9)], Revision(9)).is_some());
+    assert!(
+        stream
+            .respond(EDS, &[resource(EDS, "api.prod", 9)], Revision(9))
+            .is_some()
+    );
 }
 
 #[test]
 fn a_stale_nonce_is_ignored_whole() {
     let mut stream = SotwStream::new();
     stream.on_request(&ask(EDS, &["api.prod"], ""), 0);
-    let first = stream.respond(EDS, &[resource(EDS, "api.prod", 7)], Revision(7)).unwrap();
-    let second = stream.respond(EDS, &[resource(EDS, "api.prod", 8)], Revision(8)).unwrap();
+    let first = stream
+        .respond(EDS, &[resource(EDS, "api.prod", 7)], Revision(7))
+        .unwrap();
+    let second = stream
+        .respond(EDS, &[resource(EDS, "api.prod", 8)], Revision(8))
+        .unwrap();
     // An answer to the first response, asking for another name too: stale, ignored.
     assert_eq!(
         stream.on_request(&ask(EDS, &["api.prod", "web.prod"], &first.nonce), 5),
@@ -88,8 +116,14 @@ fn a_stale_nonce_is_ignored_whole() {
     );
     assert_eq!(stream.ledger().get(EDS, "api.prod").unwrap().acked, None);
     assert!(!stream.subscription(EDS).unwrap().covers("web.prod"));
-    assert_eq!(stream.on_request(&ask(EDS, &["api.prod"], &second.nonce), 6), Heard::Acked(EDS));
-    assert_eq!(stream.ledger().get(EDS, "api.prod").unwrap().acked, Some((Revision(8), 6)));
+    assert_eq!(
+        stream.on_request(&ask(EDS, &["api.prod"], &second.nonce), 6),
+        Heard::Acked(EDS)
+    );
+    assert_eq!(
+        stream.ledger().get(EDS, "api.prod").unwrap().acked,
+        Some((Revision(8), 6))
+    );
 }
 
 #[test]
@@ -118,7 +152,9 @@ fn full_state_kinds_leave_out_what_is_gone_and_an_empty_list_is_the_wildcard() {
     // It does not exist: an empty full-state answer says so, versioned by the registry.
     let none = stream.respond(Kind::Listener, &[], Revision(4)).unwrap();
     assert_eq!((none.resources.len(), none.version_info.as_str()), (0, "4"));
-    let appeared = stream.respond(Kind::Listener, &[resource(Kind::Listener, "api.prod", 5)], Revision(5)).unwrap();
+    let appeared = stream
+        .respond(Kind::Listener, &[resource(Kind::Listener, "api.prod", 5)], Revision(5))
+        .unwrap();
     assert_eq!(appeared.resources.len(), 1);
     let gone = stream.respond(Kind::Listener, &[], Revision(6)).unwrap();
     assert!(gone.resources.is_empty());
