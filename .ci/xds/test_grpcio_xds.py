@@ -13,8 +13,8 @@ trace, in order, each step building on the last:
      which had none before (priority failover: same zone < same region)
   5. a zone-a backend back: calls leave zone b again
   6. CSDS (grpcio-csds, in this process) shows the client ACKED the EDS resource `api.prod`
-     at version_info = the service's Muster revision, and GET /v1/xds/clients agrees for
-     node `py-client-1`
+     at version_info = the service's Muster revision, GET /v1/xds/clients agrees for node
+     `py-client-1`, and /metrics counts it among the subscribers at the latest revision
 
 Run by .ci/xds.sh, which starts `muster serve --xds` and sets:
   MUSTER_BIN        the muster binary (register, drain, deregister, resolve)
@@ -142,9 +142,13 @@ def service_revision():
     return json.loads(muster("resolve", f"{NAMESPACE}/{SERVICE}", "--all", "--json"))["service_revision"]
 
 
-def http_get(path):
+def http_text(path):
     with urllib.request.urlopen(HTTP + path, timeout=5) as reply:
-        return json.loads(reply.read())
+        return reply.read().decode()
+
+
+def http_get(path):
+    return json.loads(http_text(path))
 
 
 def poll(probe, what, timeout):
@@ -265,7 +269,7 @@ class Scenario:
         print(f"  a window of {WINDOW} calls: {seen}")
 
     # 6
-    def test_csds_and_xds_clients_show_the_acked_revision(self):
+    def test_csds_xds_clients_and_metrics_show_the_acked_revision(self):
         csds = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         grpc_csds.add_csds_servicer(csds)
         port = csds.add_insecure_port("127.0.0.1:0")
@@ -278,16 +282,18 @@ class Scenario:
                     revision = service_revision()
                     eds = eds_status(stub.FetchClientStatus(csds_pb2.ClientStatusRequest(), timeout=5))
                     acked = xds_clients_acked(http_get("/v1/xds/clients"))
-                    seen = {"service_revision": revision, "csds_eds": eds, "v1_xds_clients": acked}
+                    gauges = xds_metrics(http_text("/metrics"))
+                    seen = {"service_revision": revision, "csds_eds": eds, "v1_xds_clients": acked, "metrics": gauges}
                     done = (
                         eds is not None and eds["client_status"] == "ACKED"
                         and eds["version_info"] == str(revision)
-                        and acked is not None and acked["acked_revision"] == revision
+                        and acked is not None and acked["acked_revision"] == acked["latest_revision"] == revision
+                        and gauges == {"subscribers": 1, "subscribers_at_latest": 1, "endpoint_nacks": 0}
                     )
                     return done, seen
 
-                seen = poll(agree, f"CSDS and /v1/xds/clients agreeing on the revision of {SERVICE}.{NAMESPACE}",
-                            CHANGE_TIMEOUT_S)
+                seen = poll(agree, f"CSDS, /v1/xds/clients and /metrics agreeing on the revision of "
+                            f"{SERVICE}.{NAMESPACE}", CHANGE_TIMEOUT_S)
                 print(f"  {json.dumps(seen)}")
                 acked = seen["v1_xds_clients"]
                 assert acked["protocol"] == "sotw" and acked["cluster"] == "ci", (
@@ -320,6 +326,23 @@ def xds_clients_acked(reply):
                 return {"node_id": NODE_ID, "cluster": client.get("cluster"), "protocol": client.get("protocol"),
                         **resource}
     return None
+
+
+def xds_metrics(text):
+    """The xDS aggregates of /metrics for this service: its EDS subscribers, those at its
+    latest revision, and the endpoint NACKs (this client is the only one)."""
+    service = f'{{tenant="default",namespace="{NAMESPACE}",service="{SERVICE}"}}'
+    wanted = {
+        f"muster_xds_subscribers{service}": "subscribers",
+        f"muster_xds_subscribers_at_latest{service}": "subscribers_at_latest",
+        'muster_xds_nacks_total{type="endpoint"}': "endpoint_nacks",
+    }
+    found = {}
+    for line in text.splitlines():
+        series, _, value = line.rpartition(" ")
+        if series in wanted:
+            found[wanted[series]] = int(float(value))
+    return found
 
 
 def main():
