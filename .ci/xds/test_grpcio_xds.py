@@ -31,6 +31,7 @@ Every wait is a bounded poll; a failure says what was last seen. The last line i
 import collections
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,8 +51,8 @@ REGION = "r1"
 METHOD = "/muster.ci.Echo/Who"
 EDS_TYPE_URL = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 
-# The bootstrap must be in place before grpc creates its first xDS channel (it is read when
-# the process's xDS client is created), so before `import grpc` does anything with it.
+# grpc reads the bootstrap when the process's first xDS channel creates its xDS client; it is
+# written, and GRPC_XDS_BOOTSTRAP set, before grpc is even imported.
 _bootstrap_dir = tempfile.mkdtemp(prefix="muster-xds-")
 BOOTSTRAP = os.path.join(_bootstrap_dir, "bootstrap.json")
 with open(BOOTSTRAP, "w") as f:
@@ -182,6 +183,9 @@ class Client:
 
 
 class Scenario:
+    """The trace of the module's docstring, one `test_` method per step, run in order by main();
+    the backends and the one client carry over from step to step."""
+
     def __init__(self):
         self.backends = {}
         self.client = None
@@ -367,6 +371,7 @@ def main():
             scenario.client.channel.close()
         for backend in scenario.backends.values():
             backend.stop()
+        shutil.rmtree(_bootstrap_dir, ignore_errors=True)
     not_run = len(steps) - passed - failed
     if not_run:
         print(f"xds: {not_run} later steps not run (they build on the failed one)")
