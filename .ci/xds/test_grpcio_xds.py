@@ -14,7 +14,8 @@ trace, in order, each step building on the last:
   5. a zone-a backend back: calls leave zone b again
   6. CSDS (grpcio-csds, in this process) shows the client ACKED the EDS resource `api.prod`
      at version_info = the service's Muster revision, GET /v1/xds/clients agrees for node
-     `py-client-1`, and /metrics counts it among the subscribers at the latest revision
+     `py-client-1`, and /metrics counts it among the subscribers at the latest revision; its
+     listener, route and cluster are ACKED too, with no NACK
 
 Run by .ci/xds.sh, which starts `muster serve --xds` and sets:
   MUSTER_BIN        the muster binary (register, drain, deregister, resolve)
@@ -50,6 +51,13 @@ NODE_ID = "py-client-1"
 REGION = "r1"
 METHOD = "/muster.ci.Echo/Who"
 EDS_TYPE_URL = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+# The four xDS types by the names /v1/xds/clients gives them.
+KINDS = {
+    "type.googleapis.com/envoy.config.listener.v3.Listener": "listener",
+    "type.googleapis.com/envoy.config.route.v3.RouteConfiguration": "route",
+    "type.googleapis.com/envoy.config.cluster.v3.Cluster": "cluster",
+    EDS_TYPE_URL: "endpoint",
+}
 
 # grpc reads the bootstrap when the process's first xDS channel creates its xDS client; it is
 # written, and GRPC_XDS_BOOTSTRAP set, before grpc is even imported.
@@ -302,6 +310,15 @@ class Scenario:
                 acked = seen["v1_xds_clients"]
                 assert acked["protocol"] == "sotw" and acked["cluster"] == "ci", (
                     f"grpcio speaks SotW ADS as node cluster `ci`; /v1/xds/clients says {acked}")
+                # The other three resources of the target were accepted too, on both sides.
+                csds_all = csds_statuses(stub.FetchClientStatus(csds_pb2.ClientStatusRequest(), timeout=5))
+                ledger = xds_clients_statuses(http_get("/v1/xds/clients"))
+                kinds = set(KINDS.values())
+                assert csds_all == dict.fromkeys(kinds, "ACKED"), f"CSDS shows {SERVICE}.{NAMESPACE} as {csds_all}"
+                assert set(ledger) == kinds and all(
+                    r["acked_revision"] is not None and r["nacks"] == 0 for r in ledger.values()
+                ), f"/v1/xds/clients shows {NODE_ID}'s resources as {ledger}"
+                print(f"  CSDS: {csds_all}; /v1/xds/clients: {ledger}")
         finally:
             csds.stop(grace=None)
 
@@ -318,6 +335,25 @@ def eds_status(response):
                     "client_status": ClientResourceStatus.Name(resource.client_status),
                 }
     return None
+
+
+def csds_statuses(response):
+    """Each resource named `api.prod` in the CSDS dump: its kind -> its client status."""
+    return {
+        KINDS.get(resource.type_url, resource.type_url): ClientResourceStatus.Name(resource.client_status)
+        for config in response.config
+        for resource in config.generic_xds_configs
+        if resource.name == f"{SERVICE}.{NAMESPACE}"
+    }
+
+
+def xds_clients_statuses(reply):
+    """Node NODE_ID's resources named `api.prod` in GET /v1/xds/clients, by type."""
+    return {
+        resource["type"]: {"acked_revision": resource.get("acked_revision"), "nacks": resource.get("nacks")}
+        for client in reply.get("clients", []) if client.get("node_id") == NODE_ID
+        for resource in client.get("resources", []) if resource.get("resource") == f"{SERVICE}.{NAMESPACE}"
+    }
 
 
 def xds_clients_acked(reply):
