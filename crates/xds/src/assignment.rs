@@ -1,7 +1,9 @@
 //! A service's snapshot as a `ClusterLoadAssignment` (SPEC D5, C3, C4, G1).
 //!
 //! - Each endpoint is its first address and the port named `grpc`, else its first port; an
-//!   endpoint with neither is left out (there is nothing to connect to).
+//!   endpoint with neither is left out (there is nothing to connect to). Two records on one
+//!   address and port (an instance back under a new id while its old record drains) are
+//!   sent once, in the better state: gRPC refuses an assignment that repeats an address.
 //! - Health: `ready` → HEALTHY, `degraded` → DEGRADED, `draining` → DRAINING, everything else
 //!   → UNHEALTHY. Never UNKNOWN: gRPC and Envoy send traffic to UNKNOWN endpoints.
 //! - Endpoint weight = the record's weight. Localities are (region, zone, sub-zone); a
@@ -75,6 +77,16 @@ pub fn health(serving: ServingState) -> HealthStatus {
     }
 }
 
+/// Which of two records on one address to keep: lower is better.
+fn rank(serving: ServingState) -> u8 {
+    match serving {
+        ServingState::Ready => 0,
+        ServingState::Degraded => 1,
+        ServingState::Draining => 2,
+        ServingState::Starting | ServingState::NotServing | ServingState::Unknown => 3,
+    }
+}
+
 /// The port a gRPC caller uses: the one named `grpc`, else the first.
 pub fn port(endpoint: &Endpoint) -> Option<u16> {
     endpoint
@@ -94,11 +106,23 @@ fn label(value: Option<&Label>) -> String {
 
 /// The assignment `name` of `snapshot`'s endpoints as `cohort` sees them.
 pub fn assignment(name: &str, snapshot: &ServiceSnapshot, cohort: &Cohort) -> ClusterLoadAssignment {
-    let usable: Vec<(&Endpoint, u16)> = snapshot
-        .iter()
-        .filter_map(|endpoint| Some((endpoint.as_ref(), port(endpoint)?)))
-        .filter(|(endpoint, _)| !endpoint.addresses.is_empty())
-        .collect();
+    // One endpoint per address: gRPC refuses a whole assignment that names an address twice
+    // ("duplicate endpoint address"), which happens when an instance comes back under a new
+    // id on the old address while its old record still drains. The best state wins.
+    let mut by_address: BTreeMap<(std::net::IpAddr, u16), (&Endpoint, u16)> = BTreeMap::new();
+    for endpoint in snapshot.iter() {
+        let (Some(port), Some(address)) = (port(endpoint), endpoint.addresses.first()) else {
+            continue;
+        };
+        let slot = by_address
+            .entry((address.ip, port))
+            .or_insert((endpoint.as_ref(), port));
+        if rank(endpoint.serving) < rank(slot.0.serving) {
+            *slot = (endpoint.as_ref(), port);
+        }
+    }
+    let mut usable: Vec<(&Endpoint, u16)> = by_address.into_values().collect();
+    usable.sort_by(|a, b| a.0.instance.cmp(&b.0.instance));
     let tier = |endpoint: &Endpoint| (endpoint.locality.priority, cohort.proximity(endpoint));
     let mut tiers: Vec<(u8, u8)> = usable.iter().map(|(endpoint, _)| tier(endpoint)).collect();
     tiers.sort_unstable();

@@ -244,3 +244,23 @@ fn a_node_locality_becomes_its_cohort() {
     );
     assert_eq!(Cohort::of(None), Cohort::default());
 }
+
+#[test]
+fn two_records_on_one_address_are_sent_once_in_the_better_state() {
+    let old = endpoint(1, "a", ServingState::Draining);
+    let mut back = endpoint(2, "a", ServingState::Ready);
+    back.addresses = old.addresses.clone();
+    let built = assignment(
+        "api.prod",
+        &snapshot(vec![old, back, endpoint(3, "a", ServingState::Ready)]),
+        &zone_a(),
+    );
+    let seen: Vec<(String, HealthStatus, u32)> = shape(&built).into_iter().flat_map(|(_, _, e)| e).collect();
+    assert_eq!(
+        seen,
+        [
+            ("10.0.0.1:9090".to_owned(), HealthStatus::Healthy, 12),
+            ("10.0.0.3:9090".to_owned(), HealthStatus::Healthy, 13)
+        ]
+    );
+}

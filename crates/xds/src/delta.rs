@@ -11,6 +11,8 @@
 //!   registry's revision.
 //! - The first request of a type may carry `initial_resource_versions` (a reconnecting
 //!   client's cache): a resource whose version matches is not sent again.
+//! - Every name a request subscribes to is answered, even one the client seems to hold
+//!   (except those its first request declared in `initial_resource_versions`).
 //! - Subscribing to a name that does not exist gets it in `removed_resources`, once, so the
 //!   client knows at once; a subscribed resource that ceases to exist is removed likewise.
 //!   Unsubscribing forgets the name: no removal is sent for it.
@@ -27,8 +29,9 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource};
 use muster_core::Revision;
 
+use crate::heard::{Answer, Heard, UnknownType};
 use crate::kind::Kind;
-use crate::ledger::{Heard, Ledger, Nack};
+use crate::ledger::{Ledger, Nack};
 use crate::resources::Versioned;
 use crate::subscription::{Subscription, WILDCARD};
 
@@ -76,22 +79,20 @@ impl DeltaStream {
     }
 
     /// Takes in one request at `now_ms`.
-    pub fn on_request(&mut self, request: &DeltaDiscoveryRequest, now_ms: u64) -> Heard {
-        let Some(kind) = Kind::from_type_url(&request.type_url) else {
-            return Heard::UnknownType(request.type_url.clone());
-        };
+    pub fn on_request(&mut self, request: &DeltaDiscoveryRequest, now_ms: u64) -> Result<Heard, UnknownType> {
+        let kind = Kind::from_type_url(&request.type_url).ok_or_else(|| UnknownType(request.type_url.clone()))?;
         let state = self.types.entry(kind).or_default();
         let first = !state.asked;
         state.asked = true;
-        let mut heard = Heard::Subscribed(kind);
+        let mut answer = Answer::None;
         if !request.response_nonce.is_empty() {
-            match request
+            let answered = request
                 .response_nonce
                 .parse()
                 .ok()
-                .and_then(|nonce: u64| state.in_flight.remove(&nonce))
-            {
-                None => heard = Heard::StaleNonce(kind),
+                .and_then(|nonce: u64| state.in_flight.remove(&nonce));
+            answer = match answered {
+                None => Answer::Stale,
                 Some(held) => match &request.error_detail {
                     Some(error) => {
                         let nack = Nack {
@@ -102,39 +103,52 @@ impl DeltaStream {
                         for (name, _) in &held {
                             self.ledger.nacked(kind, name, nack.clone());
                         }
-                        heard = Heard::Nacked(kind, nack);
+                        Answer::Nacked(nack)
                     }
                     None => {
                         for (name, revision) in &held {
                             self.ledger.acked(kind, name, *revision, now_ms);
                         }
-                        heard = Heard::Acked(kind);
+                        Answer::Acked
                     }
                 },
-            }
+            };
         }
         if first {
-            state.held = request.initial_resource_versions.clone().into_iter().collect();
+            // A reconnecting client's cache: what it holds counts as sent and acknowledged.
+            for (name, version) in &request.initial_resource_versions {
+                state.held.insert(name.clone(), version.clone());
+                if let Ok(revision) = version.parse() {
+                    self.ledger.sent(kind, name, Revision(revision));
+                    self.ledger.acked(kind, name, Revision(revision), now_ms);
+                }
+            }
             if request.resource_names_subscribe.is_empty() && kind.is_full_state() {
                 state.subscription = Subscription::Wildcard(BTreeSet::new());
             }
         }
-        let mut changed = first;
+        let mut subscribed = first;
         for name in &request.resource_names_subscribe {
             if name == WILDCARD {
-                changed |= !state.subscription.is_wildcard();
+                subscribed |= !state.subscription.is_wildcard();
                 state.subscription = Subscription::Wildcard(state.subscription.names().clone());
-            } else if state.subscription.names_mut().insert(name.clone()) {
-                state.pending.insert(name.clone());
-                changed = true;
+                continue;
             }
+            state.subscription.names_mut().insert(name.clone());
+            // Every name subscribed is answered, even one the client already holds (the
+            // protocol says so: the client may have dropped it), except what a reconnecting
+            // client declared in its initial versions.
+            if !(first && request.initial_resource_versions.contains_key(name)) {
+                state.pending.insert(name.clone());
+            }
+            subscribed = true;
         }
         for name in &request.resource_names_unsubscribe {
             if name == WILDCARD {
-                changed |= state.subscription.is_wildcard();
+                subscribed |= state.subscription.is_wildcard();
                 state.subscription = Subscription::Names(state.subscription.names().clone());
             } else if state.subscription.names_mut().remove(name) {
-                changed = true;
+                subscribed = true;
             }
             if !state.subscription.covers(name) {
                 state.held.remove(name);
@@ -142,10 +156,11 @@ impl DeltaStream {
                 self.ledger.forget(kind, name);
             }
         }
-        if changed {
-            heard = Heard::Subscribed(kind);
-        }
-        heard
+        Ok(Heard {
+            kind,
+            answer,
+            subscribed,
+        })
     }
 
     /// The response to send for `kind`, given the current resources of its subscription
@@ -169,7 +184,7 @@ impl DeltaStream {
             .filter(|resource| current.contains(resource.name.as_str()))
         {
             let version = resource.revision.0.to_string();
-            if state.held.get(&resource.name) != Some(&version) {
+            if state.held.get(&resource.name) != Some(&version) || state.pending.contains(&resource.name) {
                 out.push(Resource {
                     name: resource.name.clone(),
                     version: version.clone(),

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-/// A resource type the server serves.
+/// A resource type the server serves; `kind as usize` is its place in [`Kind::ALL`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     /// LDS: `envoy.config.listener.v3.Listener`.

@@ -73,18 +73,3 @@ impl Ledger {
         self.resources.remove(&(kind, name.to_owned()));
     }
 }
-
-/// What a client's request meant, for the server's log and counters.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Heard {
-    /// A type this server does not serve: ignored.
-    UnknownType(String),
-    /// A nonce that is not the one last sent for that type: ignored, as the protocol says.
-    StaleNonce(Kind),
-    /// A request (first, or a change of subscription) that needs an answer.
-    Subscribed(Kind),
-    /// The response with this nonce was accepted.
-    Acked(Kind),
-    /// The response was refused; the previous state holds.
-    Nacked(Kind, Nack),
-}

@@ -16,6 +16,7 @@
 
 pub mod assignment;
 pub mod delta;
+pub mod heard;
 pub mod kind;
 pub mod ledger;
 pub mod name;
@@ -27,8 +28,9 @@ pub use assignment::Cohort;
 pub use delta::DeltaStream;
 /// The generated protobuf types and ADS service stubs (envoy-types).
 pub use envoy_types::pb;
+pub use heard::{Answer, Heard, UnknownType};
 pub use kind::Kind;
-pub use ledger::{Heard, Ledger, Nack, ResourceState};
+pub use ledger::{Ledger, Nack, ResourceState};
 pub use name::ServiceName;
 pub use resources::Versioned;
 pub use sotw::SotwStream;

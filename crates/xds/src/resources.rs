@@ -114,6 +114,7 @@ pub fn cluster(name: &str) -> Cluster {
             service_name: name.to_owned(),
         }),
         lb_policy: cluster::LbPolicy::RoundRobin as i32,
+        // Envoy's default; gRPC ignores it (its own connect backoff applies).
         connect_timeout: Some(Duration { seconds: 5, nanos: 0 }),
         ..Cluster::default()
     }

@@ -18,7 +18,7 @@
 //!   what it had, and the refused revision is not sent again — only a newer one is.
 //! - Listener and cluster responses are full state: they hold every subscribed resource that
 //!   exists, so one left out does not exist. An empty name list subscribes to every resource
-//!   of those two types (the wildcard), as does `*`. Route and endpoint responses hold the
+//!   of those two types (the wildcard) until the client first names one; `*` always does. Route and endpoint responses hold the
 //!   subscribed resources that exist; an empty list subscribes to nothing.
 //! - A response is sent when the client first asks for a type, when its subscription changes,
 //!   and when a subscribed resource's revision changes or it appears or disappears — never
@@ -30,8 +30,9 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use muster_core::Revision;
 
+use crate::heard::{Answer, Heard, UnknownType};
 use crate::kind::Kind;
-use crate::ledger::{Heard, Ledger, Nack};
+use crate::ledger::{Ledger, Nack};
 use crate::resources::Versioned;
 use crate::subscription::Subscription;
 
@@ -42,6 +43,9 @@ struct TypeState {
     must_respond: bool,
     /// The nonce of the last response and what it held.
     nonce: Option<String>,
+    /// Whether the client ever named a resource of this type: from then on an empty list
+    /// is no longer the wildcard.
+    named: bool,
     /// Whether the client has answered that response (later requests may carry its nonce
     /// again, with a new subscription: they are current, not a second answer).
     answered: bool,
@@ -76,20 +80,21 @@ impl SotwStream {
     }
 
     /// Takes in one request at `now_ms`.
-    pub fn on_request(&mut self, request: &DiscoveryRequest, now_ms: u64) -> Heard {
-        let Some(kind) = Kind::from_type_url(&request.type_url) else {
-            return Heard::UnknownType(request.type_url.clone());
-        };
+    pub fn on_request(&mut self, request: &DiscoveryRequest, now_ms: u64) -> Result<Heard, UnknownType> {
+        let kind = Kind::from_type_url(&request.type_url).ok_or_else(|| UnknownType(request.type_url.clone()))?;
         let state = self.types.entry(kind).or_default();
         let first = !state.asked;
         let nonce = request.response_nonce.as_str();
         if !nonce.is_empty() && state.nonce.as_deref() != Some(nonce) {
-            return Heard::StaleNonce(kind);
+            return Ok(Heard {
+                kind,
+                answer: Answer::Stale,
+                subscribed: false,
+            });
         }
         state.asked = true;
-        let answers = !nonce.is_empty() && !state.answered;
-        let mut heard = Heard::Subscribed(kind);
-        if answers {
+        let mut answer = Answer::None;
+        if !nonce.is_empty() && !state.answered {
             state.answered = true;
             if let Some(error) = &request.error_detail {
                 let nack = Nack {
@@ -100,16 +105,18 @@ impl SotwStream {
                 for name in state.sent.keys() {
                     self.ledger.nacked(kind, name, nack.clone());
                 }
-                heard = Heard::Nacked(kind, nack);
+                answer = Answer::Nacked(nack);
             } else {
                 for (name, revision) in &state.sent {
                     self.ledger.acked(kind, name, *revision, now_ms);
                 }
-                heard = Heard::Acked(kind);
+                answer = Answer::Acked;
             }
         }
-        let subscription = Subscription::sotw(kind, &request.resource_names);
-        if first || subscription != state.subscription {
+        let subscription = Subscription::sotw(kind, &request.resource_names, state.named);
+        state.named |= !subscription.names().is_empty();
+        let subscribed = first || subscription != state.subscription;
+        if subscribed {
             for name in state.subscription.names() {
                 if !subscription.covers(name) {
                     self.ledger.forget(kind, name);
@@ -117,9 +124,12 @@ impl SotwStream {
             }
             state.subscription = subscription;
             state.must_respond = true;
-            heard = Heard::Subscribed(kind);
         }
-        heard
+        Ok(Heard {
+            kind,
+            answer,
+            subscribed,
+        })
     }
 
     /// The response to send for `kind`, given the current resources of its subscription
@@ -146,7 +156,7 @@ impl SotwStream {
             self.ledger.sent(kind, name, *revision);
         }
         for name in state.sent.keys() {
-            if !current.contains_key(name) && !state.subscription.covers(name) {
+            if !current.contains_key(name) {
                 self.ledger.forget(kind, name);
             }
         }

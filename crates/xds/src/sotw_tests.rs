@@ -1,6 +1,7 @@
 use envoy_types::pb::google::rpc::Status;
 
 use super::*;
+use crate::heard::Answer;
 
 fn resource(kind: Kind, name: &str, revision: u64) -> Arc<Versioned> {
     Arc::new(Versioned {
@@ -41,7 +42,11 @@ fn a_first_request_is_answered_with_the_revision_as_version_and_an_ack_is_not() 
     let mut stream = SotwStream::new();
     assert_eq!(
         stream.on_request(&ask(EDS, &["api.prod"], ""), 0),
-        Heard::Subscribed(EDS)
+        Ok(Heard {
+            kind: EDS,
+            answer: Answer::None,
+            subscribed: true
+        })
     );
     let response = stream
         .respond(EDS, &[resource(EDS, "api.prod", 7)], Revision(9))
@@ -53,7 +58,11 @@ fn a_first_request_is_answered_with_the_revision_as_version_and_an_ack_is_not() 
 
     assert_eq!(
         stream.on_request(&ask(EDS, &["api.prod"], &response.nonce), 50),
-        Heard::Acked(EDS)
+        Ok(Heard {
+            kind: EDS,
+            answer: Answer::Acked,
+            subscribed: false
+        })
     );
     assert_eq!(
         stream.ledger().get(EDS, "api.prod").unwrap().acked,
@@ -72,16 +81,20 @@ fn a_first_request_is_answered_with_the_revision_as_version_and_an_ack_is_not() 
 #[test]
 fn a_nack_is_recorded_keeps_the_acked_revision_and_the_refused_one_is_not_resent() {
     let mut stream = SotwStream::new();
-    stream.on_request(&ask(EDS, &["api.prod"], ""), 0);
+    stream.on_request(&ask(EDS, &["api.prod"], ""), 0).unwrap();
     let first = stream
         .respond(EDS, &[resource(EDS, "api.prod", 7)], Revision(7))
         .unwrap();
-    stream.on_request(&ask(EDS, &["api.prod"], &first.nonce), 10);
+    stream.on_request(&ask(EDS, &["api.prod"], &first.nonce), 10).unwrap();
     let second = stream
         .respond(EDS, &[resource(EDS, "api.prod", 8)], Revision(8))
         .unwrap();
     let heard = stream.on_request(&nack(EDS, &["api.prod"], &second.nonce, "bad weight"), 20);
-    let Heard::Nacked(EDS, refusal) = heard else {
+    let Ok(Heard {
+        answer: Answer::Nacked(refusal),
+        ..
+    }) = heard
+    else {
         panic!("not a NACK: {heard:?}");
     };
     assert_eq!(
@@ -102,7 +115,7 @@ fn a_nack_is_recorded_keeps_the_acked_revision_and_the_refused_one_is_not_resent
 #[test]
 fn a_stale_nonce_is_ignored_whole() {
     let mut stream = SotwStream::new();
-    stream.on_request(&ask(EDS, &["api.prod"], ""), 0);
+    stream.on_request(&ask(EDS, &["api.prod"], ""), 0).unwrap();
     let first = stream
         .respond(EDS, &[resource(EDS, "api.prod", 7)], Revision(7))
         .unwrap();
@@ -112,13 +125,21 @@ fn a_stale_nonce_is_ignored_whole() {
     // An answer to the first response, asking for another name too: stale, ignored.
     assert_eq!(
         stream.on_request(&ask(EDS, &["api.prod", "web.prod"], &first.nonce), 5),
-        Heard::StaleNonce(EDS)
+        Ok(Heard {
+            kind: EDS,
+            answer: Answer::Stale,
+            subscribed: false
+        })
     );
     assert_eq!(stream.ledger().get(EDS, "api.prod").unwrap().acked, None);
     assert!(!stream.subscription(EDS).unwrap().covers("web.prod"));
     assert_eq!(
         stream.on_request(&ask(EDS, &["api.prod"], &second.nonce), 6),
-        Heard::Acked(EDS)
+        Ok(Heard {
+            kind: EDS,
+            answer: Answer::Acked,
+            subscribed: false
+        })
     );
     assert_eq!(
         stream.ledger().get(EDS, "api.prod").unwrap().acked,
@@ -129,14 +150,16 @@ fn a_stale_nonce_is_ignored_whole() {
 #[test]
 fn a_subscription_change_is_answered_and_an_unsubscribed_name_is_forgotten() {
     let mut stream = SotwStream::new();
-    stream.on_request(&ask(EDS, &["api.prod"], ""), 0);
+    stream.on_request(&ask(EDS, &["api.prod"], ""), 0).unwrap();
     let both = [resource(EDS, "api.prod", 7), resource(EDS, "web.prod", 3)];
     let first = stream.respond(EDS, &both, Revision(7)).unwrap();
     assert_eq!(first.resources.len(), 1, "only what is subscribed");
-    stream.on_request(&ask(EDS, &["api.prod", "web.prod"], &first.nonce), 1);
+    stream
+        .on_request(&ask(EDS, &["api.prod", "web.prod"], &first.nonce), 1)
+        .unwrap();
     let second = stream.respond(EDS, &both, Revision(7)).unwrap();
     assert_eq!(second.resources.len(), 2);
-    stream.on_request(&ask(EDS, &["web.prod"], &second.nonce), 2);
+    stream.on_request(&ask(EDS, &["web.prod"], &second.nonce), 2).unwrap();
     assert!(stream.ledger().get(EDS, "api.prod").is_none());
     // A change of a service the stream no longer watches sends nothing.
     let later = [resource(EDS, "api.prod", 9), resource(EDS, "web.prod", 3)];
@@ -148,7 +171,7 @@ fn a_subscription_change_is_answered_and_an_unsubscribed_name_is_forgotten() {
 #[test]
 fn full_state_kinds_leave_out_what_is_gone_and_an_empty_list_is_the_wildcard() {
     let mut stream = SotwStream::new();
-    stream.on_request(&ask(Kind::Listener, &["api.prod"], ""), 0);
+    stream.on_request(&ask(Kind::Listener, &["api.prod"], ""), 0).unwrap();
     // It does not exist: an empty full-state answer says so, versioned by the registry.
     let none = stream.respond(Kind::Listener, &[], Revision(4)).unwrap();
     assert_eq!((none.resources.len(), none.version_info.as_str()), (0, "4"));
@@ -160,10 +183,10 @@ fn full_state_kinds_leave_out_what_is_gone_and_an_empty_list_is_the_wildcard() {
     assert!(gone.resources.is_empty());
 
     let mut wildcard = SotwStream::new();
-    wildcard.on_request(&ask(Kind::Cluster, &[], ""), 0);
+    wildcard.on_request(&ask(Kind::Cluster, &[], ""), 0).unwrap();
     assert!(wildcard.subscription(Kind::Cluster).unwrap().is_wildcard());
     let mut endpoints = SotwStream::new();
-    endpoints.on_request(&ask(EDS, &[], ""), 0);
+    endpoints.on_request(&ask(EDS, &[], ""), 0).unwrap();
     assert!(!endpoints.subscription(EDS).unwrap().is_wildcard());
 }
 
@@ -175,23 +198,31 @@ fn nothing_is_sent_for_a_type_never_asked_and_unknown_types_are_named() {
         type_url: "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret".into(),
         ..DiscoveryRequest::default()
     };
-    assert!(matches!(stream.on_request(&secret, 0), Heard::UnknownType(_)));
+    assert!(matches!(stream.on_request(&secret, 0), Err(UnknownType(_))));
 }
 
 #[test]
 fn a_subscription_change_carrying_the_acknowledged_nonce_is_current_not_stale() {
     let mut stream = SotwStream::new();
-    stream.on_request(&ask(EDS, &["api.prod"], ""), 0);
+    stream.on_request(&ask(EDS, &["api.prod"], ""), 0).unwrap();
     let both = [resource(EDS, "api.prod", 7), resource(EDS, "web.prod", 3)];
     let first = stream.respond(EDS, &both, Revision(7)).unwrap();
     assert_eq!(
         stream.on_request(&ask(EDS, &["api.prod"], &first.nonce), 1),
-        Heard::Acked(EDS)
+        Ok(Heard {
+            kind: EDS,
+            answer: Answer::Acked,
+            subscribed: false
+        })
     );
     // gRPC adds a cluster's assignment to the same request, with the nonce it last saw.
     assert_eq!(
         stream.on_request(&ask(EDS, &["api.prod", "web.prod"], &first.nonce), 2),
-        Heard::Subscribed(EDS)
+        Ok(Heard {
+            kind: EDS,
+            answer: Answer::None,
+            subscribed: true
+        })
     );
     assert_eq!(stream.respond(EDS, &both, Revision(7)).unwrap().resources.len(), 2);
     // The ACK time of the first answer is kept: the repeat answered nothing.
@@ -199,4 +230,44 @@ fn a_subscription_change_carrying_the_acknowledged_nonce_is_current_not_stale() 
         stream.ledger().get(EDS, "api.prod").unwrap().acked,
         Some((Revision(7), 1))
     );
+}
+
+#[test]
+fn the_wildcard_ends_once_a_client_names_resources_and_gone_resources_leave_the_ledger() {
+    let mut stream = SotwStream::new();
+    stream.on_request(&ask(Kind::Cluster, &[], ""), 0).unwrap();
+    assert!(stream.subscription(Kind::Cluster).unwrap().is_wildcard());
+    let both = [
+        resource(Kind::Cluster, "api.prod", 1),
+        resource(Kind::Cluster, "web.prod", 2),
+    ];
+    let first = stream.respond(Kind::Cluster, &both, Revision(2)).unwrap();
+    assert_eq!(first.resources.len(), 2);
+    // web goes: it leaves the response and the ledger, though the wildcard still covers it.
+    let second = stream.respond(Kind::Cluster, &both[..1], Revision(3)).unwrap();
+    assert_eq!(second.resources.len(), 1);
+    assert!(stream.ledger().get(Kind::Cluster, "web.prod").is_none());
+    stream
+        .on_request(&ask(Kind::Cluster, &["api.prod"], &second.nonce), 1)
+        .unwrap();
+    assert!(!stream.subscription(Kind::Cluster).unwrap().is_wildcard());
+    // Closing its last channel: an empty list now unsubscribes, it is not the wildcard again.
+    let third = stream.respond(Kind::Cluster, &both, Revision(3)).unwrap();
+    stream.on_request(&ask(Kind::Cluster, &[], &third.nonce), 2).unwrap();
+    let subscription = stream.subscription(Kind::Cluster).unwrap();
+    assert!(!subscription.is_wildcard() && subscription.names().is_empty());
+}
+
+#[test]
+fn a_nack_that_also_changes_the_subscription_is_reported_as_both() {
+    let mut stream = SotwStream::new();
+    stream.on_request(&ask(EDS, &["api.prod"], ""), 0).unwrap();
+    let first = stream
+        .respond(EDS, &[resource(EDS, "api.prod", 7)], Revision(7))
+        .unwrap();
+    let heard = stream
+        .on_request(&nack(EDS, &["api.prod", "web.prod"], &first.nonce, "bad"), 1)
+        .unwrap();
+    assert!(heard.subscribed);
+    assert!(matches!(heard.answer, Answer::Nacked(_)), "{heard:?}");
 }

@@ -24,11 +24,13 @@ impl Default for Subscription {
 }
 
 impl Subscription {
-    /// A state-of-the-world request's names: `*`, or no name at all for a full-state kind
-    /// (listeners, clusters), is the wildcard.
-    pub fn sotw(kind: Kind, names: &[String]) -> Subscription {
+    /// A state-of-the-world request's names: `*` is the wildcard, and so is no name at all
+    /// for a full-state kind (listeners, clusters) from a client that never `named_before`
+    /// one (the xDS "legacy wildcard"; once a client named resources, an empty list
+    /// unsubscribes from all of them).
+    pub fn sotw(kind: Kind, names: &[String], named_before: bool) -> Subscription {
         let named: BTreeSet<String> = names.iter().filter(|name| *name != WILDCARD).cloned().collect();
-        if names.iter().any(|name| name == WILDCARD) || (names.is_empty() && kind.is_full_state()) {
+        if names.iter().any(|name| name == WILDCARD) || (names.is_empty() && kind.is_full_state() && !named_before) {
             Subscription::Wildcard(named)
         } else {
             Subscription::Names(named)

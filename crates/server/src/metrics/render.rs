@@ -256,7 +256,7 @@ fn xds(app: &App, visibility: &Visibility<'_>, registry: &mut Registry) {
     let mut streams = [0_u64; 2];
     for record in app.xds.clients.records() {
         if visibility.sees(&record.tenant) {
-            streams[usize::from(record.protocol.as_str() == "delta")] += 1;
+            streams[usize::from(matches!(record.protocol, crate::xds::view::Protocol::Delta))] += 1;
         }
     }
     registry.register_collector(Sorted::gauge(

@@ -114,9 +114,21 @@ impl XdsHub {
         }
     }
 
-    /// Stream `id` is gone.
+    /// Stream `id` is gone: it leaves every service it watched and any tenant list.
     pub(crate) fn leave(&self, id: u64, keys: &HashSet<ServiceKey>) {
-        self.watch(id, &Arc::new(Notify::new()), &HashSet::new(), None, keys);
+        let mut maps = self.lock();
+        for key in keys {
+            if let Some(entry) = maps.services.get_mut(key) {
+                entry.streams.remove(&id);
+                if entry.streams.is_empty() {
+                    maps.services.remove(key);
+                }
+            }
+        }
+        maps.tenants.retain(|_, streams| {
+            streams.remove(&id);
+            !streams.is_empty()
+        });
     }
 
     /// Resource `kind` of `snapshot`'s service named `name`, as `cohort` sees it: from the
@@ -152,21 +164,24 @@ impl XdsHub {
             }
             return built;
         }
-        let index = match kind {
-            Kind::Listener => 0,
-            Kind::Route => 1,
-            _ => 2,
+        // Listener 0, route 1, cluster 2.
+        let index = kind as usize;
+        let cached = |maps: &Maps| {
+            let (_, statics) = maps.services.get(key)?.cache.statics.as_ref()?;
+            Some(Arc::clone(&statics[index]))
         };
-        let mut maps = self.lock();
-        let entry = maps.services.get_mut(key);
-        let cached = entry.as_ref().and_then(|entry| entry.cache.statics.as_ref());
-        if let Some((_, statics)) = cached {
-            return Arc::clone(&statics[index]);
+        if let Some(found) = cached(&self.lock()) {
+            return found;
         }
+        // Built outside the lock: the apply path waits on it under the registry's.
         let statics = [Kind::Listener, Kind::Route, Kind::Cluster]
             .map(|kind| Arc::new(muster_xds::build(kind, name, revision, snapshot, cohort)));
+        let mut maps = self.lock();
+        if let Some(found) = cached(&maps) {
+            return found;
+        }
         let found = Arc::clone(&statics[index]);
-        if let Some(entry) = entry {
+        if let Some(entry) = maps.services.get_mut(key) {
             entry.cache.statics = Some((revision, statics));
         }
         found

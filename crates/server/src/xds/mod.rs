@@ -77,7 +77,7 @@ mod imp {
     }
 
     fn slot(kind: Kind) -> usize {
-        Kind::ALL.iter().position(|k| *k == kind).unwrap_or_default()
+        kind as usize
     }
 
     impl XdsStats {
@@ -154,8 +154,16 @@ mod imp {
         pub(crate) serve: JoinHandle<()>,
     }
 
-    /// How many accepted connections may wait for tonic to take them.
+    /// How many accepted (and handshaken) connections may wait for tonic to take them: tonic
+    /// takes each at once, so this only smooths a burst of reconnects; the accept loop waits
+    /// (and the kernel's backlog holds the rest) when it is full.
     const ACCEPT_QUEUE: usize = 64;
+
+    /// HTTP/2 pings on idle connections: a client that vanished without a FIN (a partition,
+    /// a killed VM) is noticed and its streams closed within about a minute, while an idle
+    /// but live gRPC client (which pings no more often than every few minutes by default)
+    /// is never cut off.
+    const KEEPALIVE: Duration = Duration::from_secs(30);
 
     /// Serves ADS on `listener` until `stop` fires. Connections share `budget` with the HTTP
     /// API; TLS (with ALPN `h2`, which gRPC clients require) when `listening.tls` is set.
@@ -180,7 +188,7 @@ mod imp {
         });
         let serve = tokio::spawn(async move {
             let server = tonic::transport::Server::builder()
-                .http2_keepalive_interval(Some(Duration::from_secs(30)))
+                .http2_keepalive_interval(Some(KEEPALIVE))
                 .add_service(AggregatedDiscoveryServiceServer::new(service))
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = stop_rx.await;
@@ -224,9 +232,18 @@ mod imp {
             let accepted = accepted.clone();
             let tls = tls.clone();
             let timeout = listening.handshake_timeout;
+            let first_bytes = listening.header_read_timeout;
             tokio::spawn(async move {
                 let (transport, certificate) = match tls {
-                    None => (Transport::Plain(tcp), None),
+                    None => {
+                        // A client that connects and says nothing gives its place in the
+                        // budget back, as an HTTP client that sends no request head does.
+                        let mut first = [0_u8; 1];
+                        if !matches!(tokio::time::timeout(first_bytes, tcp.peek(&mut first)).await, Ok(Ok(1))) {
+                            return tracing::debug!(%addr, "xDS: nothing sent within the header read timeout");
+                        }
+                        (Transport::Plain(tcp), None)
+                    }
                     Some(acceptor) => match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
                         Ok(Ok(tls)) => {
                             let certificate = tls

@@ -27,7 +27,9 @@ use muster_xds::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
 use muster_xds::pb::google::protobuf::value::Kind as ValueKind;
-use muster_xds::{Cohort, DeltaStream, Heard, Kind, Ledger, ServiceName, SotwStream, Subscription, Versioned};
+use muster_xds::{
+    Answer, Cohort, DeltaStream, Heard, Kind, Ledger, ServiceName, SotwStream, Subscription, UnknownType, Versioned,
+};
 use tokio::sync::{Notify, watch};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -38,6 +40,11 @@ use crate::app::App;
 use crate::auth::Caller;
 use crate::peer::Peer;
 
+/// The most resource names of one type a stream may subscribe to: each is a watched service
+/// (a hub entry) and part of every refresh; a client asking for more is refused
+/// (`RESOURCE_EXHAUSTED`) rather than growing the server without bound.
+pub(crate) const MAX_NAMES: usize = 10_000;
+
 /// The node metadata key that names a client's tenant.
 pub(crate) const TENANT_METADATA: &str = "tenant";
 
@@ -47,7 +54,7 @@ pub(crate) trait Machine: Default + Send + 'static {
     type Response: Send + 'static;
     const PROTOCOL: Protocol;
     fn node(request: &Self::Request) -> Option<&Node>;
-    fn on_request(&mut self, request: &Self::Request, now_ms: u64) -> Heard;
+    fn on_request(&mut self, request: &Self::Request, now_ms: u64) -> Result<Heard, UnknownType>;
     fn subscription(&self, kind: Kind) -> Option<&Subscription>;
     fn respond(&mut self, kind: Kind, resources: &[Arc<Versioned>], revision: Revision) -> Option<Self::Response>;
     fn ledger(&self) -> &Ledger;
@@ -60,7 +67,7 @@ impl Machine for SotwStream {
     fn node(request: &DiscoveryRequest) -> Option<&Node> {
         request.node.as_ref()
     }
-    fn on_request(&mut self, request: &DiscoveryRequest, now_ms: u64) -> Heard {
+    fn on_request(&mut self, request: &DiscoveryRequest, now_ms: u64) -> Result<Heard, UnknownType> {
         SotwStream::on_request(self, request, now_ms)
     }
     fn subscription(&self, kind: Kind) -> Option<&Subscription> {
@@ -81,7 +88,7 @@ impl Machine for DeltaStream {
     fn node(request: &DeltaDiscoveryRequest) -> Option<&Node> {
         request.node.as_ref()
     }
-    fn on_request(&mut self, request: &DeltaDiscoveryRequest, now_ms: u64) -> Heard {
+    fn on_request(&mut self, request: &DeltaDiscoveryRequest, now_ms: u64) -> Result<Heard, UnknownType> {
         DeltaStream::on_request(self, request, now_ms)
     }
     fn subscription(&self, kind: Kind) -> Option<&Subscription> {
@@ -126,12 +133,18 @@ impl Ads {
         if !app.auth.enabled {
             return Ok((Caller::unrestricted(app.anonymous.clone()), Credential::Anonymous, peer));
         }
-        let secret = request
-            .metadata()
-            .get("authorization")
+        let authorization = request.metadata().get("authorization");
+        let secret = authorization
             .and_then(|value| value.to_str().ok())
             .and_then(crate::auth::bearer_secret)
             .map(str::to_owned);
+        if authorization.is_some() && secret.is_none() {
+            // As the HTTP API does: a malformed header is refused, not ignored for the
+            // certificate.
+            let why = "authorization metadata: expected `Bearer <secret>`";
+            let _ = app.unauthenticated(peer.as_ref(), METHOD, why);
+            return Err(Status::unauthenticated(why));
+        }
         let credential = match secret {
             Some(secret) => Credential::Secret(secret),
             None => {
@@ -158,7 +171,9 @@ impl Ads {
 
     fn open<M: Machine>(&self, request: Request<Streaming<M::Request>>) -> Result<Session<M>, Status> {
         let (caller, credential, peer) = self.identify(&request)?;
-        let acl = self.app.acl_changes.clone();
+        let mut acl = self.app.acl_changes.clone();
+        // Only changes from now on concern this stream.
+        acl.mark_unchanged();
         Ok(Session {
             app: Arc::clone(&self.app),
             state: Arc::clone(&self.state),
@@ -172,6 +187,7 @@ impl Ads {
             wake: Arc::new(Notify::new()),
             known: None,
             watched: HashSet::new(),
+            listed: HashSet::new(),
             outbox: VecDeque::new(),
             ended: false,
         })
@@ -248,6 +264,8 @@ struct Session<M: Machine> {
     wake: Arc<Notify>,
     known: Option<Known>,
     watched: HashSet<ServiceKey>,
+    /// The services a wildcard subscription listed at the last refresh.
+    listed: HashSet<ServiceKey>,
     outbox: VecDeque<M::Response>,
     ended: bool,
 }
@@ -277,12 +295,14 @@ impl<M: Machine> Session<M> {
                 _ = self.stopping.wait_for(|stopping| *stopping) => Event::Stopping,
             };
             match event {
-                Event::Message(Ok(Some(request))) => {
-                    if let Err(status) = self.on_request(&request) {
+                Event::Message(Ok(Some(request))) => match self.on_request(&request) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(status) => {
                         self.ended = true;
                         return Some(Err(status));
                     }
-                }
+                },
                 Event::Message(Ok(None)) | Event::Stopping => return None,
                 Event::Message(Err(status)) => {
                     tracing::debug!(%status, "xDS stream ended by the client");
@@ -301,19 +321,24 @@ impl<M: Machine> Session<M> {
         }
     }
 
-    fn on_request(&mut self, request: &M::Request) -> Result<(), Status> {
+    /// Takes in one request; `Ok(true)` when the stream's view must be looked at again.
+    fn on_request(&mut self, request: &M::Request) -> Result<bool, Status> {
         if self.known.is_none() {
             self.known = Some(self.introduce(M::node(request))?);
         }
         let now = self.app.clock.now_ms();
-        let heard = self.machine.on_request(request, now);
         let node = self.known.as_ref().map_or("", |known| known.node_id.as_str());
-        match heard {
-            Heard::UnknownType(type_url) => {
-                tracing::debug!(node, type_url, "xDS request for a type not served: ignored")
+        let heard = match self.machine.on_request(request, now) {
+            Ok(heard) => heard,
+            Err(UnknownType(type_url)) => {
+                tracing::debug!(node, type_url, "xDS request for a type not served: ignored");
+                return Ok(false);
             }
-            Heard::StaleNonce(kind) => tracing::debug!(node, %kind, "xDS request with a stale nonce: ignored"),
-            Heard::Nacked(kind, nack) => {
+        };
+        let kind = heard.kind;
+        match &heard.answer {
+            Answer::Stale => tracing::debug!(node, %kind, "xDS request with a stale nonce: ignored"),
+            Answer::Nacked(nack) => {
                 self.state.stats.nacked(kind);
                 tracing::warn!(
                     node,
@@ -323,9 +348,23 @@ impl<M: Machine> Session<M> {
                     "an xDS client refused a response (NACK); it keeps its previous state"
                 );
             }
-            Heard::Subscribed(_) | Heard::Acked(_) => {}
+            Answer::None | Answer::Acked => {}
         }
-        Ok(())
+        if heard.subscribed
+            && let Some(subscription) = self.machine.subscription(kind)
+            && subscription.names().len() > MAX_NAMES
+        {
+            return Err(Status::resource_exhausted(format!(
+                "more than {MAX_NAMES} {kind} resources on one stream"
+            )));
+        }
+        if !heard.subscribed
+            && let Some(known) = &self.known
+        {
+            // An ACK or NACK changes only the ledger.
+            known.registered.record.update(self.machine.ledger());
+        }
+        Ok(heard.subscribed)
     }
 
     /// Who the stream is, from its first request's node.
@@ -392,9 +431,17 @@ impl<M: Machine> Session<M> {
                 wildcard |= kind == Kind::Cluster && subscription.is_wildcard();
             }
         }
+        if wildcard {
+            // The services the wildcard listed last time stay watched, so their clusters
+            // keep their cached versions (and are not resent) across refreshes.
+            keys.extend(self.listed.iter().cloned());
+        } else {
+            self.listed.clear();
+        }
         let hub = &self.state.hub;
         let id = known.registered.record.stream;
-        hub.watch(id, &self.wake, &keys, wildcard.then_some(&known.tenant), &self.watched);
+        let tenant = wildcard.then_some(&known.tenant);
+        hub.watch(id, &self.wake, &keys, tenant, &self.watched);
         self.watched = keys;
         let caller = &self.caller;
         let (revision, snapshots, every) = self.app.node.read(|registry| {
@@ -416,6 +463,16 @@ impl<M: Machine> Session<M> {
             };
             (registry.revision(), snapshots, every)
         });
+        if wildcard {
+            self.listed = every.iter().map(|snapshot| snapshot.key().clone()).collect();
+            let missing: Vec<ServiceKey> = self.listed.difference(&self.watched).cloned().collect();
+            if !missing.is_empty() {
+                let mut keys = self.watched.clone();
+                keys.extend(missing);
+                hub.watch(id, &self.wake, &keys, tenant, &self.watched);
+                self.watched = keys;
+            }
+        }
         for kind in Kind::ALL {
             let Some(subscription) = self.machine.subscription(kind) else {
                 continue;
