@@ -15,6 +15,8 @@ fn plan() -> Plan {
         check_window: Duration::from_secs(30),
         detection_samples: 3,
         consul_services: 1_000,
+        xds_streams: 1_000,
+        xds_connections: None,
     }
 }
 
