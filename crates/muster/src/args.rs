@@ -70,22 +70,22 @@ pub fn parse_peers(text: &str) -> Result<std::collections::BTreeMap<u64, String>
     Ok(peers)
 }
 
-/// Where `muster serve` runs the Consul-compatible API (`--consul`).
+/// Where `muster serve` runs an optional listener (`--consul`, `--xds`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConsulListen {
-    /// `--consul off`: not at all.
+pub enum Listen {
+    /// `off`: not at all.
     Off,
-    /// `--consul ADDR`: on this address.
+    /// `ADDR`: on this address.
     At(SocketAddr),
 }
 
-/// Parses `--consul`: `off`, or an address (`127.0.0.1:8500`, `[::1]:8500`).
-pub fn parse_consul(text: &str) -> Result<ConsulListen, String> {
+/// Parses `--consul` or `--xds`: `off`, or an address (`127.0.0.1:8500`, `[::1]:8500`).
+pub fn parse_listen(text: &str) -> Result<Listen, String> {
     if text.eq_ignore_ascii_case("off") {
-        return Ok(ConsulListen::Off);
+        return Ok(Listen::Off);
     }
     text.parse()
-        .map(ConsulListen::At)
+        .map(Listen::At)
         .map_err(|_| format!("'{}' is neither IP:PORT nor off", text.escape_debug()))
 }
 

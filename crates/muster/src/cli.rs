@@ -11,8 +11,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::args::{
-    ActorArg, CheckStatusArg, ConsulListen, ProtocolArg, StateArg, parse_addr, parse_consul, parse_label,
-    parse_lease_id, parse_peers,
+    ActorArg, CheckStatusArg, Listen, ProtocolArg, StateArg, parse_addr, parse_label, parse_lease_id, parse_listen,
+    parse_peers,
 };
 use crate::duration::parse_duration;
 use muster_client::http::DEFAULT_SERVER;
@@ -129,8 +129,12 @@ pub struct ServeArgs {
     pub dns: Option<SocketAddr>,
     /// The Consul-compatible API's address, or `off`; loopback only unless auth is configured
     /// [default: 127.0.0.1:8500, a local Consul agent's].
-    #[arg(long, env = "MUSTER_CONSUL", value_name = "ADDR|off", value_parser = parse_consul)]
-    pub consul: Option<ConsulListen>,
+    #[arg(long, env = "MUSTER_CONSUL", value_name = "ADDR|off", value_parser = parse_listen)]
+    pub consul: Option<Listen>,
+    /// The xDS control plane's gRPC address (ADS for proxyless gRPC and Envoy), or `off`;
+    /// loopback only unless auth is configured [default: off].
+    #[arg(long, env = "MUSTER_XDS", value_name = "ADDR|off", value_parser = parse_listen)]
+    pub xds: Option<Listen>,
     /// A TOML file of server settings; the flags above override it.
     #[arg(long, env = "MUSTER_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,

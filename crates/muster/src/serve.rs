@@ -2,7 +2,7 @@
 //! the server's start and graceful stop.
 //!
 //! ```text
-//!  defaults ◀── --config FILE ◀── --data-dir / --http / --dns / --consul / --tls-* ...   (later wins)
+//!  defaults ◀── --config FILE ◀── --data-dir / --http / --dns / --consul / --xds / --tls-* ...   (later wins)
 //!  SIGTERM or Ctrl-C ──▶ shutdown future ──▶ server stops gracefully ──▶ exit 0
 //!  storage failure (Raft stopped) ──▶ server stops gracefully ──▶ exit 1, the error on stderr
 //! ```
@@ -13,7 +13,7 @@ use std::path::Path;
 use muster_server::{ClientCertPolicy, ServerConfig};
 use tracing::info;
 
-use crate::args::ConsulListen;
+use crate::args::Listen;
 use crate::cli::{ClientCertArg, ServeArgs};
 use crate::error::CliError;
 
@@ -33,11 +33,16 @@ pub fn load_config(args: &ServeArgs) -> Result<ServerConfig, CliError> {
         config.dns = dns;
     }
     match args.consul {
-        Some(ConsulListen::Off) => config.consul.enabled = false,
-        Some(ConsulListen::At(addr)) => {
+        Some(Listen::Off) => config.consul.enabled = false,
+        Some(Listen::At(addr)) => {
             config.consul.enabled = true;
             config.consul.addr = addr;
         }
+        None => {}
+    }
+    match args.xds {
+        Some(Listen::Off) => config.xds.addr = None,
+        Some(Listen::At(addr)) => config.xds.addr = Some(addr),
         None => {}
     }
     if let Some(node_id) = args.node_id {
@@ -128,6 +133,7 @@ pub async fn serve(args: ServeArgs, json: bool, out: &mut dyn Write) -> Result<(
         ("http", Some(server.local_addr().to_string())),
         ("dns", server.dns_addr().map(|addr| addr.to_string())),
         ("consul", server.consul_addr().map(|addr| addr.to_string())),
+        ("xds", server.xds_addr().map(|addr| addr.to_string())),
         ("cluster", cluster.map(|addr| addr.to_string())),
     ];
     let line = ready_line(&listeners, scheme, &data_dir, json);
@@ -157,6 +163,7 @@ pub fn ready_line(listeners: &[(&str, Option<String>)], scheme: &str, data_dir: 
                 "http" => format!("{scheme}://{addr}"),
                 "dns" => format!("dns {addr} (udp+tcp)"),
                 "consul" => format!("consul {scheme}://{addr}"),
+                "xds" => format!("xds {addr} (grpc)"),
                 other => format!("{other} {addr}"),
             })
         })

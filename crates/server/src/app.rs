@@ -71,6 +71,9 @@ pub(crate) struct App {
     /// The audit trail (SPEC S4): fed by the apply path; denials are recorded with
     /// [`AuditLog::denied`].
     pub(crate) audit: Arc<AuditLog>,
+    /// The xDS control plane's streams and resource cache (SPEC D5).
+    #[cfg(feature = "xds")]
+    pub(crate) xds: Arc<crate::xds::XdsState>,
 }
 
 /// What the background parts of an [`App`] start from.
@@ -91,6 +94,9 @@ pub(crate) struct Background {
     pub(crate) acl_changes: watch::Receiver<u64>,
     /// The metrics, already counting on the node's apply path.
     pub(crate) metrics: Arc<Metrics>,
+    /// The xDS control plane's state, already on the node's apply path when it is enabled.
+    #[cfg(feature = "xds")]
+    pub(crate) xds: Arc<crate::xds::XdsState>,
 }
 
 impl App {
@@ -112,6 +118,8 @@ impl App {
             auth,
             acl_changes,
             metrics,
+            #[cfg(feature = "xds")]
+            xds,
         } = background;
         App {
             node,
@@ -138,6 +146,8 @@ impl App {
             acl_changes,
             config_policy,
             audit,
+            #[cfg(feature = "xds")]
+            xds,
         }
     }
 

@@ -66,9 +66,14 @@ pub(crate) fn need(method: &Method, route: &str) -> Option<Need> {
     let method = if method == Method::HEAD { "GET" } else { method.as_str() };
     let need = match (method, route) {
         ("GET", "/v1/status" | "/v1/openapi.json") | ("POST", "/v1/acl/bootstrap") => Need::Open,
+        // `/v1/xds/clients` lists only the streams of the tenants the token sees.
         // `/v1/prometheus/sd` lists only the services the token may read (the handler
         // filters, as a namespace listing does).
-        ("GET", "/v1/metrics" | "/metrics" | "/v1/prometheus/sd" | "/v1/audit" | "/v1/acl/tokens" | "/v1/acl/self")
+        (
+            "GET",
+            "/v1/metrics" | "/metrics" | "/v1/prometheus/sd" | "/v1/xds/clients" | "/v1/audit" | "/v1/acl/tokens"
+            | "/v1/acl/self",
+        )
         | ("POST", "/v1/acl/tokens")
         | ("DELETE", "/v1/acl/tokens/{accessor}") => Need::Authenticated,
         ("PUT", INSTANCE) => Need::Service(Verb::Register),

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::consul::config::ConsulConfig;
 use crate::listener::{ClusterTlsConfig, LimitsConfig, TlsConfig};
+use crate::xds::config::XdsConfig;
 
 /// Everything `muster serve` can be told. Every field has a default that makes a working
 /// single-node registry on loopback.
@@ -88,6 +89,8 @@ pub struct ServerConfig {
     pub limits: LimitsConfig,
     /// The Consul-compatible HTTP API (SPEC E1): on by default at `127.0.0.1:8500`.
     pub consul: ConsulConfig,
+    /// The xDS control plane (SPEC D5): off unless `[xds] addr` (`--xds ADDR`) is set.
+    pub xds: XdsConfig,
 }
 
 /// The audit trail's retention (SPEC S4): in memory, the newest `retention` records; see the
@@ -305,6 +308,7 @@ impl Default for ServerConfig {
             cluster_tls: ClusterTlsConfig::default(),
             limits: LimitsConfig::default(),
             consul: ConsulConfig::default(),
+            xds: XdsConfig::default(),
         }
     }
 }

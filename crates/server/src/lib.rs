@@ -88,6 +88,7 @@ mod wait;
 mod watch;
 mod watch_quota;
 mod writes;
+mod xds;
 
 pub use auth::AuthConfig;
 pub use config::{AuditConfig, HealthConfig, ServerConfig};
@@ -96,6 +97,7 @@ pub use consul::stats::ConsulCounts;
 pub use hub::WatchStats;
 pub use listener::{ClientCertPolicy, ClusterTlsConfig, LimitsConfig, ListenerLimits, TlsConfig};
 pub use server::{RunningServer, run, start};
+pub use xds::config::XdsConfig;
 
 /// Why the server could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]

@@ -56,6 +56,8 @@ pub struct RunningServer {
     dns: Option<muster_dns::DnsListener>,
     /// The Consul-compatible listener, when enabled: its address, stop and accept loop.
     consul: Option<ConsulServe>,
+    #[cfg(feature = "xds")]
+    xds: Option<crate::xds::XdsServe>,
 }
 
 /// The Consul-compatible listener's accept loop (SPEC E1), stopped with the HTTP API's.
@@ -74,6 +76,7 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
         )));
     }
     config.consul.check(config.auth.enabled).map_err(ServerError::Config)?;
+    config.xds.check(config.auth.enabled).map_err(ServerError::Config)?;
     if config.watch_queue_frames == 0 {
         return Err(ServerError::Config("watch_queue_frames: must be at least 1".into()));
     }
@@ -174,6 +177,13 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     if config.consul.enabled {
         observers.push(Arc::clone(&consul_waiters) as Arc<dyn muster_consensus::ApplyObserver>);
     }
+    // The xDS streams wake on the apply path, each on the services it subscribes to.
+    #[cfg(feature = "xds")]
+    let xds_state = Arc::new(crate::xds::XdsState::new(config.xds.tenant.clone()));
+    #[cfg(feature = "xds")]
+    if config.xds.addr.is_some() {
+        observers.push(Arc::new(XdsObserver(Arc::clone(&xds_state))));
+    }
     let node = Node::open(
         NodeConfig {
             registry: config.registry.clone(),
@@ -217,6 +227,22 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     } else {
         None
     };
+    #[cfg(feature = "xds")]
+    let xds_listener = match config.xds.addr {
+        None => None,
+        Some(addr) => match TcpListener::bind(addr)
+            .await
+            .and_then(|l| l.local_addr().map(|a| (l, a)))
+        {
+            Ok(bound) => Some(bound),
+            Err(source) => {
+                let _ = node.shutdown().await;
+                return Err(ServerError::Config(format!(
+                    "xds.addr: cannot listen on {addr}: {source} (`--xds ADDR` picks another address, `--xds off` turns xDS off)"
+                )));
+            }
+        },
+    };
     let dns = match dns::listen(&config, dns_zone).await {
         Ok(dns) => dns,
         Err(err) => {
@@ -240,6 +266,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             auth: config.auth.clone(),
             acl_changes,
             metrics,
+            #[cfg(feature = "xds")]
+            xds: xds_state,
         },
         config.registry.clone(),
     ));
@@ -252,9 +280,14 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     );
     let router = routes::router(Arc::clone(&app), config.max_body_bytes, guard.clone());
     // The checker never probes this node's own listeners (SPEC S6).
+    #[cfg(feature = "xds")]
+    let xds_addr = xds_listener.as_ref().map(|(_, addr)| *addr);
+    #[cfg(not(feature = "xds"))]
+    let xds_addr: Option<SocketAddr> = None;
     let own_listeners = [
         Some(local_addr),
         consul_listener.as_ref().map(|(_, addr)| *addr),
+        xds_addr,
         dns.as_ref().map(muster_dns::DnsListener::local_addr),
         config.cluster_addr,
     ];
@@ -262,6 +295,17 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
     let (http_budget, cluster_budget) = descriptors::budgets(&config.limits);
     let http_listening = Listening::new(&config.limits.http, http_tls);
+    // The xDS listener shares the HTTP API's budget, limits and TLS (with ALPN h2).
+    #[cfg(feature = "xds")]
+    let xds = xds_listener.map(|(listener, addr)| {
+        crate::xds::serve(
+            listener,
+            addr,
+            Arc::clone(&app),
+            http_budget.clone(),
+            http_listening.clone(),
+        )
+    });
     // The Consul listener shares the HTTP API's connection budget, limits and TLS: one
     // budget keeps the two from taking, together, the descriptors storage needs.
     let consul = consul_listener.map(|(listener, addr)| {
@@ -330,6 +374,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         shutdown_grace: Duration::from_millis(config.shutdown_grace_ms),
         dns,
         consul,
+        #[cfg(feature = "xds")]
+        xds,
     })
 }
 
@@ -347,6 +393,14 @@ impl RunningServer {
     /// The address the Consul-compatible API listens on, when it is enabled (SPEC E1).
     pub fn consul_addr(&self) -> Option<SocketAddr> {
         self.consul.as_ref().map(|consul| consul.addr)
+    }
+
+    /// The address the xDS control plane listens on, when it is enabled (SPEC D5).
+    pub fn xds_addr(&self) -> Option<SocketAddr> {
+        #[cfg(feature = "xds")]
+        return self.xds.as_ref().map(|xds| xds.addr);
+        #[cfg(not(feature = "xds"))]
+        None
     }
 
     /// The Consul-compatible API's blocking queries and their wake-ups so far.
@@ -406,6 +460,18 @@ impl RunningServer {
         self.app.hub.close();
         let _ = self.stopping.send(true);
         let deadline = tokio::time::Instant::now() + self.shutdown_grace;
+        // xDS streams end when `stopping` turns (clients reconnect elsewhere); the listener
+        // then stops within the grace.
+        #[cfg(feature = "xds")]
+        if let Some(xds) = self.xds.take() {
+            let _ = xds.stop.send(());
+            let mut serve = xds.serve;
+            if tokio::time::timeout_at(deadline, &mut serve).await.is_err() {
+                tracing::warn!(grace = ?self.shutdown_grace, "xDS connections still open after the grace; closing them");
+                serve.abort();
+                let _ = serve.await;
+            }
+        }
         if let Some(mut serve) = consul {
             // Both listeners drain within the one grace; Consul's outcome is only logged, the
             // HTTP API's is the result.
@@ -453,4 +519,19 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     start(config).await?.serve_until(shutdown).await
+}
+
+/// The xDS hub on the apply path (the state itself is shared with the App).
+#[cfg(feature = "xds")]
+struct XdsObserver(Arc<crate::xds::XdsState>);
+
+#[cfg(feature = "xds")]
+impl muster_consensus::ApplyObserver for XdsObserver {
+    fn applied(&self, registry: &muster_registry::Registry, applied: &muster_registry::Applied) {
+        self.0.hub.applied(registry, applied);
+    }
+
+    fn reset(&self, registry: &muster_registry::Registry) {
+        self.0.hub.reset(registry);
+    }
 }

@@ -30,6 +30,8 @@ pub use pem::{Identity, Roots};
 pub use server::{ClientAuth, server_config};
 
 pub use rustls::{ClientConfig, ServerConfig};
+/// A server-side TLS connection, as [`TlsAcceptor::accept`] returns it.
+pub use tokio_rustls::server::TlsStream as ServerTlsStream;
 pub use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use std::sync::Arc;

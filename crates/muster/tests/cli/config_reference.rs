@@ -24,6 +24,7 @@ const SOURCES: &[&str] = &[
     "../server/src/auth.rs",
     "../server/src/listener.rs",
     "../server/src/consul/config.rs",
+    "../server/src/xds/config.rs",
     "../dns/src/config.rs",
     "../registry/src/config.rs",
     "../core/src/limits.rs",

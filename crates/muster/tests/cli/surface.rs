@@ -60,19 +60,19 @@ fn serve_takes_data_dir_http_dns_and_config() {
 
 #[test]
 fn serve_takes_a_consul_address_or_off_and_the_config_follows() {
-    use muster_cli::args::ConsulListen;
+    use muster_cli::args::Listen;
     let serve = |line: &str| match parse(line).unwrap().command {
         Command::Serve(args) => args,
         _ => panic!("not serve"),
     };
     let at = serve("muster serve --consul 127.0.0.1:18500");
-    assert_eq!(at.consul, Some(ConsulListen::At("127.0.0.1:18500".parse().unwrap())));
+    assert_eq!(at.consul, Some(Listen::At("127.0.0.1:18500".parse().unwrap())));
     let config = muster_cli::serve::load_config(&at).unwrap();
     assert!(config.consul.enabled);
     assert_eq!(config.consul.addr.to_string(), "127.0.0.1:18500");
 
     let off = serve("muster serve --consul off");
-    assert_eq!(off.consul, Some(ConsulListen::Off));
+    assert_eq!(off.consul, Some(Listen::Off));
     assert!(!muster_cli::serve::load_config(&off).unwrap().consul.enabled);
 
     let default = muster_cli::serve::load_config(&serve("muster serve")).unwrap();

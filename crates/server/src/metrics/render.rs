@@ -241,7 +241,74 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
         dns,
     ));
 
+    #[cfg(feature = "xds")]
+    xds(app, &visibility, &mut registry);
+
     let mut out = String::new();
     prometheus_text::encode(&mut out, &registry).expect("writing to a String cannot fail");
     out
+}
+
+/// The xDS control plane (SPEC D5, O2): streams, responses, refusals, and per service how
+/// many subscribers acknowledged its latest revision. No client ids as labels.
+#[cfg(feature = "xds")]
+fn xds(app: &App, visibility: &Visibility<'_>, registry: &mut Registry) {
+    let mut streams = [0_u64; 2];
+    for record in app.xds.clients.records() {
+        if visibility.sees(&record.tenant) {
+            streams[usize::from(record.protocol.as_str() == "delta")] += 1;
+        }
+    }
+    registry.register_collector(Sorted::gauge(
+        "xds_streams",
+        "Open xDS (ADS) streams, by protocol variant",
+        vec![
+            (vec![("protocol", "sotw".to_owned())], streams[0]),
+            (vec![("protocol", "delta".to_owned())], streams[1]),
+        ],
+    ));
+    // Responses and NACKs are not per tenant: only callers who see every tenant see them.
+    if visibility.sees_all() {
+        let counts = app.xds.stats.counts();
+        let rows = |pick: fn(&(muster_xds::Kind, u64, u64)) -> u64| {
+            counts
+                .iter()
+                .map(|row| (vec![("type", row.0.as_str().to_owned())], pick(row)))
+                .collect()
+        };
+        registry.register_collector(Sorted::counter(
+            "xds_responses",
+            "xDS responses sent, by resource type",
+            rows(|row| row.1),
+        ));
+        registry.register_collector(Sorted::counter(
+            "xds_nacks",
+            "xDS responses a client refused (NACK), by resource type",
+            rows(|row| row.2),
+        ));
+    }
+    let mut subscribers = Vec::new();
+    let mut at_latest = Vec::new();
+    for (key, (all, latest)) in crate::xds::convergence(app) {
+        if !visibility.sees(&key.tenant) {
+            continue;
+        }
+        let labels = vec![
+            ("tenant", key.tenant.as_str().to_owned()),
+            ("namespace", key.namespace.as_str().to_owned()),
+            ("service", key.service.as_str().to_owned()),
+        ];
+        subscribers.push((labels.clone(), all));
+        at_latest.push((labels, latest));
+    }
+    registry.register_collector(Sorted::gauge(
+        "xds_subscribers",
+        "xDS streams subscribed to a service's endpoints (EDS)",
+        subscribers,
+    ));
+    registry.register_collector(Sorted::gauge(
+        "xds_subscribers_at_latest",
+        "xDS streams that acknowledged the service's latest revision",
+        at_latest,
+    ));
 }

@@ -1,0 +1,70 @@
+//! The `[xds]` section: the xDS control plane's listener (SPEC D5).
+
+use std::net::SocketAddr;
+
+use muster_core::Label;
+use serde::{Deserialize, Serialize};
+
+/// The xDS control plane's settings. Off unless `addr` is set (`serve --xds ADDR`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct XdsConfig {
+    /// Where the gRPC listener (ADS, plain HTTP/2, or TLS under `[tls]`) binds; unset: no xDS.
+    /// A non-loopback address needs `[auth] enabled = true`.
+    pub addr: Option<SocketAddr>,
+    /// The tenant of a client whose node names none (`node.metadata.tenant`) and whose token
+    /// is not confined to one.
+    pub tenant: Label,
+}
+
+impl Default for XdsConfig {
+    fn default() -> Self {
+        XdsConfig {
+            addr: None,
+            tenant: Label::new("tenant", "default").expect("a valid label"),
+        }
+    }
+}
+
+impl XdsConfig {
+    /// Refuses a configuration the server cannot serve safely.
+    pub(crate) fn check(&self, auth_enabled: bool) -> Result<(), String> {
+        let Some(addr) = self.addr else {
+            return Ok(());
+        };
+        if !cfg!(feature = "xds") {
+            return Err(format!(
+                "xds.addr: {addr} is set, but this muster was built without the `xds` feature \
+                 (build with default features, or unset it)"
+            ));
+        }
+        if !addr.ip().is_loopback() && !auth_enabled {
+            return Err(format!(
+                "xds.addr: {addr} is not a loopback address; without authentication ([auth] enabled = true) \
+                 the xDS control plane binds loopback only (SPEC S1), e.g. 127.0.0.1:18000"
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn off_by_default_and_loopback_only_without_auth() {
+        let config = XdsConfig::default();
+        assert_eq!(config.addr, None);
+        assert_eq!(config.check(false), Ok(()));
+        let open = XdsConfig {
+            addr: Some("0.0.0.0:18000".parse().unwrap()),
+            ..XdsConfig::default()
+        };
+        let refused = open.check(false).unwrap_err();
+        assert!(refused.contains("loopback"), "{refused}");
+        if cfg!(feature = "xds") {
+            assert_eq!(open.check(true), Ok(()));
+        }
+    }
+}

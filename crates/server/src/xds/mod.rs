@@ -1,0 +1,249 @@
+//! The xDS control plane (SPEC D5): proxyless gRPC clients (`xds:///<service>.<namespace>`)
+//! and Envoy discover services over ADS, state of the world or Delta, on their own listener.
+//!
+//! ```text
+//!  accept (budget, TLS with ALPN h2) ──▶ tonic: AggregatedDiscoveryService ──▶ stream::Session
+//!      ▲ XdsHub (an ApplyObserver): wakes the sessions of changed services ─┘    │ muster_xds machines
+//!      └ Node apply path                                                         ▼
+//!                                          XdsClients (per stream ledger) ──▶ GET /v1/xds/clients, metrics
+//! ```
+//!
+//! What is served, and the resource names: `muster_xds` (crate docs) and the README's xDS
+//! section. Supported: ADS only (no separate LDS/RDS/CDS/EDS services), state of the world for
+//! all four types, Delta for all four; wildcard CDS lists every service of the tenant,
+//! wildcard LDS lists none (an API listener is for gRPC clients, which always name theirs).
+//! Not served: SDS, VHDS, ECDS, xdstp:// names, per-resource TTLs, on-demand CDS, load
+//! reporting (LRS).
+
+pub(crate) mod config;
+
+#[cfg(feature = "xds")]
+mod clients;
+#[cfg(feature = "xds")]
+mod hub;
+#[cfg(feature = "xds")]
+mod io;
+#[cfg(feature = "xds")]
+mod stream;
+
+#[cfg(feature = "xds")]
+pub(crate) use imp::*;
+
+#[cfg(feature = "xds")]
+mod imp {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use axum::Json;
+    use axum::extract::State;
+    use muster_core::{Label, Revision, ServiceKey};
+    use muster_tls::{CertificateNames, TlsAcceptor};
+    use muster_xds::Kind;
+    use muster_xds::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer;
+    use tokio::net::TcpListener;
+    use tokio::sync::{mpsc, oneshot};
+    use tokio::task::JoinHandle;
+
+    use super::clients::ClientsPage;
+    pub(crate) use super::clients::XdsClients;
+    pub(crate) use super::hub::XdsHub;
+    use super::io::{Transport, XdsIo};
+    use super::stream::Ads;
+    use crate::app::App;
+    use crate::auth::Caller;
+    use crate::descriptors::ConnectionBudget;
+    use crate::listener::Listening;
+    use crate::peer::{Peer, PeerCertificate};
+
+    /// Responses sent and refused, by kind.
+    #[derive(Debug, Default)]
+    pub(crate) struct XdsStats {
+        responses: [AtomicU64; 4],
+        nacks: [AtomicU64; 4],
+    }
+
+    fn slot(kind: Kind) -> usize {
+        Kind::ALL.iter().position(|k| *k == kind).unwrap_or_default()
+    }
+
+    impl XdsStats {
+        pub(crate) fn responded(&self, kind: Kind) {
+            self.responses[slot(kind)].fetch_add(1, Ordering::Relaxed);
+        }
+
+        pub(crate) fn nacked(&self, kind: Kind) {
+            self.nacks[slot(kind)].fetch_add(1, Ordering::Relaxed);
+        }
+
+        /// (kind, responses, NACKs) for each kind.
+        pub(crate) fn counts(&self) -> [(Kind, u64, u64); 4] {
+            Kind::ALL.map(|kind| {
+                let i = slot(kind);
+                (
+                    kind,
+                    self.responses[i].load(Ordering::Relaxed),
+                    self.nacks[i].load(Ordering::Relaxed),
+                )
+            })
+        }
+    }
+
+    /// The control plane's shared state: the hub on the apply path, the open streams.
+    #[derive(Debug)]
+    pub(crate) struct XdsState {
+        pub(crate) hub: XdsHub,
+        pub(crate) clients: Arc<XdsClients>,
+        pub(crate) stats: XdsStats,
+        /// The tenant of a node that names none.
+        pub(crate) tenant: Label,
+    }
+
+    impl XdsState {
+        pub(crate) fn new(tenant: Label) -> XdsState {
+            XdsState {
+                hub: XdsHub::default(),
+                clients: Arc::default(),
+                stats: XdsStats::default(),
+                tenant,
+            }
+        }
+    }
+
+    /// The latest revision of `key`'s service, for convergence.
+    fn latest(app: &App, key: &ServiceKey) -> Option<Revision> {
+        app.node
+            .read(|registry| registry.snapshot(key).map(|snapshot| snapshot.revision()))
+    }
+
+    /// `GET /v1/xds/clients`: every open stream of the tenants the caller sees, and per
+    /// resource what it was sent and acknowledged.
+    pub(crate) async fn clients(State(app): State<Arc<App>>, caller: Caller) -> Json<ClientsPage> {
+        let xds = &app.xds;
+        let revision = app.node.read(muster_registry::Registry::revision);
+        Json(xds.clients.page(
+            revision,
+            app.clock.now_ms(),
+            |tenant| caller.sees_tenant(tenant),
+            |key| latest(&app, key),
+        ))
+    }
+
+    /// Per service: (subscribers, subscribers at its latest revision), for the metrics.
+    pub(crate) fn convergence(app: &App) -> std::collections::BTreeMap<ServiceKey, (u64, u64)> {
+        app.xds.clients.convergence(|key| latest(app, key))
+    }
+
+    /// A running xDS listener.
+    pub(crate) struct XdsServe {
+        pub(crate) addr: SocketAddr,
+        pub(crate) stop: oneshot::Sender<()>,
+        pub(crate) serve: JoinHandle<()>,
+    }
+
+    /// How many accepted connections may wait for tonic to take them.
+    const ACCEPT_QUEUE: usize = 64;
+
+    /// Serves ADS on `listener` until `stop` fires. Connections share `budget` with the HTTP
+    /// API; TLS (with ALPN `h2`, which gRPC clients require) when `listening.tls` is set.
+    pub(crate) fn serve(
+        listener: TcpListener,
+        addr: SocketAddr,
+        app: Arc<App>,
+        budget: ConnectionBudget,
+        listening: Listening,
+    ) -> XdsServe {
+        let (stop, stop_rx) = oneshot::channel::<()>();
+        let (accepted, incoming) = mpsc::channel::<XdsIo>(ACCEPT_QUEUE);
+        let (stop_accept, stop_accept_rx) = oneshot::channel::<()>();
+        let accept = tokio::spawn(accept(listener, budget, listening, accepted, stop_accept_rx));
+        let service = Ads {
+            state: Arc::clone(&app.xds),
+            app,
+        };
+        let incoming = futures_util::stream::unfold(incoming, |mut incoming| async move {
+            let io = incoming.recv().await?;
+            Some((Ok::<_, std::io::Error>(io), incoming))
+        });
+        let serve = tokio::spawn(async move {
+            let server = tonic::transport::Server::builder()
+                .http2_keepalive_interval(Some(Duration::from_secs(30)))
+                .add_service(AggregatedDiscoveryServiceServer::new(service))
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = stop_rx.await;
+                    let _ = stop_accept.send(());
+                });
+            if let Err(error) = server.await {
+                tracing::warn!(%error, "the xDS listener ended with an error");
+            }
+            accept.abort();
+        });
+        XdsServe { addr, stop, serve }
+    }
+
+    /// The accept loop: within the budget, TLS handshakes on their own tasks (bounded by the
+    /// handshake timeout), then the connection goes to tonic.
+    async fn accept(
+        listener: TcpListener,
+        budget: ConnectionBudget,
+        listening: Listening,
+        accepted: mpsc::Sender<XdsIo>,
+        mut stop: oneshot::Receiver<()>,
+    ) {
+        let tls = listening.tls.clone().map(|acceptor| h2_only(&acceptor));
+        loop {
+            let (tcp, addr) = tokio::select! {
+                _ = &mut stop => return,
+                next = listener.accept() => match next {
+                    Ok(next) => next,
+                    Err(error) => {
+                        tracing::warn!(%error, "xDS accept failed");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                },
+            };
+            let Ok(permit) = Arc::clone(&budget.open).try_acquire_owned() else {
+                tracing::debug!(%addr, "xDS connection refused: the connection budget is spent");
+                continue;
+            };
+            let _ = tcp.set_nodelay(true);
+            let accepted = accepted.clone();
+            let tls = tls.clone();
+            let timeout = listening.handshake_timeout;
+            tokio::spawn(async move {
+                let (transport, certificate) = match tls {
+                    None => (Transport::Plain(tcp), None),
+                    Some(acceptor) => match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
+                        Ok(Ok(tls)) => {
+                            let certificate = tls
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|chain| chain.first())
+                                .and_then(CertificateNames::of)
+                                .map(|names| Arc::new(PeerCertificate::from(names)));
+                            (Transport::Tls(Box::new(tls)), certificate)
+                        }
+                        Ok(Err(error)) => return tracing::debug!(%addr, %error, "xDS TLS handshake failed"),
+                        Err(_) => return tracing::debug!(%addr, "xDS: no TLS handshake within the timeout"),
+                    },
+                };
+                let io = XdsIo {
+                    transport,
+                    peer: Peer { addr, certificate },
+                    _permit: permit,
+                };
+                let _ = accepted.send(io).await;
+            });
+        }
+    }
+
+    /// The HTTP API's TLS settings with ALPN `h2` only: gRPC is HTTP/2.
+    fn h2_only(acceptor: &TlsAcceptor) -> TlsAcceptor {
+        let mut config = (*acceptor.config().clone()).clone();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        TlsAcceptor::from(Arc::new(config))
+    }
+}

@@ -1,0 +1,451 @@
+//! The ADS service (SPEC D5): one session per gRPC stream, driving the pure state machine of
+//! its variant (`muster_xds::SotwStream` or `DeltaStream`) from the client's requests and the
+//! registry's changes.
+//!
+//! ```text
+//!  stream opens ─▶ who? (token in `authorization` metadata, or an mTLS certificate bound to one)
+//!  first request ─▶ node: id, tenant (token's, else node.metadata.tenant, else [xds] tenant), cohort
+//!  loop: request ─▶ machine.on_request ─┐
+//!        wake (a watched service changed) ┼─▶ refresh: watch the subscribed services, read their
+//!        token table changed ─▶ re-check ─┘   snapshots, machine.respond(kind, resources) ─▶ send
+//!  stop ─▶ the stream ends (the client reconnects elsewhere)
+//! ```
+//!
+//! A session is a `Stream` that tonic polls on the connection's task: no task or queue of its
+//! own, so an idle stream costs its state machine, its ledger and a `Notify`.
+
+use std::collections::{HashSet, VecDeque};
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures_util::Stream;
+use muster_auth::Verb;
+use muster_core::{Label, Revision, ServiceKey, ServiceSnapshot};
+use muster_xds::pb::envoy::config::core::v3::Node;
+use muster_xds::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryService;
+use muster_xds::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use muster_xds::pb::google::protobuf::value::Kind as ValueKind;
+use muster_xds::{Cohort, DeltaStream, Heard, Kind, Ledger, ServiceName, SotwStream, Subscription, Versioned};
+use tokio::sync::{Notify, watch};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::XdsState;
+use super::clients::{Identity, Protocol, Registered};
+use crate::app::App;
+use crate::auth::Caller;
+use crate::peer::Peer;
+
+/// The node metadata key that names a client's tenant.
+pub(crate) const TENANT_METADATA: &str = "tenant";
+
+/// The two variants' state machines, seen alike by a session.
+pub(crate) trait Machine: Default + Send + 'static {
+    type Request: Send + 'static;
+    type Response: Send + 'static;
+    const PROTOCOL: Protocol;
+    fn node(request: &Self::Request) -> Option<&Node>;
+    fn on_request(&mut self, request: &Self::Request, now_ms: u64) -> Heard;
+    fn subscription(&self, kind: Kind) -> Option<&Subscription>;
+    fn respond(&mut self, kind: Kind, resources: &[Arc<Versioned>], revision: Revision) -> Option<Self::Response>;
+    fn ledger(&self) -> &Ledger;
+}
+
+impl Machine for SotwStream {
+    type Request = DiscoveryRequest;
+    type Response = DiscoveryResponse;
+    const PROTOCOL: Protocol = Protocol::Sotw;
+    fn node(request: &DiscoveryRequest) -> Option<&Node> {
+        request.node.as_ref()
+    }
+    fn on_request(&mut self, request: &DiscoveryRequest, now_ms: u64) -> Heard {
+        SotwStream::on_request(self, request, now_ms)
+    }
+    fn subscription(&self, kind: Kind) -> Option<&Subscription> {
+        SotwStream::subscription(self, kind)
+    }
+    fn respond(&mut self, kind: Kind, resources: &[Arc<Versioned>], revision: Revision) -> Option<DiscoveryResponse> {
+        SotwStream::respond(self, kind, resources, revision)
+    }
+    fn ledger(&self) -> &Ledger {
+        SotwStream::ledger(self)
+    }
+}
+
+impl Machine for DeltaStream {
+    type Request = DeltaDiscoveryRequest;
+    type Response = DeltaDiscoveryResponse;
+    const PROTOCOL: Protocol = Protocol::Delta;
+    fn node(request: &DeltaDiscoveryRequest) -> Option<&Node> {
+        request.node.as_ref()
+    }
+    fn on_request(&mut self, request: &DeltaDiscoveryRequest, now_ms: u64) -> Heard {
+        DeltaStream::on_request(self, request, now_ms)
+    }
+    fn subscription(&self, kind: Kind) -> Option<&Subscription> {
+        DeltaStream::subscription(self, kind)
+    }
+    fn respond(
+        &mut self,
+        kind: Kind,
+        resources: &[Arc<Versioned>],
+        revision: Revision,
+    ) -> Option<DeltaDiscoveryResponse> {
+        DeltaStream::respond(self, kind, resources, revision)
+    }
+    fn ledger(&self) -> &Ledger {
+        DeltaStream::ledger(self)
+    }
+}
+
+/// How a stream proved who it is, so the proof can be checked again when tokens change.
+#[derive(Debug, Clone)]
+enum Credential {
+    /// Authentication is off.
+    Anonymous,
+    /// A bearer secret.
+    Secret(String),
+    /// A client certificate's SANs.
+    Certificate(Vec<String>),
+}
+
+/// The ADS service.
+pub(crate) struct Ads {
+    pub(crate) app: Arc<App>,
+    pub(crate) state: Arc<XdsState>,
+}
+
+const METHOD: &str = "/envoy.service.discovery.v3.AggregatedDiscoveryService";
+
+impl Ads {
+    fn identify<T>(&self, request: &Request<T>) -> Result<(Caller, Credential, Option<Peer>), Status> {
+        let app = &self.app;
+        let peer = request.extensions().get::<Peer>().cloned();
+        if !app.auth.enabled {
+            return Ok((Caller::unrestricted(app.anonymous.clone()), Credential::Anonymous, peer));
+        }
+        let secret = request
+            .metadata()
+            .get("authorization")
+            .and_then(|value| value.to_str().ok())
+            .and_then(crate::auth::bearer_secret)
+            .map(str::to_owned);
+        let credential = match secret {
+            Some(secret) => Credential::Secret(secret),
+            None => {
+                let sans = peer
+                    .as_ref()
+                    .and_then(|peer| peer.certificate.as_ref())
+                    .map(|certificate| certificate.uris.iter().chain(&certificate.dns_names).cloned().collect())
+                    .unwrap_or_default();
+                Credential::Certificate(sans)
+            }
+        };
+        match resolve(app, &credential) {
+            Some(caller) => Ok((caller, credential, peer)),
+            None => {
+                let why = match credential {
+                    Credential::Secret(_) => "unknown or revoked token",
+                    _ => "no credentials: send `authorization: Bearer <secret>` metadata",
+                };
+                let _ = app.unauthenticated(peer.as_ref(), METHOD, why);
+                Err(Status::unauthenticated(why))
+            }
+        }
+    }
+
+    fn open<M: Machine>(&self, request: Request<Streaming<M::Request>>) -> Result<Session<M>, Status> {
+        let (caller, credential, peer) = self.identify(&request)?;
+        let acl = self.app.acl_changes.clone();
+        Ok(Session {
+            app: Arc::clone(&self.app),
+            state: Arc::clone(&self.state),
+            inbound: request.into_inner(),
+            machine: M::default(),
+            caller,
+            credential,
+            peer,
+            acl,
+            stopping: self.app.stopping(),
+            wake: Arc::new(Notify::new()),
+            known: None,
+            watched: HashSet::new(),
+            outbox: VecDeque::new(),
+            ended: false,
+        })
+    }
+}
+
+/// The caller `credential` stands for now; `None` when it no longer does.
+fn resolve(app: &App, credential: &Credential) -> Option<Caller> {
+    match credential {
+        Credential::Anonymous => Some(Caller::unrestricted(app.anonymous.clone())),
+        Credential::Secret(secret) => app
+            .node
+            .read(|registry| registry.acl().authenticate(secret))
+            .map(Caller::token),
+        Credential::Certificate(sans) => app
+            .node
+            .read(|registry| registry.acl().by_certificate(sans.iter().map(String::as_str)))
+            .map(Caller::token),
+    }
+}
+
+type Outbound<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for Ads {
+    type StreamAggregatedResourcesStream = Outbound<DiscoveryResponse>;
+    type DeltaAggregatedResourcesStream = Outbound<DeltaDiscoveryResponse>;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
+        let session = self.open::<SotwStream>(request)?;
+        Ok(Response::new(Box::pin(session.run())))
+    }
+
+    async fn delta_aggregated_resources(
+        &self,
+        request: Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        let session = self.open::<DeltaStream>(request)?;
+        Ok(Response::new(Box::pin(session.run())))
+    }
+}
+
+/// What woke a session.
+enum Event<R> {
+    Message(Result<Option<R>, Status>),
+    Changed,
+    /// The token table changed (`false`: its watch is gone, the server is stopping).
+    Tokens(bool),
+    Stopping,
+}
+
+/// Who the stream speaks for, known from its first request.
+struct Known {
+    tenant: Label,
+    cohort: Cohort,
+    node_id: String,
+    registered: Registered,
+}
+
+/// One open stream.
+struct Session<M: Machine> {
+    app: Arc<App>,
+    state: Arc<XdsState>,
+    inbound: Streaming<M::Request>,
+    machine: M,
+    caller: Caller,
+    credential: Credential,
+    peer: Option<Peer>,
+    acl: watch::Receiver<u64>,
+    stopping: watch::Receiver<bool>,
+    wake: Arc<Notify>,
+    known: Option<Known>,
+    watched: HashSet<ServiceKey>,
+    outbox: VecDeque<M::Response>,
+    ended: bool,
+}
+
+impl<M: Machine> Session<M> {
+    fn run(self) -> impl Stream<Item = Result<M::Response, Status>> + Send {
+        futures_util::stream::unfold(self, |mut session| async move {
+            let item = session.next().await?;
+            Some((item, session))
+        })
+    }
+
+    /// The next message to send, or `None` when the stream is over.
+    async fn next(&mut self) -> Option<Result<M::Response, Status>> {
+        loop {
+            if let Some(response) = self.outbox.pop_front() {
+                return Some(Ok(response));
+            }
+            if self.ended {
+                return None;
+            }
+            let auth = self.app.auth.enabled;
+            let event = tokio::select! {
+                message = self.inbound.message() => Event::Message(message),
+                () = self.wake.notified() => Event::Changed,
+                changed = self.acl.changed(), if auth => Event::Tokens(changed.is_ok()),
+                _ = self.stopping.wait_for(|stopping| *stopping) => Event::Stopping,
+            };
+            match event {
+                Event::Message(Ok(Some(request))) => {
+                    if let Err(status) = self.on_request(&request) {
+                        self.ended = true;
+                        return Some(Err(status));
+                    }
+                }
+                Event::Message(Ok(None)) | Event::Stopping => return None,
+                Event::Message(Err(status)) => {
+                    tracing::debug!(%status, "xDS stream ended by the client");
+                    return None;
+                }
+                Event::Changed => {}
+                Event::Tokens(open) => match open.then(|| resolve(&self.app, &self.credential)).flatten() {
+                    Some(caller) => self.caller = caller,
+                    None => {
+                        self.ended = true;
+                        return Some(Err(Status::unauthenticated("the stream's token was revoked")));
+                    }
+                },
+            }
+            self.refresh();
+        }
+    }
+
+    fn on_request(&mut self, request: &M::Request) -> Result<(), Status> {
+        if self.known.is_none() {
+            self.known = Some(self.introduce(M::node(request))?);
+        }
+        let now = self.app.clock.now_ms();
+        let heard = self.machine.on_request(request, now);
+        let node = self.known.as_ref().map_or("", |known| known.node_id.as_str());
+        match heard {
+            Heard::UnknownType(type_url) => {
+                tracing::debug!(node, type_url, "xDS request for a type not served: ignored")
+            }
+            Heard::StaleNonce(kind) => tracing::debug!(node, %kind, "xDS request with a stale nonce: ignored"),
+            Heard::Nacked(kind, nack) => {
+                self.state.stats.nacked(kind);
+                tracing::warn!(
+                    node,
+                    %kind,
+                    revision = nack.revision.0,
+                    message = nack.message,
+                    "an xDS client refused a response (NACK); it keeps its previous state"
+                );
+            }
+            Heard::Subscribed(_) | Heard::Acked(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Who the stream is, from its first request's node.
+    fn introduce(&self, node: Option<&Node>) -> Result<Known, Status> {
+        let named = node
+            .and_then(|node| node.metadata.as_ref())
+            .and_then(|metadata| metadata.fields.get(TENANT_METADATA))
+            .and_then(|value| match &value.kind {
+                Some(ValueKind::StringValue(tenant)) => Some(tenant.as_str()),
+                _ => None,
+            });
+        let named = named
+            .map(|tenant| {
+                Label::new("tenant", tenant)
+                    .map_err(|error| Status::invalid_argument(format!("node.metadata.tenant: {error}")))
+            })
+            .transpose()?;
+        let tenant = match (self.caller.confined_to(), named) {
+            (Some(confined), Some(named)) if *confined != named => {
+                return Err(Status::permission_denied(format!(
+                    "the token is confined to tenant {confined}; the node asks for tenant {named}"
+                )));
+            }
+            (Some(confined), _) => confined.clone(),
+            (None, Some(named)) => named,
+            (None, None) => self.state.tenant.clone(),
+        };
+        let node_id = node.map(|node| node.id.clone()).unwrap_or_default();
+        let registered = self.state.clients.register(
+            Identity {
+                node_id: node_id.clone(),
+                cluster: node.map(|node| node.cluster.clone()).unwrap_or_default(),
+                tenant: tenant.clone(),
+                protocol: M::PROTOCOL,
+                peer: self.peer.as_ref().map(|peer| peer.addr),
+            },
+            self.app.clock.now_ms(),
+        );
+        tracing::debug!(node = node_id, %tenant, protocol = M::PROTOCOL.as_str(), "xDS stream opened");
+        Ok(Known {
+            cohort: Cohort::of(node.and_then(|node| node.locality.as_ref())),
+            tenant,
+            node_id,
+            registered,
+        })
+    }
+
+    /// Watches what the stream subscribes to and queues what its view lacks.
+    fn refresh(&mut self) {
+        let Some(known) = &self.known else {
+            return;
+        };
+        let mut keys = HashSet::new();
+        let mut wildcard = false;
+        for kind in Kind::ALL {
+            if let Some(subscription) = self.machine.subscription(kind) {
+                keys.extend(
+                    subscription
+                        .names()
+                        .iter()
+                        .filter_map(|name| ServiceName::parse(name))
+                        .map(|name| name.key(&known.tenant)),
+                );
+                wildcard |= kind == Kind::Cluster && subscription.is_wildcard();
+            }
+        }
+        let hub = &self.state.hub;
+        let id = known.registered.record.stream;
+        hub.watch(id, &self.wake, &keys, wildcard.then_some(&known.tenant), &self.watched);
+        self.watched = keys;
+        let caller = &self.caller;
+        let (revision, snapshots, every) = self.app.node.read(|registry| {
+            let snapshots: Vec<Arc<ServiceSnapshot>> = self
+                .watched
+                .iter()
+                .filter(|key| caller.may(key, Verb::Watch))
+                .filter_map(|key| registry.snapshot(key))
+                .collect();
+            let every: Vec<Arc<ServiceSnapshot>> = if wildcard {
+                registry
+                    .namespace_keys()
+                    .filter(|namespace| namespace.tenant == known.tenant)
+                    .flat_map(|namespace| registry.services(namespace))
+                    .filter(|snapshot| caller.may(snapshot.key(), Verb::Watch))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            (registry.revision(), snapshots, every)
+        });
+        for kind in Kind::ALL {
+            let Some(subscription) = self.machine.subscription(kind) else {
+                continue;
+            };
+            let listed = if kind == Kind::Cluster && subscription.is_wildcard() {
+                every.as_slice()
+            } else {
+                &[]
+            };
+            let mut named = HashSet::new();
+            let resources: Vec<Arc<Versioned>> = snapshots
+                .iter()
+                .chain(listed)
+                .map(|snapshot| (ServiceName::of(snapshot.key()).to_string(), snapshot))
+                .filter(|(name, _)| subscription.covers(name) && named.insert(name.clone()))
+                .map(|(name, snapshot)| hub.resource(kind, &name, snapshot, &known.cohort))
+                .collect();
+            if let Some(response) = self.machine.respond(kind, &resources, revision) {
+                self.state.stats.responded(kind);
+                self.outbox.push_back(response);
+            }
+        }
+        known.registered.record.update(self.machine.ledger());
+    }
+}
+
+impl<M: Machine> Drop for Session<M> {
+    fn drop(&mut self) {
+        if let Some(known) = &self.known {
+            self.state.hub.leave(known.registered.record.stream, &self.watched);
+            tracing::debug!(node = known.node_id, "xDS stream closed");
+        }
+    }
+}
