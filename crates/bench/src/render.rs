@@ -78,9 +78,9 @@ impl Report {
                     result.system.name().to_owned(),
                     thousands(result.requests),
                     thousands(result.errors),
-                    // Fanout and watchers are judged on latency and memory; their rate would
-                    // mostly measure the pauses between changes.
-                    if matches!(workload.workload, Workload::Watchers | Workload::Fanout) {
+                    // Fanout, watchers and xds are judged on latency and memory; their rate
+                    // would mostly measure the pauses between changes.
+                    if matches!(workload.workload, Workload::Watchers | Workload::Fanout | Workload::Xds) {
                         "-".to_owned()
                     } else {
                         thousands(result.throughput_per_s.round() as u64)
@@ -164,7 +164,8 @@ impl Report {
                 if let Some(xds) = &result.xds {
                     let _ = write!(out, "{}", xds_notes(xds));
                 }
-                if let Some(m) = &result.memory {
+                // The xds notes above give its memory, per ADS stream.
+                if let Some(m) = result.memory.as_ref().filter(|_| result.xds.is_none()) {
                     let _ = writeln!(
                         out,
                         "{} ({}): RSS {} → {} with {} idle watch streams",
