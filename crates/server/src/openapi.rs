@@ -94,6 +94,7 @@ pub(crate) fn build() -> Value {
         metrics,
         metrics_root,
         prometheus_sd,
+        xds_clients,
         cluster,
         add_member,
         remove_member,
@@ -347,6 +348,14 @@ fn metrics_root() {}
         body = Vec<crate::prometheus_sd::TargetGroup>)))]
 #[allow(dead_code, reason = "read by the OpenAPI derive only")]
 fn prometheus_sd() {}
+
+/// The xDS control plane's open streams (SPEC D5): per client and resource, the revision sent
+/// and acknowledged, and the last refusal. Empty when xDS is off.
+#[utoipa::path(get, path = "/v1/xds/clients", tag = "node",
+    responses((status = 200, description = "The streams of the tenants the caller sees.",
+        body = crate::xds::view::ClientsPage)))]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+fn xds_clients() {}
 
 /// The Raft group as this node knows it.
 #[utoipa::path(get, path = "/v1/cluster", tag = "node",

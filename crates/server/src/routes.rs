@@ -26,7 +26,7 @@ const STRAY_ERROR_QUOTE_BYTES: usize = 1024;
 /// The API's routes.
 pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard) -> Router {
     const INSTANCE: &str = "/v1/registry/{tenant}/{namespace}/{service}/{instance}";
-    let router = Router::new()
+    Router::new()
         .route(INSTANCE, put(writes::register).delete(writes::deregister))
         .route(&format!("{INSTANCE}/serving"), put(writes::set_serving))
         .route(&format!("{INSTANCE}/drain"), post(writes::drain))
@@ -53,11 +53,9 @@ pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard) 
         .route("/v1/acl/bootstrap", post(acl::bootstrap))
         .route("/v1/acl/tokens", get(acl::list).post(acl::create))
         .route("/v1/acl/tokens/{accessor}", delete(acl::revoke))
-        .route("/v1/acl/self", get(acl::whoami));
-    // The xDS control plane's clients and their acknowledged revisions (SPEC D5).
-    #[cfg(feature = "xds")]
-    let router = router.route("/v1/xds/clients", get(crate::xds::clients));
-    router
+        .route("/v1/acl/self", get(acl::whoami))
+        // The xDS control plane's clients and their acknowledged revisions (SPEC D5).
+        .route("/v1/xds/clients", get(crate::xds::clients))
         // Every matched route passes the auth layer first (SPEC S1, S2): `auth::need` says
         // what each one needs.
         .route_layer(axum::middleware::from_fn_with_state(

@@ -85,6 +85,9 @@ pub fn port(endpoint: &Endpoint) -> Option<u16> {
         .map(|port| port.port)
 }
 
+/// A locality at one priority: (priority, region, zone, sub-zone).
+type Group = (u32, String, String, String);
+
 fn label(value: Option<&Label>) -> String {
     value.map(|label| label.as_str().to_owned()).unwrap_or_default()
 }
@@ -101,7 +104,7 @@ pub fn assignment(name: &str, snapshot: &ServiceSnapshot, cohort: &Cohort) -> Cl
     tiers.sort_unstable();
     tiers.dedup();
     // (priority, region, zone, sub-zone) → endpoints: BTreeMap for a stable order.
-    let mut groups: BTreeMap<(u32, String, String, String), Vec<(&Endpoint, u16)>> = BTreeMap::new();
+    let mut groups: BTreeMap<Group, Vec<(&Endpoint, u16)>> = BTreeMap::new();
     for (endpoint, port) in usable {
         let rank = tiers.binary_search(&tier(endpoint)).unwrap_or_default();
         let locality = &endpoint.locality;

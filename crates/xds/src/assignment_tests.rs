@@ -78,8 +78,11 @@ fn zone_a() -> Cohort {
     }
 }
 
-/// (priority, zone, [(ip:port, health, weight)]) per locality.
-fn shape(assignment: &ClusterLoadAssignment) -> Vec<(u32, String, Vec<(String, HealthStatus, u32)>)> {
+/// (ip:port, health, weight).
+type Seen = (String, HealthStatus, u32);
+
+/// (priority, zone, endpoints) per locality.
+fn shape(assignment: &ClusterLoadAssignment) -> Vec<(u32, String, Vec<Seen>)> {
     assignment
         .endpoints
         .iter()

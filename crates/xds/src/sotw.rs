@@ -12,8 +12,9 @@
 //! - Each response gets a fresh nonce; `version_info` is the largest revision it holds (the
 //!   registry's current revision for an empty one).
 //! - A request whose `response_nonce` is not the last one sent for its type is stale and
-//!   ignored whole. With the last nonce and no `error_detail` it acknowledges that response;
-//!   with `error_detail` it refuses it: the ledger records the refusal, the server keeps
+//!   ignored whole. The first request with the last nonce answers that response: without
+//!   `error_detail` it acknowledges it, with one it refuses it (later requests with the same
+//!   nonce, such as gRPC's subscription changes, are current and answer nothing): the ledger records the refusal, the server keeps
 //!   what it had, and the refused revision is not sent again — only a newer one is.
 //! - Listener and cluster responses are full state: they hold every subscribed resource that
 //!   exists, so one left out does not exist. An empty name list subscribes to every resource
@@ -41,6 +42,9 @@ struct TypeState {
     must_respond: bool,
     /// The nonce of the last response and what it held.
     nonce: Option<String>,
+    /// Whether the client has answered that response (later requests may carry its nonce
+    /// again, with a new subscription: they are current, not a second answer).
+    answered: bool,
     sent: BTreeMap<String, Revision>,
 }
 
@@ -83,10 +87,10 @@ impl SotwStream {
             return Heard::StaleNonce(kind);
         }
         state.asked = true;
-        let answered = !nonce.is_empty();
+        let answers = !nonce.is_empty() && !state.answered;
         let mut heard = Heard::Subscribed(kind);
-        if answered {
-            state.nonce = None;
+        if answers {
+            state.answered = true;
             if let Some(error) = &request.error_detail {
                 let nack = Nack {
                     revision: state.sent.values().copied().max().unwrap_or_default(),
@@ -147,6 +151,7 @@ impl SotwStream {
             }
         }
         state.nonce = Some(nonce.clone());
+        state.answered = false;
         state.must_respond = false;
         state.sent = current;
         Some(DiscoveryResponse {

@@ -177,3 +177,26 @@ fn nothing_is_sent_for_a_type_never_asked_and_unknown_types_are_named() {
     };
     assert!(matches!(stream.on_request(&secret, 0), Heard::UnknownType(_)));
 }
+
+#[test]
+fn a_subscription_change_carrying_the_acknowledged_nonce_is_current_not_stale() {
+    let mut stream = SotwStream::new();
+    stream.on_request(&ask(EDS, &["api.prod"], ""), 0);
+    let both = [resource(EDS, "api.prod", 7), resource(EDS, "web.prod", 3)];
+    let first = stream.respond(EDS, &both, Revision(7)).unwrap();
+    assert_eq!(
+        stream.on_request(&ask(EDS, &["api.prod"], &first.nonce), 1),
+        Heard::Acked(EDS)
+    );
+    // gRPC adds a cluster's assignment to the same request, with the nonce it last saw.
+    assert_eq!(
+        stream.on_request(&ask(EDS, &["api.prod", "web.prod"], &first.nonce), 2),
+        Heard::Subscribed(EDS)
+    );
+    assert_eq!(stream.respond(EDS, &both, Revision(7)).unwrap().resources.len(), 2);
+    // The ACK time of the first answer is kept: the repeat answered nothing.
+    assert_eq!(
+        stream.ledger().get(EDS, "api.prod").unwrap().acked,
+        Some((Revision(7), 1))
+    );
+}

@@ -107,3 +107,28 @@ fn the_ready_line_names_every_listener_that_is_on() {
         serde_json::json!({"http": "127.0.0.1:7070", "dns": null, "cluster": "10.0.0.1:7946", "data_dir": "d"})
     );
 }
+
+/// `--xds ADDR` turns the xDS control plane on (SPEC D5), `--xds off` turns a file's
+/// `[xds] addr` off, and the ready line names the gRPC listener.
+#[test]
+fn xds_is_off_by_default_and_the_flag_sets_or_clears_its_address() {
+    let parsed = |args: &[&str]| toml::from_str::<ServerConfig>(&print_config(args)).unwrap().xds.addr;
+    assert_eq!(parsed(&[]), None);
+    assert_eq!(
+        parsed(&["--xds", "127.0.0.1:18000"]),
+        Some("127.0.0.1:18000".parse().unwrap())
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("muster.toml");
+    std::fs::write(&file, "[xds]\naddr = \"127.0.0.1:18001\"\n").unwrap();
+    let file = file.to_str().unwrap();
+    assert_eq!(parsed(&["--config", file]), Some("127.0.0.1:18001".parse().unwrap()));
+    assert_eq!(parsed(&["--config", file, "--xds", "off"]), None);
+
+    let listeners = [
+        ("http", Some("127.0.0.1:7070".to_owned())),
+        ("xds", Some("127.0.0.1:18000".to_owned())),
+    ];
+    let line = muster_cli::serve::ready_line(&listeners, "http", "d", false);
+    assert!(line.contains("xds 127.0.0.1:18000 (grpc)"), "{line}");
+}

@@ -11,26 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use muster_core::{Label, Revision, ServiceKey};
 use muster_xds::{Kind, Ledger, ServiceName};
-use serde::Serialize;
 
-/// Which variant of the protocol a stream speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Protocol {
-    /// State of the world.
-    Sotw,
-    /// Incremental.
-    Delta,
-}
-
-impl Protocol {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Sotw => "sotw",
-            Protocol::Delta => "delta",
-        }
-    }
-}
+use super::view::{ClientView, ClientsPage, NackView, Protocol, ResourceView};
 
 /// One open stream.
 #[derive(Debug)]
@@ -135,12 +117,16 @@ impl XdsClients {
                 let resources = ledger
                     .iter()
                     .map(|(kind, name, state)| ResourceView {
-                        kind,
+                        kind: kind.as_str(),
                         type_url: kind.type_url(),
                         resource: name.to_owned(),
                         sent_revision: state.sent.map(|r| r.0),
                         acked_revision: state.acked.map(|(r, _)| r.0),
-                        latest_revision: ServiceName::parse(name)
+                        // Convergence is about endpoints: a listener, route or cluster
+                        // changes only with its service's lineage.
+                        latest_revision: (kind == Kind::Endpoint)
+                            .then(|| ServiceName::parse(name))
+                            .flatten()
                             .and_then(|name| latest(&name.key(&record.tenant)))
                             .map(|r| r.0),
                         age_ms: state.acked.map(|(_, at)| now_ms.saturating_sub(at)),
@@ -195,49 +181,4 @@ impl XdsClients {
         }
         per_service
     }
-}
-
-/// `GET /v1/xds/clients`.
-#[derive(Debug, Serialize)]
-pub(crate) struct ClientsPage {
-    /// The registry's revision now.
-    pub(crate) revision: u64,
-    pub(crate) clients: Vec<ClientView>,
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct ClientView {
-    stream: u64,
-    node_id: String,
-    cluster: String,
-    tenant: String,
-    protocol: Protocol,
-    peer: Option<String>,
-    connected_ms: u64,
-    resources: Vec<ResourceView>,
-}
-
-#[derive(Debug, Serialize)]
-struct ResourceView {
-    #[serde(rename = "type", serialize_with = "kind_name")]
-    kind: Kind,
-    type_url: &'static str,
-    resource: String,
-    sent_revision: Option<u64>,
-    acked_revision: Option<u64>,
-    latest_revision: Option<u64>,
-    age_ms: Option<u64>,
-    nacks: u64,
-    last_nack: Option<NackView>,
-}
-
-#[derive(Debug, Serialize)]
-struct NackView {
-    revision: u64,
-    message: String,
-    age_ms: u64,
-}
-
-fn kind_name<S: serde::Serializer>(kind: &Kind, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(kind.as_str())
 }

@@ -228,3 +228,97 @@ impl ApplyObserver for XdsHub {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use muster_core::{Digest, ServiceUpdate};
+
+    use super::*;
+
+    fn key(service: &str) -> ServiceKey {
+        ServiceKey::new("acme", "prod", service).unwrap()
+    }
+
+    fn applied(key: &ServiceKey, revision: u64, prev: u64) -> Applied {
+        Applied {
+            revision: Revision(revision),
+            updates: vec![Arc::new(ServiceUpdate {
+                key: key.clone(),
+                revision: Revision(revision),
+                prev_revision: Revision(prev),
+                digest: Digest::EMPTY,
+                events: Vec::new(),
+            })],
+            lease: None,
+            unchanged: None,
+            released: Vec::new(),
+        }
+    }
+
+    /// Whether `wake` holds a permit (it was notified), taking it.
+    fn woken(wake: &Wake) -> bool {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let notified = std::pin::pin!(wake.notified());
+        std::future::Future::poll(notified, &mut cx).is_ready()
+    }
+
+    #[test]
+    fn a_change_wakes_the_streams_of_that_service_only_and_new_services_wake_wildcards() {
+        let hub = XdsHub::default();
+        let registry = Registry::new(muster_registry::RegistryConfig::default());
+        let (api, web, wildcard) = (
+            Arc::new(Notify::new()),
+            Arc::new(Notify::new()),
+            Arc::new(Notify::new()),
+        );
+        hub.watch(1, &api, &HashSet::from([key("api")]), None, &HashSet::new());
+        hub.watch(2, &web, &HashSet::from([key("web")]), None, &HashSet::new());
+        hub.watch(3, &wildcard, &HashSet::new(), Some(&key("api").tenant), &HashSet::new());
+        hub.applied(&registry, &applied(&key("api"), 5, 4));
+        assert!(woken(&api));
+        assert!(!woken(&web));
+        assert!(
+            !woken(&wildcard),
+            "an existing service changed: the list of services did not"
+        );
+        hub.applied(&registry, &applied(&key("new"), 6, 0));
+        assert!(woken(&wildcard));
+        assert!(!woken(&api));
+
+        hub.leave(1, &HashSet::from([key("api")]));
+        hub.leave(2, &HashSet::from([key("web")]));
+        assert_eq!(hub.watched(), 0, "the last stream out removes the entry and its cache");
+    }
+
+    #[test]
+    fn one_encoding_per_revision_and_cohort_is_shared_by_every_stream() {
+        let hub = XdsHub::default();
+        let wake = Arc::new(Notify::new());
+        hub.watch(1, &wake, &HashSet::from([key("api")]), None, &HashSet::new());
+        let at = |revision| ServiceSnapshot::from_endpoints(key("api"), Revision(revision), Vec::new());
+        let zone = |zone: &str| Cohort {
+            region: Some("r1".into()),
+            zone: Some(zone.into()),
+        };
+        let first = hub.resource(Kind::Endpoint, "api.prod", &at(7), &zone("a"));
+        let again = hub.resource(Kind::Endpoint, "api.prod", &at(7), &zone("a"));
+        assert!(Arc::ptr_eq(&first, &again));
+        let other_zone = hub.resource(Kind::Endpoint, "api.prod", &at(7), &zone("b"));
+        assert!(!Arc::ptr_eq(&first, &other_zone));
+        let newer = hub.resource(Kind::Endpoint, "api.prod", &at(8), &zone("a"));
+        assert_eq!(newer.revision, Revision(8));
+        // An older read never replaces a newer encoding.
+        let older = hub.resource(Kind::Endpoint, "api.prod", &at(7), &zone("a"));
+        assert_eq!(older.revision, Revision(7));
+        assert!(Arc::ptr_eq(
+            &newer,
+            &hub.resource(Kind::Endpoint, "api.prod", &at(8), &zone("a"))
+        ));
+        // Listener, route and cluster keep the lineage's first revision across changes.
+        let listener = hub.resource(Kind::Listener, "api.prod", &at(7), &zone("a"));
+        let later = hub.resource(Kind::Listener, "api.prod", &at(9), &zone("b"));
+        assert!(Arc::ptr_eq(&listener, &later));
+        assert_eq!(later.revision, Revision(7));
+    }
+}

@@ -16,6 +16,7 @@
 //! reporting (LRS).
 
 pub(crate) mod config;
+pub(crate) mod view;
 
 #[cfg(feature = "xds")]
 mod clients;
@@ -28,6 +29,17 @@ mod stream;
 
 #[cfg(feature = "xds")]
 pub(crate) use imp::*;
+
+/// `GET /v1/xds/clients` in a build without xDS: no streams.
+#[cfg(not(feature = "xds"))]
+pub(crate) async fn clients(
+    axum::extract::State(app): axum::extract::State<std::sync::Arc<crate::app::App>>,
+) -> axum::Json<view::ClientsPage> {
+    axum::Json(view::ClientsPage {
+        revision: app.node.read(muster_registry::Registry::revision).0,
+        clients: Vec::new(),
+    })
+}
 
 #[cfg(feature = "xds")]
 mod imp {
@@ -46,11 +58,11 @@ mod imp {
     use tokio::sync::{mpsc, oneshot};
     use tokio::task::JoinHandle;
 
-    use super::clients::ClientsPage;
     pub(crate) use super::clients::XdsClients;
     pub(crate) use super::hub::XdsHub;
     use super::io::{Transport, XdsIo};
     use super::stream::Ads;
+    use super::view::ClientsPage;
     use crate::app::App;
     use crate::auth::Caller;
     use crate::descriptors::ConnectionBudget;

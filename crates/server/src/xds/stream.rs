@@ -32,7 +32,8 @@ use tokio::sync::{Notify, watch};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::XdsState;
-use super::clients::{Identity, Protocol, Registered};
+use super::clients::{Identity, Registered};
+use super::view::Protocol;
 use crate::app::App;
 use crate::auth::Caller;
 use crate::peer::Peer;
