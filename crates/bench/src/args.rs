@@ -33,6 +33,10 @@ pub enum Workload {
     /// `--consul-services` services, one change per second: wake-ups per change against
     /// Consul's wake-everyone model, and server CPU. Muster only; not part of the default set.
     Consul,
+    /// ADS streams (`--xds-streams`) subscribed to one service's EDS, then `--changes`
+    /// endpoint changes: commit-to-push and commit-to-ACK latency, and server memory per idle
+    /// stream (SPEC D5). Muster only, built with the `xds` feature; not part of the default set.
+    Xds,
 }
 
 impl Workload {
@@ -56,6 +60,7 @@ impl Workload {
             Workload::Checks => "checks",
             Workload::Handshake => "handshake",
             Workload::Consul => "consul",
+            Workload::Xds => "xds",
         }
     }
 }
@@ -104,8 +109,8 @@ pub struct BenchArgs {
     /// Watch streams for fanout and watchers [default: 10000; --quick: 1000].
     #[arg(long, value_name = "N")]
     pub watchers: Option<usize>,
-    /// Changes committed one at a time in fanout, and one per second in consul [default: 20;
-    /// --quick: 5].
+    /// Changes committed one at a time in fanout, one per second in consul, and one per
+    /// 500 ms at most in xds [default: 20; --quick: 5].
     #[arg(long, value_name = "N")]
     pub changes: Option<usize>,
     /// Pause between fanout changes, after the previous one reached every watcher.
@@ -134,6 +139,17 @@ pub struct BenchArgs {
     /// consul workload (`--spawn` knows its own).
     #[arg(long = "consul", value_name = "URL", requires = "server")]
     pub consul: Option<String>,
+    /// ADS streams of the xds workload, all subscribed to one service.
+    #[arg(long, value_name = "N", default_value_t = 1_000)]
+    pub xds_streams: usize,
+    /// HTTP/2 connections the xds workload's streams share, round-robin [default: one per
+    /// stream, as gRPC clients with a channel each].
+    #[arg(long, value_name = "N")]
+    pub xds_connections: Option<usize>,
+    /// The xDS gRPC listener of the `--server`, e.g. 127.0.0.1:18000, for the xds workload
+    /// (`--spawn` starts its server with one).
+    #[arg(long = "xds", value_name = "ADDR", requires = "server")]
+    pub xds: Option<std::net::SocketAddr>,
     /// With --spawn: also start a second `muster serve` with its API over TLS (a throwaway CA
     /// made in memory), run the same workloads against it over keep-alive TLS connections
     /// (as `muster+tls+auth`: TLS and `[auth] enabled = true`, a bootstrapped token on every request), and measure the TLS handshake rate (`handshake`).
@@ -179,6 +195,10 @@ pub struct Plan {
     pub detection_samples: usize,
     /// Services (and blocking queries) of the consul workload.
     pub consul_services: usize,
+    /// ADS streams of the xds workload.
+    pub xds_streams: usize,
+    /// Connections they share (`None`: one each).
+    pub xds_connections: Option<usize>,
 }
 
 /// Per-workload duration of a full run: long enough for p99 to settle over ~10^5 requests.
@@ -232,6 +252,8 @@ impl BenchArgs {
             check_window: self.check_window.unwrap_or(check_window),
             detection_samples: self.detection_samples.unwrap_or(detection_samples),
             consul_services: self.consul_services,
+            xds_streams: self.xds_streams,
+            xds_connections: self.xds_connections,
         };
         for (name, value) in [
             ("--connections", plan.connections),
@@ -242,6 +264,8 @@ impl BenchArgs {
             ("--checks", plan.checks),
             ("--detection-samples", plan.detection_samples),
             ("--consul-services", plan.consul_services),
+            ("--xds-streams", plan.xds_streams),
+            ("--xds-connections", plan.xds_connections.unwrap_or(1)),
         ] {
             if value == 0 {
                 return Err(BenchError::Usage(format!("{name} must be at least 1")));
@@ -364,6 +388,17 @@ mod tests {
         let plan = plan(&["--spawn", "--workloads", "consul"]).unwrap();
         assert_eq!(plan.workloads, [Workload::Consul]);
         assert_eq!(plan.consul_services, 1_000);
+    }
+
+    #[test]
+    fn the_xds_workload_runs_only_when_named_with_a_stream_per_connection() {
+        assert!(!plan(&["--spawn"]).unwrap().workloads.contains(&Workload::Xds));
+        let plan_xds = plan(&["--spawn", "--workloads", "xds"]).unwrap();
+        assert_eq!(plan_xds.workloads, [Workload::Xds]);
+        assert_eq!((plan_xds.xds_streams, plan_xds.xds_connections), (1_000, None));
+        assert_eq!(plan_xds.changes, 20);
+        assert!(matches!(plan(&["--xds-streams", "0"]), Err(BenchError::Usage(_))));
+        assert!(matches!(plan(&["--xds-connections", "0"]), Err(BenchError::Usage(_))));
     }
 
     #[test]

@@ -30,6 +30,10 @@
 //! - `consul` (opt-in): one blocking query per service on the Consul-compatible API over
 //!   `--consul-services` services, one change per second: wake-ups per change against
 //!   Consul's wake-every-waiter model, and server CPU (see the `consul` module). Muster only.
+//! - `xds` (opt-in, feature `xds`): `--xds-streams` ADS streams of one service's EDS, one
+//!   HTTP/2 connection each, then `--changes` endpoint changes: commit-to-push per stream,
+//!   commit-to-ACK from the server's ledger (`GET /v1/xds/clients`), and server memory per
+//!   idle stream (see the `xds` module). Muster only.
 //! - `checks` (opt-in): `--checks` endpoints with HTTP checks at 10 s against a target in
 //!   this process: probes per second and server CPU, then detection latency per check kind
 //!   against its bound (see the `checks` module). Muster only.
@@ -58,6 +62,7 @@ mod spawn;
 mod tls;
 mod watch;
 mod workloads;
+mod xds;
 
 use std::sync::Arc;
 
@@ -71,6 +76,7 @@ pub use histogram::Histogram;
 pub use report::{
     LatencySummary, MemorySummary, Report, System, SystemInfo, SystemResult, Target, WorkloadReport, anchors,
 };
+pub use xds::{XdsChange, XdsSummary};
 
 use client::Http;
 use requests::Names;
@@ -96,6 +102,9 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     let mut tls_server = None;
     // The plain Muster server's Consul-compatible listener, for the consul workload.
     let mut consul_url = args.consul.clone();
+    // Its xDS listener, for the xds workload (`--spawn` opens one only when that runs).
+    let mut xds_addr = args.xds;
+    let want_xds = cfg!(feature = "xds") && plan.workloads.contains(&Workload::Xds);
     let muster = if args.spawn {
         let bin = match &args.muster_bin {
             Some(bin) => bin.clone(),
@@ -105,13 +114,14 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
             })?,
         };
         info!(bin = %bin.display(), "starting muster serve");
-        let (process, _) = spawn_muster(&bin, false).await?;
+        let (process, _) = spawn_muster(&bin, false, want_xds).await?;
         let found = Some((process.url.clone(), Some(process.pid), true));
         consul_url = process.consul_url.clone();
+        xds_addr = process.xds_addr;
         spawned.push(process);
         if args.tls {
             info!(bin = %bin.display(), "starting muster serve with TLS");
-            let (process, client_tls) = spawn_muster(&bin, true).await?;
+            let (process, client_tls) = spawn_muster(&bin, true, false).await?;
             tls_server = Some((process.url.clone(), process.pid, client_tls));
             spawned.push(process);
         }
@@ -260,6 +270,32 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         }
         workloads.push(WorkloadReport::new(Workload::Consul, results, skipped));
     }
+    if plan.workloads.contains(&Workload::Xds) {
+        let mut results = Vec::new();
+        let mut skipped = Vec::new();
+        for subject in &subjects {
+            match (subject.system, xds_addr) {
+                (System::Muster, Some(addr)) if cfg!(feature = "xds") => {
+                    info!(
+                        streams = plan.xds_streams,
+                        changes = plan.changes,
+                        "running the xds workload"
+                    );
+                    results.push(xds_workload(subject, addr, &plan, &names).await?);
+                }
+                (System::Muster, _) if !cfg!(feature = "xds") => {
+                    skipped.push("muster: this build has no xDS client (the `xds` feature is off)".to_owned());
+                }
+                (System::Muster, _) => {
+                    skipped.push("muster: its xDS listener is unknown (use --spawn, or --xds ADDR)".to_owned());
+                }
+                (System::Etcd, _) => skipped.push("etcd: it has no xDS server".to_owned()),
+                // The same listener code behind TLS measures nothing new.
+                (System::MusterTls, _) => {}
+            }
+        }
+        workloads.push(WorkloadReport::new(Workload::Xds, results, skipped));
+    }
     drop(spawned);
     let report = Report {
         plan,
@@ -275,6 +311,26 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         })?;
     }
     Ok(report)
+}
+
+/// The xds workload, or (without the `xds` feature, never called) a setup error.
+async fn xds_workload(
+    subject: &Subject,
+    addr: std::net::SocketAddr,
+    plan: &Plan,
+    names: &Names,
+) -> Result<SystemResult, BenchError> {
+    #[cfg(feature = "xds")]
+    return xds::xds(subject, addr, plan, names).await;
+    #[cfg(not(feature = "xds"))]
+    {
+        let _ = (addr, plan, names);
+        Err(BenchError::Setup {
+            system: subject.system.name(),
+            workload: Workload::Xds.name(),
+            detail: "built without the `xds` feature".to_owned(),
+        })
+    }
 }
 
 /// The secured server's first operator token, its secret sent on every request of the

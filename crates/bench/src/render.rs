@@ -78,9 +78,9 @@ impl Report {
                     result.system.name().to_owned(),
                     thousands(result.requests),
                     thousands(result.errors),
-                    // Fanout and watchers are judged on latency and memory; their rate would
-                    // mostly measure the pauses between changes.
-                    if matches!(workload.workload, Workload::Watchers | Workload::Fanout) {
+                    // Fanout, watchers and xds are judged on latency and memory; their rate
+                    // would mostly measure the pauses between changes.
+                    if matches!(workload.workload, Workload::Watchers | Workload::Fanout | Workload::Xds) {
                         "-".to_owned()
                     } else {
                         thousands(result.throughput_per_s.round() as u64)
@@ -161,7 +161,11 @@ impl Report {
                 if let Some(consul) = &result.consul {
                     let _ = write!(out, "{}", consul_notes(consul));
                 }
-                if let Some(m) = &result.memory {
+                if let Some(xds) = &result.xds {
+                    let _ = write!(out, "{}", xds_notes(xds));
+                }
+                // The xds notes above give its memory, per ADS stream.
+                if let Some(m) = result.memory.as_ref().filter(|_| result.xds.is_none()) {
                     let _ = writeln!(
                         out,
                         "{} ({}): RSS {} → {} with {} idle watch streams",
@@ -260,6 +264,64 @@ fn consul_notes(consul: &crate::ConsulSummary) -> String {
         out,
         "consul: server-side wake-ups (blocking queries returned changed): {server}; server CPU per second, median: {cores}"
     );
+    out
+}
+
+/// The xds workload's figures: push and ACK latency, per change, and memory per stream.
+fn xds_notes(xds: &crate::XdsSummary) -> String {
+    let mut out = String::new();
+    let latency = |summary: Option<LatencySummary>| {
+        summary.map_or_else(
+            || "none arrived".to_owned(),
+            |l| {
+                format!(
+                    "p50 {}, p99 {}, max {}",
+                    format_ms(l.p50_ms),
+                    format_ms(l.p99_ms),
+                    format_ms(l.max_ms)
+                )
+            },
+        )
+    };
+    let _ = writeln!(
+        out,
+        "xds: {} of {} ADS streams over {} HTTP/2 connections, {} changes: commit→push {}; commit→ACK (server's ledger) {}",
+        thousands(xds.opened),
+        thousands(xds.streams),
+        thousands(xds.connections),
+        xds.changes.len(),
+        latency(xds.push),
+        latency(xds.ack),
+    );
+    let all_acked = match (xds.median_all_acked_ms, xds.max_all_acked_ms) {
+        (Some(median), Some(max)) => format!("median {}, max {}", format_ms(median), format_ms(max)),
+        _ => "never".to_owned(),
+    };
+    let _ = writeln!(
+        out,
+        "xds: write → every stream acked: {all_acked}; {} pushes missed, {} changes not acked by every stream",
+        thousands(xds.missed_pushes),
+        xds.changes_not_all_acked,
+    );
+    for change in &xds.changes {
+        let _ = writeln!(
+            out,
+            "xds:   revision {}: reply {}, pushed {} ({}), all acked {}",
+            change.revision,
+            format_ms(change.reply_ms),
+            thousands(change.pushed),
+            latency(change.push),
+            change.all_acked_ms.map_or_else(|| "no".to_owned(), format_ms),
+        );
+    }
+    if let (Some(before), Some(after), Some(kib)) = (xds.rss_before_bytes, xds.rss_after_bytes, xds.kib_per_stream) {
+        let _ = writeln!(
+            out,
+            "xds: server RSS {} → {} with the streams open and idle: {kib:.1} KiB per stream",
+            format_bytes(before),
+            format_bytes(after),
+        );
+    }
     out
 }
 

@@ -15,6 +15,7 @@ use crate::checks::ChecksSummary;
 use crate::consul::ConsulSummary;
 use crate::histogram::Histogram;
 use crate::render::thousands;
+use crate::xds::XdsSummary;
 use crate::{Plan, Workload};
 
 /// Which system a result is for.
@@ -70,6 +71,16 @@ pub enum Target {
         /// Server CPU, in cores.
         max_cores: f64,
     },
+    /// The xDS figures (SPEC D5): p99 commit-to-push and commit-to-ACK, and memory per idle
+    /// stream, each at most its limit.
+    XdsConvergence {
+        /// p99 write sent → push received, milliseconds.
+        push_p99_ms: f64,
+        /// p99 write sent → ACK recorded by the server, milliseconds.
+        ack_p99_ms: f64,
+        /// Server RSS growth per idle ADS stream, KiB.
+        kib_per_stream: f64,
+    },
 }
 
 impl Target {
@@ -86,6 +97,11 @@ impl Target {
                 max_cores: 0.5,
             },
             Workload::Handshake | Workload::Consul => Target::Reported,
+            Workload::Xds => Target::XdsConvergence {
+                push_p99_ms: 50.0,
+                ack_p99_ms: 100.0,
+                kib_per_stream: 30.0,
+            },
         }
     }
 
@@ -103,6 +119,18 @@ impl Target {
                 let cores = result.server_cores?;
                 Some((checks.max_deviation / tolerance).max(cores / max_cores))
             }
+            // Likewise: the largest figure ÷ its limit; memory only when the PID was known.
+            Target::XdsConvergence {
+                push_p99_ms,
+                ack_p99_ms,
+                kib_per_stream,
+            } => {
+                let xds = result.xds.as_ref()?;
+                let push = xds.push?.p99_ms / push_p99_ms;
+                let ack = xds.ack?.p99_ms / ack_p99_ms;
+                let memory = xds.kib_per_stream.map_or(0.0, |kib| kib / kib_per_stream);
+                Some(push.max(ack).max(memory))
+            }
         }
     }
 
@@ -112,7 +140,7 @@ impl Target {
             Target::MinThroughput { per_second } => figure >= per_second,
             Target::MaxP99 { ms } => figure <= ms,
             Target::MaxBytesPerWatcher { bytes } => figure <= bytes,
-            Target::ProbeSchedule { .. } => figure <= 1.0,
+            Target::ProbeSchedule { .. } | Target::XdsConvergence { .. } => figure <= 1.0,
             Target::Reported => true,
         }
     }
@@ -127,6 +155,11 @@ impl Target {
             Target::ProbeSchedule { tolerance, max_cores } => {
                 format!("probes/s within ±{:.0}%, server < {max_cores} core", tolerance * 100.0)
             }
+            Target::XdsConvergence {
+                push_p99_ms,
+                ack_p99_ms,
+                kib_per_stream,
+            } => format!("push p99 ≤ {push_p99_ms} ms, ACK p99 ≤ {ack_p99_ms} ms, ≤ {kib_per_stream} KiB/stream"),
         }
     }
 }
@@ -143,6 +176,10 @@ pub fn anchors(workload: Workload) -> &'static str {
         Workload::Handshake => "new TLS connections per second, each a full handshake (no resumption) and one request",
         Workload::Consul => {
             "Consul wakes every blocking query on any write in the datacenter: one wake-up per waiter per change"
+        }
+        Workload::Xds => {
+            "1,000 ADS streams of one service: one endpoint change → p99 commit-to-push ≤ 50 ms, ≤ 100 ms to ACK; \
+             ≤ 30 KiB per idle stream"
         }
     }
 }
@@ -235,6 +272,9 @@ pub struct SystemResult {
     /// For the consul workload.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consul: Option<ConsulSummary>,
+    /// For the xds workload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub xds: Option<XdsSummary>,
 }
 
 impl SystemResult {
@@ -254,6 +294,7 @@ impl SystemResult {
             note: None,
             checks: None,
             consul: None,
+            xds: None,
         }
     }
 }

@@ -15,6 +15,8 @@ fn plan() -> Plan {
         check_window: Duration::from_secs(30),
         detection_samples: 3,
         consul_services: 1_000,
+        xds_streams: 1_000,
+        xds_connections: None,
     }
 }
 
@@ -178,4 +180,31 @@ fn the_probe_schedule_is_judged_on_both_its_rate_and_the_servers_cpu() {
         table.contains("detection http: median 2900 ms, max 2900 ms over 2 samples: within its bound 3800 ms"),
         "{table}"
     );
+}
+
+/// One xds run's result with these figures (milliseconds; `kib`: per stream).
+fn xds_result(push_ms: u64, ack_ms: u64, kib: Option<u64>) -> SystemResult {
+    let mut change = crate::xds::ChangeFigures {
+        revision: 2,
+        all_acked: true,
+        ..crate::xds::ChangeFigures::default()
+    };
+    change.push.record(Duration::from_millis(push_ms));
+    change.ack.record(Duration::from_millis(ack_ms));
+    let rss = kib.map(|kib| (0, kib * 1024 * 10));
+    let mut result = requests(System::Muster, 1, 0, 1);
+    result.xds = Some(crate::XdsSummary::new(10, 10, 10, &[change], rss));
+    result
+}
+
+#[test]
+fn the_xds_target_needs_push_ack_and_memory_each_within_its_limit() {
+    let met = WorkloadReport::new(Workload::Xds, vec![xds_result(40, 90, Some(20))], vec![]);
+    assert_eq!(met.target_met, Some(true));
+    for (push, ack, kib) in [(60, 90, Some(20)), (40, 120, Some(20)), (40, 90, Some(40))] {
+        let report = WorkloadReport::new(Workload::Xds, vec![xds_result(push, ack, kib)], vec![]);
+        assert_eq!(report.target_met, Some(false), "push {push}, ack {ack}, {kib:?} KiB");
+    }
+    let no_pid = WorkloadReport::new(Workload::Xds, vec![xds_result(40, 90, None)], vec![]);
+    assert_eq!(no_pid.target_met, Some(true), "memory unknown: judged on latency");
 }

@@ -32,6 +32,8 @@ pub(crate) struct Spawned {
     pub(crate) url: String,
     /// Its Consul-compatible listener's base URL (Muster only).
     pub(crate) consul_url: Option<String>,
+    /// Its xDS gRPC listener (Muster with `xds` only).
+    pub(crate) xds_addr: Option<SocketAddr>,
     /// Its PID.
     pub(crate) pid: u32,
     // Removed after the child is killed (fields drop after `Drop::drop`).
@@ -83,6 +85,7 @@ fn start(what: &'static str, mut command: Command, dir: TempDir, url: String) ->
         child,
         url,
         consul_url: None,
+        xds_addr: None,
         dir,
     })
 }
@@ -157,10 +160,11 @@ impl AsyncProbe for EtcdReady {
 
 /// Starts `bin serve` on free loopback ports with a temporary data dir; with `tls`, its API
 /// serves TLS with a certificate of a throwaway CA ([`crate::tls::Pki`]), and the
-/// returned client config trusts that CA.
+/// returned client config trusts that CA; with `xds`, it also serves xDS on a free port.
 pub(crate) async fn spawn_muster(
     bin: &Path,
     tls: bool,
+    xds: bool,
 ) -> Result<(Spawned, Option<std::sync::Arc<muster_tls::ClientConfig>>), BenchError> {
     let fail = |detail: String| BenchError::Spawn { what: "muster", detail };
     let dir = tempfile::Builder::new()
@@ -183,6 +187,14 @@ pub(crate) async fn spawn_muster(
         .arg(dns.to_string())
         .arg("--consul")
         .arg(consul.to_string());
+    // Only when asked: a binary built without the `xds` feature has no `--xds` flag.
+    let xds = if xds {
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_tcp_port().map_err(fail)?));
+        command.arg("--xds").arg(addr.to_string());
+        Some(addr)
+    } else {
+        None
+    };
     if std::env::var_os("RUST_LOG").is_none() {
         // Per-request logging would cost the server CPU the benchmark is measuring.
         command.env("RUST_LOG", "warn");
@@ -202,6 +214,7 @@ pub(crate) async fn spawn_muster(
     let scheme = if tls { "https" } else { "http" };
     let mut spawned = start("muster", command, dir, format!("{scheme}://{http}"))?;
     spawned.consul_url = Some(format!("http://{consul}"));
+    spawned.xds_addr = xds;
     let spawned = spawned.wait_ready("muster", MusterReady, client_tls.clone()).await?;
     Ok((spawned, client_tls))
 }

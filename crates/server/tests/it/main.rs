@@ -28,3 +28,6 @@ mod support;
 mod tls;
 mod watch;
 mod writes;
+// The xDS control plane (SPEC D5), built only with the `xds` feature.
+#[cfg(feature = "xds")]
+mod xds;

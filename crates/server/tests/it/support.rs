@@ -144,6 +144,12 @@ impl TestServer {
         self.consul_listener().expect("the Consul API is enabled")
     }
 
+    /// Where the xDS gRPC listener answers.
+    #[cfg(feature = "xds")]
+    pub(crate) fn xds_addr(&self) -> std::net::SocketAddr {
+        self.running().xds_addr().expect("the xDS listener is enabled")
+    }
+
     /// Where the Consul-compatible API listens, if it is on.
     pub(crate) fn consul_listener(&self) -> Option<std::net::SocketAddr> {
         self.running().consul_addr()
