@@ -1066,7 +1066,8 @@ async fn a_tenants_token_never_sees_another_tenants_services() {
     let cds = ads.fetch(CLUSTER, &[API, "secret.prod"]).await;
     let names: Vec<String> = cds.resources.iter().map(|r| unpack::<Cluster>(r).name).collect();
     assert_eq!(names, [API], "other's secret.prod does not exist for acme");
-    let wildcard = ads.fetch(CLUSTER, &[]).await;
+    // `*`: this stream named clusters already, so an empty list would unsubscribe.
+    let wildcard = ads.fetch(CLUSTER, &["*"]).await;
     let names: Vec<String> = wildcard.resources.iter().map(|r| unpack::<Cluster>(r).name).collect();
     assert_eq!(names, [API], "wildcard CDS lists acme's services only");
 
