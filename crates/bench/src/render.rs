@@ -293,6 +293,11 @@ fn xds_notes(xds: &crate::XdsSummary) -> String {
         latency(xds.push),
         latency(xds.ack),
     );
+    let _ = writeln!(
+        out,
+        "xds: fan-out alone (each change's first push → every stream's push) {}",
+        latency(xds.fanout),
+    );
     let all_acked = match (xds.median_all_acked_ms, xds.max_all_acked_ms) {
         (Some(median), Some(max)) => format!("median {}, max {}", format_ms(median), format_ms(max)),
         _ => "never".to_owned(),

@@ -15,6 +15,10 @@
 //!    at (reply received − age_ms) ──▶ commit-to-ACK as the server saw it; the last one is
 //!    the change's all-acked time
 //! ```
+//! The fan-out alone is each change's first push → every stream's push: the first push comes
+//! at about the commit (pushes often beat the write's own reply), so it is commit-to-push
+//! without the commit's fsync.
+//!
 //! Latencies run from the instant the write was *sent* (as the fanout workload's do): the
 //! write's own commit time is inside every figure, and reported apart (`reply_ms`). An ACK's
 //! instant comes from the server's own ledger (`age_ms`, milliseconds since that ACK) read
@@ -65,6 +69,9 @@ pub struct XdsSummary {
     pub changes: Vec<XdsChange>,
     /// Commit-to-push over every stream and change.
     pub push: Option<LatencySummary>,
+    /// The fan-out alone: each change's first push → each stream's push, over every stream
+    /// and change (the write's own commit time left out).
+    pub fanout: Option<LatencySummary>,
     /// Commit-to-ACK (server's ledger) over every stream and change.
     pub ack: Option<LatencySummary>,
     /// The median of the changes' all-acked times.
@@ -93,6 +100,8 @@ pub(crate) struct ChangeFigures {
     pub(crate) revision: u64,
     pub(crate) reply_ms: f64,
     pub(crate) push: Histogram,
+    /// First stream's push → each stream's push.
+    pub(crate) fanout: Histogram,
     pub(crate) ack: Histogram,
     /// Whether every open stream's ACK was seen.
     pub(crate) all_acked: bool,
@@ -111,11 +120,12 @@ impl XdsSummary {
         changes: &[ChangeFigures],
         rss: Option<(u64, u64)>,
     ) -> XdsSummary {
-        let (mut push, mut ack) = (Histogram::new(), Histogram::new());
+        let (mut push, mut ack, mut fanout) = (Histogram::new(), Histogram::new(), Histogram::new());
         let mut all_acked = Vec::new();
         let mut per_change = Vec::with_capacity(changes.len());
         for change in changes {
             push.merge(&change.push);
+            fanout.merge(&change.fanout);
             ack.merge(&change.ack);
             let all = (change.all_acked && change.ack.count() > 0)
                 .then(|| change.ack.max())
@@ -137,6 +147,7 @@ impl XdsSummary {
             opened,
             connections,
             push: LatencySummary::of(&push),
+            fanout: LatencySummary::of(&fanout),
             ack: LatencySummary::of(&ack),
             median_all_acked_ms: crate::consul::median(&all_acked),
             max_all_acked_ms: all_acked.iter().copied().reduce(f64::max),

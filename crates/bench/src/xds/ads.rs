@@ -317,11 +317,13 @@ pub(crate) async fn xds(
         };
         let reply_ms = (now() - sent).as_secs_f64() * 1_000.0;
         let mut push = Histogram::new();
+        let mut arrivals = Vec::with_capacity(open);
         let deadline = tokio::time::Instant::from_std(sent + DELIVERY_TIMEOUT);
         while push.count() < (open - ended.min(open)) as u64 {
             match tokio::time::timeout_at(deadline, inbox.recv()).await {
                 Ok(Some(Signal::Pushed(version, at))) if version >= revision => {
                     push.record(at.saturating_duration_since(sent));
+                    arrivals.push(at);
                 }
                 Ok(Some(Signal::Ended(err))) => {
                     ended += 1;
@@ -332,10 +334,18 @@ pub(crate) async fn xds(
             }
         }
         let (ack, all_acked) = acks(subject, names, &resource, open, revision, sent).await;
+        // The first stream's push is the nearest the bench sees to the commit itself.
+        let mut fanout = Histogram::new();
+        if let Some(first) = arrivals.iter().min() {
+            for at in &arrivals {
+                fanout.record(at.saturating_duration_since(*first));
+            }
+        }
         changes.push(ChangeFigures {
             revision,
             reply_ms,
             push,
+            fanout,
             ack,
             all_acked,
         });

@@ -188,6 +188,7 @@ impl Ads {
             known: None,
             watched: HashSet::new(),
             listed: HashSet::new(),
+            watching_tenant: false,
             outbox: VecDeque::new(),
             ended: false,
         })
@@ -266,6 +267,8 @@ struct Session<M: Machine> {
     watched: HashSet<ServiceKey>,
     /// The services a wildcard subscription listed at the last refresh.
     listed: HashSet<ServiceKey>,
+    /// Whether the hub wakes this stream when its tenant gains or loses a service.
+    watching_tenant: bool,
     outbox: VecDeque<M::Response>,
     ended: bool,
 }
@@ -441,8 +444,12 @@ impl<M: Machine> Session<M> {
         let hub = &self.state.hub;
         let id = known.registered.record.stream;
         let tenant = wildcard.then_some(&known.tenant);
-        hub.watch(id, &self.wake, &keys, tenant, &self.watched);
-        self.watched = keys;
+        // Most refreshes are wake-ups of a stream whose subscriptions did not move.
+        if keys != self.watched || wildcard != self.watching_tenant {
+            hub.watch(id, &self.wake, &keys, tenant, &self.watched);
+            self.watched = keys;
+            self.watching_tenant = wildcard;
+        }
         let caller = &self.caller;
         let (revision, snapshots, every) = self.app.node.read(|registry| {
             let snapshots: Vec<Arc<ServiceSnapshot>> = self
