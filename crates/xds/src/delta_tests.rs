@@ -2,18 +2,7 @@ use envoy_types::pb::google::rpc::Status;
 
 use super::*;
 use crate::heard::Answer;
-
-fn resource(kind: Kind, name: &str, revision: u64) -> Arc<Versioned> {
-    Arc::new(Versioned {
-        kind,
-        name: name.to_owned(),
-        revision: Revision(revision),
-        any: envoy_types::pb::google::protobuf::Any {
-            type_url: kind.type_url().to_owned(),
-            value: revision.to_le_bytes().to_vec(),
-        },
-    })
-}
+use crate::test_support::resource;
 
 const EDS: Kind = Kind::Endpoint;
 

@@ -23,6 +23,8 @@ pub mod name;
 pub mod resources;
 pub mod sotw;
 pub mod subscription;
+#[cfg(test)]
+mod test_support;
 
 pub use assignment::Cohort;
 pub use delta::DeltaStream;
