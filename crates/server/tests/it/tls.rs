@@ -27,7 +27,7 @@ fn localhost() -> IpAddr {
 }
 
 /// An HTTP client verifying servers against `ca`, presenting `identity` when given.
-fn tls_client(ca: &TestCa, identity: Option<&Leaf>) -> Client<Connector, Full<Bytes>> {
+pub(crate) fn tls_client(ca: &TestCa, identity: Option<&Leaf>) -> Client<Connector, Full<Bytes>> {
     let roots = Roots::from_pem(ca.pem().as_bytes()).unwrap();
     let identity = identity.map(|leaf| Identity::from_pem(leaf.cert.as_bytes(), leaf.key.as_bytes()).unwrap());
     let config = muster_tls::client_config(&roots, identity.as_ref()).unwrap();
@@ -36,7 +36,7 @@ fn tls_client(ca: &TestCa, identity: Option<&Leaf>) -> Client<Connector, Full<By
 
 /// `GET url` (or a `POST` with `body` and `headers`): the status and body, or why no reply
 /// came.
-async fn request(
+pub(crate) async fn request(
     client: &Client<Connector, Full<Bytes>>,
     url: &str,
     body: Option<&'static [u8]>,

@@ -239,7 +239,11 @@ struct Sotw {
 
 impl Sotw {
     async fn open(addr: SocketAddr, node: Node, token: Option<&str>) -> Result<Sotw, tonic::Status> {
-        let mut client = AggregatedDiscoveryServiceClient::new(channel(addr).await);
+        Sotw::open_on(channel(addr).await, node, token).await
+    }
+
+    async fn open_on(channel: Channel, node: Node, token: Option<&str>) -> Result<Sotw, tonic::Status> {
+        let mut client = AggregatedDiscoveryServiceClient::new(channel);
         let (requests, stream) = outbound();
         let responses = tokio::time::timeout(STEP, client.stream_aggregated_resources(with_token(stream, token)))
             .await
@@ -1137,4 +1141,96 @@ async fn the_clients_page_shows_each_streams_acked_revision_per_resource() {
     })
     .await;
     assert!(gone.is_some(), "a closed stream drops out of /v1/xds/clients");
+}
+
+/// Mutual TLS (SPEC S1): with `[tls]` and a client CA (certificates optional), the xDS
+/// listener speaks TLS with ALPN h2 (which gRPC requires); a client certificate bound to a
+/// token (its SAN) makes the stream that token's caller with no metadata — its tenant is the
+/// token's — and a TLS client with neither certificate nor token is UNAUTHENTICATED.
+#[tokio::test]
+async fn over_mutual_tls_a_certificate_bound_to_a_token_is_its_caller() {
+    use muster_testkit::pki::{Leaf, TestCa};
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("xds test ca");
+    let files = ca.localhost().write(dir.path(), "server");
+    let client_ca = ca.write(dir.path(), "client-ca.pem");
+    let server = xds_server_with(|config| {
+        config.auth.enabled = true;
+        config.tls.cert = Some(files.cert);
+        config.tls.key = Some(files.key);
+        config.tls.client_ca = Some(client_ca);
+        config.tls.client_cert = muster_server::ClientCertPolicy::Optional;
+    })
+    .await;
+    let https = crate::tls::tls_client(&ca, None);
+    let base = server.url("").replacen("http://", "https://", 1);
+    let (status, body) = crate::tls::request(&https, &format!("{base}/v1/acl/bootstrap"), Some(b"{}"), &[])
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let operator: Value = serde_json::from_str(&body).unwrap();
+    let operator = format!("Bearer {}", operator["secret"].as_str().unwrap());
+    let san = "spiffe://test/ns/prod/sa/xds-client";
+    let (status, body) = crate::tls::request(
+        &https,
+        &format!("{base}/v1/acl/tokens"),
+        Some(br#"{"tenant": "acme", "allow": ["*/*=*"], "san": "spiffe://test/ns/prod/sa/xds-client"}"#),
+        &[("authorization", operator.as_str())],
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    let dial = |identity: Option<&Leaf>| {
+        let mut tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(ca.pem()))
+            .domain_name("localhost");
+        if let Some(leaf) = identity {
+            tls = tls.identity(Identity::from_pem(&leaf.cert, &leaf.key));
+        }
+        let endpoint = Channel::from_shared(format!("https://{}", server.xds_addr()))
+            .unwrap()
+            .tls_config(tls)
+            .unwrap();
+        async move {
+            tokio::time::timeout(STEP, endpoint.connect())
+                .await
+                .expect("connects in time")
+                .expect("a TLS connection")
+        }
+    };
+    let leaf = ca.leaf(&[], &[], &[san]);
+    let mut ads = Sotw::open_on(dial(Some(&leaf)).await, node("mtls-client", None, None), None)
+        .await
+        .expect("the certificate's token opens the stream");
+    let clusters = ads.fetch(CLUSTER, &["*"]).await;
+    assert!(clusters.resources.is_empty(), "acme has no services yet");
+    let (status, body) = crate::tls::request(
+        &https,
+        &format!("{base}/v1/xds/clients"),
+        None,
+        &[("authorization", operator.as_str())],
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let page: Value = serde_json::from_str(&body).unwrap();
+    let client = page["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|client| client["node_id"] == "mtls-client")
+        .unwrap_or_else(|| panic!("the stream is listed: {page}"));
+    assert_eq!(client["tenant"], "acme", "the bound token's tenant");
+
+    let refused = match Sotw::open_on(dial(None).await, node("nobody", None, None), None).await {
+        Err(status) => status,
+        Ok(mut anonymous) => {
+            anonymous.subscribe(CLUSTER, &["*"]);
+            anonymous.try_next().await.expect_err("no certificate, no token")
+        }
+    };
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
 }
