@@ -25,6 +25,8 @@ mod hub;
 #[cfg(feature = "xds")]
 mod io;
 #[cfg(feature = "xds")]
+mod service;
+#[cfg(feature = "xds")]
 mod stream;
 
 #[cfg(feature = "xds")]
@@ -53,7 +55,6 @@ mod imp {
     use muster_core::{Label, Revision, ServiceKey};
     use muster_tls::{CertificateNames, TlsAcceptor};
     use muster_xds::Kind;
-    use muster_xds::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer;
     use tokio::net::TcpListener;
     use tokio::sync::{mpsc, oneshot};
     use tokio::task::JoinHandle;
@@ -61,6 +62,7 @@ mod imp {
     pub(crate) use super::clients::XdsClients;
     pub(crate) use super::hub::XdsHub;
     use super::io::{Transport, XdsIo};
+    use super::service::AdsService;
     use super::stream::Ads;
     use super::view::ClientsPage;
     use crate::app::App;
@@ -189,7 +191,7 @@ mod imp {
         let serve = tokio::spawn(async move {
             let server = tonic::transport::Server::builder()
                 .http2_keepalive_interval(Some(KEEPALIVE))
-                .add_service(AggregatedDiscoveryServiceServer::new(service))
+                .add_service(AdsService(Arc::new(service)))
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = stop_rx.await;
                     let _ = stop_accept.send(());
