@@ -1133,6 +1133,19 @@ async fn the_clients_page_shows_each_streams_acked_revision_per_resource() {
     assert_eq!(client["cluster"], "it");
     assert!(client["stream"].is_u64() && client["connected_ms"].is_u64(), "{client}");
 
+    // The same, as aggregates (SPEC O1): no node ids in the labels.
+    let (status, metrics) = server.get_text("/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    for line in [
+        "muster_xds_streams{protocol=\"sotw\"} 1",
+        "muster_xds_subscribers{tenant=\"default\",namespace=\"prod\",service=\"api\"} 1",
+        "muster_xds_subscribers_at_latest{tenant=\"default\",namespace=\"prod\",service=\"api\"} 1",
+        "muster_xds_nacks_total{type=\"endpoint\"} 0",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} missing:\n{metrics}");
+    }
+    assert!(!metrics.contains("ledger-1"), "no client id in the metrics");
+
     drop(ads);
     let gone = poll(std::time::Duration::from_millis(20), || async {
         let body = clients(&server, None).await;
