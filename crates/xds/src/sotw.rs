@@ -114,7 +114,9 @@ impl SotwStream {
             }
         }
         let subscription = Subscription::sotw(kind, &request.resource_names, state.named);
-        state.named |= !subscription.names().is_empty();
+        // `*` counts as naming: only a client that never named anything keeps the legacy
+        // wildcard on an empty list.
+        state.named |= !request.resource_names.is_empty();
         let subscribed = first || subscription != state.subscription;
         if subscribed {
             for name in state.subscription.names() {

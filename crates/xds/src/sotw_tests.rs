@@ -260,3 +260,15 @@ fn a_nack_that_also_changes_the_subscription_is_reported_as_both() {
     assert!(heard.subscribed);
     assert!(matches!(heard.answer, Answer::Nacked(_)), "{heard:?}");
 }
+
+#[test]
+fn an_explicit_wildcard_counts_as_naming_so_a_later_empty_list_unsubscribes() {
+    let mut stream = SotwStream::new();
+    stream.on_request(&ask(Kind::Cluster, &["*"], ""), 0).unwrap();
+    let first = stream
+        .respond(Kind::Cluster, &[resource(Kind::Cluster, "api.prod", 1)], Revision(1))
+        .unwrap();
+    stream.on_request(&ask(Kind::Cluster, &[], &first.nonce), 1).unwrap();
+    let subscription = stream.subscription(Kind::Cluster).unwrap();
+    assert!(!subscription.is_wildcard() && subscription.names().is_empty());
+}

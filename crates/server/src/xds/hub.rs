@@ -42,8 +42,17 @@ struct Cached {
 
 #[derive(Default)]
 struct Entry {
+    /// Streams woken by the service's changes.
     streams: HashMap<u64, Wake>,
+    /// Streams that keep its cached resources without being woken (a wildcard lists it).
+    pins: HashSet<u64>,
     cache: Cached,
+}
+
+impl Entry {
+    fn is_unused(&self) -> bool {
+        self.streams.is_empty() && self.pins.is_empty()
+    }
 }
 
 #[derive(Default)]
@@ -88,7 +97,7 @@ impl XdsHub {
         for key in previous.difference(keys) {
             if let Some(entry) = maps.services.get_mut(key) {
                 entry.streams.remove(&id);
-                if entry.streams.is_empty() {
+                if entry.is_unused() {
                     maps.services.remove(key);
                 }
             }
@@ -114,13 +123,31 @@ impl XdsHub {
         }
     }
 
-    /// Stream `id` is gone: it leaves every service it watched and any tenant list.
-    pub(crate) fn leave(&self, id: u64, keys: &HashSet<ServiceKey>) {
+    /// Makes stream `id` pin exactly `keys`: their cached resources stay while it lists
+    /// them, and their changes do not wake it.
+    pub(crate) fn pin(&self, id: u64, keys: &HashSet<ServiceKey>, previous: &HashSet<ServiceKey>) {
         let mut maps = self.lock();
-        for key in keys {
+        for key in previous.difference(keys) {
+            if let Some(entry) = maps.services.get_mut(key) {
+                entry.pins.remove(&id);
+                if entry.is_unused() {
+                    maps.services.remove(key);
+                }
+            }
+        }
+        for key in keys.difference(previous) {
+            maps.services.entry(key.clone()).or_default().pins.insert(id);
+        }
+    }
+
+    /// Stream `id` is gone: it leaves every service it watched or pinned and any tenant list.
+    pub(crate) fn leave(&self, id: u64, watched: &HashSet<ServiceKey>, pinned: &HashSet<ServiceKey>) {
+        let mut maps = self.lock();
+        for key in watched.iter().chain(pinned) {
             if let Some(entry) = maps.services.get_mut(key) {
                 entry.streams.remove(&id);
-                if entry.streams.is_empty() {
+                entry.pins.remove(&id);
+                if entry.is_unused() {
                     maps.services.remove(key);
                 }
             }
@@ -301,8 +328,14 @@ mod tests {
         assert!(woken(&wildcard));
         assert!(!woken(&api));
 
-        hub.leave(1, &HashSet::from([key("api")]));
-        hub.leave(2, &HashSet::from([key("web")]));
+        // A pinned service keeps its entry (its cache) but does not wake its pinner.
+        hub.pin(3, &HashSet::from([key("api")]), &HashSet::new());
+        hub.leave(1, &HashSet::from([key("api")]), &HashSet::new());
+        assert_eq!(hub.watched(), 2, "api is still pinned");
+        hub.applied(&registry, &applied(&key("api"), 7, 6));
+        assert!(!woken(&wildcard), "a pinned service's change does not wake");
+        hub.leave(2, &HashSet::from([key("web")]), &HashSet::new());
+        hub.leave(3, &HashSet::new(), &HashSet::from([key("api")]));
         assert_eq!(hub.watched(), 0, "the last stream out removes the entry and its cache");
     }
 

@@ -170,10 +170,11 @@ impl Ads {
     }
 
     fn open<M: Machine>(&self, request: Request<Streaming<M::Request>>) -> Result<Session<M>, Status> {
-        let (caller, credential, peer) = self.identify(&request)?;
+        // Marked before the token is checked: a revocation applied after this point wakes
+        // the stream, one applied before it is seen by the check.
         let mut acl = self.app.acl_changes.clone();
-        // Only changes from now on concern this stream.
         acl.mark_unchanged();
+        let (caller, credential, peer) = self.identify(&request)?;
         Ok(Session {
             app: Arc::clone(&self.app),
             state: Arc::clone(&self.state),
@@ -187,7 +188,7 @@ impl Ads {
             wake: Arc::new(Notify::new()),
             known: None,
             watched: HashSet::new(),
-            listed: HashSet::new(),
+            pinned: HashSet::new(),
             watching_tenant: false,
             outbox: VecDeque::new(),
             ended: false,
@@ -265,8 +266,9 @@ struct Session<M: Machine> {
     wake: Arc<Notify>,
     known: Option<Known>,
     watched: HashSet<ServiceKey>,
-    /// The services a wildcard subscription listed at the last refresh.
-    listed: HashSet<ServiceKey>,
+    /// The services a wildcard subscription listed at the last refresh, not watched by name:
+    /// their cached resources are kept for this stream.
+    pinned: HashSet<ServiceKey>,
     /// Whether the hub wakes this stream when its tenant gains or loses a service.
     watching_tenant: bool,
     outbox: VecDeque<M::Response>,
@@ -434,13 +436,6 @@ impl<M: Machine> Session<M> {
                 wildcard |= kind == Kind::Cluster && subscription.is_wildcard();
             }
         }
-        if wildcard {
-            // The services the wildcard listed last time stay watched, so their clusters
-            // keep their cached versions (and are not resent) across refreshes.
-            keys.extend(self.listed.iter().cloned());
-        } else {
-            self.listed.clear();
-        }
         let hub = &self.state.hub;
         let id = known.registered.record.stream;
         let tenant = wildcard.then_some(&known.tenant);
@@ -470,15 +465,17 @@ impl<M: Machine> Session<M> {
             };
             (registry.revision(), snapshots, every)
         });
-        if wildcard {
-            self.listed = every.iter().map(|snapshot| snapshot.key().clone()).collect();
-            let missing: Vec<ServiceKey> = self.listed.difference(&self.watched).cloned().collect();
-            if !missing.is_empty() {
-                let mut keys = self.watched.clone();
-                keys.extend(missing);
-                hub.watch(id, &self.wake, &keys, tenant, &self.watched);
-                self.watched = keys;
-            }
+        // The services the wildcard lists are pinned, not watched: their clusters keep
+        // their cached versions (and are not resent), but their endpoint changes do not wake
+        // this stream; a service appearing or going does, through the tenant.
+        let listed: HashSet<ServiceKey> = every
+            .iter()
+            .map(|snapshot| snapshot.key().clone())
+            .filter(|key| !self.watched.contains(key))
+            .collect();
+        if listed != self.pinned {
+            hub.pin(id, &listed, &self.pinned);
+            self.pinned = listed;
         }
         for kind in Kind::ALL {
             let Some(subscription) = self.machine.subscription(kind) else {
@@ -509,7 +506,9 @@ impl<M: Machine> Session<M> {
 impl<M: Machine> Drop for Session<M> {
     fn drop(&mut self) {
         if let Some(known) = &self.known {
-            self.state.hub.leave(known.registered.record.stream, &self.watched);
+            self.state
+                .hub
+                .leave(known.registered.record.stream, &self.watched, &self.pinned);
             tracing::debug!(node = known.node_id, "xDS stream closed");
         }
     }
