@@ -84,7 +84,13 @@ impl SotwStream {
         let kind = Kind::from_type_url(&request.type_url).ok_or_else(|| UnknownType(request.type_url.clone()))?;
         let state = self.types.entry(kind).or_default();
         let first = !state.asked;
-        let nonce = request.response_nonce.as_str();
+        // Before the first response of a type there is nothing to answer: a nonce then (a
+        // client resuming with one from another server) is ignored, not stale.
+        let nonce = if state.nonce.is_none() {
+            ""
+        } else {
+            request.response_nonce.as_str()
+        };
         if !nonce.is_empty() && state.nonce.as_deref() != Some(nonce) {
             return Ok(Heard {
                 kind,

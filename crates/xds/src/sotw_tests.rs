@@ -272,3 +272,16 @@ fn an_explicit_wildcard_counts_as_naming_so_a_later_empty_list_unsubscribes() {
     let subscription = stream.subscription(Kind::Cluster).unwrap();
     assert!(!subscription.is_wildcard() && subscription.names().is_empty());
 }
+
+#[test]
+fn a_nonce_before_any_response_of_its_type_is_ignored_and_the_request_is_answered() {
+    let mut stream = SotwStream::new();
+    // A client resuming against a new server with the nonce its old one sent.
+    let heard = stream.on_request(&ask(EDS, &["api.prod"], "17"), 0).unwrap();
+    assert_eq!((heard.answer, heard.subscribed), (Answer::None, true));
+    assert!(
+        stream
+            .respond(EDS, &[resource(EDS, "api.prod", 7)], Revision(7))
+            .is_some()
+    );
+}

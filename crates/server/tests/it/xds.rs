@@ -1247,3 +1247,49 @@ async fn over_mutual_tls_a_certificate_bound_to_a_token_is_its_caller() {
     };
     assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
 }
+
+/// Revocation (SPEC S1): a token revoked while its ADS stream is open ends that stream
+/// UNAUTHENTICATED (the stream re-checks its token on every change of the token table).
+#[tokio::test]
+async fn revoking_a_token_ends_its_open_stream() {
+    let server = xds_server_with(|config| config.auth.enabled = true).await;
+    let operator = server
+        .call(Method::POST, "/v1/acl/bootstrap", None)
+        .await
+        .expect(StatusCode::CREATED)
+        .body["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let auth = format!("Bearer {operator}");
+    let body = json!({"tenant": "acme", "allow": ["*/*=*"], "deny": []});
+    let created = server
+        .send(
+            Method::POST,
+            "/v1/acl/tokens",
+            Some(serde_json::to_vec(&body).unwrap()),
+            &[("authorization", auth.as_str())],
+        )
+        .await
+        .expect(StatusCode::CREATED)
+        .body;
+    let (secret, accessor) = (
+        created["secret"].as_str().unwrap(),
+        created["accessor"].as_str().unwrap(),
+    );
+    let mut ads = Sotw::open(server.xds_addr(), node("revoked", None, None), Some(secret))
+        .await
+        .expect("the token opens a stream");
+    ads.fetch(CLUSTER, &["*"]).await;
+    server
+        .send(
+            Method::DELETE,
+            &format!("/v1/acl/tokens/{accessor}"),
+            None,
+            &[("authorization", auth.as_str())],
+        )
+        .await
+        .expect(StatusCode::OK);
+    let ended = ads.try_next().await.expect_err("the stream ends");
+    assert_eq!(ended.code(), Code::Unauthenticated, "{ended:?}");
+}
