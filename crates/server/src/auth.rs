@@ -291,18 +291,22 @@ fn identify(app: &App, request: &axum::extract::Request, peer: Option<&Peer>) ->
             None => Err(app.unauthenticated(peer, request.uri().path(), "unknown or revoked token")),
         };
     }
-    let bound = peer.and_then(|p| p.certificate.as_ref()).and_then(|certificate| {
-        let sans = certificate
-            .uris
-            .iter()
-            .chain(&certificate.dns_names)
-            .map(String::as_str);
-        app.node.read(|registry| registry.acl().by_certificate(sans))
-    });
-    Ok(match bound {
+    Ok(match certificate_token(app, peer) {
         Some(token) => Caller::token(token),
         None => Caller::nobody(app.anonymous.clone()),
     })
+}
+
+/// The token the connection's verified client certificate is bound to (by one of its SANs),
+/// if any: the one rule of every listener that takes certificates (HTTP API, Consul, xDS).
+pub(crate) fn certificate_token(app: &App, peer: Option<&Peer>) -> Option<Arc<Token>> {
+    let certificate = peer?.certificate.as_ref()?;
+    let sans = certificate
+        .uris
+        .iter()
+        .chain(&certificate.dns_names)
+        .map(String::as_str);
+    app.node.read(|registry| registry.acl().by_certificate(sans))
 }
 
 /// The verdict for a route's need, from its path parameters (tenant, namespace, service).

@@ -116,18 +116,7 @@ pub(crate) fn identify(app: &App, parts: &Parts) -> Result<ConsulCaller, ConsulE
             }
         };
     }
-    let bound = peer
-        .as_ref()
-        .and_then(|p| p.certificate.as_ref())
-        .and_then(|certificate| {
-            let sans = certificate
-                .uris
-                .iter()
-                .chain(&certificate.dns_names)
-                .map(String::as_str);
-            app.node.read(|registry| registry.acl().by_certificate(sans))
-        });
-    let caller = match bound {
+    let caller = match crate::auth::certificate_token(app, peer.as_ref()) {
         Some(token) => Caller::token(token),
         None => Caller::nobody(app.anonymous.clone()),
     };

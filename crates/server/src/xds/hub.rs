@@ -62,6 +62,19 @@ struct Maps {
     tenants: HashMap<Label, HashMap<u64, Wake>>,
 }
 
+impl Maps {
+    /// `leave` takes a stream out of `key`'s entry (its watchers, its pins or both); the
+    /// last one out removes the entry and its cache.
+    fn release(&mut self, key: &ServiceKey, leave: impl FnOnce(&mut Entry)) {
+        if let Some(entry) = self.services.get_mut(key) {
+            leave(entry);
+            if entry.is_unused() {
+                self.services.remove(key);
+            }
+        }
+    }
+}
+
 /// The xDS side of the apply path, and the shared resource cache.
 #[derive(Default)]
 pub(crate) struct XdsHub {
@@ -95,12 +108,9 @@ impl XdsHub {
     ) {
         let mut maps = self.lock();
         for key in previous.difference(keys) {
-            if let Some(entry) = maps.services.get_mut(key) {
+            maps.release(key, |entry| {
                 entry.streams.remove(&id);
-                if entry.is_unused() {
-                    maps.services.remove(key);
-                }
-            }
+            });
         }
         for key in keys.difference(previous) {
             maps.services
@@ -128,12 +138,9 @@ impl XdsHub {
     pub(crate) fn pin(&self, id: u64, keys: &HashSet<ServiceKey>, previous: &HashSet<ServiceKey>) {
         let mut maps = self.lock();
         for key in previous.difference(keys) {
-            if let Some(entry) = maps.services.get_mut(key) {
+            maps.release(key, |entry| {
                 entry.pins.remove(&id);
-                if entry.is_unused() {
-                    maps.services.remove(key);
-                }
-            }
+            });
         }
         for key in keys.difference(previous) {
             maps.services.entry(key.clone()).or_default().pins.insert(id);
@@ -144,13 +151,10 @@ impl XdsHub {
     pub(crate) fn leave(&self, id: u64, watched: &HashSet<ServiceKey>, pinned: &HashSet<ServiceKey>) {
         let mut maps = self.lock();
         for key in watched.iter().chain(pinned) {
-            if let Some(entry) = maps.services.get_mut(key) {
+            maps.release(key, |entry| {
                 entry.streams.remove(&id);
                 entry.pins.remove(&id);
-                if entry.is_unused() {
-                    maps.services.remove(key);
-                }
-            }
+            });
         }
         maps.tenants.retain(|_, streams| {
             streams.remove(&id);

@@ -19,6 +19,8 @@ pub(crate) mod config;
 pub(crate) mod view;
 
 #[cfg(feature = "xds")]
+mod caller;
+#[cfg(feature = "xds")]
 mod clients;
 #[cfg(feature = "xds")]
 mod hub;
@@ -125,28 +127,30 @@ mod imp {
         }
     }
 
-    /// The latest revision of `key`'s service, for convergence.
-    fn latest(app: &App, key: &ServiceKey) -> Option<Revision> {
-        app.node
-            .read(|registry| registry.snapshot(key).map(|snapshot| snapshot.revision()))
+    /// The latest revision of `key`'s service in `registry`, for convergence.
+    fn latest(registry: &muster_registry::Registry, key: &ServiceKey) -> Option<Revision> {
+        registry.snapshot(key).map(|snapshot| snapshot.revision())
     }
 
     /// `GET /v1/xds/clients`: every open stream of the tenants the caller sees, and per
     /// resource what it was sent and acknowledged.
     pub(crate) async fn clients(State(app): State<Arc<App>>, caller: Caller) -> Json<ClientsPage> {
-        let xds = &app.xds;
-        let revision = app.node.read(muster_registry::Registry::revision);
-        Json(xds.clients.page(
-            revision,
-            app.clock.now_ms(),
-            |tenant| caller.sees_tenant(tenant),
-            |key| latest(&app, key),
-        ))
+        let now = app.clock.now_ms();
+        // One read of the registry for the whole page, not one per resource.
+        Json(app.node.read(|registry| {
+            app.xds.clients.page(
+                registry.revision(),
+                now,
+                |tenant| caller.sees_tenant(tenant),
+                |key| latest(registry, key),
+            )
+        }))
     }
 
     /// Per service: (subscribers, subscribers at its latest revision), for the metrics.
     pub(crate) fn convergence(app: &App) -> std::collections::BTreeMap<ServiceKey, (u64, u64)> {
-        app.xds.clients.convergence(|key| latest(app, key))
+        app.node
+            .read(|registry| app.xds.clients.convergence(|key| latest(registry, key)))
     }
 
     /// A running xDS listener.

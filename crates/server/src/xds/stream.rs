@@ -34,6 +34,7 @@ use tokio::sync::{Notify, watch};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::XdsState;
+use super::caller::{Credential, identify, resolve};
 use super::clients::{Identity, Registered};
 use super::view::Protocol;
 use crate::app::App;
@@ -107,74 +108,19 @@ impl Machine for DeltaStream {
     }
 }
 
-/// How a stream proved who it is, so the proof can be checked again when tokens change.
-#[derive(Debug, Clone)]
-enum Credential {
-    /// Authentication is off.
-    Anonymous,
-    /// A bearer secret.
-    Secret(String),
-    /// A client certificate's SANs.
-    Certificate(Vec<String>),
-}
-
 /// The ADS service.
 pub(crate) struct Ads {
     pub(crate) app: Arc<App>,
     pub(crate) state: Arc<XdsState>,
 }
 
-const METHOD: &str = "/envoy.service.discovery.v3.AggregatedDiscoveryService";
-
 impl Ads {
-    fn identify<T>(&self, request: &Request<T>) -> Result<(Caller, Credential, Option<Peer>), Status> {
-        let app = &self.app;
-        let peer = request.extensions().get::<Peer>().cloned();
-        if !app.auth.enabled {
-            return Ok((Caller::unrestricted(app.anonymous.clone()), Credential::Anonymous, peer));
-        }
-        let authorization = request.metadata().get("authorization");
-        let secret = authorization
-            .and_then(|value| value.to_str().ok())
-            .and_then(crate::auth::bearer_secret)
-            .map(str::to_owned);
-        if authorization.is_some() && secret.is_none() {
-            // As the HTTP API does: a malformed header is refused, not ignored for the
-            // certificate.
-            let why = "authorization metadata: expected `Bearer <secret>`";
-            let _ = app.unauthenticated(peer.as_ref(), METHOD, why);
-            return Err(Status::unauthenticated(why));
-        }
-        let credential = match secret {
-            Some(secret) => Credential::Secret(secret),
-            None => {
-                let sans = peer
-                    .as_ref()
-                    .and_then(|peer| peer.certificate.as_ref())
-                    .map(|certificate| certificate.uris.iter().chain(&certificate.dns_names).cloned().collect())
-                    .unwrap_or_default();
-                Credential::Certificate(sans)
-            }
-        };
-        match resolve(app, &credential) {
-            Some(caller) => Ok((caller, credential, peer)),
-            None => {
-                let why = match credential {
-                    Credential::Secret(_) => "unknown or revoked token",
-                    _ => "no credentials: send `authorization: Bearer <secret>` metadata",
-                };
-                let _ = app.unauthenticated(peer.as_ref(), METHOD, why);
-                Err(Status::unauthenticated(why))
-            }
-        }
-    }
-
     fn open<M: Machine>(&self, request: Request<Streaming<M::Request>>) -> Result<Session<M>, Status> {
         // Marked before the token is checked: a revocation applied after this point wakes
         // the stream, one applied before it is seen by the check.
         let mut acl = self.app.acl_changes.clone();
         acl.mark_unchanged();
-        let (caller, credential, peer) = self.identify(&request)?;
+        let (caller, credential, peer) = identify(&self.app, &request)?;
         Ok(Session {
             app: Arc::clone(&self.app),
             state: Arc::clone(&self.state),
@@ -193,21 +139,6 @@ impl Ads {
             outbox: VecDeque::new(),
             ended: false,
         })
-    }
-}
-
-/// The caller `credential` stands for now; `None` when it no longer does.
-fn resolve(app: &App, credential: &Credential) -> Option<Caller> {
-    match credential {
-        Credential::Anonymous => Some(Caller::unrestricted(app.anonymous.clone())),
-        Credential::Secret(secret) => app
-            .node
-            .read(|registry| registry.acl().authenticate(secret))
-            .map(Caller::token),
-        Credential::Certificate(sans) => app
-            .node
-            .read(|registry| registry.acl().by_certificate(sans.iter().map(String::as_str)))
-            .map(Caller::token),
     }
 }
 
@@ -314,7 +245,10 @@ impl<M: Machine> Session<M> {
                     return None;
                 }
                 Event::Changed => {}
-                Event::Tokens(open) => match open.then(|| resolve(&self.app, &self.credential)).flatten() {
+                Event::Tokens(open) => match open
+                    .then(|| resolve(&self.app, &self.credential, self.peer.as_ref()))
+                    .flatten()
+                {
                     Some(caller) => self.caller = caller,
                     None => {
                         self.ended = true;

@@ -644,38 +644,18 @@ async fn serving_states_map_to_xds_health_and_never_to_unknown() {
 #[tokio::test]
 async fn priority_follows_zone_proximity_to_the_nodes_locality() {
     let server = xds_server().await;
-    register(
-        &server,
-        "api",
-        "a",
-        "10.0.2.1",
-        json!({"locality": {"region": "r1", "zone": "a"}}),
-    )
-    .await;
-    register(
-        &server,
-        "api",
-        "b",
-        "10.0.2.2",
-        json!({"locality": {"region": "r1", "zone": "b"}}),
-    )
-    .await;
-    register(
-        &server,
-        "api",
-        "c",
-        "10.0.2.3",
-        json!({"locality": {"region": "r2", "zone": "c"}}),
-    )
-    .await;
-    register(
-        &server,
-        "api",
-        "a-backup",
-        "10.0.2.4",
-        json!({"locality": {"region": "r1", "zone": "a", "priority": 5}}),
-    )
-    .await;
+    for (instance, ip, locality) in [
+        ("a", "10.0.2.1", json!({"region": "r1", "zone": "a"})),
+        ("b", "10.0.2.2", json!({"region": "r1", "zone": "b"})),
+        ("c", "10.0.2.3", json!({"region": "r2", "zone": "c"})),
+        (
+            "a-backup",
+            "10.0.2.4",
+            json!({"region": "r1", "zone": "a", "priority": 5}),
+        ),
+    ] {
+        register(&server, "api", instance, ip, json!({ "locality": locality })).await;
+    }
 
     let mut near_a = Sotw::connect(server.xds_addr(), node("in-a", Some(("r1", "a")), None)).await;
     let cla = assignment(&near_a.fetch(ENDPOINT, &[API]).await);
@@ -966,37 +946,39 @@ async fn a_delta_reconnect_with_current_versions_is_not_resent_and_a_stale_one_i
 
 /// Bootstraps the secured server and makes a token per tenant, allowed everything there.
 async fn tenants(server: &TestServer) -> (String, String) {
-    let operator = server
+    let operator = operator(server).await;
+    let secret = |body: Value| body["secret"].as_str().unwrap().to_owned();
+    let acme = secret(token(server, &operator, "acme").await);
+    let other = secret(token(server, &operator, "other").await);
+    (acme, other)
+}
+
+/// The operator token's secret, from the one-time bootstrap.
+async fn operator(server: &TestServer) -> String {
+    server
         .call(Method::POST, "/v1/acl/bootstrap", None)
         .await
         .expect(StatusCode::CREATED)
         .body["secret"]
         .as_str()
         .unwrap()
-        .to_owned();
-    let secret_of = |tenant: &'static str| {
-        let operator = operator.clone();
-        async move {
-            let auth = format!("Bearer {operator}");
-            let body = json!({"tenant": tenant, "allow": ["*/*=*"], "deny": []});
-            server
-                .send(
-                    Method::POST,
-                    "/v1/acl/tokens",
-                    Some(serde_json::to_vec(&body).unwrap()),
-                    &[("authorization", auth.as_str())],
-                )
-                .await
-                .expect(StatusCode::CREATED)
-                .body["secret"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        }
-    };
-    let acme = secret_of("acme").await;
-    let other = secret_of("other").await;
-    (acme, other)
+        .to_owned()
+}
+
+/// A token with every right in `tenant`, made by `operator`: its reply (`secret`, `accessor`).
+async fn token(server: &TestServer, operator: &str, tenant: &str) -> Value {
+    let auth = format!("Bearer {operator}");
+    let body = json!({"tenant": tenant, "allow": ["*/*=*"], "deny": []});
+    server
+        .send(
+            Method::POST,
+            "/v1/acl/tokens",
+            Some(serde_json::to_vec(&body).unwrap()),
+            &[("authorization", auth.as_str())],
+        )
+        .await
+        .expect(StatusCode::CREATED)
+        .body
 }
 
 /// The first error of a stream opened with `token` and one EDS request for `api.prod`.
@@ -1253,26 +1235,9 @@ async fn over_mutual_tls_a_certificate_bound_to_a_token_is_its_caller() {
 #[tokio::test]
 async fn revoking_a_token_ends_its_open_stream() {
     let server = xds_server_with(|config| config.auth.enabled = true).await;
-    let operator = server
-        .call(Method::POST, "/v1/acl/bootstrap", None)
-        .await
-        .expect(StatusCode::CREATED)
-        .body["secret"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let operator = operator(&server).await;
     let auth = format!("Bearer {operator}");
-    let body = json!({"tenant": "acme", "allow": ["*/*=*"], "deny": []});
-    let created = server
-        .send(
-            Method::POST,
-            "/v1/acl/tokens",
-            Some(serde_json::to_vec(&body).unwrap()),
-            &[("authorization", auth.as_str())],
-        )
-        .await
-        .expect(StatusCode::CREATED)
-        .body;
+    let created = token(&server, &operator, "acme").await;
     let (secret, accessor) = (
         created["secret"].as_str().unwrap(),
         created["accessor"].as_str().unwrap(),
