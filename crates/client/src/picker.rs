@@ -213,12 +213,25 @@ impl Picker {
 
     /// The call to `endpoint` failed (connection refused, reset, timeout): counts toward its
     /// local ejection; an ejection rebuilds the eligible set at the next pick. Local only.
-    pub fn report_failure(&self, endpoint: &Endpoint, now_ms: u64) {
+    /// Returns whether this failure ejected the endpoint.
+    pub fn report_failure(&self, endpoint: &Endpoint, now_ms: u64) -> bool {
         let mut cache = self.cache();
         let known = cache.eligible.as_ref().map_or(0, |set| set.known().len());
         let outcome = cache.ejections.record_failure(endpoint, known, now_ms);
-        if matches!(outcome, crate::eject::FailureOutcome::Ejected(_)) {
+        let ejected = matches!(outcome, crate::eject::FailureOutcome::Ejected(_));
+        if ejected {
             cache.epoch_now += 1;
         }
+        ejected
+    }
+
+    /// Whether this picker has ejected `endpoint` at `now_ms` (local evidence, SPEC H6).
+    pub fn is_ejected(&self, endpoint: &Endpoint, now_ms: u64) -> bool {
+        self.cache().ejections.is_ejected(endpoint, now_ms)
+    }
+
+    /// The eligibility rule this picker applies.
+    pub fn eligibility(&self) -> &EligibilityConfig {
+        &self.eligibility
     }
 }

@@ -1,0 +1,385 @@
+//! HTTP forwarding (SPEC D3): HTTP/1.1 and HTTP/2 (h2c, so gRPC) on one port, each request
+//! balanced, retried where safe within the budget, its outcome fed to local ejection.
+//!
+//! ```text
+//!  request ──▶ choose (hash header?) ──▶ upstream pool of that endpoint (h1, or h2 for h2)
+//!                   ▲                          │
+//!                   │ retry: budget, method,   ▼
+//!                   └── body replayable ◀── classify: connect failed / reset / 5xx /
+//!                                            grpc UNAVAILABLE ──▶ report (ejection)
+//!  response ──▶ body tracked: the request counts in flight until its body ends
+//! ```
+//!
+//! Each endpoint has its own upstream pools, dropped when the registry drains or removes the
+//! endpoint: idle pooled connections close at once, in-flight requests keep their connection
+//! to the end, and hyper closes an HTTP/2 connection with GOAWAY once its streams finish.
+//! Requests are sent upstream in the version they arrived in (h2c prior knowledge for
+//! HTTP/2), which is what gRPC needs.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::header::{CONNECTION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Request, Response, StatusCode, Uri, Version};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use crate::classify::{GRPC_UNAVAILABLE, Outcome};
+use crate::replay::{ReplayBody, Replayable};
+use crate::target::{EndpointKey, InFlight, Refusal, Stats, Target, key_of, routed};
+
+/// The body of every response the proxy sends.
+pub type ProxyBody = BoxBody<Bytes, BoxError>;
+/// Any body error.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+type Upstream = HttpClient<HttpConnector, ReplayBody<Incoming>>;
+
+/// Headers that describe one hop, never forwarded (RFC 9110 section 7.6.1).
+const HOP_BY_HOP: [&str; 7] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// An endpoint's upstream pools: HTTP/1.1, and HTTP/2 with prior knowledge.
+#[derive(Clone)]
+struct Pools {
+    h1: Upstream,
+    h2: Upstream,
+}
+
+/// A listener's HTTP forwarding: its target and the upstream pools per endpoint.
+pub struct HttpForwarder {
+    target: Arc<Target>,
+    pools: Mutex<HashMap<EndpointKey, Pools>>,
+    connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for HttpForwarder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpForwarder").field("target", &self.target).finish()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl HttpForwarder {
+    /// A forwarder for `target`; [`HttpForwarder::prune`] must follow the view.
+    pub fn new(target: Arc<Target>, connect_timeout: Duration) -> Arc<HttpForwarder> {
+        Arc::new(HttpForwarder {
+            target,
+            pools: Mutex::new(HashMap::new()),
+            connect_timeout,
+        })
+    }
+
+    fn pools(&self, key: EndpointKey) -> Pools {
+        lock(&self.pools)
+            .entry(key)
+            .or_insert_with(|| {
+                let mut connector = HttpConnector::new();
+                connector.set_connect_timeout(Some(self.connect_timeout));
+                connector.set_nodelay(true);
+                Pools {
+                    h1: HttpClient::builder(TokioExecutor::new()).build(connector.clone()),
+                    h2: HttpClient::builder(TokioExecutor::new())
+                        .http2_only(true)
+                        .build(connector),
+                }
+            })
+            .clone()
+    }
+
+    /// Follows the view: the pools of endpoints the registry drained or removed are dropped,
+    /// which closes their idle connections (SPEC L6). Runs until the resolver stops.
+    pub async fn prune(self: Arc<Self>) {
+        let mut views = self.target.resolver().subscribe();
+        loop {
+            {
+                let view = views.borrow_and_update();
+                let mut pools = lock(&self.pools);
+                let before = pools.len();
+                pools.retain(|key, _| routed(&view, key));
+                if pools.len() != before {
+                    tracing::debug!(listener = %self.target.config.listen, closed = before - pools.len(), "upstream pools of departed endpoints closed");
+                }
+            }
+            if views.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Forwards one request.
+    pub async fn forward(self: Arc<Self>, request: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
+        let target = &self.target;
+        target.deposit();
+        let grpc = is_grpc(request.headers());
+        let (parts, body) = request.into_parts();
+        let affinity = target
+            .config
+            .hash_header
+            .as_ref()
+            .and_then(|name| parts.headers.get(name))
+            .map(|value| xxhash_rust::xxh3::xxh3_64(value.as_bytes()));
+        let body = Replayable::new(body);
+        let mut attempt = 1;
+        loop {
+            let chosen = match target.choose(affinity) {
+                Ok(chosen) => chosen,
+                Err(refusal) => {
+                    Stats::bump(&target.stats.refused);
+                    return Ok(refused(&refusal, grpc));
+                }
+            };
+            let in_flight = target.start(&chosen.endpoint);
+            let pools = self.pools(key_of(&chosen.endpoint));
+            let upstream = if parts.version == Version::HTTP_2 {
+                &pools.h2
+            } else {
+                &pools.h1
+            };
+            let outbound = match outbound_request(&parts, chosen.addr, body.attempt()) {
+                Ok(outbound) => outbound,
+                Err(message) => {
+                    Stats::bump(&target.stats.failed);
+                    return Ok(error_response(StatusCode::BAD_REQUEST, "bad_request", &message, grpc));
+                }
+            };
+            let result = upstream.request(outbound).await;
+            let outcome = match &result {
+                Ok(response) => Outcome::Response {
+                    status: response.status().as_u16(),
+                    grpc_status: grpc_status(response.headers()),
+                },
+                Err(err) if err.is_connect() => Outcome::ConnectFailed,
+                Err(_) => Outcome::Reset,
+            };
+            target.report(&chosen.endpoint, outcome.is_failure());
+            let retry = outcome.is_failure()
+                && attempt < target.config.max_attempts
+                && outcome.is_retryable(&parts.method, body.replayable())
+                && target.try_retry();
+            if retry {
+                tracing::debug!(listener = %target.config.listen, addr = %chosen.addr, ?outcome, attempt, "retrying on another endpoint");
+                attempt += 1;
+                continue;
+            }
+            return Ok(match result {
+                Ok(response) => {
+                    Stats::bump(if outcome.is_failure() {
+                        &target.stats.failed
+                    } else {
+                        &target.stats.ok
+                    });
+                    inbound_response(response, in_flight)
+                }
+                Err(err) => {
+                    Stats::bump(&target.stats.failed);
+                    tracing::debug!(listener = %target.config.listen, addr = %chosen.addr, error = %err, "upstream failed");
+                    error_response(
+                        StatusCode::BAD_GATEWAY,
+                        "upstream_failed",
+                        &format!("{} ({}): {}", chosen.endpoint.instance, chosen.addr, causes(&err)),
+                        grpc,
+                    )
+                }
+            });
+        }
+    }
+}
+
+/// The upstream request: the same method, path, headers (hop-by-hop ones removed) and body,
+/// to `addr`.
+fn outbound_request(
+    parts: &hyper::http::request::Parts,
+    addr: std::net::SocketAddr,
+    body: ReplayBody<Incoming>,
+) -> Result<Request<ReplayBody<Incoming>>, String> {
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let uri: Uri = format!("http://{addr}{path}")
+        .parse()
+        .map_err(|err| format!("the request's path does not make a URI: {err}"))?;
+    let mut request = Request::builder()
+        .method(parts.method.clone())
+        .uri(uri)
+        .version(parts.version)
+        .body(body)
+        .map_err(|err| err.to_string())?;
+    let headers = request.headers_mut();
+    *headers = parts.headers.clone();
+    strip_hop_by_hop(headers);
+    if parts.version == Version::HTTP_2 {
+        // The authority travels in the URI (`:authority`); a Host header next to it would be
+        // a second, conflicting one.
+        headers.remove(hyper::header::HOST);
+    }
+    Ok(request)
+}
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    // `te: trailers` is end-to-end for gRPC; any other TE value is this hop's.
+    if headers.get("te").is_some_and(|te| te != "trailers") {
+        headers.remove("te");
+    }
+}
+
+fn inbound_response(response: Response<Incoming>, in_flight: InFlight) -> Response<ProxyBody> {
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let body = Tracked {
+        inner: body,
+        _in_flight: in_flight,
+    };
+    Response::from_parts(parts, body.map_err(BoxError::from).boxed())
+}
+
+/// A response body that keeps its request counted in flight until it ends.
+struct Tracked {
+    inner: Incoming,
+    _in_flight: InFlight,
+}
+
+impl Body for Tracked {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("application/grpc"))
+}
+
+fn grpc_status(headers: &HeaderMap) -> Option<u32> {
+    headers.get("grpc-status")?.to_str().ok()?.parse().ok()
+}
+
+fn refused(refusal: &Refusal, grpc: bool) -> Response<ProxyBody> {
+    let message = match refusal {
+        Refusal::NoView => {
+            "no view of the service yet: the registry is unreachable and there is no last-known-good set"
+        }
+        Refusal::NoEndpoint => "the service has no eligible endpoint",
+    };
+    error_response(StatusCode::SERVICE_UNAVAILABLE, refusal.code(), message, grpc)
+}
+
+/// An answer of the proxy's own: the API's `{"error": {"code", "message"}}` for HTTP, a
+/// trailers-only `UNAVAILABLE` for gRPC (whose clients read `grpc-status`, not the HTTP
+/// status).
+fn error_response(status: StatusCode, code: &str, message: &str, grpc: bool) -> Response<ProxyBody> {
+    let mut response = if grpc {
+        let mut response = Response::new(Full::new(Bytes::new()));
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        headers.insert("grpc-status", HeaderValue::from(GRPC_UNAVAILABLE));
+        if let Ok(value) = HeaderValue::from_str(&format!("{code}: {message}")) {
+            headers.insert("grpc-message", value);
+        }
+        response
+    } else {
+        let body = serde_json::json!({ "error": { "code": code, "message": message } }).to_string();
+        let mut response = Response::new(Full::new(Bytes::from(body)));
+        *response.status_mut() = status;
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response
+    };
+    if let Ok(value) = HeaderValue::from_str(code) {
+        response.headers_mut().insert("x-muster-proxy-error", value);
+    }
+    response.map(|body| body.map_err(|never| match never {}).boxed())
+}
+
+/// An error and its sources, joined (hyper's top-level message alone says little).
+fn causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_are_dropped_and_grpc_trailers_kept() {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONNECTION, HeaderValue::from_static("keep-alive, x-hop"));
+        headers.insert("x-hop", HeaderValue::from_static("1"));
+        headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        headers.insert("x-end", HeaderValue::from_static("2"));
+        headers.insert("te", HeaderValue::from_static("trailers"));
+        strip_hop_by_hop(&mut headers);
+        assert!(headers.get("x-hop").is_none());
+        assert!(headers.get("keep-alive").is_none());
+        assert!(headers.get(CONNECTION).is_none());
+        assert_eq!(headers.get("x-end").map(|v| v.as_bytes()), Some(&b"2"[..]));
+        assert_eq!(headers.get("te").map(|v| v.as_bytes()), Some(&b"trailers"[..]));
+        headers.insert("te", HeaderValue::from_static("gzip"));
+        strip_hop_by_hop(&mut headers);
+        assert!(headers.get("te").is_none());
+    }
+
+    #[test]
+    fn a_grpc_caller_gets_unavailable_in_grpc_status() {
+        let response = refused(&Refusal::NoEndpoint, true);
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(grpc_status(response.headers()), Some(GRPC_UNAVAILABLE));
+        let plain = refused(&Refusal::NoView, false);
+        assert_eq!(plain.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            plain.headers().get("x-muster-proxy-error").map(|v| v.as_bytes()),
+            Some(&b"no_view"[..])
+        );
+    }
+}
