@@ -126,7 +126,7 @@ pub use balance::{
     LocalityAware, LocalityConfig, Pick, PickReason, PickTrace, Proximity, RoundRobin, SetMode, SmoothWeighted,
     Standing, Tier, Unhealthy,
 };
-pub use eject::{EjectionConfig, Ejection, FailureOutcome, OutlierDetector};
+pub use eject::{Ejection, EjectionConfig, FailureOutcome, OutlierDetector};
 pub use picker::{PickError, Picker, Strategy};
 
 // The registrar.

@@ -479,11 +479,7 @@ async fn measure_propagation(
     let mut views: Vec<_> = resolvers.iter().map(|r| r.subscribe()).collect();
     let watch = Stopwatch::start();
     client
-        .drain(
-            key,
-            &instance,
-            Drain::new(incarnation).reason("lab: propagation probe"),
-        )
+        .drain(key, &instance, Drain::new(incarnation).reason("lab: propagation probe"))
         .await
         .map_err(|e| live_error("drain probe")(e.to_string()))?;
     for views in &mut views {

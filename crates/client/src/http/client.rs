@@ -301,8 +301,12 @@ impl Client {
         instance: &InstanceId,
         registration: Registration,
     ) -> Result<WriteReply, ClientError> {
-        self.call(Method::PUT, &instance_path(key, instance, ""), Some(registration.wire()))
-            .await
+        self.call(
+            Method::PUT,
+            &instance_path(key, instance, ""),
+            Some(registration.wire()),
+        )
+        .await
     }
 
     /// `PUT .../{instance}/serving`.
@@ -312,8 +316,12 @@ impl Client {
         instance: &InstanceId,
         change: ServingChange,
     ) -> Result<WriteReply, ClientError> {
-        self.call(Method::PUT, &instance_path(key, instance, "/serving"), Some(change.wire()))
-            .await
+        self.call(
+            Method::PUT,
+            &instance_path(key, instance, "/serving"),
+            Some(change.wire()),
+        )
+        .await
     }
 
     /// `POST .../{instance}/drain`.
@@ -323,8 +331,12 @@ impl Client {
         instance: &InstanceId,
         drain: Drain,
     ) -> Result<WriteReply, ClientError> {
-        self.call(Method::POST, &instance_path(key, instance, "/drain"), Some(drain.wire()))
-            .await
+        self.call(
+            Method::POST,
+            &instance_path(key, instance, "/drain"),
+            Some(drain.wire()),
+        )
+        .await
     }
 
     /// `PUT .../{instance}/check`: a TTL check's report; answered after any change it caused
@@ -335,8 +347,12 @@ impl Client {
         instance: &InstanceId,
         report: CheckReport,
     ) -> Result<CheckReportReply, ClientError> {
-        self.call(Method::PUT, &instance_path(key, instance, "/check"), Some(report.wire()))
-            .await
+        self.call(
+            Method::PUT,
+            &instance_path(key, instance, "/check"),
+            Some(report.wire()),
+        )
+        .await
     }
 
     /// `PUT .../{instance}/in-flight`: requests still in flight; zero ends a drain's grace.
@@ -346,8 +362,12 @@ impl Client {
         instance: &InstanceId,
         report: InFlightReport,
     ) -> Result<WriteReply, ClientError> {
-        self.call(Method::PUT, &instance_path(key, instance, "/in-flight"), Some(report.wire()))
-            .await
+        self.call(
+            Method::PUT,
+            &instance_path(key, instance, "/in-flight"),
+            Some(report.wire()),
+        )
+        .await
     }
 
     /// `DELETE .../{instance}?incarnation=N[&expected_revision=R]`.
@@ -616,12 +636,13 @@ impl Client {
         if let Some(authorization) = &self.authorization {
             request = request.header(AUTHORIZATION, authorization.clone());
         }
-        let request = request
-            .body(transport::full(body.unwrap_or_default()))
-            .map_err(|err| ClientError::InvalidUrl {
-                url: format!("{}{path}", self.base),
-                reason: err.to_string(),
-            })?;
+        let request =
+            request
+                .body(transport::full(body.unwrap_or_default()))
+                .map_err(|err| ClientError::InvalidUrl {
+                    url: format!("{}{path}", self.base),
+                    reason: err.to_string(),
+                })?;
         dispatch(self.http.clone(), request)
             .await
             .map_err(|err| ClientError::Connect {

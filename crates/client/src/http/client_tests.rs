@@ -29,12 +29,7 @@ fn mock(reply: &'static str) -> (ClientBuilder, Arc<Mutex<Vec<Seen>>>) {
         async move {
             let (parts, body) = request.into_parts();
             let bytes = body.collect().await?.to_bytes();
-            let header = |name: &str| {
-                parts
-                    .headers
-                    .get(name)
-                    .map(|value| value.to_str().unwrap().to_owned())
-            };
+            let header = |name: &str| parts.headers.get(name).map(|value| value.to_str().unwrap().to_owned());
             log.lock().unwrap().push(Seen {
                 method: parts.method.clone(),
                 uri: parts.uri.to_string(),

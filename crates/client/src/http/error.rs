@@ -347,7 +347,10 @@ mod tests {
         let stale = api(409, "stale_incarnation");
         assert_eq!(stale.code(), ClientErrorCode::Api(ErrorCode::StaleIncarnation));
         assert_eq!(stale.code(), "stale_incarnation");
-        assert_eq!(api(409, "from_a_newer_server").code(), ClientErrorCode::Unknown("from_a_newer_server"));
+        assert_eq!(
+            api(409, "from_a_newer_server").code(),
+            ClientErrorCode::Unknown("from_a_newer_server")
+        );
         let timeout = ClientError::Timeout {
             server: "http://s".into(),
             after: Duration::from_secs(30),
@@ -361,7 +364,11 @@ mod tests {
     fn every_code_reads_back_as_itself() {
         let server_codes = ErrorCode::ALL.iter().map(|code| ClientErrorCode::Api(*code));
         let unknown = ClientErrorCode::Unknown("from_a_newer_server");
-        for code in ClientErrorCode::TRANSPORT.into_iter().chain(server_codes).chain([unknown]) {
+        for code in ClientErrorCode::TRANSPORT
+            .into_iter()
+            .chain(server_codes)
+            .chain([unknown])
+        {
             assert_eq!(ClientErrorCode::parse(code.as_str()), code, "{code}");
         }
         // The strings the CLI prints are exactly these; they never change once published.
@@ -384,7 +391,9 @@ mod tests {
     fn a_transport_failure_keeps_its_cause_as_its_source() {
         let err = connect("connection refused");
         let source = err.source().expect("a connect error has a source");
-        let io = source.downcast_ref::<std::io::Error>().expect("the io::Error underneath");
+        let io = source
+            .downcast_ref::<std::io::Error>()
+            .expect("the io::Error underneath");
         assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
         // Still Clone and comparable, by code and message.
         assert_eq!(err.clone(), connect("connection refused"));

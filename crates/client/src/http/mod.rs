@@ -25,9 +25,13 @@ pub(crate) mod tls;
 pub(crate) mod transport;
 pub(crate) mod watch;
 
-pub use client::{ACTOR_HEADER, CONNECT_TIMEOUT, Client, ClientBuilder, DEFAULT_SERVER, REQUEST_TIMEOUT, SnapshotQuery};
+pub use client::{
+    ACTOR_HEADER, CONNECT_TIMEOUT, Client, ClientBuilder, DEFAULT_SERVER, REQUEST_TIMEOUT, SnapshotQuery,
+};
 pub use error::{ClientError, ClientErrorCode, ErrorSource};
-pub use request::{CheckReport, Deregistration, Drain, InFlightReport, LeaseGrant, NewToken, Registration, ServingChange};
+pub use request::{
+    CheckReport, Deregistration, Drain, InFlightReport, LeaseGrant, NewToken, Registration, ServingChange,
+};
 pub use tls::{ClientTls, ClientTlsBuilder};
 pub use transport::{Body, BoxError, HttpService};
 pub use watch::Watch;

@@ -399,7 +399,9 @@ mod tests {
 
     #[test]
     fn the_other_writes_serialize_as_their_wire_bodies_do() {
-        let drain = Drain::new(Incarnation(2)).reason("deploy").grace(Duration::from_secs(5));
+        let drain = Drain::new(Incarnation(2))
+            .reason("deploy")
+            .grace(Duration::from_secs(5));
         assert_eq!(
             serde_json::to_value(drain.wire()).unwrap(),
             json!({"incarnation": 2, "reason": "deploy", "grace_ms": 5000})

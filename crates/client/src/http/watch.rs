@@ -119,7 +119,11 @@ impl Stream for Watch {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         // Every field is Unpin (the Sleep is boxed), so the watch is too.
         let watch = self.get_mut();
-        Poll::Ready(ready!(watch.poll_frame(cx)).transpose().map(|next| next.map(|(_, frame)| frame)))
+        Poll::Ready(
+            ready!(watch.poll_frame(cx))
+                .transpose()
+                .map(|next| next.map(|(_, frame)| frame)),
+        )
     }
 }
 

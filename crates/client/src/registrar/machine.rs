@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use crate::http::ClientError;
 use crate::registrar::config::{LeaseLossPolicy, RegistrarConfig};
 use crate::registrar::incarnation::MAX_REREGISTRATIONS;
-use crate::registrar::status::{RegistrarStatus, LiveRegistration};
+use crate::registrar::status::{LiveRegistration, RegistrarStatus};
 use crate::registrar::timing::{self, RENEW_TIMEOUT_DIVISOR};
 
 use crate::registrar::outcome::{Action, Outcome};

@@ -500,7 +500,10 @@ fn an_unreachable_registry_is_retried_with_doubling_capped_backoff() {
     else {
         panic!("{:?}", machine.status());
     };
-    assert_eq!((failed_attempts, last_error.unwrap().code().to_string()), (9, "cannot_connect".to_owned()));
+    assert_eq!(
+        (failed_attempts, last_error.unwrap().code().to_string()),
+        (9, "cannot_connect".to_owned())
+    );
 }
 
 #[test]

@@ -22,31 +22,36 @@
 //! - `task`: `Registrar`, `RegistrarBuilder` and the task that performs the actions.
 //!
 //! # Incarnations
-//! The caller provides the first incarnation; [`incarnation_at_start`](crate::incarnation_at_start) (start time in ms ×
-//! [`INCARNATION_STRIDE`](crate::INCARNATION_STRIDE)) or [`incarnation_from_counter`](crate::incarnation_from_counter) (a persisted start counter × the
-//! stride) give every new process a higher one than the last. See `incarnation.rs`.
+//! The caller provides the first incarnation;
+//! [`incarnation_at_start`](crate::incarnation_at_start) (start time in ms ×
+//! [`INCARNATION_STRIDE`](crate::INCARNATION_STRIDE)) or
+//! [`incarnation_from_counter`](crate::incarnation_from_counter) (a persisted start counter ×
+//! the stride) give every new process a higher one than the last. See `incarnation.rs`.
 //!
 //! # Losing the lease
 //! When a renewal answers `lease_not_found` the registry has expired (or someone revoked)
 //! the lease and removed the endpoint, leaving a tombstone at its incarnation that refuses a
 //! second registration of that incarnation. The registrar reports
-//! [`RegistrarStatus::LeaseLost`](crate::RegistrarStatus::LeaseLost) and, by default ([`LeaseLossPolicy::Reregister`](crate::LeaseLossPolicy::Reregister)),
-//! registers again with the *next* incarnation and a fresh lease, in the serving state the
-//! application last asked for. If a newer process already took the instance over, that
-//! registration is refused with `stale_incarnation` and the registrar stops as
-//! [`RegistrarStatus::Superseded`](crate::RegistrarStatus::Superseded). A set-serving answered `not_found` (the record was
-//! evicted while the lease lived) is handled the same way.
+//! [`RegistrarStatus::LeaseLost`](crate::RegistrarStatus::LeaseLost) and, by default
+//! ([`LeaseLossPolicy::Reregister`](crate::LeaseLossPolicy::Reregister)), registers again
+//! with the *next* incarnation and a fresh lease, in the serving state the application last
+//! asked for. If a newer process already took the instance over, that registration is
+//! refused with `stale_incarnation` and the registrar stops as
+//! [`RegistrarStatus::Superseded`](crate::RegistrarStatus::Superseded). A set-serving
+//! answered `not_found` (the record was evicted while the lease lived) is handled the same
+//! way.
 //!
 //! # Authority
 //! Readiness is sent as the application (SPEC L5: it never overrides an owner's drain; a
-//! `drain_held` reply is reported in [`LiveRegistration::serving`](crate::LiveRegistration::serving)); the shutdown drain is sent as
-//! the lifecycle owner of this registration, the drain route's default.
+//! `drain_held` reply is reported in
+//! [`LiveRegistration::serving`](crate::LiveRegistration::serving)); the shutdown drain is
+//! sent as the lifecycle owner of this registration, the drain route's default.
 //!
 //! # Known limits
 //! A record evicted while its lease lives is only noticed at the next set-serving; the
-//! registrar does not watch its own record. Dropping a [`Registrar`](crate::Registrar) without
-//! [`Registrar::shutdown`](crate::Registrar::shutdown) stops renewing, as a crash would: the record leaves when its lease
-//! expires.
+//! registrar does not watch its own record. Dropping a [`Registrar`](crate::Registrar)
+//! without [`Registrar::shutdown`](crate::Registrar::shutdown) stops renewing, as a crash
+//! would: the record leaves when its lease expires.
 
 pub(crate) mod config;
 pub(crate) mod incarnation;

@@ -80,7 +80,7 @@ pub enum RegistrarStatus {
         /// When the registrar learned of it.
         at: Instant,
         /// The incarnation being registered in its place, or `None` when the registrar does
-        /// not re-register (see [`LeaseLossPolicy`](crate::registrar::LeaseLossPolicy)) and
+        /// not re-register (see [`LeaseLossPolicy`](crate::LeaseLossPolicy)) and
         /// has stopped.
         reregistering_as: Option<Incarnation>,
         /// Failed attempts to register again.

@@ -15,7 +15,7 @@ use crate::http::{Client, Deregistration, Drain, Registration, ServingChange};
 use crate::registrar::config::{LeaseLossPolicy, RegistrarConfig};
 use crate::registrar::machine::RegistrarMachine;
 use crate::registrar::outcome::{Action, Outcome};
-use crate::registrar::status::{RegistrarStatus, LiveRegistration};
+use crate::registrar::status::{LiveRegistration, RegistrarStatus};
 use crate::seed::SplitMix64;
 
 /// The serving state the application asks for, with its reason.
@@ -130,7 +130,7 @@ impl RegistrarBuilder {
 
 impl Registrar {
     /// A builder for the registration of `instance` of `key` with this record, fenced by
-    /// `incarnation` (see [`crate::registrar::incarnation`] for choosing one).
+    /// `incarnation` (see [`incarnation_at_start`](crate::incarnation_at_start) and [`incarnation_from_counter`](crate::incarnation_from_counter) for choosing one).
     pub fn builder(
         client: Client,
         key: ServiceKey,

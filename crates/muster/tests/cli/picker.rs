@@ -5,7 +5,10 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use muster_client::{Deregistration, Drain, EligibilityConfig, OutlierDetector, PickError, Picker, Resolver, ResolverConfig, Risk, Strategy};
+use muster_client::{
+    Deregistration, Drain, EligibilityConfig, OutlierDetector, PickError, Picker, Resolver, ResolverConfig, Risk,
+    Strategy,
+};
 use muster_core::{Incarnation, InstanceId, ServiceKey};
 
 use crate::inproc::{Registry, until};

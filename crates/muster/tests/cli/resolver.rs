@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use muster_client::{Deregistration, Drain, EligibilityConfig, EligibleSet, OutlierDetector};
 use muster_client::Client;
+use muster_client::{Deregistration, Drain, EligibilityConfig, EligibleSet, OutlierDetector};
 use muster_client::{Resolver, ResolverConfig, Risk, StaleBudget};
 use muster_core::{Incarnation, InstanceId, ServiceKey, ServingState};
 

@@ -72,7 +72,13 @@ async fn a_server_requiring_client_certificates_serves_a_client_with_one_from_it
     let files = leaf.write(dir.path(), "client");
     let ca_file = ca.write(dir.path(), "ca.pem");
     let with = ClientTls::from_files(&ca_file, Some(&files.cert), Some(&files.key)).unwrap();
-    let status = Client::builder(&url).tls(&with).build().unwrap().status().await.unwrap();
+    let status = Client::builder(&url)
+        .tls(&with)
+        .build()
+        .unwrap()
+        .status()
+        .await
+        .unwrap();
     assert!(status.ready);
 
     let half = ClientTls::from_files(&ca_file, Some(&files.cert), None).unwrap_err();

@@ -18,7 +18,9 @@ fn key() -> ServiceKey {
 /// The stream's next item, bounded by [`STEP`].
 async fn next(watch: &mut Watch) -> Option<Result<Frame, ClientError>> {
     let item = std::future::poll_fn(|cx| Pin::new(&mut *watch).poll_next(cx));
-    tokio::time::timeout(STEP, item).await.expect("the stream yields in time")
+    tokio::time::timeout(STEP, item)
+        .await
+        .expect("the stream yields in time")
 }
 
 /// The registry sends `progress` every 200 ms (see `inproc`); an idle timeout of 1 s is

@@ -184,7 +184,12 @@ impl<R: RngCore> RegistrarMachine<R> {
                 *deregistered = true;
                 *stage = Stage::Revoke;
             }
-            Outcome::Failed(error) if matches!(error.code().api(), Some(ErrorCode::StaleIncarnation | ErrorCode::NotFound)) => {
+            Outcome::Failed(error)
+                if matches!(
+                    error.code().api(),
+                    Some(ErrorCode::StaleIncarnation | ErrorCode::NotFound)
+                ) =>
+            {
                 // Already gone (expired, evicted, or replaced by a newer incarnation): the
                 // lease is still ours to revoke.
                 *last_error = Some(error);
