@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use muster_client::balance::{
+use muster_client::OutlierDetector;
+use muster_client::{
     Balance, EligibilityConfig, EligibleSet, HashRing, HashRingConfig, LeastRequest, LocalityAware, LocalityConfig,
     RoundRobin, SmoothWeighted,
 };
-use muster_client::eject::OutlierDetector;
 use muster_core::{
     Actor, Address, Endpoint, Incarnation, InstanceId, Label, Labels, Locality, NamedPort, Observation, Principal,
     Protocol, Provenance, Revision, ServingState,

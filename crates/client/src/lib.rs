@@ -1,29 +1,138 @@
 //! Muster's client library (SPEC section 7): resolve a service to an eligible endpoint from a
 //! local view that is provably complete and current, keep working through registry outages
 //! within a stated budget, route around failing endpoints locally, and register with correct
-//! fencing and draining.
+//! fencing and draining. One dependency suffices: the vocabulary of `muster-core` a caller
+//! needs is re-exported here.
+//!
+//! # A tour
+//!
+//! **A client** of one server, built once and cloned freely (SPEC C7, D4):
+//!
+//! ```no_run
+//! # async fn tour() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use muster_client::{Client, ClientTls};
+//!
+//! let tls = ClientTls::from_files("ca.pem".as_ref(), None, None)?;
+//! let client = Client::builder("https://muster.internal:7070")
+//!     .token(std::env::var("MUSTER_TOKEN")?)
+//!     .tls(&tls)
+//!     .timeout(Duration::from_secs(5))
+//!     .build()?; // a bad URL or token is a typed error: err.code() == "invalid_url"
+//! # Ok(()) }
+//! ```
+//! [`ClientBuilder::connector`] or [`ClientBuilder::service`] put any hyper connector, tower
+//! middleware stack or mock underneath.
+//!
+//! **Resolve and pick**: a [`Resolver`] keeps one service's verified [`View`] current over a
+//! watch; a [`Picker`] picks from its eligible set with a [`Strategy`] and ejects failing
+//! endpoints locally ([`OutlierDetector`]):
+//!
+//! ```no_run
+//! # async fn tour(client: muster_client::Client, now_ms: u64) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use muster_client::{EligibilityConfig, OutlierDetector, Picker, Resolver, ResolverConfig};
+//! use muster_client::{Risk, ServiceKey, Strategy};
+//!
+//! let key = ServiceKey::new("acme", "prod", "api")?;
+//! let resolver = Arc::new(Resolver::start(client, key, ResolverConfig::default()));
+//! let strategy = Strategy::RoundRobin;
+//! let picker = Picker::new(resolver, EligibilityConfig::default(), strategy, OutlierDetector::default())?;
+//! let pick = picker.pick(Risk::ReadOnly, now_ms)?;
+//! println!("calling {} at revision {}", pick.endpoint.instance, pick.revision);
+//! # Ok(()) }
+//! ```
+//!
+//! **Register**: a [`Registrar`] registers with a fencing [`Incarnation`] and a lease, renews
+//! it with jitter, reports readiness and drains on shutdown (SPEC C6); one-off writes take
+//! the request types [`Registration`], [`ServingChange`], [`Drain`], [`Deregistration`], ...:
+//!
+//! ```no_run
+//! # async fn tour(client: muster_client::Client, key: muster_client::ServiceKey) -> Result<(), Box<dyn std::error::Error>> {
+//! use muster_client::{Incarnation, InstanceId, Registration, incarnation_at_start};
+//!
+//! let instance = InstanceId::new("api-1")?;
+//! let registration = Registration::new(incarnation_at_start()).address("10.0.0.7").port("http", 8080);
+//! let written = client.register(&key, &instance, registration).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! **tower**: [`discover`] turns a resolver into a `tower::discover::Discover` source, so a
+//! tower balancer spreads calls over the service's endpoints.
+//!
+//! # One path per item
+//! Every item is public at exactly one path. The crate root holds everything an application
+//! names, and the modules that define those items are private. The public modules hold only
+//! what is not at the root: [`api`] (the wire bodies and replies, muster-core's), [`duration`]
+//! (milliseconds on the wire), [`lkg`] (the last-known-good file), [`discover`] (tower), and
+//! [`registrar`] (the registrar's pure machine, for a shell of your own).
 //!
 //! # Layout
-//! - [`view`]: the view state machine (pure, C1) and the stale budget (C2).
-//! - [`http`]: the HTTP client of the whole `/v1` API.
-//! - [`resolver`]: the I/O shell that keeps one service's view current over a watch and
-//!   publishes it (reconnects, backoff, last-known-good saves).
-//! - [`lkg`]: the last-known-good set on disk.
-//! - [`balance`]: eligibility (C3) and the balancers (C4), all over one eligible set.
-//! - [`eject`]: local outlier ejection (C5, H6).
+//! - `http`: [`Client`], [`ClientBuilder`], the request types, [`ClientError`] and its typed
+//!   [`ClientErrorCode`], [`ClientTls`], [`Watch`] (a `Stream` of frames), the pluggable
+//!   [`HttpService`].
+//! - `view`: the view state machine (pure, C1) and the stale budget (C2): [`View`],
+//!   [`StaleBudget`], [`Risk`].
+//! - `resolver`: the I/O shell that keeps one service's view current over a watch and
+//!   publishes it (reconnects, backoff, last-known-good saves): [`Resolver`].
+//! - `balance`: eligibility (C3) and the balancers (C4), all over one [`EligibleSet`].
+//! - `eject`: local outlier ejection (C5, H6): [`OutlierDetector`].
+//! - `picker`: resolve and pick in one call, traced, with local ejection: [`Picker`].
 //! - [`registrar`]: register, renew with jitter, report readiness, drain on shutdown (C6).
-//! - [`picker`]: resolve and pick in one call, traced, with local ejection.
+//! - [`lkg`]: the last-known-good set on disk.
 //! - [`discover`]: a `tower::discover::Discover` source (C7).
 
 #![forbid(unsafe_code)]
 
-pub mod balance;
+mod balance;
 pub mod discover;
-pub mod eject;
-pub mod http;
+mod eject;
+mod http;
 pub mod lkg;
-pub mod picker;
+mod picker;
 pub mod registrar;
-pub mod resolver;
+mod resolver;
 mod seed;
-pub mod view;
+mod view;
+
+/// The HTTP API's bodies and watch frames (the replies a [`Client`] returns), as
+/// `muster-core` defines them.
+pub use muster_core::api;
+
+pub use http::duration;
+
+// The vocabulary (muster-core): keys and names, the endpoint record, revisions, codes.
+pub use muster_core::check::CheckStatus;
+pub use muster_core::{
+    Actor, Address, AddressSpec, CheckSpec, Digest, Endpoint, EndpointSpec, ErrorCode, Incarnation, InstanceId, Label,
+    Labels, LeaseId, Locality, LocalitySpec, NamedPort, NamespaceKey, PortSpec, Protocol, Revision, ServiceKey,
+    ServiceSnapshot, ServiceUpdate, ServingState, Signal,
+};
+
+// The HTTP client.
+pub use http::{
+    ACTOR_HEADER, Body, BoxError, CONNECT_TIMEOUT, CheckReport, Client, ClientBuilder, ClientError, ClientErrorCode,
+    ClientTls, ClientTlsBuilder, DEFAULT_SERVER, Deregistration, Drain, ErrorSource, HttpService, InFlightReport,
+    LeaseGrant, NewToken, REQUEST_TIMEOUT, Registration, ServingChange, SnapshotQuery, Watch,
+};
+
+// The view, its stale budget, and the resolver that keeps it current.
+pub use resolver::{Resolver, ResolverConfig};
+pub use view::{Next, Resnapshot, Risk, StaleBudget, StaleError, Usable, View, ViewStatus};
+
+// Eligibility, the balancers, ejection, and the picker over them.
+pub use balance::{
+    Balance, ConfigError, EligibilityConfig, EligibleSet, Excluded, Fraction, HashRing, HashRingConfig, LeastRequest,
+    LocalityAware, LocalityConfig, Pick, PickReason, PickTrace, Proximity, RoundRobin, SetMode, SmoothWeighted,
+    Standing, Tier, Unhealthy,
+};
+pub use eject::{Ejection, EjectionConfig, FailureOutcome, OutlierDetector};
+pub use picker::{PickError, Picker, Strategy};
+
+// The registrar.
+pub use registrar::config::{DEFAULT_DRAIN_GRACE, DEFAULT_TTL, LeaseLossPolicy, RegistrarConfig};
+pub use registrar::incarnation::{
+    INCARNATION_STRIDE, MAX_REREGISTRATIONS, incarnation_at_start, incarnation_from_counter, incarnation_from_unix_ms,
+};
+pub use registrar::status::{LiveRegistration, RegistrarStatus, ShutdownStage};
+pub use registrar::task::{Registrar, RegistrarBuilder};

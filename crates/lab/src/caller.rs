@@ -1,5 +1,5 @@
 //! One caller under the virtual clock: the client library's real [`View`], [`EligibleSet`],
-//! [`RoundRobin`] and [`OutlierDetector`], wired the way `muster_client::picker` wires them.
+//! [`RoundRobin`] and [`OutlierDetector`], wired the way `muster_client::Picker` wires them.
 //!
 //! ```text
 //!  lookup (cache) ──install──▶ View ──▶ set changed? ──▶ EligibleSet::build ──▶ RoundRobin::new
@@ -14,9 +14,9 @@
 
 use std::sync::Arc;
 
-use muster_client::balance::{Balance, EligibilityConfig, EligibleSet, RoundRobin};
-use muster_client::eject::{EjectionConfig, FailureOutcome, OutlierDetector};
-use muster_client::view::{Next, View};
+use muster_client::{
+    Balance, EjectionConfig, EligibilityConfig, EligibleSet, FailureOutcome, Next, OutlierDetector, RoundRobin, View,
+};
 use muster_core::{Revision, ServiceSnapshot, ServiceUpdate};
 use rand_xoshiro::Xoshiro256PlusPlus;
 

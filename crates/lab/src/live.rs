@@ -22,14 +22,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use muster_client::balance::EligibilityConfig;
-use muster_client::eject::OutlierDetector;
-use muster_client::http::Client;
-use muster_client::picker::{Picker, Strategy};
-use muster_client::registrar::{Registrar, RegistrarConfig};
-use muster_client::resolver::{Resolver, ResolverConfig};
-use muster_client::view::Risk;
-use muster_core::api::DrainRequest;
+use muster_client::{
+    Client, Drain, EligibilityConfig, OutlierDetector, Picker, Registrar, RegistrarConfig, Resolver, ResolverConfig,
+    Risk, Strategy,
+};
 use muster_core::{AddressSpec, EndpointSpec, Incarnation, PortSpec, Protocol, ServiceKey, ServingState};
 use rand_core::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -483,16 +479,7 @@ async fn measure_propagation(
     let mut views: Vec<_> = resolvers.iter().map(|r| r.subscribe()).collect();
     let watch = Stopwatch::start();
     client
-        .drain(
-            key,
-            &instance,
-            &DrainRequest {
-                incarnation,
-                reason: "lab: propagation probe".into(),
-                expected_revision: None,
-                grace_ms: None,
-            },
-        )
+        .drain(key, &instance, Drain::new(incarnation).reason("lab: propagation probe"))
         .await
         .map_err(|e| live_error("drain probe")(e.to_string()))?;
     for views in &mut views {

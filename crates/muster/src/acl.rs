@@ -16,7 +16,8 @@ use std::io::Write;
 
 use clap::{Args, Subcommand};
 use muster_auth::{Accessor, Effect, Rule};
-use muster_core::api::{TokenCreateRequest, TokenListReply};
+use muster_client::NewToken;
+use muster_core::api::TokenListReply;
 
 use crate::args::parse_tenant;
 use crate::cli::ServerArgs;
@@ -106,7 +107,7 @@ pub async fn run(command: AclCommand, json: bool, out: &mut dyn Write) -> Result
         AclCommand::Token(TokenCommand::Create(args)) => {
             let request = create_request(&args)?;
             let client = connect_to(&args.server.server, args.server.token.as_deref(), &args.server.tls)?;
-            let reply = client.create_token(&request).await?;
+            let reply = client.create_token(request).await?;
             emit(out, json, &reply, || {
                 format!("accessor  {}\nsecret    {}\n", reply.accessor, reply.secret)
             })
@@ -129,7 +130,7 @@ pub async fn run(command: AclCommand, json: bool, out: &mut dyn Write) -> Result
 }
 
 /// The request `create` sends, every rule checked first.
-pub fn create_request(args: &TokenCreateArgs) -> Result<TokenCreateRequest, CliError> {
+pub fn create_request(args: &TokenCreateArgs) -> Result<NewToken, CliError> {
     for (texts, effect) in [(&args.allow, Effect::Allow), (&args.deny, Effect::Deny)] {
         for text in texts {
             Rule::parse(text, effect).map_err(|e| CliError::usage("invalid_field", e.to_string()))?;
@@ -142,13 +143,15 @@ pub fn create_request(args: &TokenCreateArgs) -> Result<TokenCreateRequest, CliE
         ));
     }
     let tenant = args.token_tenant.as_deref().map(parse_tenant).transpose()?;
-    Ok(TokenCreateRequest {
-        tenant,
-        allow: args.allow.clone(),
-        deny: args.deny.clone(),
-        san: args.san.clone(),
-        description: args.description.clone(),
-    })
+    let mut token = NewToken::new().description(args.description.clone());
+    if let Some(tenant) = tenant {
+        token = token.tenant(tenant);
+    }
+    if let Some(san) = &args.san {
+        token = token.san(san.clone());
+    }
+    let token = args.allow.iter().fold(token, |token, rule| token.allow(rule.clone()));
+    Ok(args.deny.iter().fold(token, |token, rule| token.deny(rule.clone())))
 }
 
 fn list_text(reply: &TokenListReply) -> String {

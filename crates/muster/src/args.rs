@@ -245,14 +245,15 @@ pub struct TlsArgs {
 
 impl TlsArgs {
     /// The client's TLS settings; `None` without `--cacert`.
-    pub fn client_tls(&self) -> Result<Option<muster_client::http::ClientTls>, muster_client::http::ClientError> {
+    pub fn client_tls(&self) -> Result<Option<muster_client::ClientTls>, muster_client::ClientError> {
         match &self.cacert {
-            None if self.client_cert.is_some() => Err(muster_client::http::ClientError::InvalidTls {
+            None if self.client_cert.is_some() => Err(muster_client::ClientError::InvalidTls {
                 reason: "--client-cert needs --cacert (the CA to verify the server with)".into(),
+                source: None,
             }),
             None => Ok(None),
             Some(ca) => {
-                muster_client::http::ClientTls::from_files(ca, self.client_cert.as_deref(), self.client_key.as_deref())
+                muster_client::ClientTls::from_files(ca, self.client_cert.as_deref(), self.client_key.as_deref())
                     .map(Some)
             }
         }

@@ -15,7 +15,7 @@ use crate::args::{
     parse_peers,
 };
 use crate::duration::parse_duration;
-use muster_client::http::DEFAULT_SERVER;
+use muster_client::DEFAULT_SERVER;
 use muster_core::LeaseId;
 
 /// Muster: a service-discovery registry. `muster serve` runs it (one node or a Raft cluster);

@@ -4,10 +4,11 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use muster_core::api::{
-    AddMemberRequest, CheckReportRequest, DeregisterQuery, DrainRequest, Frame, GrantLeaseRequest, LeaseRequest,
-    RegisterRequest, SetServingRequest,
+use muster_client::{
+    Actor, CheckReport, Client, ClientBuilder, ClientError, Deregistration, Drain, LeaseGrant, Registration,
+    ServingChange,
 };
+use muster_core::api::{AddMemberRequest, Frame};
 use muster_core::{AddressSpec, CheckSpec, EndpointSpec, Incarnation, LocalitySpec, PortSpec, Revision, ServingState};
 use muster_registry::RegistryConfig;
 use serde::Serialize;
@@ -20,7 +21,6 @@ use crate::cli::{
 use crate::duration::millis;
 use crate::error::CliError;
 use crate::render;
-use muster_client::http::{Client, ClientError};
 
 /// Runs the parsed command line, printing results on `out`.
 pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
@@ -198,11 +198,9 @@ pub fn read_policy(path: &std::path::Path) -> Result<RegistryConfig, CliError> {
 async fn check(args: CheckArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let key = parse_service_key(&args.client.tenant, &args.service)?;
     let instance = parse_instance(&args.instance)?;
-    let request = CheckReportRequest {
-        incarnation: Incarnation(args.incarnation),
-        status: args.status.into(),
-    };
-    let reply = connect(&args.client)?.report_check(&key, &instance, &request).await?;
+    let status = args.status.into();
+    let report = CheckReport::new(Incarnation(args.incarnation), status);
+    let reply = connect(&args.client)?.report_check(&key, &instance, report).await?;
     emit(out, json, &reply, || {
         let changed = reply.revision.map_or_else(
             || "no change".to_owned(),
@@ -210,7 +208,7 @@ async fn check(args: CheckArgs, json: bool, out: &mut dyn Write) -> Result<(), C
         );
         format!(
             "reported {} for {key} {instance}: {} ({changed})\n",
-            render::wire_name(&request.status),
+            render::wire_name(&status),
             render::wire_name(&reply.serving)
         )
     })
@@ -219,19 +217,17 @@ async fn check(args: CheckArgs, json: bool, out: &mut dyn Write) -> Result<(), C
 async fn register(args: RegisterArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let key = parse_service_key(&args.client.tenant, &args.service)?;
     let instance = parse_instance(&args.instance)?;
-    let lease = match (args.ttl, args.lease) {
-        (_, Some(id)) => LeaseRequest::Attach { id },
-        (Some(ttl), None) => LeaseRequest::Grant { ttl_ms: millis(ttl) },
+    let registration = Registration::new(Incarnation(args.incarnation)).endpoint(endpoint_spec(&args)?);
+    let mut registration = match (args.ttl, args.lease) {
+        (_, Some(id)) => registration.lease(id),
+        (Some(ttl), None) => registration.lease_ttl(ttl),
         (None, None) => return Err(CliError::usage("usage", "give --ttl or --lease")),
     };
-    let request = RegisterRequest {
-        incarnation: Incarnation(args.incarnation),
-        endpoint: endpoint_spec(&args)?,
-        lease: Some(lease),
-        expected_revision: args.expected_revision.map(Revision),
-    };
-    let client = connect(&args.client)?.with_actor(args.actor.map(Into::into));
-    let reply = client.register(&key, &instance, &request).await?;
+    if let Some(expected) = args.expected_revision {
+        registration = registration.expected_revision(Revision(expected));
+    }
+    let client = connect_as(&args.client, args.actor.map(Into::into))?;
+    let reply = client.register(&key, &instance, registration).await?;
     let what = format!("registered {key} {instance} incarnation {}", args.incarnation);
     emit(out, json, &reply, || render::write_text(&what, &reply))
 }
@@ -240,14 +236,12 @@ async fn set_state(args: SetStateArgs, json: bool, out: &mut dyn Write) -> Resul
     let key = parse_service_key(&args.client.tenant, &args.service)?;
     let instance = parse_instance(&args.instance)?;
     let state: ServingState = args.state.into();
-    let request = SetServingRequest {
-        incarnation: Incarnation(args.incarnation),
-        state,
-        reason: args.reason,
-        expected_revision: args.expected_revision.map(Revision),
-    };
-    let client = connect(&args.client)?.with_actor(args.actor.map(Into::into));
-    let reply = client.set_serving(&key, &instance, &request).await?;
+    let mut change = ServingChange::new(Incarnation(args.incarnation), state).reason(args.reason);
+    if let Some(expected) = args.expected_revision {
+        change = change.expected_revision(Revision(expected));
+    }
+    let client = connect_as(&args.client, args.actor.map(Into::into))?;
+    let reply = client.set_serving(&key, &instance, change).await?;
     let what = format!("set {key} {instance} to {}", render::wire_name(&state));
     emit(out, json, &reply, || render::write_text(&what, &reply))
 }
@@ -255,14 +249,15 @@ async fn set_state(args: SetStateArgs, json: bool, out: &mut dyn Write) -> Resul
 async fn drain(args: DrainArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let key = parse_service_key(&args.client.tenant, &args.service)?;
     let instance = parse_instance(&args.instance)?;
-    let request = DrainRequest {
-        incarnation: Incarnation(args.incarnation),
-        reason: args.reason,
-        expected_revision: args.expected_revision.map(Revision),
-        grace_ms: args.grace.map(millis),
-    };
-    let client = connect(&args.client)?.with_actor(args.actor.map(Into::into));
-    let reply = client.drain(&key, &instance, &request).await?;
+    let mut request = Drain::new(Incarnation(args.incarnation)).reason(args.reason);
+    if let Some(expected) = args.expected_revision {
+        request = request.expected_revision(Revision(expected));
+    }
+    if let Some(grace) = args.grace {
+        request = request.grace(grace);
+    }
+    let client = connect_as(&args.client, args.actor.map(Into::into))?;
+    let reply = client.drain(&key, &instance, request).await?;
     let what = match args.grace {
         Some(grace) => format!("marked {key} {instance} draining; deregistered in {} ms", millis(grace)),
         None => format!("marked {key} {instance} draining"),
@@ -273,12 +268,12 @@ async fn drain(args: DrainArgs, json: bool, out: &mut dyn Write) -> Result<(), C
 async fn deregister(args: DeregisterArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let key = parse_service_key(&args.client.tenant, &args.service)?;
     let instance = parse_instance(&args.instance)?;
-    let query = DeregisterQuery {
-        incarnation: Incarnation(args.incarnation),
-        expected_revision: args.expected_revision.map(Revision),
-    };
-    let client = connect(&args.client)?.with_actor(args.actor.map(Into::into));
-    let reply = client.deregister(&key, &instance, &query).await?;
+    let mut deregistration = Deregistration::new(Incarnation(args.incarnation));
+    if let Some(expected) = args.expected_revision {
+        deregistration = deregistration.expected_revision(Revision(expected));
+    }
+    let client = connect_as(&args.client, args.actor.map(Into::into))?;
+    let reply = client.deregister(&key, &instance, deregistration).await?;
     let what = format!("deregistered {key} {instance} incarnation {}", args.incarnation);
     emit(out, json, &reply, || render::write_text(&what, &reply))
 }
@@ -305,10 +300,7 @@ async fn lease(command: LeaseCommand, json: bool, out: &mut dyn Write) -> Result
         LeaseCommand::Grant(args) => {
             let tenant = parse_tenant(&args.client.tenant)?;
             let client = connect(&args.client)?;
-            let request = GrantLeaseRequest {
-                ttl_ms: millis(args.ttl),
-            };
-            let reply = client.grant_lease(&tenant, &request).await?;
+            let reply = client.grant_lease(&tenant, LeaseGrant::new(args.ttl)).await?;
             emit(out, json, &reply, || render::grant_text(&reply))
         }
         LeaseCommand::Renew(args) => {
@@ -345,6 +337,7 @@ async fn watch(args: WatchArgs, json: bool, out: &mut dyn Write) -> Result<(), C
             return Err(ClientError::StreamLost {
                 server: client.server().to_owned(),
                 reason: "the server ended the stream without a final frame".into(),
+                source: None,
             }
             .into());
         };
@@ -372,19 +365,38 @@ async fn watch(args: WatchArgs, json: bool, out: &mut dyn Write) -> Result<(), C
 }
 
 pub(crate) fn connect(args: &ClientArgs) -> Result<Client, CliError> {
-    connect_to(&args.server, args.token.as_deref(), &args.tls)
+    connect_as(args, None)
+}
+
+/// [`connect`], speaking as `actor` when one is given (SPEC L5).
+fn connect_as(args: &ClientArgs, actor: Option<Actor>) -> Result<Client, CliError> {
+    let builder = client_builder(&args.server, args.token.as_deref(), &args.tls)?;
+    let builder = match actor {
+        Some(actor) => builder.actor(actor),
+        None => builder,
+    };
+    builder.build().map_err(usage)
 }
 
 /// A client of `server` with an optional bearer token and TLS settings.
 pub(crate) fn connect_to(server: &str, token: Option<&str>, tls: &crate::args::TlsArgs) -> Result<Client, CliError> {
-    let usage = |err: muster_client::http::ClientError| CliError::usage(err.code(), err.to_string());
-    let client = Client::new(server)
-        .and_then(|client| client.with_token(token))
-        .map_err(usage)?;
-    Ok(match tls.client_tls().map_err(usage)? {
-        Some(tls) => client.with_tls(&tls),
-        None => client,
-    })
+    client_builder(server, token, tls)?.build().map_err(usage)
+}
+
+fn client_builder(server: &str, token: Option<&str>, tls: &crate::args::TlsArgs) -> Result<ClientBuilder, CliError> {
+    let mut builder = Client::builder(server);
+    if let Some(token) = token {
+        builder = builder.token(token);
+    }
+    if let Some(tls) = tls.client_tls().map_err(usage)? {
+        builder = builder.tls(&tls);
+    }
+    Ok(builder)
+}
+
+/// A client that could not be made: bad input, caught before anything was sent (exit 2).
+fn usage(err: ClientError) -> CliError {
+    CliError::usage(err.code().as_str(), err.to_string())
 }
 
 /// Prints `value` as one line of JSON, or the human text.

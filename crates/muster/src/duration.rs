@@ -3,7 +3,7 @@
 //! A unit is required: a bare `10` could mean seconds or milliseconds, and a TTL that is a
 //! thousand times too short expires a fleet. Written by hand because the grammar is five
 //! lines and a crate for it would be one more dependency to audit. Formatting lives in
-//! [`muster_client::http::duration`], re-exported here.
+//! [`muster_client::duration`], re-exported here.
 
 use std::time::Duration;
 
@@ -43,4 +43,4 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// Whole milliseconds, and their text in the form [`parse_duration`] reads back: the client
 /// library owns them because its error messages and the API's `ttl_ms` use them too.
-pub use muster_client::http::{format_millis, millis};
+pub use muster_client::duration::{format_millis, millis};

@@ -5,7 +5,7 @@ use muster_core::Rejection;
 use muster_core::Revision;
 use muster_core::api::{ErrorBody, ErrorDetail};
 
-use muster_client::http::ClientError;
+use muster_client::ClientError;
 
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +68,7 @@ impl CliError {
         match self {
             CliError::Usage { code, .. } => code,
             CliError::Refused(detail) => &detail.code,
-            CliError::Client(err) => err.code(),
+            CliError::Client(err) => err.code().as_str(),
             CliError::Resync { .. } => "resync",
             CliError::Closing { .. } => "closing",
             CliError::Server(muster_server::ServerError::Config(_)) => "config",

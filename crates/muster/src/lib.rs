@@ -7,14 +7,14 @@
 //!  main.rs ── parse argv (cli) ── logging, runtime ── commands::run ──▶ exit code (error)
 //!                                                         │
 //!               serve: serve::serve ── muster_server::run(config, SIGTERM/Ctrl-C)
-//!               others: muster_client::http::Client (one fn per route) ──▶ render
-//!                       watch: Client::watch_* ──▶ muster_client::http::Watch (NDJSON frames)
+//!               others: muster_client::Client (one fn per route) ──▶ render
+//!                       watch: Client::watch_* ──▶ muster_client::Watch (NDJSON frames)
 //! ```
 //! - [`cli`]: the command line's shape (clap derive).
 //! - [`args`]: the parsers clap cannot do alone: `NAMESPACE/SERVICE`, `IP:PORT`, `k=v`.
 //! - [`duration`]: `10s`, `500ms`, `2m` and back.
 //! - the HTTP client of the `/v1` API (typed replies and errors, streamed watches) is
-//!   [`muster_client::http`], shared with applications that link the client library.
+//!   [`muster_client`], shared with applications that link the client library.
 //! - [`table`]: aligned text tables.
 //! - [`render`]: human output for every reply and frame.
 //! - [`commands`]: what each subcommand does; [`audit`]: `muster audit` (flags, query, table).

@@ -54,14 +54,14 @@ use std::sync::Arc;
 use muster_core::{Endpoint, Incarnation, InstanceId, Revision, ServiceKey};
 use rand_core::RngCore;
 
-pub mod config;
+mod config;
 mod draw;
-pub mod eligibility;
-pub mod hash;
-pub mod locality;
-pub mod p2c;
-pub mod round_robin;
-pub mod weighted;
+mod eligibility;
+mod hash;
+mod locality;
+mod p2c;
+mod round_robin;
+mod weighted;
 
 #[cfg(test)]
 pub(crate) mod fixtures;

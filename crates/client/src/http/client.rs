@@ -1,34 +1,39 @@
 //! [`Client`]: one function per route of the `/v1` API ([`muster_core::api`]), typed replies,
-//! the server's `{"error": {"code", "message"}}` as [`ClientError::Api`].
+//! the server's `{"error": {"code", "message"}}` as [`ClientError::Api`]; [`ClientBuilder`]:
+//! how one is made.
 //!
-//! HTTP/1.1 on hyper-util's pooled legacy client (CRATES.md "HTTP"), in plain for `http://`
-//! and over rustls for `https://` with the CA (and, for mutual TLS, the client certificate)
-//! of [`Client::with_tls`]. Every unary call is
-//! bounded by [`REQUEST_TIMEOUT`] (or the caller's own, see [`Client::with_timeout`]); a
-//! watch is bounded per frame instead (see [`Watch`]).
+//! By default HTTP/1.1 on hyper-util's pooled legacy client (CRATES.md "HTTP"), in plain for
+//! `http://` and over rustls for `https://` with the CA (and, for mutual TLS, the client
+//! certificate) of [`ClientBuilder::tls`]; [`ClientBuilder::connector`] and
+//! [`ClientBuilder::service`] put another transport underneath (see [`transport`](super::transport)).
+//! Every unary call is bounded by [`REQUEST_TIMEOUT`] (or [`ClientBuilder::timeout`]); a
+//! watch is bounded per chunk instead (see [`Watch`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use hyper::body::{Bytes, Incoming};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::Bytes;
 use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::client::legacy::connect::Connect;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tower::ServiceExt;
 
 use muster_core::api::{
-    AddMemberRequest, AuditQuery, AuditReply, CheckReportReply, CheckReportRequest, ClusterReply, DeregisterQuery,
-    DrainRequest, GrantLeaseRequest, InFlightRequest, LeaseReply, PolicyReply, PolicySetReply, RegisterRequest,
-    ServicesReply, SetServingRequest, SnapshotReply, StatusReply, TokenCreateRequest, TokenListReply, TokenRevokeReply,
-    TokenSecretReply, WriteReply,
+    AddMemberRequest, AuditQuery, AuditReply, CheckReportReply, ClusterReply, LeaseReply, PolicyReply, PolicySetReply,
+    ServicesReply, SnapshotReply, StatusReply, TokenListReply, TokenRevokeReply, TokenSecretReply, WriteReply,
 };
 use muster_core::{Actor, InstanceId, Label, LeaseId, NamespaceKey, Revision, ServiceKey};
 
 use crate::http::error::{ClientError, bad_reply, causes, error_reply, quote};
 use crate::http::lines::MAX_LINE_BYTES;
+use crate::http::request::{
+    CheckReport, Deregistration, Drain, InFlightReport, LeaseGrant, NewToken, Registration, ServingChange,
+};
 use crate::http::tls::ClientTls;
+use crate::http::transport::{self, Body, BoxError, HttpService};
 use crate::http::watch::Watch;
 
 /// The server a client talks to when nothing says otherwise: `muster serve`'s default HTTP
@@ -37,7 +42,7 @@ pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7070";
 
 /// How long to wait for a TCP connection: the registry is on loopback or the local network,
 /// so a server that has not accepted in 5 s is down for a person at a terminal.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a unary call may take in all: a write waits for a durable (fsynced, quorum)
 /// commit, and a Raft election after a leader loss takes a few seconds; 30 s covers both
@@ -58,12 +63,13 @@ const MAX_REPLY_BYTES: usize = MAX_LINE_BYTES;
 /// server takes drain as the owner's and everything else as the app's.
 pub const ACTOR_HEADER: &str = "x-muster-actor";
 
-/// A client of one server. Cheap to clone (the connection pool is shared).
+/// A client of one server. Cheap to clone (the transport, and its connection pool, is
+/// shared).
 #[derive(Debug, Clone)]
 pub struct Client {
-    http: HttpClient<muster_tls::Connector, Full<Bytes>>,
+    http: HttpService,
     /// `http://host:port`, without a trailing slash.
-    base: String,
+    base: Arc<str>,
     /// Sent as [`ACTOR_HEADER`] when set; the server's default otherwise.
     actor: Option<Actor>,
     /// The bound on one unary call.
@@ -83,77 +89,202 @@ pub struct SnapshotQuery {
     pub page_token: Option<String>,
 }
 
-impl Client {
-    /// A client of the server at `server` (`http://host:port`, or `https://host:port` with
-    /// [`Client::with_tls`]).
-    pub fn new(server: &str) -> Result<Client, ClientError> {
-        let base = server.trim_end_matches('/');
-        let invalid = |reason: &str| ClientError::InvalidUrl {
-            url: server.to_owned(),
-            reason: reason.to_owned(),
+/// Builds a [`Client`]: the server URL is required, everything else has a default. Nothing
+/// is checked until [`build`](ClientBuilder::build), which checks everything.
+///
+/// ```no_run
+/// # fn main() -> Result<(), muster_client::ClientError> {
+/// use std::time::Duration;
+/// use muster_client::{Actor, Client};
+///
+/// let client = Client::builder("https://muster.internal:7070")
+///     .token("s3cret")
+///     .timeout(Duration::from_secs(2))
+///     .actor(Actor::App)
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ClientBuilder {
+    url: String,
+    timeout: Duration,
+    connect_timeout: Duration,
+    token: Option<String>,
+    tls: Option<ClientTls>,
+    actor: Option<Actor>,
+    transport: Option<HttpService>,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("url", &self.url)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            // Never the secret itself.
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("tls", &self.tls.is_some())
+            .field("actor", &self.actor)
+            .field("custom_transport", &self.transport.is_some())
+            .finish()
+    }
+}
+
+impl ClientBuilder {
+    /// Bounds every unary call (and a watch's opening) by `timeout` instead of
+    /// [`REQUEST_TIMEOUT`].
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> ClientBuilder {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Bounds the TCP connection (of the built-in transport) by `timeout` instead of
+    /// [`CONNECT_TIMEOUT`].
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> ClientBuilder {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sends `secret` as the bearer token of every request (the server needs one when
+    /// `[auth] enabled = true`). A secret that cannot be a header value (a control
+    /// character) is refused by [`build`](ClientBuilder::build), as `invalid_token`.
+    #[must_use]
+    pub fn token(mut self, secret: impl Into<String>) -> ClientBuilder {
+        self.token = Some(secret.into());
+        self
+    }
+
+    /// Verifies an `https://` server with `tls`'s CA and presents its client certificate, if
+    /// it holds one, to a server that asks (mutual TLS). Without it an `https://` server is
+    /// refused before anything is sent.
+    #[must_use]
+    pub fn tls(mut self, tls: &ClientTls) -> ClientBuilder {
+        self.tls = Some(tls.clone());
+        self
+    }
+
+    /// Speaks as `actor` on every request (SPEC L5).
+    #[must_use]
+    pub fn actor(mut self, actor: Actor) -> ClientBuilder {
+        self.actor = Some(actor);
+        self
+    }
+
+    /// Connects through `connector` (anything hyper-util's legacy client accepts: a
+    /// `tower::Service<Uri>` yielding a connection), on the built-in pooled HTTP/1.1 client.
+    /// The connector owns TLS and connection timeouts: [`tls`](ClientBuilder::tls) with it
+    /// is refused by [`build`](ClientBuilder::build), and `connect_timeout` is not used.
+    #[must_use]
+    pub fn connector<C>(mut self, connector: C) -> ClientBuilder
+    where
+        C: Connect + Clone + Send + Sync + 'static,
+    {
+        self.transport = Some(transport::over(connector));
+        self
+    }
+
+    /// Sends every request through `service`: a mock, or a middleware stack over a
+    /// transport of your own. Requests carry absolute URIs and a boxed [`Body`]; any reply
+    /// body of [`Bytes`] is accepted. As with [`connector`](ClientBuilder::connector), TLS is
+    /// the service's business.
+    #[must_use]
+    pub fn service<S, B>(mut self, service: S) -> ClientBuilder
+    where
+        S: tower::Service<Request<Body>, Response = Response<B>> + Clone + Send + Sync + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<BoxError>,
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        self.transport = Some(transport::boxed(service));
+        self
+    }
+
+    /// The client. Fails, with a typed error and a stable code, on a URL that is not
+    /// `http(s)://host[:port]` without a query (`invalid_url`), a token that cannot be a
+    /// header (`invalid_token`), or TLS settings given with a custom transport
+    /// (`invalid_tls`).
+    pub fn build(self) -> Result<Client, ClientError> {
+        let base = parse_base(&self.url)?;
+        let authorization = self.token.as_deref().map(bearer).transpose()?;
+        let http = match (self.transport, &self.tls) {
+            (Some(_), Some(_)) => {
+                return Err(ClientError::InvalidTls {
+                    reason: "a custom connector or service brings its own TLS; do not also set tls".into(),
+                    source: None,
+                });
+            }
+            (Some(custom), None) => custom,
+            (None, tls) => transport::over(muster_tls::Connector::new(
+                tls.as_ref().map(ClientTls::config),
+                self.connect_timeout,
+            )),
         };
-        let uri: hyper::Uri = base.parse().map_err(|_| invalid("not a URL"))?;
-        match uri.scheme_str() {
-            Some("http" | "https") => {}
-            _ => return Err(invalid("must start with http:// or https://")),
-        }
-        if uri.authority().is_none() {
-            return Err(invalid("names no host"));
-        }
-        if uri.query().is_some() {
-            return Err(invalid("must not hold a query"));
-        }
-        let http = HttpClient::builder(TokioExecutor::new()).build(muster_tls::Connector::new(None, CONNECT_TIMEOUT));
         Ok(Client {
             http,
-            base: base.to_owned(),
-            actor: None,
-            timeout: REQUEST_TIMEOUT,
-            authorization: None,
+            base: base.into(),
+            actor: self.actor,
+            timeout: self.timeout,
+            authorization,
         })
     }
+}
 
-    /// The same client, verifying an `https://` server with `tls`'s CA and presenting its
-    /// client certificate, if it holds one, to a server that asks (mutual TLS). Without it an
-    /// `https://` server is refused before anything is sent.
-    #[must_use]
-    pub fn with_tls(mut self, tls: &ClientTls) -> Client {
-        self.http = HttpClient::builder(TokioExecutor::new())
-            .build(muster_tls::Connector::new(Some(tls.config()), CONNECT_TIMEOUT));
-        self
+/// The URL without its trailing slash, if it is one a client can talk to.
+fn parse_base(server: &str) -> Result<&str, ClientError> {
+    let base = server.trim_end_matches('/');
+    let invalid = |reason: &str| ClientError::InvalidUrl {
+        url: server.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let uri: hyper::Uri = base.parse().map_err(|_| invalid("not a URL"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => return Err(invalid("must start with http:// or https://")),
+    }
+    if uri.authority().is_none() {
+        return Err(invalid("names no host"));
+    }
+    if uri.query().is_some() {
+        return Err(invalid("must not hold a query"));
+    }
+    Ok(base)
+}
+
+/// The `Authorization` value of a bearer secret, marked sensitive (kept out of logs).
+fn bearer(secret: &str) -> Result<HeaderValue, ClientError> {
+    let mut value = HeaderValue::from_str(&format!("Bearer {secret}")).map_err(|_| ClientError::InvalidToken {
+        reason: "the token holds characters a header cannot carry (a control character?)".into(),
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+impl Client {
+    /// A builder of a client of the server at `server` (`http://host:port`, or
+    /// `https://host:port` with [`ClientBuilder::tls`]).
+    pub fn builder(server: impl Into<String>) -> ClientBuilder {
+        ClientBuilder {
+            url: server.into(),
+            timeout: REQUEST_TIMEOUT,
+            connect_timeout: CONNECT_TIMEOUT,
+            token: None,
+            tls: None,
+            actor: None,
+            transport: None,
+        }
     }
 
-    /// The same client, speaking as `actor` on every request.
-    #[must_use]
-    pub fn with_actor(mut self, actor: Option<Actor>) -> Client {
-        self.actor = actor;
-        self
+    /// A client of `server` with every default: `Client::builder(server).build()`.
+    pub fn new(server: &str) -> Result<Client, ClientError> {
+        Client::builder(server).build()
     }
 
-    /// The same client, sending `secret` as its bearer token on every request (the server
-    /// needs one when `[auth] enabled = true`). A secret that cannot be a header value (a
-    /// control character) is refused.
-    pub fn with_token(mut self, secret: Option<&str>) -> Result<Client, ClientError> {
-        self.authorization = match secret {
-            None => None,
-            Some(secret) => {
-                let mut value =
-                    HeaderValue::from_str(&format!("Bearer {secret}")).map_err(|_| ClientError::InvalidUrl {
-                        url: self.base.clone(),
-                        reason: "the token holds characters a header cannot carry".into(),
-                    })?;
-                value.set_sensitive(true);
-                Some(value)
-            }
-        };
-        Ok(self)
-    }
-
-    /// The same client, bounding every unary call (and a watch's opening) by `timeout`
-    /// instead of [`REQUEST_TIMEOUT`]: a lease renewal must fail fast enough to be retried
-    /// before the lease runs out.
-    #[must_use]
-    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+    /// The same client with another bound on unary calls: the registrar's renewals must fail
+    /// fast enough to be retried before the lease runs out.
+    pub(crate) fn with_timeout(mut self, timeout: Duration) -> Client {
         self.timeout = timeout;
         self
     }
@@ -168,10 +299,14 @@ impl Client {
         &self,
         key: &ServiceKey,
         instance: &InstanceId,
-        request: &RegisterRequest,
+        registration: Registration,
     ) -> Result<WriteReply, ClientError> {
-        self.call(Method::PUT, &instance_path(key, instance, ""), Some(request))
-            .await
+        self.call(
+            Method::PUT,
+            &instance_path(key, instance, ""),
+            Some(registration.wire()),
+        )
+        .await
     }
 
     /// `PUT .../{instance}/serving`.
@@ -179,10 +314,14 @@ impl Client {
         &self,
         key: &ServiceKey,
         instance: &InstanceId,
-        request: &SetServingRequest,
+        change: ServingChange,
     ) -> Result<WriteReply, ClientError> {
-        self.call(Method::PUT, &instance_path(key, instance, "/serving"), Some(request))
-            .await
+        self.call(
+            Method::PUT,
+            &instance_path(key, instance, "/serving"),
+            Some(change.wire()),
+        )
+        .await
     }
 
     /// `POST .../{instance}/drain`.
@@ -190,10 +329,14 @@ impl Client {
         &self,
         key: &ServiceKey,
         instance: &InstanceId,
-        request: &DrainRequest,
+        drain: Drain,
     ) -> Result<WriteReply, ClientError> {
-        self.call(Method::POST, &instance_path(key, instance, "/drain"), Some(request))
-            .await
+        self.call(
+            Method::POST,
+            &instance_path(key, instance, "/drain"),
+            Some(drain.wire()),
+        )
+        .await
     }
 
     /// `PUT .../{instance}/check`: a TTL check's report; answered after any change it caused
@@ -202,10 +345,14 @@ impl Client {
         &self,
         key: &ServiceKey,
         instance: &InstanceId,
-        request: &CheckReportRequest,
+        report: CheckReport,
     ) -> Result<CheckReportReply, ClientError> {
-        self.call(Method::PUT, &instance_path(key, instance, "/check"), Some(request))
-            .await
+        self.call(
+            Method::PUT,
+            &instance_path(key, instance, "/check"),
+            Some(report.wire()),
+        )
+        .await
     }
 
     /// `PUT .../{instance}/in-flight`: requests still in flight; zero ends a drain's grace.
@@ -213,10 +360,14 @@ impl Client {
         &self,
         key: &ServiceKey,
         instance: &InstanceId,
-        request: &InFlightRequest,
+        report: InFlightReport,
     ) -> Result<WriteReply, ClientError> {
-        self.call(Method::PUT, &instance_path(key, instance, "/in-flight"), Some(request))
-            .await
+        self.call(
+            Method::PUT,
+            &instance_path(key, instance, "/in-flight"),
+            Some(report.wire()),
+        )
+        .await
     }
 
     /// `DELETE .../{instance}?incarnation=N[&expected_revision=R]`.
@@ -224,8 +375,9 @@ impl Client {
         &self,
         key: &ServiceKey,
         instance: &InstanceId,
-        query: &DeregisterQuery,
+        deregistration: Deregistration,
     ) -> Result<WriteReply, ClientError> {
+        let query = deregistration.wire();
         let mut path = format!("{}?incarnation={}", instance_path(key, instance, ""), query.incarnation);
         if let Some(expected) = query.expected_revision {
             path.push_str(&format!("&expected_revision={expected}"));
@@ -322,8 +474,8 @@ impl Client {
     }
 
     /// `POST /v1/leases/{tenant}`.
-    pub async fn grant_lease(&self, tenant: &Label, request: &GrantLeaseRequest) -> Result<WriteReply, ClientError> {
-        self.call(Method::POST, &format!("/v1/leases/{tenant}"), Some(request))
+    pub async fn grant_lease(&self, tenant: &Label, grant: LeaseGrant) -> Result<WriteReply, ClientError> {
+        self.call(Method::POST, &format!("/v1/leases/{tenant}"), Some(grant.wire()))
             .await
     }
 
@@ -362,8 +514,8 @@ impl Client {
     }
 
     /// `POST /v1/acl/tokens`: a new token; its secret is in the reply only.
-    pub async fn create_token(&self, request: &TokenCreateRequest) -> Result<TokenSecretReply, ClientError> {
-        self.call(Method::POST, "/v1/acl/tokens", Some(request)).await
+    pub async fn create_token(&self, token: NewToken) -> Result<TokenSecretReply, ClientError> {
+        self.call(Method::POST, "/v1/acl/tokens", Some(token.wire())).await
     }
 
     /// `GET /v1/acl/tokens`.
@@ -441,7 +593,7 @@ impl Client {
         let response = tokio::time::timeout(self.timeout, opening)
             .await
             .map_err(|_| self.timeout())??;
-        Ok(Watch::new(response.into_body(), self.base.clone(), idle_timeout))
+        Ok(Watch::new(response.into_body(), self.base.to_string(), idle_timeout))
     }
 
     /// One unary exchange, bounded by the client's timeout, decoded as `T` or an error body.
@@ -470,7 +622,7 @@ impl Client {
         serde_json::from_slice(&bytes).map_err(|err| bad_reply(status, &format!("{err} in {}", quote(&bytes))))
     }
 
-    async fn send(&self, method: Method, path: &str, body: Option<Bytes>) -> Result<Response<Incoming>, ClientError> {
+    async fn send(&self, method: Method, path: &str, body: Option<Bytes>) -> Result<Response<Body>, ClientError> {
         let mut request = Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base))
@@ -484,22 +636,25 @@ impl Client {
         if let Some(authorization) = &self.authorization {
             request = request.header(AUTHORIZATION, authorization.clone());
         }
-        let request = request
-            .body(Full::new(body.unwrap_or_default()))
-            .map_err(|err| ClientError::InvalidUrl {
-                url: format!("{}{path}", self.base),
-                reason: err.to_string(),
-            })?;
-        self.http.request(request).await.map_err(|err| ClientError::Connect {
-            server: self.base.clone(),
-            reason: causes(&err),
-        })
+        let request =
+            request
+                .body(transport::full(body.unwrap_or_default()))
+                .map_err(|err| ClientError::InvalidUrl {
+                    url: format!("{}{path}", self.base),
+                    reason: err.to_string(),
+                })?;
+        dispatch(self.http.clone(), request)
+            .await
+            .map_err(|err| ClientError::Connect {
+                server: self.base.to_string(),
+                reason: causes(&*err),
+                source: Arc::from(err),
+            })
     }
 
-    async fn read_body(&self, response: Response<Incoming>) -> Result<Bytes, ClientError> {
+    async fn read_body(&self, response: Response<Body>) -> Result<Bytes, ClientError> {
         let status = response.status();
-        Limited::new(response.into_body(), MAX_REPLY_BYTES)
-            .collect()
+        collect(Limited::new(response.into_body(), MAX_REPLY_BYTES))
             .await
             .map(|collected| collected.to_bytes())
             .map_err(|err| {
@@ -513,10 +668,26 @@ impl Client {
 
     fn timeout(&self) -> ClientError {
         ClientError::Timeout {
-            server: self.base.clone(),
+            server: self.base.to_string(),
             after: self.timeout,
         }
     }
+}
+
+/// A boxed, `Send` future.
+type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// One exchange with the transport, boxed outside the `async fn`s: rustc cannot prove
+/// `Send` for an `async fn` holding the transport's future across an await (the
+/// `dyn Error + 'static` in its types loses its lifetime inside the coroutine; rust-lang/rust
+/// issue 102211), so the callers would not be `Send`. A boxed `dyn Future + Send` is.
+fn dispatch(http: HttpService, request: Request<Body>) -> BoxFuture<Result<Response<Body>, BoxError>> {
+    Box::pin(http.oneshot(request))
+}
+
+/// A body read whole, boxed for the same reason as [`dispatch`].
+fn collect(body: Limited<Body>) -> BoxFuture<Result<http_body_util::Collected<Bytes>, BoxError>> {
+    Box::pin(body.collect())
 }
 
 fn instance_path(key: &ServiceKey, instance: &InstanceId, suffix: &str) -> String {
@@ -548,6 +719,10 @@ fn percent_encode(text: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+#[path = "client_tests.rs"]
+mod builder_tests;
 
 #[cfg(test)]
 mod tests {

@@ -6,11 +6,11 @@
 /// limit that is about 200 MiB of JSON. A smaller bound would refuse a legal service's
 /// snapshot on every reconnect, forever; 256 MiB admits it and still bounds memory if a
 /// server (or something posing as one) never sends a newline.
-pub const MAX_LINE_BYTES: usize = 256 * 1024 * 1024;
+pub(crate) const MAX_LINE_BYTES: usize = 256 * 1024 * 1024;
 
 /// Splits a byte stream into newline-terminated lines, skipping blank ones.
 #[derive(Debug)]
-pub struct LineSplitter {
+pub(crate) struct LineSplitter {
     buf: Vec<u8>,
     /// Bytes of `buf` already searched for a newline, so a long line is scanned once.
     scanned: usize,
@@ -21,7 +21,7 @@ pub struct LineSplitter {
 
 impl LineSplitter {
     /// A splitter refusing lines longer than `max_line` bytes.
-    pub fn new(max_line: usize) -> LineSplitter {
+    pub(crate) fn new(max_line: usize) -> LineSplitter {
         LineSplitter {
             buf: Vec::new(),
             scanned: 0,
@@ -31,7 +31,7 @@ impl LineSplitter {
     }
 
     /// Appends a chunk. Fails when an unfinished line grows past the limit.
-    pub fn push(&mut self, chunk: &[u8]) -> Result<(), String> {
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Result<(), String> {
         self.tail = match chunk.iter().rposition(|b| *b == b'\n') {
             Some(last) => chunk.len() - last - 1,
             None => self.tail + chunk.len(),
@@ -44,7 +44,7 @@ impl LineSplitter {
     }
 
     /// The next complete, non-blank line, without its newline (and `\r`).
-    pub fn next_line(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn next_line(&mut self) -> Option<Vec<u8>> {
         loop {
             let Some(at) = self.buf[self.scanned..].iter().position(|b| *b == b'\n') else {
                 self.scanned = self.buf.len();
@@ -63,7 +63,7 @@ impl LineSplitter {
     }
 
     /// What is left after the stream ended: a last line without a newline, if any.
-    pub fn finish(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn finish(&mut self) -> Option<Vec<u8>> {
         self.scanned = 0;
         self.tail = 0;
         let rest = std::mem::take(&mut self.buf);

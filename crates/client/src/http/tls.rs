@@ -1,4 +1,4 @@
-//! [`ClientTls`]: what a [`Client`](crate::http::Client) needs for an `https://` server —
+//! [`ClientTls`]: what a [`Client`](crate::Client) needs for an `https://` server —
 //! the CA certificate(s) to verify it with (never the system's store: a Muster deployment
 //! names its CA) and, for a server that requires mutual TLS, a client certificate and key.
 
@@ -39,6 +39,7 @@ impl ClientTls {
         let read = |path: &std::path::Path| {
             std::fs::read(path).map_err(|e| ClientError::InvalidTls {
                 reason: format!("{}: {e}", path.display()),
+                source: Some(Arc::new(e)),
             })
         };
         let builder = ClientTls::builder(&read(ca)?)?;
@@ -47,6 +48,7 @@ impl ClientTls {
             (Some(cert), Some(key)) => builder.identity(&read(cert)?, &read(key)?)?.build(),
             _ => Err(ClientError::InvalidTls {
                 reason: "a client certificate needs its key, and a key its certificate".into(),
+                source: None,
             }),
         }
     }
@@ -74,5 +76,6 @@ impl ClientTlsBuilder {
 fn invalid(error: muster_tls::TlsError) -> ClientError {
     ClientError::InvalidTls {
         reason: error.to_string(),
+        source: Some(Arc::new(error)),
     }
 }

@@ -25,10 +25,10 @@ pub enum LeaseLossPolicy {
     /// tombstone at the lost incarnation and refuses to register it again (an old process's
     /// delayed call must not revive a removed record), so the same incarnation is not an
     /// option; the next one is, unless a newer process already registered (then the
-    /// registrar reports [`Superseded`](crate::registrar::RegistrarStatus::Superseded)).
+    /// registrar reports [`Superseded`](crate::RegistrarStatus::Superseded)).
     #[default]
     Reregister,
-    /// Stop, reporting [`LeaseLost`](crate::registrar::RegistrarStatus::LeaseLost): for
+    /// Stop, reporting [`LeaseLost`](crate::RegistrarStatus::LeaseLost): for
     /// callers that would rather restart the process (and so take a new generation).
     Stop,
 }

@@ -23,17 +23,17 @@
 use std::time::Duration;
 
 use muster_core::api::WriteReply;
-use muster_core::{Incarnation, LeaseId, ServingState};
+use muster_core::{ErrorCode, Incarnation, LeaseId, ServingState};
 use rand_core::RngCore;
 use tokio::time::Instant;
 
 use crate::http::ClientError;
 use crate::registrar::config::{LeaseLossPolicy, RegistrarConfig};
 use crate::registrar::incarnation::MAX_REREGISTRATIONS;
-use crate::registrar::status::{RegistrarStatus, Registration};
+use crate::registrar::status::{LiveRegistration, RegistrarStatus};
 use crate::registrar::timing::{self, RENEW_TIMEOUT_DIVISOR};
 
-pub use crate::registrar::outcome::{Action, Outcome};
+use crate::registrar::outcome::{Action, Outcome};
 
 mod shutdown;
 
@@ -59,7 +59,7 @@ struct Failing {
 /// A registration being kept alive.
 #[derive(Debug, Clone)]
 struct Live {
-    registration: Registration,
+    registration: LiveRegistration,
     renew_at: Instant,
     failing: Option<Failing>,
     /// The [`Desired::generation`] the registry last heard (by registration or set-serving).
@@ -76,7 +76,7 @@ enum Phase {
         failures: u32,
         last_error: Option<ClientError>,
         /// Set when registering again after a lost lease: the lost registration and when.
-        lost: Option<(Registration, Instant)>,
+        lost: Option<(LiveRegistration, Instant)>,
     },
     Live(Live),
     ShuttingDown {
@@ -337,7 +337,7 @@ impl<R: RngCore> RegistrarMachine<R> {
                 lease: Some(lease),
                 ..
             }) => {
-                let registration = Registration {
+                let registration = LiveRegistration {
                     incarnation,
                     lease: lease.id,
                     ttl_ms: lease.ttl_ms,
@@ -363,9 +363,9 @@ impl<R: RngCore> RegistrarMachine<R> {
             },
             Outcome::Failed(error) => error,
         };
-        if error.code() == "stale_incarnation" {
+        if error.code() == ErrorCode::StaleIncarnation {
             self.supersede(incarnation, error);
-        } else if error.is_transient() || error.code() == "quota_exceeded" {
+        } else if error.is_transient() || error.code() == ErrorCode::QuotaExceeded {
             *failures += 1;
             *last_error = Some(error);
             *due = now + timing::backoff(&mut self.rng, *failures);
@@ -389,7 +389,7 @@ impl<R: RngCore> RegistrarMachine<R> {
                 live.failing = None;
                 live.renew_at = now + timing::renew_interval(&mut self.rng, reply.ttl_ms);
             }
-            Outcome::Failed(error) if error.code() == "lease_not_found" => {
+            Outcome::Failed(error) if error.code() == ErrorCode::LeaseNotFound => {
                 if shutting_down {
                     self.phase = Phase::Finished(stopped(false, Some(error)));
                 } else {
@@ -429,11 +429,11 @@ impl<R: RngCore> RegistrarMachine<R> {
                     state
                 };
             }
-            Outcome::Failed(error) if error.code() == "stale_incarnation" => {
+            Outcome::Failed(error) if error.code() == ErrorCode::StaleIncarnation => {
                 let incarnation = live.registration.incarnation;
                 self.supersede(incarnation, error);
             }
-            Outcome::Failed(error) if error.code() == "not_found" => {
+            Outcome::Failed(error) if error.code() == ErrorCode::NotFound => {
                 // The record is gone while the lease lives: evicted, or expired a moment ago.
                 let lost = live.registration.clone();
                 self.lose(now, lost, error);
@@ -457,7 +457,7 @@ impl<R: RngCore> RegistrarMachine<R> {
     }
 
     /// The lease (or the record) is gone: register again with the next incarnation, or stop.
-    fn lose(&mut self, now: Instant, lost: Registration, error: ClientError) {
+    fn lose(&mut self, now: Instant, lost: LiveRegistration, error: ClientError) {
         self.lease_losses += 1;
         let next = Incarnation(lost.incarnation.0 + 1);
         self.phase =

@@ -9,9 +9,8 @@ use rand_core::RngCore;
 use tokio::time::Instant;
 
 use crate::http::ClientError;
-use crate::registrar::{
-    Action, LeaseLossPolicy, Outcome, RegistrarConfig, RegistrarMachine, RegistrarStatus, ShutdownStage,
-};
+use crate::registrar::{Action, Outcome, RegistrarMachine};
+use crate::{LeaseLossPolicy, RegistrarConfig, RegistrarStatus, ShutdownStage};
 
 /// An RNG that always draws the same number: `1 << 31` is the middle (no jitter), 0 the
 /// shortest delay and `u32::MAX` the longest.
@@ -65,6 +64,7 @@ fn unreachable() -> ClientError {
     ClientError::Connect {
         server: "http://127.0.0.1:1".into(),
         reason: "connection refused".into(),
+        source: std::sync::Arc::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)),
     }
 }
 
@@ -162,7 +162,7 @@ fn a_failing_renewal_is_reported_since_its_first_failure_and_retried_at_a_tenth_
     else {
         panic!("{:?}", machine.status());
     };
-    assert_eq!((since, failed_attempts, error.code()), (t1, 2, "unavailable"));
+    assert_eq!((since, failed_attempts, error.code().as_str()), (t1, 2, "unavailable"));
     assert_eq!(registration.lease_deadline, t0 + TTL, "the deadline does not move");
 
     let t3 = t2 + ms(900);
@@ -336,7 +336,7 @@ fn a_transient_set_serving_failure_backs_off_and_a_refusal_is_reported_once() {
     machine.complete(t0 + ms(230), Outcome::Failed(api(422, "invalid_field")));
     let registration = machine.status().registration().cloned().unwrap();
     assert_eq!(
-        registration.serving_error.map(|e| e.code().to_owned()),
+        registration.serving_error.map(|e| e.code().to_string()),
         Some("invalid_field".into())
     );
     assert_eq!(machine.poll(t0 + ms(240)), None);
@@ -457,7 +457,7 @@ fn a_deregistration_that_keeps_failing_gives_up_after_a_ttl_and_leaves_it_to_exp
         panic!("{:?}", machine.status());
     };
     assert!(!deregistered);
-    assert_eq!(error.map(|e| e.code().to_owned()), Some("cannot_connect".into()));
+    assert_eq!(error.map(|e| e.code().to_string()), Some("cannot_connect".into()));
 }
 
 #[test]
@@ -500,7 +500,10 @@ fn an_unreachable_registry_is_retried_with_doubling_capped_backoff() {
     else {
         panic!("{:?}", machine.status());
     };
-    assert_eq!((failed_attempts, last_error.unwrap().code()), (9, "cannot_connect"));
+    assert_eq!(
+        (failed_attempts, last_error.unwrap().code().to_string()),
+        (9, "cannot_connect".to_owned())
+    );
 }
 
 #[test]

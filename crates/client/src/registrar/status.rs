@@ -8,7 +8,7 @@ use crate::http::ClientError;
 
 /// A live registration as the registrar knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Registration {
+pub struct LiveRegistration {
     /// The incarnation registered (the fencing token of every later call).
     pub incarnation: Incarnation,
     /// The lease the record is attached to.
@@ -59,12 +59,12 @@ pub enum RegistrarStatus {
         last_error: Option<ClientError>,
     },
     /// Registered, and the lease renewed in time.
-    Healthy(Registration),
+    Healthy(LiveRegistration),
     /// Renewals fail. The lease (and the endpoint) may live until `registration.lease_deadline`;
     /// the registrar keeps trying more often than usual.
     RenewalFailing {
         /// The registration being renewed.
-        registration: Registration,
+        registration: LiveRegistration,
         /// When the first renewal of this run of failures failed.
         since: Instant,
         /// How many renewals failed in a row.
@@ -76,11 +76,11 @@ pub enum RegistrarStatus {
     /// and the endpoint went with it.
     LeaseLost {
         /// The registration that was lost.
-        lost: Registration,
+        lost: LiveRegistration,
         /// When the registrar learned of it.
         at: Instant,
         /// The incarnation being registered in its place, or `None` when the registrar does
-        /// not re-register (see [`LeaseLossPolicy`](crate::registrar::LeaseLossPolicy)) and
+        /// not re-register (see [`LeaseLossPolicy`](crate::LeaseLossPolicy)) and
         /// has stopped.
         reregistering_as: Option<Incarnation>,
         /// Failed attempts to register again.
@@ -91,7 +91,7 @@ pub enum RegistrarStatus {
     /// A planned shutdown is in progress.
     ShuttingDown {
         /// The registration being taken down.
-        registration: Registration,
+        registration: LiveRegistration,
         /// How far it got.
         stage: ShutdownStage,
     },
@@ -123,7 +123,7 @@ pub enum RegistrarStatus {
 impl RegistrarStatus {
     /// The live registration, if the instance is registered (healthy, failing to renew, or
     /// shutting down).
-    pub fn registration(&self) -> Option<&Registration> {
+    pub fn registration(&self) -> Option<&LiveRegistration> {
         match self {
             RegistrarStatus::Healthy(registration)
             | RegistrarStatus::RenewalFailing { registration, .. }

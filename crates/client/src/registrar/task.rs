@@ -4,19 +4,18 @@
 
 use std::time::Duration;
 
-use muster_core::api::{DeregisterQuery, DrainRequest, LeaseRequest, RegisterRequest, SetServingRequest};
-use muster_core::{EndpointSpec, Incarnation, InstanceId, ServiceKey, ServingState};
+use muster_core::{EndpointSpec, ErrorCode, Incarnation, InstanceId, ServiceKey, ServingState};
 use rand_core::RngCore;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::http::Client;
+use crate::http::{Client, Deregistration, Drain, Registration, ServingChange};
 use crate::registrar::config::{LeaseLossPolicy, RegistrarConfig};
 use crate::registrar::machine::RegistrarMachine;
 use crate::registrar::outcome::{Action, Outcome};
-use crate::registrar::status::{RegistrarStatus, Registration};
+use crate::registrar::status::{LiveRegistration, RegistrarStatus};
 use crate::seed::SplitMix64;
 
 /// The serving state the application asks for, with its reason.
@@ -131,7 +130,7 @@ impl RegistrarBuilder {
 
 impl Registrar {
     /// A builder for the registration of `instance` of `key` with this record, fenced by
-    /// `incarnation` (see [`crate::registrar::incarnation`] for choosing one).
+    /// `incarnation` (see [`incarnation_at_start`](crate::incarnation_at_start) and [`incarnation_from_counter`](crate::incarnation_from_counter) for choosing one).
     pub fn builder(
         client: Client,
         key: ServiceKey,
@@ -162,7 +161,7 @@ impl Registrar {
 
     /// Waits until the instance is registered, or the registrar gave up (the status then
     /// says why: refused, superseded, ...).
-    pub async fn registered(&self) -> Result<Registration, RegistrarStatus> {
+    pub async fn registered(&self) -> Result<LiveRegistration, RegistrarStatus> {
         let mut status = self.status.clone();
         let settled = status
             .wait_for(|s| s.registration().is_some() || s.is_finished())
@@ -278,16 +277,11 @@ impl Shell {
                 serving,
                 ttl_ms,
             } => {
-                let request = RegisterRequest {
-                    incarnation: *incarnation,
-                    endpoint: EndpointSpec {
-                        serving: Some(*serving),
-                        ..self.endpoint.clone()
-                    },
-                    lease: Some(LeaseRequest::Grant { ttl_ms: *ttl_ms }),
-                    expected_revision: None,
-                };
-                self.client.register(key, instance, &request).await
+                let registration = Registration::new(*incarnation)
+                    .endpoint(self.endpoint.clone())
+                    .serving(*serving)
+                    .lease_ttl(Duration::from_millis(*ttl_ms));
+                self.client.register(key, instance, registration).await
             }
             Action::Renew { lease } => {
                 return match self.renew_client.renew_lease(&key.tenant, *lease).await {
@@ -300,30 +294,17 @@ impl Shell {
                 state,
                 reason,
             } => {
-                let request = SetServingRequest {
-                    incarnation: *incarnation,
-                    state: *state,
-                    reason: reason.clone(),
-                    expected_revision: None,
-                };
-                self.client.set_serving(key, instance, &request).await
+                let change = ServingChange::new(*incarnation, *state).reason(reason.clone());
+                self.client.set_serving(key, instance, change).await
             }
             Action::Drain { incarnation, reason } => {
                 // The registrar deregisters itself when its grace ends: no server-side grace.
-                let request = DrainRequest {
-                    incarnation: *incarnation,
-                    reason: reason.clone(),
-                    expected_revision: None,
-                    grace_ms: None,
-                };
-                self.client.drain(key, instance, &request).await
+                let drain = Drain::new(*incarnation).reason(reason.clone());
+                self.client.drain(key, instance, drain).await
             }
             Action::Deregister { incarnation } => {
-                let query = DeregisterQuery {
-                    incarnation: *incarnation,
-                    expected_revision: None,
-                };
-                self.client.deregister(key, instance, &query).await
+                let deregistration = Deregistration::new(*incarnation);
+                self.client.deregister(key, instance, deregistration).await
             }
             Action::RevokeLease { lease } => self.client.revoke_lease(&key.tenant, *lease).await,
         };
@@ -344,11 +325,11 @@ fn trace_outcome(action: &Action, outcome: &Outcome) {
                 "lease renewed"
             );
         }
-        (Action::Renew { lease }, Outcome::Failed(error)) if error.code() == "lease_not_found" => {
+        (Action::Renew { lease }, Outcome::Failed(error)) if error.code() == ErrorCode::LeaseNotFound => {
             tracing::error!(lease = lease.0, %error, "lease lost: the registry removed the endpoint");
         }
         (Action::Renew { lease }, Outcome::Failed(error)) => {
-            tracing::warn!(lease = lease.0, code = error.code(), %error, "lease renewal failed");
+            tracing::warn!(lease = lease.0, code = %error.code(), %error, "lease renewal failed");
         }
         (action, Outcome::Written(reply)) => {
             tracing::info!(
@@ -360,7 +341,7 @@ fn trace_outcome(action: &Action, outcome: &Outcome) {
             );
         }
         (action, Outcome::Failed(error)) => {
-            tracing::warn!(action = action_name(action), code = error.code(), %error, "call failed");
+            tracing::warn!(action = action_name(action), code = %error.code(), %error, "call failed");
         }
         (action, Outcome::Renewed(_)) => {
             tracing::warn!(action = action_name(action), "a renewal reply to another call");

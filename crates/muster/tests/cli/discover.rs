@@ -5,10 +5,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use muster_client::balance::EligibilityConfig;
 use muster_client::discover::{EndpointDiscover, EndpointKey};
-use muster_client::resolver::{Resolver, ResolverConfig};
-use muster_core::api::DrainRequest;
+use muster_client::{Drain, EligibilityConfig, Resolver, ResolverConfig};
 use muster_core::{Incarnation, InstanceId, ServiceKey};
 use tower::discover::Change;
 
@@ -18,7 +16,7 @@ fn key() -> ServiceKey {
     ServiceKey::new("acme", "prod", "web").unwrap()
 }
 
-async fn register(client: &muster_client::http::Client, instance: &str, incarnation: u64) {
+async fn register(client: &muster_client::Client, instance: &str, incarnation: u64) {
     crate::inproc::register(client, &key(), instance, incarnation, "10.0.0.1").await;
 }
 
@@ -61,14 +59,9 @@ async fn discovery_follows_eligibility_and_incarnations() {
         BTreeSet::from(["+web-0#1=10.0.0.1".to_owned(), "+web-1#1=10.0.0.1".to_owned()])
     );
 
-    let drain = DrainRequest {
-        incarnation: Incarnation(1),
-        reason: "deploy".into(),
-        expected_revision: None,
-        grace_ms: None,
-    };
+    let drain = Drain::new(Incarnation(1)).reason("deploy");
     client
-        .drain(&key(), &InstanceId::new("web-1").unwrap(), &drain)
+        .drain(&key(), &InstanceId::new("web-1").unwrap(), drain)
         .await
         .unwrap();
     assert_eq!(

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use muster_client::http::Client;
-use muster_core::api::RegisterRequest;
-use muster_core::{AddressSpec, EndpointSpec, Incarnation, InstanceId, ServiceKey};
+use muster_client::Client;
+use muster_client::Registration;
+use muster_core::{Incarnation, InstanceId, ServiceKey};
 use muster_server::{RunningServer, ServerConfig};
 use tempfile::TempDir;
 
@@ -33,20 +33,9 @@ pub(crate) async fn until(what: &str, mut done: impl FnMut() -> bool) {
 
 /// Registers `instance` of `key` at `ip`, without a lease: the plain record the client tests use.
 pub(crate) async fn register(client: &Client, key: &ServiceKey, instance: &str, incarnation: u64, ip: &str) {
-    let request = RegisterRequest {
-        incarnation: Incarnation(incarnation),
-        endpoint: EndpointSpec {
-            addresses: vec![AddressSpec {
-                ip: ip.into(),
-                scope: None,
-            }],
-            ..EndpointSpec::default()
-        },
-        lease: None,
-        expected_revision: None,
-    };
+    let registration = Registration::new(Incarnation(incarnation)).address(ip);
     client
-        .register(key, &InstanceId::new(instance).unwrap(), &request)
+        .register(key, &InstanceId::new(instance).unwrap(), registration)
         .await
         .unwrap();
 }

@@ -23,3 +23,4 @@ mod resolver;
 mod support;
 mod surface;
 mod tls;
+mod watch_stream;

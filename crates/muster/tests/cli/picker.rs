@@ -5,12 +5,10 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use muster_client::balance::EligibilityConfig;
-use muster_client::eject::OutlierDetector;
-use muster_client::picker::{PickError, Picker, Strategy};
-use muster_client::resolver::{Resolver, ResolverConfig};
-use muster_client::view::Risk;
-use muster_core::api::{DeregisterQuery, DrainRequest};
+use muster_client::{
+    Deregistration, Drain, EligibilityConfig, OutlierDetector, PickError, Picker, Resolver, ResolverConfig, Risk,
+    Strategy,
+};
 use muster_core::{Incarnation, InstanceId, ServiceKey};
 
 use crate::inproc::{Registry, until};
@@ -24,7 +22,7 @@ fn id(name: &str) -> InstanceId {
 }
 
 /// Registers pay-0, pay-1 and pay-2, ready.
-async fn register_three(client: &muster_client::http::Client) {
+async fn register_three(client: &muster_client::Client) {
     for (n, ip) in ["10.0.0.1", "10.0.0.2", "10.0.0.3"].into_iter().enumerate() {
         crate::inproc::register(client, &key(), &format!("pay-{n}"), 1, ip).await;
     }
@@ -74,13 +72,8 @@ async fn picks_follow_eligibility_ejection_and_drain() {
     let after_ejection = picked(&picker, 6, 1_000);
     assert_eq!(after_ejection, BTreeSet::from(["pay-1".into(), "pay-2".into()]));
 
-    let drain = DrainRequest {
-        incarnation: Incarnation(1),
-        reason: "deploy".into(),
-        expected_revision: None,
-        grace_ms: None,
-    };
-    let drained = client.drain(&key(), &id("pay-1"), &drain).await.unwrap();
+    let drain = Drain::new(Incarnation(1)).reason("deploy");
+    let drained = client.drain(&key(), &id("pay-1"), drain).await.unwrap();
     until("the drain arrives", || {
         resolver.view().active().unwrap().revision() >= drained.revision
     })
@@ -90,14 +83,7 @@ async fn picks_follow_eligibility_ejection_and_drain() {
 
     for name in ["pay-0", "pay-1", "pay-2"] {
         client
-            .deregister(
-                &key(),
-                &id(name),
-                &DeregisterQuery {
-                    incarnation: Incarnation(1),
-                    expected_revision: None,
-                },
-            )
+            .deregister(&key(), &id(name), Deregistration::new(Incarnation(1)))
             .await
             .unwrap();
     }
@@ -153,7 +139,7 @@ async fn hash_picks_keep_a_key_on_its_endpoint() {
     let client = registry.client();
     register_three(&client).await;
     let resolver = Arc::new(Resolver::start(client.clone(), key(), ResolverConfig::default()));
-    let zero = muster_client::balance::HashRingConfig { vnodes_per_endpoint: 0 };
+    let zero = muster_client::HashRingConfig { vnodes_per_endpoint: 0 };
     let refused = Picker::new(
         Arc::clone(&resolver),
         EligibilityConfig::default(),
@@ -161,7 +147,7 @@ async fn hash_picks_keep_a_key_on_its_endpoint() {
         OutlierDetector::default(),
     );
     assert_eq!(refused.unwrap_err().code(), "zero_not_allowed");
-    let hash = Strategy::Hash(muster_client::balance::HashRingConfig::default());
+    let hash = Strategy::Hash(muster_client::HashRingConfig::default());
     let picker = Picker::new(
         Arc::clone(&resolver),
         EligibilityConfig::default(),

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use muster_client::http::Client;
-use muster_client::registrar::{LeaseLossPolicy, Registrar, RegistrarStatus, incarnation_from_counter};
+use muster_client::Client;
+use muster_client::{LeaseLossPolicy, Registrar, RegistrarStatus, incarnation_from_counter};
 use muster_core::api::Frame;
 use muster_core::{
     AddressSpec, DeleteReason, Endpoint, EndpointSpec, Event, Incarnation, InstanceId, PortSpec, Protocol, ServiceKey,
@@ -38,7 +38,7 @@ fn spec() -> EndpointSpec {
     }
 }
 
-fn registrar(registry: &Registry) -> muster_client::registrar::RegistrarBuilder {
+fn registrar(registry: &Registry) -> muster_client::RegistrarBuilder {
     Registrar::builder(
         registry.client(),
         key(),
@@ -221,7 +221,7 @@ async fn with_the_stop_policy_a_lost_lease_is_reported_and_final() {
     else {
         panic!("{lost:?}");
     };
-    assert_eq!((lost.lease, error.code()), (first.lease, "lease_not_found"));
+    assert_eq!((lost.lease, error.code().as_str()), (first.lease, "lease_not_found"));
     assert!(record(&client).await.is_none());
 }
 

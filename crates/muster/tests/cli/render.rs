@@ -6,7 +6,7 @@ use std::sync::Arc;
 use muster_cli::CliError;
 use muster_cli::render::{eligible_only, frame_line, grant_text, resolve_text, services_text, utc, write_text};
 use muster_cli::table::Table;
-use muster_client::http::ClientError;
+use muster_client::ClientError;
 use muster_core::api::{
     ErrorBody, ErrorDetail, Frame, LeaseReply, ServiceSummary, ServicesReply, SnapshotReply, WriteReply,
 };
@@ -216,6 +216,7 @@ fn errors_map_to_their_code_and_exit_code() {
     let unreachable = CliError::from(ClientError::Connect {
         server: "http://127.0.0.1:1".into(),
         reason: "refused".into(),
+        source: std::sync::Arc::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)),
     });
     assert_eq!((unreachable.code(), unreachable.exit_code()), ("cannot_connect", 3));
 

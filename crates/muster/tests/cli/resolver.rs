@@ -5,12 +5,9 @@
 
 use std::time::Duration;
 
-use muster_client::balance::{EligibilityConfig, EligibleSet};
-use muster_client::eject::OutlierDetector;
-use muster_client::http::Client;
-use muster_client::resolver::{Resolver, ResolverConfig};
-use muster_client::view::{Risk, StaleBudget};
-use muster_core::api::{DeregisterQuery, DrainRequest};
+use muster_client::Client;
+use muster_client::{Deregistration, Drain, EligibilityConfig, EligibleSet, OutlierDetector};
+use muster_client::{Resolver, ResolverConfig, Risk, StaleBudget};
 use muster_core::{Incarnation, InstanceId, ServiceKey, ServingState};
 
 use crate::inproc::{Registry, until};
@@ -23,11 +20,8 @@ async fn register(client: &Client, instance: &str, ip: &str) {
     crate::inproc::register(client, &key(), instance, 1, ip).await;
 }
 
-fn once() -> DeregisterQuery {
-    DeregisterQuery {
-        incarnation: Incarnation(1),
-        expected_revision: None,
-    }
+fn once() -> Deregistration {
+    Deregistration::new(Incarnation(1))
 }
 
 /// The instances of the resolver's active set.
@@ -103,11 +97,11 @@ async fn compaction_while_disconnected_forces_a_resnapshot_that_keeps_the_delete
     registry
         .away(|elsewhere| async move {
             let id = InstanceId::new("api-0").unwrap();
-            elsewhere.deregister(&key(), &id, &once()).await.unwrap();
+            elsewhere.deregister(&key(), &id, once()).await.unwrap();
             for n in 0..5 {
                 register(&elsewhere, &format!("pad-{n}"), "10.0.1.1").await;
                 let pad = InstanceId::new(&format!("pad-{n}")).unwrap();
-                elsewhere.deregister(&key(), &pad, &once()).await.unwrap();
+                elsewhere.deregister(&key(), &pad, once()).await.unwrap();
             }
         })
         .await;
@@ -129,12 +123,7 @@ async fn a_drain_leaves_the_eligible_set_as_soon_as_the_update_arrives() {
         .drain(
             &key(),
             &InstanceId::new("api-1").unwrap(),
-            &DrainRequest {
-                incarnation: Incarnation(1),
-                reason: "deploy".into(),
-                expected_revision: None,
-                grace_ms: None,
-            },
+            Drain::new(Incarnation(1)).reason("deploy"),
         )
         .await
         .unwrap();

@@ -1,7 +1,7 @@
 //! The client library over TLS (SPEC S1): `https://` with the server's CA, a client
 //! certificate for a server that requires one, and clear refusals without them.
 
-use muster_client::http::{Client, ClientTls};
+use muster_client::{Client, ClientTls};
 use muster_server::ClientCertPolicy;
 use muster_testkit::pki::TestCa;
 
@@ -30,7 +30,7 @@ async fn an_https_server_is_read_with_its_ca_and_refused_without_it() {
     let ca = TestCa::new("muster test CA");
     let (mut registry, url) = tls_registry(&dir, &ca, None).await;
     let tls = ClientTls::builder(ca.pem().as_bytes()).unwrap().build().unwrap();
-    let status = Client::new(&url).unwrap().with_tls(&tls).status().await.unwrap();
+    let status = Client::builder(&url).tls(&tls).build().unwrap().status().await.unwrap();
     assert!(status.ready);
 
     let err = Client::new(&url).unwrap().status().await.unwrap_err();
@@ -41,9 +41,10 @@ async fn an_https_server_is_read_with_its_ca_and_refused_without_it() {
         .unwrap()
         .build()
         .unwrap();
-    let err = Client::new(&url)
+    let err = Client::builder(&url)
+        .tls(&stranger)
+        .build()
         .unwrap()
-        .with_tls(&stranger)
         .status()
         .await
         .unwrap_err();
@@ -58,9 +59,10 @@ async fn a_server_requiring_client_certificates_serves_a_client_with_one_from_it
     let clients = TestCa::new("muster clients CA");
     let (mut registry, url) = tls_registry(&dir, &ca, Some(&clients)).await;
     let without = ClientTls::builder(ca.pem().as_bytes()).unwrap().build().unwrap();
-    let err = Client::new(&url)
+    let err = Client::builder(&url)
+        .tls(&without)
+        .build()
         .unwrap()
-        .with_tls(&without)
         .status()
         .await
         .unwrap_err();
@@ -70,7 +72,13 @@ async fn a_server_requiring_client_certificates_serves_a_client_with_one_from_it
     let files = leaf.write(dir.path(), "client");
     let ca_file = ca.write(dir.path(), "ca.pem");
     let with = ClientTls::from_files(&ca_file, Some(&files.cert), Some(&files.key)).unwrap();
-    let status = Client::new(&url).unwrap().with_tls(&with).status().await.unwrap();
+    let status = Client::builder(&url)
+        .tls(&with)
+        .build()
+        .unwrap()
+        .status()
+        .await
+        .unwrap();
     assert!(status.ready);
 
     let half = ClientTls::from_files(&ca_file, Some(&files.cert), None).unwrap_err();
@@ -78,7 +86,7 @@ async fn a_server_requiring_client_certificates_serves_a_client_with_one_from_it
     let wrong_key = ClientTls::builder(ca.pem().as_bytes())
         .unwrap()
         .identity(leaf.cert.as_bytes(), clients.leaf(&[], &[], &[]).key.as_bytes())
-        .and_then(muster_client::http::ClientTlsBuilder::build)
+        .and_then(muster_client::ClientTlsBuilder::build)
         .unwrap_err();
     assert_eq!(wrong_key.code(), "invalid_tls", "{wrong_key}");
     registry.stop().await;

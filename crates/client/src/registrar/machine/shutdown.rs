@@ -9,7 +9,7 @@
 //!    └ not_found: nothing to drain ───────────────────┴──────────────────▶ Revoke
 //! ```
 
-use muster_core::ServingState;
+use muster_core::{ErrorCode, ServingState};
 use rand_core::RngCore;
 use tokio::time::Instant;
 
@@ -137,11 +137,11 @@ impl<R: RngCore> RegistrarMachine<R> {
                 *failures = 0;
                 *retry_at = now;
             }
-            Outcome::Failed(error) if error.code() == "stale_incarnation" => {
+            Outcome::Failed(error) if error.code() == ErrorCode::StaleIncarnation => {
                 let incarnation = live.registration.incarnation;
                 self.supersede(incarnation, error);
             }
-            Outcome::Failed(error) if error.code() == "not_found" => {
+            Outcome::Failed(error) if error.code() == ErrorCode::NotFound => {
                 // Nothing left to drain or delete; the lease is still ours to revoke.
                 *last_error = Some(error);
                 *stage = Stage::Revoke;
@@ -184,7 +184,12 @@ impl<R: RngCore> RegistrarMachine<R> {
                 *deregistered = true;
                 *stage = Stage::Revoke;
             }
-            Outcome::Failed(error) if matches!(error.code(), "stale_incarnation" | "not_found") => {
+            Outcome::Failed(error)
+                if matches!(
+                    error.code().api(),
+                    Some(ErrorCode::StaleIncarnation | ErrorCode::NotFound)
+                ) =>
+            {
                 // Already gone (expired, evicted, or replaced by a newer incarnation): the
                 // lease is still ours to revoke.
                 *last_error = Some(error);
@@ -216,7 +221,7 @@ impl<R: RngCore> RegistrarMachine<R> {
             return;
         };
         let error = match outcome {
-            Outcome::Failed(error) if error.code() != "lease_not_found" => last_error.take().or(Some(error)),
+            Outcome::Failed(error) if error.code() != ErrorCode::LeaseNotFound => last_error.take().or(Some(error)),
             _ => last_error.take(),
         };
         self.phase = Phase::Finished(stopped(*deregistered, error));
