@@ -78,6 +78,9 @@ pub enum Command {
     /// Access control: the one-time bootstrap, and tokens (create, list, revoke).
     #[command(subcommand)]
     Acl(crate::acl::AclCommand),
+    /// A local proxy: a stable address (127.0.0.1:15001) that forwards TCP, HTTP/1.1, HTTP/2
+    /// and gRPC to a service's eligible endpoints, balanced, retried within a budget, drained.
+    Proxy(crate::proxy::ProxyArgs),
     /// Load Muster (and etcd) over HTTP: throughput, p50/p99, the Muster/etcd ratio, the targets.
     Bench(muster_bench::BenchArgs),
     /// Simulate a fleet on the real registry and client code: failed requests, stale window, heartbeat and lookup rates.

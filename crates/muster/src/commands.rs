@@ -54,6 +54,7 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
             };
             print(out, &text).map(drop)
         }
+        Command::Proxy(args) => crate::proxy::run(args, json, out).await,
         Command::Lab(args) => Ok(muster_lab::run(args, json, out).await?),
     }
 }

@@ -47,6 +47,7 @@ pub mod error;
 pub mod logging;
 #[cfg(feature = "otel")]
 pub mod otel;
+pub mod proxy;
 pub mod render;
 pub mod serve;
 pub mod table;

@@ -19,7 +19,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // The server and the load generator need every core, and so does the lab's live server;
     // a client command needs one.
-    let serving = matches!(cli.command, Command::Serve(_) | Command::Bench(_));
+    let serving = matches!(cli.command, Command::Serve(_) | Command::Bench(_) | Command::Proxy(_));
     let json = cli.json;
     let runtime = if serving || matches!(cli.command, Command::Lab(_)) {
         tokio::runtime::Builder::new_multi_thread().enable_all().build()

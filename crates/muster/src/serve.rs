@@ -181,7 +181,7 @@ pub fn ready_line(listeners: &[(&str, Option<String>)], scheme: &str, data_dir: 
 
 /// A future that resolves on the first SIGTERM or SIGINT (Ctrl-C).
 #[cfg(unix)]
-fn stop_signal() -> Result<impl Future<Output = ()> + Send + 'static, CliError> {
+pub(crate) fn stop_signal() -> Result<impl Future<Output = ()> + Send + 'static, CliError> {
     use tokio::signal::unix::{SignalKind, signal};
     let install = |kind: SignalKind, name: &str| {
         signal(kind).map_err(|err| CliError::usage("signal", format!("cannot install a {name} handler: {err}")))
@@ -198,7 +198,7 @@ fn stop_signal() -> Result<impl Future<Output = ()> + Send + 'static, CliError> 
 
 /// A future that resolves on Ctrl-C.
 #[cfg(not(unix))]
-fn stop_signal() -> Result<impl Future<Output = ()> + Send + 'static, CliError> {
+pub(crate) fn stop_signal() -> Result<impl Future<Output = ()> + Send + 'static, CliError> {
     Ok(async {
         if let Err(err) = tokio::signal::ctrl_c().await {
             tracing::warn!("cannot wait for Ctrl-C ({err}); stop the process another way");

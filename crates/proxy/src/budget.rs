@@ -125,8 +125,10 @@ mod tests {
         assert!(budget.try_withdraw(9_999));
         // Ten seconds on, the deposits of second 0 are out of the window.
         assert!(!budget.try_withdraw(10_000));
-        budget.deposit(10_000);
-        budget.deposit(10_000);
+        // Four new requests fund two retries, one of which (at 9.999 s) is still in the window.
+        for _ in 0..4 {
+            budget.deposit(10_000);
+        }
         assert!(budget.try_withdraw(10_001));
         assert!(!budget.try_withdraw(10_002));
     }

@@ -32,6 +32,7 @@ use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use muster_core::Protocol;
 
 use crate::classify::{GRPC_UNAVAILABLE, Outcome};
 use crate::replay::{ReplayBody, Replayable};
@@ -140,22 +141,32 @@ impl HttpForwarder {
             .map(|value| xxhash_rust::xxh3::xxh3_64(value.as_bytes()));
         let body = Replayable::new(body);
         let mut attempt = 1;
+        let mut tried = Vec::new();
         loop {
-            let chosen = match target.choose(affinity) {
+            let chosen = match target.choose(affinity, &tried) {
                 Ok(chosen) => chosen,
                 Err(refusal) => {
                     Stats::bump(&target.stats.refused);
                     return Ok(refused(&refusal, grpc));
                 }
             };
+            tried.push(key_of(&chosen.endpoint));
             let in_flight = target.start(&chosen.endpoint);
             let pools = self.pools(key_of(&chosen.endpoint));
-            let upstream = if parts.version == Version::HTTP_2 {
+            // The port's registered protocol decides (an HTTP/1 backend behind an h2c
+            // caller gets HTTP/1.1); a port registered as plain TCP gets the caller's version.
+            let version = match chosen.protocol {
+                Protocol::Http2 | Protocol::Grpc => Version::HTTP_2,
+                Protocol::Http => Version::HTTP_11,
+                Protocol::Tcp | Protocol::Udp if parts.version == Version::HTTP_2 => Version::HTTP_2,
+                Protocol::Tcp | Protocol::Udp => Version::HTTP_11,
+            };
+            let upstream = if version == Version::HTTP_2 {
                 &pools.h2
             } else {
                 &pools.h1
             };
-            let outbound = match outbound_request(&parts, chosen.addr, body.attempt()) {
+            let outbound = match outbound_request(&parts, chosen.addr, version, body.attempt()) {
                 Ok(outbound) => outbound,
                 Err(message) => {
                     Stats::bump(&target.stats.failed);
@@ -210,6 +221,7 @@ impl HttpForwarder {
 fn outbound_request(
     parts: &hyper::http::request::Parts,
     addr: std::net::SocketAddr,
+    version: Version,
     body: ReplayBody<Incoming>,
 ) -> Result<Request<ReplayBody<Incoming>>, String> {
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -219,16 +231,22 @@ fn outbound_request(
     let mut request = Request::builder()
         .method(parts.method.clone())
         .uri(uri)
-        .version(parts.version)
+        .version(version)
         .body(body)
         .map_err(|err| err.to_string())?;
     let headers = request.headers_mut();
     *headers = parts.headers.clone();
     strip_hop_by_hop(headers);
-    if parts.version == Version::HTTP_2 {
+    if version == Version::HTTP_2 {
         // The authority travels in the URI (`:authority`); a Host header next to it would be
         // a second, conflicting one.
         headers.remove(hyper::header::HOST);
+    } else if !headers.contains_key(hyper::header::HOST)
+        && let Some(authority) = parts.uri.authority()
+        && let Ok(host) = HeaderValue::from_str(authority.as_str())
+    {
+        // An HTTP/2 caller's `:authority` becomes the HTTP/1.1 Host.
+        headers.insert(hyper::header::HOST, host);
     }
     Ok(request)
 }

@@ -31,9 +31,9 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use muster_client::http::Client;
-use muster_client::resolver::{Resolver, ResolverConfig};
-use muster_client::view::StaleBudget;
+use muster_client::Client;
+use muster_client::StaleBudget;
+use muster_client::{Resolver, ResolverConfig};
 use muster_core::ServiceKey;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -92,6 +92,8 @@ pub struct RunningProxy {
     resolvers: Vec<Arc<Resolver>>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    /// The upstream-pool pruners: they follow the views and end when stopped.
+    pruners: Vec<JoinHandle<()>>,
 }
 
 /// The last-known-good file of a service in `dir`.
@@ -125,6 +127,7 @@ pub async fn start(config: ProxyConfig, client: Client) -> Result<RunningProxy, 
     let (stop, stopping) = watch::channel(false);
     let mut targets = Vec::new();
     let mut tasks = Vec::new();
+    let mut pruners = Vec::new();
     let mut addrs = Vec::new();
     for (listener, socket) in config.listeners.iter().zip(bound) {
         let resolver = match resolvers.iter().find(|r| r.key() == &listener.service) {
@@ -153,7 +156,7 @@ pub async fn start(config: ProxyConfig, client: Client) -> Result<RunningProxy, 
         let target = Arc::new(Target::new(&listener, &config, resolver));
         let forwarder = (listener.protocol != ListenerProtocol::Tcp).then(|| {
             let forwarder = HttpForwarder::new(Arc::clone(&target), config.connect_timeout);
-            tasks.push(tokio::spawn(Arc::clone(&forwarder).prune()));
+            pruners.push(tokio::spawn(Arc::clone(&forwarder).prune()));
             forwarder
         });
         let settings = Settings {
@@ -195,6 +198,7 @@ pub async fn start(config: ProxyConfig, client: Client) -> Result<RunningProxy, 
         resolvers,
         stop,
         tasks,
+        pruners,
     })
 }
 
@@ -221,6 +225,9 @@ impl RunningProxy {
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = task.await;
+        }
+        for pruner in self.pruners {
+            pruner.abort();
         }
         drop(self.targets);
         for resolver in self.resolvers {

@@ -178,7 +178,7 @@ mod tests {
 
     use super::*;
 
-    fn chunks(parts: &[&'static [u8]]) -> impl Body<Data = Bytes, Error = std::convert::Infallible> + Unpin {
+    fn chunks(parts: &[&'static [u8]]) -> impl Body<Data = Bytes, Error = std::convert::Infallible> + Unpin + use<> {
         let frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = parts
             .iter()
             .map(|part| Ok(Frame::data(Bytes::from_static(part))))

@@ -14,12 +14,12 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use muster_client::balance::{EligibilityConfig, HashRingConfig, LocalityConfig};
-use muster_client::eject::OutlierDetector;
-use muster_client::picker::{PickError, Picker, Strategy};
-use muster_client::resolver::Resolver;
-use muster_client::view::Risk;
-use muster_core::{Endpoint, Incarnation, InstanceId, ServingState};
+use muster_client::OutlierDetector;
+use muster_client::Resolver;
+use muster_client::Risk;
+use muster_client::{EligibilityConfig, HashRingConfig, LocalityConfig};
+use muster_client::{PickError, Picker, Strategy};
+use muster_core::{Endpoint, Incarnation, InstanceId, Protocol, ServingState};
 
 use crate::budget::RetryBudget;
 use crate::clock;
@@ -32,6 +32,9 @@ pub type EndpointKey = (InstanceId, Incarnation);
 pub fn key_of(endpoint: &Endpoint) -> EndpointKey {
     (endpoint.instance.clone(), endpoint.incarnation)
 }
+
+/// How many times a retry asks the balancer for an endpoint it has not tried yet.
+const AVOID_DRAWS: usize = 4;
 
 /// A listener's counters, read by `/metrics`.
 #[derive(Debug, Default)]
@@ -64,6 +67,8 @@ pub struct Chosen {
     pub endpoint: Arc<Endpoint>,
     /// Where to connect.
     pub addr: SocketAddr,
+    /// What that port speaks, as registered.
+    pub protocol: Protocol,
 }
 
 /// Why nothing could be chosen.
@@ -156,32 +161,51 @@ impl Target {
     /// Chooses an endpoint for one attempt. The view may be older than the stale budget: a
     /// proxy keeps forwarding to its last known good set through a registry outage and
     /// reports the age (SPEC C2, read-only risk with stale reads allowed).
-    pub fn choose(&self, affinity: Option<u64>) -> Result<Chosen, Refusal> {
+    ///
+    /// A retry passes the endpoints already tried in `avoid`: the balancer is asked again a
+    /// few times for another one (a retry to the endpoint that just failed rarely helps), and
+    /// only if it offers nothing else is a tried one used again.
+    pub fn choose(&self, affinity: Option<u64>, avoid: &[EndpointKey]) -> Result<Chosen, Refusal> {
         let now = clock::now_ms();
-        let pick = match affinity {
-            Some(key) => self.picker.pick_keyed(Risk::ReadOnly, key, now),
-            None => self.picker.pick(Risk::ReadOnly, now),
+        let mut pick = None;
+        for draw in 0..AVOID_DRAWS {
+            let next = match affinity {
+                // A retry of a keyed request leaves its ring point: any endpoint will do.
+                Some(key) if draw == 0 && avoid.is_empty() => self.picker.pick_keyed(Risk::ReadOnly, key, now),
+                _ => self.picker.pick(Risk::ReadOnly, now),
+            }
+            .map_err(|err| match err {
+                PickError::NoEndpoint => Refusal::NoEndpoint,
+                _ => Refusal::NoView,
+            })?;
+            let fresh = !avoid.contains(&key_of(&next.endpoint));
+            pick = Some(next);
+            if fresh {
+                break;
+            }
         }
-        .map_err(|err| match err {
-            PickError::NoEndpoint => Refusal::NoEndpoint,
-            _ => Refusal::NoView,
-        })?;
-        let addr = self.address(&pick.endpoint).ok_or(Refusal::NoEndpoint)?;
+        let pick = pick.ok_or(Refusal::NoEndpoint)?;
+        let (addr, protocol) = self.port_of(&pick.endpoint).ok_or(Refusal::NoEndpoint)?;
         Ok(Chosen {
             endpoint: pick.endpoint,
             addr,
+            protocol,
         })
     }
 
     /// Where `endpoint` takes this listener's traffic: its first reachable address and the
     /// configured named port (or its first port).
     pub fn address(&self, endpoint: &Endpoint) -> Option<SocketAddr> {
+        self.port_of(endpoint).map(|(addr, _)| addr)
+    }
+
+    fn port_of(&self, endpoint: &Endpoint) -> Option<(SocketAddr, Protocol)> {
         let ip = self.picker.eligibility().reachable_address(endpoint)?.ip;
         let port = match &self.config.port {
-            Some(name) => endpoint.ports.iter().find(|p| &p.name == name)?.port,
-            None => endpoint.ports.first()?.port,
+            Some(name) => endpoint.ports.iter().find(|p| &p.name == name)?,
+            None => endpoint.ports.first()?,
         };
-        Some(SocketAddr::new(ip, port))
+        Some((SocketAddr::new(ip, port.port), port.protocol))
     }
 
     /// An original request (or connection) started: it funds the retry budget.
@@ -246,7 +270,7 @@ impl Target {
 }
 
 /// Whether `view` still routes new work to `key` (absent views route what they had).
-pub fn routed(view: &muster_client::view::View, key: &EndpointKey) -> bool {
+pub fn routed(view: &muster_client::View, key: &EndpointKey) -> bool {
     let Some(set) = view.active() else {
         return true;
     };

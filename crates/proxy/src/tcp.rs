@@ -24,8 +24,10 @@ use crate::target::{Chosen, Refusal, Stats, Target, key_of};
 /// within the budget. `Err` when every allowed attempt failed or nothing could be chosen.
 pub async fn connect(target: &Target, connect_timeout: Duration) -> Result<(Chosen, TcpStream), Option<Refusal>> {
     let mut attempt = 1;
+    let mut tried = Vec::new();
     loop {
-        let chosen = target.choose(None).map_err(Some)?;
+        let chosen = target.choose(None, &tried).map_err(Some)?;
+        tried.push(key_of(&chosen.endpoint));
         match tokio::time::timeout(connect_timeout, TcpStream::connect(chosen.addr)).await {
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);

@@ -1,0 +1,148 @@
+//! Drain without errors (SPEC D3, L6; `reference/control-plane-state.txt` "Drain before
+//! removal"): a draining endpoint gets no new work at once, its work in flight finishes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use muster_client::{Protocol, ServingState};
+use muster_proxy::config::ListenerProtocol;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::{Backend, Registry, get, http_client, proxy, proxy_with, until, until_eligible};
+
+/// Waits until the proxy's view has `instance` draining.
+async fn until_draining(proxy: &muster_proxy::RunningProxy, instance: &str) {
+    let target = Arc::clone(&proxy.targets()[0]);
+    until(&format!("the proxy sees {instance} draining"), || {
+        target.resolver().view().active().is_some_and(|set| {
+            set.iter()
+                .any(|e| e.instance.as_str() == instance && e.serving == ServingState::Draining)
+        })
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_slow_request_in_flight_on_a_draining_endpoint_completes_and_it_gets_nothing_new() {
+    let registry = Registry::start().await;
+    let slow = Backend::http("slow").await;
+    registry.register("slow", slow.addr, Protocol::Http).await;
+    let proxy = proxy(&registry, ListenerProtocol::Http).await;
+    until_eligible(&proxy, 1).await;
+    let addr = proxy.listeners()[0];
+    let in_flight = tokio::spawn(async move { get(&http_client(false), addr, "/slow?ms=1500").await });
+    until("the slow request reached the backend", || slow.count() == 1).await;
+    let other = Backend::http("other").await;
+    registry.register("other", other.addr, Protocol::Http).await;
+    registry.drain("slow").await;
+    until_draining(&proxy, "slow").await;
+    let client = http_client(false);
+    for _ in 0..30 {
+        let (status, body) = get(&client, addr, "/").await.expect("answered");
+        assert_eq!((status, body.as_str()), (200, "other"));
+    }
+    let (status, body) = in_flight.await.unwrap().expect("the slow request completes");
+    assert_eq!((status, body.as_str()), (200, "slow"));
+    assert_eq!(slow.count(), 1, "the draining endpoint got no new request");
+}
+
+#[tokio::test]
+async fn draining_one_of_three_under_load_fails_no_request() {
+    let registry = Registry::start().await;
+    let mut backends = Vec::new();
+    for name in ["a", "b", "c"] {
+        let backend = Backend::http(name).await;
+        registry.register(name, backend.addr, Protocol::Http).await;
+        backends.push(backend);
+    }
+    let proxy = proxy(&registry, ListenerProtocol::Http).await;
+    until_eligible(&proxy, 3).await;
+    let addr = proxy.listeners()[0];
+    let failures = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    // A bounded load loop: 8 callers x 150 requests, each a short request.
+    let mut load = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let failures = Arc::clone(&failures);
+        let done = Arc::clone(&done);
+        load.spawn(async move {
+            let client = http_client(false);
+            for _ in 0..150 {
+                match get(&client, addr, "/slow?ms=5").await {
+                    Ok((200, _)) => {}
+                    _ => {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    until("a third of the load ran", || done.load(Ordering::Relaxed) >= 400).await;
+    registry.drain("a").await;
+    until_draining(&proxy, "a").await;
+    let target = Arc::clone(&proxy.targets()[0]);
+    until("requests in flight to a finished", || {
+        target.in_flight().keys().all(|(instance, _)| instance.as_str() != "a")
+    })
+    .await;
+    let a_after_drain = backends[0].count();
+    // The drained backend now stops for good, as a deploy would stop it.
+    backends[0].kill();
+    while load.join_next().await.is_some() {}
+    assert_eq!(failures.load(Ordering::Relaxed), 0, "no request failed");
+    assert_eq!(
+        backends[0].count(),
+        a_after_drain,
+        "a got nothing once the drain was seen"
+    );
+    assert!(backends[1].count() > 0 && backends[2].count() > 0);
+}
+
+#[tokio::test]
+async fn stopping_the_proxy_lets_a_request_in_flight_finish() {
+    let registry = Registry::start().await;
+    let slow = Backend::http("slow").await;
+    registry.register("slow", slow.addr, Protocol::Http).await;
+    let proxy = proxy(&registry, ListenerProtocol::Http).await;
+    until_eligible(&proxy, 1).await;
+    let addr = proxy.listeners()[0];
+    let in_flight = tokio::spawn(async move { get(&http_client(false), addr, "/slow?ms=800").await });
+    until("the slow request reached the backend", || slow.count() == 1).await;
+    proxy.shutdown().await;
+    let (status, body) = in_flight.await.unwrap().expect("the request in flight completes");
+    assert_eq!((status, body.as_str()), (200, "slow"));
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "a stopped proxy accepts nothing"
+    );
+}
+
+#[tokio::test]
+async fn a_tcp_stream_to_a_draining_endpoint_runs_until_the_grace_then_is_cut() {
+    let registry = Registry::start().await;
+    let echo = Backend::echo("echo").await;
+    registry.register("echo", echo.addr, Protocol::Tcp).await;
+    let proxy = proxy_with(&registry, ListenerProtocol::Tcp, |mut config| {
+        config.drain_grace = Duration::from_millis(700);
+        config
+    })
+    .await;
+    until_eligible(&proxy, 1).await;
+    let mut stream = TcpStream::connect(proxy.listeners()[0]).await.unwrap();
+    let mut greeting = [0u8; 5];
+    stream.read_exact(&mut greeting).await.unwrap();
+    registry.drain("echo").await;
+    until_draining(&proxy, "echo").await;
+    // Still flowing inside the grace.
+    stream.write_all(b"ping").await.unwrap();
+    let mut pong = [0u8; 4];
+    stream.read_exact(&mut pong).await.unwrap();
+    assert_eq!(&pong, b"ping");
+    // Then cut: the read ends (bounded by the test's step, not timed).
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(crate::support::STEP, stream.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the stream was cut after the grace");
+}

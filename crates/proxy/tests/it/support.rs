@@ -1,0 +1,280 @@
+//! What the proxy's tests share: an in-process registry, real backends (HTTP/1.1 + h2c
+//! servers that name themselves and count requests, a TCP echo), a proxy in front, and a
+//! bounded wait.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use muster_client::{Client, Drain, Incarnation, InstanceId, Protocol, Registration, ServiceKey};
+use muster_proxy::RunningProxy;
+use muster_proxy::config::{ListenerConfig, ListenerProtocol, ProxyConfig};
+use muster_server::{RunningServer, ServerConfig};
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+/// The longest any single step may take on a loaded 2-core machine; reached only when broken.
+pub(crate) const STEP: Duration = Duration::from_secs(20);
+const POLL: Duration = Duration::from_millis(20);
+
+/// Waits (bounded by [`STEP`]) until `done` holds.
+pub(crate) async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..(STEP.as_millis() / POLL.as_millis()) {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+pub(crate) fn key() -> ServiceKey {
+    ServiceKey::new("default", "prod", "api").unwrap()
+}
+
+/// A registry on a free loopback port with a scratch data dir; stoppable and restartable on
+/// the same port.
+pub(crate) struct Registry {
+    server: Option<RunningServer>,
+    config: ServerConfig,
+    _dir: TempDir,
+}
+
+impl Registry {
+    pub(crate) async fn start() -> Registry {
+        let dir = tempfile::tempdir().unwrap();
+        let config = ServerConfig {
+            data_dir: dir.path().to_path_buf(),
+            http: "127.0.0.1:0".parse().unwrap(),
+            dns: "127.0.0.1:0".parse().unwrap(),
+            consul: muster_server::ConsulConfig {
+                addr: "127.0.0.1:0".parse().unwrap(),
+                ..muster_server::ConsulConfig::default()
+            },
+            progress_interval_ms: 200,
+            shutdown_grace_ms: 1_000,
+            ..ServerConfig::default()
+        };
+        let server = muster_server::start(config.clone()).await.expect("the registry starts");
+        Registry {
+            config: ServerConfig {
+                http: server.local_addr(),
+                ..config
+            },
+            server: Some(server),
+            _dir: dir,
+        }
+    }
+
+    pub(crate) fn client(&self) -> Client {
+        Client::new(&format!("http://{}", self.config.http)).unwrap()
+    }
+
+    pub(crate) async fn stop(&mut self) {
+        let server = self.server.take().expect("running");
+        tokio::time::timeout(STEP, server.stop()).await.unwrap().unwrap();
+    }
+
+    pub(crate) async fn restart(&mut self) {
+        self.server = Some(muster_server::start(self.config.clone()).await.expect("restarts"));
+    }
+
+    /// Registers `backend` as `instance` (incarnation 1, its port named `http` speaking
+    /// `protocol`).
+    pub(crate) async fn register(&self, instance: &str, addr: SocketAddr, protocol: Protocol) {
+        let registration = Registration::new(Incarnation(1))
+            .address(addr.ip().to_string())
+            .port_speaking("http", addr.port(), protocol);
+        self.client()
+            .register(&key(), &InstanceId::new(instance).unwrap(), registration)
+            .await
+            .expect("registers");
+    }
+
+    pub(crate) async fn drain(&self, instance: &str) {
+        self.client()
+            .drain(&key(), &InstanceId::new(instance).unwrap(), Drain::new(Incarnation(1)))
+            .await
+            .expect("drains");
+    }
+}
+
+/// A backend: HTTP/1.1 and h2c on one port. `GET /slow?ms=N` answers after N ms; `/fail`
+/// answers 503; anything else answers 200 with the backend's name. Counts requests.
+pub(crate) struct Backend {
+    pub(crate) addr: SocketAddr,
+    pub(crate) requests: Arc<AtomicU64>,
+    tasks: JoinSet<()>,
+}
+
+impl Backend {
+    pub(crate) async fn http(name: &'static str) -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(AtomicU64::new(0));
+        let mut tasks = JoinSet::new();
+        let counter = Arc::clone(&requests);
+        tasks.spawn(async move {
+            let mut connections = JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let counter = Arc::clone(&counter);
+                connections.spawn(async move {
+                    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                        let counter = Arc::clone(&counter);
+                        async move { Ok::<_, Infallible>(answer(name, &counter, request).await) }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Backend { addr, requests, tasks }
+    }
+
+    /// A TCP backend that writes its name, then echoes.
+    pub(crate) async fn echo(name: &'static str) -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&requests);
+        let mut tasks = JoinSet::new();
+        tasks.spawn(async move {
+            let mut connections = JoinSet::new();
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                connections.spawn(async move {
+                    let _ = stream.write_all(format!("{name}\n").as_bytes()).await;
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = stream.read(&mut buf).await {
+                        if n == 0 || stream.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        Backend { addr, requests, tasks }
+    }
+
+    pub(crate) fn count(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Kills the backend as SIGKILL would: the port refuses from now on and every open
+    /// connection breaks.
+    pub(crate) fn kill(&mut self) {
+        self.tasks.abort_all();
+    }
+}
+
+async fn answer(name: &str, counter: &AtomicU64, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    counter.fetch_add(1, Ordering::Relaxed);
+    let path = request.uri().path().to_owned();
+    let query = request.uri().query().unwrap_or("").to_owned();
+    let body = request
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    if path == "/slow" {
+        let ms: u64 = query.strip_prefix("ms=").and_then(|ms| ms.parse().ok()).unwrap_or(500);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if path == "/fail" {
+        let mut response = Response::new(Full::new(Bytes::from_static(b"failing")));
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        return response;
+    }
+    let text = if body.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{name}:{}", body.len())
+    };
+    Response::new(Full::new(Bytes::from(text)))
+}
+
+/// A proxy with one listener on a free port in front of `registry`'s `prod/api`.
+pub(crate) async fn proxy(registry: &Registry, protocol: ListenerProtocol) -> RunningProxy {
+    proxy_with(registry, protocol, |config| config).await
+}
+
+pub(crate) async fn proxy_with(
+    registry: &Registry,
+    protocol: ListenerProtocol,
+    adjust: impl FnOnce(ProxyConfig) -> ProxyConfig,
+) -> RunningProxy {
+    let mut listener = ListenerConfig::new("127.0.0.1:0".parse().unwrap(), key());
+    listener.protocol = protocol;
+    let config = adjust(ProxyConfig {
+        listeners: vec![listener],
+        admin: Some("127.0.0.1:0".parse().unwrap()),
+        drain_grace: Duration::from_secs(2),
+        ..ProxyConfig::default()
+    });
+    muster_proxy::start(config, registry.client())
+        .await
+        .expect("the proxy starts")
+}
+
+/// Waits until the proxy's listener routes over `eligible` endpoints.
+pub(crate) async fn until_eligible(proxy: &RunningProxy, eligible: usize) {
+    let target = Arc::clone(&proxy.targets()[0]);
+    until(&format!("the proxy sees {eligible} eligible endpoints"), || {
+        target.resolver().view().active().is_some_and(|set| {
+            set.iter()
+                .filter(|e| e.serving == muster_client::ServingState::Ready)
+                .count()
+                == eligible
+        })
+    })
+    .await;
+}
+
+/// An HTTP client of the proxy: HTTP/1.1, or h2c with prior knowledge.
+pub(crate) fn http_client(
+    h2: bool,
+) -> hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>> {
+    let mut builder = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
+    builder.http2_only(h2);
+    builder.build_http()
+}
+
+/// GETs `path` through the proxy; the status and body text, or the transport error.
+pub(crate) async fn get(
+    client: &hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+    proxy: SocketAddr,
+    path: &str,
+) -> Result<(u16, String), String> {
+    let request = Request::get(format!("http://{proxy}{path}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = tokio::time::timeout(STEP, client.request(request))
+        .await
+        .map_err(|_| "timed out".to_owned())?
+        .map_err(|err| err.to_string())?;
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|err| err.to_string())?
+        .to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
