@@ -25,8 +25,9 @@ use hyper_util::rt::TokioExecutor;
 use muster_client::balance::EligibilityConfig;
 use muster_client::discover::EndpointDiscover;
 use muster_client::http::{Client, DEFAULT_SERVER};
+use muster_client::member::Member;
 use muster_client::resolver::{Resolver, ResolverConfig};
-use muster_core::{Endpoint, ServiceKey};
+use muster_core::ServiceKey;
 use tower::balance::p2c::Balance;
 use tower::load::{CompleteOnResponse, PendingRequestsDiscover};
 use tower::{Service, ServiceExt, service_fn};
@@ -52,7 +53,7 @@ async fn main() -> Result<(), BoxError> {
     let eligibility = EligibilityConfig::default();
     let reach = eligibility.clone();
     // One service per endpoint: it sends a request to that endpoint's reachable address.
-    let discover = EndpointDiscover::new(&resolver, eligibility, move |endpoint: &Arc<Endpoint>| {
+    let discover = EndpointDiscover::new(&resolver, eligibility, move |endpoint: &Arc<Member>| {
         let ip = reach
             .reachable_address(endpoint)
             .map_or(endpoint.addresses[0].ip, |a| a.ip);

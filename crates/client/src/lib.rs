@@ -8,7 +8,10 @@
 //! - [`http`]: the HTTP client of the whole `/v1` API.
 //! - [`resolver`]: the I/O shell that keeps one service's view current over a watch and
 //!   publishes it (reconnects, backoff, last-known-good saves).
+//! - [`resolver_set`]: resolvers of many services sharing one namespace watch.
 //! - [`lkg`]: the last-known-good set on disk.
+//! - [`member`]: the compact endpoint record and set a view keeps (routing fields and
+//!   fingerprints).
 //! - [`balance`]: eligibility (C3) and the balancers (C4), all over one eligible set.
 //! - [`eject`]: local outlier ejection (C5, H6).
 //! - [`registrar`]: register, renew with jitter, report readiness, drain on shutdown (C6).
@@ -22,8 +25,10 @@ pub mod discover;
 pub mod eject;
 pub mod http;
 pub mod lkg;
+pub mod member;
 pub mod picker;
 pub mod registrar;
 pub mod resolver;
+pub mod resolver_set;
 mod seed;
 pub mod view;
