@@ -117,3 +117,58 @@ fn decode(bytes: &[u8]) -> Result<LastKnownGood, String> {
         confirmed_ms: body.confirmed_ms,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balance::fixtures::{Fixture, REVISION};
+
+    fn saved_view() -> View {
+        let key = ServiceKey::new("acme", "prod", "api").unwrap();
+        let endpoints = (0..2).map(|n| Fixture::ready(n).endpoint());
+        let snapshot = muster_core::ServiceSnapshot::from_endpoints(key.clone(), REVISION, endpoints);
+        let mut view = View::new(key);
+        view.install(snapshot, REVISION, 100);
+        view
+    }
+
+    #[test]
+    fn a_saved_set_loads_back_whole() {
+        let view = saved_view();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api.lkg");
+        assert!(save(&view, 150, &path).unwrap());
+        let loaded = load(&path).unwrap().unwrap();
+        assert_eq!(&loaded.snapshot, &**view.active().unwrap());
+        assert_eq!((loaded.current_to, loaded.confirmed_ms), (REVISION, 100));
+    }
+
+    /// A body whose checksum holds but whose members do not sum to its digest (a writer's
+    /// bug, not a damaged disk) is refused too.
+    #[test]
+    fn a_set_whose_members_miss_its_digest_is_refused_even_with_a_good_checksum() {
+        let view = saved_view();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api.lkg");
+        save(&view, 150, &path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let newline = bytes.iter().position(|&b| b == b'\n').unwrap();
+        let mut body: serde_json::Value = serde_json::from_slice(&bytes[newline + 1..]).unwrap();
+        body["members"].as_array_mut().unwrap().pop();
+        let body = serde_json::to_vec(&body).unwrap();
+        let mut forged = format!("{MAGIC}{}\n", checksum(&body)).into_bytes();
+        forged.extend_from_slice(&body);
+        std::fs::write(&path, forged).unwrap();
+        let refused = load(&path).unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::InvalidData);
+        assert!(refused.to_string().contains("digest"), "{refused}");
+    }
+
+    #[test]
+    fn a_file_of_another_format_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api.lkg");
+        std::fs::write(&path, b"{\"snapshot\":{}}").unwrap();
+        assert_eq!(load(&path).unwrap_err().kind(), io::ErrorKind::InvalidData);
+    }
+}

@@ -140,3 +140,38 @@ fn saved_members_whose_fingerprints_miss_the_digest_are_refused() {
     let twice = members().chain(members().take(1));
     assert!(MemberSet::from_members(key(), set.revision(), set.digest(), twice).is_err());
 }
+
+/// SPEC C1 through the view: an update whose digest does not match keeps the compact set and
+/// asks for a snapshot, even when the tampered field is one the view does not keep.
+#[test]
+fn the_view_catches_a_digest_mismatch_with_the_compact_set() {
+    use crate::view::{Next, Resnapshot, View};
+    let full = snapshot(&endpoints(2));
+    let mut view = View::new(key());
+    view.install(full.clone(), full.revision(), 0);
+    let mut mangled = update(
+        &full,
+        vec![Event::Put {
+            endpoint: Fixture::ready(1).serving(ServingState::NotServing).endpoint(),
+        }],
+    );
+    let mut endpoint = Endpoint::clone(&Fixture::ready(1).serving(ServingState::NotServing).endpoint());
+    endpoint.labels = muster_core::Labels::default();
+    endpoint.provenance.policy_revision = Revision(99);
+    mangled.events = vec![Event::Put {
+        endpoint: Arc::new(endpoint),
+    }];
+    assert_eq!(
+        view.on_update(&mangled, 1),
+        Next::Resnapshot(Resnapshot::DigestMismatch {
+            revision: mangled.revision
+        })
+    );
+    let active = view.active().unwrap();
+    assert_eq!(active.revision(), full.revision(), "the old set is kept");
+    assert_eq!(
+        active.get(&InstanceId::new("ep-0001").unwrap()).unwrap().serving,
+        ServingState::Ready
+    );
+    assert!(view.status(1).resnapshot_pending);
+}

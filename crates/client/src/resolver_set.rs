@@ -361,3 +361,7 @@ async fn pause(wake: &Notify, services: &mut Services, delay: std::time::Duratio
         }
     }
 }
+
+#[cfg(test)]
+#[path = "resolver_set_tests.rs"]
+mod tests;
