@@ -27,6 +27,13 @@
 //! that has not delivered a frame yet, that costs one fresh watch (the known price of
 //! sharing: the namespace is resnapshotted once per late joiner, not per frame).
 //!
+//! # Authorisation
+//!
+//! A namespace watch needs the caller's token to pass the namespace's watch gate; the server
+//! then leaves out the services the token may not watch, whose views stay without a set
+//! (`unavailable`, as for a refused single-service watch). A caller whose token only names
+//! single services should use [`Resolver::start`](crate::resolver::Resolver) per service.
+//!
 //! # Lifetime
 //!
 //! A service leaves when its last resolver handle is dropped or stopped; the namespace task

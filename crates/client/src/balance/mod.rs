@@ -3,7 +3,7 @@
 //! # Design
 //!
 //! ```text
-//!  active view: Arc<Member>s at a revision ─┐
+//!  active view: Arc<Member>s at a revision ───┐
 //!  local ejections (eject::OutlierDetector) ──┼─▶ EligibleSet::build   O(n log n), once per
 //!  EligibilityConfig (degraded? scopes, panic)┘        │               view or ejection change
 //!                                                      ▼

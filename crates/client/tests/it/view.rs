@@ -439,6 +439,6 @@ fn the_last_known_good_set_round_trips_and_a_damaged_one_is_refused() {
     std::fs::write(&path, text).unwrap();
     assert!(
         muster_client::lkg::load(&path).is_err(),
-        "a set whose digest does not match is not trusted"
+        "a damaged set (its checksum fails) is not trusted"
     );
 }
