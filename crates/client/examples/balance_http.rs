@@ -23,8 +23,8 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
 use muster_client::discover::EndpointDiscover;
-use muster_client::{Client, DEFAULT_SERVER, EligibilityConfig, Resolver, ResolverConfig};
-use muster_core::{Endpoint, ServiceKey};
+use muster_client::{Client, DEFAULT_SERVER, EligibilityConfig, Member, Resolver, ResolverConfig};
+use muster_core::ServiceKey;
 use tower::balance::p2c::Balance;
 use tower::load::{CompleteOnResponse, PendingRequestsDiscover};
 use tower::{Service, ServiceExt, service_fn};
@@ -50,7 +50,7 @@ async fn main() -> Result<(), BoxError> {
     let eligibility = EligibilityConfig::default();
     let reach = eligibility.clone();
     // One service per endpoint: it sends a request to that endpoint's reachable address.
-    let discover = EndpointDiscover::new(&resolver, eligibility, move |endpoint: &Arc<Endpoint>| {
+    let discover = EndpointDiscover::new(&resolver, eligibility, move |endpoint: &Arc<Member>| {
         let ip = reach
             .reachable_address(endpoint)
             .map_or(endpoint.addresses[0].ip, |a| a.ip);

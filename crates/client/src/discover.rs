@@ -20,12 +20,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use muster_core::{Endpoint, Incarnation, InstanceId};
+use muster_core::{Incarnation, InstanceId};
 use tokio::sync::mpsc;
 use tower::discover::Change;
 
 use crate::balance::{EligibilityConfig, EligibleSet};
 use crate::eject::OutlierDetector;
+use crate::member::Member;
 use crate::resolver::Resolver;
 
 /// What identifies an endpoint to the balancer: one run of one instance.
@@ -46,7 +47,7 @@ impl<S: Send + 'static> EndpointDiscover<S> {
     /// service the balancer will call (e.g. an HTTP client bound to its address).
     pub fn new<F>(resolver: &Resolver, eligibility: EligibilityConfig, make: F) -> EndpointDiscover<S>
     where
-        F: FnMut(&Arc<Endpoint>) -> S + Send + 'static,
+        F: FnMut(&Arc<Member>) -> S + Send + 'static,
     {
         let (sender, changes) = mpsc::channel(CHANGE_BUFFER);
         let views = resolver.subscribe();
@@ -63,7 +64,7 @@ async fn diff_views<S, F>(
     sender: mpsc::Sender<Change<EndpointKey, S>>,
     service: muster_core::ServiceKey,
 ) where
-    F: FnMut(&Arc<Endpoint>) -> S,
+    F: FnMut(&Arc<Member>) -> S,
 {
     // Ejection is per call site; a balancer fed by discovery ejects through its own load and
     // readiness signals, so no local ejections are applied here.
@@ -71,7 +72,7 @@ async fn diff_views<S, F>(
     let mut sent: BTreeSet<EndpointKey> = BTreeSet::new();
     // The set last diffed: the resolver publishes on every frame, progress included, and a
     // view whose set did not change has nothing to diff (only new sets get a new `Arc`).
-    let mut diffed: Option<Arc<muster_core::ServiceSnapshot>> = None;
+    let mut diffed: Option<Arc<crate::member::MemberSet>> = None;
     loop {
         let view = Arc::clone(&views.borrow_and_update());
         if let Some(set) = view

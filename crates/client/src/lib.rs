@@ -78,6 +78,9 @@
 //! - `balance`: eligibility (C3) and the balancers (C4), all over one [`EligibleSet`].
 //! - `eject`: local outlier ejection (C5, H6): [`OutlierDetector`].
 //! - `picker`: resolve and pick in one call, traced, with local ejection: [`Picker`].
+//! - `resolver_set`: resolvers of many services sharing one namespace watch: [`ResolverSet`].
+//! - `member`: the compact endpoint record and set a view keeps (routing fields and
+//!   fingerprints): [`Member`], [`MemberSet`].
 //! - [`registrar`]: register, renew with jitter, report readiness, drain on shutdown (C6).
 //! - [`lkg`]: the last-known-good set on disk.
 //! - [`discover`]: a `tower::discover::Discover` source (C7).
@@ -89,9 +92,11 @@ pub mod discover;
 mod eject;
 mod http;
 pub mod lkg;
+mod member;
 mod picker;
 pub mod registrar;
 mod resolver;
+mod resolver_set;
 mod seed;
 mod view;
 
@@ -117,7 +122,9 @@ pub use http::{
 };
 
 // The view, its stale budget, and the resolver that keeps it current.
-pub use resolver::{Resolver, ResolverConfig};
+pub use member::{Member, MemberSet};
+pub use resolver::{Resolver, ResolverConfig, ViewChanges};
+pub use resolver_set::{ResolverSet, ResolverSetConfig};
 pub use view::{Next, Resnapshot, Risk, StaleBudget, StaleError, Usable, View, ViewStatus};
 
 // Eligibility, the balancers, ejection, and the picker over them.

@@ -12,13 +12,12 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use muster_core::{Endpoint, ServiceSnapshot};
-
 use crate::balance::{
     Balance, ConfigError, EligibilityConfig, EligibleSet, HashRing, HashRingConfig, LeastRequest, LocalityAware,
     LocalityConfig, Pick, RoundRobin, SmoothWeighted,
 };
 use crate::eject::OutlierDetector;
+use crate::member::{Member, MemberSet};
 use crate::resolver::Resolver;
 use crate::seed::SplitMix64;
 use crate::view::{Risk, StaleError};
@@ -64,7 +63,7 @@ enum Built {
 
 struct Cache {
     /// The set the balancer was built from (compared by pointer).
-    set: Option<Arc<ServiceSnapshot>>,
+    set: Option<Arc<MemberSet>>,
     /// The ejection state it was built with.
     epoch: u64,
     /// When an ejection ends and the set must be rebuilt.
@@ -193,28 +192,28 @@ impl Picker {
     }
 
     /// A call to `endpoint` started (counts for [`Strategy::LeastRequest`]).
-    pub fn call_started(&self, endpoint: &Endpoint) {
+    pub fn call_started(&self, endpoint: &Member) {
         if let Some(Built::LeastRequest(p2c)) = self.cache().balancer.as_mut() {
             p2c.start(endpoint);
         }
     }
 
     /// A call to `endpoint` ended, whatever its outcome.
-    pub fn call_ended(&self, endpoint: &Endpoint) {
+    pub fn call_ended(&self, endpoint: &Member) {
         if let Some(Built::LeastRequest(p2c)) = self.cache().balancer.as_mut() {
             p2c.end(endpoint);
         }
     }
 
     /// The call to `endpoint` succeeded.
-    pub fn report_success(&self, endpoint: &Endpoint, now_ms: u64) {
+    pub fn report_success(&self, endpoint: &Member, now_ms: u64) {
         self.cache().ejections.record_success(endpoint, now_ms);
     }
 
     /// The call to `endpoint` failed (connection refused, reset, timeout): counts toward its
     /// local ejection; an ejection rebuilds the eligible set at the next pick. Local only.
     /// Returns whether this failure ejected the endpoint.
-    pub fn report_failure(&self, endpoint: &Endpoint, now_ms: u64) -> bool {
+    pub fn report_failure(&self, endpoint: &Member, now_ms: u64) -> bool {
         let mut cache = self.cache();
         let known = cache.eligible.as_ref().map_or(0, |set| set.known().len());
         let outcome = cache.ejections.record_failure(endpoint, known, now_ms);
@@ -226,7 +225,7 @@ impl Picker {
     }
 
     /// Whether this picker has ejected `endpoint` at `now_ms` (local evidence, SPEC H6).
-    pub fn is_ejected(&self, endpoint: &Endpoint, now_ms: u64) -> bool {
+    pub fn is_ejected(&self, endpoint: &Member, now_ms: u64) -> bool {
         self.cache().ejections.is_ejected(endpoint, now_ms)
     }
 

@@ -4,22 +4,30 @@
 //! ```text
 //!  last-known-good file ──load──▶ View ◀──frames── watch (from the view's revision, or a
 //!                                   │               fresh "snapshot then stream" watch)
-//!                                   ├──publish──▶ watch::Receiver<Arc<View>> (readers, Discover)
+//!                                   ├──publish──▶ watch::Receiver<Arc<View>> (readers, Discover,
+//!                                   │              Resolver::changes as a Stream)
 //!                                   └──save─────▶ last-known-good file (when the set changes)
 //! ```
+//!
+//! A [`Resolver`] is a handle: clones share one view and one background task, which stops
+//! when the last handle is dropped or when [`Resolver::stop`] is called on any of them. The
+//! task is either this module's one-service watch ([`Resolver::start`]) or a namespace watch
+//! shared with other services ([`crate::resolver_set::ResolverSet`]); readers cannot tell.
 //!
 //! All decisions are the view's; this loop only connects, feeds frames, reconnects with
 //! jittered exponential backoff, and publishes. A registry outage keeps the last set (the
 //! view never empties itself); its age grows until the stale budget says stop.
 
-use std::path::PathBuf;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use muster_core::ServiceKey;
 use rand_core::RngCore;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::sync::{Notify, watch};
 
 use crate::http::Client;
 use crate::lkg;
@@ -27,13 +35,13 @@ use crate::seed::SplitMix64;
 use crate::view::{Next, Risk, StaleBudget, StaleError, Usable, View, ViewStatus};
 
 /// First reconnect delay: quick enough that a restarted server is picked up at once.
-const MIN_BACKOFF: Duration = Duration::from_millis(100);
+pub(crate) const MIN_BACKOFF: Duration = Duration::from_millis(100);
 /// Longest reconnect delay: 5 s keeps a fleet's reconnect storm spread out (jittered) while
 /// staying well inside the default 30 s stale budget.
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// A watch silent this long is lost: the server sends progress every 5 s, so three missed
 /// progress frames.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How a resolver behaves.
 #[derive(Debug, Clone, Default)]
@@ -44,14 +52,36 @@ pub struct ResolverConfig {
     pub last_known_good: Option<PathBuf>,
 }
 
-/// Keeps one service's view current in the background.
-#[derive(Debug)]
+/// Keeps one service's view current in the background. Clones share the view and the task.
+#[derive(Debug, Clone)]
 pub struct Resolver {
+    inner: Arc<Inner>,
+}
+
+/// What the handles share. Dropping it (the last handle) stops the feeding task.
+#[derive(Debug)]
+pub(crate) struct Inner {
     key: ServiceKey,
     budget: StaleBudget,
     views: watch::Receiver<Arc<View>>,
     stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
+    /// Wakes a task that feeds many services (a namespace watch) to notice the stop.
+    wake: Option<Arc<Notify>>,
+}
+
+impl Inner {
+    fn signal_stop(&self) {
+        self.stop.send_replace(true);
+        if let Some(wake) = &self.wake {
+            wake.notify_one();
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.signal_stop();
+    }
 }
 
 /// Milliseconds on the wall clock: ages must survive a restart (the last-known-good file
@@ -60,44 +90,102 @@ pub struct Resolver {
     clippy::disallowed_methods,
     reason = "the resolver is the I/O shell; views take this time as an input"
 )]
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-impl Resolver {
-    /// Starts following `key`: loads the last-known-good set if configured (usable at once,
-    /// within the stale budget), then connects.
-    pub fn start(client: Client, key: ServiceKey, config: ResolverConfig) -> Resolver {
-        let mut view = View::new(key.clone());
-        if let Some(path) = &config.last_known_good {
-            match lkg::load(path) {
-                Ok(Some(saved)) => view.install_last_known_good(saved.snapshot, saved.current_to, saved.confirmed_ms),
-                Ok(None) => {}
-                Err(error) => tracing::warn!(service = %key, %error, "last-known-good set ignored"),
+/// A fresh view of `key`, with the last-known-good set at `path` installed if there is one.
+pub(crate) fn initial_view(key: &ServiceKey, path: Option<&Path>) -> View {
+    let mut view = View::new(key.clone());
+    if let Some(path) = path {
+        match lkg::load(path) {
+            Ok(Some(saved)) => view.install_last_known_good(saved.snapshot, saved.current_to, saved.confirmed_ms),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(service = %key, %error, "last-known-good set ignored"),
+        }
+    }
+    view
+}
+
+/// The feeding side of one resolver: its view, where it is published and saved.
+#[derive(Debug)]
+pub(crate) struct Feed {
+    pub(crate) view: View,
+    publish: watch::Sender<Arc<View>>,
+    last_known_good: Option<PathBuf>,
+}
+
+impl Feed {
+    /// Changes the view with `step`, publishes it, and saves it when its set changed.
+    pub(crate) async fn step(&mut self, step: impl FnOnce(&mut View) -> Next) -> Next {
+        let before = self.view.active().map(|set| Arc::as_ptr(set) as usize);
+        let next = step(&mut self.view);
+        let changed = self.view.active().map(|set| Arc::as_ptr(set) as usize) != before;
+        self.publish.send_replace(Arc::new(self.view.clone()));
+        if changed && let Some(path) = &self.last_known_good {
+            let (saved, path) = (self.view.clone(), path.clone());
+            let written = tokio::task::spawn_blocking(move || lkg::save(&saved, now_ms(), &path)).await;
+            if let Ok(Err(error)) = written {
+                tracing::warn!(service = %self.view.key(), %error, "last-known-good set not saved");
             }
         }
-        let (publish, views) = watch::channel(Arc::new(view.clone()));
-        let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(follow(client, view, publish, stopped, config.last_known_good));
-        Resolver {
+        next
+    }
+}
+
+/// A new resolver handle and the feed and stop signal its task drives.
+pub(crate) fn parts(
+    key: ServiceKey,
+    config: ResolverConfig,
+    wake: Option<Arc<Notify>>,
+) -> (Resolver, Feed, watch::Receiver<bool>) {
+    let view = initial_view(&key, config.last_known_good.as_deref());
+    let (publish, views) = watch::channel(Arc::new(view.clone()));
+    let (stop, stopped) = watch::channel(false);
+    let resolver = Resolver {
+        inner: Arc::new(Inner {
             key,
             budget: config.budget,
             views,
             stop,
-            task,
-        }
+            wake,
+        }),
+    };
+    let feed = Feed {
+        view,
+        publish,
+        last_known_good: config.last_known_good,
+    };
+    (resolver, feed, stopped)
+}
+
+impl Resolver {
+    /// Starts following `key` over its own watch: loads the last-known-good set if configured
+    /// (usable at once, within the stale budget), then connects.
+    pub fn start(client: Client, key: ServiceKey, config: ResolverConfig) -> Resolver {
+        let (resolver, feed, stopped) = parts(key, config, None);
+        tokio::spawn(follow(client, feed, stopped));
+        resolver
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
+    pub(crate) fn from_inner(inner: Arc<Inner>) -> Resolver {
+        Resolver { inner }
     }
 
     /// The service.
     pub fn key(&self) -> &ServiceKey {
-        &self.key
+        &self.inner.key
     }
 
     /// The current view.
     pub fn view(&self) -> Arc<View> {
-        Arc::clone(&self.views.borrow())
+        Arc::clone(&self.inner.views.borrow())
     }
 
     /// Received, validated and active revisions and the age of the active set.
@@ -107,37 +195,98 @@ impl Resolver {
 
     /// The set an operation of this risk may use now, or why it may not.
     pub fn usable(&self, risk: Risk) -> Result<Usable, StaleError> {
-        self.view().usable(risk, &self.budget, now_ms())
+        self.view().usable(risk, &self.inner.budget, now_ms())
     }
 
     /// Every published view, for a caller that reacts to changes (a balancer, `Discover`).
     pub fn subscribe(&self) -> watch::Receiver<Arc<View>> {
-        self.views.clone()
+        self.inner.views.clone()
     }
 
-    /// Stops following; the last view stays readable from earlier subscriptions.
+    /// The published views as a [`futures_core::Stream`]: the current one at once, then each
+    /// one published after it (a frame may publish a view whose set did not change: compare
+    /// [`View::active`] by pointer to see set changes). A reader that lags sees the latest
+    /// view, not every one in between. The stream ends when the resolver stops.
+    pub fn changes(&self) -> ViewChanges {
+        ViewChanges::new(self.subscribe())
+    }
+
+    /// Stops following, for every handle of this resolver, and returns once the task has
+    /// let go of the view; the last view stays readable from earlier subscriptions.
     pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
+        let mut views = self.subscribe();
+        self.inner.signal_stop();
+        drop(self);
+        // The task drops its sender when it stops: then `changed` fails.
+        while views.changed().await.is_ok() {}
     }
 }
 
-async fn follow(
-    client: Client,
-    mut view: View,
-    publish: watch::Sender<Arc<View>>,
-    mut stopped: watch::Receiver<bool>,
-    last_known_good: Option<PathBuf>,
-) {
-    let key = view.key().clone();
+type NextView = Pin<Box<dyn Future<Output = Option<(Arc<View>, watch::Receiver<Arc<View>>)>> + Send>>;
+
+/// A resolver's views as a stream ([`Resolver::changes`]).
+pub struct ViewChanges {
+    next: Option<NextView>,
+}
+
+impl std::fmt::Debug for ViewChanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ViewChanges")
+            .field("ended", &self.next.is_none())
+            .finish()
+    }
+}
+
+impl ViewChanges {
+    fn new(views: watch::Receiver<Arc<View>>) -> ViewChanges {
+        ViewChanges {
+            next: Some(Box::pin(next_view(views, true))),
+        }
+    }
+}
+
+async fn next_view(
+    mut views: watch::Receiver<Arc<View>>,
+    first: bool,
+) -> Option<(Arc<View>, watch::Receiver<Arc<View>>)> {
+    if !first {
+        views.changed().await.ok()?;
+    }
+    let view = Arc::clone(&views.borrow_and_update());
+    Some((view, views))
+}
+
+impl futures_core::Stream for ViewChanges {
+    type Item = Arc<View>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Arc<View>>> {
+        let Some(next) = self.next.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match next.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some((view, views))) => {
+                self.next = Some(Box::pin(next_view(views, false)));
+                Poll::Ready(Some(view))
+            }
+            Poll::Ready(None) => {
+                self.next = None;
+                Poll::Ready(None)
+            }
+        }
+    }
+}
+
+async fn follow(client: Client, mut feed: Feed, mut stopped: watch::Receiver<bool>) {
+    let key = feed.view.key().clone();
     // Not from the key alone: every client of this service would then back off in step.
     let mut rng = SplitMix64::per_process(&key);
     let mut backoff = MIN_BACKOFF;
     loop {
-        let from = if view.status(now_ms()).resnapshot_pending {
+        let from = if feed.view.status(now_ms()).resnapshot_pending {
             None
         } else {
-            view.resume_from()
+            feed.view.resume_from()
         };
         tracing::debug!(service = %key, from = ?from, "watch");
         let opened = tokio::select! {
@@ -154,8 +303,7 @@ async fn follow(
                     && !error.is_transient()
                     && from.is_some()
                 {
-                    view.on_refused(&body.error);
-                    publish.send_replace(Arc::new(view.clone()));
+                    feed.step(|view| view.on_refused(&body.error)).await;
                 }
                 if pause(&mut stopped, jittered(backoff, &mut rng)).await {
                     return;
@@ -169,28 +317,20 @@ async fn follow(
                 _ = stopped.wait_for(|stop| *stop) => return,
                 frame = stream.next_frame() => frame,
             };
-            let before = view.active().map(|set| Arc::as_ptr(set) as usize);
             let next = match frame {
                 Ok(Some((_, frame))) => {
                     backoff = MIN_BACKOFF;
-                    view.on_frame(&frame, now_ms())
+                    feed.step(|view| view.on_frame(&frame, now_ms())).await
                 }
                 Ok(None) => break,
-                Err(error @ crate::http::ClientError::BadReply { .. }) => view.on_undecodable(&error.to_string()),
+                Err(error @ crate::http::ClientError::BadReply { .. }) => {
+                    feed.step(|view| view.on_undecodable(&error.to_string())).await
+                }
                 Err(error) => {
                     tracing::warn!(service = %key, %error, "watch lost; resuming");
                     break;
                 }
             };
-            let changed = view.active().map(|set| Arc::as_ptr(set) as usize) != before;
-            publish.send_replace(Arc::new(view.clone()));
-            if changed && let Some(path) = &last_known_good {
-                let (saved, path) = (view.clone(), path.clone());
-                let written = tokio::task::spawn_blocking(move || lkg::save(&saved, now_ms(), &path)).await;
-                if let Ok(Err(error)) = written {
-                    tracing::warn!(service = %key, %error, "last-known-good set not saved");
-                }
-            }
             if let Next::Resnapshot(why) = next {
                 tracing::info!(service = %key, ?why, "resnapshot");
                 break;
@@ -204,13 +344,13 @@ async fn follow(
 }
 
 /// `base` ± 50%, so a fleet that lost the same server does not come back in step.
-fn jittered(base: Duration, rng: &mut impl RngCore) -> Duration {
+pub(crate) fn jittered(base: Duration, rng: &mut impl RngCore) -> Duration {
     let half = base.as_millis() as u64 / 2;
     Duration::from_millis(half + rng.next_u64() % (half * 2 + 1))
 }
 
 /// Sleeps, unless told to stop first (then returns `true`).
-async fn pause(stopped: &mut watch::Receiver<bool>, delay: Duration) -> bool {
+pub(crate) async fn pause(stopped: &mut watch::Receiver<bool>, delay: Duration) -> bool {
     tokio::select! {
         _ = stopped.wait_for(|stop| *stop) => true,
         _ = tokio::time::sleep(delay) => false,

@@ -14,11 +14,16 @@
 //! reports three revisions apart — received (highest seen in any frame), validated (highest
 //! whose content was checked), active (what picks use) — and the age of the active set: time
 //! since the server last confirmed it (snapshot, applied update or progress).
+//!
+//! The set is kept as a [`MemberSet`]: compact records with each record's cached fingerprint,
+//! so updates are still digest-checked without holding the server's full records.
 
 use std::sync::Arc;
 
 use muster_core::api::{ErrorDetail, Frame};
 use muster_core::{Revision, ServiceKey, ServiceSnapshot, ServiceUpdate};
+
+use crate::member::MemberSet;
 
 /// Why the view wants a fresh snapshot. The active set is kept meanwhile.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +78,7 @@ pub struct ViewStatus {
 #[derive(Debug, Clone)]
 pub struct View {
     key: ServiceKey,
-    active: Option<Arc<ServiceSnapshot>>,
+    active: Option<Arc<MemberSet>>,
     /// The global revision up to which the server confirmed the active set.
     current_to: Revision,
     confirmed_ms: u64,
@@ -107,13 +112,24 @@ impl View {
     }
 
     /// The active set, if any.
-    pub fn active(&self) -> Option<&Arc<ServiceSnapshot>> {
+    pub fn active(&self) -> Option<&Arc<MemberSet>> {
         self.active.as_ref()
     }
 
     /// The global revision the active set is known current at: where a watch resumes.
     pub fn resume_from(&self) -> Option<Revision> {
         self.active.as_ref().map(|_| self.current_to)
+    }
+
+    /// Where a watch shared with other services (a namespace watch) may resume this view
+    /// from: like [`resume_from`](Self::resume_from), but also for a service confirmed
+    /// unknown (its first update, from revision 0, starts the set); `None` while a snapshot
+    /// is wanted.
+    pub fn shared_resume_from(&self) -> Option<Revision> {
+        if self.pending.is_some() || (self.active.is_none() && !self.absent) {
+            return None;
+        }
+        Some(self.current_to)
     }
 
     /// The revisions and age.
@@ -130,6 +146,11 @@ impl View {
     /// Installs a complete set read at global revision `read_at` (its digest was checked when
     /// it was decoded). A set for another service is refused and the old one kept.
     pub fn install(&mut self, snapshot: ServiceSnapshot, read_at: Revision, now_ms: u64) -> Next {
+        self.install_set(MemberSet::from_snapshot(&snapshot), read_at, now_ms)
+    }
+
+    /// Like [`install`](Self::install), for a set already in compact form.
+    pub fn install_set(&mut self, snapshot: MemberSet, read_at: Revision, now_ms: u64) -> Next {
         if snapshot.key() != &self.key {
             return self.doubt(Resnapshot::Invalid(format!(
                 "a snapshot of {} for a view of {}",
@@ -150,7 +171,7 @@ impl View {
     /// Installs a last-known-good set loaded from disk at start: usable within the stale
     /// budget, but the view still wants a fresh snapshot. `saved_ms` is when it was last
     /// confirmed, so its age counts from then, not from the load.
-    pub fn install_last_known_good(&mut self, snapshot: ServiceSnapshot, current_to: Revision, saved_ms: u64) {
+    pub fn install_last_known_good(&mut self, snapshot: MemberSet, current_to: Revision, saved_ms: u64) {
         if snapshot.key() != &self.key || self.active.is_some() {
             return;
         }
@@ -163,7 +184,9 @@ impl View {
     /// Applies one watch frame.
     pub fn on_frame(&mut self, frame: &Frame, now_ms: u64) -> Next {
         match frame {
-            Frame::Snapshot { revision, snapshot } => self.install(snapshot.clone(), *revision, now_ms),
+            Frame::Snapshot { revision, snapshot } => {
+                self.install_set(MemberSet::from_snapshot(snapshot), *revision, now_ms)
+            }
             Frame::Update(update) => self.on_update(update, now_ms),
             Frame::Progress { revision } => self.on_progress(*revision, now_ms),
             Frame::Error { error, revision } => {
@@ -209,8 +232,8 @@ impl View {
             return Next::Resnapshot(why.clone());
         }
         let mut next = match &self.active {
-            Some(active) => ServiceSnapshot::clone(active),
-            None if self.absent => ServiceSnapshot::empty(self.key.clone()),
+            Some(active) => MemberSet::clone(active),
+            None if self.absent => MemberSet::empty(self.key.clone()),
             None => return self.doubt(Resnapshot::NoView),
         };
         match next.apply(update) {
@@ -324,7 +347,7 @@ pub enum StaleError {
 #[derive(Debug, Clone)]
 pub struct Usable {
     /// The set: possibly empty, which is an answer (SPEC W5), never replaced by an older one.
-    pub snapshot: Arc<ServiceSnapshot>,
+    pub snapshot: Arc<MemberSet>,
     /// Its age.
     pub age_ms: u64,
     /// Whether it is beyond the budget (allowed only for stale-tolerant reads).

@@ -124,7 +124,7 @@ impl Caller {
         let Some(pick) = self.balancer.as_mut().and_then(|balancer| balancer.pick(&mut self.rng)) else {
             return Outcome::NoEndpoint;
         };
-        if alive[index_of(&pick.endpoint)] {
+        if alive[index_of(&pick.endpoint.addresses)] {
             if self.ejecting {
                 self.detector.record_success(&pick.endpoint, now_ms);
             }

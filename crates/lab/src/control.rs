@@ -53,9 +53,10 @@ fn address_of(index: u32) -> String {
     format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff)
 }
 
-/// The instance an endpoint record belongs to (see [`address_of`]).
-pub(crate) fn index_of(endpoint: &muster_core::Endpoint) -> usize {
-    match endpoint.addresses.first().map(|address| address.ip) {
+/// The instance an endpoint record (the server's or a view's compact one) belongs to, from
+/// its addresses (see [`address_of`]).
+pub(crate) fn index_of(addresses: &[muster_core::Address]) -> usize {
+    match addresses.first().map(|address| address.ip) {
         Some(std::net::IpAddr::V4(ip)) => (u32::from(ip) & 0x00ff_ffff) as usize - 1,
         // Every record the lab registers has one IPv4 address.
         _ => unreachable!("the lab registers one IPv4 address per instance"),
@@ -346,7 +347,7 @@ mod tests {
         for index in [0, 255, 256, 299] {
             control.register(index, 1, 0);
         }
-        let indices: Vec<usize> = control.snapshot().iter().map(|e| index_of(e)).collect();
+        let indices: Vec<usize> = control.snapshot().iter().map(|e| index_of(&e.addresses)).collect();
         assert_eq!(indices, [0, 255, 256, 299]);
     }
 }

@@ -14,12 +14,13 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use muster_client::Member;
 use muster_client::OutlierDetector;
 use muster_client::Resolver;
 use muster_client::Risk;
 use muster_client::{EligibilityConfig, HashRingConfig, LocalityConfig};
 use muster_client::{PickError, Picker, Strategy};
-use muster_core::{Endpoint, Incarnation, InstanceId, Protocol, ServingState};
+use muster_core::{Incarnation, InstanceId, Protocol, ServingState};
 
 use crate::budget::RetryBudget;
 use crate::clock;
@@ -29,7 +30,7 @@ use crate::config::{BalancerKind, ListenerConfig, ProxyConfig};
 pub type EndpointKey = (InstanceId, Incarnation);
 
 /// The key of an endpoint record.
-pub fn key_of(endpoint: &Endpoint) -> EndpointKey {
+pub fn key_of(endpoint: &Member) -> EndpointKey {
     (endpoint.instance.clone(), endpoint.incarnation)
 }
 
@@ -64,7 +65,7 @@ impl Stats {
 #[derive(Debug, Clone)]
 pub struct Chosen {
     /// The record.
-    pub endpoint: Arc<Endpoint>,
+    pub endpoint: Arc<Member>,
     /// Where to connect.
     pub addr: SocketAddr,
     /// What that port speaks, as registered.
@@ -195,11 +196,11 @@ impl Target {
 
     /// Where `endpoint` takes this listener's traffic: its first reachable address and the
     /// configured named port (or its first port).
-    pub fn address(&self, endpoint: &Endpoint) -> Option<SocketAddr> {
+    pub fn address(&self, endpoint: &Member) -> Option<SocketAddr> {
         self.port_of(endpoint).map(|(addr, _)| addr)
     }
 
-    fn port_of(&self, endpoint: &Endpoint) -> Option<(SocketAddr, Protocol)> {
+    fn port_of(&self, endpoint: &Member) -> Option<(SocketAddr, Protocol)> {
         let ip = self.picker.eligibility().reachable_address(endpoint)?.ip;
         let port = match &self.config.port {
             Some(name) => endpoint.ports.iter().find(|p| &p.name == name)?,
@@ -225,7 +226,7 @@ impl Target {
     }
 
     /// The outcome of one attempt, as local ejection evidence (SPEC H6).
-    pub fn report(&self, endpoint: &Endpoint, failed: bool) {
+    pub fn report(&self, endpoint: &Member, failed: bool) {
         let now = clock::now_ms();
         if failed {
             if self.picker.report_failure(endpoint, now) {
@@ -238,7 +239,7 @@ impl Target {
     }
 
     /// Counts a request in flight to `endpoint` until the guard drops.
-    pub fn start(self: &Arc<Self>, endpoint: &Arc<Endpoint>) -> InFlight {
+    pub fn start(self: &Arc<Self>, endpoint: &Arc<Member>) -> InFlight {
         self.picker.call_started(endpoint);
         *lock(&self.in_flight).entry(key_of(endpoint)).or_default() += 1;
         InFlight {
@@ -281,7 +282,7 @@ pub fn routed(view: &muster_client::View, key: &EndpointKey) -> bool {
 /// A request (or TCP stream) in flight to one endpoint.
 pub struct InFlight {
     target: Arc<Target>,
-    endpoint: Arc<Endpoint>,
+    endpoint: Arc<Member>,
 }
 
 impl std::fmt::Debug for InFlight {

@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
-use muster_core::Endpoint;
 use rand_core::RngCore;
+
+use crate::member::Member;
 
 /// A uniform index in `0..n` (`n > 0`) by Lemire's multiply-high: one 64-bit draw, no
 /// division, bias at most `n / 2^64` (nil for any set a client holds).
@@ -16,13 +17,13 @@ pub(crate) fn below<R: RngCore + ?Sized>(rng: &mut R, n: u64) -> u64 {
 /// binary search per pick (9 probes for 500 endpoints).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct WeightedPool {
-    endpoints: Box<[Arc<Endpoint>]>,
+    endpoints: Box<[Arc<Member>]>,
     /// `cumulative[i]` is the sum of the weights of endpoints `0..=i`.
     cumulative: Box<[u64]>,
 }
 
 impl WeightedPool {
-    pub(crate) fn new(endpoints: Vec<Arc<Endpoint>>) -> WeightedPool {
+    pub(crate) fn new(endpoints: Vec<Arc<Member>>) -> WeightedPool {
         let mut total = 0;
         let cumulative = endpoints
             .iter()
@@ -37,7 +38,7 @@ impl WeightedPool {
         }
     }
 
-    pub(crate) fn sample<R: RngCore + ?Sized>(&self, rng: &mut R) -> Option<&Arc<Endpoint>> {
+    pub(crate) fn sample<R: RngCore + ?Sized>(&self, rng: &mut R) -> Option<&Arc<Member>> {
         match self.endpoints.len() {
             0 => None,
             1 => self.endpoints.first(),
@@ -53,6 +54,6 @@ impl WeightedPool {
 
 /// An endpoint's share for the weighted balancers. The registry refuses weight 0; a hand-built
 /// record that has one counts as 1, so no pool has a total of zero.
-pub(crate) fn effective_weight(endpoint: &Endpoint) -> u64 {
+pub(crate) fn effective_weight(endpoint: &Member) -> u64 {
     u64::from(endpoint.weight.max(1))
 }

@@ -26,10 +26,11 @@
 
 use std::sync::Arc;
 
-use muster_core::{Address, Endpoint, Label, Revision, ServingState};
+use muster_core::{Address, Label, Revision, ServingState};
 
 use crate::balance::{Fraction, PickReason};
 use crate::eject::OutlierDetector;
+use crate::member::Member;
 
 /// What this caller accepts and can reach, and when it falls back to panic mode.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,12 +71,12 @@ impl EligibilityConfig {
     }
 
     /// The address to dial: the first one in record order this caller can reach.
-    pub fn reachable_address<'a>(&self, endpoint: &'a Endpoint) -> Option<&'a Address> {
+    pub fn reachable_address<'a>(&self, endpoint: &'a Member) -> Option<&'a Address> {
         endpoint.addresses.iter().find(|address| self.reaches(address))
     }
 
     /// Where `endpoint` stands for this caller, given whether it is locally ejected.
-    pub fn standing(&self, endpoint: &Endpoint, ejected: bool) -> Standing {
+    pub fn standing(&self, endpoint: &Member, ejected: bool) -> Standing {
         if self.reachable_address(endpoint).is_none() {
             return Standing::Excluded(Excluded::Unreachable);
         }
@@ -134,7 +135,7 @@ pub struct EligibleSet {
     revision: Revision,
     /// Eligible endpoints, then unhealthy ones; each part sorted by (instance, incarnation) so
     /// that balancers built from one view behave the same whatever order the view iterates in.
-    known: Vec<Arc<Endpoint>>,
+    known: Vec<Arc<Member>>,
     eligible_len: usize,
     mode: SetMode,
 }
@@ -144,7 +145,7 @@ impl EligibleSet {
     /// the local `ejections` as of `now_ms`.
     pub fn build<'a>(
         revision: Revision,
-        endpoints: impl IntoIterator<Item = &'a Arc<Endpoint>>,
+        endpoints: impl IntoIterator<Item = &'a Arc<Member>>,
         config: &EligibilityConfig,
         ejections: &OutlierDetector,
         now_ms: u64,
@@ -159,7 +160,7 @@ impl EligibleSet {
             }
         }
         let by_identity =
-            |a: &Arc<Endpoint>, b: &Arc<Endpoint>| (&a.instance, a.incarnation).cmp(&(&b.instance, b.incarnation));
+            |a: &Arc<Member>, b: &Arc<Member>| (&a.instance, a.incarnation).cmp(&(&b.instance, b.incarnation));
         eligible.sort_unstable_by(by_identity);
         unhealthy.sort_unstable_by(by_identity);
         let eligible_len = eligible.len();
@@ -182,12 +183,12 @@ impl EligibleSet {
     }
 
     /// Every known endpoint: reachable, neither starting nor draining.
-    pub fn known(&self) -> &[Arc<Endpoint>] {
+    pub fn known(&self) -> &[Arc<Member>] {
         &self.known
     }
 
     /// The eligible endpoints.
-    pub fn eligible(&self) -> &[Arc<Endpoint>] {
+    pub fn eligible(&self) -> &[Arc<Member>] {
         &self.known[..self.eligible_len]
     }
 
@@ -206,7 +207,7 @@ impl EligibleSet {
     }
 
     /// What picks choose from: the eligible endpoints, or in panic all known ones.
-    pub fn routable(&self) -> &[Arc<Endpoint>] {
+    pub fn routable(&self) -> &[Arc<Member>] {
         match self.mode {
             SetMode::Normal => self.eligible(),
             SetMode::Panic => self.known(),

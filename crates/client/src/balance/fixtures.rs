@@ -13,6 +13,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 
 use crate::balance::{Balance, EligibilityConfig, EligibleSet, Pick};
 use crate::eject::OutlierDetector;
+use crate::member::Member;
 
 /// The revision every fixture set is built at.
 pub(crate) const REVISION: Revision = Revision(42);
@@ -108,23 +109,29 @@ impl Fixture {
         self
     }
 
-    pub(crate) fn build(self) -> Arc<Endpoint> {
+    /// The view's compact record of the endpoint.
+    pub(crate) fn build(self) -> Arc<Member> {
+        Arc::new(Member::from_endpoint(&self.0))
+    }
+
+    /// The full record, as the server holds it.
+    pub(crate) fn endpoint(self) -> Arc<Endpoint> {
         Arc::new(self.0)
     }
 }
 
 /// `n` ready endpoints `ep-0000..`, weight 100, no locality.
-pub(crate) fn ready(n: u32) -> Vec<Arc<Endpoint>> {
+pub(crate) fn ready(n: u32) -> Vec<Arc<Member>> {
     (0..n).map(|i| Fixture::ready(i).build()).collect()
 }
 
 /// The eligible set of `endpoints` under the default config, nothing ejected.
-pub(crate) fn set_of(endpoints: impl IntoIterator<Item = Arc<Endpoint>>) -> EligibleSet {
+pub(crate) fn set_of(endpoints: impl IntoIterator<Item = Arc<Member>>) -> EligibleSet {
     set_with(endpoints, &EligibilityConfig::default())
 }
 
 /// The eligible set of `endpoints` under `config`, nothing ejected.
-pub(crate) fn set_with(endpoints: impl IntoIterator<Item = Arc<Endpoint>>, config: &EligibilityConfig) -> EligibleSet {
+pub(crate) fn set_with(endpoints: impl IntoIterator<Item = Arc<Member>>, config: &EligibilityConfig) -> EligibleSet {
     let endpoints: Vec<_> = endpoints.into_iter().collect();
     EligibleSet::build(REVISION, &endpoints, config, &OutlierDetector::default(), 0)
 }

@@ -31,11 +31,12 @@
 
 use std::sync::Arc;
 
-use muster_core::{Endpoint, Revision};
+use muster_core::Revision;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use crate::balance::draw::effective_weight;
 use crate::balance::{ConfigError, EligibleSet, Pick, PickReason};
+use crate::member::Member;
 
 /// How finely the ring is cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +80,7 @@ pub struct HashRing {
     directory: Box<[u32]>,
     /// `64 - slice bits`: a hash's slice is `hash >> slice_shift`.
     slice_shift: u32,
-    endpoints: Box<[Arc<Endpoint>]>,
+    endpoints: Box<[Arc<Member>]>,
     revision: Revision,
     reason: PickReason,
 }
@@ -92,7 +93,7 @@ impl HashRing {
                 field: "vnodes_per_endpoint",
             });
         }
-        let endpoints: Box<[Arc<Endpoint>]> = set.routable().into();
+        let endpoints: Box<[Arc<Member>]> = set.routable().into();
         let max_weight = endpoints.iter().map(|e| effective_weight(e)).max().unwrap_or(1);
         let vnodes = u64::from(config.vnodes_per_endpoint);
         let mut points: Vec<(u64, u32)> = Vec::new();

@@ -5,7 +5,7 @@ use muster_core::ServingState;
 use super::*;
 use crate::balance::fixtures::{Fixture, ready, rng, set_of};
 
-fn ring(endpoints: impl IntoIterator<Item = Arc<Endpoint>>) -> HashRing {
+fn ring(endpoints: impl IntoIterator<Item = Arc<Member>>) -> HashRing {
     HashRing::new(&set_of(endpoints), &HashRingConfig::default()).unwrap()
 }
 

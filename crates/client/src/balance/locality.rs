@@ -48,11 +48,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use muster_core::{Endpoint, Label, Locality, Revision};
+use muster_core::{Label, Locality, Revision};
 use rand_core::RngCore;
 
 use crate::balance::draw::WeightedPool;
 use crate::balance::{Balance, EligibleSet, Fraction, Pick, PickReason, SetMode};
+use crate::member::Member;
 
 /// How near an endpoint is to the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -132,7 +133,7 @@ impl Default for LocalityConfig {
 
 impl LocalityConfig {
     /// The tier of `endpoint` for this caller.
-    pub fn tier_of(&self, endpoint: &Endpoint) -> Tier {
+    pub fn tier_of(&self, endpoint: &Member) -> Tier {
         Tier {
             priority: endpoint.locality.priority,
             proximity: Proximity::between(self.region.as_ref(), self.zone.as_ref(), &endpoint.locality),
@@ -164,13 +165,13 @@ struct TierPool {
 #[derive(Default)]
 struct TierCount {
     known: usize,
-    eligible: Vec<Arc<Endpoint>>,
+    eligible: Vec<Arc<Member>>,
 }
 
 impl LocalityAware {
     /// Tiers and shares for `set` as seen by the caller in `config`.
     pub fn new(set: &EligibleSet, config: &LocalityConfig) -> LocalityAware {
-        let within_reach = |endpoint: &&Arc<Endpoint>| config.tier_of(endpoint).proximity <= config.farthest;
+        let within_reach = |endpoint: &&Arc<Member>| config.tier_of(endpoint).proximity <= config.farthest;
         let tiers = match set.mode() {
             SetMode::Panic => {
                 let all: Vec<_> = set.known().iter().filter(within_reach).cloned().collect();

@@ -20,7 +20,7 @@ fn caller(threshold: f64) -> LocalityConfig {
 
 /// `ready` eligible and `down` not-serving endpoints in `region`/`zone` at `priority`,
 /// numbered from `first`.
-fn group(first: u32, region: &str, zone: &str, priority: u8, ready: u32, down: u32) -> Vec<Arc<Endpoint>> {
+fn group(first: u32, region: &str, zone: &str, priority: u8, ready: u32, down: u32) -> Vec<Arc<Member>> {
     (first..first + ready + down)
         .map(|n| {
             let state = if n < first + ready { Ready } else { NotServing };

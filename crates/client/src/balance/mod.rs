@@ -3,7 +3,7 @@
 //! # Design
 //!
 //! ```text
-//!  active view: Arc<Endpoint>s at a revision ─┐
+//!  active view: Arc<Member>s at a revision ───┐
 //!  local ejections (eject::OutlierDetector) ──┼─▶ EligibleSet::build   O(n log n), once per
 //!  EligibilityConfig (degraded? scopes, panic)┘        │               view or ejection change
 //!                                                      ▼
@@ -51,8 +51,10 @@
 use std::fmt;
 use std::sync::Arc;
 
-use muster_core::{Endpoint, Incarnation, InstanceId, Revision, ServiceKey};
+use muster_core::{Incarnation, InstanceId, Revision, ServiceKey};
 use rand_core::RngCore;
+
+use crate::member::Member;
 
 mod config;
 mod draw;
@@ -84,7 +86,7 @@ pub trait Balance {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pick {
     /// The chosen endpoint.
-    pub endpoint: Arc<Endpoint>,
+    pub endpoint: Arc<Member>,
     /// The revision of the view the eligible set was built from.
     pub revision: Revision,
     /// Why this endpoint's pool was used.

@@ -22,16 +22,17 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use muster_core::{Endpoint, Incarnation, InstanceId, Revision};
+use muster_core::{Incarnation, InstanceId, Revision};
 use rand_core::RngCore;
 
 use crate::balance::draw::{below, effective_weight};
 use crate::balance::{Balance, EligibleSet, Pick, PickReason};
+use crate::member::Member;
 
 /// Power-of-two-choices least-request over an [`EligibleSet`]'s routable endpoints.
 #[derive(Debug, Clone)]
 pub struct LeastRequest {
-    endpoints: Box<[Arc<Endpoint>]>,
+    endpoints: Box<[Arc<Member>]>,
     in_flight: Box<[u32]>,
     /// Where each instance sits in `endpoints`, for load reports.
     slots: HashMap<InstanceId, (Incarnation, usize)>,
@@ -55,7 +56,7 @@ impl LeastRequest {
 
     /// Moves to a new `set`, keeping the in-flight counts of endpoints that stay.
     pub fn rebuild(&mut self, set: &EligibleSet) {
-        let endpoints: Box<[Arc<Endpoint>]> = set.routable().into();
+        let endpoints: Box<[Arc<Member>]> = set.routable().into();
         let mut in_flight = vec![0; endpoints.len()];
         let mut slots = HashMap::with_capacity(endpoints.len());
         for (slot, endpoint) in endpoints.iter().enumerate() {
@@ -74,25 +75,25 @@ impl LeastRequest {
     }
 
     /// Records that a request to `endpoint` started.
-    pub fn start(&mut self, endpoint: &Endpoint) {
+    pub fn start(&mut self, endpoint: &Member) {
         if let Some(slot) = self.slot_of(endpoint) {
             self.in_flight[slot] = self.in_flight[slot].saturating_add(1);
         }
     }
 
     /// Records that a request to `endpoint` ended, however it ended.
-    pub fn end(&mut self, endpoint: &Endpoint) {
+    pub fn end(&mut self, endpoint: &Member) {
         if let Some(slot) = self.slot_of(endpoint) {
             self.in_flight[slot] = self.in_flight[slot].saturating_sub(1);
         }
     }
 
     /// Requests in flight to `endpoint`, as reported; `None` when it is not in the set.
-    pub fn in_flight(&self, endpoint: &Endpoint) -> Option<u32> {
+    pub fn in_flight(&self, endpoint: &Member) -> Option<u32> {
         self.slot_of(endpoint).map(|slot| self.in_flight[slot])
     }
 
-    fn slot_of(&self, endpoint: &Endpoint) -> Option<usize> {
+    fn slot_of(&self, endpoint: &Member) -> Option<usize> {
         match self.slots.get(&endpoint.instance) {
             Some(&(incarnation, slot)) if incarnation == endpoint.incarnation => Some(slot),
             _ => None,

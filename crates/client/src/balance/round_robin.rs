@@ -6,16 +6,17 @@
 
 use std::sync::Arc;
 
-use muster_core::{Endpoint, Revision};
+use muster_core::Revision;
 use rand_core::RngCore;
 
 use crate::balance::draw::below;
 use crate::balance::{Balance, EligibleSet, Pick, PickReason};
+use crate::member::Member;
 
 /// Round robin over an [`EligibleSet`]'s routable endpoints.
 #[derive(Debug, Clone)]
 pub struct RoundRobin {
-    endpoints: Box<[Arc<Endpoint>]>,
+    endpoints: Box<[Arc<Member>]>,
     next: usize,
     revision: Revision,
     reason: PickReason,
@@ -24,7 +25,7 @@ pub struct RoundRobin {
 impl RoundRobin {
     /// A rotation over `set`, starting at a position drawn from `rng`.
     pub fn new<R: RngCore + ?Sized>(set: &EligibleSet, rng: &mut R) -> RoundRobin {
-        let endpoints: Box<[Arc<Endpoint>]> = set.routable().into();
+        let endpoints: Box<[Arc<Member>]> = set.routable().into();
         let next = if endpoints.is_empty() {
             0
         } else {

@@ -20,11 +20,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use muster_core::{Endpoint, Revision};
+use muster_core::Revision;
 use rand_core::RngCore;
 
 use crate::balance::draw::{below, effective_weight};
 use crate::balance::{Balance, EligibleSet, Pick, PickReason};
+use crate::member::Member;
 
 /// Smooth weighted round robin over an [`EligibleSet`]'s routable endpoints.
 #[derive(Debug, Clone)]
@@ -44,7 +45,7 @@ struct WeightClass {
     /// more this round and sit exactly `total_weight` lower.
     lead: i64,
     /// (position in peer order, endpoint), ascending by position.
-    members: Box<[(usize, Arc<Endpoint>)]>,
+    members: Box<[(usize, Arc<Member>)]>,
     next: usize,
 }
 
@@ -65,7 +66,7 @@ impl SmoothWeighted {
     /// A schedule whose peer order is the set's order starting at index `rotation`.
     fn with_rotation(set: &EligibleSet, rotation: usize) -> SmoothWeighted {
         let routable = set.routable();
-        let mut by_weight: BTreeMap<u64, Vec<(usize, Arc<Endpoint>)>> = BTreeMap::new();
+        let mut by_weight: BTreeMap<u64, Vec<(usize, Arc<Member>)>> = BTreeMap::new();
         for position in 0..routable.len() {
             let endpoint = &routable[(rotation + position) % routable.len()];
             by_weight

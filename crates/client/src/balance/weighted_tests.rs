@@ -1,11 +1,10 @@
 use std::sync::Arc;
 
-use muster_core::Endpoint;
-
 use super::*;
 use crate::balance::fixtures::{Fixture, picks, rng, set_of, tally};
+use crate::member::Member;
 
-fn weighted(weights: &[u16]) -> Vec<Arc<Endpoint>> {
+fn weighted(weights: &[u16]) -> Vec<Arc<Member>> {
     weights
         .iter()
         .enumerate()

@@ -4,10 +4,11 @@ use std::collections::HashMap;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use muster_core::{Endpoint, Incarnation, InstanceId};
+use muster_core::{Incarnation, InstanceId};
 
 use crate::balance::ConfigError;
 use crate::eject::EjectionConfig;
+use crate::member::Member;
 
 /// Per-endpoint failure counters and ejections for one client (see the module docs).
 #[derive(Debug, Clone)]
@@ -111,7 +112,7 @@ impl OutlierDetector {
     }
 
     /// A request to `endpoint` succeeded: its run of failures is over.
-    pub fn record_success(&mut self, endpoint: &Endpoint, now_ms: u64) {
+    pub fn record_success(&mut self, endpoint: &Member, now_ms: u64) {
         if let Some(record) = self.records.get_mut(&endpoint.instance)
             && record.incarnation == endpoint.incarnation
         {
@@ -124,7 +125,7 @@ impl OutlierDetector {
 
     /// A request to `endpoint` failed (connection refused, timeout, reset, ...). `known` is
     /// the number of known endpoints of the service, for the cap on ejected endpoints.
-    pub fn record_failure(&mut self, endpoint: &Endpoint, known: usize, now_ms: u64) -> FailureOutcome {
+    pub fn record_failure(&mut self, endpoint: &Member, known: usize, now_ms: u64) -> FailureOutcome {
         let limit = self.config.ejection_limit(known);
         let ejected_now = self.ejected_count(now_ms);
         let config = self.config;
@@ -171,12 +172,12 @@ impl OutlierDetector {
     }
 
     /// Whether this client has ejected `endpoint` (this incarnation) as of `now_ms`.
-    pub fn is_ejected(&self, endpoint: &Endpoint, now_ms: u64) -> bool {
+    pub fn is_ejected(&self, endpoint: &Member, now_ms: u64) -> bool {
         self.ejection(endpoint, now_ms).is_some()
     }
 
     /// The running ejection of `endpoint` (this incarnation), if any.
-    pub fn ejection(&self, endpoint: &Endpoint, now_ms: u64) -> Option<Ejection> {
+    pub fn ejection(&self, endpoint: &Member, now_ms: u64) -> Option<Ejection> {
         let record = self.records.get(&endpoint.instance)?;
         if record.incarnation != endpoint.incarnation || !record.ejected_at(now_ms) {
             return None;
@@ -204,7 +205,7 @@ impl OutlierDetector {
     /// Drops what is no longer worth keeping, given the current `view`: counters of instances
     /// that left it and are not ejected, and records of incarnations the view has replaced
     /// (unless ejected: an ejection always runs its course). Ejections themselves stay.
-    pub fn forget_departed<'a>(&mut self, view: impl IntoIterator<Item = &'a Arc<Endpoint>>, now_ms: u64) {
+    pub fn forget_departed<'a>(&mut self, view: impl IntoIterator<Item = &'a Arc<Member>>, now_ms: u64) {
         let present: HashSet<(&InstanceId, Incarnation)> = view
             .into_iter()
             .map(|endpoint| (&endpoint.instance, endpoint.incarnation))

@@ -14,7 +14,7 @@ fn detector() -> OutlierDetector {
 }
 
 /// Fails `endpoint` `times` times at `now_ms` and returns the last outcome.
-fn fail(detector: &mut OutlierDetector, endpoint: &Endpoint, times: u32, now_ms: u64) -> FailureOutcome {
+fn fail(detector: &mut OutlierDetector, endpoint: &Member, times: u32, now_ms: u64) -> FailureOutcome {
     (0..times)
         .map(|_| detector.record_failure(endpoint, 10, now_ms))
         .last()

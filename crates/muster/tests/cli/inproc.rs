@@ -87,6 +87,11 @@ impl Registry {
         Client::new(&format!("http://{}", self.config.http)).unwrap()
     }
 
+    /// The watch streams the server holds open now (its hub's subscribed watchers).
+    pub(crate) fn watchers(&self) -> usize {
+        self.server.as_ref().expect("running").watch_stats().watchers
+    }
+
     pub(crate) async fn stop(&mut self) {
         let server = self.server.take().expect("running");
         tokio::time::timeout(STEP, server.stop())

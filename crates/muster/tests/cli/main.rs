@@ -20,6 +20,7 @@ mod policy;
 mod registrar;
 mod render;
 mod resolver;
+mod resolver_set;
 mod support;
 mod surface;
 mod tls;
