@@ -253,6 +253,20 @@ pub struct BalanceBuilder {
 }
 
 impl BalanceBuilder {
+    /// Settings for a balancer over `resolver`'s service: least-request, default eligibility
+    /// and ejection, [`Risk::Mutation`], each endpoint's first port.
+    pub fn new(resolver: Arc<Resolver>) -> BalanceBuilder {
+        BalanceBuilder {
+            resolver,
+            eligibility: EligibilityConfig::default(),
+            ejection: EjectionConfig::default(),
+            strategy: Strategy::LeastRequest,
+            risk: Risk::Mutation,
+            port: None,
+            first_view_timeout: DEFAULT_FIRST_VIEW_TIMEOUT,
+        }
+    }
+
     /// Who may be picked (default: [`EligibilityConfig::default`]).
     pub fn eligibility(mut self, eligibility: EligibilityConfig) -> BalanceBuilder {
         self.eligibility = eligibility;
@@ -384,17 +398,9 @@ struct Services<S> {
 }
 
 impl Balance<NewSetAuthority<()>> {
-    /// Settings for a balancer over `resolver`'s service.
+    /// Settings for a balancer over `resolver`'s service ([`BalanceBuilder::new`]).
     pub fn builder(resolver: Arc<Resolver>) -> BalanceBuilder {
-        BalanceBuilder {
-            resolver,
-            eligibility: EligibilityConfig::default(),
-            ejection: EjectionConfig::default(),
-            strategy: Strategy::LeastRequest,
-            risk: Risk::Mutation,
-            port: None,
-            first_view_timeout: DEFAULT_FIRST_VIEW_TIMEOUT,
-        }
+        BalanceBuilder::new(resolver)
     }
 }
 

@@ -9,6 +9,7 @@ use muster_client::discover::{EndpointDiscover, EndpointKey};
 use muster_client::tower::SharedEjections;
 use muster_client::{EjectionConfig, EligibilityConfig, Endpoint, FailureOutcome, Fraction, OutlierDetector};
 use tower::discover::Change;
+use tower::{Service, ServiceExt};
 
 use crate::inproc::{Registry, STEP, until_endpoints};
 
@@ -121,4 +122,63 @@ async fn a_view_change_during_an_ejection_keeps_the_ejected_endpoint_out() {
     registry.drain("api", "api-1").await;
     assert_eq!(describe(&next(&mut discover).await), "-api-1#1");
     assert!(ejections.is_ejected(&endpoints["api-0"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcomes_reported_by_the_endpoint_services_eject_through_discovery() {
+    let registry = Registry::start().await;
+    registry.register("pay", "pay-0", 8080).await;
+    registry.register("pay", "pay-1", 8081).await;
+    let resolver = registry.resolver("pay").await;
+    until_endpoints(&resolver, 2).await;
+    let ejections = ejections(600_000);
+    let reporter = ejections.clone();
+    // Every endpoint answers 503: its wrapped service reports each answer as a failure.
+    let mut discover = EndpointDiscover::with_ejections(
+        &resolver,
+        EligibilityConfig::default(),
+        ejections.clone(),
+        move |endpoint: &Arc<Endpoint>| {
+            let unavailable = tower::service_fn(|_: hyper::Request<()>| async {
+                Ok::<_, std::convert::Infallible>(hyper::Response::builder().status(503).body(()).unwrap())
+            });
+            (Arc::clone(endpoint), reporter.report(endpoint, unavailable))
+        },
+    );
+    let mut services = BTreeMap::new();
+    for _ in 0..2 {
+        let change = tokio::time::timeout(
+            STEP,
+            std::future::poll_fn(|cx| futures_core::Stream::poll_next(std::pin::Pin::new(&mut discover), cx)),
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+        let Change::Insert((instance, _), service) = change else {
+            panic!("an insert first");
+        };
+        services.insert(instance.to_string(), service);
+    }
+    let (endpoint, service) = services.get_mut("pay-1").unwrap();
+    for _ in 0..2 {
+        let response = service
+            .ready()
+            .await
+            .unwrap()
+            .call(hyper::Request::new(()))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 503);
+    }
+    assert!(ejections.is_ejected(endpoint), "two 503s in a row eject");
+    let change = tokio::time::timeout(
+        STEP,
+        std::future::poll_fn(|cx| futures_core::Stream::poll_next(std::pin::Pin::new(&mut discover), cx)),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .unwrap();
+    assert!(matches!(change, Change::Remove((instance, _)) if instance.as_str() == "pay-1"));
 }
