@@ -1,5 +1,7 @@
-//! Balancing HTTP requests over a service Muster resolves, with tower's power-of-two-choices
-//! balancer fed by [`EndpointDiscover`] (SPEC C7).
+//! tower's own power-of-two-choices balancer over a Muster service (SPEC C5, C7), fed by
+//! [`EndpointDiscover`] with local ejection: each endpoint's service reports its outcomes to a
+//! [`SharedEjections`], and an endpoint it ejects is removed from discovery until the ejection
+//! ends. For a balancer that needs no assembly at all, see the `hyper` example.
 //!
 //! ```sh
 //! muster serve &                                   # a registry on 127.0.0.1:7070
@@ -8,14 +10,7 @@
 //! muster register prod/web web-2 --addr 127.0.0.1:8082 --incarnation 1 --ttl 5m
 //! cargo run -p muster-client --example balance_http -- default/prod/web
 //! ```
-//!
-//! Drain one (`muster drain prod/web web-2 --incarnation 1`) while it runs: new requests stop
-//! going there at once.
 
-use std::error::Error;
-use std::future::Future;
-use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use http_body_util::Empty;
@@ -23,14 +18,13 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
 use muster_client::discover::EndpointDiscover;
-use muster_client::{Client, DEFAULT_SERVER, EligibilityConfig, Member, Resolver, ResolverConfig};
-use muster_core::ServiceKey;
+use muster_client::tower::{SetAuthority, SharedEjections};
+use muster_client::{
+    BoxError, Client, DEFAULT_SERVER, EligibilityConfig, Member, Resolver, ResolverConfig, ServiceKey,
+};
 use tower::balance::p2c::Balance;
 use tower::load::{CompleteOnResponse, PendingRequestsDiscover};
-use tower::{Service, ServiceExt, service_fn};
-
-type BoxError = Box<dyn Error + Send + Sync>;
-type Reply = Pin<Box<dyn Future<Output = Result<(SocketAddr, hyper::StatusCode), BoxError>> + Send>>;
+use tower::{Service, ServiceExt};
 
 /// Requests the example sends: enough to see the spread, bounded.
 const REQUESTS: usize = 20;
@@ -47,28 +41,25 @@ async fn main() -> Result<(), BoxError> {
     let resolver = Resolver::start(Client::new(&server)?, key, ResolverConfig::default());
 
     let http = HttpClient::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let eligibility = EligibilityConfig::default();
-    let reach = eligibility.clone();
-    // One service per endpoint: it sends a request to that endpoint's reachable address.
-    let discover = EndpointDiscover::new(&resolver, eligibility, move |endpoint: &Arc<Member>| {
-        let ip = reach
-            .reachable_address(endpoint)
-            .map_or(endpoint.addresses[0].ip, |a| a.ip);
-        let addr = SocketAddr::new(ip, endpoint.ports.first().map_or(80, |p| p.port));
-        let http = http.clone();
-        service_fn(move |path: String| -> Reply {
-            let http = http.clone();
-            Box::pin(async move {
-                let uri: hyper::Uri = format!("http://{addr}{path}").parse()?;
-                let reply = http.get(uri).await?;
-                Ok((addr, reply.status()))
-            })
-        })
-    });
+    let ejections = SharedEjections::default();
+    let reporter = ejections.clone();
+    // One service per endpoint: the shared client pointed at its address, outcomes reported.
+    let discover = EndpointDiscover::with_ejections(
+        &resolver,
+        EligibilityConfig::default(),
+        ejections,
+        move |endpoint: &Arc<Member>| {
+            let port = endpoint.ports.first().map_or(80, |p| p.port);
+            let addr = std::net::SocketAddr::new(endpoint.addresses[0].ip, port);
+            let authority = addr.to_string().parse().expect("an IP and a port make an authority");
+            reporter.report(endpoint, SetAuthority::new(http.clone(), authority))
+        },
+    );
     let mut balance = Balance::new(PendingRequestsDiscover::new(discover, CompleteOnResponse::default()));
     for _ in 0..REQUESTS {
-        let (addr, status) = balance.ready().await?.call("/".to_owned()).await?;
-        println!("{addr} answered {status}");
+        let request = hyper::Request::get("/").body(Empty::new())?;
+        let response = balance.ready().await?.call(request).await?;
+        println!("{}", response.status());
     }
     resolver.stop().await;
     Ok(())

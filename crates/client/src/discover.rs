@@ -1,18 +1,23 @@
 //! A `tower::discover::Discover` source (SPEC C7): the eligible endpoints of a resolved
 //! service as a stream of `Change::Insert` / `Change::Remove`, so tower's balancers (p2c,
-//! `PeakEwmaDiscover`) and hyper or tonic clients route over Muster's verified view.
+//! `PeakEwmaDiscover`) and hyper or tonic clients route over Muster's verified view, with
+//! this client's local ejections applied (SPEC C3, C5).
 //!
 //! ```text
-//!  Resolver ──views──▶ diff task: EligibleSet::build per view, diff against what was sent
-//!                         │  Insert((instance, incarnation), make(endpoint)) / Remove(key)
-//!                         ▼
-//!                  bounded channel ──▶ EndpointDiscover (a Stream of Change) ──▶ tower Balance
+//!  Resolver ──views──────▶ diff task: EligibleSet per view, ejections applied, diffed
+//!  SharedEjections ──ejected / ejection ends──▶   │ against what was sent
+//!                                                │  Insert((instance, incarnation), make(endpoint)) / Remove(key)
+//!                                                ▼
+//!                                 bounded channel ──▶ EndpointDiscover (a Stream of Change) ──▶ tower Balance
 //! ```
 //!
 //! Keys are (instance, incarnation): a restarted instance is a new service to the balancer,
 //! never a reused connection to the old process. A draining endpoint is removed the moment the
 //! view carries the drain (it is not eligible), and a registry outage removes nothing (the
-//! view keeps its last set).
+//! view keeps its last set). An endpoint this client ejects is removed at once and inserted
+//! again (a fresh service from `make`) when its ejection ends, at
+//! [`OutlierDetector::next_return_ms`](crate::OutlierDetector::next_return_ms); outcomes reach
+//! the shared detector through [`SharedEjections::report`].
 
 use std::collections::BTreeSet;
 use std::convert::Infallible;
@@ -20,14 +25,16 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use muster_core::{Incarnation, InstanceId};
-use tokio::sync::mpsc;
+use muster_core::{Incarnation, InstanceId, ServiceKey};
+
+use crate::member::{Member, MemberSet};
+use tokio::sync::{mpsc, watch};
 use tower::discover::Change;
 
-use crate::balance::{EligibilityConfig, EligibleSet};
-use crate::eject::OutlierDetector;
-use crate::member::Member;
+use crate::balance::EligibilityConfig;
 use crate::resolver::Resolver;
+use crate::tower::SharedEjections;
+use crate::view::View;
 
 /// What identifies an endpoint to the balancer: one run of one instance.
 pub type EndpointKey = (InstanceId, Incarnation);
@@ -44,68 +51,124 @@ pub struct EndpointDiscover<S> {
 
 impl<S: Send + 'static> EndpointDiscover<S> {
     /// Follows `resolver`'s views; `make` turns each newly eligible endpoint into the
-    /// service the balancer will call (e.g. an HTTP client bound to its address).
+    /// service the balancer will call (e.g. an HTTP client bound to its address). No local
+    /// ejection: nobody reports outcomes to this source (see [`EndpointDiscover::with_ejections`]).
     pub fn new<F>(resolver: &Resolver, eligibility: EligibilityConfig, make: F) -> EndpointDiscover<S>
     where
         F: FnMut(&Arc<Member>) -> S + Send + 'static,
     {
+        EndpointDiscover::with_ejections(resolver, eligibility, SharedEjections::default(), make)
+    }
+
+    /// Like [`EndpointDiscover::new`], with the local ejections of `ejections` applied: an
+    /// endpoint it ejects is removed, and inserted again when the ejection ends. Wrap the
+    /// services `make` returns with [`SharedEjections::report`] to feed it.
+    pub fn with_ejections<F>(
+        resolver: &Resolver,
+        eligibility: EligibilityConfig,
+        ejections: SharedEjections,
+        make: F,
+    ) -> EndpointDiscover<S>
+    where
+        F: FnMut(&Arc<Member>) -> S + Send + 'static,
+    {
         let (sender, changes) = mpsc::channel(CHANGE_BUFFER);
-        let views = resolver.subscribe();
-        let service = resolver.key().clone();
-        tokio::spawn(diff_views(views, eligibility, make, sender, service));
+        let diff = Diff {
+            eligibility,
+            ejections,
+            sender,
+            service: resolver.key().clone(),
+            sent: BTreeSet::new(),
+        };
+        tokio::spawn(diff.run(resolver.subscribe(), make));
         EndpointDiscover { changes }
     }
 }
 
-async fn diff_views<S, F>(
-    mut views: tokio::sync::watch::Receiver<Arc<crate::view::View>>,
+/// The diff task's state: what the balancer was sent.
+struct Diff<S> {
     eligibility: EligibilityConfig,
-    mut make: F,
+    ejections: SharedEjections,
     sender: mpsc::Sender<Change<EndpointKey, S>>,
-    service: muster_core::ServiceKey,
-) where
-    F: FnMut(&Arc<Member>) -> S,
-{
-    // Ejection is per call site; a balancer fed by discovery ejects through its own load and
-    // readiness signals, so no local ejections are applied here.
-    let ejections = OutlierDetector::default();
-    let mut sent: BTreeSet<EndpointKey> = BTreeSet::new();
-    // The set last diffed: the resolver publishes on every frame, progress included, and a
-    // view whose set did not change has nothing to diff (only new sets get a new `Arc`).
-    let mut diffed: Option<Arc<crate::member::MemberSet>> = None;
-    loop {
-        let view = Arc::clone(&views.borrow_and_update());
-        if let Some(set) = view
-            .active()
-            .filter(|set| !diffed.as_ref().is_some_and(|last| Arc::ptr_eq(last, set)))
-        {
-            diffed = Some(Arc::clone(set));
-            let eligible = EligibleSet::build(set.revision(), set.iter(), &eligibility, &ejections, 0);
-            let now: BTreeSet<EndpointKey> = eligible
-                .routable()
-                .iter()
-                .map(|e| (e.instance.clone(), e.incarnation))
-                .collect();
-            for gone in sent.difference(&now) {
-                tracing::debug!(service = %service, revision = %set.revision(), instance = %gone.0, incarnation = %gone.1, "discover remove");
-                if sender.send(Change::Remove(gone.clone())).await.is_err() {
-                    return;
-                }
-            }
-            for endpoint in eligible.routable() {
-                let endpoint_key = (endpoint.instance.clone(), endpoint.incarnation);
-                if !sent.contains(&endpoint_key) {
-                    tracing::debug!(service = %service, revision = %set.revision(), instance = %endpoint.instance, incarnation = %endpoint.incarnation, "discover insert");
-                    if sender.send(Change::Insert(endpoint_key, make(endpoint))).await.is_err() {
-                        return;
+    service: ServiceKey,
+    sent: BTreeSet<EndpointKey>,
+}
+
+/// Why the diff task stopped: the balancer dropped the stream, or the resolver stopped.
+struct Closed;
+
+impl<S> Diff<S> {
+    async fn run<F>(mut self, mut views: watch::Receiver<Arc<View>>, mut make: F)
+    where
+        F: FnMut(&Arc<Member>) -> S,
+    {
+        let mut ejected = self.ejections.ejections();
+        let clock = self.ejections.clock();
+        // The set last diffed: the resolver publishes on every frame, progress included, and
+        // a view whose set did not change has nothing to diff (only new sets get a new `Arc`),
+        // unless the ejections changed meanwhile.
+        let mut diffed: Option<Arc<MemberSet>> = None;
+        let mut ejections_changed = true;
+        let mut next_return_ms: Option<u64> = None;
+        loop {
+            let view = Arc::clone(&views.borrow_and_update());
+            ejected.borrow_and_update();
+            if let Some(set) = view.active() {
+                let new_set = !diffed.as_ref().is_some_and(|last| Arc::ptr_eq(last, set));
+                if new_set || ejections_changed {
+                    diffed = Some(Arc::clone(set));
+                    match self.diff(set, &mut make).await {
+                        Ok(next) => next_return_ms = next,
+                        Err(Closed) => return,
                     }
                 }
             }
-            sent = now;
+            ejections_changed = false;
+            let ejection_ends = async {
+                match next_return_ms {
+                    Some(at) => tokio::time::sleep_until(clock.at(at)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                changed = views.changed() => if changed.is_err() { return },
+                // The handle holds the sender and this task holds a handle: never closed.
+                _ = ejected.changed() => ejections_changed = true,
+                () = ejection_ends => ejections_changed = true,
+                () = self.sender.closed() => return,
+            }
         }
-        if views.changed().await.is_err() {
-            return;
+    }
+
+    /// Sends what changed between what was sent and `set`'s eligible endpoints now; returns
+    /// when the next ejection ends.
+    async fn diff<F>(&mut self, set: &MemberSet, make: &mut F) -> Result<Option<u64>, Closed>
+    where
+        F: FnMut(&Arc<Member>) -> S,
+    {
+        let (eligible, next_return_ms) = self.ejections.eligible(set, &self.eligibility);
+        let now: BTreeSet<EndpointKey> = eligible
+            .routable()
+            .iter()
+            .map(|e| (e.instance.clone(), e.incarnation))
+            .collect();
+        for gone in self.sent.difference(&now) {
+            tracing::debug!(service = %self.service, revision = %set.revision(), instance = %gone.0, incarnation = %gone.1, "discover remove");
+            self.sender
+                .send(Change::Remove(gone.clone()))
+                .await
+                .map_err(|_| Closed)?;
         }
+        for endpoint in eligible.routable() {
+            let endpoint_key = (endpoint.instance.clone(), endpoint.incarnation);
+            if !self.sent.contains(&endpoint_key) {
+                tracing::debug!(service = %self.service, revision = %set.revision(), instance = %endpoint.instance, incarnation = %endpoint.incarnation, "discover insert");
+                let change = Change::Insert(endpoint_key, make(endpoint));
+                self.sender.send(change).await.map_err(|_| Closed)?;
+            }
+        }
+        self.sent = now;
+        Ok(next_return_ms)
     }
 }
 

@@ -57,14 +57,28 @@
 //! # Ok(()) }
 //! ```
 //!
-//! **tower**: [`discover`] turns a resolver into a `tower::discover::Discover` source, so a
-//! tower balancer spreads calls over the service's endpoints.
+//! **tower**: [`tower::Balance`] is a `tower::Service` that balances a hyper or tonic client
+//! over a service's endpoints and ejects failing ones from the calls' own outcomes;
+//! [`discover`] turns a resolver into a `tower::discover::Discover` source for tower's own
+//! balancers:
+//!
+//! ```no_run
+//! # async fn tour(resolver: std::sync::Arc<muster_client::Resolver>) -> Result<(), Box<dyn std::error::Error>> {
+//! use tower::{Service, ServiceExt};
+//!
+//! let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+//!     .build_http::<http_body_util::Empty<bytes::Bytes>>();
+//! let mut web = muster_client::tower::Balance::builder(resolver).port("http").shared(http)?;
+//! let request = hyper::Request::get("/health").body(http_body_util::Empty::new())?;
+//! let response = web.ready().await?.call(request).await?; // 5xx and errors count toward ejection
+//! # Ok(()) }
+//! ```
 //!
 //! # One path per item
 //! Every item is public at exactly one path. The crate root holds everything an application
 //! names, and the modules that define those items are private. The public modules hold only
 //! what is not at the root: [`api`] (the wire bodies and replies, muster-core's), [`duration`]
-//! (milliseconds on the wire), [`lkg`] (the last-known-good file), [`discover`] (tower), and
+//! (milliseconds on the wire), [`lkg`] (the last-known-good file), [`discover`] and [`tower`] (tower), and
 //! [`registrar`] (the registrar's pure machine, for a shell of your own).
 //!
 //! # Layout
@@ -83,7 +97,9 @@
 //!   fingerprints): [`Member`], [`MemberSet`].
 //! - [`registrar`]: register, renew with jitter, report readiness, drain on shutdown (C6).
 //! - [`lkg`]: the last-known-good set on disk.
-//! - [`discover`]: a `tower::discover::Discover` source (C7).
+//! - [`discover`]: a `tower::discover::Discover` source (C7), local ejections applied.
+//! - [`tower`]: a balancing `tower::Service` for hyper and tonic clients, outcomes fed back
+//!   into local ejection (C5, C7, H6).
 
 #![forbid(unsafe_code)]
 
@@ -98,6 +114,7 @@ pub mod registrar;
 mod resolver;
 mod resolver_set;
 mod seed;
+pub mod tower;
 mod view;
 
 /// The HTTP API's bodies and watch frames (the replies a [`Client`] returns), as

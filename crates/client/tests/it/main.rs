@@ -1,3 +1,8 @@
-//! Integration tests of the client library's pure parts against the real registry.
+//! Integration tests of the client library: its pure parts against the real registry, and
+//! its tower integration against a real in-process registry and real backends.
 
+mod balance;
+mod discover;
+mod grpc;
+mod inproc;
 mod view;
