@@ -98,7 +98,7 @@ pub struct RunningProxy {
 
 /// The last-known-good file of a service in `dir`.
 pub fn lkg_path(dir: &std::path::Path, key: &ServiceKey) -> std::path::PathBuf {
-    dir.join(format!("{}.{}.{}.json", key.tenant, key.namespace, key.service))
+    dir.join(format!("{}.{}.{}.lkg", key.tenant, key.namespace, key.service))
 }
 
 /// Starts every listener of `config` (and its admin listener) against the registry `client`
