@@ -2,6 +2,8 @@
 //! reports the age; started with only a last-known-good file it serves from it; with neither
 //! it refuses connections; after a restart its watch resumes.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use muster_client::Protocol;
@@ -18,16 +20,36 @@ async fn a_stopped_registry_leaves_the_proxy_serving_and_a_restart_resumes_its_w
     registry.register("a", a.addr, Protocol::Http).await;
     let proxy = proxy(&registry, ListenerProtocol::Http).await;
     until_eligible(&proxy, 1).await;
-    let target = std::sync::Arc::clone(&proxy.targets()[0]);
+    let target = Arc::clone(&proxy.targets()[0]);
     let revision = target.resolver().status().active.unwrap();
-    registry.stop().await;
-    let client = http_client(false);
-    for _ in 0..20 {
-        assert_eq!(
-            get(&client, proxy.listeners()[0], "/").await.unwrap(),
-            (200, "a".to_owned())
-        );
+    // Load through the whole outage and the restart: 4 callers until told to stop (each
+    // bounded to 2,000 requests).
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(AtomicU64::new(0));
+    let sent = Arc::new(AtomicU64::new(0));
+    let mut load = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let (stop, failures, sent) = (Arc::clone(&stop), Arc::clone(&failures), Arc::clone(&sent));
+        let addr = proxy.listeners()[0];
+        load.spawn(async move {
+            let client = http_client(false);
+            for _ in 0..2_000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                if !matches!(get(&client, addr, "/slow?ms=2").await, Ok((200, _))) {
+                    failures.fetch_add(1, Ordering::Relaxed);
+                }
+                sent.fetch_add(1, Ordering::Relaxed);
+            }
+        });
     }
+    registry.stop().await;
+    let during = sent.load(Ordering::Relaxed);
+    until("requests flow while the registry is down", || {
+        sent.load(Ordering::Relaxed) >= during + 50
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         target.resolver().status().age_ms.unwrap() >= 300,
@@ -37,6 +59,14 @@ async fn a_stopped_registry_leaves_the_proxy_serving_and_a_restart_resumes_its_w
     let b = Backend::http("b").await;
     registry.register("b", b.addr, Protocol::Http).await;
     until_eligible(&proxy, 2).await;
+    stop.store(true, Ordering::Relaxed);
+    while load.join_next().await.is_some() {}
+    assert_eq!(
+        failures.load(Ordering::Relaxed),
+        0,
+        "no request failed through the outage"
+    );
+    let client = http_client(false);
     let status = target.resolver().status();
     assert!(status.active.unwrap() > revision);
     assert!(!status.resnapshot_pending);
@@ -81,11 +111,5 @@ async fn started_during_an_outage_it_serves_its_last_known_good_set_and_without_
         matches!(read, Ok(Ok(0)) | Ok(Err(_))),
         "the connection is refused (closed at once)"
     );
-    assert_eq!(
-        blind.targets()[0]
-            .stats
-            .refused
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(blind.targets()[0].stats.refused.load(Ordering::Relaxed), 1);
 }
