@@ -15,11 +15,15 @@
 //! twice, idempotent or not.
 
 use hyper::Method;
+use muster_client::tower::Outcome as Evidence;
 
 /// gRPC's `UNAVAILABLE`: the service was not reached, so the call was not processed.
-pub const GRPC_UNAVAILABLE: u32 = 14;
+pub use muster_client::tower::GRPC_UNAVAILABLE;
 
-/// How one attempt ended.
+/// How one attempt ended. Which outcomes count against the endpoint is the client library's
+/// rule ([`muster_client::tower::Outcome`]), shared with its tower `Balance`; what the proxy
+/// adds is the split of a transport failure into "nothing was sent" and "sent, then broken",
+/// which decides whether a retry is safe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// No connection to the endpoint could be made.
@@ -37,12 +41,21 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The outcome of a response, from its head.
+    pub fn of_response<B>(response: &hyper::Response<B>) -> Outcome {
+        match Evidence::of_response(response) {
+            Evidence::Response { status, grpc_status } => Outcome::Response { status, grpc_status },
+            Evidence::TransportError => Outcome::Reset,
+        }
+    }
+
     /// Whether the endpoint failed (evidence for local ejection, SPEC H6).
     pub fn is_failure(self) -> bool {
         match self {
-            Outcome::ConnectFailed | Outcome::Reset => true,
-            Outcome::Response { status, grpc_status } => status >= 500 || grpc_status == Some(GRPC_UNAVAILABLE),
+            Outcome::ConnectFailed | Outcome::Reset => Evidence::TransportError,
+            Outcome::Response { status, grpc_status } => Evidence::Response { status, grpc_status },
         }
+        .is_failure()
     }
 
     /// Whether the request may be sent again: safe for this method and body, and worth it

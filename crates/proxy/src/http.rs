@@ -175,10 +175,7 @@ impl HttpForwarder {
             };
             let result = upstream.request(outbound).await;
             let outcome = match &result {
-                Ok(response) => Outcome::Response {
-                    status: response.status().as_u16(),
-                    grpc_status: grpc_status(response.headers()),
-                },
+                Ok(response) => Outcome::of_response(response),
                 Err(err) if err.is_connect() => Outcome::ConnectFailed,
                 Err(_) => Outcome::Reset,
             };
@@ -311,10 +308,6 @@ fn is_grpc(headers: &HeaderMap) -> bool {
         .is_some_and(|value| value.starts_with("application/grpc"))
 }
 
-fn grpc_status(headers: &HeaderMap) -> Option<u32> {
-    headers.get("grpc-status")?.to_str().ok()?.parse().ok()
-}
-
 fn refused(refusal: &Refusal, grpc: bool) -> Response<ProxyBody> {
     let message = match refusal {
         Refusal::NoView => {
@@ -392,7 +385,13 @@ mod tests {
     fn a_grpc_caller_gets_unavailable_in_grpc_status() {
         let response = refused(&Refusal::NoEndpoint, true);
         assert_eq!(response.status(), StatusCode::OK);
-        assert_eq!(grpc_status(response.headers()), Some(GRPC_UNAVAILABLE));
+        assert_eq!(
+            Outcome::of_response(&response),
+            Outcome::Response {
+                status: 200,
+                grpc_status: Some(GRPC_UNAVAILABLE)
+            }
+        );
         let plain = refused(&Refusal::NoView, false);
         assert_eq!(plain.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(
