@@ -29,8 +29,10 @@
 //! like the simulation's (crash to the last failed request, plus the 1 ms resolution) and
 //! bounded by TTL + the server's lease-keeper tick (100 ms) + the watch propagation, which is
 //! measured after the run (drain one live instance, time until every caller's view has it),
-//! + [`MARGIN_MS`] for scheduling on a loaded machine. Through the proxy a crash costs at
-//! most [`live_proxy_crash_at_most`] failed requests; a drain costs none, either way.
+//! plus [`MARGIN_MS`] for scheduling on a loaded machine.
+//!
+//! Through the proxy a crash costs at most [`live_proxy_crash_at_most`] failed requests; a
+//! drain costs none, through either.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -335,7 +335,7 @@ pub(crate) fn extras(setup: &SetupReport) -> Option<String> {
             )),
             _ => parts.push(format!("killed instances {}", live.stop)),
         }
-        parts.push(format!("{} requests in flight at the stop", live.in_flight_at_stop));
+        parts.push(format!("requests in flight at the stop: {}", live.in_flight_at_stop));
         if live.via == "muster-proxy" {
             parts.push(format!(
                 "{} proxy retries ({} refused by the budget)",
