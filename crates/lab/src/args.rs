@@ -30,7 +30,9 @@ use crate::units::{format_ms, parse_ms, parse_share};
     after_help = "With no arguments: the reference scenario (500 instances, 50 crash at 20 s, \
                         60 s in 10 ms ticks, 20 callers × 100 req/s) and its three setups: \
                         hard-coded, ttl-10s, ttl-2s. Known setups: hard-coded, ttl-10s, ttl-2s, \
-                        watch, eject, drain, silence, preservation (or 'reference', 'all')."
+                        watch, eject, drain, silence, preservation (or 'reference', 'all'). \
+                        --live runs two setups on one fleet: the client library and muster proxy; \
+                        the killed instances crash, or with --drain GRACE drain first."
 )]
 pub struct LabArgs {
     /// Setups from the catalogue to run (comma-separated or repeated; `reference`, `all`).
@@ -42,7 +44,9 @@ pub struct LabArgs {
     /// Write a Markdown report and SVG plots into this directory.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// The live lab: a real server, instances behind real sockets, callers using muster-client.
+    /// The live lab: a real server, instances behind real sockets, and two setups side by side:
+    /// callers using muster-client (`live-ttl-…`) and callers through an in-process muster
+    /// proxy (`muster-proxy-ttl-…`).
     #[arg(long)]
     pub live: bool,
     /// Scenario: instances at the start [default: 500; live: 100].
@@ -96,7 +100,9 @@ pub struct LabArgs {
     /// Custom setup: callers eject an endpoint on its first failure, for this long.
     #[arg(long, value_name = "DURATION")]
     pub eject: Option<String>,
-    /// Custom setup: planned shutdown — drain, then stop after this grace.
+    /// Custom setup: planned shutdown — drain, then stop after this grace. Live: the killed
+    /// instances are drained at --crash-at and stop once every view (the proxy's too) has the
+    /// drain and this grace has passed (`--drain 500ms`).
     #[arg(long, value_name = "DURATION")]
     pub drain: Option<String>,
     /// Custom setup: live instances silenced at the crash (count or share of the fleet).

@@ -184,9 +184,46 @@ pub fn expected(scenario: &Scenario, setup: &Setup, run: &Run) -> Expected {
     }
 }
 
+/// The live lab through `muster proxy` (SPEC X2, D3), killed instances crashing: at most
+/// this many requests fail. A connect the dead port refuses is retried on another endpoint
+/// (nothing was sent), so a request fails only when
+/// - it was in flight at the crash, connected upstream but not yet accepted: the kernel
+///   resets it and the proxy cannot retry a stream it has forwarded — at most one per caller
+///   (each caller sends one request at a time), so `in_flight_at_crash` is the callers;
+/// - or every allowed attempt drew a dead endpoint: retries avoid the endpoints already tried,
+///   so this is below `(killed / instances)^max_attempts` per request exposed, counted over
+///   `exposed_requests` (the requests of the stale-window bound) and rounded up.
+///
+/// Retries the budget refuses are reported beside it (`budget_exhausted`); at the lab's
+/// rates the budget's floor alone (10 retries/s) exceeds the crash's connect failures.
+pub fn live_proxy_crash_at_most(
+    in_flight_at_crash: u64,
+    killed: u32,
+    instances: u32,
+    max_attempts: u32,
+    exposed_requests: f64,
+) -> f64 {
+    let dead = f64::from(killed) / f64::from(instances.max(1));
+    in_flight_at_crash as f64 + (exposed_requests * dead.powi(max_attempts as i32)).ceil()
+}
+
+/// The live lab with a drain (SPEC X2, L6): the killed instances stop only once every
+/// caller's view (the proxy's included) has them draining and the grace has passed, so no
+/// request reaches a stopped instance: zero failed, a zero stale window.
+pub const LIVE_DRAIN_FAILED: f64 = 0.0;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_proxy_crash_bound_is_the_requests_in_flight_plus_all_attempts_dead() {
+        // 3 of 30 dead, three attempts: 0.1% of 340 exposed requests, rounded up to one.
+        assert_eq!(live_proxy_crash_at_most(4, 3, 30, 3, 340.0), 5.0);
+        assert_eq!(live_proxy_crash_at_most(0, 0, 30, 3, 340.0), 0.0);
+        // One attempt: every request to a dead instance fails, as without a proxy.
+        assert_eq!(live_proxy_crash_at_most(0, 3, 30, 1, 340.0), 34.0);
+    }
 
     #[test]
     fn one_failure_per_pair_and_ejection_at_most() {

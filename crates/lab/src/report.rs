@@ -104,6 +104,31 @@ pub struct SetupReport {
     pub protection_s: f64,
     /// The analytic expectations.
     pub expected: Expected,
+    /// The live lab's own figures (absent from simulated setups).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live: Option<LiveFigures>,
+}
+
+/// What a live setup (SPEC X2) adds: how its callers reach the fleet, how the killed
+/// instances stop, and the proxy's retry counters.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LiveFigures {
+    /// `client-library` (each caller resolves and picks itself) or `muster-proxy` (each caller
+    /// connects to an in-process proxy's TCP listener, SPEC D3).
+    pub via: &'static str,
+    /// `crash` (killed at once) or `drain` (drained, then stopped once every view has seen it).
+    pub stop: &'static str,
+    /// With `drain`: the least time from the drain to the stop, in seconds.
+    pub drain_grace_s: Option<f64>,
+    /// With `drain`: from the drain until every caller's view (the proxy's included) had it.
+    pub drain_seen_s: Option<f64>,
+    /// Requests of this setup in flight when the killed instances stopped.
+    pub in_flight_at_stop: u64,
+    /// Retries the proxy sent (connect failures retried on another endpoint); 0 for the
+    /// client library, whose callers do not retry.
+    pub retries: u64,
+    /// Retries the proxy wanted but its retry budget refused.
+    pub budget_exhausted: u64,
 }
 
 fn seconds(ms: u64) -> f64 {
@@ -148,6 +173,7 @@ impl SetupReport {
             ejections: run.ejections,
             protection_s: seconds(run.protection_ticks * scenario.tick_ms),
             expected: expected(scenario, setup, run),
+            live: None,
         }
     }
 }
@@ -300,6 +326,22 @@ pub(crate) fn extras(setup: &SetupReport) -> Option<String> {
     }
     if setup.unroutable > 0 {
         parts.push(format!("{} requests found no endpoint", setup.unroutable));
+    }
+    if let Some(live) = &setup.live {
+        parts.push(format!("callers via {}", live.via));
+        match (live.drain_grace_s, live.drain_seen_s) {
+            (Some(grace), Some(seen)) => parts.push(format!(
+                "killed instances drained, seen by every view in {seen:.3} s, stopped after ≥ {grace:.2} s"
+            )),
+            _ => parts.push(format!("killed instances {}", live.stop)),
+        }
+        parts.push(format!("requests in flight at the stop: {}", live.in_flight_at_stop));
+        if live.via == "muster-proxy" {
+            parts.push(format!(
+                "{} proxy retries ({} refused by the budget)",
+                live.retries, live.budget_exhausted
+            ));
+        }
     }
     if setup.watch_deliveries_per_s > 0.0 {
         parts.push(format!("{:.2} watch deliveries/s", setup.watch_deliveries_per_s));

@@ -1,5 +1,6 @@
 //! `muster lab` through the real binary: the JSON shape SPEC X fixes, the files of `--out`,
-//! and bad input refused with exit 2 before anything runs.
+//! the live lab's two setups (SPEC X2, D3), and bad input refused with exit 2 before anything
+//! runs.
 
 use crate::support::run;
 
@@ -77,6 +78,7 @@ fn bad_input_exits_2_with_a_typed_error_and_runs_nothing() {
         (vec!["lab", "--kill", "200%"], "invalid_scenario"),
         (vec!["lab", "--scenario", "/nonexistent/lab.toml"], "scenario_file"),
         (vec!["lab", "--live", "--eject", "30s"], "invalid_scenario"),
+        (vec!["lab", "--live", "--drain", "1h"], "invalid_scenario"),
     ] {
         let output = run(&args);
         assert_eq!(output.status.code(), Some(2), "{args:?}");
@@ -84,4 +86,44 @@ fn bad_input_exits_2_with_a_typed_error_and_runs_nothing() {
         assert!(stderr.contains(&format!("error: {code}:")), "{args:?}: {stderr}");
         assert!(output.stdout.is_empty(), "{args:?} printed a report");
     }
+}
+
+#[test]
+fn live_with_drain_reports_the_library_then_the_proxy_setup_and_no_failure_through_the_proxy() {
+    let output = run(&[
+        "lab",
+        "--live",
+        "--instances",
+        "10",
+        "--kill",
+        "2",
+        "--crash-at",
+        "1s",
+        "--duration",
+        "3s",
+        "--callers",
+        "2",
+        "--ttl",
+        "1s",
+        "--drain",
+        "200ms",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["mode"], "live");
+    let setups = report["setups"].as_array().unwrap();
+    let names: Vec<_> = setups.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["live-ttl-1s-drain", "muster-proxy-ttl-1s-drain"]);
+    assert_eq!(setups[0]["live"]["via"], "client-library");
+    let proxied = &setups[1];
+    assert_eq!(proxied["live"]["via"], "muster-proxy");
+    assert_eq!(proxied["live"]["stop"], "drain");
+    assert_eq!(proxied["live"]["drain_grace_s"], 0.2);
+    for field in ["retries", "budget_exhausted", "in_flight_at_stop"] {
+        assert!(proxied["live"][field].is_u64(), "{field} in {proxied}");
+    }
+    assert!(proxied["requests"].as_u64().unwrap() > 0);
+    assert_eq!(proxied["failed"], 0, "{proxied}");
+    assert_eq!(proxied["expected"]["failed"], 0.0);
 }
