@@ -30,31 +30,32 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "NAMESPACE/SERVICE", requires = "listen")]
     pub service: Option<String>,
     /// The endpoints' named port to connect to (default: each endpoint's first port).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", requires = "listen")]
     pub port: Option<String>,
     /// What the listener speaks: tcp, http (HTTP/1.1 and h2c, so gRPC), or auto (detects
     /// HTTP/2 and HTTP/1, falls back to TCP).
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(long, value_enum, default_value = "auto", requires = "listen")]
     pub protocol: ProtocolArg,
     /// How to balance: p2c (least request), weighted, hash (on --hash-header), locality
     /// (with --zone, --region), round_robin.
-    #[arg(long, value_enum, default_value = "p2c")]
+    #[arg(long, value_enum, default_value = "p2c", requires = "listen")]
     pub balancer: BalancerArg,
     /// The header whose value picks the endpoint for --balancer hash.
-    #[arg(long, value_name = "HEADER")]
+    #[arg(long, value_name = "HEADER", requires = "listen")]
     pub hash_header: Option<String>,
     /// Retries may add at most this fraction of requests (0.2: 20%).
-    #[arg(long, value_name = "FRACTION", default_value_t = 0.2)]
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.2, requires = "listen")]
     pub retry_budget: f64,
     /// Attempts per request or connection, the first included.
-    #[arg(long, value_name = "N", default_value_t = muster_proxy::config::DEFAULT_MAX_ATTEMPTS)]
+    #[arg(long, value_name = "N", default_value_t = muster_proxy::config::DEFAULT_MAX_ATTEMPTS, requires = "listen")]
     pub max_attempts: u32,
     /// More listeners (and settings) from a TOML file with [[listener]] tables.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The admin listener (/metrics, /debug/endpoints), or `off`.
-    #[arg(long, value_name = "ADDR|off", default_value = "127.0.0.1:15000")]
-    pub admin: String,
+    /// The admin listener (/metrics, /debug/endpoints), or `off` [default: the config file's
+    /// `admin`, else 127.0.0.1:15000].
+    #[arg(long, value_name = "ADDR|off")]
+    pub admin: Option<String>,
     /// Keep each service's last known good set here, and serve from it when started while
     /// the registry is down.
     #[arg(long, value_name = "DIR")]
@@ -99,6 +100,9 @@ pub enum BalancerArg {
     #[value(name = "round_robin")]
     RoundRobin,
 }
+
+/// The admin listener when neither the flag nor the file names one.
+const DEFAULT_ADMIN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 15000);
 
 fn usage(err: muster_proxy::config::ConfigError) -> CliError {
     CliError::usage(err.code, err.message)
@@ -145,16 +149,15 @@ pub fn proxy_config(args: &ProxyArgs) -> Result<ProxyConfig, CliError> {
         listener.max_attempts = args.max_attempts;
         config.listeners.push(listener);
     }
-    if args.admin != "off" {
-        config.admin = Some(args.admin.parse().map_err(|_| {
-            CliError::usage(
-                "invalid_config",
-                format!("--admin '{}': an ADDR:PORT or off", args.admin),
-            )
-        })?);
-    } else {
-        config.admin = None;
-    }
+    // The flag, then the file, then the default; a file without `admin` gets the default.
+    config.admin = match args.admin.as_deref() {
+        Some("off") => None,
+        Some(addr) => Some(
+            addr.parse()
+                .map_err(|_| CliError::usage("invalid_config", format!("--admin '{addr}': an ADDR:PORT or off")))?,
+        ),
+        None => config.admin.or(Some(DEFAULT_ADMIN)),
+    };
     if args.lkg_dir.is_some() {
         config.lkg_dir.clone_from(&args.lkg_dir);
     }

@@ -12,8 +12,9 @@ use axum::response::{IntoResponse, Json};
 use axum::routing::get;
 use muster_client::{Excluded, Standing, Unhealthy};
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
@@ -28,16 +29,21 @@ pub fn router(targets: Arc<Vec<Arc<Target>>>) -> Router {
         .with_state(targets)
 }
 
+type Labels = Vec<(&'static str, String)>;
+
+/// One scrape: a registry built for it from the live counters, each metric one family with a
+/// row per listener (label `listener`), so every family is written once.
 async fn metrics(State(targets): State<Arc<Vec<Arc<Target>>>>) -> impl IntoResponse {
     let mut registry = Registry::with_prefix("muster_proxy");
+    let labels = |target: &Target| -> Labels { vec![("listener", target.config.listen.to_string())] };
     let counter = |registry: &mut Registry, name: &str, help: &str, read: &dyn Fn(&Target) -> &AtomicU64| {
+        let family = Family::<Labels, Counter>::default();
         for target in targets.iter() {
-            registry.sub_registry_with_labels(labels(target)).register(
-                name,
-                help,
-                ConstCounter::new(read(target).load(Ordering::Relaxed)),
-            );
+            family
+                .get_or_create(&labels(target))
+                .inc_by(read(target).load(Ordering::Relaxed));
         }
+        registry.register(name, help, family);
     };
     counter(
         &mut registry,
@@ -69,44 +75,50 @@ async fn metrics(State(targets): State<Arc<Vec<Arc<Target>>>>) -> impl IntoRespo
     counter(&mut registry, "ejections", "Endpoints ejected locally", &|t| {
         &t.stats.ejections
     });
+    let revision = Family::<Labels, Gauge>::default();
+    let age = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+    let in_flight = Family::<Labels, Gauge>::default();
+    let ejected = Family::<Labels, Gauge>::default();
+    let now = clock::now_ms();
     for target in targets.iter() {
         let view = target.resolver().status();
-        let sub = registry.sub_registry_with_labels(labels(target));
-        sub.register(
-            "view_revision",
-            "The revision of the set the listener routes over (0: none)",
-            ConstGauge::new(view.active.map_or(0, |r| r.0 as i64)),
-        );
-        sub.register(
-            "view_age_seconds",
-            "Seconds since the registry last confirmed the set (-1: no set)",
-            ConstGauge::new(view.age_ms.map_or(-1.0, |ms| ms as f64 / 1_000.0)),
-        );
-        sub.register(
-            "in_flight",
-            "Requests or streams in flight",
-            ConstGauge::new(target.in_flight().values().sum::<u64>() as i64),
-        );
-        let now = clock::now_ms();
-        let ejected = target.resolver().view().active().map_or(0, |set| {
+        let labels = labels(target);
+        revision
+            .get_or_create(&labels)
+            .set(view.active.map_or(0, |r| r.0 as i64));
+        age.get_or_create(&labels)
+            .set(view.age_ms.map_or(-1.0, |ms| ms as f64 / 1_000.0));
+        in_flight
+            .get_or_create(&labels)
+            .set(target.in_flight().values().sum::<u64>() as i64);
+        let count = target.resolver().view().active().map_or(0, |set| {
             set.iter().filter(|e| target.picker().is_ejected(e, now)).count()
         });
-        sub.register(
-            "ejected_endpoints",
-            "Endpoints ejected locally now",
-            ConstGauge::new(ejected as i64),
-        );
+        ejected.get_or_create(&labels).set(count as i64);
     }
+    registry.register(
+        "view_revision",
+        "The revision of the set the listener routes over (0: none)",
+        revision,
+    );
+    registry.register(
+        "view_age_seconds",
+        "Seconds since the registry last confirmed the set (-1: no set)",
+        age,
+    );
+    registry.register("in_flight", "Requests or streams in flight", in_flight);
+    registry.register("ejected_endpoints", "Endpoints ejected locally now", ejected);
     let mut text = String::new();
     if encode(&mut text, &registry).is_err() {
         text.clear();
     }
-    ([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text)
-}
-
-fn labels(target: &Target) -> std::iter::Once<(std::borrow::Cow<'static, str>, std::borrow::Cow<'static, str>)> {
-    // One label names the listener; its service and protocol are in /debug/endpoints.
-    std::iter::once(("listener".into(), target.config.listen.to_string().into()))
+    (
+        [(
+            CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
 }
 
 async fn endpoints(State(targets): State<Arc<Vec<Arc<Target>>>>) -> Json<Value> {

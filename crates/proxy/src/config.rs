@@ -34,6 +34,10 @@ pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(30);
 /// How long to wait for a connection to an endpoint: endpoints are on the local network, so
 /// one that has not accepted in a second is treated as down and the next one is tried.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long an HTTP attempt may wait for the response head: a backend that accepted and
+/// then went silent (a partition, a hung process) is a failure after this, not a request
+/// in flight forever. Streaming bodies are not bounded, only the wait for the head.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long `auto` waits for a client's first bytes before treating the connection as opaque
 /// TCP (a server-first protocol sends nothing until the server greets it).
 pub const DEFAULT_DETECT_TIMEOUT: Duration = Duration::from_millis(300);
@@ -126,6 +130,8 @@ pub struct ProxyConfig {
     pub drain_grace: Duration,
     /// The bound on connecting to an endpoint.
     pub connect_timeout: Duration,
+    /// The bound on an HTTP attempt's wait for the response head.
+    pub response_timeout: Duration,
     /// How long `auto` waits for a client's first bytes.
     pub detect_timeout: Duration,
     /// Where each service's last-known-good set is kept (`None`: not kept).
@@ -143,6 +149,7 @@ impl Default for ProxyConfig {
             admin: None,
             drain_grace: DEFAULT_DRAIN_GRACE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             detect_timeout: DEFAULT_DETECT_TIMEOUT,
             lkg_dir: None,
             region: None,
@@ -203,6 +210,7 @@ struct FileConfig {
     admin: Option<SocketAddr>,
     drain_grace_ms: Option<u64>,
     connect_timeout_ms: Option<u64>,
+    response_timeout_ms: Option<u64>,
     detect_timeout_ms: Option<u64>,
     lkg_dir: Option<PathBuf>,
     region: Option<String>,
@@ -265,6 +273,9 @@ impl ProxyConfig {
             connect_timeout: file
                 .connect_timeout_ms
                 .map_or(defaults.connect_timeout, Duration::from_millis),
+            response_timeout: file
+                .response_timeout_ms
+                .map_or(defaults.response_timeout, Duration::from_millis),
             detect_timeout: file
                 .detect_timeout_ms
                 .map_or(defaults.detect_timeout, Duration::from_millis),
@@ -340,6 +351,12 @@ impl ProxyConfig {
                     format!("the hash balancer of {} needs a hash_header", listener.listen),
                 ));
             }
+            if listener.hash_header.is_some() && listener.balancer != BalancerKind::Hash {
+                return Err(invalid(
+                    "invalid_config",
+                    format!("hash_header on {} without the hash balancer", listener.listen),
+                ));
+            }
             if listener.hash_header.is_some() && listener.protocol == ListenerProtocol::Tcp {
                 return Err(invalid(
                     "invalid_config",
@@ -350,10 +367,14 @@ impl ProxyConfig {
                 ));
             }
         }
-        if self.drain_grace.is_zero() || self.connect_timeout.is_zero() || self.detect_timeout.is_zero() {
+        if self.drain_grace.is_zero()
+            || self.connect_timeout.is_zero()
+            || self.detect_timeout.is_zero()
+            || self.response_timeout.is_zero()
+        {
             return Err(invalid(
                 "invalid_config",
-                "drain grace, connect timeout and detect timeout must be above zero",
+                "drain grace, connect, response and detect timeouts must be above zero",
             ));
         }
         Ok(())
@@ -425,7 +446,13 @@ mod tests {
             Err("invalid_config")
         );
         assert_eq!(
+            with(&|c| c.listeners[0].hash_header = Some(HeaderName::from_static("x-user"))),
+            Err("invalid_config"),
+            "a hash header without the hash balancer"
+        );
+        assert_eq!(
             with(&|c| {
+                c.listeners[0].balancer = BalancerKind::Hash;
                 c.listeners[0].protocol = ListenerProtocol::Tcp;
                 c.listeners[0].hash_header = Some(HeaderName::from_static("x-user"));
             }),

@@ -18,6 +18,8 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
@@ -27,12 +29,12 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::header::{CONNECTION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use hyper::header::{CONNECTION, CONTENT_TYPE, COOKIE, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use muster_core::Protocol;
+use tokio::net::TcpStream;
 
 use crate::classify::{GRPC_UNAVAILABLE, Outcome};
 use crate::replay::{ReplayBody, Replayable};
@@ -43,7 +45,10 @@ pub type ProxyBody = BoxBody<Bytes, BoxError>;
 /// Any body error.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-type Upstream = HttpClient<HttpConnector, ReplayBody<Incoming>>;
+type Upstream = HttpClient<EndpointConnector, ReplayBody<Incoming>>;
+
+/// How long an idle upstream connection is kept in its pool.
+const POOL_IDLE: Duration = Duration::from_secs(30);
 
 /// Headers that describe one hop, never forwarded (RFC 9110 section 7.6.1).
 const HOP_BY_HOP: [&str; 7] = [
@@ -63,11 +68,43 @@ struct Pools {
     h2: Upstream,
 }
 
+/// Dials one endpoint whatever the request's URI says, so that the URI can carry the
+/// caller's authority (`Host`, `:authority`) to the backend unchanged.
+#[derive(Debug, Clone)]
+pub struct EndpointConnector {
+    addr: SocketAddr,
+    timeout: Duration,
+}
+
+impl tower::Service<Uri> for EndpointConnector {
+    type Response = TokioIo<TcpStream>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = std::io::Result<TokioIo<TcpStream>>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Uri) -> Self::Future {
+        let (addr, timeout) = (self.addr, self.timeout);
+        Box::pin(async move {
+            let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+                .await
+                .map_err(|_| {
+                    std::io::Error::new(std::io::ErrorKind::TimedOut, format!("connecting to {addr} timed out"))
+                })??;
+            stream.set_nodelay(true)?;
+            Ok(TokioIo::new(stream))
+        })
+    }
+}
+
 /// A listener's HTTP forwarding: its target and the upstream pools per endpoint.
 pub struct HttpForwarder {
     target: Arc<Target>,
-    pools: Mutex<HashMap<EndpointKey, Pools>>,
+    pools: Mutex<HashMap<(EndpointKey, SocketAddr), Pools>>,
     connect_timeout: Duration,
+    response_timeout: Duration,
 }
 
 impl std::fmt::Debug for HttpForwarder {
@@ -82,29 +119,39 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl HttpForwarder {
     /// A forwarder for `target`; [`HttpForwarder::prune`] must follow the view.
-    pub fn new(target: Arc<Target>, connect_timeout: Duration) -> Arc<HttpForwarder> {
+    pub fn new(target: Arc<Target>, connect_timeout: Duration, response_timeout: Duration) -> Arc<HttpForwarder> {
         Arc::new(HttpForwarder {
             target,
             pools: Mutex::new(HashMap::new()),
             connect_timeout,
+            response_timeout,
         })
     }
 
-    fn pools(&self, key: EndpointKey) -> Pools {
-        lock(&self.pools)
-            .entry(key)
-            .or_insert_with(|| {
-                let mut connector = HttpConnector::new();
-                connector.set_connect_timeout(Some(self.connect_timeout));
-                connector.set_nodelay(true);
-                Pools {
-                    h1: HttpClient::builder(TokioExecutor::new()).build(connector.clone()),
-                    h2: HttpClient::builder(TokioExecutor::new())
-                        .http2_only(true)
-                        .build(connector),
-                }
-            })
-            .clone()
+    fn pools(&self, key: EndpointKey, addr: SocketAddr) -> Pools {
+        let make = || {
+            let connector = EndpointConnector {
+                addr,
+                timeout: self.connect_timeout,
+            };
+            let builder = || {
+                let mut builder = HttpClient::builder(TokioExecutor::new());
+                // Without a timer hyper-util never closes an idle pooled connection.
+                builder.pool_timer(TokioTimer::new()).pool_idle_timeout(POOL_IDLE);
+                builder
+            };
+            Pools {
+                h1: builder().build(connector.clone()),
+                h2: builder().http2_only(true).build(connector),
+            }
+        };
+        // An endpoint the registry no longer routes to (a request chose it just before its
+        // drain was seen) gets a pool of its own for this request only: kept, it would hold
+        // an idle connection to a draining endpoint until the next view change.
+        if !routed(&self.target.resolver().view(), &key) {
+            return make();
+        }
+        lock(&self.pools).entry((key, addr)).or_insert_with(make).clone()
     }
 
     /// Follows the view: the pools of endpoints the registry drained or removed are dropped,
@@ -116,7 +163,7 @@ impl HttpForwarder {
                 let view = views.borrow_and_update();
                 let mut pools = lock(&self.pools);
                 let before = pools.len();
-                pools.retain(|key, _| routed(&view, key));
+                pools.retain(|(key, _), _| routed(&view, key));
                 if pools.len() != before {
                     tracing::debug!(listener = %self.target.config.listen, closed = before - pools.len(), "upstream pools of departed endpoints closed");
                 }
@@ -142,17 +189,27 @@ impl HttpForwarder {
         let body = Replayable::new(body);
         let mut attempt = 1;
         let mut tried = Vec::new();
+        // The last failed attempt's answer, passed on if a retry finds no endpoint.
+        let mut last: Option<Response<ProxyBody>> = None;
         loop {
             let chosen = match target.choose(affinity, &tried) {
                 Ok(chosen) => chosen,
                 Err(refusal) => {
-                    Stats::bump(&target.stats.refused);
-                    return Ok(refused(&refusal, grpc));
+                    return Ok(match last {
+                        Some(answer) => {
+                            Stats::bump(&target.stats.failed);
+                            answer
+                        }
+                        None => {
+                            Stats::bump(&target.stats.refused);
+                            refused(&refusal, grpc)
+                        }
+                    });
                 }
             };
             tried.push(key_of(&chosen.endpoint));
             let in_flight = target.start(&chosen.endpoint);
-            let pools = self.pools(key_of(&chosen.endpoint));
+            let pools = self.pools(key_of(&chosen.endpoint), chosen.addr);
             // The port's registered protocol decides (an HTTP/1 backend behind an h2c
             // caller gets HTTP/1.1); a port registered as plain TCP gets the caller's version.
             let version = match chosen.protocol {
@@ -170,16 +227,54 @@ impl HttpForwarder {
                 Ok(outbound) => outbound,
                 Err(message) => {
                     Stats::bump(&target.stats.failed);
-                    return Ok(error_response(StatusCode::BAD_REQUEST, "bad_request", &message, grpc));
+                    return Ok(error_response(
+                        StatusCode::BAD_REQUEST,
+                        "bad_request",
+                        &message,
+                        grpc.then_some(GRPC_INTERNAL),
+                    ));
                 }
             };
-            let result = upstream.request(outbound).await;
+            let result = tokio::time::timeout(self.response_timeout, upstream.request(outbound)).await;
             let outcome = match &result {
-                Ok(response) => Outcome::of_response(response),
-                Err(err) if err.is_connect() => Outcome::ConnectFailed,
-                Err(_) => Outcome::Reset,
+                Ok(Ok(response)) => Outcome::of_response(response),
+                Ok(Err(err)) if err.is_connect() => Outcome::ConnectFailed,
+                // The caller's own body broke: not the endpoint's fault, and nothing to retry.
+                Ok(Err(_)) if body.errored() => {
+                    Stats::bump(&target.stats.failed);
+                    return Ok(error_response(
+                        StatusCode::BAD_REQUEST,
+                        "request_body_failed",
+                        "the request body broke off before it was sent whole",
+                        grpc.then_some(GRPC_INTERNAL),
+                    ));
+                }
+                Ok(Err(_)) | Err(_) => Outcome::Reset,
             };
             target.report(&chosen.endpoint, outcome.is_failure());
+            let answer = match result {
+                Ok(Ok(response)) => inbound_response(response, in_flight),
+                Ok(Err(err)) => {
+                    tracing::debug!(listener = %target.config.listen, addr = %chosen.addr, error = %err, "upstream failed");
+                    error_response(
+                        StatusCode::BAD_GATEWAY,
+                        "upstream_failed",
+                        &format!("{} ({}): {}", chosen.endpoint.instance, chosen.addr, causes(&err)),
+                        grpc.then_some(GRPC_UNAVAILABLE),
+                    )
+                }
+                Err(_) => error_response(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "upstream_timeout",
+                    &format!(
+                        "{} ({}) sent no response within {} ms",
+                        chosen.endpoint.instance,
+                        chosen.addr,
+                        self.response_timeout.as_millis()
+                    ),
+                    grpc.then_some(GRPC_UNAVAILABLE),
+                ),
+            };
             let retry = outcome.is_failure()
                 && attempt < target.config.max_attempts
                 && outcome.is_retryable(&parts.method, body.replayable())
@@ -187,44 +282,41 @@ impl HttpForwarder {
             if retry {
                 tracing::debug!(listener = %target.config.listen, addr = %chosen.addr, ?outcome, attempt, "retrying on another endpoint");
                 attempt += 1;
+                last = Some(answer);
                 continue;
             }
-            return Ok(match result {
-                Ok(response) => {
-                    Stats::bump(if outcome.is_failure() {
-                        &target.stats.failed
-                    } else {
-                        &target.stats.ok
-                    });
-                    inbound_response(response, in_flight)
-                }
-                Err(err) => {
-                    Stats::bump(&target.stats.failed);
-                    tracing::debug!(listener = %target.config.listen, addr = %chosen.addr, error = %err, "upstream failed");
-                    error_response(
-                        StatusCode::BAD_GATEWAY,
-                        "upstream_failed",
-                        &format!("{} ({}): {}", chosen.endpoint.instance, chosen.addr, causes(&err)),
-                        grpc,
-                    )
-                }
+            Stats::bump(if outcome.is_failure() {
+                &target.stats.failed
+            } else {
+                &target.stats.ok
             });
+            return Ok(answer);
         }
     }
 }
 
+/// gRPC's `INTERNAL`: what the proxy answers a request it could not forward at all.
+const GRPC_INTERNAL: u32 = 13;
+
 /// The upstream request: the same method, path, headers (hop-by-hop ones removed) and body,
-/// to `addr`.
+/// with the caller's authority, sent to `addr` (the pool's connector dials it).
 fn outbound_request(
     parts: &hyper::http::request::Parts,
-    addr: std::net::SocketAddr,
+    addr: SocketAddr,
     version: Version,
     body: ReplayBody<Incoming>,
 ) -> Result<Request<ReplayBody<Incoming>>, String> {
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let uri: Uri = format!("http://{addr}{path}")
+    let host = parts.headers.get(hyper::header::HOST).and_then(|h| h.to_str().ok());
+    let authority = parts
+        .uri
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .or_else(|| host.map(str::to_owned))
+        .unwrap_or_else(|| addr.to_string());
+    let uri: Uri = format!("http://{authority}{path}")
         .parse()
-        .map_err(|err| format!("the request's path does not make a URI: {err}"))?;
+        .map_err(|err| format!("the request's authority and path do not make a URI: {err}"))?;
     let mut request = Request::builder()
         .method(parts.method.clone())
         .uri(uri)
@@ -238,14 +330,28 @@ fn outbound_request(
         // The authority travels in the URI (`:authority`); a Host header next to it would be
         // a second, conflicting one.
         headers.remove(hyper::header::HOST);
-    } else if !headers.contains_key(hyper::header::HOST)
-        && let Some(authority) = parts.uri.authority()
-        && let Ok(host) = HeaderValue::from_str(authority.as_str())
-    {
-        // An HTTP/2 caller's `:authority` becomes the HTTP/1.1 Host.
-        headers.insert(hyper::header::HOST, host);
+    } else {
+        if !headers.contains_key(hyper::header::HOST)
+            && let Ok(value) = HeaderValue::from_str(&authority)
+        {
+            // An HTTP/2 caller's `:authority` becomes the HTTP/1.1 Host.
+            headers.insert(hyper::header::HOST, value);
+        }
+        join_cookies(headers);
     }
     Ok(request)
+}
+
+/// HTTP/2 splits cookies into one field each (RFC 9113 section 8.2.3); HTTP/1.1 wants one
+/// `Cookie` header, joined with "; ".
+fn join_cookies(headers: &mut HeaderMap) {
+    if headers.get_all(COOKIE).iter().count() < 2 {
+        return;
+    }
+    let joined: Vec<&str> = headers.get_all(COOKIE).iter().filter_map(|v| v.to_str().ok()).collect();
+    if let Ok(value) = HeaderValue::from_str(&joined.join("; ")) {
+        headers.insert(COOKIE, value);
+    }
 }
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
@@ -315,19 +421,24 @@ fn refused(refusal: &Refusal, grpc: bool) -> Response<ProxyBody> {
         }
         Refusal::NoEndpoint => "the service has no eligible endpoint",
     };
-    error_response(StatusCode::SERVICE_UNAVAILABLE, refusal.code(), message, grpc)
+    error_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        refusal.code(),
+        message,
+        grpc.then_some(GRPC_UNAVAILABLE),
+    )
 }
 
 /// An answer of the proxy's own: the API's `{"error": {"code", "message"}}` for HTTP, a
-/// trailers-only `UNAVAILABLE` for gRPC (whose clients read `grpc-status`, not the HTTP
-/// status).
-fn error_response(status: StatusCode, code: &str, message: &str, grpc: bool) -> Response<ProxyBody> {
-    let mut response = if grpc {
+/// trailers-only response with `grpc_status` for gRPC (whose clients read `grpc-status`,
+/// not the HTTP status; the message percent-encoded as gRPC requires).
+fn error_response(status: StatusCode, code: &str, message: &str, grpc_status: Option<u32>) -> Response<ProxyBody> {
+    let mut response = if let Some(grpc_status) = grpc_status {
         let mut response = Response::new(Full::new(Bytes::new()));
         let headers = response.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-        headers.insert("grpc-status", HeaderValue::from(GRPC_UNAVAILABLE));
-        if let Ok(value) = HeaderValue::from_str(&format!("{code}: {message}")) {
+        headers.insert("grpc-status", HeaderValue::from(grpc_status));
+        if let Ok(value) = HeaderValue::from_str(&grpc_message(&format!("{code}: {message}"))) {
             headers.insert("grpc-message", value);
         }
         response
@@ -344,6 +455,19 @@ fn error_response(status: StatusCode, code: &str, message: &str, grpc: bool) -> 
         response.headers_mut().insert("x-muster-proxy-error", value);
     }
     response.map(|body| body.map_err(|never| match never {}).boxed())
+}
+
+/// gRPC's `grpc-message` encoding: printable ASCII but `%` as is, everything else `%XX`.
+fn grpc_message(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if (0x20..=0x7e).contains(&byte) && byte != b'%' {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 /// An error and its sources, joined (hyper's top-level message alone says little).

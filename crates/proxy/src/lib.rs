@@ -155,7 +155,7 @@ pub async fn start(config: ProxyConfig, client: Client) -> Result<RunningProxy, 
         addrs.push(listener.listen);
         let target = Arc::new(Target::new(&listener, &config, resolver));
         let forwarder = (listener.protocol != ListenerProtocol::Tcp).then(|| {
-            let forwarder = HttpForwarder::new(Arc::clone(&target), config.connect_timeout);
+            let forwarder = HttpForwarder::new(Arc::clone(&target), config.connect_timeout, config.response_timeout);
             pruners.push(tokio::spawn(Arc::clone(&forwarder).prune()));
             forwarder
         });
@@ -228,12 +228,12 @@ impl RunningProxy {
         }
         for pruner in self.pruners {
             pruner.abort();
+            let _ = pruner.await;
         }
         drop(self.targets);
+        // A stop through any handle stops the resolver for every handle.
         for resolver in self.resolvers {
-            if let Ok(resolver) = Arc::try_unwrap(resolver) {
-                resolver.stop().await;
-            }
+            Resolver::clone(&resolver).stop().await;
         }
     }
 }

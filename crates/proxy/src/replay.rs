@@ -33,6 +33,8 @@ struct Shared<B> {
     done: bool,
     /// More than the bound was read: nothing is kept, no retry.
     overflow: bool,
+    /// Reading the source failed: what was kept is not the whole body, no retry.
+    errored: bool,
 }
 
 /// One attempt's view of the request body.
@@ -65,6 +67,7 @@ impl<B> Replayable<B> {
                 trailers: None,
                 done: false,
                 overflow: false,
+                errored: false,
             })),
         }
     }
@@ -80,12 +83,19 @@ impl<B> Replayable<B> {
 }
 
 impl<B: Body> Replayable<B> {
+    /// Whether reading the client's body failed (the client broke off).
+    pub fn errored(&self) -> bool {
+        lock(&self.shared).errored
+    }
+
     /// Whether another attempt may send the body whole: nothing past the bound was read, and
     /// either the client's body has ended (what was read is all of it) or no earlier attempt
     /// still holds it (a connection may still be sending it).
     pub fn replayable(&self) -> bool {
         let shared = lock(&self.shared);
-        !shared.overflow && (shared.done || shared.source.is_end_stream() || Arc::strong_count(&self.shared) == 1)
+        !shared.overflow
+            && !shared.errored
+            && (shared.done || shared.source.is_end_stream() || Arc::strong_count(&self.shared) == 1)
     }
 }
 
@@ -120,7 +130,10 @@ where
                 this.trailers_sent = true;
                 Poll::Ready(None)
             }
-            Poll::Ready(Some(Err(err))) => Poll::Ready(Some(Err(err))),
+            Poll::Ready(Some(Err(err))) => {
+                shared.errored = true;
+                Poll::Ready(Some(Err(err)))
+            }
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     if !shared.overflow {
@@ -134,7 +147,9 @@ where
                         }
                     }
                 } else if let Some(trailers) = frame.trailers_ref() {
+                    // Trailers end a body: a replay sends the kept data, then these.
                     shared.trailers = Some(trailers.clone());
+                    shared.done = true;
                     this.trailers_sent = true;
                 }
                 Poll::Ready(Some(Ok(frame)))
@@ -209,6 +224,39 @@ mod tests {
         assert_eq!(read_all(body.attempt()).await, b"abcdef");
         // And a third attempt, after the source ended, sends the whole kept copy.
         assert_eq!(read_all(body.attempt()).await, b"abcdef");
+    }
+
+    #[tokio::test]
+    async fn a_replay_sends_the_trailers_too() {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", hyper::header::HeaderValue::from_static("0"));
+        let frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = vec![
+            Ok(Frame::data(Bytes::from_static(b"ab"))),
+            Ok(Frame::trailers(trailers)),
+        ];
+        let body = Replayable::new(StreamBody::new(futures_util::stream::iter(frames)));
+        for attempt in 0..2 {
+            let collected = body.attempt().collect().await.expect("reads");
+            assert_eq!(
+                collected
+                    .trailers()
+                    .and_then(|t| t.get("grpc-status"))
+                    .map(|v| v.as_bytes()),
+                Some(&b"0"[..]),
+                "attempt {attempt}"
+            );
+            assert_eq!(collected.to_bytes(), Bytes::from_static(b"ab"));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_that_broke_off_is_never_replayed() {
+        let frames: Vec<Result<Frame<Bytes>, &'static str>> =
+            vec![Ok(Frame::data(Bytes::from_static(b"ab"))), Err("reset")];
+        let body = Replayable::new(StreamBody::new(futures_util::stream::iter(frames)));
+        assert!(body.attempt().collect().await.is_err());
+        assert!(body.errored());
+        assert!(!body.replayable());
     }
 
     #[tokio::test]

@@ -34,8 +34,9 @@ pub fn key_of(endpoint: &Member) -> EndpointKey {
     (endpoint.instance.clone(), endpoint.incarnation)
 }
 
-/// How many times a retry asks the balancer for an endpoint it has not tried yet.
-const AVOID_DRAWS: usize = 4;
+/// How many times the balancer is asked for an endpoint not tried yet and with the
+/// listener's port before the proxy settles for a tried one (or refuses).
+const CHOOSE_DRAWS: usize = 8;
 
 /// A listener's counters, read by `/metrics`.
 #[derive(Debug, Default)]
@@ -163,14 +164,15 @@ impl Target {
     /// proxy keeps forwarding to its last known good set through a registry outage and
     /// reports the age (SPEC C2, read-only risk with stale reads allowed).
     ///
-    /// A retry passes the endpoints already tried in `avoid`: the balancer is asked again a
-    /// few times for another one (a retry to the endpoint that just failed rarely helps), and
-    /// only if it offers nothing else is a tried one used again.
+    /// A retry passes the endpoints already tried in `avoid`: the balancer is asked again (up
+    /// to eight draws) for another one, since a retry to the endpoint that just failed rarely
+    /// helps; only if it offers nothing else is a tried one used again. This makes a repeat
+    /// unlikely (a P2C draw over three endpoints repeats with p ≈ 1/3 per draw), not impossible.
     pub fn choose(&self, affinity: Option<u64>, avoid: &[EndpointKey]) -> Result<Chosen, Refusal> {
         let now = clock::now_ms();
-        let mut pick = None;
-        for draw in 0..AVOID_DRAWS {
-            let next = match affinity {
+        let mut fallback = None;
+        for draw in 0..CHOOSE_DRAWS {
+            let pick = match affinity {
                 // A retry of a keyed request leaves its ring point: any endpoint will do.
                 Some(key) if draw == 0 && avoid.is_empty() => self.picker.pick_keyed(Risk::ReadOnly, key, now),
                 _ => self.picker.pick(Risk::ReadOnly, now),
@@ -179,19 +181,23 @@ impl Target {
                 PickError::NoEndpoint => Refusal::NoEndpoint,
                 _ => Refusal::NoView,
             })?;
-            let fresh = !avoid.contains(&key_of(&next.endpoint));
-            pick = Some(next);
+            // An endpoint without the listener's port (a rollout adding the port) is drawn
+            // past, like one already tried.
+            let Some((addr, protocol)) = self.port_of(&pick.endpoint) else {
+                continue;
+            };
+            let fresh = !avoid.contains(&key_of(&pick.endpoint));
+            let chosen = Chosen {
+                endpoint: pick.endpoint,
+                addr,
+                protocol,
+            };
             if fresh {
-                break;
+                return Ok(chosen);
             }
+            fallback = Some(chosen);
         }
-        let pick = pick.ok_or(Refusal::NoEndpoint)?;
-        let (addr, protocol) = self.port_of(&pick.endpoint).ok_or(Refusal::NoEndpoint)?;
-        Ok(Chosen {
-            endpoint: pick.endpoint,
-            addr,
-            protocol,
-        })
+        fallback.ok_or(Refusal::NoEndpoint)
     }
 
     /// Where `endpoint` takes this listener's traffic: its first reachable address and the

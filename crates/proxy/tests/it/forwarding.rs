@@ -92,7 +92,14 @@ async fn the_admin_listener_shows_the_view_and_the_counters() {
     let registry = Registry::start().await;
     let a = Backend::http("a").await;
     registry.register("a", a.addr, Protocol::Http).await;
-    let proxy = proxy(&registry, ListenerProtocol::Http).await;
+    // Two listeners: every metric family is written once, with a row per listener.
+    let proxy = proxy_with(&registry, ListenerProtocol::Http, |mut config| {
+        let mut second = config.listeners[0].clone();
+        second.protocol = ListenerProtocol::Tcp;
+        config.listeners.push(second);
+        config
+    })
+    .await;
     until_eligible(&proxy, 1).await;
     let client = http_client(false);
     for _ in 0..3 {
@@ -113,6 +120,16 @@ async fn the_admin_listener_shows_the_view_and_the_counters() {
     let listen = proxy.listeners()[0];
     assert!(
         metrics.contains(&format!("muster_proxy_requests_ok_total{{listener=\"{listen}\"}} 3")),
+        "{metrics}"
+    );
+    assert_eq!(
+        metrics.matches("# TYPE muster_proxy_requests_ok counter").count(),
+        1,
+        "{metrics}"
+    );
+    let second = proxy.listeners()[1];
+    assert!(
+        metrics.contains(&format!("muster_proxy_requests_ok_total{{listener=\"{second}\"}} 0")),
         "{metrics}"
     );
     for name in [
