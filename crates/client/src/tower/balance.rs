@@ -3,11 +3,15 @@
 //! docs of [`crate::tower`]).
 //!
 //! # Correctness
-//! - `poll_ready` never stays `Pending` for want of an endpoint: a usable view without an
-//!   eligible endpoint is [`BalanceError`] `no_endpoint`, a view beyond its stale budget is
-//!   `stale`, and no view at all is `unavailable` once the first view has had
-//!   [`DEFAULT_FIRST_VIEW_TIMEOUT`] to arrive. It is `Pending` only while waiting for that
-//!   first view or for the picked endpoint's own service to be ready.
+//! - `poll_ready` never stays `Pending` for want of an endpoint, and never fails for it
+//!   either (to tower an error from `poll_ready` means a dead service: a `Buffer` in front
+//!   would close for good). It reports ready and the next `call` fails with the typed
+//!   [`BalanceError`]: `no_endpoint` for a usable view without an eligible endpoint, `stale`
+//!   beyond the stale budget, `unavailable` when no view arrived within
+//!   [`DEFAULT_FIRST_VIEW_TIMEOUT`]. It is `Pending` only while waiting for that first view or
+//!   for the picked endpoint's own service to be ready.
+//! - A pick held from an earlier `poll_ready` is dropped at the next poll if the view has
+//!   since drained or removed it or this balancer ejected it (SPEC L6, C5).
 //! - Every `call_started` has exactly one `call_ended`, also when the caller drops the
 //!   response future (a guard ends the call), so least-request counts cannot leak.
 //! - Each endpoint's service is made once per (instance, incarnation) and dropped when that
@@ -37,7 +41,7 @@ use crate::resolver::Resolver;
 use crate::tower::{Clock, Outcome};
 use crate::view::{Risk, StaleError};
 
-/// How long a new balancer waits for its resolver's first view before `poll_ready` says
+/// How long a new balancer waits for its resolver's first view before a call is refused as
 /// `unavailable`: the client's connect timeout (5 s), so a registry that accepts the watch
 /// at all is waited for, and a down one is reported as soon as the connect gives up.
 pub const DEFAULT_FIRST_VIEW_TIMEOUT: Duration = crate::CONNECT_TIMEOUT;
@@ -336,6 +340,7 @@ impl BalanceBuilder {
             }),
             ready: None,
             first_view: None,
+            refused: None,
         })
     }
 
@@ -375,6 +380,10 @@ pub struct Balance<N: NewEndpointService> {
     ready: Option<Ready<N::Service>>,
     /// Waiting for the resolver's first view.
     first_view: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// Why nothing could be picked: `poll_ready` reports ready and the next `call` fails with
+    /// this, because an error from `poll_ready` means a dead service to tower (a `Buffer`
+    /// would close for good over a moment without an eligible endpoint).
+    refused: Option<BalanceError>,
 }
 
 struct Ready<S> {
@@ -391,6 +400,20 @@ struct Shared<N: NewEndpointService> {
     risk: Risk,
     port: Option<String>,
     first_view_deadline: tokio::time::Instant,
+}
+
+impl<N: NewEndpointService> Shared<N> {
+    /// Whether `endpoint` (this incarnation) may still get new work: in the view, eligible by
+    /// its serving state, not ejected here.
+    fn still_eligible(&self, endpoint: &Member) -> bool {
+        let accept_degraded = self.picker.eligibility().accept_degraded;
+        self.resolver
+            .view()
+            .active()
+            .and_then(|set| set.get(&endpoint.instance).cloned())
+            .is_some_and(|now| now.incarnation == endpoint.incarnation && now.serving.is_eligible(accept_degraded))
+            && !self.picker.is_ejected(endpoint, self.clock.now_ms())
+    }
 }
 
 /// The per-endpoint services, and the revision whose set they were last pruned to.
@@ -429,6 +452,7 @@ impl<N: NewEndpointService> Clone for Balance<N> {
             shared: Arc::clone(&self.shared),
             ready: None,
             first_view: None,
+            refused: None,
         }
     }
 }
@@ -507,6 +531,16 @@ where
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BalanceError>> {
         let mut waited = false;
+        self.refused = None;
+        // A pick held from an earlier poll is dropped once the view drains or removes it, or
+        // this balancer ejects it (SPEC L6, C5): it would otherwise get the next call. Checked
+        // once per poll, before picking, so a pick made in panic mode is not refused at once.
+        if let Some(ready) = &self.ready
+            && ready.pick.reason != crate::PickReason::Panic
+            && !self.shared.still_eligible(&ready.pick.endpoint)
+        {
+            self.ready = None;
+        }
         loop {
             if let Some(ready) = &mut self.ready {
                 return match ready.service.poll_ready(cx) {
@@ -516,15 +550,21 @@ where
                         let endpoint = Arc::clone(&ready.pick.endpoint);
                         self.ready = None;
                         self.shared.report(&endpoint, Outcome::TransportError);
-                        Poll::Ready(Err(BalanceError::endpoint(&endpoint, error.into())))
+                        self.refused = Some(BalanceError::endpoint(&endpoint, error.into()));
+                        Poll::Ready(Ok(()))
                     }
                 };
             }
             match self.shared.picker.pick(self.shared.risk, self.shared.clock.now_ms()) {
                 Ok(pick) => {
                     self.first_view = None;
-                    let service = self.shared.service_for(&pick)?;
-                    self.ready = Some(Ready { pick, service });
+                    match self.shared.service_for(&pick) {
+                        Ok(service) => self.ready = Some(Ready { pick, service }),
+                        Err(error) => {
+                            self.refused = Some(error);
+                            return Poll::Ready(Ok(()));
+                        }
+                    }
                 }
                 Err(PickError::View(StaleError::Unavailable { .. }))
                     if !waited && tokio::time::Instant::now() < self.shared.first_view_deadline =>
@@ -545,7 +585,8 @@ where
                 }
                 Err(error) => {
                     self.first_view = None;
-                    return Poll::Ready(Err(error.into()));
+                    self.refused = Some(error.into());
+                    return Poll::Ready(Ok(()));
                 }
             }
         }
@@ -553,7 +594,8 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let Some(Ready { pick, mut service }) = self.ready.take() else {
-            return Box::pin(std::future::ready(Err(BalanceError::NotReady)));
+            let error = self.refused.take().unwrap_or(BalanceError::NotReady);
+            return Box::pin(std::future::ready(Err(error)));
         };
         let shared = Arc::clone(&self.shared);
         shared.picker.call_started(&pick.endpoint);

@@ -19,6 +19,18 @@ use crate::inproc::{Backend, Registry, STEP, key, until, until_endpoints};
 
 type Http = HttpClient<HttpConnector, Empty<Bytes>>;
 
+/// What the next call is refused with: `poll_ready` reports ready (an error there would close
+/// a tower `Buffer` for good), and the call carries the refusal.
+async fn refusal(balance: &mut Balance<NewSetAuthority<Http>>) -> &'static str {
+    let ready = tokio::time::timeout(STEP, balance.ready())
+        .await
+        .expect("not pending forever")
+        .expect("ready: the refusal comes with the call");
+    let request = hyper::Request::get("/").body(Empty::new()).unwrap();
+    let error = ready.call(request).await.expect_err("refused");
+    error.code()
+}
+
 fn http() -> Http {
     HttpClient::builder(TokioExecutor::new()).build_http()
 }
@@ -147,7 +159,7 @@ async fn a_draining_endpoint_gets_no_requests_through_the_layer() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_eligible_endpoint_is_an_error_from_poll_ready_not_pending() {
+async fn no_eligible_endpoint_is_a_typed_refusal_not_pending() {
     // Its only endpoint drains: a usable view with nothing to pick.
     let registry = Registry::start().await;
     let backend = Backend::start().await;
@@ -159,10 +171,7 @@ async fn no_eligible_endpoint_is_an_error_from_poll_ready_not_pending() {
     })
     .await;
     let mut balance = Balance::builder(resolver).shared(http()).unwrap();
-    let ready = tokio::time::timeout(STEP, balance.ready())
-        .await
-        .expect("not pending forever");
-    assert_eq!(ready.unwrap_err().code(), "no_endpoint");
+    assert_eq!(refusal(&mut balance).await, "no_endpoint");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,10 +188,7 @@ async fn no_view_at_all_is_unavailable_after_the_first_view_timeout() {
         .first_view_timeout(Duration::from_millis(200))
         .shared(http())
         .unwrap();
-    let ready = tokio::time::timeout(STEP, balance.ready())
-        .await
-        .expect("not pending forever");
-    assert_eq!(ready.unwrap_err().code(), "unavailable");
+    assert_eq!(refusal(&mut balance).await, "unavailable");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,6 +199,5 @@ async fn an_endpoint_without_the_named_port_is_a_typed_error() {
     let resolver = registry.resolver("web").await;
     until_endpoints(&resolver, 1).await;
     let mut balance = Balance::builder(resolver).port("grpc").shared(http()).unwrap();
-    let ready = tokio::time::timeout(STEP, balance.ready()).await.unwrap();
-    assert_eq!(ready.unwrap_err().code(), "no_port");
+    assert_eq!(refusal(&mut balance).await, "no_port");
 }
