@@ -89,10 +89,10 @@ await_port() { # PORT PID WHAT
 cat >"$work/backends.cfg" <<CFG
 global
   nbthread 1
-  maxconn 20000
+  maxconn 5000
 defaults
   mode http
-  maxconn 20000
+  maxconn 5000
   timeout connect 5s
   timeout client 120s
   timeout server 120s
@@ -115,9 +115,9 @@ await_port "$b3" "$!" "the backend HAProxy"
 # HAProxy as the proxy: the same three backends, listed statically.
 cat >"$work/lb.cfg" <<CFG
 global
-  maxconn 20000
+  maxconn 5000
 defaults
-  maxconn 20000
+  maxconn 5000
   timeout connect 5s
   timeout client 120s
   timeout server 120s
@@ -227,13 +227,13 @@ bench() { # LABEL HOSTPORT [wrk args...]
 # connections held open through a TCP listener, nothing sent.
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 hold() { # HOSTPORT: opens K connections, says "open", holds them until stdin closes
-  python3 -u - "$1" "$K" <<'PY'
+  python3 -u -c '
 import socket, sys
 host, port = sys.argv[1].rsplit(":", 1)
 socks = [socket.create_connection((host, int(port)), timeout=10) for _ in range(int(sys.argv[2]))]
 print("open", flush=True)
 sys.stdin.read()
-PY
+' "$1" "$K"
 }
 per_conn() { # LABEL HOSTPORT PID READY_CHECK: bytes of RSS per idle connection
   local before after
@@ -245,7 +245,7 @@ per_conn() { # LABEL HOSTPORT PID READY_CHECK: bytes of RSS per idle connection
     $4 && break
     sleep 0.1
   done
-  $4 || fail "$1: the proxy does not hold $K upstream connections within 10 s"
+  $4 || fail "$1: the proxy does not hold $K upstream connections within 10 s: $(curl -sS "http://$admin/metrics" | grep in_flight; ss -Htnp state established | grep -c "pid=$3,")"
   sleep 1
   after=$(rss_kb "$3")
   local holder=$HOLD_PID

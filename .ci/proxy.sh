@@ -152,7 +152,7 @@ await_endpoints() { # FILTER WHAT
   done
   fail "$2: not within 10 s; /debug/endpoints: $(cat "$work/endpoints.json" 2>/dev/null)"
 }
-listener_of() { printf '.listeners[] | select(.service | endswith("%s"))' "$1"; }
+listener_of() { printf '(.listeners[] | select(.service | endswith("%s")))' "$1"; }
 await_endpoints "[$(listener_of prod/web), $(listener_of prod/grpc), $(listener_of prod/echo)] | map(.eligible) == [2, 2, 1]" \
   "the proxy's view holding web-a, web-b, grpc-a, grpc-b and echo, eligible"
 
