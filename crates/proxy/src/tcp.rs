@@ -80,8 +80,17 @@ pub async fn forward(
         }
         tokio::time::sleep(grace).await;
     };
+    // The copy's buffers (8 KiB each way) are allocated only once either side has something
+    // to say: an idle connection through the proxy costs its sockets and this task, no more.
+    let copy = async {
+        tokio::select! {
+            ready = inbound.readable() => ready?,
+            ready = outbound.readable() => ready?,
+        }
+        tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await
+    };
     tokio::select! {
-        copied = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => match copied {
+        copied = copy => match copied {
             Ok(_) => Stats::bump(&target.stats.ok),
             // Not ejection evidence: either side may have broken the stream, and a client
             // resetting its connections must not eject a healthy endpoint.
