@@ -2,7 +2,7 @@
 //! removal"): a draining endpoint gets no new work at once, its work in flight finishes.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use muster_client::{Protocol, ServingState};
@@ -10,7 +10,9 @@ use muster_proxy::config::ListenerProtocol;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{Backend, Registry, get, http_client, proxy, proxy_with, until, until_eligible};
+use crate::support::{
+    Backend, Load, Registry, get, http_client, proxy, proxy_with, three_backends, until, until_eligible,
+};
 
 /// Waits until the proxy's view has `instance` draining.
 async fn until_draining(proxy: &muster_proxy::RunningProxy, instance: &str) {
@@ -51,35 +53,12 @@ async fn a_slow_request_in_flight_on_a_draining_endpoint_completes_and_it_gets_n
 #[tokio::test]
 async fn draining_one_of_three_under_load_fails_no_request() {
     let registry = Registry::start().await;
-    let mut backends = Vec::new();
-    for name in ["a", "b", "c"] {
-        let backend = Backend::http(name).await;
-        registry.register(name, backend.addr, Protocol::Http).await;
-        backends.push(backend);
-    }
+    let mut backends = three_backends(&registry).await;
     let proxy = proxy(&registry, ListenerProtocol::Http).await;
     until_eligible(&proxy, 3).await;
-    let addr = proxy.listeners()[0];
-    let failures = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicU64::new(0));
     // A bounded load loop: 8 callers x 150 requests, each a short request.
-    let mut load = tokio::task::JoinSet::new();
-    for _ in 0..8 {
-        let failures = Arc::clone(&failures);
-        let done = Arc::clone(&done);
-        load.spawn(async move {
-            let client = http_client(false);
-            for _ in 0..150 {
-                match get(&client, addr, "/slow?ms=5").await {
-                    Ok((200, _)) => {}
-                    _ => {
-                        failures.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-        });
-    }
+    let load = Load::start(proxy.listeners()[0], 8, 150);
+    let done = Arc::clone(&load.done);
     until("a third of the load ran", || done.load(Ordering::Relaxed) >= 400).await;
     registry.drain("a").await;
     until_draining(&proxy, "a").await;
@@ -91,8 +70,7 @@ async fn draining_one_of_three_under_load_fails_no_request() {
     let a_after_drain = backends[0].count();
     // The drained backend now stops for good, as a deploy would stop it.
     backends[0].kill();
-    while load.join_next().await.is_some() {}
-    assert_eq!(failures.load(Ordering::Relaxed), 0, "no request failed");
+    assert_eq!(load.failures().await, 0, "no request failed");
     assert_eq!(
         backends[0].count(),
         a_after_drain,

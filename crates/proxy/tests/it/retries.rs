@@ -2,7 +2,6 @@
 //! endpoint (SPEC C5, H6; `reference/registry-walkthrough.txt`, a client-side view routing
 //! around a dead instance before the registry knows).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
@@ -10,7 +9,7 @@ use http_body_util::{BodyExt, Full};
 use muster_client::Protocol;
 use muster_proxy::config::ListenerProtocol;
 
-use crate::support::{Backend, Registry, get, http_client, proxy, proxy_with, until_eligible};
+use crate::support::{Backend, Load, Registry, get, http_client, proxy, proxy_with, three_backends, until_eligible};
 
 fn dead_addr() -> std::net::SocketAddr {
     // A port bound and released: nothing listens there now.
@@ -108,43 +107,19 @@ async fn a_spent_budget_refuses_retries_and_says_so() {
 #[tokio::test]
 async fn a_crashed_backend_costs_at_most_the_requests_in_flight_then_nothing() {
     let registry = Registry::start().await;
-    let mut backends = Vec::new();
-    for name in ["a", "b", "c"] {
-        let backend = Backend::http(name).await;
-        registry.register(name, backend.addr, Protocol::Http).await;
-        backends.push(backend);
-    }
+    let mut backends = three_backends(&registry).await;
     let proxy = proxy(&registry, ListenerProtocol::Http).await;
     until_eligible(&proxy, 3).await;
     let addr = proxy.listeners()[0];
     const CALLERS: u64 = 8;
-    let run = |requests: u64| {
-        let failures = Arc::new(AtomicU64::new(0));
-        let mut load = tokio::task::JoinSet::new();
-        for _ in 0..CALLERS {
-            let failures = Arc::clone(&failures);
-            load.spawn(async move {
-                let client = http_client(false);
-                for _ in 0..requests {
-                    if !matches!(get(&client, addr, "/slow?ms=5").await, Ok((200, _))) {
-                        failures.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            });
-        }
-        (load, failures)
-    };
-    let (mut load, failures) = run(120);
+    let load = Load::start(addr, CALLERS, 120);
     crate::support::until("the load is flowing", || backends[0].count() >= 20).await;
     backends[0].kill();
-    while load.join_next().await.is_some() {}
-    let at_crash = failures.load(Ordering::Relaxed);
+    let at_crash = load.failures().await;
     println!("failed requests across the crash: {at_crash} of {}", CALLERS * 120);
     assert!(at_crash <= CALLERS, "{at_crash} failures");
-    let (mut load, failures) = run(60);
-    while load.join_next().await.is_some() {}
     assert_eq!(
-        failures.load(Ordering::Relaxed),
+        Load::start(addr, CALLERS, 60).failures().await,
         0,
         "nothing fails once the dead endpoint is ejected"
     );

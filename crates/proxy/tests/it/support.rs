@@ -6,6 +6,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -277,4 +278,51 @@ pub(crate) async fn get(
         .map_err(|err| err.to_string())?
         .to_bytes();
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// Three HTTP backends, `a`, `b` and `c`, registered as `prod/api`.
+pub(crate) async fn three_backends(registry: &Registry) -> Vec<Backend> {
+    let mut backends = Vec::new();
+    for name in ["a", "b", "c"] {
+        let backend = Backend::http(name).await;
+        registry.register(name, backend.addr, Protocol::Http).await;
+        backends.push(backend);
+    }
+    backends
+}
+
+/// A bounded load loop through the proxy: `callers` callers, each sending `requests` short
+/// GETs (`/slow?ms=5`) one after another.
+pub(crate) struct Load {
+    tasks: JoinSet<()>,
+    failures: Arc<AtomicU64>,
+    /// Requests answered or failed so far.
+    pub(crate) done: Arc<AtomicU64>,
+}
+
+impl Load {
+    pub(crate) fn start(proxy: SocketAddr, callers: u64, requests: u64) -> Load {
+        let failures = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(AtomicU64::new(0));
+        let mut tasks = JoinSet::new();
+        for _ in 0..callers {
+            let (failures, done) = (Arc::clone(&failures), Arc::clone(&done));
+            tasks.spawn(async move {
+                let client = http_client(false);
+                for _ in 0..requests {
+                    if !matches!(get(&client, proxy, "/slow?ms=5").await, Ok((200, _))) {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        Load { tasks, failures, done }
+    }
+
+    /// Waits for every caller to finish; the failed requests.
+    pub(crate) async fn failures(mut self) -> u64 {
+        while self.tasks.join_next().await.is_some() {}
+        self.failures.load(Ordering::Relaxed)
+    }
 }
