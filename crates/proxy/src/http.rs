@@ -26,8 +26,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{CONNECTION, CONTENT_TYPE, COOKIE, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode, Uri, Version};
@@ -36,9 +36,10 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use muster_core::Protocol;
 use tokio::net::TcpStream;
 
+use crate::answer::{GRPC_INTERNAL, error_response, refused};
 use crate::classify::{GRPC_UNAVAILABLE, Outcome};
 use crate::replay::{ReplayBody, Replayable};
-use crate::target::{EndpointKey, InFlight, Refusal, Stats, Target, key_of, routed};
+use crate::target::{EndpointKey, InFlight, Stats, Target, key_of, routed};
 
 /// The body of every response the proxy sends.
 pub type ProxyBody = BoxBody<Bytes, BoxError>;
@@ -295,9 +296,6 @@ impl HttpForwarder {
     }
 }
 
-/// gRPC's `INTERNAL`: what the proxy answers a request it could not forward at all.
-const GRPC_INTERNAL: u32 = 13;
-
 /// The upstream request: the same method, path, headers (hop-by-hop ones removed) and body,
 /// with the caller's authority, sent to `addr` (the pool's connector dials it).
 fn outbound_request(
@@ -414,62 +412,6 @@ fn is_grpc(headers: &HeaderMap) -> bool {
         .is_some_and(|value| value.starts_with("application/grpc"))
 }
 
-fn refused(refusal: &Refusal, grpc: bool) -> Response<ProxyBody> {
-    let message = match refusal {
-        Refusal::NoView => {
-            "no view of the service yet: the registry is unreachable and there is no last-known-good set"
-        }
-        Refusal::NoEndpoint => "the service has no eligible endpoint",
-    };
-    error_response(
-        StatusCode::SERVICE_UNAVAILABLE,
-        refusal.code(),
-        message,
-        grpc.then_some(GRPC_UNAVAILABLE),
-    )
-}
-
-/// An answer of the proxy's own: the API's `{"error": {"code", "message"}}` for HTTP, a
-/// trailers-only response with `grpc_status` for gRPC (whose clients read `grpc-status`,
-/// not the HTTP status; the message percent-encoded as gRPC requires).
-fn error_response(status: StatusCode, code: &str, message: &str, grpc_status: Option<u32>) -> Response<ProxyBody> {
-    let mut response = if let Some(grpc_status) = grpc_status {
-        let mut response = Response::new(Full::new(Bytes::new()));
-        let headers = response.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-        headers.insert("grpc-status", HeaderValue::from(grpc_status));
-        if let Ok(value) = HeaderValue::from_str(&grpc_message(&format!("{code}: {message}"))) {
-            headers.insert("grpc-message", value);
-        }
-        response
-    } else {
-        let body = serde_json::json!({ "error": { "code": code, "message": message } }).to_string();
-        let mut response = Response::new(Full::new(Bytes::from(body)));
-        *response.status_mut() = status;
-        response
-            .headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        response
-    };
-    if let Ok(value) = HeaderValue::from_str(code) {
-        response.headers_mut().insert("x-muster-proxy-error", value);
-    }
-    response.map(|body| body.map_err(|never| match never {}).boxed())
-}
-
-/// gRPC's `grpc-message` encoding: printable ASCII but `%` as is, everything else `%XX`.
-fn grpc_message(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if (0x20..=0x7e).contains(&byte) && byte != b'%' {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
 /// An error and its sources, joined (hyper's top-level message alone says little).
 fn causes(err: &(dyn std::error::Error + 'static)) -> String {
     let mut text = err.to_string();
@@ -503,24 +445,5 @@ mod tests {
         headers.insert("te", HeaderValue::from_static("gzip"));
         strip_hop_by_hop(&mut headers);
         assert!(headers.get("te").is_none());
-    }
-
-    #[test]
-    fn a_grpc_caller_gets_unavailable_in_grpc_status() {
-        let response = refused(&Refusal::NoEndpoint, true);
-        assert_eq!(response.status(), StatusCode::OK);
-        assert_eq!(
-            Outcome::of_response(&response),
-            Outcome::Response {
-                status: 200,
-                grpc_status: Some(GRPC_UNAVAILABLE)
-            }
-        );
-        let plain = refused(&Refusal::NoView, false);
-        assert_eq!(plain.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(
-            plain.headers().get("x-muster-proxy-error").map(|v| v.as_bytes()),
-            Some(&b"no_view"[..])
-        );
     }
 }

@@ -19,6 +19,7 @@
 //! - [`http`] / [`tcp`]: the two forwarding paths; [`detect`] tells them apart.
 //! - [`classify`], [`budget`], [`replay`]: what may be retried, how much, and how a body is
 //!   sent twice.
+//! - [`answer`]: the proxy's own answers (refusals, upstream failures), HTTP or gRPC.
 //! - [`admin`]: the admin routes.
 
 #![forbid(unsafe_code)]
@@ -40,6 +41,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 pub mod admin;
+pub mod answer;
 pub mod budget;
 pub mod classify;
 mod clock;

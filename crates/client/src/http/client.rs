@@ -679,8 +679,9 @@ type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send
 
 /// One exchange with the transport, boxed outside the `async fn`s: rustc cannot prove
 /// `Send` for an `async fn` holding the transport's future across an await (the
-/// `dyn Error + 'static` in its types loses its lifetime inside the coroutine; rust-lang/rust
-/// issue 102211), so the callers would not be `Send`. A boxed `dyn Future + Send` is.
+/// `dyn Error + 'static` in its types loses its lifetime inside the coroutine, a known
+/// limitation of rustc's auto-trait inference for coroutines), so the callers would not be
+/// `Send`. A boxed `dyn Future + Send` is.
 fn dispatch(http: HttpService, request: Request<Body>) -> BoxFuture<Result<Response<Body>, BoxError>> {
     Box::pin(http.oneshot(request))
 }

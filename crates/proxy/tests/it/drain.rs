@@ -26,16 +26,31 @@ async fn until_draining(proxy: &muster_proxy::RunningProxy, instance: &str) {
     .await;
 }
 
-#[tokio::test]
-async fn a_slow_request_in_flight_on_a_draining_endpoint_completes_and_it_gets_nothing_new() {
+/// A registry with one backend, `slow`, a proxy in front, and a request of `ms` milliseconds
+/// through it that has reached the backend.
+async fn slow_request_in_flight(
+    ms: u64,
+) -> (
+    Registry,
+    Backend,
+    muster_proxy::RunningProxy,
+    tokio::task::JoinHandle<Result<(u16, String), String>>,
+) {
     let registry = Registry::start().await;
     let slow = Backend::http("slow").await;
     registry.register("slow", slow.addr, Protocol::Http).await;
     let proxy = proxy(&registry, ListenerProtocol::Http).await;
     until_eligible(&proxy, 1).await;
     let addr = proxy.listeners()[0];
-    let in_flight = tokio::spawn(async move { get(&http_client(false), addr, "/slow?ms=1500").await });
+    let in_flight = tokio::spawn(async move { get(&http_client(false), addr, &format!("/slow?ms={ms}")).await });
     until("the slow request reached the backend", || slow.count() == 1).await;
+    (registry, slow, proxy, in_flight)
+}
+
+#[tokio::test]
+async fn a_slow_request_in_flight_on_a_draining_endpoint_completes_and_it_gets_nothing_new() {
+    let (registry, slow, proxy, in_flight) = slow_request_in_flight(1_500).await;
+    let addr = proxy.listeners()[0];
     let other = Backend::http("other").await;
     registry.register("other", other.addr, Protocol::Http).await;
     registry.drain("slow").await;
@@ -81,14 +96,8 @@ async fn draining_one_of_three_under_load_fails_no_request() {
 
 #[tokio::test]
 async fn stopping_the_proxy_lets_a_request_in_flight_finish() {
-    let registry = Registry::start().await;
-    let slow = Backend::http("slow").await;
-    registry.register("slow", slow.addr, Protocol::Http).await;
-    let proxy = proxy(&registry, ListenerProtocol::Http).await;
-    until_eligible(&proxy, 1).await;
+    let (_registry, _slow, proxy, in_flight) = slow_request_in_flight(800).await;
     let addr = proxy.listeners()[0];
-    let in_flight = tokio::spawn(async move { get(&http_client(false), addr, "/slow?ms=800").await });
-    until("the slow request reached the backend", || slow.count() == 1).await;
     proxy.shutdown().await;
     let (status, body) = in_flight.await.unwrap().expect("the request in flight completes");
     assert_eq!((status, body.as_str()), (200, "slow"));
