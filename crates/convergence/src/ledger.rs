@@ -249,6 +249,21 @@ impl Ledger {
         Ok(())
     }
 
+    /// `client` is alive: every subscription of it counts as just reported (an in-process
+    /// subscriber, the DNS listener, that has nothing to send while nothing changes).
+    pub fn touch(&mut self, client: &ClientId, now_ms: u64) {
+        for service in self.services.values_mut() {
+            if let Some(subscriber) = service.subscribers.get_mut(client) {
+                subscriber.last_report_ms = now_ms;
+            }
+        }
+    }
+
+    /// Whether anything is known of `key`'s subscribers.
+    pub fn tracks(&self, key: &ServiceKey) -> bool {
+        self.services.contains_key(key)
+    }
+
     /// Forgets subscribers silent past `forget_after_ms`, and services left without any.
     pub fn sweep(&mut self, now_ms: u64) {
         let forget_after = self.config.forget_after_ms;
