@@ -56,7 +56,10 @@ pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard) 
         .route("/v1/acl/self", get(acl::whoami))
         // Convergence telemetry (SPEC O3).
         .route("/v1/convergence/report", post(crate::convergence::report))
-        .route("/v1/convergence/{tenant}/{namespace}/{service}", get(crate::convergence::summary))
+        .route(
+            "/v1/convergence/{tenant}/{namespace}/{service}",
+            get(crate::convergence::summary),
+        )
         // The xDS control plane's clients and their acknowledged revisions (SPEC D5).
         .route("/v1/xds/clients", get(crate::xds::clients))
         // Every matched route passes the auth layer first (SPEC S1, S2): `auth::need` says

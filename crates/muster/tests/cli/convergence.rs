@@ -126,7 +126,12 @@ async fn a_hundred_watchers_converge_and_the_gate_names_the_ten_frozen_ones() {
         resolvers.push(Resolver::start(client, key(), ResolverConfig::default()));
     }
     let everyone = ConvergenceQuery::default();
-    until_async("all 100 report the current set", || counts(&admin, &everyone), (100, 100)).await;
+    until_async(
+        "all 100 report the current set",
+        || counts(&admin, &everyone),
+        (100, 100),
+    )
+    .await;
 
     relay.freeze();
     let drain = admin
@@ -142,7 +147,12 @@ async fn a_hundred_watchers_converge_and_the_gate_names_the_ten_frozen_ones() {
         revision: Some(revision),
         ..ConvergenceQuery::default()
     };
-    until_async("the 90 unfrozen report the drain", || counts(&admin, &at_drain), (100, 90)).await;
+    until_async(
+        "the 90 unfrozen report the drain",
+        || counts(&admin, &at_drain),
+        (100, 90),
+    )
+    .await;
 
     let reply = admin.convergence(&key(), &at_drain).await.unwrap();
     assert!(!reply.converged);
@@ -151,14 +161,35 @@ async fn a_hundred_watchers_converge_and_the_gate_names_the_ten_frozen_ones() {
     stragglers.sort();
     let frozen: Vec<_> = (90..100).map(|i| format!("client-{i:03}")).collect();
     assert_eq!(stragglers, frozen);
-    assert!(reply.stragglers.iter().all(|s| s.revision < revision && s.cohort.as_deref() == Some("zone=b")));
-    let cohorts: Vec<_> = reply.cohorts.iter().map(|c| (c.cohort.clone().unwrap(), c.live, c.applied)).collect();
+    assert!(
+        reply
+            .stragglers
+            .iter()
+            .all(|s| s.revision < revision && s.cohort.as_deref() == Some("zone=b"))
+    );
+    let cohorts: Vec<_> = reply
+        .cohorts
+        .iter()
+        .map(|c| (c.cohort.clone().unwrap(), c.live, c.applied))
+        .collect();
     assert_eq!(cohorts, [("zone=a".into(), 50, 50), ("zone=b".into(), 50, 40)]);
-    assert!(reply.latency.samples >= 90, "every unfrozen client measured the drain: {:?}", reply.latency);
+    assert!(
+        reply.latency.samples >= 90,
+        "every unfrozen client measured the drain: {:?}",
+        reply.latency
+    );
     assert!(reply.latency.p50_ms <= reply.latency.p99_ms);
 
     let gate = |extra: &[&str]| {
-        let mut list = args(&["wait-converged", "prod/api", "--tenant", "acme", "--server", &direct, "--revision"]);
+        let mut list = args(&[
+            "wait-converged",
+            "prod/api",
+            "--tenant",
+            "acme",
+            "--server",
+            &direct,
+            "--revision",
+        ]);
         list.push(revision.0.to_string());
         list.extend(extra.iter().map(|s| (*s).to_owned()));
         list
@@ -178,10 +209,22 @@ async fn a_hundred_watchers_converge_and_the_gate_names_the_ten_frozen_ones() {
         for id in &frozen {
             assert!(stdout.contains(id.as_str()), "{id} is listed: {stdout}");
         }
-        assert!(!stdout.contains("client-000"), "an applied client is not listed: {stdout}");
+        assert!(
+            !stdout.contains("client-000"),
+            "an applied client is not listed: {stdout}"
+        );
     }
 
-    let json = muster(args(&["--json", "convergence", "prod/api", "--tenant", "acme", "--server", &direct])).await;
+    let json = muster(args(&[
+        "--json",
+        "convergence",
+        "prod/api",
+        "--tenant",
+        "acme",
+        "--server",
+        &direct,
+    ]))
+    .await;
     assert!(json.status.success());
     let reply: Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(reply["stragglers_total"], 10);
@@ -206,7 +249,13 @@ async fn a_client_that_disconnects_stops_counting_after_the_silence_timeout() {
     crate::inproc::register(&admin, &key(), "api-0", 1, "10.0.0.1").await;
     let url = admin.server().to_owned();
     let mut resolvers: Vec<_> = (0..20)
-        .map(|i| Resolver::start(subscriber(&url, &format!("c{i:02}"), "zone=a"), key(), ResolverConfig::default()))
+        .map(|i| {
+            Resolver::start(
+                subscriber(&url, &format!("c{i:02}"), "zone=a"),
+                key(),
+                ResolverConfig::default(),
+            )
+        })
         .collect();
     let everyone = ConvergenceQuery::default();
     until_async("all 20 report", || counts(&admin, &everyone), (20, 20)).await;
@@ -217,7 +266,12 @@ async fn a_client_that_disconnects_stops_counting_after_the_silence_timeout() {
     for resolver in resolvers.drain(15..) {
         resolver.stop().await;
     }
-    until_async("the 5 stopped clients stop counting", || counts(&admin, &everyone), (15, 15)).await;
+    until_async(
+        "the 5 stopped clients stop counting",
+        || counts(&admin, &everyone),
+        (15, 15),
+    )
+    .await;
     let reply = admin.convergence(&key(), &everyone).await.unwrap();
     assert_eq!(reply.silent_total, 5);
     assert_eq!(reply.stragglers_total, 0, "a silent client is not a straggler");
@@ -246,4 +300,3 @@ where
     }
     panic!("timed out waiting until {what}: last {last:?}, want {want:?}");
 }
-
