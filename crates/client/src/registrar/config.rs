@@ -34,7 +34,7 @@ pub enum LeaseLossPolicy {
 }
 
 /// How a registrar behaves.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RegistrarConfig {
     /// The lease TTL asked for (the registry accepts 1 s to 1 h by default).
     pub ttl: Duration,
@@ -47,6 +47,11 @@ pub struct RegistrarConfig {
     pub lease_loss: LeaseLossPolicy,
     /// The reason recorded with the drain.
     pub drain_reason: String,
+    /// End the grace as soon as this fraction (in (0, 1]) of the service's live subscribers
+    /// has applied the drain (SPEC O3): the grace measured instead of guessed (SPEC L6), with
+    /// `drain_grace` its upper bound. A service nobody reports following waits the whole
+    /// grace. `None` (the default): always wait the whole grace.
+    pub drain_until_converged: Option<f64>,
 }
 
 impl Default for RegistrarConfig {
@@ -57,6 +62,7 @@ impl Default for RegistrarConfig {
             initial_serving: ServingState::Starting,
             lease_loss: LeaseLossPolicy::Reregister,
             drain_reason: "shutdown".into(),
+            drain_until_converged: None,
         }
     }
 }

@@ -309,6 +309,7 @@ impl<R: RngCore> RegistrarMachine<R> {
             Action::SetServing { state, .. } => self.serving_set(now, generation, state, outcome),
             Action::Drain { .. } => self.drained(now, outcome),
             Action::Deregister { .. } => self.deregistered(now, outcome),
+            Action::CheckConvergence { .. } => self.convergence_checked(now, outcome),
             Action::RevokeLease { .. } => self.revoked(outcome),
         }
     }
@@ -357,7 +358,7 @@ impl<R: RngCore> RegistrarMachine<R> {
                 });
                 return;
             }
-            Outcome::Written(_) | Outcome::Renewed(_) => ClientError::BadReply {
+            Outcome::Written(_) | Outcome::Renewed(_) | Outcome::Converged(_) => ClientError::BadReply {
                 status: 200,
                 reason: "the registration's reply names no lease".into(),
             },
@@ -407,7 +408,7 @@ impl<R: RngCore> RegistrarMachine<R> {
                 failing.error = error;
                 live.renew_at = now + timing::renew_retry(&mut self.rng, live.registration.ttl_ms);
             }
-            Outcome::Written(_) => {}
+            Outcome::Written(_) | Outcome::Converged(_) => {}
         }
     }
 
@@ -447,7 +448,7 @@ impl<R: RngCore> RegistrarMachine<R> {
                 live.serving_retry = None;
                 live.registration.serving_error = Some(error);
             }
-            Outcome::Renewed(_) => {}
+            Outcome::Renewed(_) | Outcome::Converged(_) => {}
         }
     }
 

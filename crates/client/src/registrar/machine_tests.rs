@@ -90,7 +90,12 @@ fn renewed(lease: u64) -> Outcome {
 
 /// A machine registered at `t0` with lease 3 at revision 10.
 fn registered(t0: Instant) -> RegistrarMachine<Fixed> {
-    let mut machine = machine_with(config(), MIDDLE, t0);
+    registered_with(config(), t0)
+}
+
+/// [`registered`] with another configuration.
+fn registered_with(config: RegistrarConfig, t0: Instant) -> RegistrarMachine<Fixed> {
+    let mut machine = machine_with(config, MIDDLE, t0);
     assert_eq!(
         machine.poll(t0),
         Some(Action::Register {
@@ -388,6 +393,77 @@ fn shutdown_drains_keeps_renewing_through_the_grace_then_deregisters_and_revokes
         }
     );
     assert!(machine.is_finished());
+}
+
+/// The measured grace (SPEC L6, O3): the grace asks every 250 ms whether the subscribers
+/// applied the drain's revision, and deregisters as soon as they have.
+#[test]
+fn a_grace_waiting_for_convergence_ends_once_the_subscribers_applied_the_drain() {
+    let t0 = Instant::now();
+    let mut machine = registered_with(
+        RegistrarConfig {
+            drain_until_converged: Some(0.99),
+            ..config()
+        },
+        t0,
+    );
+    let t1 = t0 + ms(1_000);
+    machine.shutdown(t1);
+    assert!(matches!(machine.poll(t1), Some(Action::Drain { .. })));
+    machine.complete(t1, written(11, None));
+    assert_eq!(machine.next_wake(), Some(t1 + ms(250)));
+    assert_eq!(machine.poll(t1 + ms(249)), None);
+    let check = Action::CheckConvergence { revision: Revision(11) };
+    assert_eq!(machine.poll(t1 + ms(250)), Some(check.clone()));
+    machine.complete(t1 + ms(260), Outcome::Converged(false));
+    assert_eq!(
+        machine.poll(t1 + ms(300)),
+        None,
+        "not yet: the next check is 250 ms later"
+    );
+    assert_eq!(machine.poll(t1 + ms(500)), Some(check.clone()));
+    machine.complete(t1 + ms(510), Outcome::Failed(unreachable()));
+    assert_eq!(machine.poll(t1 + ms(750)), Some(check));
+    machine.complete(t1 + ms(760), Outcome::Converged(true));
+    assert_eq!(
+        machine.poll(t1 + ms(760)),
+        Some(Action::Deregister {
+            incarnation: Incarnation(7_000)
+        }),
+        "deregistered 4.2 s before the grace would have ended"
+    );
+}
+
+/// Subscribers that never converge hold the endpoint no longer than the grace.
+#[test]
+fn a_grace_waiting_for_convergence_still_ends_at_the_grace() {
+    let t0 = Instant::now();
+    let mut machine = registered_with(
+        RegistrarConfig {
+            drain_until_converged: Some(1.0),
+            ..config()
+        },
+        t0,
+    );
+    let t1 = t0 + ms(1_000);
+    machine.shutdown(t1);
+    machine.poll(t1);
+    machine.complete(t1, written(11, None));
+    let mut at = t1 + ms(250);
+    while at < t1 + GRACE {
+        match machine.poll(at) {
+            Some(Action::CheckConvergence { .. }) => machine.complete(at, Outcome::Converged(false)),
+            Some(Action::Renew { lease }) => machine.complete(at, renewed(lease.0)),
+            other => panic!("unexpected {other:?} at {:?}", at - t1),
+        }
+        at = machine.next_wake().unwrap();
+    }
+    assert_eq!(
+        machine.poll(t1 + GRACE),
+        Some(Action::Deregister {
+            incarnation: Incarnation(7_000)
+        })
+    );
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! action that touches the record carries the incarnation it is fenced by (SPEC L2).
 
 use muster_core::api::{LeaseReply, WriteReply};
-use muster_core::{Incarnation, LeaseId, ServingState};
+use muster_core::{Incarnation, LeaseId, Revision, ServingState};
 
 use crate::http::ClientError;
 
@@ -44,6 +44,12 @@ pub enum Action {
         /// The fencing incarnation.
         incarnation: Incarnation,
     },
+    /// `GET /v1/convergence/...?revision=R&fraction=F` during the grace: have enough of the
+    /// service's subscribers applied the drain at `revision`?
+    CheckConvergence {
+        /// The drain's revision.
+        revision: Revision,
+    },
     /// `DELETE /v1/leases/{tenant}/{lease}`: the lease has no endpoint left.
     RevokeLease {
         /// The lease.
@@ -58,6 +64,8 @@ pub enum Outcome {
     Written(WriteReply),
     /// A renewal's reply.
     Renewed(LeaseReply),
+    /// A convergence check's answer: enough live subscribers (at least one) applied it.
+    Converged(bool),
     /// The call failed.
     Failed(ClientError),
 }

@@ -85,6 +85,14 @@ impl RegistrarBuilder {
         self
     }
 
+    /// At shutdown, end the drain grace once `fraction` of the service's live subscribers
+    /// applied the drain (SPEC O3, L6); the grace stays the upper bound.
+    #[must_use]
+    pub fn drain_until_converged(mut self, fraction: f64) -> Self {
+        self.config.drain_until_converged = Some(fraction);
+        self
+    }
+
     /// The source of renewal jitter (tests and the lab inject a seeded one).
     #[must_use]
     pub fn rng(mut self, rng: impl RngCore + Send + 'static) -> Self {
@@ -100,6 +108,7 @@ impl RegistrarBuilder {
             Box::new(SplitMix64::from_identity(&identity))
         });
         let initial = self.config.initial_serving;
+        let converged_fraction = self.config.drain_until_converged;
         let machine = RegistrarMachine::new(self.config, self.incarnation, Instant::now(), rng);
         let (status_tx, status) = watch::channel(machine.status());
         let (desired, desired_rx) = watch::channel((initial, String::new()));
@@ -117,6 +126,7 @@ impl RegistrarBuilder {
             key: self.key,
             instance: self.instance,
             endpoint: self.endpoint,
+            converged_fraction,
         };
         let task = tokio::spawn(run(shell, machine, desired_rx, shutdown_rx, status_tx).instrument(span));
         Registrar {
@@ -212,6 +222,8 @@ struct Shell {
     key: ServiceKey,
     instance: InstanceId,
     endpoint: EndpointSpec,
+    /// The fraction a grace waits for (`RegistrarConfig::drain_until_converged`).
+    converged_fraction: Option<f64>,
 }
 
 async fn run<R: RngCore>(
@@ -307,6 +319,18 @@ impl Shell {
                 self.client.deregister(key, instance, deregistration).await
             }
             Action::RevokeLease { lease } => self.client.revoke_lease(&key.tenant, *lease).await,
+            Action::CheckConvergence { revision } => {
+                let query = crate::http::ConvergenceQuery {
+                    revision: Some(*revision),
+                    cohort: None,
+                    fraction: self.converged_fraction,
+                };
+                return match self.client.convergence(key, &query).await {
+                    // Nobody reporting is no evidence that nobody routes here.
+                    Ok(reply) => Outcome::Converged(reply.converged && reply.live > 0),
+                    Err(error) => Outcome::Failed(error),
+                };
+            }
         };
         match written {
             Ok(reply) => Outcome::Written(reply),
@@ -346,6 +370,9 @@ fn trace_outcome(action: &Action, outcome: &Outcome) {
         (action, Outcome::Renewed(_)) => {
             tracing::warn!(action = action_name(action), "a renewal reply to another call");
         }
+        (action, Outcome::Converged(converged)) => {
+            tracing::debug!(action = action_name(action), converged, "drain convergence checked");
+        }
     }
 }
 
@@ -357,5 +384,6 @@ fn action_name(action: &Action) -> &'static str {
         Action::Drain { .. } => "drain",
         Action::Deregister { .. } => "deregister",
         Action::RevokeLease { .. } => "revoke_lease",
+        Action::CheckConvergence { .. } => "check_convergence",
     }
 }

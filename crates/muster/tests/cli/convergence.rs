@@ -300,3 +300,61 @@ where
     }
     panic!("timed out waiting until {what}: last {last:?}, want {want:?}");
 }
+
+/// The measured grace (SPEC L6): a registrar told to drain until its callers converged
+/// deregisters once they all applied the drain, not after its 60 s grace, which would
+/// outlast the bounded wait below.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_ends_once_the_callers_applied_it_not_after_the_whole_grace() {
+    let registry = Registry::start().await;
+    let admin = registry.client();
+    let url = admin.server().to_owned();
+    let instance = muster_core::InstanceId::new("api-9").unwrap();
+    let spec = muster_core::EndpointSpec {
+        addresses: vec![muster_core::AddressSpec {
+            ip: "10.0.0.9".into(),
+            scope: None,
+        }],
+        ..muster_core::EndpointSpec::default()
+    };
+    let registrar = muster_client::Registrar::builder(
+        admin.clone(),
+        key(),
+        instance,
+        spec,
+        muster_client::incarnation_from_counter(1),
+    )
+    .drain_grace(Duration::from_secs(60))
+    .drain_until_converged(1.0)
+    .start();
+    tokio::time::timeout(crate::inproc::STEP, registrar.registered())
+        .await
+        .unwrap()
+        .unwrap();
+    let resolvers: Vec<_> = (0..5)
+        .map(|i| {
+            Resolver::start(
+                subscriber(&url, &format!("caller-{i}"), "zone=a"),
+                key(),
+                ResolverConfig::default(),
+            )
+        })
+        .collect();
+    let everyone = ConvergenceQuery::default();
+    until_async("the callers report", || counts(&admin, &everyone), (5, 5)).await;
+
+    let last = tokio::time::timeout(crate::inproc::STEP, registrar.shutdown())
+        .await
+        .expect("the drain ended before its grace");
+    assert!(
+        matches!(last, muster_client::RegistrarStatus::Stopped { deregistered: true, .. }),
+        "{last:?}"
+    );
+    let reply = admin.convergence(&key(), &everyone).await.unwrap();
+    assert!(
+        reply.changes.len() >= 2,
+        "the drain and the removal: {:?}",
+        reply.changes
+    );
+    drop(resolvers);
+}

@@ -4,12 +4,18 @@
 //! shared with the live phase).
 //!
 //! ```text
-//!  Drain ──ok──▶ Grace ──(grace over)──▶ Deregister ──ok / already gone──▶ Revoke ──▶ Stopped
-//!    │ fails past the grace: deregister anyway        │ fails for a TTL: Stopped (expiry removes it)
-//!    └ not_found: nothing to drain ───────────────────┴──────────────────▶ Revoke
+//!  Drain ──ok──▶ Grace ──(grace over, or converged)──▶ Deregister ──ok / already gone──▶ Revoke ──▶ Stopped
+//!    │ fails past the grace: deregister anyway                     │ fails for a TTL: Stopped (expiry removes it)
+//!    └ not_found: nothing to drain ────────────────────────────────┴──────────────────▶ Revoke
 //! ```
+//!
+//! With `drain_until_converged`, the grace asks the server every [`CONVERGENCE_POLL`]
+//! whether that fraction of the service's subscribers applied the drain (SPEC O3), and ends
+//! early when they have: the measured grace of SPEC L6.
 
-use muster_core::{ErrorCode, ServingState};
+use std::time::Duration;
+
+use muster_core::{ErrorCode, Revision, ServingState};
 use rand_core::RngCore;
 use tokio::time::Instant;
 
@@ -19,13 +25,18 @@ use crate::registrar::outcome::{Action, Outcome};
 use crate::registrar::status::{RegistrarStatus, ShutdownStage};
 use crate::registrar::timing;
 
+/// How often the grace asks whether the subscribers converged: they report within a quarter
+/// second of applying (`DEFAULT_REPORT_INTERVAL`), so the drain ends at most about this long
+/// after they all have.
+pub(crate) const CONVERGENCE_POLL: Duration = Duration::from_millis(250);
+
 /// Where a shutdown is.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Stage {
     /// Publish `draining`; give up (and deregister anyway) at `until`.
     Drain { until: Instant },
-    /// Wait until `until`.
-    Grace { until: Instant },
+    /// Wait until `until` (or until the subscribers applied the drain at `drained_at`).
+    Grace { until: Instant, drained_at: Revision },
     /// Delete the record; give up (the lease's expiry removes it) at `until`.
     Deregister { until: Instant },
     /// Revoke the lease.
@@ -37,7 +48,7 @@ impl Stage {
     pub(super) fn reported(self) -> ShutdownStage {
         match self {
             Stage::Drain { .. } => ShutdownStage::Draining,
-            Stage::Grace { until } => ShutdownStage::Grace { until },
+            Stage::Grace { until, .. } => ShutdownStage::Grace { until },
             Stage::Deregister { .. } => ShutdownStage::Deregistering,
             Stage::Revoke => ShutdownStage::RevokingLease,
         }
@@ -46,7 +57,7 @@ impl Stage {
     /// When this stage next wants the machine polled, given its next attempt at `retry_at`.
     pub(super) fn wake(self, retry_at: Instant) -> Instant {
         match self {
-            Stage::Grace { until } => until,
+            Stage::Grace { until, .. } => until.min(retry_at),
             Stage::Drain { .. } | Stage::Deregister { .. } | Stage::Revoke => retry_at,
         }
     }
@@ -96,9 +107,13 @@ impl<R: RngCore> RegistrarMachine<R> {
                 incarnation,
                 reason: self.config.drain_reason.clone(),
             }),
-            Stage::Grace { until } => {
+            Stage::Grace { until, drained_at } => {
                 if now < until {
-                    return None;
+                    if self.config.drain_until_converged.is_none() || now < *retry_at {
+                        return None;
+                    }
+                    *retry_at = now + CONVERGENCE_POLL;
+                    return Some(Action::CheckConvergence { revision: drained_at });
                 }
                 *stage = Stage::Deregister {
                     until: now + self.config.ttl,
@@ -116,6 +131,7 @@ impl<R: RngCore> RegistrarMachine<R> {
 
     pub(super) fn drained(&mut self, now: Instant, outcome: Outcome) {
         let grace = self.config.drain_grace;
+        let checks = self.config.drain_until_converged.is_some();
         let ttl = self.config.ttl;
         let Phase::ShuttingDown {
             live,
@@ -133,9 +149,14 @@ impl<R: RngCore> RegistrarMachine<R> {
             Outcome::Written(reply) => {
                 live.registration.serving = ServingState::Draining;
                 live.registration.revision = live.registration.revision.max(reply.revision);
-                *stage = Stage::Grace { until: now + grace };
+                *stage = Stage::Grace {
+                    until: now + grace,
+                    drained_at: reply.revision,
+                };
                 *failures = 0;
-                *retry_at = now;
+                // The first convergence check, once subscribers had a moment to hear of the
+                // drain; without checks, nothing before the grace's end.
+                *retry_at = now + if checks { CONVERGENCE_POLL } else { grace };
             }
             Outcome::Failed(error) if error.code() == ErrorCode::StaleIncarnation => {
                 let incarnation = live.registration.incarnation;
@@ -162,7 +183,27 @@ impl<R: RngCore> RegistrarMachine<R> {
                 }
                 *last_error = Some(error);
             }
-            Outcome::Renewed(_) => {}
+            Outcome::Renewed(_) | Outcome::Converged(_) => {}
+        }
+    }
+
+    /// A convergence check came back: converged ends the grace now; anything else (not yet,
+    /// or the check failed) waits for the next check or the grace's end.
+    pub(super) fn convergence_checked(&mut self, now: Instant, outcome: Outcome) {
+        let ttl = self.config.ttl;
+        let Phase::ShuttingDown {
+            stage,
+            retry_at,
+            failures,
+            ..
+        } = &mut self.phase
+        else {
+            return;
+        };
+        if matches!(stage, Stage::Grace { .. }) && outcome == Outcome::Converged(true) {
+            *stage = Stage::Deregister { until: now + ttl };
+            *retry_at = now;
+            *failures = 0;
         }
     }
 
@@ -207,7 +248,7 @@ impl<R: RngCore> RegistrarMachine<R> {
                     self.phase = Phase::Finished(stopped(false, Some(error)));
                 }
             }
-            Outcome::Renewed(_) => {}
+            Outcome::Renewed(_) | Outcome::Converged(_) => {}
         }
     }
 
