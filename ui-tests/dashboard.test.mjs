@@ -123,7 +123,6 @@ test('two endpoints registered through the API both appear on the service view',
   assert.equal(await page.locator(`${row('api-0')} [data-test="endpoint-state"]`).textContent(), 'ready');
   assert.equal(await page.locator(`${row('api-0')} [data-test="endpoint-addresses"]`).textContent(), '10.0.0.1');
   assert.match(await page.locator(`${row('api-0')} [data-test="endpoint-locality"]`).textContent(), /eu-west-1a/);
-  // No convergence route on this server yet, or one with no data: the panel says so.
   await page.locator('[data-test="convergence-panel"]').waitFor();
 });
 
@@ -138,7 +137,6 @@ test('a drain through the API shows on the page within 2 s, without a reload', a
   assert.equal(await page.evaluate(() => window.notReloaded), true, 'the page was not reloaded');
   assert.match(await page.locator(`${row('api-1')} [data-test="endpoint-observation"]`).textContent(), /owner .*deploy/);
   assert.equal(await page.locator(`${row('api-0')} [data-test="endpoint-state"]`).textContent(), 'ready');
-  await shot(page, 'service');
 });
 
 test('the lease countdown counts down', async () => {
@@ -151,12 +149,31 @@ test('the lease countdown counts down', async () => {
   assert.match(await page.locator(cell).textContent(), /^\d+\.\d s$/);
 });
 
+test('the convergence panel shows the subscribers that reported the service', async () => {
+  const status = await api(server, 'GET', '/v1/status');
+  const now = Date.now();
+  const applied = (revision) => [{ service: { tenant: 'acme', namespace: 'prod', service: 'api' }, revision, received_unix_ms: now }];
+  await api(server, 'POST', '/v1/convergence/report', { client_id: 'ui-test:1', applied: applied(status.revision) });
+  await api(server, 'POST', '/v1/convergence/report', { client_id: 'ui-test:2', applied: applied(1) });
+  // A change of the service makes the panel read convergence again (or its stream moves).
+  await register(server, KEY, 'api-2', '10.0.0.3');
+  await page.locator(row('api-2')).waitFor({ timeout: LIVE_MS });
+  await page.waitForFunction(() => {
+    const text = document.querySelector('[data-test="convergence-applied"]')?.textContent || '';
+    const live = Number(text.split('/')[1]);
+    return live >= 2;
+  }, null, { timeout: LIVE_MS });
+  assert.equal(await page.locator('[data-test="convergence-panel"]').getAttribute('data-state'), 'live');
+  await page.locator('[data-test="latency-histogram"]').waitFor();
+  await shot(page, 'service');
+});
+
 test('the overview lists the service with its counts per state, live', async () => {
   await page.goto(`${server.base}/ui/#/`);
   const service = `[data-test="service-row"][data-service="${KEY}"]`;
   await page.locator(service).waitFor();
   const count = (state) => page.locator(`${service} [data-test="state-count"][data-state="${state}"]`).textContent();
-  assert.equal(await count('ready'), '1');
+  assert.equal(await count('ready'), '2');
   assert.equal(await count('draining'), '1');
   // A new service appears without a reload.
   await register(server, 'acme/prod/web', 'web-0', '10.0.1.1');

@@ -110,6 +110,7 @@ mod http;
 pub mod lkg;
 mod member;
 mod picker;
+mod report;
 pub mod registrar;
 mod resolver;
 mod resolver_set;
@@ -135,8 +136,12 @@ pub use muster_core::{
 pub use http::{
     ACTOR_HEADER, Body, BoxError, CONNECT_TIMEOUT, CheckReport, Client, ClientBuilder, ClientError, ClientErrorCode,
     ClientTls, ClientTlsBuilder, DEFAULT_SERVER, Deregistration, Drain, ErrorSource, HttpService, InFlightReport,
-    LeaseGrant, NewToken, REQUEST_TIMEOUT, Registration, ServingChange, SnapshotQuery, Watch,
+    ConvergenceQuery, LeaseGrant, NewToken, REQUEST_TIMEOUT, Registration, ServingChange, SnapshotQuery, Watch,
 };
+
+// Convergence reports (SPEC O3).
+pub use muster_core::convergence::{ClientId, Cohort, ConvergenceReply, ConvergenceReport};
+pub use report::{DEFAULT_REPORT_INTERVAL, ReportIdentity};
 
 // The view, its stale budget, and the resolver that keeps it current.
 pub use member::{Member, MemberSet};

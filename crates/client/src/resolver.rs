@@ -31,6 +31,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::http::Client;
 use crate::lkg;
+use crate::report::Reporter;
 use crate::seed::SplitMix64;
 use crate::view::{Next, Risk, StaleBudget, StaleError, Usable, View, ViewStatus};
 
@@ -115,6 +116,16 @@ pub(crate) struct Feed {
     pub(crate) view: View,
     publish: watch::Sender<Arc<View>>,
     last_known_good: Option<PathBuf>,
+    /// Tells the server which revision this view is current at (SPEC O3).
+    reporter: Option<Arc<Reporter>>,
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        if let Some(reporter) = &self.reporter {
+            reporter.forget(self.view.key());
+        }
+    }
 }
 
 impl Feed {
@@ -124,6 +135,9 @@ impl Feed {
         let next = step(&mut self.view);
         let changed = self.view.active().map(|set| Arc::as_ptr(set) as usize) != before;
         self.publish.send_replace(Arc::new(self.view.clone()));
+        if let (Some(reporter), Some(revision)) = (&self.reporter, self.view.resume_from()) {
+            reporter.note(self.view.key(), revision, now_ms());
+        }
         if changed && let Some(path) = &self.last_known_good {
             let (saved, path) = (self.view.clone(), path.clone());
             let written = tokio::task::spawn_blocking(move || lkg::save(&saved, now_ms(), &path)).await;
@@ -140,6 +154,7 @@ pub(crate) fn parts(
     key: ServiceKey,
     config: ResolverConfig,
     wake: Option<Arc<Notify>>,
+    reporter: Option<Arc<Reporter>>,
 ) -> (Resolver, Feed, watch::Receiver<bool>) {
     let view = initial_view(&key, config.last_known_good.as_deref());
     let (publish, views) = watch::channel(Arc::new(view.clone()));
@@ -157,6 +172,7 @@ pub(crate) fn parts(
         view,
         publish,
         last_known_good: config.last_known_good,
+        reporter,
     };
     (resolver, feed, stopped)
 }
@@ -165,7 +181,7 @@ impl Resolver {
     /// Starts following `key` over its own watch: loads the last-known-good set if configured
     /// (usable at once, within the stale budget), then connects.
     pub fn start(client: Client, key: ServiceKey, config: ResolverConfig) -> Resolver {
-        let (resolver, feed, stopped) = parts(key, config, None);
+        let (resolver, feed, stopped) = parts(key, config, None, client.reporter());
         tokio::spawn(follow(client, feed, stopped));
         resolver
     }

@@ -18,7 +18,7 @@ fn snapshot_frame(key: ServiceKey, first: u32, count: u32, at: u64) -> Frame {
 }
 
 fn follow(services: &mut Services, key: ServiceKey) -> (Resolver, bool) {
-    let (resolver, feed, stopped) = parts(key, ResolverConfig::default(), None);
+    let (resolver, feed, stopped) = parts(key, ResolverConfig::default(), None, None);
     let needs_snapshot = services.join(Joining { feed, stopped });
     (resolver, needs_snapshot)
 }

@@ -27,6 +27,8 @@
 //! | `GET /metrics` | → Prometheus text 0.0.4 (also at `/metrics` without `/v1`): consensus, writes by tenant, watches, blocking queries, health, DNS (SPEC O1) |
 //! | `GET /prometheus/sd[?tenant=T][&namespace=NS][&service=S][&port=P][&state=ready,…\|any]` | → Prometheus `http_sd` target groups `[{"targets":["host:port"],"labels":{"__meta_muster_…":…}}]` (default `ready` only, a group per port) |
 //! | `GET /audit[?tenant=T][&principal=P][&key=T/NS[/SVC]][&outcome=O][&since_ms=MS][&until_ms=MS][&limit=N][&cursor=C]` | → [`AuditReply`] (admin; newest first) |
+//! | `POST /convergence/report` | [`ConvergenceReport`](crate::convergence::ConvergenceReport) → [`ReportReply`](crate::convergence::ReportReply) (SPEC O3) |
+//! | `GET /convergence/{tenant}/{namespace}/{service}[?revision=R][&cohort=K=V][&fraction=F][&stream=true]` | → [`ConvergenceReply`](crate::convergence::ConvergenceReply) |
 //! | `GET /openapi.json` | → this contract as an OpenAPI 3.1 document (SPEC S5) |
 //!
 //! Errors are [`ErrorBody`] with the stable code of a [`Rejection`](crate::Rejection) or of

@@ -96,6 +96,12 @@ codes! {
     Compacted = "compacted", 410, false;
     /// The revision asked for is not committed yet.
     FutureRevision = "future_revision", 400, false;
+    // Convergence telemetry (SPEC O3): a report with a bad client id or cohort, or one past
+    // the bounds on tracked subscribers and cohorts.
+    /// A convergence report named a bad client id, cohort or service.
+    InvalidReport = "invalid_report", 422, false;
+    /// A convergence report past the bounds on tracked subscribers or cohorts.
+    TooManySubscribers = "too_many_subscribers", 429, false;
     // The request itself.
     /// Malformed JSON, unknown fields, a bad query or header.
     BadRequest = "bad_request", 400, false;

@@ -33,6 +33,7 @@ pub mod address;
 pub mod api;
 pub mod check;
 pub mod code;
+pub mod convergence;
 pub mod endpoint;
 pub mod error;
 pub mod event;

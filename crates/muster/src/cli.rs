@@ -60,6 +60,12 @@ pub enum Command {
     Watch(WatchArgs),
     /// List the services of a namespace.
     Services(ServicesArgs),
+    /// Which revision a service's subscribers applied: per cohort and path, the
+    /// commit→applied latency of its last changes, stragglers and silent clients.
+    Convergence(crate::convergence::ConvergenceArgs),
+    /// A deploy gate: wait until a fraction of a service's live subscribers applied a
+    /// revision (exit 0), or time out listing the stragglers (exit 1).
+    WaitConverged(crate::convergence::WaitConvergedArgs),
     /// Grant, renew or revoke a lease.
     #[command(subcommand)]
     Lease(LeaseCommand),
@@ -405,9 +411,49 @@ pub struct WatchArgs {
     /// Give up when nothing (not even a progress frame) arrives for this long.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "60s")]
     pub idle_timeout: Duration,
+    /// Who this watch reports as to the server's convergence telemetry.
+    #[command(flatten)]
+    pub report: ReportArgs,
     /// Server and tenant.
     #[command(flatten)]
     pub client: ClientArgs,
+}
+
+/// How a subscriber names itself in convergence reports (SPEC O3).
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// The stable client id reported to the server (default: host:pid). Keep it the same
+    /// across restarts of one instance (a pod name).
+    #[arg(long, env = "MUSTER_CLIENT_ID", value_name = "ID", value_parser = parse_client_id)]
+    pub client_id: Option<muster_core::convergence::ClientId>,
+    /// The cohort reported with it (zone=a, version=1.4).
+    #[arg(long, env = "MUSTER_COHORT", value_name = "KEY=VALUE", value_parser = parse_report_cohort)]
+    pub cohort: Option<muster_core::convergence::Cohort>,
+    /// Report nothing.
+    #[arg(long)]
+    pub no_report: bool,
+}
+
+impl ReportArgs {
+    /// `builder` reporting as these arguments say.
+    pub fn apply(&self, builder: muster_client::ClientBuilder) -> muster_client::ClientBuilder {
+        let mut builder = builder.report_applied(!self.no_report);
+        if let Some(id) = &self.client_id {
+            builder = builder.client_id(id.clone());
+        }
+        if let Some(cohort) = &self.cohort {
+            builder = builder.cohort(cohort.clone());
+        }
+        builder
+    }
+}
+
+fn parse_client_id(text: &str) -> Result<muster_core::convergence::ClientId, String> {
+    muster_core::convergence::ClientId::new(text).map_err(|error| error.to_string())
+}
+
+fn parse_report_cohort(text: &str) -> Result<muster_core::convergence::Cohort, String> {
+    muster_core::convergence::Cohort::new(text).map_err(|error| error.to_string())
 }
 
 /// `muster services`.

@@ -34,6 +34,8 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Check(args) => check(args, json, out).await,
         Command::Resolve(args) => resolve(args, json, out).await,
         Command::Watch(args) => watch(args, json, out).await,
+        Command::Convergence(args) => crate::convergence::convergence(args, json, out).await,
+        Command::WaitConverged(args) => crate::convergence::wait_converged(args, json, out).await,
         Command::Services(args) => services(args, json, out).await,
         Command::Lease(command) => lease(command, json, out).await,
         Command::Cluster(command) => cluster(command, json, out).await,
@@ -325,7 +327,8 @@ async fn lease(command: LeaseCommand, json: bool, out: &mut dyn Write) -> Result
 /// Prints frames as they arrive until the stream ends; the ending decides the exit code.
 async fn watch(args: WatchArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let from = args.from_revision.map(Revision);
-    let client = connect(&args.client)?;
+    let builder = client_builder(&args.client.server, args.client.token.as_deref(), &args.client.tls)?;
+    let client = args.report.apply(builder).build().map_err(usage)?;
     let mut stream = if args.service.contains('/') {
         let key = parse_service_key(&args.client.tenant, &args.service)?;
         client.watch_service(&key, from, args.idle_timeout).await?
@@ -333,6 +336,9 @@ async fn watch(args: WatchArgs, json: bool, out: &mut dyn Write) -> Result<(), C
         let namespace = parse_namespace_key(&args.client.tenant, &args.service)?;
         client.watch_namespace(&namespace, from, args.idle_timeout).await?
     };
+    // What this watch has applied, reported to the server's convergence telemetry (SPEC O3):
+    // a frame counts once it is printed.
+    let mut applied = crate::convergence::Applied::default();
     loop {
         let Some((raw, frame)) = stream.next_frame().await? else {
             return Err(ClientError::StreamLost {
@@ -362,6 +368,7 @@ async fn watch(args: WatchArgs, json: bool, out: &mut dyn Write) -> Result<(), C
         if reader_gone {
             return Ok(());
         }
+        applied.frame(&client, &frame);
     }
 }
 
@@ -384,7 +391,7 @@ pub(crate) fn connect_to(server: &str, token: Option<&str>, tls: &crate::args::T
     client_builder(server, token, tls)?.build().map_err(usage)
 }
 
-fn client_builder(server: &str, token: Option<&str>, tls: &crate::args::TlsArgs) -> Result<ClientBuilder, CliError> {
+pub(crate) fn client_builder(server: &str, token: Option<&str>, tls: &crate::args::TlsArgs) -> Result<ClientBuilder, CliError> {
     let mut builder = Client::builder(server);
     if let Some(token) = token {
         builder = builder.token(token);
@@ -396,7 +403,7 @@ fn client_builder(server: &str, token: Option<&str>, tls: &crate::args::TlsArgs)
 }
 
 /// A client that could not be made: bad input, caught before anything was sent (exit 2).
-fn usage(err: ClientError) -> CliError {
+pub(crate) fn usage(err: ClientError) -> CliError {
     CliError::usage(err.code().as_str(), err.to_string())
 }
 

@@ -41,6 +41,12 @@ pub enum CliError {
         /// The last revision sent.
         revision: Revision,
     },
+    /// `wait-converged` timed out (exit 1; the stragglers are listed on stdout).
+    #[error("{message}")]
+    NotConverged {
+        /// How far from converged, and how many stragglers.
+        message: String,
+    },
     /// `serve` failed at run time (exit 1; exit 2 for a configuration the server refused).
     #[error(transparent)]
     Server(#[from] muster_server::ServerError),
@@ -71,6 +77,7 @@ impl CliError {
             CliError::Client(err) => err.code().as_str(),
             CliError::Resync { .. } => "resync",
             CliError::Closing { .. } => "closing",
+            CliError::NotConverged { .. } => "not_converged",
             CliError::Server(muster_server::ServerError::Config(_)) => "config",
             CliError::Server(muster_server::ServerError::Bind { .. }) => "cannot_listen",
             CliError::Server(_) => "server_failed",
@@ -82,7 +89,7 @@ impl CliError {
     /// The process exit code (see the crate docs).
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::Refused(_) => 1,
+            CliError::Refused(_) | CliError::NotConverged { .. } => 1,
             CliError::Usage { .. } => 2,
             CliError::Client(_) | CliError::Closing { .. } => 3,
             CliError::Resync { .. } => 4,

@@ -17,7 +17,8 @@
 //!   [`muster_client`], shared with applications that link the client library.
 //! - [`table`]: aligned text tables.
 //! - [`render`]: human output for every reply and frame.
-//! - [`commands`]: what each subcommand does; [`audit`]: `muster audit` (flags, query, table).
+//! - [`commands`]: what each subcommand does; [`audit`]: `muster audit` (flags, query, table);
+//!   [`convergence`]: `muster convergence` and the deploy gate `muster wait-converged` (SPEC O3).
 //! - [`serve`]: `muster serve`: config file, flags, signals; [`lab_hook`]: the dashboard's
 //!   lab runs, plugged into the server.
 //! - [`logging`]: `--log-level`, `--log-format`, openraft held at warn (SPEC O2); `otel`
@@ -28,7 +29,7 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success (for `serve`: a graceful stop after SIGTERM or Ctrl-C) |
-//! | 1 | refused: the server answered with an error code (`stale_incarnation`, `not_found`, a watch's `compacted` ...), or `serve` or `bench` failed at run time |
+//! | 1 | refused: the server answered with an error code (`stale_incarnation`, `not_found`, a watch's `compacted` ...), `wait-converged` timed out (`not_converged`), or `serve` or `bench` failed at run time |
 //! | 2 | usage: bad arguments, an invalid name (nothing was sent), an unusable config |
 //! | 3 | unreachable: cannot connect, no answer in time, a reply that is not the API's, a watch cut off or closed by a stopping server |
 //! | 4 | a watch fell behind and was told to `resync`: take a fresh snapshot and watch again |
@@ -43,6 +44,7 @@ pub mod args;
 pub mod audit;
 pub mod cli;
 pub mod commands;
+pub mod convergence;
 pub mod duration;
 pub mod error;
 pub mod lab_hook;

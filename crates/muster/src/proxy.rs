@@ -16,7 +16,6 @@ use muster_proxy::config::{
 };
 
 use crate::cli::ClientArgs;
-use crate::commands::connect;
 use crate::duration::parse_duration;
 use crate::error::CliError;
 
@@ -69,6 +68,9 @@ pub struct ProxyArgs {
     /// This caller's region, for --balancer locality.
     #[arg(long, value_name = "REGION")]
     pub region: Option<String>,
+    /// Who this proxy reports as to the server's convergence telemetry (SPEC O3).
+    #[command(flatten)]
+    pub report: crate::cli::ReportArgs,
     /// Server and tenant.
     #[command(flatten)]
     pub client: ClientArgs,
@@ -182,7 +184,12 @@ pub async fn run(args: ProxyArgs, json: bool, out: &mut dyn Write) -> Result<(),
         std::fs::create_dir_all(dir)
             .map_err(|err| CliError::usage("config", format!("cannot create {}: {err}", dir.display())))?;
     }
-    let client = connect(&args.client)?;
+    let builder = crate::commands::client_builder(&args.client.server, args.client.token.as_deref(), &args.client.tls)?;
+    let client = args
+        .report
+        .apply(builder)
+        .build()
+        .map_err(crate::commands::usage)?;
     let server = client.server().to_owned();
     let proxy = muster_proxy::start(config, client)
         .await

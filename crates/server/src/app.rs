@@ -74,6 +74,8 @@ pub(crate) struct App {
     /// The xDS control plane's streams and resource cache (SPEC D5).
     #[cfg(feature = "xds")]
     pub(crate) xds: Arc<crate::xds::XdsState>,
+    /// Which revision every subscriber applied (SPEC O3).
+    pub(crate) convergence: Arc<crate::convergence::Convergence>,
 }
 
 /// What the background parts of an [`App`] start from.
@@ -97,6 +99,8 @@ pub(crate) struct Background {
     /// The xDS control plane's state, already on the node's apply path when it is enabled.
     #[cfg(feature = "xds")]
     pub(crate) xds: Arc<crate::xds::XdsState>,
+    /// The convergence ledger, already on the node's apply path.
+    pub(crate) convergence: Arc<crate::convergence::Convergence>,
 }
 
 impl App {
@@ -120,6 +124,7 @@ impl App {
             metrics,
             #[cfg(feature = "xds")]
             xds,
+            convergence,
         } = background;
         App {
             node,
@@ -148,6 +153,7 @@ impl App {
             audit,
             #[cfg(feature = "xds")]
             xds,
+            convergence,
         }
     }
 

@@ -80,7 +80,7 @@ pub(crate) fn need(method: &Method, route: &str) -> Option<Need> {
             "/v1/metrics" | "/metrics" | "/v1/prometheus/sd" | "/v1/xds/clients" | "/v1/audit" | "/v1/acl/tokens"
             | "/v1/acl/self",
         )
-        | ("POST", "/v1/acl/tokens")
+        | ("POST", "/v1/acl/tokens" | "/v1/convergence/report")
         | ("DELETE", "/v1/acl/tokens/{accessor}") => Need::Authenticated,
         ("PUT", INSTANCE) => Need::Service(Verb::Register),
         ("DELETE", INSTANCE) => Need::Service(Verb::Deregister),
@@ -93,6 +93,7 @@ pub(crate) fn need(method: &Method, route: &str) -> Option<Need> {
         ("GET", "/v1/registry/{tenant}/{namespace}") => Need::Namespace(Verb::Read),
         ("GET", "/v1/watch/{tenant}/{namespace}/{service}") => Need::Service(Verb::Watch),
         ("GET", "/v1/watch/{tenant}/{namespace}") => Need::Namespace(Verb::Watch),
+        ("GET", "/v1/convergence/{tenant}/{namespace}/{service}") => Need::Service(Verb::Read),
         ("POST", "/v1/leases/{tenant}") => Need::AnyService(Verb::Register),
         ("DELETE", "/v1/leases/{tenant}/{id}") => Need::AnyService(Verb::Deregister),
         ("PUT", "/v1/leases/{tenant}/{id}/renew") => Need::AnyService(Verb::Renew),

@@ -91,6 +91,8 @@ pub struct ServerConfig {
     pub consul: ConsulConfig,
     /// The xDS control plane (SPEC D5): off unless `[xds] addr` (`--xds ADDR`) is set.
     pub xds: XdsConfig,
+    /// Convergence telemetry (SPEC O3): how subscribers' reports are kept.
+    pub convergence: ConvergenceConfig,
 }
 
 /// The audit trail's retention (SPEC S4): in memory, the newest `retention` records; see the
@@ -108,6 +110,53 @@ pub struct AuditConfig {
 impl Default for AuditConfig {
     fn default() -> Self {
         AuditConfig { retention: 10_000 }
+    }
+}
+
+/// How the server keeps subscribers' reports of what they applied (SPEC O3); see
+/// `muster_convergence`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConvergenceConfig {
+    /// A subscriber that has not reported for this long stops counting as live and is listed
+    /// as silent: 30 s, three missed keep-alives.
+    pub silent_after_ms: u64,
+    /// How often a subscriber reports while nothing changes (each reply tells it): 10 s, so
+    /// 10,000 idle watchers cost the server 1,000 small requests a second.
+    pub report_every_ms: u64,
+    /// A silent subscriber is forgotten after this long: 10 min.
+    pub forget_after_ms: u64,
+    /// Subscribers tracked in all (one per client and service; ~200 bytes each):
+    /// 250,000. A report that would pass it is refused with `too_many_subscribers`.
+    pub max_subscribers: usize,
+    /// Distinct cohorts counted per service: 64 (cohorts are zones and versions, not ids).
+    pub max_cohorts: usize,
+}
+
+impl Default for ConvergenceConfig {
+    fn default() -> Self {
+        let ledger = muster_convergence::LedgerConfig::default();
+        ConvergenceConfig {
+            silent_after_ms: ledger.silent_after_ms,
+            report_every_ms: ledger.report_every_ms,
+            forget_after_ms: ledger.forget_after_ms,
+            max_subscribers: ledger.max_subscribers,
+            max_cohorts: ledger.max_cohorts,
+        }
+    }
+}
+
+impl ConvergenceConfig {
+    /// The ledger's settings.
+    pub(crate) fn ledger(&self) -> muster_convergence::LedgerConfig {
+        muster_convergence::LedgerConfig {
+            silent_after_ms: self.silent_after_ms,
+            report_every_ms: self.report_every_ms,
+            forget_after_ms: self.forget_after_ms,
+            max_subscribers: self.max_subscribers,
+            max_cohorts: self.max_cohorts,
+            ..muster_convergence::LedgerConfig::default()
+        }
     }
 }
 
@@ -309,6 +358,7 @@ impl Default for ServerConfig {
             limits: LimitsConfig::default(),
             consul: ConsulConfig::default(),
             xds: XdsConfig::default(),
+            convergence: ConvergenceConfig::default(),
         }
     }
 }

@@ -59,6 +59,7 @@ mod clock;
 mod cluster;
 mod config;
 mod consistency;
+mod convergence;
 mod consul;
 mod descriptors;
 mod dns;
@@ -99,7 +100,7 @@ mod writes;
 mod xds;
 
 pub use auth::AuthConfig;
-pub use config::{AuditConfig, HealthConfig, ServerConfig};
+pub use config::{AuditConfig, ConvergenceConfig, HealthConfig, ServerConfig};
 pub use consul::config::ConsulConfig;
 pub use consul::stats::ConsulCounts;
 pub use hub::WatchStats;

@@ -95,6 +95,8 @@ pub(crate) fn build() -> Value {
         metrics_root,
         prometheus_sd,
         xds_clients,
+        convergence_report,
+        convergence_summary,
         cluster,
         add_member,
         remove_member,
@@ -129,6 +131,7 @@ pub(crate) fn build() -> Value {
         (name = "leases", description = "Leases (SPEC L3, R4)."),
         (name = "node", description = "This node and its cluster."),
         (name = "acl", description = "Tokens and their rules (SPEC S1, S2)."),
+        (name = "convergence", description = "Which revision every subscriber applied (SPEC O3)."),
         (name = "dashboard", description = "The web dashboard at /ui/ and the views it reads (SPEC U2)."),
     )
 )]
@@ -411,6 +414,24 @@ fn prometheus_sd() {}
         body = crate::xds::view::ClientsPage)))]
 #[allow(dead_code, reason = "read by the OpenAPI derive only")]
 fn xds_clients() {}
+
+/// A subscriber reports the revision it applied for each service it follows (SPEC O3); the
+/// caller must be allowed to watch each one. The reply says how often to report while calm.
+#[utoipa::path(post, path = "/v1/convergence/report", tag = "convergence",
+    request_body = muster_core::convergence::ConvergenceReport,
+    responses((status = 200, description = "Recorded.", body = muster_core::convergence::ReportReply),
+        (status = 403, body = ErrorBody), (status = 429, body = ErrorBody)))]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+fn convergence_report() {}
+
+/// A service's subscribers by applied revision, cohort and delivery path, its stragglers and
+/// silent clients, and the commit→applied latency of its last changes (SPEC O3).
+#[utoipa::path(get, path = "/v1/convergence/{tenant}/{namespace}/{service}", tag = "convergence",
+    params(ServicePath, crate::convergence::SummaryQuery),
+    responses((status = 200, description = "This node's subscribers of the service.",
+        body = muster_core::convergence::ConvergenceReply), (status = 404, body = ErrorBody)))]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+fn convergence_summary() {}
 
 /// The Raft group as this node knows it; with `stream=true`, NDJSON lines of the reply plus
 /// `revision`, `applied_index` and `last_leader_contact_ms`, on change.

@@ -95,6 +95,17 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
     for origin in &config.allowed_origins {
         crate::guard::check_origin(origin).map_err(ServerError::Config)?;
     }
+    let convergence = &config.convergence;
+    if convergence.report_every_ms == 0 || convergence.silent_after_ms <= convergence.report_every_ms {
+        return Err(ServerError::Config(
+            "convergence: report_every_ms must be at least 1 and below silent_after_ms (a subscriber reporting on time must never look silent)".into(),
+        ));
+    }
+    if convergence.forget_after_ms < convergence.silent_after_ms || convergence.max_subscribers == 0 {
+        return Err(ServerError::Config(
+            "convergence: forget_after_ms must be at least silent_after_ms, and max_subscribers at least 1".into(),
+        ));
+    }
     if config.audit.retention == 0 {
         return Err(ServerError::Config("audit.retention: must be at least 1".into()));
     }
@@ -181,6 +192,18 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         Arc::new(MetricsObserver(Arc::clone(&metrics))),
         Arc::new(crate::endpoint_log::EndpointLog::default()),
     ];
+    // The DNS listener is a subscriber of its tenant's services (SPEC O3).
+    let dns_subscriber = config.dns_enabled.then(|| {
+        let id = muster_core::convergence::ClientId::new(format!("dns:{}", config.dns))
+            .expect("a socket address is a valid client id");
+        (id, config.dns_zone.tenant.clone())
+    });
+    let convergence = Arc::new(crate::convergence::Convergence::new(
+        config.convergence.ledger(),
+        clock,
+        dns_subscriber,
+    ));
+    observers.push(Arc::clone(&convergence) as Arc<dyn muster_consensus::ApplyObserver>);
     if config.consul.enabled {
         observers.push(Arc::clone(&consul_waiters) as Arc<dyn muster_consensus::ApplyObserver>);
     }
@@ -275,6 +298,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
             metrics,
             #[cfg(feature = "xds")]
             xds: xds_state,
+            convergence,
         },
         config.registry.clone(),
     ));
@@ -369,9 +393,11 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     });
     // One timer for every watch stream's `progress` frames; it ends when the hub closes.
     tokio::spawn(Arc::clone(&app.hub).run_progress_ticker(app.progress_interval));
+    tokio::spawn(Arc::clone(&app.convergence).run_sweeper(stopping_rx.clone()));
     let leader = tokio::spawn(leader::run(Arc::clone(&app), leader_messages, stopping_rx));
     // Ends when the server starts stopping (or the node stops).
     tokio::spawn(crate::metrics::follow_leader(Arc::clone(&app)));
+
     app.set_ready(true);
     // Debug: `muster serve` prints the one startup line, with every listener (SPEC O2).
     tracing::debug!(%local_addr, consul = ?consul.as_ref().map(|c| c.addr), "muster serving");

@@ -318,6 +318,7 @@ function service(view, main, tenant, namespace, name) {
   let skewMs = 0;
   let revision = null;
 
+  const convergence = convergencePanel(view, path);
   const revisionEl = el('span', { test: 'service-revision', text: '…' });
   const countEl = el('span', { test: 'endpoint-count', text: '…' });
   const tbody = el('tbody', { test: 'endpoints' });
@@ -330,7 +331,7 @@ function service(view, main, tenant, namespace, name) {
         'set by', 'weight', 'lease', 'revision'].map((h) => el('th', { text: h })))),
       tbody),
     empty,
-    convergencePanel(view, path));
+    convergence.panel);
 
   const render = () => {
     revisionEl.textContent = revision === null ? '…' : revision;
@@ -386,6 +387,7 @@ function service(view, main, tenant, namespace, name) {
           else endpoints.delete(event.instance);
         }
         revision = frame.revision;
+        convergence.changed();
         break;
       case 'progress':
         if (revision === null) revision = 0;
@@ -418,8 +420,10 @@ function service(view, main, tenant, namespace, name) {
   render();
 }
 
-// Convergence (SPEC O3), from the lead's route when this server has it (asked of the API
-// document first, so a server without it costs no failing request).
+// Convergence (SPEC O3). The API document says first whether this server has the route (so a
+// server without it costs no failing request) and whether it streams: with `stream` it is
+// followed; without, it is read once and again after every change the service's watch
+// delivers (driven by events, never by a timer).
 function convergencePanel(view, path) {
   const panel = el('section', { test: 'convergence-panel', class: 'panel' },
     el('h2', { text: 'Convergence' }),
@@ -431,27 +435,51 @@ function convergencePanel(view, path) {
     panel.querySelector('[data-test="convergence-empty"]').textContent = 'no convergence data' + (why ? ' (' + why + ')' : '');
     body.replaceChildren();
   };
+  const show = (reply) => {
+    panel.dataset.state = 'live';
+    panel.querySelector('[data-test="convergence-empty"]').textContent = '';
+    body.replaceChildren(...renderConvergence(reply).filter(Boolean));
+  };
+  const onRefused = (error) => {
+    if (error.status === 404) none();
+    else refused(error);
+  };
+  const url = '/v1/convergence/' + path;
+  let reread = null;
   (async () => {
+    let operation;
     try {
       const doc = await getJson('/v1/openapi.json', view.signal);
-      if (!doc.paths || !doc.paths[CONVERGENCE_ROUTE]) return none('this server does not report it');
+      operation = doc.paths && doc.paths[CONVERGENCE_ROUTE] && doc.paths[CONVERGENCE_ROUTE].get;
     } catch (_) {
       if (!view.signal.aborted) none();
       return;
     }
-    follow(view, 'convergence', '/v1/convergence/' + path + '?stream=true', {
-      onLine(reply) {
-        panel.dataset.state = 'live';
-        panel.querySelector('[data-test="convergence-empty"]').textContent = '';
-        body.replaceChildren(...renderConvergence(reply));
-      },
-      onRefused(error) {
-        if (error.status === 404) none();
-        else refused(error);
-      },
-    });
+    if (!operation) return none('this server does not report it');
+    if ((operation.parameters || []).some((p) => p.name === 'stream')) {
+      follow(view, 'convergence', url + '?stream=true', { onLine: show, onRefused });
+      return;
+    }
+    let reading = false;
+    let again = false;
+    reread = async () => {
+      if (reading) { again = true; return; }
+      reading = true;
+      try {
+        do {
+          again = false;
+          show(await getJson(url, view.signal));
+        } while (again && !view.signal.aborted);
+      } catch (error) {
+        if (!view.signal.aborted && error instanceof ApiError) onRefused(error);
+      } finally {
+        reading = false;
+      }
+    };
+    reread();
   })();
-  return panel;
+  // The service view calls this on every change of the service.
+  return { panel, changed: () => { if (reread) reread(); } };
 }
 
 function renderConvergence(c) {
@@ -460,6 +488,9 @@ function renderConvergence(c) {
     ' subscribers at revision ≥ ' + c.target + (c.cohort ? ' in ' + c.cohort : ''),
     ' · ', el('span', { test: 'convergence-state', class: 'badge ' + (c.converged ? 'state-ready' : 'state-draining'),
       text: c.converged ? 'converged' : 'converging' }));
+  const byRevision = el('p', { test: 'convergence-by-revision', class: 'muted' },
+    'by applied revision: ' + ((c.by_revision || []).map((r) => 'r' + r.revision + ' × ' + r.subscribers).join(', ') || 'no subscribers'),
+    (c.paths || []).length ? ' · by path: ' + c.paths.map((p) => p.path + ' ' + p.applied + '/' + p.live).join(', ') : '');
   const buckets = (c.latency && c.latency.buckets) || [];
   const peak = Math.max(1, ...buckets.map((b) => b.count));
   const bars = el('div', { test: 'latency-histogram', class: 'histogram' },
@@ -481,7 +512,7 @@ function renderConvergence(c) {
       el('td', { class: 'num', text: (s.last_report_ms / 1000).toFixed(1) + ' s ago' })))));
   const more = (c.stragglers_total || 0) > (c.stragglers || []).length
     ? el('p', { class: 'muted', text: c.stragglers_total + ' stragglers in all' }) : null;
-  return [summary, el('h3', { text: 'Latency histogram' }), bars, latency, el('h3', { text: 'Stragglers' }),
+  return [summary, byRevision, el('h3', { text: 'Latency histogram' }), bars, latency, el('h3', { text: 'Stragglers' }),
     (c.stragglers || []).length ? stragglers : el('p', { class: 'muted', test: 'no-stragglers', text: 'none' }), more];
 }
 
@@ -552,7 +583,7 @@ function lab(view, main, params) {
       const reply = await getJson('/v1/lab/run?' + query, view.signal);
       status.textContent = 'done';
       status.dataset.state = 'done';
-      result.replaceChildren(...renderLab(view, reply));
+      result.replaceChildren(...renderLab(view, reply).filter(Boolean));
     } catch (error) {
       if (view.signal.aborted) return;
       status.dataset.state = 'error';

@@ -25,6 +25,7 @@ use muster_core::api::{
     AddMemberRequest, AuditQuery, AuditReply, CheckReportReply, ClusterReply, LeaseReply, PolicyReply, PolicySetReply,
     ServicesReply, SnapshotReply, StatusReply, TokenListReply, TokenRevokeReply, TokenSecretReply, WriteReply,
 };
+use muster_core::convergence::{ClientId, Cohort, ConvergenceReply, ConvergenceReport, ReportReply};
 use muster_core::{Actor, InstanceId, Label, LeaseId, NamespaceKey, Revision, ServiceKey};
 
 use crate::http::error::{ClientError, bad_reply, causes, error_reply, quote};
@@ -35,6 +36,7 @@ use crate::http::request::{
 use crate::http::tls::ClientTls;
 use crate::http::transport::{self, Body, BoxError, HttpService};
 use crate::http::watch::Watch;
+use crate::report::{ReportIdentity, Reporter};
 
 /// The server a client talks to when nothing says otherwise: `muster serve`'s default HTTP
 /// address.
@@ -76,6 +78,9 @@ pub struct Client {
     timeout: Duration,
     /// `Authorization: Bearer <secret>` on every request, when set (SPEC S1).
     authorization: Option<HeaderValue>,
+    /// Reports what this client's resolvers applied (SPEC O3); none in the reporter's own
+    /// copy of the client, and when reports are off.
+    reporter: Option<Arc<Reporter>>,
 }
 
 /// The optional parts of a snapshot read.
@@ -87,6 +92,17 @@ pub struct SnapshotQuery {
     pub limit: Option<usize>,
     /// The previous page's `next_page_token`.
     pub page_token: Option<String>,
+}
+
+/// The optional parts of a convergence read (SPEC O3).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ConvergenceQuery {
+    /// The revision subscribers should have applied (default: the service's last change).
+    pub revision: Option<Revision>,
+    /// Only this cohort's subscribers.
+    pub cohort: Option<Cohort>,
+    /// The fraction of live subscribers that must have applied it (default 1).
+    pub fraction: Option<f64>,
 }
 
 /// Builds a [`Client`]: the server URL is required, everything else has a default. Nothing
@@ -113,6 +129,8 @@ pub struct ClientBuilder {
     tls: Option<ClientTls>,
     actor: Option<Actor>,
     transport: Option<HttpService>,
+    /// Who reports what the resolvers applied (none: no reports).
+    report: Option<ReportIdentity>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -126,6 +144,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("tls", &self.tls.is_some())
             .field("actor", &self.actor)
             .field("custom_transport", &self.transport.is_some())
+            .field("report", &self.report)
             .finish()
     }
 }
@@ -202,6 +221,44 @@ impl ClientBuilder {
         self
     }
 
+    /// Reports as `id` what this client's resolvers applied (SPEC O3) instead of
+    /// `host:pid` ([`ReportIdentity::for_this_process`]). An id should stay the same across
+    /// reconnects and restarts of one instance (a pod name).
+    pub fn client_id(mut self, id: ClientId) -> ClientBuilder {
+        if let Some(report) = &mut self.report {
+            report.client_id = id;
+        }
+        self
+    }
+
+    /// Reports under the cohort `label` (`zone=a`, `version=1.4`).
+    pub fn cohort(mut self, label: Cohort) -> ClientBuilder {
+        if let Some(report) = &mut self.report {
+            report.cohort = Some(label);
+        }
+        self
+    }
+
+    /// Sends at most one report per `interval` (default
+    /// [`DEFAULT_REPORT_INTERVAL`](crate::report::DEFAULT_REPORT_INTERVAL)).
+    pub fn report_interval(mut self, interval: Duration) -> ClientBuilder {
+        if let Some(report) = &mut self.report {
+            report.interval = interval;
+        }
+        self
+    }
+
+    /// Whether resolvers report what they applied (default: yes). Off, the server cannot
+    /// count this client in a deploy's convergence.
+    pub fn report_applied(mut self, on: bool) -> ClientBuilder {
+        self.report = match (on, self.report.take()) {
+            (true, None) => Some(ReportIdentity::for_this_process()),
+            (true, Some(report)) => Some(report),
+            (false, _) => None,
+        };
+        self
+    }
+
     /// The client. Fails, with a typed error and a stable code, on a URL that is not
     /// `http(s)://host[:port]` without a query (`invalid_url`), a token that cannot be a
     /// header (`invalid_token`), or TLS settings given with a custom transport
@@ -222,13 +279,17 @@ impl ClientBuilder {
                 self.connect_timeout,
             )),
         };
-        Ok(Client {
+        let mut client = Client {
             http,
             base: base.into(),
             actor: self.actor,
             timeout: self.timeout,
             authorization,
-        })
+            reporter: None,
+        };
+        // The reporter speaks through a copy of the client without a reporter of its own.
+        client.reporter = self.report.map(|identity| Reporter::new(identity, client.clone()));
+        Ok(client)
     }
 }
 
@@ -274,6 +335,7 @@ impl Client {
             tls: None,
             actor: None,
             transport: None,
+            report: Some(ReportIdentity::for_this_process()),
         }
     }
 
@@ -292,6 +354,52 @@ impl Client {
     /// The server's URL.
     pub fn server(&self) -> &str {
         &self.base
+    }
+
+    /// Who this client's resolvers report as (none: they do not report).
+    pub fn report_identity(&self) -> Option<&ReportIdentity> {
+        self.reporter.as_deref().map(Reporter::identity)
+    }
+
+    /// Tells the server (in this client's next convergence report) that `key`'s view is
+    /// current at `revision`, for a consumer that drives a watch itself; resolvers do this on
+    /// their own. Nothing happens when reports are off.
+    pub fn note_applied(&self, key: &ServiceKey, revision: Revision) {
+        if let Some(reporter) = &self.reporter {
+            reporter.note(key, revision, crate::resolver::now_ms());
+        }
+    }
+
+    pub(crate) fn reporter(&self) -> Option<Arc<Reporter>> {
+        self.reporter.clone()
+    }
+
+    /// `POST /v1/convergence/report`: what this client applied (resolvers send it on their
+    /// own; see [`ClientBuilder::report_applied`]).
+    pub async fn report_applied(&self, report: &ConvergenceReport) -> Result<ReportReply, ClientError> {
+        self.call(Method::POST, "/v1/convergence/report", Some(report)).await
+    }
+
+    /// `GET /v1/convergence/{tenant}/{namespace}/{service}`: which revision the service's
+    /// subscribers applied, against `query` (`revision=R&cohort=zone=a&fraction=0.99`, or
+    /// empty).
+    pub async fn convergence(&self, key: &ServiceKey, query: &ConvergenceQuery) -> Result<ConvergenceReply, ClientError> {
+        let mut params = Vec::new();
+        if let Some(revision) = query.revision {
+            params.push(format!("revision={revision}"));
+        }
+        if let Some(cohort) = &query.cohort {
+            params.push(format!("cohort={}", percent_encode(cohort.as_str())));
+        }
+        if let Some(fraction) = query.fraction {
+            params.push(format!("fraction={fraction}"));
+        }
+        let mut path = format!("/v1/convergence/{}/{}/{}", key.tenant, key.namespace, key.service);
+        if !params.is_empty() {
+            path.push('?');
+            path.push_str(&params.join("&"));
+        }
+        self.call(Method::GET, &path, None::<&()>).await
     }
 
     /// `PUT /v1/registry/{tenant}/{namespace}/{service}/{instance}`.

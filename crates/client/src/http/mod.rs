@@ -26,6 +26,7 @@ pub(crate) mod transport;
 pub(crate) mod watch;
 
 pub use client::{
+    ConvergenceQuery,
     ACTOR_HEADER, CONNECT_TIMEOUT, Client, ClientBuilder, DEFAULT_SERVER, REQUEST_TIMEOUT, SnapshotQuery,
 };
 pub use error::{ClientError, ClientErrorCode, ErrorSource};

@@ -146,6 +146,40 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
         metrics.watch.compactions.clone(),
     );
 
+    // Convergence (SPEC O3): aggregates over every service, never a client id.
+    let convergence = &app.convergence;
+    let totals = app.node.read(|registry| convergence.totals(|key| registry.snapshot(key).map(|s| s.revision())));
+    registry.register(
+        "convergence_subscribers",
+        "Live subscribers (client and service pairs) reporting what they applied",
+        gauge(totals.live as u64),
+    );
+    registry.register(
+        "convergence_behind",
+        "Live subscribers behind their service's last change",
+        gauge(totals.behind as u64),
+    );
+    registry.register(
+        "convergence_silent",
+        "Subscribers that stopped reporting and are not yet forgotten",
+        gauge(totals.silent as u64),
+    );
+    registry.register(
+        "convergence_services",
+        "Services with reporting subscribers",
+        gauge(totals.services as u64),
+    );
+    registry.register(
+        "convergence_apply_latency_seconds",
+        "Seconds from this node's commit of a change to a subscriber receiving it, by delivery path (watch, xds, dns)",
+        convergence.latency.clone(),
+    );
+    registry.register(
+        "convergence_reports_refused",
+        "Convergence reports refused (bounds, permissions)",
+        convergence.refused.clone(),
+    );
+
     // Blocking queries.
     let mut blocking = Vec::new();
     let mut waiting = Vec::new();

@@ -287,6 +287,7 @@ impl<M: Machine> Session<M> {
                     "an xDS client refused a response (NACK); it keeps its previous state"
                 );
             }
+            Answer::Acked if kind == Kind::Endpoint => self.report_applied(),
             Answer::None | Answer::Acked => {}
         }
         if heard.subscribed
@@ -304,6 +305,29 @@ impl<M: Machine> Session<M> {
             known.registered.record.update(self.machine.ledger());
         }
         Ok(heard.subscribed)
+    }
+
+    /// An endpoint ACK: the client applied those services at the revisions it acknowledged
+    /// (SPEC O3). Each acknowledged revision is reported as received now, the server's
+    /// clock: an ACK is the client's word that it applied what it was sent.
+    fn report_applied(&self) {
+        let Some(known) = &self.known else {
+            return;
+        };
+        let mut by_revision: std::collections::BTreeMap<Revision, Vec<ServiceKey>> = Default::default();
+        for (kind, name, state) in self.machine.ledger().iter() {
+            if kind != Kind::Endpoint {
+                continue;
+            }
+            if let (Some(name), Some((revision, _))) = (ServiceName::parse(name), state.acked) {
+                by_revision.entry(revision).or_default().push(name.key(&known.tenant));
+            }
+        }
+        for (revision, services) in by_revision {
+            self.app
+                .convergence
+                .xds_acked(&known.node_id, known.cohort.zone.as_deref(), services, revision);
+        }
     }
 
     /// Who the stream is, from its first request's node.

@@ -1,0 +1,222 @@
+//! Convergence reports (SPEC O3): every resolver tells the server which revision of its
+//! service it applied, so a deploy can wait until the fleet has.
+//!
+//! ```text
+//!  Feed::step (a resolver's view moved) ──note(key, revision, received)──▶ Reporter
+//!                                                                            │ dirty entries
+//!                              one task per Client: at most every `interval`,│
+//!                              and every `report_every_ms` (the server's      ▼
+//!                              word) while nothing changes ──POST /v1/convergence/report
+//! ```
+//!
+//! One [`Reporter`] per [`Client`](crate::Client) reports for all of its resolvers under one
+//! client id, so a process with fifty resolvers sends one small request per change, not
+//! fifty. A resolver that stops is forgotten (its feed's drop), and a reporter with nothing
+//! to report sends nothing. A failed report is retried at the next tick: convergence is
+//! telemetry, and never holds up a resolver.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use muster_core::convergence::{AppliedRevision, ClientId, Cohort, ConvergenceReport};
+use muster_core::{Revision, ServiceKey};
+use tokio::sync::Notify;
+
+use crate::http::Client;
+
+/// The shortest gap between two reports of one client: a burst of changes is one report,
+/// and 10,000 clients of one service send at most 40,000 reports a second in a storm.
+pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_millis(250);
+
+/// How often to report while calm until the server says otherwise: its default.
+const DEFAULT_REPORT_EVERY: Duration = Duration::from_secs(10);
+
+/// Who reports, and how often at most.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportIdentity {
+    /// The stable client id.
+    pub client_id: ClientId,
+    /// The cohort label, if any.
+    pub cohort: Option<Cohort>,
+    /// The shortest gap between two reports.
+    pub interval: Duration,
+}
+
+impl ReportIdentity {
+    /// The default identity of this process: `host:pid`, with `-N` for the second and later
+    /// clients built in it (each client is one subscriber).
+    pub fn for_this_process() -> ReportIdentity {
+        static CLIENTS: AtomicUsize = AtomicUsize::new(0);
+        let n = CLIENTS.fetch_add(1, Ordering::Relaxed);
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|h| h.trim().chars().filter(|c| c.is_ascii_alphanumeric() || "-.".contains(*c)).collect::<String>())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "client".to_owned());
+        let mut id = format!("{host}:{}", std::process::id());
+        if n > 0 {
+            id.push_str(&format!("-{n}"));
+        }
+        id.truncate(ClientId::MAX_LEN);
+        ReportIdentity {
+            client_id: ClientId::new(id).unwrap_or_else(|_| ClientId::new("client").expect("a valid id")),
+            cohort: None,
+            interval: DEFAULT_REPORT_INTERVAL,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    revision: Revision,
+    received_unix_ms: u64,
+    dirty: bool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    entries: BTreeMap<ServiceKey, Entry>,
+    started: bool,
+}
+
+/// Reports what one client's resolvers applied. See the module docs.
+#[derive(Debug)]
+pub(crate) struct Reporter {
+    identity: ReportIdentity,
+    /// The client the reports go through (one without a reporter of its own).
+    client: Client,
+    state: Mutex<State>,
+    wake: Arc<Notify>,
+}
+
+impl Reporter {
+    pub(crate) fn new(identity: ReportIdentity, client: Client) -> Arc<Reporter> {
+        Arc::new(Reporter {
+            identity,
+            client,
+            state: Mutex::new(State::default()),
+            wake: Arc::new(Notify::new()),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Who reports.
+    pub(crate) fn identity(&self) -> &ReportIdentity {
+        &self.identity
+    }
+
+    /// `key`'s view is current at `revision` since `received_unix_ms`. Cheap: a map update;
+    /// the report goes out from the reporter's task.
+    pub(crate) fn note(self: &Arc<Self>, key: &ServiceKey, revision: Revision, received_unix_ms: u64) {
+        let mut state = self.lock();
+        let changed = state.entries.get(key).is_none_or(|entry| entry.revision != revision);
+        if !changed {
+            return;
+        }
+        state.entries.insert(
+            key.clone(),
+            Entry {
+                revision,
+                received_unix_ms,
+                dirty: true,
+            },
+        );
+        if !state.started {
+            state.started = true;
+            tokio::spawn(run(Arc::downgrade(self), Arc::clone(&self.wake)));
+        }
+        drop(state);
+        self.wake.notify_one();
+    }
+
+    /// `key` is no longer followed.
+    pub(crate) fn forget(&self, key: &ServiceKey) {
+        self.lock().entries.remove(key);
+    }
+
+    /// The report to send: the changed entries, or all of them when `all`.
+    fn take(&self, all: bool) -> Vec<AppliedRevision> {
+        let mut state = self.lock();
+        state
+            .entries
+            .iter_mut()
+            .filter(|(_, entry)| all || entry.dirty)
+            .map(|(key, entry)| {
+                entry.dirty = false;
+                AppliedRevision {
+                    service: key.clone(),
+                    revision: entry.revision,
+                    received_unix_ms: entry.received_unix_ms,
+                }
+            })
+            .collect()
+    }
+
+    /// A report failed: send these again next time.
+    fn retry(&self, applied: &[AppliedRevision]) {
+        let mut state = self.lock();
+        for sent in applied {
+            if let Some(entry) = state.entries.get_mut(&sent.service)
+                && entry.revision == sent.revision
+            {
+                entry.dirty = true;
+            }
+        }
+    }
+
+    /// Sends `applied` in reports of at most [`ConvergenceReport::MAX_SERVICES`]; the
+    /// server's `report_every_ms` on success.
+    async fn send(&self, applied: Vec<AppliedRevision>) -> Option<Duration> {
+        let mut report_every = None;
+        for chunk in applied.chunks(ConvergenceReport::MAX_SERVICES) {
+            let report = ConvergenceReport {
+                client_id: self.identity.client_id.clone(),
+                cohort: self.identity.cohort.clone(),
+                applied: chunk.to_vec(),
+            };
+            match self.client.report_applied(&report).await {
+                Ok(reply) => report_every = Some(Duration::from_millis(reply.report_every_ms.max(1))),
+                Err(error) => {
+                    tracing::debug!(%error, "convergence report failed; it is sent again later");
+                    self.retry(chunk);
+                }
+            }
+        }
+        report_every
+    }
+}
+
+/// The reporter's task: ends when the client and every resolver using it are gone.
+async fn run(reporter: Weak<Reporter>, wake: Arc<Notify>) {
+    let mut report_every = DEFAULT_REPORT_EVERY;
+    let mut last_full = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            () = wake.notified() => {}
+            () = tokio::time::sleep_until(last_full + report_every) => {}
+        }
+        let Some(reporter) = reporter.upgrade() else {
+            return;
+        };
+        let interval = reporter.identity.interval;
+        // Everything once per `report_every` (the keep-alive), else only what changed.
+        let full = last_full.elapsed() >= report_every;
+        if full {
+            last_full = tokio::time::Instant::now();
+        }
+        let applied = reporter.take(full);
+        if !applied.is_empty()
+            && let Some(every) = reporter.send(applied).await
+        {
+            report_every = every;
+        }
+        drop(reporter);
+        tokio::time::sleep(interval).await;
+    }
+}

@@ -1,0 +1,313 @@
+//! [`Ledger`]: subscribers and changes per service.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use muster_core::convergence::{ClientId, Cohort, ConvergenceReply, ConvergenceReport, DeliveryPath};
+use muster_core::{Revision, ServiceKey};
+
+use crate::summary;
+
+/// The ledger's bounds and timeouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerConfig {
+    /// A subscriber that has not reported for this long stops counting as live. 30 s: three
+    /// missed keep-alives at the default `report_every_ms`.
+    pub silent_after_ms: u64,
+    /// A silent subscriber is forgotten after this long. 10 min keeps a crashed client
+    /// visible through a deploy's investigation without keeping every pod ever seen.
+    pub forget_after_ms: u64,
+    /// How often a client reports while nothing changes (told to it in every reply).
+    pub report_every_ms: u64,
+    /// Subscribers tracked in all (one per client and service): about 200 bytes each, so
+    /// the default 250,000 is ~50 MB at most.
+    pub max_subscribers: usize,
+    /// Distinct cohorts per service: cohorts are few by design (zones, versions); a label
+    /// per client would be an unbounded series.
+    pub max_cohorts: usize,
+    /// Changes kept per service for the latency distribution.
+    pub changes_kept: usize,
+}
+
+impl Default for LedgerConfig {
+    fn default() -> Self {
+        LedgerConfig {
+            silent_after_ms: 30_000,
+            forget_after_ms: 600_000,
+            report_every_ms: 10_000,
+            max_subscribers: 250_000,
+            max_cohorts: 64,
+            changes_kept: 16,
+        }
+    }
+}
+
+/// What a summary is asked about.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Query {
+    /// The revision subscribers should have applied (none: the service's last change).
+    pub target: Option<Revision>,
+    /// Only this cohort's subscribers.
+    pub cohort: Option<Cohort>,
+    /// The fraction of live subscribers that must have applied the target (none: all).
+    pub fraction: Option<f64>,
+}
+
+/// Why a report was refused; it changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReportError {
+    /// More services than one report may carry.
+    #[error("a report carries at most {max} services, this one {got}")]
+    TooManyServices {
+        /// The bound.
+        max: usize,
+        /// What came.
+        got: usize,
+    },
+    /// The ledger tracks as many subscribers as it may.
+    #[error("the server already tracks {max} subscribers; this report would add more")]
+    TooManySubscribers {
+        /// The bound.
+        max: usize,
+    },
+    /// The service already has as many cohorts as it may.
+    #[error("service {service} already counts {max} cohorts; cohort '{cohort}' would be one more")]
+    TooManyCohorts {
+        /// The service.
+        service: String,
+        /// The new cohort.
+        cohort: String,
+        /// The bound.
+        max: usize,
+    },
+}
+
+/// What a report did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReportOutcome {
+    /// Entries recorded.
+    pub accepted: usize,
+    /// The commit→applied latencies (ms) it measured, for the metrics.
+    pub latencies_ms: Vec<u64>,
+}
+
+/// Aggregates over every service, for the metrics (no client ids).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Services with subscribers.
+    pub services: usize,
+    /// Live subscribers.
+    pub live: usize,
+    /// Live subscribers behind their service's last change.
+    pub behind: usize,
+    /// Silent subscribers not yet forgotten.
+    pub silent: usize,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Subscriber {
+    pub(crate) cohort: Option<Cohort>,
+    pub(crate) path: DeliveryPath,
+    pub(crate) revision: Revision,
+    pub(crate) last_report_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Change {
+    pub(crate) revision: Revision,
+    pub(crate) committed_ms: u64,
+    /// Commit→applied latencies (ms), one per subscriber that passed this change.
+    pub(crate) samples: Vec<u32>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct ServiceLedger {
+    pub(crate) subscribers: HashMap<ClientId, Subscriber>,
+    /// Oldest first.
+    pub(crate) changes: VecDeque<Change>,
+}
+
+impl ServiceLedger {
+    fn cohorts(&self) -> BTreeSet<&Cohort> {
+        self.subscribers.values().filter_map(|s| s.cohort.as_ref()).collect()
+    }
+}
+
+/// Subscribers and changes per service. See the crate docs.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    config: LedgerConfig,
+    services: HashMap<ServiceKey, ServiceLedger>,
+    subscribers: usize,
+}
+
+impl Ledger {
+    /// An empty ledger.
+    pub fn new(config: LedgerConfig) -> Ledger {
+        Ledger {
+            config,
+            ..Ledger::default()
+        }
+    }
+
+    /// The bounds and timeouts.
+    pub fn config(&self) -> &LedgerConfig {
+        &self.config
+    }
+
+    /// This node applied a change of `key` at `revision`. Only services with subscribers
+    /// keep it: the others have nobody to measure.
+    pub fn changed(&mut self, key: &ServiceKey, revision: Revision, now_ms: u64) {
+        let Some(service) = self.services.get_mut(key) else {
+            return;
+        };
+        if service.changes.back().is_some_and(|last| last.revision >= revision) {
+            return;
+        }
+        service.changes.push_back(Change {
+            revision,
+            committed_ms: now_ms,
+            samples: Vec::new(),
+        });
+        while service.changes.len() > self.config.changes_kept {
+            service.changes.pop_front();
+        }
+    }
+
+    /// Records what one client applied over `path`. Refused whole (changing nothing) past
+    /// a bound.
+    pub fn report(
+        &mut self,
+        path: DeliveryPath,
+        report: &ConvergenceReport,
+        now_ms: u64,
+    ) -> Result<ReportOutcome, ReportError> {
+        self.admit(report)?;
+        let mut outcome = ReportOutcome::default();
+        for entry in &report.applied {
+            let service = self.services.entry(entry.service.clone()).or_default();
+            let previous = service.subscribers.get(&report.client_id).map(|s| s.revision);
+            if previous.is_none() {
+                self.subscribers += 1;
+            }
+            if let Some(previous) = previous {
+                for change in service.changes.iter_mut() {
+                    if previous < change.revision && change.revision <= entry.revision {
+                        let latency = entry.received_unix_ms.saturating_sub(change.committed_ms);
+                        change.samples.push(u32::try_from(latency).unwrap_or(u32::MAX));
+                        outcome.latencies_ms.push(latency);
+                    }
+                }
+            }
+            service.subscribers.insert(
+                report.client_id.clone(),
+                Subscriber {
+                    cohort: report.cohort.clone(),
+                    path,
+                    revision: entry.revision,
+                    last_report_ms: now_ms,
+                },
+            );
+            outcome.accepted += 1;
+        }
+        Ok(outcome)
+    }
+
+    /// Checks a report against the bounds before anything is recorded.
+    fn admit(&self, report: &ConvergenceReport) -> Result<(), ReportError> {
+        let got = report.applied.len();
+        if got > ConvergenceReport::MAX_SERVICES {
+            return Err(ReportError::TooManyServices {
+                max: ConvergenceReport::MAX_SERVICES,
+                got,
+            });
+        }
+        let mut new = 0;
+        for entry in &report.applied {
+            let Some(service) = self.services.get(&entry.service) else {
+                new += 1;
+                continue;
+            };
+            if !service.subscribers.contains_key(&report.client_id) {
+                new += 1;
+            }
+            if let Some(cohort) = &report.cohort {
+                let cohorts = service.cohorts();
+                if !cohorts.contains(cohort) && cohorts.len() >= self.config.max_cohorts {
+                    return Err(ReportError::TooManyCohorts {
+                        service: entry.service.to_string(),
+                        cohort: cohort.to_string(),
+                        max: self.config.max_cohorts,
+                    });
+                }
+            }
+        }
+        if self.subscribers + new > self.config.max_subscribers {
+            return Err(ReportError::TooManySubscribers {
+                max: self.config.max_subscribers,
+            });
+        }
+        Ok(())
+    }
+
+    /// `client` is alive: every subscription of it counts as just reported (an in-process
+    /// subscriber, the DNS listener, that has nothing to send while nothing changes).
+    pub fn touch(&mut self, client: &ClientId, now_ms: u64) {
+        for service in self.services.values_mut() {
+            if let Some(subscriber) = service.subscribers.get_mut(client) {
+                subscriber.last_report_ms = now_ms;
+            }
+        }
+    }
+
+    /// Whether anything is known of `key`'s subscribers.
+    pub fn tracks(&self, key: &ServiceKey) -> bool {
+        self.services.contains_key(key)
+    }
+
+    /// Forgets subscribers silent past `forget_after_ms`, and services left without any.
+    pub fn sweep(&mut self, now_ms: u64) {
+        let forget_after = self.config.forget_after_ms;
+        let mut forgotten = 0;
+        self.services.retain(|_, service| {
+            let before = service.subscribers.len();
+            service
+                .subscribers
+                .retain(|_, s| now_ms.saturating_sub(s.last_report_ms) < forget_after);
+            forgotten += before - service.subscribers.len();
+            !service.subscribers.is_empty()
+        });
+        self.subscribers -= forgotten;
+    }
+
+    /// Everything known about `key`'s subscribers, against `query`; `current` is the
+    /// service's last change as the registry has it (the default target).
+    pub fn summary(&self, key: &ServiceKey, current: Revision, query: &Query, now_ms: u64) -> ConvergenceReply {
+        summary::reply(&self.config, key, self.services.get(key), current, query, now_ms)
+    }
+
+    /// Aggregates for the metrics; `current` gives each service's last change.
+    pub fn totals(&self, now_ms: u64, current: impl Fn(&ServiceKey) -> Option<Revision>) -> Totals {
+        let mut totals = Totals {
+            services: self.services.len(),
+            ..Totals::default()
+        };
+        for (key, service) in &self.services {
+            let last = current(key).or(service.changes.back().map(|c| c.revision));
+            for subscriber in service.subscribers.values() {
+                if now_ms.saturating_sub(subscriber.last_report_ms) >= self.config.silent_after_ms {
+                    totals.silent += 1;
+                    continue;
+                }
+                totals.live += 1;
+                if last.is_some_and(|last| subscriber.revision < last) {
+                    totals.behind += 1;
+                }
+            }
+        }
+        totals
+    }
+}
+
+#[cfg(test)]
+#[path = "ledger_tests.rs"]
+mod tests;

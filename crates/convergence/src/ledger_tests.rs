@@ -1,0 +1,226 @@
+use muster_core::convergence::{AppliedRevision, ClientId, Cohort, ConvergenceReport, DeliveryPath};
+use muster_core::{Revision, ServiceKey};
+
+use super::*;
+use crate::BUCKET_BOUNDS_MS;
+
+fn api() -> ServiceKey {
+    ServiceKey::new("prod", "default", "api").unwrap()
+}
+
+fn report(id: &str, cohort: Option<&str>, revision: u64, received: u64) -> ConvergenceReport {
+    ConvergenceReport {
+        client_id: ClientId::new(id).unwrap(),
+        cohort: cohort.map(|c| Cohort::new(c).unwrap()),
+        applied: vec![AppliedRevision {
+            service: api(),
+            revision: Revision(revision),
+            received_unix_ms: received,
+        }],
+    }
+}
+
+fn config() -> LedgerConfig {
+    LedgerConfig {
+        silent_after_ms: 3_000,
+        forget_after_ms: 60_000,
+        ..LedgerConfig::default()
+    }
+}
+
+/// Ten subscribers at revision 5; the service changes at 6 (t = 1,000); nine report it.
+fn fleet() -> Ledger {
+    let mut ledger = Ledger::new(config());
+    for i in 0..10 {
+        let cohort = if i < 5 { "zone=a" } else { "zone=b" };
+        ledger
+            .report(
+                DeliveryPath::Watch,
+                &report(&format!("c{i}"), Some(cohort), 5, 900),
+                900,
+            )
+            .unwrap();
+    }
+    ledger.changed(&api(), Revision(6), 1_000);
+    for i in 0..9 {
+        let outcome = ledger
+            .report(
+                DeliveryPath::Watch,
+                &report(
+                    &format!("c{i}"),
+                    Some(if i < 5 { "zone=a" } else { "zone=b" }),
+                    6,
+                    1_000 + 10 * (i + 1),
+                ),
+                1_200,
+            )
+            .unwrap();
+        assert_eq!(outcome.latencies_ms, vec![10 * (i + 1)]);
+    }
+    ledger
+}
+
+#[test]
+fn a_frozen_subscriber_is_a_straggler_and_the_gate_passes_below_its_share() {
+    let ledger = fleet();
+    let all = ledger.summary(&api(), Revision(6), &Query::default(), 1_500);
+    assert_eq!((all.live, all.applied, all.converged), (10, 9, false));
+    assert_eq!(all.stragglers_total, 1);
+    assert_eq!(all.stragglers[0].client_id, "c9");
+    assert_eq!(all.stragglers[0].revision, Revision(5));
+    assert_eq!(all.stragglers[0].behind_ms, 500);
+    let most = ledger.summary(
+        &api(),
+        Revision(6),
+        &Query {
+            fraction: Some(0.9),
+            ..Query::default()
+        },
+        1_500,
+    );
+    assert!(most.converged);
+    let too_many = ledger.summary(
+        &api(),
+        Revision(6),
+        &Query {
+            fraction: Some(0.95),
+            ..Query::default()
+        },
+        1_500,
+    );
+    assert!(!too_many.converged, "ceil(0.95 × 10) = 10 are needed");
+}
+
+#[test]
+fn cohorts_are_counted_apart_and_a_cohort_query_sees_only_its_own() {
+    let ledger = fleet();
+    let all = ledger.summary(&api(), Revision(6), &Query::default(), 1_500);
+    let counts: Vec<_> = all
+        .cohorts
+        .iter()
+        .map(|c| (c.cohort.as_deref(), c.live, c.applied))
+        .collect();
+    assert_eq!(counts, [(Some("zone=a"), 5, 5), (Some("zone=b"), 5, 4)]);
+    let a = Query {
+        cohort: Some(Cohort::new("zone=a").unwrap()),
+        ..Query::default()
+    };
+    let zone_a = ledger.summary(&api(), Revision(6), &a, 1_500);
+    assert_eq!((zone_a.live, zone_a.applied, zone_a.converged), (5, 5, true));
+    assert_eq!(zone_a.cohort.as_deref(), Some("zone=a"));
+}
+
+#[test]
+fn latency_is_measured_once_per_change_from_commit_to_receipt() {
+    let mut ledger = fleet();
+    // A keep-alive of the same revision adds no sample.
+    let again = ledger
+        .report(DeliveryPath::Watch, &report("c0", Some("zone=a"), 6, 1_900), 2_000)
+        .unwrap();
+    assert!(again.latencies_ms.is_empty());
+    let reply = ledger.summary(&api(), Revision(6), &Query::default(), 2_000);
+    assert_eq!(reply.latency.samples, 9);
+    assert_eq!((reply.latency.p50_ms, reply.latency.max_ms), (50, 90));
+    assert_eq!(reply.latency.p99_ms, 90);
+    assert_eq!(reply.changes.len(), 1);
+    assert_eq!((reply.changes[0].revision, reply.changes[0].applied), (Revision(6), 9));
+    assert_eq!(reply.latency.buckets.len(), BUCKET_BOUNDS_MS.len() + 1);
+    let counted: usize = reply.latency.buckets.iter().map(|b| b.count).sum();
+    assert_eq!(counted, 9);
+    // 10 ms lands at or under 10, 20 at or under 20, 30..50 at or under 50, 60..90 under 100.
+    let at = |le: u64| {
+        reply
+            .latency
+            .buckets
+            .iter()
+            .find(|b| b.le_ms == Some(le))
+            .unwrap()
+            .count
+    };
+    assert_eq!((at(10), at(20), at(50), at(100)), (1, 1, 3, 4));
+}
+
+#[test]
+fn a_first_report_measures_nothing_and_a_skewed_clock_counts_zero() {
+    let mut ledger = Ledger::new(config());
+    ledger.changed(&api(), Revision(3), 100);
+    let first = ledger
+        .report(DeliveryPath::Watch, &report("late", None, 3, 5_000), 5_000)
+        .unwrap();
+    assert!(
+        first.latencies_ms.is_empty(),
+        "it read the state; it was not sent the change"
+    );
+    ledger.changed(&api(), Revision(4), 6_000);
+    let skewed = ledger
+        .report(DeliveryPath::Watch, &report("late", None, 4, 5_990), 6_010)
+        .unwrap();
+    assert_eq!(skewed.latencies_ms, vec![0]);
+}
+
+#[test]
+fn a_silent_subscriber_stops_counting_then_is_forgotten() {
+    let mut ledger = fleet();
+    // Everyone but c0 keeps reporting; c0 falls silent after its report at 1,200.
+    for i in 1..10 {
+        ledger
+            .report(DeliveryPath::Watch, &report(&format!("c{i}"), None, 6, 3_900), 4_000)
+            .unwrap();
+    }
+    let reply = ledger.summary(&api(), Revision(6), &Query::default(), 4_300);
+    assert_eq!((reply.live, reply.silent_total), (9, 1));
+    assert_eq!(reply.silent[0].client_id, "c0");
+    assert_eq!(reply.silent[0].silent_ms, 3_100);
+    assert_eq!(ledger.totals(4_300, |_| Some(Revision(6))).silent, 1);
+    ledger.sweep(61_300);
+    let reply = ledger.summary(&api(), Revision(6), &Query::default(), 61_300);
+    assert_eq!(
+        (reply.live, reply.silent_total),
+        (0, 9),
+        "c0 is forgotten, the rest silent"
+    );
+    ledger.sweep(70_000);
+    assert_eq!(ledger.totals(70_000, |_| None), Totals::default());
+}
+
+#[test]
+fn reports_past_the_bounds_are_refused_whole() {
+    let mut ledger = Ledger::new(LedgerConfig {
+        max_subscribers: 2,
+        max_cohorts: 1,
+        ..config()
+    });
+    ledger
+        .report(DeliveryPath::Watch, &report("a", Some("zone=a"), 1, 0), 0)
+        .unwrap();
+    let cohort = ledger.report(DeliveryPath::Watch, &report("b", Some("zone=b"), 1, 0), 0);
+    assert!(matches!(cohort, Err(ReportError::TooManyCohorts { max: 1, .. })));
+    ledger.report(DeliveryPath::Dns, &report("b", None, 1, 0), 0).unwrap();
+    let full = ledger.report(DeliveryPath::Watch, &report("c", None, 1, 0), 0);
+    assert_eq!(full, Err(ReportError::TooManySubscribers { max: 2 }));
+    let reply = ledger.summary(&api(), Revision(1), &Query::default(), 0);
+    assert_eq!(reply.live, 2, "the refused reports changed nothing");
+    let paths: Vec<_> = reply.paths.iter().map(|p| (p.path, p.live)).collect();
+    assert_eq!(paths, [(DeliveryPath::Watch, 1), (DeliveryPath::Dns, 1)]);
+}
+
+#[test]
+fn only_the_last_changes_are_kept() {
+    let mut ledger = Ledger::new(LedgerConfig {
+        changes_kept: 2,
+        ..config()
+    });
+    ledger.report(DeliveryPath::Watch, &report("a", None, 1, 0), 0).unwrap();
+    for revision in 2..=5 {
+        ledger.changed(&api(), Revision(revision), revision * 100);
+    }
+    // An older or repeated revision (a replay of the apply path) is not a new change.
+    ledger.changed(&api(), Revision(4), 900);
+    let reply = ledger.summary(&api(), Revision(5), &Query::default(), 1_000);
+    let kept: Vec<_> = reply.changes.iter().map(|c| c.revision).collect();
+    assert_eq!(kept, [Revision(5), Revision(4)]);
+    assert_eq!(
+        reply.stragglers[0].behind_ms, 600,
+        "behind since the oldest change it lacks that is kept"
+    );
+}
