@@ -191,7 +191,9 @@ pub(crate) fn validate(query: LabQuery) -> Result<LabRequest, ApiError> {
     for name in &setups {
         let valid = !name.is_empty()
             && name.len() <= 32
-            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
         if !valid {
             return Err(invalid(format!(
                 "scenario: '{}' is not a setup name (lower-case letters, digits and '-')",
@@ -223,7 +225,9 @@ pub(crate) fn validate(query: LabQuery) -> Result<LabRequest, ApiError> {
     if let Some(crash_at) = query.crash_at_ms
         && crash_at >= query.duration_ms.unwrap_or(MAX_DURATION_MS)
     {
-        return Err(invalid(format!("crash_at_ms: must be before the run's end, got {crash_at}")));
+        return Err(invalid(format!(
+            "crash_at_ms: must be before the run's end, got {crash_at}"
+        )));
     }
     for (name, value) in [("callers", query.callers), ("rate", query.rate)] {
         if value == Some(0) {

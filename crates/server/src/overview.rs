@@ -109,7 +109,8 @@ pub(crate) async fn overview(
 ) -> Response {
     let reader = Arc::clone(&app);
     live::once_or_stream(&app, query.stream, move || {
-        serde_json::to_value(read(&reader, &caller)).map_err(|e| ApiError::new(muster_core::ErrorCode::Internal, e.to_string()))
+        serde_json::to_value(read(&reader, &caller))
+            .map_err(|e| ApiError::new(muster_core::ErrorCode::Internal, e.to_string()))
     })
 }
 

@@ -33,7 +33,10 @@ async fn head_and_first_line(
     let (parts, mut body) = response.into_parts();
     let mut text = Vec::new();
     while !text.contains(&b'\n') {
-        match tokio::time::timeout(STEP, body.frame()).await.expect("the body in time") {
+        match tokio::time::timeout(STEP, body.frame())
+            .await
+            .expect("the body in time")
+        {
             Some(frame) => {
                 if let Ok(data) = frame.expect("a body frame").into_data() {
                     text.extend_from_slice(&data);
@@ -131,7 +134,13 @@ async fn the_overview_counts_endpoints_per_state_with_revisions_and_watchers() {
     let namespaces = overview.body["namespaces"].as_array().unwrap();
     let names: Vec<String> = namespaces
         .iter()
-        .map(|ns| format!("{}/{}", ns["tenant"].as_str().unwrap(), ns["namespace"].as_str().unwrap()))
+        .map(|ns| {
+            format!(
+                "{}/{}",
+                ns["tenant"].as_str().unwrap(),
+                ns["namespace"].as_str().unwrap()
+            )
+        })
         .collect();
     assert_eq!(names, ["acme/prod", "acme/staging"]);
     let api = &namespaces[0]["services"][0];
@@ -207,7 +216,12 @@ async fn the_overview_shows_a_token_only_the_services_it_may_read() {
         .iter()
         .flat_map(|ns| {
             ns["services"].as_array().unwrap().iter().map(move |s| {
-                format!("{}/{}/{}", ns["tenant"].as_str().unwrap(), ns["namespace"].as_str().unwrap(), s["service"].as_str().unwrap())
+                format!(
+                    "{}/{}/{}",
+                    ns["tenant"].as_str().unwrap(),
+                    ns["namespace"].as_str().unwrap(),
+                    s["service"].as_str().unwrap()
+                )
             })
         })
         .collect();
@@ -267,9 +281,15 @@ async fn a_leased_endpoint_has_its_deadline_and_an_unleased_one_none() {
     assert_eq!(endpoints[0]["instance"], "api-0");
     assert_eq!(endpoints[0]["ttl_ms"], 60000);
     assert_eq!(endpoints[0]["lease"], granted.body["lease"]["id"]);
-    assert_eq!(endpoints[0]["deadline_unix_ms"], deadline, "the deadline the write reported");
+    assert_eq!(
+        endpoints[0]["deadline_unix_ms"], deadline,
+        "the deadline the write reported"
+    );
     // An unknown service has no leased endpoints, not an error.
-    let none = server.get("/v1/deadlines/acme/prod/nothing").await.expect(StatusCode::OK);
+    let none = server
+        .get("/v1/deadlines/acme/prod/nothing")
+        .await
+        .expect(StatusCode::OK);
     assert_eq!(none.body["endpoints"], json!([]));
 }
 
@@ -326,7 +346,11 @@ async fn a_lab_run_goes_to_the_runner_one_at_a_time() {
     let server = Arc::new(TestServer::start_hooked(|_| {}, Hooks::default().with_lab(runner.clone())).await);
     let first = tokio::spawn({
         let server = Arc::clone(&server);
-        async move { server.get("/v1/lab/run?scenario=ttl-2s&instances=40&duration_ms=5000").await }
+        async move {
+            server
+                .get("/v1/lab/run?scenario=ttl-2s&instances=40&duration_ms=5000")
+                .await
+        }
     });
     poll(std::time::Duration::from_millis(20), || async {
         (!runner.seen.lock().unwrap().is_empty()).then_some(())
@@ -342,7 +366,10 @@ async fn a_lab_run_goes_to_the_runner_one_at_a_time() {
     assert_eq!(done.body["report"]["setups"][0]["failed"], 7);
     let seen = runner.seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1, "the busy request never reached the runner");
-    assert_eq!((seen[0].setups.clone(), seen[0].instances), (vec!["ttl-2s".to_owned()], Some(40)));
+    assert_eq!(
+        (seen[0].setups.clone(), seen[0].instances),
+        (vec!["ttl-2s".to_owned()], Some(40))
+    );
     // The slot is free again; a refusal from the runner is a typed 400.
     let refused = server.get("/v1/lab/run?scenario=nope").await;
     assert_eq!(refused.code(), "invalid_lab_request");

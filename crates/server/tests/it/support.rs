@@ -104,7 +104,10 @@ impl TestServer {
     }
 
     /// [`TestServer::start_with`] with the binary's hooks (the dashboard's lab runner).
-    pub(crate) async fn start_hooked(configure: impl FnOnce(&mut ServerConfig), hooks: muster_server::Hooks) -> TestServer {
+    pub(crate) async fn start_hooked(
+        configure: impl FnOnce(&mut ServerConfig),
+        hooks: muster_server::Hooks,
+    ) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
         let mut config = test_config(&dir);
         configure(&mut config);
