@@ -64,7 +64,7 @@ where
     let mut stopping = app.stopping();
     tokio::spawn(async move {
         let mut last = first.clone();
-        if sender.send(first).await.is_err() {
+        if sender.send(first).await.is_err() || *stopping.borrow_and_update() {
             return;
         }
         let mut ticker = tokio::time::interval(interval);
@@ -75,10 +75,8 @@ where
             tokio::select! {
                 _ = ticker.tick() => {}
                 () = sender.closed() => return,
+                // Stopping (or the server gone with its sender): the stream ends.
                 _ = stopping.changed() => return,
-            }
-            if *stopping.borrow() {
-                return;
             }
             let next = match f() {
                 Ok(value) => line(&value),

@@ -14,38 +14,68 @@ use serde_json::{Value, json};
 
 use crate::support::{Reply, STEP, TestServer, endpoint, instance_path, poll};
 
-/// A GET's status, headers and the body up to its first newline (a stream's first line) or
-/// its end (a file).
-async fn head_and_first_line(
-    server: &TestServer,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> (StatusCode, hyper::HeaderMap, String) {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut request = Request::builder().uri(server.url(path));
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = tokio::time::timeout(STEP, client.request(request.body(Full::new(Bytes::new())).unwrap()))
-        .await
-        .expect("a reply in time")
-        .expect("a reply");
-    let (parts, mut body) = response.into_parts();
-    let mut text = Vec::new();
-    while !text.contains(&b'\n') {
-        match tokio::time::timeout(STEP, body.frame())
+/// An open GET: its status, headers and body, read line by line.
+struct Lines {
+    status: StatusCode,
+    headers: hyper::HeaderMap,
+    body: hyper::body::Incoming,
+    buffer: Vec<u8>,
+}
+
+impl Lines {
+    async fn open(server: &TestServer, path: &str) -> Lines {
+        let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+        let request = Request::builder()
+            .uri(server.url(path))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let response = tokio::time::timeout(STEP, client.request(request))
             .await
-            .expect("the body in time")
-        {
-            Some(frame) => {
-                if let Ok(data) = frame.expect("a body frame").into_data() {
-                    text.extend_from_slice(&data);
-                }
-            }
-            None => break,
+            .expect("a reply in time")
+            .expect("a reply");
+        let (parts, body) = response.into_parts();
+        Lines {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+            buffer: Vec::new(),
         }
     }
-    (parts.status, parts.headers, String::from_utf8(text).expect("UTF-8"))
+
+    /// The next line (without its newline), or what is left when the body ends.
+    async fn next(&mut self) -> String {
+        while !self.buffer.contains(&b'\n') {
+            match tokio::time::timeout(STEP, self.body.frame())
+                .await
+                .expect("the body in time")
+            {
+                Some(frame) => {
+                    if let Ok(data) = frame.expect("a body frame").into_data() {
+                        self.buffer.extend_from_slice(&data);
+                    }
+                }
+                None => break,
+            }
+        }
+        let end = self
+            .buffer
+            .iter()
+            .position(|b| *b == b'\n')
+            .unwrap_or(self.buffer.len());
+        let line: Vec<u8> = self.buffer.drain(..end).collect();
+        if !self.buffer.is_empty() {
+            self.buffer.remove(0);
+        }
+        String::from_utf8(line).expect("UTF-8")
+    }
+}
+
+/// A GET's status, headers and the body up to its first newline (a stream's first line) or
+/// its end (a file).
+async fn head_and_first_line(server: &TestServer, path: &str) -> (StatusCode, hyper::HeaderMap, String) {
+    let mut lines = Lines::open(server, path).await;
+    let first = lines.next().await;
+    (lines.status, lines.headers, first)
 }
 
 fn header<'a>(headers: &'a hyper::HeaderMap, name: &str) -> &'a str {
@@ -55,7 +85,7 @@ fn header<'a>(headers: &'a hyper::HeaderMap, name: &str) -> &'a str {
 #[tokio::test]
 async fn the_page_and_its_files_are_served_with_their_types_and_no_cache() {
     let server = TestServer::start().await;
-    let (status, headers, _) = head_and_first_line(&server, "/ui/", &[]).await;
+    let (status, headers, _) = head_and_first_line(&server, "/ui/").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(header(&headers, "content-type"), "text/html; charset=utf-8");
     assert_eq!(header(&headers, "cache-control"), "no-cache");
@@ -70,7 +100,7 @@ async fn the_page_and_its_files_are_served_with_their_types_and_no_cache() {
     ] {
         assert_eq!(server.content_type(file).await.as_deref(), Some(kind), "{file}");
     }
-    let (status, headers, _) = head_and_first_line(&server, "/ui", &[]).await;
+    let (status, headers, _) = head_and_first_line(&server, "/ui").await;
     assert_eq!(status, StatusCode::PERMANENT_REDIRECT);
     assert_eq!(header(&headers, "location"), "/ui/");
     let missing = server.get("/ui/secrets.txt").await.expect(StatusCode::NOT_FOUND);
@@ -239,7 +269,7 @@ async fn the_overview_shows_a_token_only_the_services_it_may_read() {
 async fn the_overview_stream_starts_with_the_whole_overview_at_once() {
     let server = TestServer::start().await;
     server.register("api", "api-0", "10.0.0.1").await.expect(StatusCode::OK);
-    let (status, headers, line) = head_and_first_line(&server, "/v1/overview?stream=true", &[]).await;
+    let (status, headers, line) = head_and_first_line(&server, "/v1/overview?stream=true").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(header(&headers, "content-type"), "application/x-ndjson");
     let first: Value = serde_json::from_str(line.trim_end()).expect("one JSON object on the first line");
@@ -248,9 +278,28 @@ async fn the_overview_stream_starts_with_the_whole_overview_at_once() {
 }
 
 #[tokio::test]
+async fn the_overview_stream_sends_a_line_when_the_overview_changes_and_not_before() {
+    let server = TestServer::start().await;
+    server.register("api", "api-0", "10.0.0.1").await.expect(StatusCode::OK);
+    let mut lines = Lines::open(&server, "/v1/overview?stream=true").await;
+    let first: Value = serde_json::from_str(&lines.next().await).unwrap();
+    assert_eq!(first["revision"], 1);
+    server.register("api", "api-1", "10.0.0.2").await.expect(StatusCode::OK);
+    // The next line with content is the changed overview: nothing was repeated in between
+    // (a keep-alive is a bare newline, 15 s apart).
+    let mut next = lines.next().await;
+    while next.is_empty() {
+        next = lines.next().await;
+    }
+    let second: Value = serde_json::from_str(&next).unwrap();
+    assert_eq!(second["revision"], 2);
+    assert_eq!(second["namespaces"][0]["services"][0]["endpoints"], 2);
+}
+
+#[tokio::test]
 async fn the_cluster_stream_adds_the_applied_index_to_the_members() {
     let server = TestServer::start().await;
-    let (status, _, line) = head_and_first_line(&server, "/v1/cluster?stream=true", &[]).await;
+    let (status, _, line) = head_and_first_line(&server, "/v1/cluster?stream=true").await;
     assert_eq!(status, StatusCode::OK);
     let first: Value = serde_json::from_str(line.trim_end()).unwrap();
     assert_eq!(first["members"].as_array().unwrap().len(), 1);
