@@ -110,8 +110,8 @@ mod http;
 pub mod lkg;
 mod member;
 mod picker;
-mod report;
 pub mod registrar;
+mod report;
 mod resolver;
 mod resolver_set;
 mod seed;
@@ -135,8 +135,8 @@ pub use muster_core::{
 // The HTTP client.
 pub use http::{
     ACTOR_HEADER, Body, BoxError, CONNECT_TIMEOUT, CheckReport, Client, ClientBuilder, ClientError, ClientErrorCode,
-    ClientTls, ClientTlsBuilder, DEFAULT_SERVER, Deregistration, Drain, ErrorSource, HttpService, InFlightReport,
-    ConvergenceQuery, LeaseGrant, NewToken, REQUEST_TIMEOUT, Registration, ServingChange, SnapshotQuery, Watch,
+    ClientTls, ClientTlsBuilder, ConvergenceQuery, DEFAULT_SERVER, Deregistration, Drain, ErrorSource, HttpService,
+    InFlightReport, LeaseGrant, NewToken, REQUEST_TIMEOUT, Registration, ServingChange, SnapshotQuery, Watch,
 };
 
 // Convergence reports (SPEC O3).

@@ -53,7 +53,12 @@ impl ReportIdentity {
         let host = std::env::var("HOSTNAME")
             .ok()
             .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-            .map(|h| h.trim().chars().filter(|c| c.is_ascii_alphanumeric() || "-.".contains(*c)).collect::<String>())
+            .map(|h| {
+                h.trim()
+                    .chars()
+                    .filter(|c| c.is_ascii_alphanumeric() || "-.".contains(*c))
+                    .collect::<String>()
+            })
             .filter(|h| !h.is_empty())
             .unwrap_or_else(|| "client".to_owned());
         let mut id = format!("{host}:{}", std::process::id());

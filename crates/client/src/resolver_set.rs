@@ -137,7 +137,12 @@ impl ResolverSet {
             .get(&namespace)
             .filter(|running| !running.joins.is_closed())
             .map_or_else(|| Arc::new(Notify::new()), |running| Arc::clone(&running.wake));
-        let (resolver, feed, stopped) = parts(key.clone(), config, Some(Arc::clone(&wake)), self.shared.client.reporter());
+        let (resolver, feed, stopped) = parts(
+            key.clone(),
+            config,
+            Some(Arc::clone(&wake)),
+            self.shared.client.reporter(),
+        );
         let mut joining = Joining { feed, stopped };
         if let Some(running) = namespaces.get_mut(&namespace) {
             match running.joins.send(joining) {

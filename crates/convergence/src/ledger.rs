@@ -189,7 +189,10 @@ impl Ledger {
             if previous.is_none() {
                 self.subscribers += 1;
             }
-            if let Some(previous) = previous {
+            // The DNS listener applies at commit by construction (the live zone folds a
+            // change in at its next query): its zero latencies would only dilute the
+            // clients'. The time to a changed DNS answer is measured from outside.
+            if let Some(previous) = previous.filter(|_| path != DeliveryPath::Dns) {
                 for change in service.changes.iter_mut() {
                     if previous < change.revision && change.revision <= entry.revision {
                         let latency = entry.received_unix_ms.saturating_sub(change.committed_ms);

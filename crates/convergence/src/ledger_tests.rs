@@ -224,3 +224,18 @@ fn only_the_last_changes_are_kept() {
         "behind since the oldest change it lacks that is kept"
     );
 }
+
+#[test]
+fn the_dns_listener_counts_as_a_subscriber_but_adds_no_latency() {
+    let mut ledger = Ledger::new(config());
+    ledger
+        .report(DeliveryPath::Dns, &report("dns:127.0.0.1:53", None, 1, 0), 0)
+        .unwrap();
+    ledger.changed(&api(), Revision(2), 100);
+    let outcome = ledger
+        .report(DeliveryPath::Dns, &report("dns:127.0.0.1:53", None, 2, 100), 100)
+        .unwrap();
+    assert!(outcome.latencies_ms.is_empty());
+    let reply = ledger.summary(&api(), Revision(2), &Query::default(), 200);
+    assert_eq!((reply.live, reply.applied, reply.latency.samples), (1, 1, 0));
+}

@@ -158,9 +158,10 @@ pub struct ConvergenceReport {
 }
 
 impl ConvergenceReport {
-    /// The most services one report may carry: a namespace watch of a large namespace
-    /// reports in several requests.
-    pub const MAX_SERVICES: usize = 1024;
+    /// The most services one report may carry: at about 110 bytes an entry, 256 fit well
+    /// inside the server's 64 KiB body limit; a namespace watch of a large namespace reports
+    /// in several requests.
+    pub const MAX_SERVICES: usize = 256;
 }
 
 /// One service's applied revision in a [`ConvergenceReport`].

@@ -391,7 +391,11 @@ pub(crate) fn connect_to(server: &str, token: Option<&str>, tls: &crate::args::T
     client_builder(server, token, tls)?.build().map_err(usage)
 }
 
-pub(crate) fn client_builder(server: &str, token: Option<&str>, tls: &crate::args::TlsArgs) -> Result<ClientBuilder, CliError> {
+pub(crate) fn client_builder(
+    server: &str,
+    token: Option<&str>,
+    tls: &crate::args::TlsArgs,
+) -> Result<ClientBuilder, CliError> {
     let mut builder = Client::builder(server);
     if let Some(token) = token {
         builder = builder.token(token);

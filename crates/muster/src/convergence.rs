@@ -186,7 +186,10 @@ pub fn summary_text(reply: &ConvergenceReply) -> String {
         reply.target,
         reply.applied,
         reply.live,
-        reply.cohort.as_ref().map_or(String::new(), |c| format!(" (cohort {c})")),
+        reply
+            .cohort
+            .as_ref()
+            .map_or(String::new(), |c| format!(" (cohort {c})")),
     );
     let latency = &reply.latency;
     text.push_str(&format!(

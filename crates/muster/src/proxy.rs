@@ -185,11 +185,7 @@ pub async fn run(args: ProxyArgs, json: bool, out: &mut dyn Write) -> Result<(),
             .map_err(|err| CliError::usage("config", format!("cannot create {}: {err}", dir.display())))?;
     }
     let builder = crate::commands::client_builder(&args.client.server, args.client.token.as_deref(), &args.client.tls)?;
-    let client = args
-        .report
-        .apply(builder)
-        .build()
-        .map_err(crate::commands::usage)?;
+    let client = args.report.apply(builder).build().map_err(crate::commands::usage)?;
     let server = client.server().to_owned();
     let proxy = muster_proxy::start(config, client)
         .await

@@ -231,18 +231,15 @@ pub(crate) async fn report(
             format!("this token may not watch {}, so it may not report it", denied.service),
         ));
     }
-    let accepted = app
-        .convergence
-        .report(DeliveryPath::Watch, &report)
-        .map_err(|error| {
-            let code = match error {
-                ReportError::TooManyServices { .. } => ErrorCode::InvalidReport,
-                ReportError::TooManySubscribers { .. } | ReportError::TooManyCohorts { .. } => {
-                    ErrorCode::TooManySubscribers
-                }
-            };
-            ApiError::new(code, error.to_string())
-        })?;
+    let accepted = app.convergence.report(DeliveryPath::Watch, &report).map_err(|error| {
+        let code = match error {
+            ReportError::TooManyServices { .. } => ErrorCode::InvalidReport,
+            ReportError::TooManySubscribers { .. } | ReportError::TooManyCohorts { .. } => {
+                ErrorCode::TooManySubscribers
+            }
+        };
+        ApiError::new(code, error.to_string())
+    })?;
     Ok(Json(app.convergence.reply_for(accepted)))
 }
 
@@ -272,9 +269,7 @@ impl SummaryQuery {
         if let Some(fraction) = self.fraction
             && !(fraction > 0.0 && fraction <= 1.0)
         {
-            return Err(ApiError::bad_request(format!(
-                "fraction: {fraction} is not in (0, 1]"
-            )));
+            return Err(ApiError::bad_request(format!("fraction: {fraction} is not in (0, 1]")));
         }
         Ok(Query {
             target: self.revision,
@@ -298,5 +293,9 @@ pub(crate) async fn summary(
             "service {key} is not registered and no subscriber reported it"
         )));
     }
-    Ok(Json(app.convergence.summary(&key, current.unwrap_or(Revision::ZERO), &query)))
+    Ok(Json(app.convergence.summary(
+        &key,
+        current.unwrap_or(Revision::ZERO),
+        &query,
+    )))
 }

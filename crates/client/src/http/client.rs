@@ -383,7 +383,11 @@ impl Client {
     /// `GET /v1/convergence/{tenant}/{namespace}/{service}`: which revision the service's
     /// subscribers applied, against `query` (`revision=R&cohort=zone=a&fraction=0.99`, or
     /// empty).
-    pub async fn convergence(&self, key: &ServiceKey, query: &ConvergenceQuery) -> Result<ConvergenceReply, ClientError> {
+    pub async fn convergence(
+        &self,
+        key: &ServiceKey,
+        query: &ConvergenceQuery,
+    ) -> Result<ConvergenceReply, ClientError> {
         let mut params = Vec::new();
         if let Some(revision) = query.revision {
             params.push(format!("revision={revision}"));

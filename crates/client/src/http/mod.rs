@@ -26,8 +26,8 @@ pub(crate) mod transport;
 pub(crate) mod watch;
 
 pub use client::{
-    ConvergenceQuery,
-    ACTOR_HEADER, CONNECT_TIMEOUT, Client, ClientBuilder, DEFAULT_SERVER, REQUEST_TIMEOUT, SnapshotQuery,
+    ACTOR_HEADER, CONNECT_TIMEOUT, Client, ClientBuilder, ConvergenceQuery, DEFAULT_SERVER, REQUEST_TIMEOUT,
+    SnapshotQuery,
 };
 pub use error::{ClientError, ClientErrorCode, ErrorSource};
 pub use request::{

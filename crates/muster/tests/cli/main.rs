@@ -7,6 +7,7 @@ mod audit;
 mod cluster;
 mod config;
 mod config_reference;
+mod convergence;
 mod discover;
 mod durability;
 mod e2e;

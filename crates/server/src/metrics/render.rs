@@ -148,7 +148,9 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
 
     // Convergence (SPEC O3): aggregates over every service, never a client id.
     let convergence = &app.convergence;
-    let totals = app.node.read(|registry| convergence.totals(|key| registry.snapshot(key).map(|s| s.revision())));
+    let totals = app
+        .node
+        .read(|registry| convergence.totals(|key| registry.snapshot(key).map(|s| s.revision())));
     registry.register(
         "convergence_subscribers",
         "Live subscribers (client and service pairs) reporting what they applied",

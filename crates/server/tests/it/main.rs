@@ -10,6 +10,7 @@ mod cluster;
 mod consul;
 mod consul_agent;
 mod consul_sd_fixture;
+mod convergence;
 mod dashboard;
 mod dns;
 mod errors;

@@ -1,0 +1,268 @@
+//! Convergence telemetry over HTTP (SPEC O3): reports in, summaries out, the DNS listener
+//! as a subscriber, aggregates in the metrics without client ids, and every bad report
+//! refused with a stable code and nothing recorded.
+
+use hyper::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::support::{Reply, TestServer, endpoint, instance_path};
+
+const SUMMARY: &str = "/v1/convergence/acme/prod/api";
+
+fn report(id: &str, cohort: Option<&str>, revision: u64, received: u64) -> Value {
+    let mut body = json!({
+        "client_id": id,
+        "applied": [{
+            "service": {"tenant": "acme", "namespace": "prod", "service": "api"},
+            "revision": revision,
+            "received_unix_ms": received,
+        }],
+    });
+    if let Some(cohort) = cohort {
+        body["cohort"] = json!(cohort);
+    }
+    body
+}
+
+async fn post(server: &TestServer, body: Value) -> Reply {
+    server.call(Method::POST, "/v1/convergence/report", Some(body)).await
+}
+
+fn now_ms() -> u64 {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a test stamps its reports with the wall clock, as a client does"
+    )]
+    let now = std::time::SystemTime::now();
+    now.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+#[tokio::test]
+async fn reports_are_counted_per_cohort_and_a_change_is_measured_once_reported() {
+    let server = TestServer::start().await;
+    let first = server
+        .register("api", "api-0", "10.0.0.1")
+        .await
+        .expect(StatusCode::OK)
+        .revision();
+    for (id, cohort) in [("a1", "zone=a"), ("a2", "zone=a"), ("b1", "zone=b")] {
+        let reply = post(&server, report(id, Some(cohort), first, now_ms()))
+            .await
+            .expect(StatusCode::OK);
+        assert_eq!(reply.body["accepted"], 1);
+        assert_eq!(reply.body["report_every_ms"], 10_000);
+        assert_eq!(reply.body["silent_after_ms"], 30_000);
+    }
+    let second = server
+        .register("api", "api-1", "10.0.0.2")
+        .await
+        .expect(StatusCode::OK)
+        .revision();
+    post(&server, report("a1", Some("zone=a"), second, now_ms()))
+        .await
+        .expect(StatusCode::OK);
+
+    let summary = server.get(SUMMARY).await.expect(StatusCode::OK);
+    assert_eq!(summary.body["revision"], second);
+    assert_eq!(summary.body["target"], second);
+    assert_eq!(
+        (summary.body["live"].as_u64(), summary.body["applied"].as_u64()),
+        (Some(3), Some(1))
+    );
+    assert_eq!(summary.body["converged"], false);
+    assert_eq!(summary.body["stragglers_total"], 2);
+    assert_eq!(summary.body["latency"]["samples"], 1, "only a1 passed the change");
+    assert_eq!(summary.body["changes"][0]["revision"], second);
+    let cohorts = summary.body["cohorts"].as_array().unwrap();
+    assert_eq!(cohorts[0], json!({"cohort": "zone=a", "live": 2, "applied": 1}));
+    assert_eq!(cohorts[1], json!({"cohort": "zone=b", "live": 1, "applied": 0}));
+
+    let at_first = server
+        .get(&format!("{SUMMARY}?revision={first}"))
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(at_first.body["converged"], true, "everyone applied the first revision");
+    let zone_a = server
+        .get(&format!("{SUMMARY}?cohort=zone%3Da&fraction=0.5"))
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(
+        (zone_a.body["live"].as_u64(), zone_a.body["converged"].as_bool()),
+        (Some(2), Some(true))
+    );
+
+    // Aggregates only: the metrics never name a client.
+    let (status, metrics) = server.get_text("/v1/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(metrics.contains("muster_convergence_subscribers 3"), "{metrics}");
+    assert!(metrics.contains("muster_convergence_behind 2"), "{metrics}");
+    assert!(
+        metrics.contains("muster_convergence_apply_latency_seconds_count{path=\"watch\"} 1"),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("a1"), "no client id in the metrics");
+}
+
+#[tokio::test]
+async fn the_dns_listener_counts_as_a_subscriber_of_its_tenant() {
+    let server =
+        TestServer::start_with(|config| config.dns_zone.tenant = muster_core::Label::new("tenant", "acme").unwrap())
+            .await;
+    let revision = server
+        .register("api", "api-0", "10.0.0.1")
+        .await
+        .expect(StatusCode::OK)
+        .revision();
+    let summary = server.get(SUMMARY).await.expect(StatusCode::OK);
+    assert_eq!(summary.body["paths"], json!([{"path": "dns", "live": 1, "applied": 1}]));
+    assert_eq!(
+        summary.body["by_revision"],
+        json!([{"revision": revision, "subscribers": 1}])
+    );
+}
+
+#[tokio::test]
+async fn bad_reports_and_queries_are_refused_and_change_nothing() {
+    let server = TestServer::start_with(|config| config.convergence.max_subscribers = 2).await;
+    let revision = server
+        .register("api", "api-0", "10.0.0.1")
+        .await
+        .expect(StatusCode::OK)
+        .revision();
+    let now = now_ms();
+    for (body, code) in [
+        (report("has space", None, revision, now), "bad_request"),
+        (report("ok", Some("zone"), revision, now), "bad_request"),
+        (report("ok", Some("Zone=A"), revision, now), "bad_request"),
+        (json!({"client_id": "ok", "applied": [], "extra": 1}), "bad_request"),
+    ] {
+        let reply = post(&server, body).await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (StatusCode::BAD_REQUEST, code),
+            "{}",
+            reply.body
+        );
+    }
+    let many: Vec<Value> = (0..257)
+        .map(|i| json!({"service": {"tenant": "acme", "namespace": "prod", "service": format!("s{i}")}, "revision": 1, "received_unix_ms": now}))
+        .collect();
+    let reply = post(&server, json!({"client_id": "ok", "applied": many})).await;
+    assert_eq!(
+        (reply.status, reply.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_report")
+    );
+    post(&server, report("one", None, revision, now))
+        .await
+        .expect(StatusCode::OK);
+    post(&server, report("two", None, revision, now))
+        .await
+        .expect(StatusCode::OK);
+    let full = post(&server, report("three", None, revision, now)).await;
+    assert_eq!(
+        (full.status, full.code()),
+        (StatusCode::TOO_MANY_REQUESTS, "too_many_subscribers")
+    );
+
+    for query in ["?fraction=0", "?fraction=1.5", "?cohort=nope", "?revision=x", "?what=1"] {
+        let reply = server.get(&format!("{SUMMARY}{query}")).await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (StatusCode::BAD_REQUEST, "bad_request"),
+            "{query}"
+        );
+    }
+    let unknown = server.get("/v1/convergence/acme/prod/nothing").await;
+    assert_eq!((unknown.status, unknown.code()), (StatusCode::NOT_FOUND, "not_found"));
+    let summary = server.get(SUMMARY).await.expect(StatusCode::OK);
+    assert_eq!(summary.body["live"], 2, "only the two accepted reports count");
+}
+
+#[tokio::test]
+async fn a_token_reports_only_what_it_may_watch() {
+    let server = TestServer::start_with(|config| config.auth.enabled = true).await;
+    let operator = server
+        .call(Method::POST, "/v1/acl/bootstrap", None)
+        .await
+        .expect(StatusCode::CREATED)
+        .body["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let as_operator = format!("Bearer {operator}");
+    let token = server
+        .send(
+            Method::POST,
+            "/v1/acl/tokens",
+            Some(serde_json::to_vec(&json!({"tenant": "acme", "allow": ["prod/api=watch"], "deny": []})).unwrap()),
+            &[("authorization", as_operator.as_str())],
+        )
+        .await
+        .expect(StatusCode::CREATED)
+        .body["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let as_watcher = format!("Bearer {token}");
+    let registered = server
+        .send(
+            Method::PUT,
+            &instance_path("api", "api-0"),
+            Some(serde_json::to_vec(&json!({"incarnation": 1, "endpoint": endpoint("10.0.0.1")})).unwrap()),
+            &[("authorization", as_operator.as_str())],
+        )
+        .await
+        .expect(StatusCode::OK);
+    let mut both = report("w", None, registered.revision(), now_ms());
+    both["applied"].as_array_mut().unwrap().push(json!({
+        "service": {"tenant": "acme", "namespace": "prod", "service": "secret"},
+        "revision": 1, "received_unix_ms": 1
+    }));
+    let send = |body: Value, auth: &str| {
+        let auth = auth.to_owned();
+        let server = &server;
+        async move {
+            server
+                .send(
+                    Method::POST,
+                    "/v1/convergence/report",
+                    Some(serde_json::to_vec(&body).unwrap()),
+                    &[("authorization", auth.as_str())],
+                )
+                .await
+        }
+    };
+    let denied = send(both, &as_watcher).await;
+    assert_eq!(
+        (denied.status, denied.code()),
+        (StatusCode::FORBIDDEN, "permission_denied")
+    );
+    let anonymous = server
+        .call(Method::POST, "/v1/convergence/report", Some(report("w", None, 1, 1)))
+        .await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+    let read = |auth: String| {
+        let server = &server;
+        async move {
+            server
+                .send(Method::GET, SUMMARY, None, &[("authorization", auth.as_str())])
+                .await
+        }
+    };
+    assert_eq!(
+        read(as_operator.clone()).await.expect(StatusCode::OK).body["live"],
+        0,
+        "nothing was recorded"
+    );
+    send(report("w", None, registered.revision(), now_ms()), &as_watcher)
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(read(as_operator).await.expect(StatusCode::OK).body["live"], 1);
+    let watcher_reads = read(as_watcher).await;
+    assert_eq!(
+        watcher_reads.status,
+        StatusCode::FORBIDDEN,
+        "watch is not read: {}",
+        watcher_reads.body
+    );
+}
