@@ -31,6 +31,9 @@
 #                            their frames against the document)
 #   /v1/cluster/members...   adding or removing Raft members reconfigures the one-node group
 #                            under test (tests/it/cluster.rs covers them)
+#   /v1/lab/run, /ui...      a lab run is seconds of simulation, one at a time (a second
+#                            worker gets lab_busy); /ui serves the dashboard's static files,
+#                            not the API (tests/it/dashboard.rs covers both)
 #   /v1/acl/bootstrap, DELETE /v1/acl/tokens/...
 #                            bootstrapping would leave the run without the token it uses
 #                            (or take the cluster's first token), revoking could revoke it
@@ -120,7 +123,7 @@ cd "$work"
 SCHEMATHESIS_HOOKS="$repo/.ci/schemathesis_hooks.py" \
   "$venv/bin/schemathesis" --config-file "$repo/.ci/schemathesis.toml" run "$base/v1/openapi.json" \
   --checks all \
-  --exclude-path-regex '^/v1/(watch/|cluster/members|acl/bootstrap)' \
+  --exclude-path-regex '^/(ui|v1/(watch/|cluster/members|acl/bootstrap|lab/run))' \
   --exclude-by 'method == "DELETE" and path == "/v1/acl/tokens/{accessor}"' \
   --max-time "$budget" \
   --workers 2 \

@@ -131,6 +131,10 @@ codes! {
     RequestTimeout = "request_timeout", 408, true;
     /// Too many open watches for this token or tenant (SPEC W4); retry once some close.
     TooManyWatches = "too_many_watches", 429, true;
+    /// A dashboard lab run's parameters are out of range or name no known setup (SPEC U2).
+    InvalidLabRequest = "invalid_lab_request", 400, false;
+    /// A lab run is already running on this node (one at a time, SPEC U2); retry after it.
+    LabBusy = "lab_busy", 429, true;
     // The cluster and the node.
     /// No leader or no majority to commit with now (SPEC R2); the write may still commit.
     NoQuorum = "no_quorum", 503, true;
@@ -150,6 +154,9 @@ codes! {
     TooManyConnections = "too_many_connections", 503, true;
     /// Anything else that went wrong on the server.
     Internal = "internal", 500, true;
+    /// This server was started without a lab runner (`muster_server::start`, not
+    /// `muster serve`), so the dashboard cannot run a lab scenario.
+    LabUnavailable = "lab_unavailable", 503, false;
 }
 
 impl fmt::Display for ErrorCode {
@@ -185,6 +192,7 @@ mod tests {
             [
                 &ErrorCode::RequestTimeout,
                 &ErrorCode::TooManyWatches,
+                &ErrorCode::LabBusy,
                 &ErrorCode::NoQuorum,
                 &ErrorCode::Stale,
                 &ErrorCode::Unavailable,

@@ -19,7 +19,8 @@
 //! - [`render`]: human output for every reply and frame.
 //! - [`commands`]: what each subcommand does; [`audit`]: `muster audit` (flags, query, table);
 //!   [`convergence`]: `muster convergence` and the deploy gate `muster wait-converged` (SPEC O3).
-//! - [`serve`]: `muster serve`: config file, flags, signals.
+//! - [`serve`]: `muster serve`: config file, flags, signals; [`lab_hook`]: the dashboard's
+//!   lab runs, plugged into the server.
 //! - [`logging`]: `--log-level`, `--log-format`, openraft held at warn (SPEC O2); `otel`
 //!   (feature `otel`): OTLP span export.
 //! - [`error`]: [`CliError`], its stable code and its exit code.
@@ -46,6 +47,7 @@ pub mod commands;
 pub mod convergence;
 pub mod duration;
 pub mod error;
+pub mod lab_hook;
 pub mod logging;
 #[cfg(feature = "otel")]
 pub mod otel;

@@ -126,7 +126,9 @@ pub async fn serve(args: ServeArgs, json: bool, out: &mut dyn Write) -> Result<(
     let scheme = if config.tls.cert.is_some() { "https" } else { "http" };
     tracing::debug!(http = %config.http, dns = %config.dns, data_dir, "starting muster serve");
     let cluster = config.cluster_addr;
-    let server = muster_server::start(config).await?;
+    // The dashboard's lab runs (SPEC U2): the server cannot reach the lab crate itself.
+    let hooks = muster_server::Hooks::default().with_lab(std::sync::Arc::new(crate::lab_hook::SimulationRunner));
+    let server = muster_server::start_with(config, hooks).await?;
     // Every listener, in the order the line names them; `None`: that listener is off. One
     // entry per listener feeds both the text and the `--json` line.
     let listeners = [

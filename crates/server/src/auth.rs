@@ -66,6 +66,12 @@ pub(crate) fn need(method: &Method, route: &str) -> Option<Need> {
     let method = if method == Method::HEAD { "GET" } else { method.as_str() };
     let need = match (method, route) {
         ("GET", "/v1/status" | "/v1/openapi.json") | ("POST", "/v1/acl/bootstrap") => Need::Open,
+        // The dashboard's files hold no data: its views read the API with the user's token.
+        ("GET", "/ui" | "/ui/" | "/ui/{asset}") => Need::Open,
+        // The overview lists only what the token may read (the handler filters); a lab run
+        // reads no registry state, but costs CPU, so it needs a token.
+        ("GET", "/v1/overview" | "/v1/lab/run") => Need::Authenticated,
+        ("GET", "/v1/deadlines/{tenant}/{namespace}/{service}") => Need::Service(Verb::Read),
         // `/v1/xds/clients` lists only the streams of the tenants the token sees.
         // `/v1/prometheus/sd` lists only the services the token may read (the handler
         // filters, as a namespace listing does).

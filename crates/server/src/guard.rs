@@ -28,8 +28,9 @@
 //!   with an `Origin` is therefore a page's, and only the configured `allowed_origins` may
 //!   speak. *Same-origin is not allowed implicitly*: under DNS rebinding the attacker's name
 //!   resolves to this server, so the page's origin (`http://evil.example:7070`) and the
-//!   request's `Host` (`evil.example:7070`) agree — "Origin matches Host" proves nothing, and
-//!   this server serves no pages of its own that would need it.
+//!   request's `Host` (`evil.example:7070`) agree — "Origin matches Host" proves nothing. Nor
+//!   does this server's own page need it: the dashboard (`ui`, SPEC U2) sends only
+//!   same-origin `GET`s without bodies, which browsers send without `Origin`.
 //! - **Host.** DNS rebinding defeats the same-origin policy itself: the page's own origin
 //!   now points at this server, and the browser sends no `Origin` on a same-origin `GET`.
 //!   What it cannot change is the `Host` header, which names the attacker's domain. Without

@@ -222,6 +222,17 @@ impl WatchHub {
         stats
     }
 
+    /// How many watchers follow one service's topic and its namespace's (the dashboard's
+    /// overview, SPEC U2); lagged watchers are cut off here, as in [`WatchHub::stats`].
+    pub(crate) fn watchers(&self, scope: &Scope) -> usize {
+        let topics = self.lock();
+        let topic = match scope {
+            Scope::Service(key) => topics.services.get(key),
+            Scope::Namespace(namespace) => topics.namespaces.get(namespace),
+        };
+        topic.map_or(0, |topic| topic.backlog().watchers)
+    }
+
     fn publish(&self, revision: Revision) {
         self.revision.send_if_modified(|current| {
             let newer = revision > *current;

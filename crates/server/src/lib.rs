@@ -33,6 +33,9 @@
 //! - `metrics`: `/v1/metrics` (prometheus-client); `prometheus_sd`: Prometheus's `http_sd`.
 //! - `audit`: the audit trail (SPEC S4): mutations from the apply path, denials from the
 //!   handlers, `GET /v1/audit`.
+//! - `ui`: the web dashboard's files at `/ui/` (SPEC U2); `overview`, `lease_deadlines`:
+//!   the views it reads besides the API's; `live`: their NDJSON change streams; `lab_run`:
+//!   lab runs through the binary's [`LabRunner`] hook ([`start_with`]).
 //! - `clock`, `page_token`, `wait`: small pieces.
 //!
 //! # HTTP conventions
@@ -68,13 +71,17 @@ mod frames;
 mod guard;
 mod hub;
 mod join;
+mod lab_run;
 mod leader;
+mod lease_deadlines;
 mod lease_routes;
 mod listener;
+mod live;
 mod membership;
 mod metrics;
 mod observers;
 mod openapi;
+mod overview;
 mod page_token;
 mod peer;
 mod policy;
@@ -85,6 +92,7 @@ mod server;
 mod status;
 mod subscription;
 mod topic;
+mod ui;
 mod wait;
 mod watch;
 mod watch_quota;
@@ -96,8 +104,9 @@ pub use config::{AuditConfig, ConvergenceConfig, HealthConfig, ServerConfig};
 pub use consul::config::ConsulConfig;
 pub use consul::stats::ConsulCounts;
 pub use hub::WatchStats;
+pub use lab_run::{Hooks, LabPlot, LabRequest, LabRun, LabRunner};
 pub use listener::{ClientCertPolicy, ClusterTlsConfig, LimitsConfig, ListenerLimits, TlsConfig};
-pub use server::{RunningServer, run, start};
+pub use server::{RunningServer, run, start, start_with};
 pub use xds::config::XdsConfig;
 
 /// Why the server could not start or stopped abnormally.

@@ -11,7 +11,7 @@ use muster_core::api::{AddMemberRequest, ClusterMember, ClusterReply};
 
 use crate::app::App;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::extract::{JsonBody, QueryParams};
 use crate::join;
 
 fn reply(app: &App) -> ClusterReply {
@@ -32,9 +32,37 @@ fn reply(app: &App) -> ClusterReply {
     }
 }
 
-/// `GET /v1/cluster`.
-pub(crate) async fn status(State(app): State<Arc<App>>) -> Json<ClusterReply> {
-    Json(reply(&app))
+/// The query of `GET /v1/cluster`.
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClusterQuery {
+    /// Stream as NDJSON (the dashboard, SPEC U2): a line at once, then one on change. Each
+    /// line is the reply plus this node's `revision`, `applied_index` and
+    /// `last_leader_contact_ms` (as in `GET /v1/status`).
+    #[serde(default)]
+    stream: bool,
+}
+
+/// `GET /v1/cluster[?stream=true]`.
+pub(crate) async fn status(
+    State(app): State<Arc<App>>,
+    QueryParams(query): QueryParams<ClusterQuery>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if !query.stream {
+        return Json(reply(&app)).into_response();
+    }
+    let reader = Arc::clone(&app);
+    crate::live::changes_stream(&app, crate::live::DEFAULT_INTERVAL, move || {
+        let mut line = serde_json::to_value(reply(&reader))
+            .map_err(|e| ApiError::new(muster_core::ErrorCode::Internal, e.to_string()))?;
+        let node = reader.node.status();
+        line["revision"] = serde_json::json!(node.revision);
+        line["applied_index"] = serde_json::json!(node.applied_index);
+        line["last_leader_contact_ms"] = serde_json::json!(reader.node.leader_contact_age_ms());
+        Ok(line)
+    })
 }
 
 /// `POST /v1/cluster/members`: returns once the node is a voter. The candidate must first

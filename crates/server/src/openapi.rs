@@ -106,6 +106,12 @@ pub(crate) fn build() -> Value {
         acl_create,
         acl_revoke,
         acl_self,
+        overview,
+        deadlines,
+        lab_run,
+        ui_redirect,
+        ui_index,
+        ui_asset,
     ),
     // The schemas the operations' parameters name (utoipa collects only bodies' schemas).
     components(schemas(
@@ -126,6 +132,7 @@ pub(crate) fn build() -> Value {
         (name = "node", description = "This node and its cluster."),
         (name = "acl", description = "Tokens and their rules (SPEC S1, S2)."),
         (name = "convergence", description = "Which revision every subscriber applied (SPEC O3)."),
+        (name = "dashboard", description = "The web dashboard at /ui/ and the views it reads (SPEC U2)."),
     )
 )]
 struct ApiDoc;
@@ -209,6 +216,54 @@ struct ActorHeader {
 }
 
 // The operations: one stub per route, read by the derive above and never called.
+
+/// Every namespace the caller may read, with its services: endpoints per serving state,
+/// revision, watchers, protection. With `stream=true`, NDJSON: a line at once, then one
+/// whenever the overview changed.
+#[utoipa::path(get, path = "/v1/overview", tag = "dashboard",
+    params(crate::overview::OverviewQuery),
+    responses((status = 200, description = "The overview (with `stream=true`, one per line as `application/x-ndjson`).",
+        body = crate::overview::OverviewReply)))]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+fn overview() {}
+
+/// When each of a service's leased endpoints expires unless renewed (known on the leader).
+/// With `stream=true`, NDJSON: a line at once, then one whenever a deadline moved.
+#[utoipa::path(get, path = "/v1/deadlines/{tenant}/{namespace}/{service}", tag = "dashboard",
+    params(ServicePath, crate::lease_deadlines::DeadlinesQuery),
+    responses((status = 200, description = "The deadlines.", body = crate::lease_deadlines::DeadlinesReply)))]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+fn deadlines() {}
+
+/// Run a `muster lab` simulation (SPEC X1) and return its report and SVG plots; one run at a
+/// time per server. A `GET` because it changes no registry state.
+#[utoipa::path(get, path = "/v1/lab/run", tag = "dashboard",
+    params(crate::lab_run::LabQuery),
+    responses((status = 200, description = "The run.", body = crate::lab_run::LabRun),
+              (status = 429, description = "`lab_busy`: a run is under way.", body = ErrorBody),
+              (status = 503, description = "`lab_unavailable`: no lab runner in this server.", body = ErrorBody)))]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+fn lab_run() {}
+
+/// The dashboard, at `/ui/`.
+#[utoipa::path(get, path = "/ui", tag = "dashboard",
+    responses((status = 308, description = "To `/ui/`.")))]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+fn ui_redirect() {}
+
+/// The dashboard's page.
+#[utoipa::path(get, path = "/ui/", tag = "dashboard",
+    responses((status = 200, description = "The page.", content_type = "text/html", body = String)))]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+fn ui_index() {}
+
+/// One of the dashboard's files (`app.js`, `style.css`, `index.html`).
+#[utoipa::path(get, path = "/ui/{asset}", tag = "dashboard",
+    params(("asset" = String, Path, description = "The file's name.")),
+    responses((status = 200, description = "The file.", content_type = "text/javascript", body = String),
+              (status = 404, body = ErrorBody)))]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+fn ui_asset() {}
 
 /// Register or re-register an instance incarnation.
 #[utoipa::path(put, path = "/v1/registry/{tenant}/{namespace}/{service}/{instance}", tag = "registry",
@@ -378,8 +433,10 @@ fn convergence_report() {}
 #[allow(dead_code, reason = "read by the OpenAPI derive only")]
 fn convergence_summary() {}
 
-/// The Raft group as this node knows it.
+/// The Raft group as this node knows it; with `stream=true`, NDJSON lines of the reply plus
+/// `revision`, `applied_index` and `last_leader_contact_ms`, on change.
 #[utoipa::path(get, path = "/v1/cluster", tag = "node",
+    params(crate::membership::ClusterQuery),
     responses((status = 200, description = "The members.", body = ClusterReply)))]
 #[allow(dead_code, reason = "read by the OpenAPI derive only")]
 fn cluster() {}
@@ -587,8 +644,9 @@ mod tests {
                         "{method} {path} {status}"
                     );
                 }
+                // A success is a 2xx, or for the dashboard's `/ui` a redirect to `/ui/`.
                 assert!(
-                    responses.keys().any(|s| s.starts_with('2')),
+                    responses.keys().any(|s| s.starts_with('2') || s.starts_with('3')),
                     "{method} {path} has no success reply"
                 );
             }

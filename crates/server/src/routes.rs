@@ -15,8 +15,10 @@ use axum::routing::{delete, get, post, put};
 use crate::app::App;
 use crate::error::{ApiError, code_for_status};
 use crate::guard::{self, RequestGuard};
+use crate::lab_run::{self, LabState};
 use crate::{
-    acl, audit, auth, lease_routes, membership, metrics, openapi, policy, prometheus_sd, reads, status, watch, writes,
+    acl, audit, auth, lease_deadlines, lease_routes, membership, metrics, openapi, overview, policy, prometheus_sd,
+    reads, status, ui, watch, writes,
 };
 
 /// How much of a stray plain-text error body the safety net quotes in its message: error
@@ -24,7 +26,7 @@ use crate::{
 const STRAY_ERROR_QUOTE_BYTES: usize = 1024;
 
 /// The API's routes.
-pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard) -> Router {
+pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard, lab: Arc<LabState>) -> Router {
     const INSTANCE: &str = "/v1/registry/{tenant}/{namespace}/{service}/{instance}";
     Router::new()
         .route(INSTANCE, put(writes::register).delete(writes::deregister))
@@ -62,6 +64,14 @@ pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard) 
         )
         // The xDS control plane's clients and their acknowledged revisions (SPEC D5).
         .route("/v1/xds/clients", get(crate::xds::clients))
+        // The web dashboard (SPEC U2): its files, and the views it reads besides the API's.
+        .route("/v1/overview", get(overview::overview))
+        .route(
+            "/v1/deadlines/{tenant}/{namespace}/{service}",
+            get(lease_deadlines::deadlines),
+        )
+        .merge(ui::router(app.auth.enabled))
+        .merge(lab_run::router(lab))
         // Every matched route passes the auth layer first (SPEC S1, S2): `auth::need` says
         // what each one needs.
         .route_layer(axum::middleware::from_fn_with_state(

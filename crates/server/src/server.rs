@@ -34,6 +34,7 @@ use crate::forward::ClusterLink;
 use crate::guard::RequestGuard;
 use crate::hub::{WatchHub, WatchStats};
 use crate::join::JoinKey;
+use crate::lab_run::Hooks;
 use crate::listener::Listening;
 use crate::metrics::{Metrics, MetricsObserver};
 use crate::observers::Observers;
@@ -133,8 +134,14 @@ fn random_epoch() -> u64 {
 }
 
 /// Opens the node, binds the HTTP API and starts serving. Bind `127.0.0.1:0` and read
-/// [`RunningServer::local_addr`] to run on a free port.
+/// [`RunningServer::local_addr`] to run on a free port. No hooks: the dashboard's lab runs
+/// answer `lab_unavailable` (see [`start_with`]).
 pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
+    start_with(config, Hooks::default()).await
+}
+
+/// [`start`] with what the binary plugs in: the dashboard's lab runner (SPEC U2).
+pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningServer, ServerError> {
     check(&config)?;
     let dns_zone = dns::zone(&config)?;
     let clock = ServerClock::start();
@@ -302,7 +309,12 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         !config.auth.enabled,
         Duration::from_millis(config.body_read_timeout_ms),
     );
-    let router = routes::router(Arc::clone(&app), config.max_body_bytes, guard.clone());
+    let router = routes::router(
+        Arc::clone(&app),
+        config.max_body_bytes,
+        guard.clone(),
+        crate::lab_run::LabState::new(&hooks),
+    );
     // The checker never probes this node's own listeners (SPEC S6).
     #[cfg(feature = "xds")]
     let xds_addr = xds_listener.as_ref().map(|(_, addr)| *addr);

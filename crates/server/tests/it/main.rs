@@ -11,6 +11,7 @@ mod consul;
 mod consul_agent;
 mod consul_sd_fixture;
 mod convergence;
+mod dashboard;
 mod dns;
 mod errors;
 mod faults;

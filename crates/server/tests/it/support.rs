@@ -100,10 +100,18 @@ impl TestServer {
     }
 
     pub(crate) async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> TestServer {
+        TestServer::start_hooked(configure, muster_server::Hooks::default()).await
+    }
+
+    /// [`TestServer::start_with`] with the binary's hooks (the dashboard's lab runner).
+    pub(crate) async fn start_hooked(
+        configure: impl FnOnce(&mut ServerConfig),
+        hooks: muster_server::Hooks,
+    ) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
         let mut config = test_config(&dir);
         configure(&mut config);
-        let server = tokio::time::timeout(STEP, muster_server::start(config.clone()))
+        let server = tokio::time::timeout(STEP, muster_server::start_with(config.clone(), hooks))
             .await
             .expect("the server starts in time")
             .expect("the server starts");

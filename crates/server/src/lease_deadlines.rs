@@ -1,0 +1,107 @@
+//! `GET /v1/deadlines/{tenant}/{namespace}/{service}[?stream=true]`: when each endpoint's
+//! lease expires unless renewed (the dashboard's lease countdown, SPEC U2).
+//!
+//! Lease deadlines are not in the endpoint records (DESIGN "Leases off the log": a renewal
+//! moves a deadline in the leader engine's memory and writes nothing), so the snapshot and
+//! watch replies cannot carry them without a log write per renewal. This route reads them
+//! where they live instead:
+//!
+//! ```text
+//!  registry: the service's endpoints ─▶ lease id, TTL ─┐
+//!  leader engine: LeaseDeadlines (monotonic ms) ───────┴─▶ deadline_unix_ms (server clock)
+//! ```
+//!
+//! Only the leader knows deadlines: another node answers `deadline_unix_ms: null` and
+//! `leader: false`. With `stream=true` a line follows each renewal (the deadline moved),
+//! within `live::DEFAULT_INTERVAL`.
+//!
+//! # Lock order
+//! `App::with_engine` takes the engine's lock, then reads the registry: the one order.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::Response;
+use muster_core::{ErrorCode, InstanceId, LeaseId, ServiceKey};
+use serde::{Deserialize, Serialize};
+
+use crate::app::App;
+use crate::error::ApiError;
+use crate::extract::{QueryParams, Segments};
+use crate::live;
+
+/// The query of `GET /v1/deadlines/{tenant}/{namespace}/{service}`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DeadlinesQuery {
+    /// Stream as NDJSON: a line at once, then one whenever a deadline moved.
+    #[serde(default)]
+    stream: bool,
+}
+
+/// The reply of `GET /v1/deadlines/{tenant}/{namespace}/{service}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub(crate) struct DeadlinesReply {
+    /// Whether this node leads, so its deadlines are the ones in force.
+    pub(crate) leader: bool,
+    /// The service's endpoints that hold a lease, by instance.
+    pub(crate) endpoints: Vec<EndpointDeadline>,
+}
+
+/// One endpoint's lease and its deadline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub(crate) struct EndpointDeadline {
+    /// The instance.
+    #[schema(value_type = String)]
+    pub(crate) instance: InstanceId,
+    /// Its lease.
+    #[schema(value_type = u64)]
+    pub(crate) lease: LeaseId,
+    /// The lease's TTL.
+    pub(crate) ttl_ms: u64,
+    /// When it expires unless renewed, in Unix milliseconds on the server's clock; `null` on
+    /// a node that does not lead.
+    pub(crate) deadline_unix_ms: Option<u64>,
+}
+
+/// `GET /v1/deadlines/{tenant}/{namespace}/{service}`.
+pub(crate) async fn deadlines(
+    State(app): State<Arc<App>>,
+    segments: Segments,
+    QueryParams(query): QueryParams<DeadlinesQuery>,
+) -> Result<Response, ApiError> {
+    let key = segments.service()?;
+    let reader = Arc::clone(&app);
+    Ok(live::once_or_stream(&app, query.stream, move || {
+        serde_json::to_value(read(&reader, &key)).map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))
+    }))
+}
+
+/// The deadlines of `key`'s leased endpoints now.
+pub(crate) fn read(app: &App, key: &ServiceKey) -> DeadlinesReply {
+    app.with_engine(|engine, registry, _| {
+        let endpoints = registry
+            .snapshot(key)
+            .map(|snapshot| {
+                snapshot
+                    .iter()
+                    .filter_map(|endpoint| {
+                        let lease = endpoint.lease?;
+                        let ttl_ms = registry.lease(lease).map_or(0, |l| l.ttl_ms);
+                        Some(EndpointDeadline {
+                            instance: endpoint.instance.clone(),
+                            lease,
+                            ttl_ms,
+                            deadline_unix_ms: engine.leases().deadline(lease).map(|at| app.clock.unix_ms(at)),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        DeadlinesReply {
+            leader: engine.is_leading(),
+            endpoints,
+        }
+    })
+}

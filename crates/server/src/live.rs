@@ -1,0 +1,146 @@
+//! Change streams for the dashboard's views (SPEC U2): a JSON value, re-read on a timer and
+//! sent as newline-delimited JSON whenever it changed.
+//!
+//! ```text
+//!  first line at once ─▶ every `interval`: value = f() ─┬─ same as last sent ─▶ nothing
+//!                                                       │    (a bare "\n" after KEEP_ALIVE)
+//!                                                       ├─ changed ─▶ one line
+//!                                                       └─ Err(e)  ─▶ {"error":{code,message}}, end
+//!  server stopping ─▶ the stream ends
+//! ```
+//!
+//! `GET /v1/watch` is the stream for endpoint sets (it sends every event, at once); this one
+//! is for the summaries around it (the overview, the cluster, convergence), where a value
+//! a few hundred milliseconds old is fine and the caller wants the whole value each time,
+//! not a delta. Polling on the server, not in every browser, keeps one read per `interval`
+//! per stream and sends nothing while nothing changes.
+//!
+//! # Use
+//! `changes_stream(&app, Duration::from_millis(500), move || Ok(serde_json::to_value(..)?))`
+//! from a handler, after its own checks: `f` runs first on the handler's task (an error
+//! then is the handler's error reply, not a stream), then on the stream's task.
+//!
+//! # Correctness
+//! - The first line is the value at the request, so a client never waits `interval` for it.
+//! - A line is sent only when the value differs from the last one sent (compared as encoded
+//!   bytes; `serde_json` maps keep a stable order), so an idle view costs no bandwidth.
+//! - A bare newline at least every [`KEEP_ALIVE`] keeps proxies and browsers from timing the
+//!   idle stream out; NDJSON readers skip empty lines.
+//! - The stream ends when the server starts stopping, so a graceful stop is not held up by
+//!   open dashboards.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use muster_core::api::{ErrorBody, ErrorDetail};
+
+use crate::app::App;
+use crate::error::ApiError;
+
+/// The longest an idle stream stays silent: 15 s, under the 30–60 s idle timeouts of common
+/// proxies and load balancers, and rare enough to cost nothing.
+pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// How often the dashboard's streams re-read their value: 500 ms, well inside the 2 s a
+/// dashboard change must take to show (SPEC U2), and one cheap read per open view.
+pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_millis(500);
+
+/// A stream of `f()`'s value as NDJSON: at once, then on change (see the module docs).
+/// An error from the first call is the reply itself.
+pub(crate) fn changes_stream<F>(app: &Arc<App>, interval: Duration, mut f: F) -> Response
+where
+    F: FnMut() -> Result<serde_json::Value, ApiError> + Send + 'static,
+{
+    let first = match f() {
+        Ok(value) => line(&value),
+        Err(error) => return error.into_response(),
+    };
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(1);
+    let mut stopping = app.stopping();
+    tokio::spawn(async move {
+        let mut last = first.clone();
+        if sender.send(first).await.is_err() || *stopping.borrow_and_update() {
+            return;
+        }
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker.tick().await;
+        let mut quiet = Duration::ZERO;
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                () = sender.closed() => return,
+                // Stopping (or the server gone with its sender): the stream ends.
+                _ = stopping.changed() => return,
+            }
+            let next = match f() {
+                Ok(value) => line(&value),
+                Err(error) => {
+                    let _ = sender.send(error_line(&error)).await;
+                    return;
+                }
+            };
+            let out = if next == last {
+                quiet += interval;
+                if quiet < KEEP_ALIVE {
+                    continue;
+                }
+                Bytes::from_static(b"\n")
+            } else {
+                last = next.clone();
+                next
+            };
+            quiet = Duration::ZERO;
+            if sender.send(out).await.is_err() {
+                return;
+            }
+        }
+    });
+    let frames = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        receiver
+            .recv()
+            .await
+            .map(|bytes| (Ok::<Bytes, Infallible>(bytes), receiver))
+    });
+    let mut response = Response::new(Body::from_stream(frames));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// A reply that is either the value once (JSON) or its change stream (`stream`).
+pub(crate) fn once_or_stream<F>(app: &Arc<App>, stream: bool, mut f: F) -> Response
+where
+    F: FnMut() -> Result<serde_json::Value, ApiError> + Send + 'static,
+{
+    if stream {
+        return changes_stream(app, DEFAULT_INTERVAL, f);
+    }
+    match f() {
+        Ok(value) => axum::Json(value).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+fn line(value: &serde_json::Value) -> Bytes {
+    let mut bytes = serde_json::to_vec(value).expect("a JSON value always serialises");
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+/// The error a stream ends with, in the shape of every error reply.
+fn error_line(error: &ApiError) -> Bytes {
+    let body = ErrorBody {
+        error: ErrorDetail {
+            code: error.code.as_str().to_owned(),
+            message: error.message.clone(),
+        },
+    };
+    line(&serde_json::to_value(body).expect("an error body always serialises"))
+}
