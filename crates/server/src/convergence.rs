@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
+use axum::response::Response;
 use muster_auth::Verb;
 use muster_consensus::ApplyObserver;
 use muster_convergence::{Ledger, LedgerConfig, Query, ReportError};
@@ -257,12 +258,17 @@ pub(crate) struct SummaryQuery {
     /// The fraction of live subscribers that must have applied it, in (0, 1] (default 1).
     #[serde(default)]
     fraction: Option<f64>,
+    /// Stream the summary as NDJSON: at once, then whenever it changes (checked every
+    /// 500 ms; the ages in it change while anyone is behind or silent).
+    #[serde(default)]
+    stream: bool,
 }
 
 impl SummaryQuery {
-    fn parse(self) -> Result<Query, ApiError> {
+    fn parse(&self) -> Result<Query, ApiError> {
         let cohort = self
             .cohort
+            .clone()
             .map(Cohort::new)
             .transpose()
             .map_err(|error| ApiError::bad_request(format!("cohort: {error}")))?;
@@ -279,23 +285,24 @@ impl SummaryQuery {
     }
 }
 
-/// `GET /v1/convergence/{tenant}/{namespace}/{service}`.
+/// `GET /v1/convergence/{tenant}/{namespace}/{service}[?stream=true]`.
 pub(crate) async fn summary(
     State(app): State<Arc<App>>,
     segments: Segments,
-    QueryParams(query): QueryParams<SummaryQuery>,
-) -> Result<Json<ConvergenceReply>, ApiError> {
+    QueryParams(params): QueryParams<SummaryQuery>,
+) -> Result<Response, ApiError> {
     let key = segments.service()?;
-    let query = query.parse()?;
-    let current = app.node.read(|registry| registry.snapshot(&key).map(|s| s.revision()));
-    if current.is_none() && !app.convergence.knows(&key) {
+    let query = params.parse()?;
+    let current = |app: &App, key: &ServiceKey| app.node.read(|registry| registry.snapshot(key).map(|s| s.revision()));
+    if current(&app, &key).is_none() && !app.convergence.knows(&key) {
         return Err(ApiError::not_found(format!(
             "service {key} is not registered and no subscriber reported it"
         )));
     }
-    Ok(Json(app.convergence.summary(
-        &key,
-        current.unwrap_or(Revision::ZERO),
-        &query,
-    )))
+    let read = Arc::clone(&app);
+    Ok(crate::live::once_or_stream(&app, params.stream, move || {
+        let revision = current(&read, &key).unwrap_or(Revision::ZERO);
+        serde_json::to_value(read.convergence.summary(&key, revision, &query))
+            .map_err(|error| ApiError::new(ErrorCode::Internal, format!("cannot encode the summary: {error}")))
+    }))
 }

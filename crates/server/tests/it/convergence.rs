@@ -5,7 +5,7 @@
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::{Reply, TestServer, endpoint, instance_path};
+use crate::support::{Lines, Reply, TestServer, endpoint, instance_path};
 
 const SUMMARY: &str = "/v1/convergence/acme/prod/api";
 
@@ -265,4 +265,35 @@ async fn a_token_reports_only_what_it_may_watch() {
         "watch is not read: {}",
         watcher_reads.body
     );
+}
+
+#[tokio::test]
+async fn the_summary_streams_a_new_line_when_a_subscriber_reports() {
+    let server = TestServer::start().await;
+    let revision = server
+        .register("api", "api-0", "10.0.0.1")
+        .await
+        .expect(StatusCode::OK)
+        .revision();
+    let mut lines = Lines::open(&server, &format!("{SUMMARY}?stream=true")).await;
+    assert_eq!(lines.status, StatusCode::OK);
+    let first: Value = serde_json::from_str(&lines.next().await).unwrap();
+    assert_eq!(first["live"], 0);
+    post(&server, report("late", Some("zone=a"), revision, now_ms()))
+        .await
+        .expect(StatusCode::OK);
+    // Lines come as the summary changes (its clock moves every 500 ms): within a bounded
+    // number of them, one counts the new subscriber.
+    for _ in 0..40 {
+        let next = lines.next().await;
+        if next.is_empty() {
+            continue;
+        }
+        let line: Value = serde_json::from_str(&next).unwrap();
+        if line["live"] == 1 {
+            assert_eq!(line["applied"], 1);
+            return;
+        }
+    }
+    panic!("no line counted the report");
 }

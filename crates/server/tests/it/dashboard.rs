@@ -4,71 +4,11 @@
 
 use std::sync::{Arc, Mutex, mpsc};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::{Method, Request, StatusCode};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper::{Method, StatusCode};
 use muster_server::{Hooks, LabPlot, LabRequest, LabRun, LabRunner};
 use serde_json::{Value, json};
 
-use crate::support::{Reply, STEP, TestServer, endpoint, instance_path, poll};
-
-/// An open GET: its status, headers and body, read line by line.
-struct Lines {
-    status: StatusCode,
-    headers: hyper::HeaderMap,
-    body: hyper::body::Incoming,
-    buffer: Vec<u8>,
-}
-
-impl Lines {
-    async fn open(server: &TestServer, path: &str) -> Lines {
-        let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-        let request = Request::builder()
-            .uri(server.url(path))
-            .body(Full::new(Bytes::new()))
-            .unwrap();
-        let response = tokio::time::timeout(STEP, client.request(request))
-            .await
-            .expect("a reply in time")
-            .expect("a reply");
-        let (parts, body) = response.into_parts();
-        Lines {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-            buffer: Vec::new(),
-        }
-    }
-
-    /// The next line (without its newline), or what is left when the body ends.
-    async fn next(&mut self) -> String {
-        while !self.buffer.contains(&b'\n') {
-            match tokio::time::timeout(STEP, self.body.frame())
-                .await
-                .expect("the body in time")
-            {
-                Some(frame) => {
-                    if let Ok(data) = frame.expect("a body frame").into_data() {
-                        self.buffer.extend_from_slice(&data);
-                    }
-                }
-                None => break,
-            }
-        }
-        let end = self
-            .buffer
-            .iter()
-            .position(|b| *b == b'\n')
-            .unwrap_or(self.buffer.len());
-        let line: Vec<u8> = self.buffer.drain(..end).collect();
-        if !self.buffer.is_empty() {
-            self.buffer.remove(0);
-        }
-        String::from_utf8(line).expect("UTF-8")
-    }
-}
+use crate::support::{Lines, Reply, TestServer, endpoint, instance_path, poll};
 
 /// A GET's status, headers and the body up to its first newline (a stream's first line) or
 /// its end (a file).
