@@ -150,21 +150,25 @@ test('the lease countdown counts down', async () => {
 });
 
 test('the convergence panel shows the subscribers that reported the service', async () => {
-  const status = await api(server, 'GET', '/v1/status');
-  const now = Date.now();
-  const applied = (revision) => [{ service: { tenant: 'acme', namespace: 'prod', service: 'api' }, revision, received_unix_ms: now }];
-  await api(server, 'POST', '/v1/convergence/report', { client_id: 'ui-test:1', applied: applied(status.revision) });
-  await api(server, 'POST', '/v1/convergence/report', { client_id: 'ui-test:2', applied: applied(1) });
-  // A change of the service makes the panel read convergence again (or its stream moves).
-  await register(server, KEY, 'api-2', '10.0.0.3');
+  const before = await api(server, 'GET', '/v1/status');
+  const applied = (revision, at) => [{ service: { tenant: 'acme', namespace: 'prod', service: 'api' }, revision, received_unix_ms: at }];
+  const report = (i, revision, at) => api(server, 'POST', '/v1/convergence/report',
+    { client_id: `ui-test:${i}`, cohort: i % 2 ? 'zone=b' : 'zone=a', applied: applied(revision, at) });
+  for (let i = 0; i < 12; i++) await report(i, before.revision, Date.now());
+  // A change of the service: ten subscribers report it, a few ms apart; two stay behind.
+  const change = await register(server, KEY, 'api-2', '10.0.0.3');
   await page.locator(row('api-2')).waitFor({ timeout: LIVE_MS });
+  const at = Date.now();
+  for (let i = 0; i < 10; i++) await report(i, change.revision, at + 3 * i);
   await page.waitForFunction(() => {
     const text = document.querySelector('[data-test="convergence-applied"]')?.textContent || '';
-    const live = Number(text.split('/')[1]);
-    return live >= 2;
+    return text === '10 / 12';
   }, null, { timeout: LIVE_MS });
   assert.equal(await page.locator('[data-test="convergence-panel"]').getAttribute('data-state'), 'live');
-  await page.locator('[data-test="latency-histogram"]').waitFor();
+  const counted = await page.locator('[data-test="latency-bar"]').evaluateAll(
+    (bars) => bars.reduce((sum, bar) => sum + Number(bar.dataset.count), 0));
+  assert.equal(counted, 10, 'the histogram holds the ten measured applications');
+  assert.equal(await page.locator('[data-test="straggler-row"]').count(), 2);
   await shot(page, 'service');
 });
 
