@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType, LbPolicy};
@@ -707,6 +708,59 @@ async fn an_acked_stream_gets_each_endpoint_change_at_a_higher_version() {
     assert_eq!(ips, ["10.0.3.1", "10.0.3.2"]);
     ads.ack(&pushed, &[API]);
     ledger_entry(&server, "acker", "endpoint", API, |e| e["acked_revision"] == second).await;
+}
+
+/// Convergence (SPEC O3): an xDS client's ACK of an endpoint resource is its word that it
+/// applied the service at that revision; it counts as a subscriber (`xds:NODE`, its zone as
+/// the cohort) and a change it ACKs late makes it a straggler until then.
+#[tokio::test]
+async fn acked_endpoint_resources_count_as_convergence_subscribers() {
+    let server = xds_server().await;
+    let first = register(&server, "api", "a", "10.0.3.1", json!({})).await;
+    let mut ads = Sotw::connect(server.xds_addr(), node("acker", Some(("eu", "eu-1a")), None)).await;
+    ads.fetch(ENDPOINT, &[API]).await;
+    let summary = |path: &'static str| {
+        let server = &server;
+        async move { server.get(path).await.expect(StatusCode::OK).body }
+    };
+    let counted = poll(Duration::from_millis(20), || async {
+        let body = summary("/v1/convergence/default/prod/api").await;
+        // The DNS listener (tenant `default`) counts too, by path `dns`.
+        let xds = json!({"path": "xds", "live": 1, "applied": 1});
+        body["paths"]
+            .as_array()
+            .is_some_and(|paths| paths.contains(&xds))
+            .then_some(body)
+    })
+    .await
+    .expect("the ACK counts");
+    let zoned = json!({"cohort": "zone=eu-1a", "live": 1, "applied": 1});
+    assert!(
+        counted["cohorts"].as_array().unwrap().contains(&zoned),
+        "{}",
+        counted["cohorts"]
+    );
+    assert_eq!(counted["revision"], first);
+
+    let second = register(&server, "api", "b", "10.0.3.2", json!({})).await;
+    let pushed = ads.next().await;
+    let behind = summary("/v1/convergence/default/prod/api").await;
+    assert_eq!(behind["stragglers_total"], 1);
+    assert_eq!(
+        behind["stragglers"][0]["client_id"], "xds:acker",
+        "pushed, not yet ACKed"
+    );
+    ads.ack(&pushed, &[API]);
+    let caught_up = poll(Duration::from_millis(20), || async {
+        let body = summary("/v1/convergence/default/prod/api").await;
+        (body["applied"] == 2 && body["target"] == second).then_some(body)
+    })
+    .await
+    .expect("the second ACK counts");
+    assert_eq!(
+        caught_up["latency"]["samples"], 1,
+        "commit→ACK of the second change measured"
+    );
 }
 
 /// NACK (SPEC C3): a request with the latest nonce and an `error_detail` keeps the previous
