@@ -132,9 +132,14 @@ impl Reporter {
                 dirty: true,
             },
         );
-        if !state.started {
+        // The task starts with the first note made on a Tokio runtime (resolvers always run on
+        // one; a caller of `Client::note_applied` outside one has its notes sent once a
+        // later note starts it).
+        if !state.started
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
             state.started = true;
-            tokio::spawn(run(Arc::downgrade(self), Arc::clone(&self.wake)));
+            runtime.spawn(run(Arc::downgrade(self), Arc::clone(&self.wake)));
         }
         drop(state);
         self.wake.notify_one();
@@ -223,5 +228,80 @@ async fn run(reporter: Weak<Reporter>, wake: Arc<Notify>) {
         }
         drop(reporter);
         tokio::time::sleep(interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(service: &str) -> ServiceKey {
+        ServiceKey::new("acme", "prod", service).unwrap()
+    }
+
+    fn reporter() -> Arc<Reporter> {
+        // No runtime in a plain test: the task never starts, the state is ours to inspect.
+        let client = Client::builder("http://127.0.0.1:9")
+            .report_applied(false)
+            .build()
+            .unwrap();
+        Reporter::new(ReportIdentity::for_this_process(), client)
+    }
+
+    fn revisions(applied: &[AppliedRevision]) -> Vec<(String, u64)> {
+        applied
+            .iter()
+            .map(|a| (a.service.service.to_string(), a.revision.0))
+            .collect()
+    }
+
+    #[test]
+    fn a_change_is_sent_once_a_keep_alive_sends_everything_and_a_failure_sends_again() {
+        let reporter = reporter();
+        reporter.note(&key("api"), Revision(3), 1_000);
+        reporter.note(&key("web"), Revision(3), 1_000);
+        assert_eq!(revisions(&reporter.take(false)), [("api".into(), 3), ("web".into(), 3)]);
+        assert!(reporter.take(false).is_empty(), "nothing changed since");
+        // The same revision again (a progress frame at an unchanged view) is no change.
+        reporter.note(&key("api"), Revision(3), 1_500);
+        assert!(reporter.take(false).is_empty());
+        reporter.note(&key("api"), Revision(5), 2_000);
+        let sent = reporter.take(false);
+        assert_eq!(revisions(&sent), [("api".into(), 5)]);
+        assert_eq!(sent[0].received_unix_ms, 2_000);
+        reporter.retry(&sent);
+        assert_eq!(
+            revisions(&reporter.take(false)),
+            [("api".into(), 5)],
+            "a failed report is sent again"
+        );
+        assert_eq!(revisions(&reporter.take(true)), [("api".into(), 5), ("web".into(), 3)]);
+        reporter.forget(&key("web"));
+        assert_eq!(
+            revisions(&reporter.take(true)),
+            [("api".into(), 5)],
+            "a stopped resolver is not reported"
+        );
+    }
+
+    #[test]
+    fn a_newer_revision_noted_while_a_report_was_out_is_not_overwritten_by_its_retry() {
+        let reporter = reporter();
+        reporter.note(&key("api"), Revision(3), 1_000);
+        let sent = reporter.take(false);
+        reporter.note(&key("api"), Revision(4), 1_100);
+        reporter.retry(&sent);
+        assert_eq!(revisions(&reporter.take(false)), [("api".into(), 4)]);
+    }
+
+    #[test]
+    fn the_default_identity_is_a_valid_id_per_client() {
+        let first = ReportIdentity::for_this_process();
+        let second = ReportIdentity::for_this_process();
+        assert_ne!(
+            first.client_id, second.client_id,
+            "two clients of one process are two subscribers"
+        );
+        assert!(first.client_id.as_str().contains(&std::process::id().to_string()));
     }
 }

@@ -111,6 +111,17 @@ pub(crate) struct Subscriber {
     pub(crate) last_report_ms: u64,
 }
 
+impl Subscriber {
+    /// How long it has not reported. The DNS listener lives in the server itself: it is
+    /// live as long as the server is, and never reports while nothing changes.
+    pub(crate) fn quiet_ms(&self, now_ms: u64) -> u64 {
+        match self.path {
+            DeliveryPath::Dns => 0,
+            DeliveryPath::Watch | DeliveryPath::Xds => now_ms.saturating_sub(self.last_report_ms),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Change {
     pub(crate) revision: Revision,
@@ -252,16 +263,6 @@ impl Ledger {
         Ok(())
     }
 
-    /// `client` is alive: every subscription of it counts as just reported (an in-process
-    /// subscriber, the DNS listener, that has nothing to send while nothing changes).
-    pub fn touch(&mut self, client: &ClientId, now_ms: u64) {
-        for service in self.services.values_mut() {
-            if let Some(subscriber) = service.subscribers.get_mut(client) {
-                subscriber.last_report_ms = now_ms;
-            }
-        }
-    }
-
     /// Whether anything is known of `key`'s subscribers.
     pub fn tracks(&self, key: &ServiceKey) -> bool {
         self.services.contains_key(key)
@@ -273,9 +274,7 @@ impl Ledger {
         let mut forgotten = 0;
         self.services.retain(|_, service| {
             let before = service.subscribers.len();
-            service
-                .subscribers
-                .retain(|_, s| now_ms.saturating_sub(s.last_report_ms) < forget_after);
+            service.subscribers.retain(|_, s| s.quiet_ms(now_ms) < forget_after);
             forgotten += before - service.subscribers.len();
             !service.subscribers.is_empty()
         });
@@ -297,7 +296,7 @@ impl Ledger {
         for (key, service) in &self.services {
             let last = current(key).or(service.changes.back().map(|c| c.revision));
             for subscriber in service.subscribers.values() {
-                if now_ms.saturating_sub(subscriber.last_report_ms) >= self.config.silent_after_ms {
+                if subscriber.quiet_ms(now_ms) >= self.config.silent_after_ms {
                     totals.silent += 1;
                     continue;
                 }

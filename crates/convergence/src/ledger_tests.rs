@@ -238,4 +238,8 @@ fn the_dns_listener_counts_as_a_subscriber_but_adds_no_latency() {
     assert!(outcome.latencies_ms.is_empty());
     let reply = ledger.summary(&api(), Revision(2), &Query::default(), 200);
     assert_eq!((reply.live, reply.applied, reply.latency.samples), (1, 1, 0));
+    // In the server itself, it never goes silent and is never forgotten.
+    ledger.sweep(10_000_000);
+    let later = ledger.summary(&api(), Revision(2), &Query::default(), 10_000_000);
+    assert_eq!((later.live, later.silent_total), (1, 0));
 }

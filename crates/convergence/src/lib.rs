@@ -27,7 +27,8 @@
 //!   service and `changes_kept` changes per service; a report past a bound is refused whole
 //!   and changes nothing. Only services with subscribers are kept.
 //! - A subscriber silent for `silent_after_ms` stops counting as live (it is listed as
-//!   silent); after `forget_after_ms` it is forgotten.
+//!   silent); after `forget_after_ms` it is forgotten. The DNS listener, inside the server,
+//!   is never silent.
 
 mod ledger;
 mod summary;

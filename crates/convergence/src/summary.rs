@@ -89,7 +89,7 @@ pub(crate) fn reply(
         {
             continue;
         }
-        let quiet_ms = now_ms.saturating_sub(subscriber.last_report_ms);
+        let quiet_ms = subscriber.quiet_ms(now_ms);
         if quiet_ms >= config.silent_after_ms {
             silent.push(SilentClient {
                 client_id: id.to_string(),

@@ -7,7 +7,7 @@
 //!  POST /v1/convergence/report ─▶ report ─▶ ledger.report(watch, …) ─▶ latency histogram
 //!  xDS ACK of an endpoint resource ─▶ Convergence::xds_acked ─▶ ledger.report(xds, …)
 //!  GET  /v1/convergence/{t}/{ns}/{svc} ─▶ summary ─▶ ledger.summary(current revision, query)
-//!  sweep task (every 5 s) ─▶ forget long-silent subscribers; the DNS listener's keep-alive
+//!  sweep task (every 10 s) ─▶ forget long-silent subscribers
 //! ```
 //!
 //! # Why a small endpoint and not the watch connection
@@ -48,9 +48,10 @@ use crate::clock::ServerClock;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, QueryParams, Segments};
 
-/// How often silent subscribers are swept and the DNS listener's keep-alive is sent: well
-/// inside the shortest useful `silent_after_ms` (a second or two in tests).
-const SWEEP_EVERY: Duration = Duration::from_millis(500);
+/// How often long-silent subscribers are forgotten: a sweep walks every subscriber under
+/// the ledger's lock (which the apply path also takes), and forgetting is due only after
+/// `forget_after_ms` (10 min), so every 10 s is plenty.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// The `path` label of the latency histogram.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -158,7 +159,7 @@ impl Convergence {
         }
     }
 
-    /// Forgets long-silent subscribers and keeps the DNS listener live, until the server stops.
+    /// Forgets long-silent subscribers, until the server stops.
     pub(crate) async fn run_sweeper(self: Arc<Self>, mut stopping: tokio::sync::watch::Receiver<bool>) {
         let mut ticker = tokio::time::interval(SWEEP_EVERY);
         loop {
@@ -166,12 +167,7 @@ impl Convergence {
                 _ = ticker.tick() => {}
                 _ = stopping.wait_for(|stopping| *stopping) => return,
             }
-            let now = self.clock.unix_now_ms();
-            let mut ledger = self.lock();
-            if let Some((dns, _)) = &self.dns {
-                ledger.touch(dns, now);
-            }
-            ledger.sweep(now);
+            self.lock().sweep(self.clock.unix_now_ms());
         }
     }
 }
