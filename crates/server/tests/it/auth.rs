@@ -7,7 +7,7 @@ use hyper::{Method, StatusCode};
 use muster_core::api::Frame;
 use serde_json::{Value, json};
 
-use crate::support::{Reply, TestServer, endpoint};
+use crate::support::{TestServer, as_token, bootstrap, endpoint};
 
 async fn secured() -> TestServer {
     TestServer::start_with(|config| config.auth.enabled = true).await
@@ -15,27 +15,6 @@ async fn secured() -> TestServer {
 
 fn bearer(secret: &str) -> String {
     format!("Bearer {secret}")
-}
-
-async fn as_token(server: &TestServer, secret: &str, method: Method, path: &str, body: Option<Value>) -> Reply {
-    let auth = bearer(secret);
-    server
-        .send(
-            method,
-            path,
-            body.map(|b| serde_json::to_vec(&b).unwrap()),
-            &[("authorization", auth.as_str())],
-        )
-        .await
-}
-
-/// Bootstraps and returns the operator's secret.
-async fn bootstrap(server: &TestServer) -> String {
-    let reply = server
-        .call(Method::POST, "/v1/acl/bootstrap", None)
-        .await
-        .expect(StatusCode::CREATED);
-    reply.body["secret"].as_str().unwrap().to_owned()
 }
 
 /// Creates a token of `tenant` with these rules; returns (accessor, secret).

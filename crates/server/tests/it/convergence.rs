@@ -5,7 +5,7 @@
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::{Lines, Reply, TestServer, endpoint, instance_path};
+use crate::support::{Lines, Reply, TestServer, as_token, bootstrap, endpoint, instance_path};
 
 const SUMMARY: &str = "/v1/convergence/acme/prod/api";
 
@@ -181,84 +181,50 @@ async fn bad_reports_and_queries_are_refused_and_change_nothing() {
 #[tokio::test]
 async fn a_token_reports_only_what_it_may_watch() {
     let server = TestServer::start_with(|config| config.auth.enabled = true).await;
-    let operator = server
-        .call(Method::POST, "/v1/acl/bootstrap", None)
+    let operator = bootstrap(&server).await;
+    let rules = json!({"tenant": "acme", "allow": ["prod/api=watch"], "deny": []});
+    let created = as_token(&server, &operator, Method::POST, "/v1/acl/tokens", Some(rules))
         .await
-        .expect(StatusCode::CREATED)
-        .body["secret"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let as_operator = format!("Bearer {operator}");
-    let token = server
-        .send(
-            Method::POST,
-            "/v1/acl/tokens",
-            Some(serde_json::to_vec(&json!({"tenant": "acme", "allow": ["prod/api=watch"], "deny": []})).unwrap()),
-            &[("authorization", as_operator.as_str())],
-        )
-        .await
-        .expect(StatusCode::CREATED)
-        .body["secret"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let as_watcher = format!("Bearer {token}");
-    let registered = server
-        .send(
-            Method::PUT,
-            &instance_path("api", "api-0"),
-            Some(serde_json::to_vec(&json!({"incarnation": 1, "endpoint": endpoint("10.0.0.1")})).unwrap()),
-            &[("authorization", as_operator.as_str())],
-        )
-        .await
-        .expect(StatusCode::OK);
+        .expect(StatusCode::CREATED);
+    let watcher = created.body["secret"].as_str().unwrap().to_owned();
+    let record = json!({"incarnation": 1, "endpoint": endpoint("10.0.0.1")});
+    let registered = as_token(
+        &server,
+        &operator,
+        Method::PUT,
+        &instance_path("api", "api-0"),
+        Some(record),
+    )
+    .await
+    .expect(StatusCode::OK);
+    const REPORT: &str = "/v1/convergence/report";
     let mut both = report("w", None, registered.revision(), now_ms());
     both["applied"].as_array_mut().unwrap().push(json!({
         "service": {"tenant": "acme", "namespace": "prod", "service": "secret"},
         "revision": 1, "received_unix_ms": 1
     }));
-    let send = |body: Value, auth: &str| {
-        let auth = auth.to_owned();
-        let server = &server;
-        async move {
-            server
-                .send(
-                    Method::POST,
-                    "/v1/convergence/report",
-                    Some(serde_json::to_vec(&body).unwrap()),
-                    &[("authorization", auth.as_str())],
-                )
-                .await
-        }
-    };
-    let denied = send(both, &as_watcher).await;
+    let denied = as_token(&server, &watcher, Method::POST, REPORT, Some(both)).await;
     assert_eq!(
         (denied.status, denied.code()),
         (StatusCode::FORBIDDEN, "permission_denied")
     );
-    let anonymous = server
-        .call(Method::POST, "/v1/convergence/report", Some(report("w", None, 1, 1)))
-        .await;
+    let anonymous = server.call(Method::POST, REPORT, Some(report("w", None, 1, 1))).await;
     assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
-    let read = |auth: String| {
+    let live = |secret: String| {
         let server = &server;
-        async move {
-            server
-                .send(Method::GET, SUMMARY, None, &[("authorization", auth.as_str())])
-                .await
-        }
+        async move { as_token(server, &secret, Method::GET, SUMMARY, None).await }
     };
     assert_eq!(
-        read(as_operator.clone()).await.expect(StatusCode::OK).body["live"],
+        live(operator.clone()).await.expect(StatusCode::OK).body["live"],
         0,
         "nothing was recorded"
     );
-    send(report("w", None, registered.revision(), now_ms()), &as_watcher)
+    let own = report("w", None, registered.revision(), now_ms());
+    as_token(&server, &watcher, Method::POST, REPORT, Some(own))
         .await
         .expect(StatusCode::OK);
-    assert_eq!(read(as_operator).await.expect(StatusCode::OK).body["live"], 1);
-    let watcher_reads = read(as_watcher).await;
+    assert_eq!(live(operator).await.expect(StatusCode::OK).body["live"], 1);
+    let watcher_reads = live(watcher).await;
     assert_eq!(
         watcher_reads.status,
         StatusCode::FORBIDDEN,

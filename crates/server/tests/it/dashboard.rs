@@ -8,7 +8,7 @@ use hyper::{Method, StatusCode};
 use muster_server::{Hooks, LabPlot, LabRequest, LabRun, LabRunner};
 use serde_json::{Value, json};
 
-use crate::support::{Lines, Reply, TestServer, endpoint, instance_path, poll};
+use crate::support::{Lines, TestServer, as_token, bootstrap, endpoint, instance_path, poll};
 
 /// A GET's status, headers and the body up to its first newline (a stream's first line) or
 /// its end (a file).
@@ -124,26 +124,6 @@ async fn the_overview_counts_endpoints_per_state_with_revisions_and_watchers() {
     );
     assert_eq!(namespaces[0]["watchers"], 0, "a service watch is not a namespace watch");
     assert_eq!(overview.body["revision"], server.revision().await);
-}
-
-async fn bootstrap(server: &TestServer) -> String {
-    let reply = server
-        .call(Method::POST, "/v1/acl/bootstrap", None)
-        .await
-        .expect(StatusCode::CREATED);
-    reply.body["secret"].as_str().unwrap().to_owned()
-}
-
-async fn as_token(server: &TestServer, secret: &str, method: Method, path: &str, body: Option<Value>) -> Reply {
-    let auth = format!("Bearer {secret}");
-    server
-        .send(
-            method,
-            path,
-            body.map(|b| serde_json::to_vec(&b).unwrap()),
-            &[("authorization", auth.as_str())],
-        )
-        .await
 }
 
 #[tokio::test]

@@ -521,3 +521,31 @@ impl Lines {
         String::from_utf8(line).expect("UTF-8")
     }
 }
+
+/// Bootstraps the ACL of a server with authentication on; the operator's secret.
+pub(crate) async fn bootstrap(server: &TestServer) -> String {
+    let reply = server
+        .call(Method::POST, "/v1/acl/bootstrap", None)
+        .await
+        .expect(StatusCode::CREATED);
+    reply.body["secret"].as_str().unwrap().to_owned()
+}
+
+/// A request with `Authorization: Bearer <secret>`.
+pub(crate) async fn as_token(
+    server: &TestServer,
+    secret: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> Reply {
+    let auth = format!("Bearer {secret}");
+    server
+        .send(
+            method,
+            path,
+            body.map(|b| serde_json::to_vec(&b).unwrap()),
+            &[("authorization", auth.as_str())],
+        )
+        .await
+}
