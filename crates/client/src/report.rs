@@ -11,9 +11,9 @@
 //!
 //! One [`Reporter`] per [`Client`](crate::Client) reports for all of its resolvers under one
 //! client id, so a process with fifty resolvers sends one small request per change, not
-//! fifty. A resolver that stops is forgotten (its feed's drop), and a reporter with nothing
-//! to report sends nothing. A failed report is retried at the next tick: convergence is
-//! telemetry, and never holds up a resolver.
+//! fifty. A service is forgotten when the last resolver of it stops (its feed's drop), and a
+//! reporter with nothing to report sends nothing. A failed report is sent again after a
+//! doubling pause (at most 5 s): convergence is telemetry, and never holds up a resolver.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -84,6 +84,8 @@ struct Entry {
 #[derive(Debug, Default)]
 struct State {
     entries: BTreeMap<ServiceKey, Entry>,
+    /// Resolvers of this client following each service: the entry goes with the last one.
+    followers: BTreeMap<ServiceKey, usize>,
     started: bool,
 }
 
@@ -145,9 +147,22 @@ impl Reporter {
         self.wake.notify_one();
     }
 
-    /// `key` is no longer followed.
+    /// One more resolver of this client follows `key`.
+    pub(crate) fn follow(&self, key: &ServiceKey) {
+        *self.lock().followers.entry(key.clone()).or_default() += 1;
+    }
+
+    /// A resolver of `key` stopped; with the last one, `key` is no longer reported.
     pub(crate) fn forget(&self, key: &ServiceKey) {
-        self.lock().entries.remove(key);
+        let mut state = self.lock();
+        let left = state.followers.get_mut(key).map(|n| {
+            *n = n.saturating_sub(1);
+            *n
+        });
+        if left.unwrap_or(0) == 0 {
+            state.followers.remove(key);
+            state.entries.remove(key);
+        }
     }
 
     /// The report to send: the changed entries, or all of them when `all`.
@@ -180,10 +195,11 @@ impl Reporter {
         }
     }
 
-    /// Sends `applied` in reports of at most [`ConvergenceReport::MAX_SERVICES`]; the
-    /// server's `report_every_ms` on success.
-    async fn send(&self, applied: Vec<AppliedRevision>) -> Option<Duration> {
-        let mut report_every = None;
+    /// Sends `applied` in reports of at most [`ConvergenceReport::MAX_SERVICES`]: the
+    /// server's `report_every_ms` on success, and whether any part failed (to be sent
+    /// again).
+    async fn send(&self, applied: Vec<AppliedRevision>) -> (Option<Duration>, bool) {
+        let (mut report_every, mut failed) = (None, false);
         for chunk in applied.chunks(ConvergenceReport::MAX_SERVICES) {
             let report = ConvergenceReport {
                 client_id: self.identity.client_id.clone(),
@@ -195,17 +211,22 @@ impl Reporter {
                 Err(error) => {
                     tracing::debug!(%error, "convergence report failed; it is sent again later");
                     self.retry(chunk);
+                    failed = true;
                 }
             }
         }
-        report_every
+        (report_every, failed)
     }
 }
+
+/// The longest pause after failed reports: a registry that is back is told within 5 s.
+const MAX_RETRY: Duration = Duration::from_secs(5);
 
 /// The reporter's task: ends when the client and every resolver using it are gone.
 async fn run(reporter: Weak<Reporter>, wake: Arc<Notify>) {
     let mut report_every = DEFAULT_REPORT_EVERY;
     let mut last_full = tokio::time::Instant::now();
+    let mut failures = 0u32;
     loop {
         tokio::select! {
             () = wake.notified() => {}
@@ -221,13 +242,23 @@ async fn run(reporter: Weak<Reporter>, wake: Arc<Notify>) {
             last_full = tokio::time::Instant::now();
         }
         let applied = reporter.take(full);
-        if !applied.is_empty()
-            && let Some(every) = reporter.send(applied).await
-        {
-            report_every = every;
+        let mut pause = interval;
+        if !applied.is_empty() {
+            let (every, failed) = reporter.send(applied).await;
+            if let Some(every) = every {
+                report_every = every;
+            }
+            if failed {
+                // Sent again after a doubling pause, without waiting for the next change.
+                failures = failures.saturating_add(1);
+                pause = interval.saturating_mul(1 << failures.min(5)).min(MAX_RETRY);
+                wake.notify_one();
+            } else {
+                failures = 0;
+            }
         }
         drop(reporter);
-        tokio::time::sleep(interval).await;
+        tokio::time::sleep(pause).await;
     }
 }
 

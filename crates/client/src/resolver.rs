@@ -168,6 +168,9 @@ pub(crate) fn parts(
             wake,
         }),
     };
+    if let Some(reporter) = &reporter {
+        reporter.follow(resolver.key());
+    }
     let feed = Feed {
         view,
         publish,

@@ -41,6 +41,10 @@ impl Default for LedgerConfig {
     }
 }
 
+/// Samples one change keeps: more than any one service's subscribers in practice (the
+/// `max_subscribers` bound is per server), and 400 KB at most.
+pub const MAX_SAMPLES_PER_CHANGE: usize = 100_000;
+
 /// What a summary is asked about.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Query {
@@ -90,7 +94,8 @@ pub struct ReportOutcome {
     pub latencies_ms: Vec<u64>,
 }
 
-/// Aggregates over every service, for the metrics (no client ids).
+/// Aggregates over every service, for the metrics (no client ids). The DNS listener is not
+/// among them: it routes nobody.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Totals {
     /// Services with subscribers.
@@ -108,6 +113,8 @@ pub(crate) struct Subscriber {
     pub(crate) cohort: Option<Cohort>,
     pub(crate) path: DeliveryPath,
     pub(crate) revision: Revision,
+    /// The highest revision it ever reported: a change below it was measured already.
+    pub(crate) highest: Revision,
     pub(crate) last_report_ms: u64,
 }
 
@@ -186,27 +193,36 @@ impl Ledger {
 
     /// Records what one client applied over `path`. Refused whole (changing nothing) past
     /// a bound.
+    ///
+    /// A client's word is taken with three limits: a `received_unix_ms` in the future counts
+    /// as now, a change is measured only the first time the client's revision passes it
+    /// (a client going back and forth adds nothing), and a change keeps at most
+    /// [`MAX_SAMPLES_PER_CHANGE`] samples.
     pub fn report(
         &mut self,
         path: DeliveryPath,
         report: &ConvergenceReport,
         now_ms: u64,
     ) -> Result<ReportOutcome, ReportError> {
-        self.admit(report)?;
+        self.admit(path, report)?;
         let mut outcome = ReportOutcome::default();
         for entry in &report.applied {
             let service = self.services.entry(entry.service.clone()).or_default();
-            let previous = service.subscribers.get(&report.client_id).map(|s| s.revision);
-            if previous.is_none() {
+            let previous = service.subscribers.get(&report.client_id).map(|s| s.highest);
+            if previous.is_none() && path != DeliveryPath::Dns {
                 self.subscribers += 1;
             }
+            let received = entry.received_unix_ms.min(now_ms);
             // The DNS listener applies at commit by construction (the live zone folds a
             // change in at its next query): its zero latencies would only dilute the
             // clients'. The time to a changed DNS answer is measured from outside.
             if let Some(previous) = previous.filter(|_| path != DeliveryPath::Dns) {
                 for change in service.changes.iter_mut() {
-                    if previous < change.revision && change.revision <= entry.revision {
-                        let latency = entry.received_unix_ms.saturating_sub(change.committed_ms);
+                    if previous < change.revision
+                        && change.revision <= entry.revision
+                        && change.samples.len() < MAX_SAMPLES_PER_CHANGE
+                    {
+                        let latency = received.saturating_sub(change.committed_ms);
                         change.samples.push(u32::try_from(latency).unwrap_or(u32::MAX));
                         outcome.latencies_ms.push(latency);
                     }
@@ -218,6 +234,7 @@ impl Ledger {
                     cohort: report.cohort.clone(),
                     path,
                     revision: entry.revision,
+                    highest: previous.map_or(entry.revision, |p| p.max(entry.revision)),
                     last_report_ms: now_ms,
                 },
             );
@@ -226,8 +243,9 @@ impl Ledger {
         Ok(outcome)
     }
 
-    /// Checks a report against the bounds before anything is recorded.
-    fn admit(&self, report: &ConvergenceReport) -> Result<(), ReportError> {
+    /// Checks a report against the bounds before anything is recorded. The DNS listener, one
+    /// per server, is not counted against `max_subscribers`.
+    fn admit(&self, path: DeliveryPath, report: &ConvergenceReport) -> Result<(), ReportError> {
         let got = report.applied.len();
         if got > ConvergenceReport::MAX_SERVICES {
             return Err(ReportError::TooManyServices {
@@ -241,8 +259,14 @@ impl Ledger {
                 new += 1;
                 continue;
             };
-            if !service.subscribers.contains_key(&report.client_id) {
+            let known = service.subscribers.get(&report.client_id);
+            if known.is_none() {
                 new += 1;
+            }
+            // Only a cohort new to this subscriber can be one too many: the common report
+            // (same client, same cohort) costs no walk over the service's subscribers.
+            if known.is_some_and(|s| s.cohort == report.cohort) {
+                continue;
             }
             if let Some(cohort) = &report.cohort {
                 let cohorts = service.cohorts();
@@ -255,12 +279,33 @@ impl Ledger {
                 }
             }
         }
-        if self.subscribers + new > self.config.max_subscribers {
+        if path != DeliveryPath::Dns && self.subscribers + new > self.config.max_subscribers {
             return Err(ReportError::TooManySubscribers {
                 max: self.config.max_subscribers,
             });
         }
         Ok(())
+    }
+
+    /// `key` was released (unknown from now on): the DNS listener no longer answers for it.
+    /// Its clients' records stay until they stop reporting it.
+    pub fn released(&mut self, key: &ServiceKey) {
+        if let Some(service) = self.services.get_mut(key) {
+            service.subscribers.retain(|_, s| s.path != DeliveryPath::Dns);
+            if service.subscribers.is_empty() {
+                self.services.remove(key);
+            }
+        }
+    }
+
+    /// `client` is still connected and following `keys` (an xDS stream, which has nothing to
+    /// say between changes): it counts as having just reported them.
+    pub fn touch<'k>(&mut self, client: &ClientId, keys: impl IntoIterator<Item = &'k ServiceKey>, now_ms: u64) {
+        for key in keys {
+            if let Some(subscriber) = self.services.get_mut(key).and_then(|s| s.subscribers.get_mut(client)) {
+                subscriber.last_report_ms = now_ms;
+            }
+        }
     }
 
     /// Whether anything is known of `key`'s subscribers.
@@ -295,7 +340,7 @@ impl Ledger {
         };
         for (key, service) in &self.services {
             let last = current(key).or(service.changes.back().map(|c| c.revision));
-            for subscriber in service.subscribers.values() {
+            for subscriber in service.subscribers.values().filter(|s| s.path != DeliveryPath::Dns) {
                 if subscriber.quiet_ms(now_ms) >= self.config.silent_after_ms {
                     totals.silent += 1;
                     continue;

@@ -195,13 +195,18 @@ fn reports_past_the_bounds_are_refused_whole() {
         .unwrap();
     let cohort = ledger.report(DeliveryPath::Watch, &report("b", Some("zone=b"), 1, 0), 0);
     assert!(matches!(cohort, Err(ReportError::TooManyCohorts { max: 1, .. })));
-    ledger.report(DeliveryPath::Dns, &report("b", None, 1, 0), 0).unwrap();
+    ledger.report(DeliveryPath::Xds, &report("b", None, 1, 0), 0).unwrap();
+    // The DNS listener (one per server) is not counted against the bound.
+    ledger.report(DeliveryPath::Dns, &report("dns", None, 1, 0), 0).unwrap();
     let full = ledger.report(DeliveryPath::Watch, &report("c", None, 1, 0), 0);
     assert_eq!(full, Err(ReportError::TooManySubscribers { max: 2 }));
     let reply = ledger.summary(&api(), Revision(1), &Query::default(), 0);
     assert_eq!(reply.live, 2, "the refused reports changed nothing");
     let paths: Vec<_> = reply.paths.iter().map(|p| (p.path, p.live)).collect();
-    assert_eq!(paths, [(DeliveryPath::Watch, 1), (DeliveryPath::Dns, 1)]);
+    assert_eq!(
+        paths,
+        [(DeliveryPath::Watch, 1), (DeliveryPath::Xds, 1), (DeliveryPath::Dns, 1)]
+    );
 }
 
 #[test]
@@ -226,7 +231,7 @@ fn only_the_last_changes_are_kept() {
 }
 
 #[test]
-fn the_dns_listener_counts_as_a_subscriber_but_adds_no_latency() {
+fn the_dns_listener_is_shown_by_its_path_but_never_makes_a_service_look_followed() {
     let mut ledger = Ledger::new(config());
     ledger
         .report(DeliveryPath::Dns, &report("dns:127.0.0.1:53", None, 1, 0), 0)
@@ -235,11 +240,68 @@ fn the_dns_listener_counts_as_a_subscriber_but_adds_no_latency() {
     let outcome = ledger
         .report(DeliveryPath::Dns, &report("dns:127.0.0.1:53", None, 2, 100), 100)
         .unwrap();
-    assert!(outcome.latencies_ms.is_empty());
+    assert!(
+        outcome.latencies_ms.is_empty(),
+        "it applies at commit: no latency to measure"
+    );
     let reply = ledger.summary(&api(), Revision(2), &Query::default(), 200);
-    assert_eq!((reply.live, reply.applied, reply.latency.samples), (1, 1, 0));
-    // In the server itself, it never goes silent and is never forgotten.
+    assert_eq!((reply.live, reply.applied, reply.latency.samples), (0, 0, 0));
+    assert_eq!(reply.paths.len(), 1);
+    assert_eq!(
+        (reply.paths[0].path, reply.paths[0].live, reply.paths[0].applied),
+        (DeliveryPath::Dns, 1, 1)
+    );
+    assert_eq!(ledger.totals(200, |_| Some(Revision(2))).live, 0);
+    // In the server itself, it never goes silent; it goes when the service is released.
     ledger.sweep(10_000_000);
-    let later = ledger.summary(&api(), Revision(2), &Query::default(), 10_000_000);
-    assert_eq!((later.live, later.silent_total), (1, 0));
+    assert!(ledger.tracks(&api()));
+    ledger.released(&api());
+    assert!(!ledger.tracks(&api()));
+}
+
+#[test]
+fn a_client_going_back_and_forth_measures_each_change_once_and_cannot_report_the_future() {
+    let mut ledger = Ledger::new(config());
+    ledger.report(DeliveryPath::Watch, &report("a", None, 1, 0), 0).unwrap();
+    ledger.changed(&api(), Revision(2), 1_000);
+    let first = ledger
+        .report(DeliveryPath::Watch, &report("a", None, 2, 9_999_999), 1_050)
+        .unwrap();
+    assert_eq!(first.latencies_ms, vec![50], "a receipt in the future counts as now");
+    ledger
+        .report(DeliveryPath::Watch, &report("a", None, 1, 1_100), 1_100)
+        .unwrap();
+    let again = ledger
+        .report(DeliveryPath::Watch, &report("a", None, 2, 1_200), 1_200)
+        .unwrap();
+    assert!(again.latencies_ms.is_empty(), "the change was measured already");
+    assert_eq!(
+        ledger
+            .summary(&api(), Revision(2), &Query::default(), 1_200)
+            .latency
+            .samples,
+        1
+    );
+}
+
+#[test]
+fn an_xds_stream_that_stays_connected_stays_live() {
+    let mut ledger = Ledger::new(config());
+    ledger
+        .report(DeliveryPath::Xds, &report("xds:envoy", None, 1, 0), 0)
+        .unwrap();
+    ledger.touch(&ClientId::new("xds:envoy").unwrap(), [&api()], 2_500);
+    let reply = ledger.summary(&api(), Revision(1), &Query::default(), 5_000);
+    assert_eq!((reply.live, reply.silent_total), (1, 0));
+}
+
+#[test]
+fn the_needed_count_is_the_smallest_share_at_or_above_the_fraction() {
+    use crate::needed;
+    assert_eq!(needed(0.07, 100), 7);
+    assert_eq!(needed(0.9, 100), 90);
+    assert_eq!(needed(0.95, 100), 95);
+    assert_eq!(needed(0.99, 101), 100);
+    assert_eq!(needed(1.0, 10), 10);
+    assert_eq!(needed(0.5, 0), 0);
 }

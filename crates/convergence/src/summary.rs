@@ -59,6 +59,14 @@ fn buckets(samples: &[u32]) -> Vec<LatencyBucket> {
         .collect()
 }
 
+/// How many of `live` subscribers a `fraction` asks for: the smallest count whose share is
+/// at least the fraction. The float product is rounded off by a millionth first, so that
+/// 0.07 × 100 asks for 7, not 8.
+pub fn needed(fraction: f64, live: usize) -> usize {
+    let exact = fraction * live as f64;
+    (exact - 1e-6).ceil().max(0.0) as usize
+}
+
 /// Live and applied subscribers.
 #[derive(Default, Clone, Copy)]
 struct Count {
@@ -87,6 +95,14 @@ pub(crate) fn reply(
             .as_ref()
             .is_some_and(|c| subscriber.cohort.as_ref() != Some(c))
         {
+            continue;
+        }
+        // The DNS listener is shown by its path only: it applies at commit, and counting it
+        // would let a service that no client follows look converged.
+        if subscriber.path == DeliveryPath::Dns {
+            let count = paths.entry(subscriber.path).or_insert_with(Count::default);
+            count.live += 1;
+            count.applied += usize::from(subscriber.revision >= target);
             continue;
         }
         let quiet_ms = subscriber.quiet_ms(now_ms);
@@ -128,7 +144,7 @@ pub(crate) fn reply(
     stragglers.truncate(LISTED);
     silent.sort_by(|a, b| a.silent_ms.cmp(&b.silent_ms).then(a.client_id.cmp(&b.client_id)));
     silent.truncate(LISTED);
-    let needed = (fraction * total.live as f64).ceil() as usize;
+    let needed = needed(fraction, total.live);
     let mut all_samples: Vec<u32> = ledger.changes.iter().flat_map(|c| c.samples.iter().copied()).collect();
     ConvergenceReply {
         service: key.clone(),
@@ -138,6 +154,7 @@ pub(crate) fn reply(
         fraction,
         live: total.live,
         applied: total.applied,
+        needed,
         converged: total.applied >= needed,
         cohorts: cohorts
             .into_iter()

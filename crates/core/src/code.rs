@@ -98,7 +98,8 @@ codes! {
     FutureRevision = "future_revision", 400, false;
     // Convergence telemetry (SPEC O3): a report with a bad client id or cohort, or one past
     // the bounds on tracked subscribers and cohorts.
-    /// A convergence report named a bad client id, cohort or service.
+    /// A convergence report carried more services than one report may (a bad client id or
+    /// cohort is refused earlier, by the body's parser, as `bad_request`).
     InvalidReport = "invalid_report", 422, false;
     /// A convergence report past the bounds on tracked subscribers or cohorts.
     TooManySubscribers = "too_many_subscribers", 429, false;

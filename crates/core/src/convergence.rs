@@ -210,11 +210,14 @@ pub struct ConvergenceReply {
     pub live: usize,
     /// Of them, those that applied `target` or later.
     pub applied: usize,
-    /// Whether `applied >= ceil(fraction × live)`.
+    /// How many must have: the smallest count whose share of `live` is at least `fraction`.
+    pub needed: usize,
+    /// Whether `applied >= needed`.
     pub converged: bool,
     /// Live and applied subscribers per cohort (`cohort` null: those without one).
     pub cohorts: Vec<GroupCount>,
-    /// Live and applied subscribers per delivery path.
+    /// Live and applied subscribers per delivery path. The DNS listener (path `dns`) is
+    /// counted here only: it applies at commit, and routes nobody itself.
     pub paths: Vec<PathCount>,
     /// Live subscribers per applied revision, newest first.
     pub by_revision: Vec<RevisionCount>,

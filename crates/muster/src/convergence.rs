@@ -137,44 +137,66 @@ pub async fn wait_converged(args: WaitConvergedArgs, json: bool, out: &mut dyn W
         fraction: Some(args.fraction),
     };
     let deadline = tokio::time::Instant::now() + args.timeout;
+    // A deploy outlives a registry restart or a dropped connection: a transient failure is
+    // retried until the deadline, then reported.
+    let mut last = None;
+    let mut failure = None;
     loop {
-        let reply = client.convergence(&key, &query).await?;
-        let enough = reply.live >= args.min_subscribers;
-        if reply.converged && enough {
-            return emit(out, json, &reply, || {
-                format!(
-                    "converged: {} of {} live subscribers applied revision {} or later (fraction {} asked)\n",
-                    reply.applied, reply.live, reply.target, reply.fraction
-                )
-            });
+        let read = tokio::time::timeout_at(deadline, client.convergence(&key, &query)).await;
+        match read.unwrap_or_else(|_| {
+            Err(muster_client::ClientError::Timeout {
+                server: client.server().to_owned(),
+                after: args.timeout,
+            })
+        }) {
+            Ok(reply) if reply.converged && reply.live >= args.min_subscribers => {
+                return emit(out, json, &reply, || {
+                    format!(
+                        "converged: {} of {} live subscribers applied revision {} or later (fraction {} asked)\n",
+                        reply.applied, reply.live, reply.target, reply.fraction
+                    )
+                });
+            }
+            Ok(reply) => last = Some(reply),
+            Err(error) if error.is_transient() => {
+                tracing::debug!(%error, "convergence read failed; retrying");
+                failure = Some(error);
+            }
+            Err(error) => return Err(error.into()),
         }
         if tokio::time::Instant::now() + POLL_EVERY > deadline {
-            emit(out, json, &reply, || summary_text(&reply))?;
-            let why = if enough {
-                format!(
-                    "{} of {} live subscribers applied revision {} or later; {} needed (fraction {})",
-                    reply.applied,
-                    reply.live,
-                    reply.target,
-                    (reply.fraction * reply.live as f64).ceil(),
-                    reply.fraction
-                )
-            } else {
-                format!(
-                    "{} live subscribers, {} needed (--min-subscribers)",
-                    reply.live, args.min_subscribers
-                )
-            };
-            return Err(CliError::NotConverged {
-                message: format!(
-                    "not converged after {}: {why}; {} stragglers",
-                    crate::duration::format_millis(args.timeout.as_millis() as u64),
-                    reply.stragglers_total
-                ),
-            });
+            break;
         }
         tokio::time::sleep(POLL_EVERY).await;
     }
+    let Some(reply) = last else {
+        // Nothing but failures: the last one says why.
+        return Err(failure.map_or_else(
+            || CliError::NotConverged {
+                message: "the registry could not be read before the timeout".into(),
+            },
+            CliError::from,
+        ));
+    };
+    emit(out, json, &reply, || summary_text(&reply))?;
+    let why = if reply.live >= args.min_subscribers {
+        format!(
+            "{} of {} live subscribers applied revision {} or later; {} needed (fraction {})",
+            reply.applied, reply.live, reply.target, reply.needed, reply.fraction
+        )
+    } else {
+        format!(
+            "{} live subscribers, {} needed (--min-subscribers)",
+            reply.live, args.min_subscribers
+        )
+    };
+    Err(CliError::NotConverged {
+        message: format!(
+            "not converged after {}: {why}; {} stragglers",
+            crate::duration::format_millis(args.timeout.as_millis() as u64),
+            reply.stragglers_total
+        ),
+    })
 }
 
 /// The human form of a convergence reply: counts, cohorts, latency, stragglers.

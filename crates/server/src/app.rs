@@ -76,6 +76,8 @@ pub(crate) struct App {
     pub(crate) xds: Arc<crate::xds::XdsState>,
     /// Which revision every subscriber applied (SPEC O3).
     pub(crate) convergence: Arc<crate::convergence::Convergence>,
+    /// The open change streams' slots (`live::MAX_STREAMS`).
+    pub(crate) live_streams: Arc<tokio::sync::Semaphore>,
 }
 
 /// What the background parts of an [`App`] start from.
@@ -154,6 +156,7 @@ impl App {
             #[cfg(feature = "xds")]
             xds,
             convergence,
+            live_streams: Arc::new(tokio::sync::Semaphore::new(crate::live::MAX_STREAMS)),
         }
     }
 

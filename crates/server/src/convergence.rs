@@ -7,7 +7,7 @@
 //!  POST /v1/convergence/report ─▶ report ─▶ ledger.report(watch, …) ─▶ latency histogram
 //!  xDS ACK of an endpoint resource ─▶ Convergence::xds_acked ─▶ ledger.report(xds, …)
 //!  GET  /v1/convergence/{t}/{ns}/{svc} ─▶ summary ─▶ ledger.summary(current revision, query)
-//!  sweep task (every 10 s) ─▶ forget long-silent subscribers
+//!  sweep task ─▶ forget long-silent subscribers; open xDS streams count as reporting
 //! ```
 //!
 //! # Why a small endpoint and not the watch connection
@@ -67,7 +67,8 @@ pub(crate) struct Convergence {
     dns: Option<(ClientId, Label)>,
     /// Commit→applied seconds by delivery path (SPEC O3), for `/v1/metrics`.
     pub(crate) latency: Family<PathLabel, Histogram>,
-    /// Reports refused (bounds, permissions, bad input).
+    /// Reports refused (bounds, permissions, revisions this node has not reached); a body
+    /// that does not parse is refused before it reaches here.
     pub(crate) refused: Counter,
 }
 
@@ -159,28 +160,50 @@ impl Convergence {
         }
     }
 
-    /// Forgets long-silent subscribers, until the server stops.
-    pub(crate) async fn run_sweeper(self: Arc<Self>, mut stopping: tokio::sync::watch::Receiver<bool>) {
-        let mut ticker = tokio::time::interval(SWEEP_EVERY);
-        loop {
-            tokio::select! {
-                _ = ticker.tick() => {}
-                _ = stopping.wait_for(|stopping| *stopping) => return,
+    /// xDS streams open now follow what they ACKed: calm, they are live (an ACK comes only
+    /// after a change).
+    #[cfg(feature = "xds")]
+    fn xds_alive(&self, followed: Vec<(String, Vec<ServiceKey>)>) {
+        let now = self.clock.unix_now_ms();
+        let mut ledger = self.lock();
+        for (node, services) in followed {
+            if let Ok(client) = ClientId::new(format!("xds:{node}")) {
+                ledger.touch(&client, &services, now);
             }
-            self.lock().sweep(self.clock.unix_now_ms());
         }
+    }
+}
+
+/// Forgets long-silent subscribers and keeps open xDS streams live, until the server stops.
+/// Every `silent_after_ms / 3` (at most [`SWEEP_EVERY`]), so a calm xDS stream never looks
+/// silent.
+pub(crate) async fn run_sweeper(app: Arc<App>, mut stopping: tokio::sync::watch::Receiver<bool>) {
+    let convergence = Arc::clone(&app.convergence);
+    let silent_after = Duration::from_millis(convergence.lock().config().silent_after_ms);
+    let mut ticker = tokio::time::interval(SWEEP_EVERY.min(silent_after / 3).max(Duration::from_millis(100)));
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stopping.wait_for(|stopping| *stopping) => return,
+        }
+        #[cfg(feature = "xds")]
+        convergence.xds_alive(app.xds.clients.followed());
+        convergence.lock().sweep(convergence.clock.unix_now_ms());
     }
 }
 
 impl ApplyObserver for Convergence {
     fn applied(&self, _registry: &Registry, applied: &Applied) {
-        if applied.updates.is_empty() {
+        if applied.updates.is_empty() && applied.released.is_empty() {
             return;
         }
         let now = self.clock.unix_now_ms();
         let mut ledger = self.lock();
         for update in &applied.updates {
             ledger.changed(&update.key, applied.revision, now);
+        }
+        for key in &applied.released {
+            ledger.released(key);
         }
         // The DNS listener answers from the live zone, which folds this change in at its
         // next query: it has applied the revision now (SPEC O3 "commit→DNS").
@@ -217,6 +240,17 @@ pub(crate) async fn report(
     caller: Caller,
     JsonBody(report): JsonBody<ConvergenceReport>,
 ) -> Result<Json<ReportReply>, ApiError> {
+    let current = app.hub.revision();
+    if let Some(ahead) = report.applied.iter().find(|entry| entry.revision > current) {
+        app.convergence.refused.inc();
+        return Err(ApiError::new(
+            ErrorCode::FutureRevision,
+            format!(
+                "{} at revision {}: this node is at revision {current} (report to the node you watch)",
+                ahead.service, ahead.revision
+            ),
+        ));
+    }
     if let Some(denied) = report
         .applied
         .iter()
@@ -254,8 +288,8 @@ pub(crate) struct SummaryQuery {
     /// The fraction of live subscribers that must have applied it, in (0, 1] (default 1).
     #[serde(default)]
     fraction: Option<f64>,
-    /// Stream the summary as NDJSON: at once, then whenever it changes (checked every
-    /// 500 ms; the ages in it change while anyone is behind or silent).
+    /// Stream the summary as NDJSON: at once, then whenever its counts change (checked every
+    /// 500 ms); while only its ages move, at most every 5 s.
     #[serde(default)]
     stream: bool,
 }
@@ -284,6 +318,7 @@ impl SummaryQuery {
 /// `GET /v1/convergence/{tenant}/{namespace}/{service}[?stream=true]`.
 pub(crate) async fn summary(
     State(app): State<Arc<App>>,
+    caller: Caller,
     segments: Segments,
     QueryParams(params): QueryParams<SummaryQuery>,
 ) -> Result<Response, ApiError> {
@@ -296,9 +331,36 @@ pub(crate) async fn summary(
         )));
     }
     let read = Arc::clone(&app);
-    Ok(crate::live::once_or_stream(&app, params.stream, move || {
+    let summarise = move || {
         let revision = current(&read, &key).unwrap_or(Revision::ZERO);
         serde_json::to_value(read.convergence.summary(&key, revision, &query))
             .map_err(|error| ApiError::new(ErrorCode::Internal, format!("cannot encode the summary: {error}")))
-    }))
+    };
+    Ok(crate::live::once_or_stream_by(
+        &app,
+        &caller,
+        params.stream,
+        summarise,
+        without_ages,
+    ))
+}
+
+/// A summary without what only the clock changes (`unix_ms` and every `*_ms` age): what
+/// makes a new line of its stream.
+fn without_ages(summary: &serde_json::Value) -> Option<serde_json::Value> {
+    fn strip(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(fields) => {
+                fields.retain(|name, _| {
+                    !matches!(name.as_str(), "unix_ms" | "behind_ms" | "last_report_ms" | "silent_ms")
+                });
+                fields.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut essence = summary.clone();
+    strip(&mut essence);
+    Some(essence)
 }

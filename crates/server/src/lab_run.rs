@@ -265,8 +265,10 @@ impl Drop for Running {
 /// `GET /v1/lab/run`.
 pub(crate) async fn run(
     State(state): State<Arc<LabState>>,
+    headers: axum::http::HeaderMap,
     query: Result<Query<LabQuery>, QueryRejection>,
 ) -> Result<Json<LabRun>, ApiError> {
+    refuse_cross_site(&headers)?;
     let Query(query) = query.map_err(|rejection| invalid(format!("query: {}", rejection.body_text())))?;
     let request = validate(query)?;
     let Some(runner) = state.runner.clone() else {
@@ -291,6 +293,20 @@ pub(crate) async fn run(
     .await
     .map_err(|error| ApiError::new(ErrorCode::Internal, format!("the lab run failed: {error}")))?;
     outcome.map(Json).map_err(invalid)
+}
+
+/// A run costs seconds of CPU, and a GET from another site's page (an `<img src>`) carries
+/// no `Origin` for the browser guard to refuse (SPEC S6). Browsers name the request's site
+/// in `Sec-Fetch-Site`: only the dashboard's own page (`same-origin`) or the user typing the
+/// URL (`none`) may start one; native clients send no such header.
+fn refuse_cross_site(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    match headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        None | Some("same-origin" | "none") => Ok(()),
+        Some(site) => Err(ApiError::new(
+            ErrorCode::ForbiddenOrigin,
+            format!("a lab run may start only from the dashboard itself, not from a {site} page"),
+        )),
+    }
 }
 
 #[cfg(test)]

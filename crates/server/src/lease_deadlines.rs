@@ -26,6 +26,7 @@ use muster_core::{ErrorCode, InstanceId, LeaseId, ServiceKey};
 use serde::{Deserialize, Serialize};
 
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{QueryParams, Segments};
 use crate::live;
@@ -68,12 +69,13 @@ pub(crate) struct EndpointDeadline {
 /// `GET /v1/deadlines/{tenant}/{namespace}/{service}`.
 pub(crate) async fn deadlines(
     State(app): State<Arc<App>>,
+    caller: Caller,
     segments: Segments,
     QueryParams(query): QueryParams<DeadlinesQuery>,
 ) -> Result<Response, ApiError> {
     let key = segments.service()?;
     let reader = Arc::clone(&app);
-    Ok(live::once_or_stream(&app, query.stream, move || {
+    Ok(live::once_or_stream(&app, &caller, query.stream, move || {
         serde_json::to_value(read(&reader, &key)).map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))
     }))
 }

@@ -23,7 +23,11 @@
 //! # Correctness
 //! - The first line is the value at the request, so a client never waits `interval` for it.
 //! - A line is sent only when the value differs from the last one sent (compared as encoded
-//!   bytes; `serde_json` maps keep a stable order), so an idle view costs no bandwidth.
+//!   bytes; `serde_json` maps keep a stable order), so an idle view costs no bandwidth. A
+//!   value with ages in it (convergence's `behind_ms`) names its essence: a change of ages
+//!   alone is sent at most every [`AGES_EVERY`].
+//! - At most [`MAX_STREAMS`] streams are open; a token revoked meanwhile ends its stream
+//!   with an `unauthenticated` error line, as a watch ends.
 //! - A bare newline at least every [`KEEP_ALIVE`] keeps proxies and browsers from timing the
 //!   idle stream out; NDJSON readers skip empty lines.
 //! - The stream ends when the server starts stopping, so a graceful stop is not held up by
@@ -39,7 +43,10 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use muster_core::api::{ErrorBody, ErrorDetail};
 
+use muster_core::ErrorCode;
+
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::ApiError;
 
 /// The longest an idle stream stays silent: 15 s, under the 30–60 s idle timeouts of common
@@ -50,50 +57,97 @@ pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// dashboard change must take to show (SPEC U2), and one cheap read per open view.
 pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_millis(500);
 
+/// The most change streams one server keeps open: a dashboard tab holds one or two, so
+/// 1,024 is hundreds of open dashboards, while each stream's read every `interval` stays a
+/// bounded load (SPEC W4). More: `too_many_watches`.
+pub(crate) const MAX_STREAMS: usize = 1_024;
+
+/// How often a value whose only changes are ages (`*_ms` counting up) is sent anyway: the
+/// dashboard's "behind 3 s" moves without a line every 500 ms.
+pub(crate) const AGES_EVERY: Duration = Duration::from_secs(5);
+
 /// A stream of `f()`'s value as NDJSON: at once, then on change (see the module docs).
 /// An error from the first call is the reply itself.
-pub(crate) fn changes_stream<F>(app: &Arc<App>, interval: Duration, mut f: F) -> Response
+pub(crate) fn changes_stream<F>(app: &Arc<App>, caller: &Caller, interval: Duration, f: F) -> Response
 where
     F: FnMut() -> Result<serde_json::Value, ApiError> + Send + 'static,
 {
+    changes_stream_by(app, caller, interval, f, |_| None)
+}
+
+/// [`changes_stream`], where `essence` gives the part of a value that counts as a change
+/// (`None`: all of it); a value that differs only outside it is sent at most every
+/// [`AGES_EVERY`].
+pub(crate) fn changes_stream_by<F>(
+    app: &Arc<App>,
+    caller: &Caller,
+    interval: Duration,
+    mut f: F,
+    essence: fn(&serde_json::Value) -> Option<serde_json::Value>,
+) -> Response
+where
+    F: FnMut() -> Result<serde_json::Value, ApiError> + Send + 'static,
+{
+    let Ok(permit) = Arc::clone(&app.live_streams).try_acquire_owned() else {
+        return ApiError::new(
+            ErrorCode::TooManyWatches,
+            format!("this server already streams {MAX_STREAMS} views; close one or read without stream=true"),
+        )
+        .into_response();
+    };
     let first = match f() {
-        Ok(value) => line(&value),
+        Ok(value) => value,
         Err(error) => return error.into_response(),
     };
     let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(1);
     let mut stopping = app.stopping();
+    // A token revoked while the stream is open ends it, as it ends a watch (SPEC S1).
+    let revoked: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match caller.token_ref() {
+        Some(token) => Box::pin(crate::auth::revoked(Arc::clone(app), Arc::clone(token))),
+        None => Box::pin(std::future::pending()),
+    };
     tokio::spawn(async move {
-        let mut last = first.clone();
-        if sender.send(first).await.is_err() || *stopping.borrow_and_update() {
+        let _permit = permit;
+        let mut revoked = revoked;
+        let key = |value: &serde_json::Value| essence(value).map_or_else(|| line(value), |part| line(&part));
+        let (mut last, mut last_key) = (line(&first), key(&first));
+        if sender.send(last.clone()).await.is_err() || *stopping.borrow_and_update() {
             return;
         }
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticker.tick().await;
-        let mut quiet = Duration::ZERO;
+        let (mut quiet, mut since_sent) = (Duration::ZERO, Duration::ZERO);
         loop {
             tokio::select! {
                 _ = ticker.tick() => {}
                 () = sender.closed() => return,
                 // Stopping (or the server gone with its sender): the stream ends.
                 _ = stopping.changed() => return,
+                () = &mut revoked => {
+                    let error = ApiError::new(ErrorCode::Unauthenticated, "the token was revoked");
+                    let _ = sender.send(error_line(&error)).await;
+                    return;
+                }
             }
-            let next = match f() {
-                Ok(value) => line(&value),
+            quiet += interval;
+            since_sent += interval;
+            let value = match f() {
+                Ok(value) => value,
                 Err(error) => {
                     let _ = sender.send(error_line(&error)).await;
                     return;
                 }
             };
-            let out = if next == last {
-                quiet += interval;
-                if quiet < KEEP_ALIVE {
-                    continue;
-                }
+            let (next, next_key) = (line(&value), key(&value));
+            let out = if next_key != last_key || (next != last && since_sent >= AGES_EVERY) {
+                (last, last_key) = (next.clone(), next_key);
+                since_sent = Duration::ZERO;
+                next
+            } else if quiet >= KEEP_ALIVE {
                 Bytes::from_static(b"\n")
             } else {
-                last = next.clone();
-                next
+                continue;
             };
             quiet = Duration::ZERO;
             if sender.send(out).await.is_err() {
@@ -115,12 +169,26 @@ where
 }
 
 /// A reply that is either the value once (JSON) or its change stream (`stream`).
-pub(crate) fn once_or_stream<F>(app: &Arc<App>, stream: bool, mut f: F) -> Response
+pub(crate) fn once_or_stream<F>(app: &Arc<App>, caller: &Caller, stream: bool, f: F) -> Response
+where
+    F: FnMut() -> Result<serde_json::Value, ApiError> + Send + 'static,
+{
+    once_or_stream_by(app, caller, stream, f, |_| None)
+}
+
+/// [`once_or_stream`] with [`changes_stream_by`]'s `essence`.
+pub(crate) fn once_or_stream_by<F>(
+    app: &Arc<App>,
+    caller: &Caller,
+    stream: bool,
+    mut f: F,
+    essence: fn(&serde_json::Value) -> Option<serde_json::Value>,
+) -> Response
 where
     F: FnMut() -> Result<serde_json::Value, ApiError> + Send + 'static,
 {
     if stream {
-        return changes_stream(app, DEFAULT_INTERVAL, f);
+        return changes_stream_by(app, caller, DEFAULT_INTERVAL, f, essence);
     }
     match f() {
         Ok(value) => axum::Json(value).into_response(),

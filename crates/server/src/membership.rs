@@ -47,6 +47,7 @@ pub(crate) struct ClusterQuery {
 /// `GET /v1/cluster[?stream=true]`.
 pub(crate) async fn status(
     State(app): State<Arc<App>>,
+    caller: crate::auth::Caller,
     QueryParams(query): QueryParams<ClusterQuery>,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
@@ -54,7 +55,7 @@ pub(crate) async fn status(
         return Json(reply(&app)).into_response();
     }
     let reader = Arc::clone(&app);
-    crate::live::changes_stream(&app, crate::live::DEFAULT_INTERVAL, move || {
+    crate::live::changes_stream(&app, &caller, crate::live::DEFAULT_INTERVAL, move || {
         let mut line = serde_json::to_value(reply(&reader))
             .map_err(|e| ApiError::new(muster_core::ErrorCode::Internal, e.to_string()))?;
         let node = reader.node.status();

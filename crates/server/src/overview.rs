@@ -108,7 +108,8 @@ pub(crate) async fn overview(
     QueryParams(query): QueryParams<OverviewQuery>,
 ) -> Response {
     let reader = Arc::clone(&app);
-    live::once_or_stream(&app, query.stream, move || {
+    let streamed = caller.clone();
+    live::once_or_stream(&app, &streamed, query.stream, move || {
         serde_json::to_value(read(&reader, &caller))
             .map_err(|e| ApiError::new(muster_core::ErrorCode::Internal, e.to_string()))
     })

@@ -96,9 +96,9 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
         crate::guard::check_origin(origin).map_err(ServerError::Config)?;
     }
     let convergence = &config.convergence;
-    if convergence.report_every_ms == 0 || convergence.silent_after_ms <= convergence.report_every_ms {
+    if convergence.report_every_ms == 0 || convergence.silent_after_ms < 2 * convergence.report_every_ms {
         return Err(ServerError::Config(
-            "convergence: report_every_ms must be at least 1 and below silent_after_ms (a subscriber reporting on time must never look silent)".into(),
+            "convergence: report_every_ms must be at least 1 and silent_after_ms at least twice it (a subscriber one report late must not look silent)".into(),
         ));
     }
     if convergence.forget_after_ms < convergence.silent_after_ms || convergence.max_subscribers == 0 {
@@ -182,16 +182,6 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     // The Consul API's blocking queries wake on the apply path, each on its own service
     // (`consul::waiters`).
     let consul_waiters = Arc::new(Waiters::default());
-    let mut observers: Vec<Arc<dyn muster_consensus::ApplyObserver>> = vec![
-        Arc::new(DnsFeed::new(Arc::clone(&dns_zone))),
-        hub.clone(),
-        leader_feed,
-        Arc::new(PolicyWatch::new(config.registry.clone())),
-        Arc::clone(&audit) as Arc<dyn muster_consensus::ApplyObserver>,
-        Arc::new(token_watch),
-        Arc::new(MetricsObserver(Arc::clone(&metrics))),
-        Arc::new(crate::endpoint_log::EndpointLog::default()),
-    ];
     // The DNS listener is a subscriber of its tenant's services (SPEC O3).
     let dns_subscriber = config.dns_enabled.then(|| {
         let id = muster_core::convergence::ClientId::new(format!("dns:{}", config.dns))
@@ -203,7 +193,19 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         clock,
         dns_subscriber,
     ));
-    observers.push(Arc::clone(&convergence) as Arc<dyn muster_consensus::ApplyObserver>);
+    let mut observers: Vec<Arc<dyn muster_consensus::ApplyObserver>> = vec![
+        Arc::new(DnsFeed::new(Arc::clone(&dns_zone))),
+        // Before the hub: a change is in the ledger before any watcher can hear of it, so a
+        // fast subscriber's report always finds the change it measures.
+        Arc::clone(&convergence) as Arc<dyn muster_consensus::ApplyObserver>,
+        hub.clone(),
+        leader_feed,
+        Arc::new(PolicyWatch::new(config.registry.clone())),
+        Arc::clone(&audit) as Arc<dyn muster_consensus::ApplyObserver>,
+        Arc::new(token_watch),
+        Arc::new(MetricsObserver(Arc::clone(&metrics))),
+        Arc::new(crate::endpoint_log::EndpointLog::default()),
+    ];
     if config.consul.enabled {
         observers.push(Arc::clone(&consul_waiters) as Arc<dyn muster_consensus::ApplyObserver>);
     }
@@ -393,7 +395,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     });
     // One timer for every watch stream's `progress` frames; it ends when the hub closes.
     tokio::spawn(Arc::clone(&app.hub).run_progress_ticker(app.progress_interval));
-    tokio::spawn(Arc::clone(&app.convergence).run_sweeper(stopping_rx.clone()));
+    tokio::spawn(crate::convergence::run_sweeper(Arc::clone(&app), stopping_rx.clone()));
     let leader = tokio::spawn(leader::run(Arc::clone(&app), leader_messages, stopping_rx));
     // Ends when the server starts stopping (or the node stops).
     tokio::spawn(crate::metrics::follow_leader(Arc::clone(&app)));

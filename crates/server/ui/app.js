@@ -17,7 +17,6 @@ const TOKEN_KEY = 'muster.token';
 const STATES = ['ready', 'degraded', 'starting', 'draining', 'not_serving', 'unknown'];
 const LAB_SETUPS = ['reference', 'all', 'hard-coded', 'ttl-10s', 'ttl-2s', 'watch', 'eject', 'drain',
   'silence', 'preservation'];
-const CONVERGENCE_ROUTE = '/v1/convergence/{tenant}/{namespace}/{service}';
 // Reconnect backoff of a stream that ended: 0.5 s doubling to 8 s.
 const RETRY_FIRST_MS = 500;
 const RETRY_MAX_MS = 8000;
@@ -112,7 +111,11 @@ async function readStream(path, signal, onLine) {
     while ((newline = buffered.indexOf('\n')) >= 0) {
       const line = buffered.slice(0, newline).trim();
       buffered = buffered.slice(newline + 1);
-      if (line) onLine(JSON.parse(line), response);
+      if (!line) continue;
+      const value = JSON.parse(line);
+      // A change stream ends with an error line (a revoked token, a failed read).
+      if (value && value.error && value.error.code) throw new ApiError(0, value.error.code, value.error.message);
+      if (value) onLine(value, response);
     }
   }
 }
@@ -134,7 +137,9 @@ function follow(view, name, path, handlers) {
         view.streamState(name, 'reconnecting');
       } catch (error) {
         if (view.signal.aborted) return;
-        if (error instanceof ApiError) {
+        // Refusals that will not change by asking again end the stream; a server that is
+        // busy, restarting or without a quorum is asked again, with backoff.
+        if (error instanceof ApiError && !transient(error)) {
           view.streamState(name, 'refused');
           handlers.onRefused ? handlers.onRefused(error) : refused(error);
           return;
@@ -146,6 +151,13 @@ function follow(view, name, path, handlers) {
     }
   };
   run();
+}
+
+// Whether asking again may help: 408, 429 and 5xx, and the API's codes of the moment.
+function transient(error) {
+  const codes = ['request_timeout', 'too_many_watches', 'no_quorum', 'stale', 'unavailable', 'storage_failed',
+    'too_many_connections', 'internal', 'lab_busy'];
+  return error.status === 408 || error.status === 429 || error.status >= 500 || codes.includes(error.code);
 }
 
 function sleep(ms, signal) {
@@ -241,7 +253,12 @@ function route() {
   main.replaceChildren();
   const hash = location.hash.replace(/^#/, '') || '/';
   const [path, query] = hash.split('?');
-  const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+  let parts;
+  try {
+    parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+  } catch (_) {
+    parts = ['not-found', 'not-found', 'not-found', 'not-found'];  // a malformed link: the not-found view
+  }
   for (const link of document.querySelectorAll('header nav a')) {
     const target = link.getAttribute('href').slice(1);
     link.classList.toggle('active', target === '/' ? parts.length === 0 || parts.length === 3 : path === target);
@@ -444,42 +461,9 @@ function convergencePanel(view, path) {
     if (error.status === 404) none();
     else refused(error);
   };
-  const url = '/v1/convergence/' + path;
-  let reread = null;
-  (async () => {
-    let operation;
-    try {
-      const doc = await getJson('/v1/openapi.json', view.signal);
-      operation = doc.paths && doc.paths[CONVERGENCE_ROUTE] && doc.paths[CONVERGENCE_ROUTE].get;
-    } catch (_) {
-      if (!view.signal.aborted) none();
-      return;
-    }
-    if (!operation) return none('this server does not report it');
-    if ((operation.parameters || []).some((p) => p.name === 'stream')) {
-      follow(view, 'convergence', url + '?stream=true', { onLine: show, onRefused });
-      return;
-    }
-    let reading = false;
-    let again = false;
-    reread = async () => {
-      if (reading) { again = true; return; }
-      reading = true;
-      try {
-        do {
-          again = false;
-          show(await getJson(url, view.signal));
-        } while (again && !view.signal.aborted);
-      } catch (error) {
-        if (!view.signal.aborted && error instanceof ApiError) onRefused(error);
-      } finally {
-        reading = false;
-      }
-    };
-    reread();
-  })();
-  // The service view calls this on every change of the service.
-  return { panel, changed: () => { if (reread) reread(); } };
+  // The summary's own change stream: counts as they change, ages every few seconds.
+  follow(view, 'convergence', '/v1/convergence/' + path + '?stream=true', { onLine: show, onRefused });
+  return { panel, changed: () => {} };
 }
 
 function renderConvergence(c) {

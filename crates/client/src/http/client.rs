@@ -129,8 +129,10 @@ pub struct ClientBuilder {
     tls: Option<ClientTls>,
     actor: Option<Actor>,
     transport: Option<HttpService>,
-    /// Who reports what the resolvers applied (none: no reports).
-    report: Option<ReportIdentity>,
+    /// Who reports what the resolvers applied.
+    report: ReportIdentity,
+    /// Whether resolvers report at all.
+    report_on: bool,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -144,7 +146,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("tls", &self.tls.is_some())
             .field("actor", &self.actor)
             .field("custom_transport", &self.transport.is_some())
-            .field("report", &self.report)
+            .field("report", &self.report_on.then_some(&self.report))
             .finish()
     }
 }
@@ -225,37 +227,27 @@ impl ClientBuilder {
     /// `host:pid` ([`ReportIdentity::for_this_process`]). An id should stay the same across
     /// reconnects and restarts of one instance (a pod name).
     pub fn client_id(mut self, id: ClientId) -> ClientBuilder {
-        if let Some(report) = &mut self.report {
-            report.client_id = id;
-        }
+        self.report.client_id = id;
         self
     }
 
     /// Reports under the cohort `label` (`zone=a`, `version=1.4`).
     pub fn cohort(mut self, label: Cohort) -> ClientBuilder {
-        if let Some(report) = &mut self.report {
-            report.cohort = Some(label);
-        }
+        self.report.cohort = Some(label);
         self
     }
 
     /// Sends at most one report per `interval` (default
     /// [`DEFAULT_REPORT_INTERVAL`](crate::report::DEFAULT_REPORT_INTERVAL)).
     pub fn report_interval(mut self, interval: Duration) -> ClientBuilder {
-        if let Some(report) = &mut self.report {
-            report.interval = interval;
-        }
+        self.report.interval = interval;
         self
     }
 
     /// Whether resolvers report what they applied (default: yes). Off, the server cannot
     /// count this client in a deploy's convergence.
     pub fn report_applied(mut self, on: bool) -> ClientBuilder {
-        self.report = match (on, self.report.take()) {
-            (true, None) => Some(ReportIdentity::for_this_process()),
-            (true, Some(report)) => Some(report),
-            (false, _) => None,
-        };
+        self.report_on = on;
         self
     }
 
@@ -288,7 +280,9 @@ impl ClientBuilder {
             reporter: None,
         };
         // The reporter speaks through a copy of the client without a reporter of its own.
-        client.reporter = self.report.map(|identity| Reporter::new(identity, client.clone()));
+        if self.report_on {
+            client.reporter = Some(Reporter::new(self.report, client.clone()));
+        }
         Ok(client)
     }
 }
@@ -335,7 +329,8 @@ impl Client {
             tls: None,
             actor: None,
             transport: None,
-            report: Some(ReportIdentity::for_this_process()),
+            report: ReportIdentity::for_this_process(),
+            report_on: true,
         }
     }
 

@@ -86,9 +86,16 @@ impl RegistrarBuilder {
     }
 
     /// At shutdown, end the drain grace once `fraction` of the service's live subscribers
-    /// applied the drain (SPEC O3, L6); the grace stays the upper bound.
+    /// applied the drain (SPEC O3, L6); the grace stays the upper bound. A fraction outside
+    /// (0, 1] counts as all of them. Converged callers send no *new* work; requests already
+    /// in flight are the application's to finish before it exits.
     #[must_use]
     pub fn drain_until_converged(mut self, fraction: f64) -> Self {
+        let fraction = if fraction > 0.0 && fraction <= 1.0 {
+            fraction
+        } else {
+            1.0
+        };
         self.config.drain_until_converged = Some(fraction);
         self
     }

@@ -109,6 +109,7 @@ async fn counts(client: &Client, query: &ConvergenceQuery) -> (usize, usize) {
 /// 100 resolvers follow prod/api, half in zone=a and half in zone=b; 10 of zone=b are
 /// frozen before a drain. The 90 others report it; the frozen ten are stragglers; the gate
 /// passes at 0.9 and for zone=a at 1.0, and times out at 0.95 and 1.0 listing exactly them.
+/// (With ten of a hundred frozen, 0.9 is the largest fraction that can pass: 90/100 < 0.95.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_watchers_converge_and_the_gate_names_the_ten_frozen_ones() {
     let registry = Registry::start().await;
@@ -233,12 +234,12 @@ async fn a_hundred_watchers_converge_and_the_gate_names_the_ten_frozen_ones() {
 }
 
 /// Subscribers that stop (their process gone) stop counting once they have been silent for
-/// `silent_after_ms` (here 1.5 s), and are listed as silent rather than as stragglers.
+/// `silent_after_ms` (here 3 s), and are listed as silent rather than as stragglers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_disconnects_stops_counting_after_the_silence_timeout() {
     let registry = Registry::start_with(|config| ServerConfig {
         convergence: ConvergenceConfig {
-            silent_after_ms: 1_500,
+            silent_after_ms: 3_000,
             report_every_ms: 300,
             ..ConvergenceConfig::default()
         },
@@ -259,8 +260,8 @@ async fn a_client_that_disconnects_stops_counting_after_the_silence_timeout() {
         .collect();
     let everyone = ConvergenceQuery::default();
     until_async("all 20 report", || counts(&admin, &everyone), (20, 20)).await;
-    // Keep-alives hold the calm ones live well past the silence timeout.
-    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    // Keep-alives (every 300 ms, ten per silence timeout) hold the calm ones live past it.
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
     assert_eq!(counts(&admin, &everyone).await, (20, 20));
 
     for resolver in resolvers.drain(15..) {
@@ -278,7 +279,7 @@ async fn a_client_that_disconnects_stops_counting_after_the_silence_timeout() {
     let mut silent: Vec<_> = reply.silent.iter().map(|s| s.client_id.clone()).collect();
     silent.sort();
     assert_eq!(silent, ["c15", "c16", "c17", "c18", "c19"]);
-    assert!(reply.silent.iter().all(|s| s.silent_ms >= 1_500));
+    assert!(reply.silent.iter().all(|s| s.silent_ms >= 3_000));
     drop(resolvers);
 }
 

@@ -153,7 +153,7 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
         .read(|registry| convergence.totals(|key| registry.snapshot(key).map(|s| s.revision())));
     registry.register(
         "convergence_subscribers",
-        "Live subscribers (client and service pairs) reporting what they applied",
+        "Live subscribers (client and service pairs, the DNS listener not counted) reporting what they applied",
         gauge(totals.live as u64),
     );
     registry.register(
@@ -173,7 +173,7 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
     );
     registry.register(
         "convergence_apply_latency_seconds",
-        "Seconds from this node's commit of a change to a subscriber receiving it, by delivery path (watch, xds, dns)",
+        "Seconds from this node's commit of a change to a subscriber receiving it, by delivery path (watch: reported receipt, xds: ACK); the DNS listener applies at commit (muster bench measures the answer)",
         convergence.latency.clone(),
     );
     registry.register(

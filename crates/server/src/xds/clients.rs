@@ -99,6 +99,23 @@ impl XdsClients {
         self.lock().values().cloned().collect()
     }
 
+    /// Every open stream's node id and the services of the endpoint resources it follows:
+    /// connected and calm, it is a live convergence subscriber (SPEC O3).
+    pub(crate) fn followed(&self) -> Vec<(String, Vec<ServiceKey>)> {
+        self.records()
+            .into_iter()
+            .map(|record| {
+                let services = record
+                    .ledger()
+                    .iter()
+                    .filter(|(kind, _, _)| *kind == Kind::Endpoint)
+                    .filter_map(|(_, name, _)| ServiceName::parse(name).map(|name| name.key(&record.tenant)))
+                    .collect();
+                (record.node_id.clone(), services)
+            })
+            .collect()
+    }
+
     /// The page of `GET /v1/xds/clients`: the streams of the tenants `sees` admits, at
     /// `now_ms`, each resource beside its service's latest revision (`latest`).
     pub(crate) fn page(

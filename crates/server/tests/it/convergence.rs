@@ -104,7 +104,7 @@ async fn reports_are_counted_per_cohort_and_a_change_is_measured_once_reported()
 }
 
 #[tokio::test]
-async fn the_dns_listener_counts_as_a_subscriber_of_its_tenant() {
+async fn the_dns_listener_shows_as_a_path_of_its_tenants_services() {
     let server =
         TestServer::start_with(|config| config.dns_zone.tenant = muster_core::Label::new("tenant", "acme").unwrap())
             .await;
@@ -115,10 +115,13 @@ async fn the_dns_listener_counts_as_a_subscriber_of_its_tenant() {
         .revision();
     let summary = server.get(SUMMARY).await.expect(StatusCode::OK);
     assert_eq!(summary.body["paths"], json!([{"path": "dns", "live": 1, "applied": 1}]));
+    // Shown by its path only: a service nobody else follows has no live subscriber.
     assert_eq!(
-        summary.body["by_revision"],
-        json!([{"revision": revision, "subscribers": 1}])
+        (summary.body["live"].as_u64(), summary.body["converged"].as_bool()),
+        (Some(0), Some(true))
     );
+    assert_eq!(summary.body["by_revision"], json!([]));
+    assert!(revision > 0);
 }
 
 #[tokio::test]
@@ -164,6 +167,13 @@ async fn bad_reports_and_queries_are_refused_and_change_nothing() {
         (StatusCode::TOO_MANY_REQUESTS, "too_many_subscribers")
     );
 
+    let ahead = post(&server, report("ahead", None, revision + 100, now)).await;
+    assert_eq!(
+        (ahead.status, ahead.code()),
+        (StatusCode::BAD_REQUEST, "future_revision"),
+        "{}",
+        ahead.body
+    );
     for query in ["?fraction=0", "?fraction=1.5", "?cohort=nope", "?revision=x", "?what=1"] {
         let reply = server.get(&format!("{SUMMARY}{query}")).await;
         assert_eq!(

@@ -280,6 +280,24 @@ async fn a_lab_run_without_a_runner_is_unavailable_and_bad_parameters_are_refuse
         assert_eq!(refused.code(), "invalid_lab_request", "{query}");
         assert!(refused.message().starts_with(named), "{query}: {}", refused.message());
     }
+    // Another site's page (an `<img src>` sends no Origin) may not start one (SPEC S6).
+    let path = "/v1/lab/run?scenario=reference";
+    for site in ["cross-site", "same-site"] {
+        let refused = server.send(Method::GET, path, None, &[("sec-fetch-site", site)]).await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (StatusCode::FORBIDDEN, "forbidden_origin"),
+            "{site}"
+        );
+    }
+    let own = server
+        .send(Method::GET, path, None, &[("sec-fetch-site", "same-origin")])
+        .await;
+    assert_eq!(
+        own.code(),
+        "lab_unavailable",
+        "the dashboard's own page passes the check"
+    );
 }
 
 /// A runner that records its requests and waits for the test's word before answering.
