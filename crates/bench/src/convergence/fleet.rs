@@ -69,7 +69,7 @@ pub(crate) fn descriptors_wanted(watchers: usize) -> u64 {
 async fn open_one(base: Arc<str>, key: ServiceKey, i: usize, opening: Arc<Semaphore>) -> Result<Resolver, String> {
     let _permit = opening.acquire_owned().await.map_err(|err| err.to_string())?;
     let id = ClientId::new(format!("bench-{i}")).map_err(|err| err.to_string())?;
-    let cohort = Cohort::new(if i % 2 == 0 { "zone=a" } else { "zone=b" }).map_err(|err| err.to_string())?;
+    let cohort = Cohort::new(if i.is_multiple_of(2) { "zone=a" } else { "zone=b" }).map_err(|err| err.to_string())?;
     let client = Client::builder(base.to_string())
         .client_id(id)
         .cohort(cohort)
