@@ -286,3 +286,17 @@ fn the_report_renders_the_convergence_figures_in_the_table_and_json() {
     assert_eq!(figures["changes"][1]["dns_ms"], 0.4);
     assert_eq!(json["workloads"][0]["workload"], "convergence");
 }
+
+#[test]
+fn a_client_costs_two_descriptors_on_each_side_and_the_limit_says_how_many_fit() {
+    use super::fleet::{clients_within, descriptors_wanted};
+    assert_eq!(
+        descriptors_wanted(10_000),
+        21_024,
+        "a watch and a report connection each, and slack"
+    );
+    // This machine's hard limit of 20,000 holds fewer than 10,000 clients.
+    assert_eq!(clients_within(20_000), 9_488);
+    assert_eq!(clients_within(descriptors_wanted(9_488)), 9_488);
+    assert_eq!(clients_within(100), 0);
+}

@@ -47,14 +47,18 @@ const LIVE_POLL: Duration = Duration::from_millis(250);
 /// How long one change may take to be applied by every live subscriber (the brief's bound).
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the summary is read while a change spreads: it sets only how soon the wait ends
-/// (and the resolution of `all_applied_ms`), not the ledger's latency figures; each read
-/// walks every subscriber, so not much more often.
-const CONVERGE_POLL: Duration = Duration::from_millis(50);
+/// (and the resolution of `all_applied_ms`), not the ledger's latency figures. Each read
+/// copies and sorts every kept sample (up to 16 × the fleet) under the ledger's lock, which
+/// the apply path and every report also take: at 50 ms a 9,000-client run stalled the server
+/// (writes of seconds), so no more often than clients report (250 ms).
+const CONVERGE_POLL: Duration = Duration::from_millis(250);
 /// A DNS answer with the new IP later than this after the write is counted as missed: the
 /// listener folds the change in at its next query, so this is a thousand times the expected.
 const DNS_TIMEOUT: Duration = Duration::from_secs(5);
 /// One query's wait for its answer before the next is sent (a datagram lost on loopback).
 const DNS_ANSWER_TIMEOUT: Duration = Duration::from_millis(100);
+/// How long stopping the fleet may take: each stop only waits for its task to let go.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Descriptors beyond two per client: the bench's own sockets, the runtime, and the reserve
 /// of a spawned server that inherits the limit.
 const DESCRIPTOR_SLACK: u64 = 1_024;
@@ -62,6 +66,11 @@ const DESCRIPTOR_SLACK: u64 = 1_024;
 /// The descriptors a run of `watchers` clients wants (a watch and a report connection each).
 pub(crate) fn descriptors_wanted(watchers: usize) -> u64 {
     2 * watchers as u64 + DESCRIPTOR_SLACK
+}
+
+/// The clients a descriptor limit of `limit` holds, the inverse of [`descriptors_wanted`].
+pub(crate) fn clients_within(limit: u64) -> u64 {
+    limit.saturating_sub(DESCRIPTOR_SLACK) / 2
 }
 
 /// Starts resolver `i` (its own client, id `bench-i`, cohort `zone=a`/`zone=b` alternating)
@@ -239,6 +248,14 @@ pub(crate) async fn convergence(
         plan.watchers,
         descriptor_limit.map_or_else(|| "unlimited".to_owned(), |d| d.to_string()),
     )];
+    let wanted = descriptors_wanted(plan.watchers);
+    if let Some(limit) = descriptor_limit.filter(|limit| *limit < wanted) {
+        notes.push(format!(
+            "the descriptor limit {limit} is below the {wanted} this scale wants (two connections per client, \
+             here and in the server; raising the hard limit needs CAP_SYS_RESOURCE): about {} clients fit",
+            clients_within(limit)
+        ));
+    }
     if let Some(err) = &first_failure {
         notes.push(format!("{failed} failed to open, the first: {err}"));
     }
@@ -359,7 +376,12 @@ pub(crate) async fn convergence(
     result.errors = (changes - probes.len()) as u64 + summary.changes_not_converged as u64 + summary.dns_missed as u64;
     result.note = Some(notes.join("; "));
     result.convergence = Some(summary);
-    // Every client's tasks and connections end with its resolver.
-    drop(resolvers);
+    // Stopped before the server is: a resolver whose server vanishes first logs a lost
+    // watch. Every client's tasks and connections end with its resolver.
+    let mut stopping = JoinSet::new();
+    for resolver in resolvers {
+        stopping.spawn(resolver.stop());
+    }
+    let _ = tokio::time::timeout(STOP_TIMEOUT, stopping.join_all()).await;
     Ok(result)
 }
