@@ -37,6 +37,11 @@ pub enum Workload {
     /// endpoint changes: commit-to-push and commit-to-ACK latency, and server memory per idle
     /// stream (SPEC D5). Muster only, built with the `xds` feature; not part of the default set.
     Xds,
+    /// `--watchers` real muster-client resolvers of one service, each its own client reporting
+    /// what it applied, then `--changes` (at most 16) endpoint changes: commit→applied from the
+    /// server's ledger and commit→DNS-answer from a probe (SPEC O3). Muster only; not part of
+    /// the default set.
+    Convergence,
 }
 
 impl Workload {
@@ -61,6 +66,7 @@ impl Workload {
             Workload::Handshake => "handshake",
             Workload::Consul => "consul",
             Workload::Xds => "xds",
+            Workload::Convergence => "convergence",
         }
     }
 }
@@ -106,11 +112,13 @@ pub struct BenchArgs {
     /// (register: at most 900,000, inside the server's default per-tenant endpoint quota).
     #[arg(long, value_name = "N", default_value_t = 2_000_000)]
     pub max_requests: u64,
-    /// Watch streams for fanout and watchers [default: 10000; --quick: 1000].
+    /// Watch streams for fanout and watchers, resolvers for convergence [default: 10000;
+    /// --quick: 1000].
     #[arg(long, value_name = "N")]
     pub watchers: Option<usize>,
-    /// Changes committed one at a time in fanout, one per second in consul, and one per
-    /// 500 ms at most in xds [default: 20; --quick: 5].
+    /// Changes committed one at a time in fanout and convergence (at most 16 there: the
+    /// server's ledger keeps 16), one per second in consul, and one per 500 ms at most in xds
+    /// [default: 20; --quick: 5].
     #[arg(long, value_name = "N")]
     pub changes: Option<usize>,
     /// Pause between fanout changes, after the previous one reached every watcher.
@@ -150,6 +158,11 @@ pub struct BenchArgs {
     /// (`--spawn` starts its server with one).
     #[arg(long = "xds", value_name = "ADDR", requires = "server")]
     pub xds: Option<std::net::SocketAddr>,
+    /// The DNS listener (UDP) of the `--server`, e.g. 127.0.0.1:8600, for the convergence
+    /// workload's commit→DNS-answer probe (`--spawn` knows its own); its domain must be the
+    /// default `muster.` and its tenant `default`.
+    #[arg(long = "dns", value_name = "ADDR", requires = "server")]
+    pub dns: Option<std::net::SocketAddr>,
     /// With --spawn: also start a second `muster serve` with its API over TLS (a throwaway CA
     /// made in memory), run the same workloads against it over keep-alive TLS connections
     /// (as `muster+tls+auth`: TLS and `[auth] enabled = true`, a bootstrapped token on every request), and measure the TLS handshake rate (`handshake`).
@@ -399,6 +412,25 @@ mod tests {
         assert_eq!(plan_xds.changes, 20);
         assert!(matches!(plan(&["--xds-streams", "0"]), Err(BenchError::Usage(_))));
         assert!(matches!(plan(&["--xds-connections", "0"]), Err(BenchError::Usage(_))));
+    }
+
+    #[test]
+    fn the_convergence_workload_runs_only_when_named_and_takes_the_servers_dns_address() {
+        assert!(!plan(&["--spawn"]).unwrap().workloads.contains(&Workload::Convergence));
+        let quick = plan(&["--spawn", "--quick", "--workloads", "convergence"]).unwrap();
+        assert_eq!(quick.workloads, [Workload::Convergence]);
+        assert_eq!((quick.watchers, quick.changes), (1_000, 5));
+        let cli = Cli::try_parse_from([
+            "bench",
+            "--server",
+            "http://127.0.0.1:1",
+            "--dns",
+            "127.0.0.1:8600",
+            "--workloads",
+            "convergence",
+        ])
+        .unwrap();
+        assert_eq!(cli.bench.dns, Some("127.0.0.1:8600".parse().unwrap()));
     }
 
     #[test]

@@ -37,6 +37,15 @@
 //! - `checks` (opt-in): `--checks` endpoints with HTTP checks at 10 s against a target in
 //!   this process: probes per second and server CPU, then detection latency per check kind
 //!   against its bound (see the `checks` module). Muster only.
+//! - `convergence` (opt-in): `--watchers` real muster-client `Resolver`s of one service in
+//!   tenant `default` (the DNS listener's), each with its own `Client` (client id `bench-i`,
+//!   cohorts `zone=a`/`zone=b` alternating, a watch and a report connection each), then
+//!   `--changes` new endpoints one at a time, capped at 16 because the server's ledger keeps
+//!   the last 16 changes of a service: commit→applied p50/p99/p999/max from the server's
+//!   ledger (`GET /v1/convergence/...`), live/applied subscribers and stragglers, and
+//!   commit→DNS-answer from UDP queries of the DNS listener (see the `convergence` module).
+//!   The descriptor limit is raised to two per client (the hard limit too, with
+//!   `CAP_SYS_RESOURCE`) before a `--spawn`ed server starts, which inherits it. Muster only.
 //!
 //! # Use
 //! `muster bench` embeds [`BenchArgs`] and prints [`Report::render_table`] (or
@@ -51,9 +60,11 @@ mod client;
 mod clock;
 mod codec;
 mod consul;
+mod convergence;
 mod driver;
 mod error;
 mod histogram;
+mod limits;
 mod meter;
 mod render;
 mod report;
@@ -71,6 +82,7 @@ use tracing::info;
 pub use args::{BenchArgs, Plan, Workload, parse_duration};
 pub use checks::{ChecksSummary, DetectionSummary};
 pub use consul::ConsulSummary;
+pub use convergence::{AppliedLatency, ConvergenceChange, ConvergenceSummary, MAX_CHANGES};
 pub use error::BenchError;
 pub use histogram::Histogram;
 pub use report::{
@@ -105,6 +117,12 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     // Its xDS listener, for the xds workload (`--spawn` opens one only when that runs).
     let mut xds_addr = args.xds;
     let want_xds = cfg!(feature = "xds") && plan.workloads.contains(&Workload::Xds);
+    // Its DNS listener, for the convergence workload's probe.
+    let mut dns_addr = args.dns;
+    if plan.workloads.contains(&Workload::Convergence) {
+        // Before spawning: the server inherits the limit, and holds as many connections.
+        limits::raise_descriptor_limit(convergence::descriptors_wanted(plan.watchers));
+    }
     let muster = if args.spawn {
         let bin = match &args.muster_bin {
             Some(bin) => bin.clone(),
@@ -118,6 +136,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         let found = Some((process.url.clone(), Some(process.pid), true));
         consul_url = process.consul_url.clone();
         xds_addr = process.xds_addr;
+        dns_addr = process.dns_addr;
         spawned.push(process);
         if args.tls {
             info!(bin = %bin.display(), "starting muster serve with TLS");
@@ -295,6 +314,27 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
             }
         }
         workloads.push(WorkloadReport::new(Workload::Xds, results, skipped));
+    }
+    if plan.workloads.contains(&Workload::Convergence) {
+        let mut results = Vec::new();
+        let mut skipped = Vec::new();
+        for subject in &subjects {
+            match subject.system {
+                System::Muster => {
+                    info!(
+                        watchers = plan.watchers,
+                        changes = plan.changes.min(MAX_CHANGES),
+                        "running the convergence workload"
+                    );
+                    let run = requests::base36(clock::run_id());
+                    results.push(convergence::convergence(subject, dns_addr, &plan, &run).await?);
+                }
+                System::Etcd => skipped.push("etcd: it has no convergence telemetry".to_owned()),
+                // The same ledger behind TLS measures nothing new.
+                System::MusterTls => {}
+            }
+        }
+        workloads.push(WorkloadReport::new(Workload::Convergence, results, skipped));
     }
     drop(spawned);
     let report = Report {

@@ -58,10 +58,18 @@ impl Report {
         for workload in &self.workloads {
             for (i, result) in workload.results.iter().enumerate() {
                 let first = i == 0;
+                // Convergence shows the server's commit→applied (its notes give the rest).
+                let applied = result.convergence.as_ref().map(|c| LatencySummary {
+                    p50_ms: c.applied.p50_ms as f64,
+                    p99_ms: c.applied.p99_ms as f64,
+                    max_ms: c.applied.max_ms as f64,
+                    mean_ms: f64::NAN,
+                });
                 let latency = |pick: fn(&LatencySummary) -> f64| {
                     result
                         .latency
                         .as_ref()
+                        .or(applied.as_ref())
                         .map_or_else(|| "-".to_owned(), |l| format_ms(pick(l)))
                 };
                 let verdict = match workload.target_met {
@@ -80,7 +88,10 @@ impl Report {
                     thousands(result.errors),
                     // Fanout, watchers and xds are judged on latency and memory; their rate
                     // would mostly measure the pauses between changes.
-                    if matches!(workload.workload, Workload::Watchers | Workload::Fanout | Workload::Xds) {
+                    if matches!(
+                        workload.workload,
+                        Workload::Watchers | Workload::Fanout | Workload::Xds | Workload::Convergence
+                    ) {
                         "-".to_owned()
                     } else {
                         thousands(result.throughput_per_s.round() as u64)
@@ -163,6 +174,9 @@ impl Report {
                 }
                 if let Some(xds) = &result.xds {
                     let _ = write!(out, "{}", xds_notes(xds));
+                }
+                if let Some(convergence) = &result.convergence {
+                    let _ = write!(out, "{}", convergence_notes(convergence));
                 }
                 // The xds notes above give its memory, per ADS stream.
                 if let Some(m) = result.memory.as_ref().filter(|_| result.xds.is_none()) {
@@ -325,6 +339,81 @@ fn xds_notes(xds: &crate::XdsSummary) -> String {
             "xds: server RSS {} → {} with the streams open and idle: {kib:.1} KiB per stream",
             format_bytes(before),
             format_bytes(after),
+        );
+    }
+    out
+}
+
+/// The convergence workload's figures: commit→applied (the server's), commit→DNS-answer (the
+/// probe's), subscribers and stragglers, per change.
+pub(crate) fn convergence_notes(c: &crate::ConvergenceSummary) -> String {
+    let mut out = String::new();
+    let a = &c.applied;
+    let _ = writeln!(
+        out,
+        "convergence: {} resolvers of {} ({} opened), {} of {} changes: commit→applied (server's ledger, {} samples) \
+         p50 {} ms, p90 {} ms, p99 {} ms, p999 {} ms, max {} ms",
+        thousands(c.watchers),
+        c.service,
+        thousands(c.opened),
+        c.changes.len(),
+        c.changes_asked,
+        thousands(a.samples as u64),
+        a.p50_ms,
+        a.p90_ms,
+        a.p99_ms,
+        a.p999_ms,
+        a.max_ms,
+    );
+    let dns = match (&c.dns_skipped, c.dns) {
+        (Some(why), _) => format!("not probed: {why}"),
+        (None, Some(l)) => format!(
+            "p50 {}, p99 {}, max {}",
+            format_ms(l.p50_ms),
+            format_ms(l.p99_ms),
+            format_ms(l.max_ms)
+        ),
+        (None, None) => "never answered the new IP".to_owned(),
+    };
+    let _ = writeln!(
+        out,
+        "convergence: write returned → DNS answer with the new IP: {dns}{}",
+        if c.dns_missed > 0 {
+            format!("; {} changes missed", c.dns_missed)
+        } else {
+            String::new()
+        }
+    );
+    let _ = writeln!(
+        out,
+        "convergence: after the last change: {} live, {} applied ({}), {} stragglers{}, {} silent; \
+         {} changes not applied by all within the bound; load average {}",
+        thousands(c.live as u64),
+        thousands(c.applied_subscribers as u64),
+        if c.converged { "converged" } else { "not converged" },
+        c.stragglers_total,
+        if c.stragglers.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", c.stragglers.join("; "))
+        },
+        c.silent_total,
+        c.changes_not_converged,
+        c.load_average_at_end
+            .map_or_else(|| "unknown".to_owned(), |l| format!("{l:.2} at the end")),
+    );
+    let ms = |v: Option<f64>| v.map_or_else(|| "no".to_owned(), format_ms);
+    for change in &c.changes {
+        let _ = writeln!(
+            out,
+            "convergence:   revision {}: reply {}, DNS {}, all applied (polled) {}, ledger: {} applied, p50 {} ms, p99 {} ms",
+            change.revision,
+            format_ms(change.reply_ms),
+            ms(change.dns_ms),
+            ms(change.all_applied_ms),
+            change.applied.map_or_else(|| "?".to_owned(), |n| thousands(n as u64)),
+            change.p50_ms.map_or_else(|| "?".to_owned(), |v| v.to_string()),
+            change.p99_ms.map_or_else(|| "?".to_owned(), |v| v.to_string()),
         );
     }
     out

@@ -13,6 +13,7 @@ use serde::{Serialize, Serializer};
 
 use crate::checks::ChecksSummary;
 use crate::consul::ConsulSummary;
+use crate::convergence::ConvergenceSummary;
 use crate::histogram::Histogram;
 use crate::render::thousands;
 use crate::xds::XdsSummary;
@@ -96,7 +97,7 @@ impl Target {
                 tolerance: 0.2,
                 max_cores: 0.5,
             },
-            Workload::Handshake | Workload::Consul => Target::Reported,
+            Workload::Handshake | Workload::Consul | Workload::Convergence => Target::Reported,
             Workload::Xds => Target::XdsConvergence {
                 push_p99_ms: 50.0,
                 ack_p99_ms: 100.0,
@@ -180,6 +181,10 @@ pub fn anchors(workload: Workload) -> &'static str {
         Workload::Xds => {
             "1,000 ADS streams of one service: one endpoint change → p99 commit-to-push ≤ 50 ms, ≤ 100 ms to ACK; \
              ≤ 30 KiB per idle stream"
+        }
+        Workload::Convergence => {
+            "10,000 watch clients of one service: p50/p99/p999 commit→applied (the server's ledger) \
+             and commit→DNS-answer per change"
         }
     }
 }
@@ -275,6 +280,9 @@ pub struct SystemResult {
     /// For the xds workload.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub xds: Option<XdsSummary>,
+    /// For the convergence workload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub convergence: Option<ConvergenceSummary>,
 }
 
 impl SystemResult {
@@ -295,6 +303,7 @@ impl SystemResult {
             checks: None,
             consul: None,
             xds: None,
+            convergence: None,
         }
     }
 }

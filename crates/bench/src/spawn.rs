@@ -34,6 +34,8 @@ pub(crate) struct Spawned {
     pub(crate) consul_url: Option<String>,
     /// Its xDS gRPC listener (Muster with `xds` only).
     pub(crate) xds_addr: Option<SocketAddr>,
+    /// Its DNS listener (Muster only).
+    pub(crate) dns_addr: Option<SocketAddr>,
     /// Its PID.
     pub(crate) pid: u32,
     // Removed after the child is killed (fields drop after `Drop::drop`).
@@ -86,6 +88,7 @@ fn start(what: &'static str, mut command: Command, dir: TempDir, url: String) ->
         url,
         consul_url: None,
         xds_addr: None,
+        dns_addr: None,
         dir,
     })
 }
@@ -215,6 +218,7 @@ pub(crate) async fn spawn_muster(
     let mut spawned = start("muster", command, dir, format!("{scheme}://{http}"))?;
     spawned.consul_url = Some(format!("http://{consul}"));
     spawned.xds_addr = xds;
+    spawned.dns_addr = Some(dns);
     let spawned = spawned.wait_ready("muster", MusterReady, client_tls.clone()).await?;
     Ok((spawned, client_tls))
 }

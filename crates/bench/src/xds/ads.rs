@@ -87,17 +87,6 @@ struct ResourceEntry {
     age_ms: Option<u64>,
 }
 
-/// Raises the soft descriptor limit to the hard one: each stream holds a connection.
-fn raise_descriptor_limit() -> Option<u64> {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    let mut limit = getrlimit(Resource::Nofile);
-    if limit.current < limit.maximum {
-        limit.current = limit.maximum;
-        let _ = setrlimit(Resource::Nofile, limit);
-    }
-    getrlimit(Resource::Nofile).current
-}
-
 fn node(names: &Names, i: usize) -> Node {
     Node {
         id: node_id(names, i),
@@ -252,7 +241,8 @@ pub(crate) async fn xds(
         workload: Workload::Xds.name(),
         detail,
     };
-    let descriptors = raise_descriptor_limit();
+    // Each stream holds a connection.
+    let descriptors = crate::limits::raise_descriptor_limit(0);
     let resource: Arc<str> = format!("{SERVICE}.{}", names.namespace).into();
     commit(subject, names, "x-0", 0).await.map_err(setup_failed)?;
     let rss_before = subject.pid.map(rss_of).transpose().map_err(setup_failed)?;
