@@ -137,7 +137,7 @@ pub(crate) struct Change {
     pub(crate) samples: Vec<u32>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct ServiceLedger {
     pub(crate) subscribers: HashMap<ClientId, Subscriber>,
     /// Oldest first.
@@ -147,6 +147,21 @@ pub(crate) struct ServiceLedger {
 impl ServiceLedger {
     fn cohorts(&self) -> BTreeSet<&Cohort> {
         self.subscribers.values().filter_map(|s| s.cohort.as_ref()).collect()
+    }
+}
+
+/// One service's part of a [`Ledger`], copied out ([`Ledger::copy`]).
+#[derive(Debug, Clone)]
+pub struct ServiceCopy {
+    config: LedgerConfig,
+    key: ServiceKey,
+    ledger: Option<ServiceLedger>,
+}
+
+impl ServiceCopy {
+    /// What [`Ledger::summary`] would have said when the copy was taken.
+    pub fn summary(&self, current: Revision, query: &Query, now_ms: u64) -> ConvergenceReply {
+        summary::reply(&self.config, &self.key, self.ledger.as_ref(), current, query, now_ms)
     }
 }
 
@@ -330,6 +345,17 @@ impl Ledger {
     /// service's last change as the registry has it (the default target).
     pub fn summary(&self, key: &ServiceKey, current: Revision, query: &Query, now_ms: u64) -> ConvergenceReply {
         summary::reply(&self.config, key, self.services.get(key), current, query, now_ms)
+    }
+
+    /// A copy of `key`'s part of the ledger, to summarise after letting go of the ledger:
+    /// copying is a memcpy of its subscribers and samples, while a summary sorts every
+    /// sample and formats every straggler (milliseconds at 10,000 subscribers).
+    pub fn copy(&self, key: &ServiceKey) -> ServiceCopy {
+        ServiceCopy {
+            config: self.config,
+            key: key.clone(),
+            ledger: self.services.get(key).cloned(),
+        }
     }
 
     /// Aggregates for the metrics; `current` gives each service's last change.

@@ -92,6 +92,21 @@ fn a_frozen_subscriber_is_a_straggler_and_the_gate_passes_below_its_share() {
 }
 
 #[test]
+fn a_copy_summarises_as_the_ledger_did_when_it_was_taken() {
+    let mut ledger = fleet();
+    let copy = ledger.copy(&api());
+    let at_copy = ledger.summary(&api(), Revision(6), &Query::default(), 1_500);
+    ledger
+        .report(DeliveryPath::Watch, &report("c9", Some("zone=b"), 6, 1_400), 1_400)
+        .unwrap();
+    assert_eq!(copy.summary(Revision(6), &Query::default(), 1_500), at_copy);
+    assert_eq!(
+        ledger.summary(&api(), Revision(6), &Query::default(), 1_500).applied,
+        10
+    );
+}
+
+#[test]
 fn cohorts_are_counted_apart_and_a_cohort_query_sees_only_its_own() {
     let ledger = fleet();
     let all = ledger.summary(&api(), Revision(6), &Query::default(), 1_500);

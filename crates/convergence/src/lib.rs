@@ -33,5 +33,7 @@
 mod ledger;
 mod summary;
 
-pub use ledger::{Ledger, LedgerConfig, MAX_SAMPLES_PER_CHANGE, Query, ReportError, ReportOutcome, Totals};
+pub use ledger::{
+    Ledger, LedgerConfig, MAX_SAMPLES_PER_CHANGE, Query, ReportError, ReportOutcome, ServiceCopy, Totals,
+};
 pub use summary::{BUCKET_BOUNDS_MS, latency_summary, needed};

@@ -136,8 +136,11 @@ impl Convergence {
     }
 
     /// The summary of `key` against `query`; `current` is its last change.
+    /// The apply path takes the ledger's lock under the registry's write lock: only a copy
+    /// is taken under it, the summary (sorting every sample) is built after.
     pub(crate) fn summary(&self, key: &ServiceKey, current: Revision, query: &Query) -> ConvergenceReply {
-        self.lock().summary(key, current, query, self.clock.unix_now_ms())
+        let copy = self.lock().copy(key);
+        copy.summary(current, query, self.clock.unix_now_ms())
     }
 
     /// Whether anything is known of `key`'s subscribers.
