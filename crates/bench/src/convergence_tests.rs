@@ -95,8 +95,9 @@ fn straggler(i: usize) -> Straggler {
     }
 }
 
-/// The server's summary at revision 12 after changes 11 and 12: 1,001 live (1,000 watchers
-/// and the DNS listener), 988 applied, 13 stragglers.
+/// The server's summary at revision 12 after changes 11 and 12: 1,001 live (1,000 watch
+/// clients and one xDS client; the DNS listener is shown by its path only), 988 applied, 13
+/// stragglers.
 fn reply() -> ConvergenceReply {
     let change = |revision, applied, p50_ms, p99_ms| ChangeSummary {
         revision: Revision(revision),
@@ -113,6 +114,7 @@ fn reply() -> ConvergenceReply {
         fraction: 1.0,
         live: 1_001,
         applied: 988,
+        needed: 1_001,
         converged: false,
         cohorts: Vec::new(),
         paths: vec![
@@ -125,6 +127,11 @@ fn reply() -> ConvergenceReply {
                 path: DeliveryPath::Watch,
                 live: 1_000,
                 applied: 987,
+            },
+            PathCount {
+                path: DeliveryPath::Xds,
+                live: 1,
+                applied: 1,
             },
         ],
         by_revision: Vec::new(),
