@@ -5,10 +5,15 @@
 # Screenshots of every view are kept in $SCREENSHOTS (default ui-tests/screenshots).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v chromium >/dev/null || ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+# Only what is missing: NodeSource's nodejs bundles npm and conflicts with Debian's npm.
+missing=()
+command -v chromium >/dev/null || missing+=(chromium)
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq chromium nodejs npm >/dev/null
+  apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 muster="${1:-}"
 if [ -z "$muster" ]; then
