@@ -339,18 +339,18 @@ pub(crate) async fn summary(
         serde_json::to_value(read.convergence.summary(&key, revision, &query))
             .map_err(|error| ApiError::new(ErrorCode::Internal, format!("cannot encode the summary: {error}")))
     };
-    Ok(crate::live::once_or_stream_by(
+    Ok(crate::live::once_or_stream(
         &app,
         &caller,
         params.stream,
         summarise,
-        without_ages,
+        Some(without_ages),
     ))
 }
 
 /// A summary without what only the clock changes (`unix_ms` and every `*_ms` age): what
 /// makes a new line of its stream.
-fn without_ages(summary: &serde_json::Value) -> Option<serde_json::Value> {
+fn without_ages(summary: &serde_json::Value) -> serde_json::Value {
     fn strip(value: &mut serde_json::Value) {
         match value {
             serde_json::Value::Object(fields) => {
@@ -365,5 +365,5 @@ fn without_ages(summary: &serde_json::Value) -> Option<serde_json::Value> {
     }
     let mut essence = summary.clone();
     strip(&mut essence);
-    Some(essence)
+    essence
 }

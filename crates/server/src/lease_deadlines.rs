@@ -75,9 +75,15 @@ pub(crate) async fn deadlines(
 ) -> Result<Response, ApiError> {
     let key = segments.service()?;
     let reader = Arc::clone(&app);
-    Ok(live::once_or_stream(&app, &caller, query.stream, move || {
-        serde_json::to_value(read(&reader, &key)).map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))
-    }))
+    Ok(live::once_or_stream(
+        &app,
+        &caller,
+        query.stream,
+        move || {
+            serde_json::to_value(read(&reader, &key)).map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))
+        },
+        None,
+    ))
 }
 
 /// The deadlines of `key`'s leased endpoints now.

@@ -67,23 +67,15 @@ pub(crate) const MAX_STREAMS: usize = 1_024;
 pub(crate) const AGES_EVERY: Duration = Duration::from_secs(5);
 
 /// A stream of `f()`'s value as NDJSON: at once, then on change (see the module docs).
-/// An error from the first call is the reply itself.
-pub(crate) fn changes_stream<F>(app: &Arc<App>, caller: &Caller, interval: Duration, f: F) -> Response
-where
-    F: FnMut() -> Result<serde_json::Value, ApiError> + Send + 'static,
-{
-    changes_stream_by(app, caller, interval, f, |_| None)
-}
-
-/// [`changes_stream`], where `essence` gives the part of a value that counts as a change
-/// (`None`: all of it); a value that differs only outside it is sent at most every
-/// [`AGES_EVERY`].
-pub(crate) fn changes_stream_by<F>(
+/// An error from the first call is the reply itself. `essence` gives the part of a value
+/// that counts as a change (`None`: all of it); a value that differs only outside it is sent
+/// at most every [`AGES_EVERY`].
+pub(crate) fn changes_stream<F>(
     app: &Arc<App>,
     caller: &Caller,
     interval: Duration,
     mut f: F,
-    essence: fn(&serde_json::Value) -> Option<serde_json::Value>,
+    essence: Option<fn(&serde_json::Value) -> serde_json::Value>,
 ) -> Response
 where
     F: FnMut() -> Result<serde_json::Value, ApiError> + Send + 'static,
@@ -109,7 +101,7 @@ where
     tokio::spawn(async move {
         let _permit = permit;
         let mut revoked = revoked;
-        let key = |value: &serde_json::Value| essence(value).map_or_else(|| line(value), |part| line(&part));
+        let key = |value: &serde_json::Value| essence.map_or_else(|| line(value), |essence| line(&essence(value)));
         let (mut last, mut last_key) = (line(&first), key(&first));
         if sender.send(last.clone()).await.is_err() || *stopping.borrow_and_update() {
             return;
@@ -168,27 +160,20 @@ where
     response
 }
 
-/// A reply that is either the value once (JSON) or its change stream (`stream`).
-pub(crate) fn once_or_stream<F>(app: &Arc<App>, caller: &Caller, stream: bool, f: F) -> Response
-where
-    F: FnMut() -> Result<serde_json::Value, ApiError> + Send + 'static,
-{
-    once_or_stream_by(app, caller, stream, f, |_| None)
-}
-
-/// [`once_or_stream`] with [`changes_stream_by`]'s `essence`.
-pub(crate) fn once_or_stream_by<F>(
+/// A reply that is either the value once (JSON) or its change stream (`stream`), with
+/// [`changes_stream`]'s `essence`.
+pub(crate) fn once_or_stream<F>(
     app: &Arc<App>,
     caller: &Caller,
     stream: bool,
     mut f: F,
-    essence: fn(&serde_json::Value) -> Option<serde_json::Value>,
+    essence: Option<fn(&serde_json::Value) -> serde_json::Value>,
 ) -> Response
 where
     F: FnMut() -> Result<serde_json::Value, ApiError> + Send + 'static,
 {
     if stream {
-        return changes_stream_by(app, caller, DEFAULT_INTERVAL, f, essence);
+        return changes_stream(app, caller, DEFAULT_INTERVAL, f, essence);
     }
     match f() {
         Ok(value) => axum::Json(value).into_response(),

@@ -55,15 +55,21 @@ pub(crate) async fn status(
         return Json(reply(&app)).into_response();
     }
     let reader = Arc::clone(&app);
-    crate::live::changes_stream(&app, &caller, crate::live::DEFAULT_INTERVAL, move || {
-        let mut line = serde_json::to_value(reply(&reader))
-            .map_err(|e| ApiError::new(muster_core::ErrorCode::Internal, e.to_string()))?;
-        let node = reader.node.status();
-        line["revision"] = serde_json::json!(node.revision);
-        line["applied_index"] = serde_json::json!(node.applied_index);
-        line["last_leader_contact_ms"] = serde_json::json!(reader.node.leader_contact_age_ms());
-        Ok(line)
-    })
+    crate::live::changes_stream(
+        &app,
+        &caller,
+        crate::live::DEFAULT_INTERVAL,
+        move || {
+            let mut line = serde_json::to_value(reply(&reader))
+                .map_err(|e| ApiError::new(muster_core::ErrorCode::Internal, e.to_string()))?;
+            let node = reader.node.status();
+            line["revision"] = serde_json::json!(node.revision);
+            line["applied_index"] = serde_json::json!(node.applied_index);
+            line["last_leader_contact_ms"] = serde_json::json!(reader.node.leader_contact_age_ms());
+            Ok(line)
+        },
+        None,
+    )
 }
 
 /// `POST /v1/cluster/members`: returns once the node is a voter. The candidate must first

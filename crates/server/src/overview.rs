@@ -109,10 +109,16 @@ pub(crate) async fn overview(
 ) -> Response {
     let reader = Arc::clone(&app);
     let streamed = caller.clone();
-    live::once_or_stream(&app, &streamed, query.stream, move || {
-        serde_json::to_value(read(&reader, &caller))
-            .map_err(|e| ApiError::new(muster_core::ErrorCode::Internal, e.to_string()))
-    })
+    live::once_or_stream(
+        &app,
+        &streamed,
+        query.stream,
+        move || {
+            serde_json::to_value(read(&reader, &caller))
+                .map_err(|e| ApiError::new(muster_core::ErrorCode::Internal, e.to_string()))
+        },
+        None,
+    )
 }
 
 /// The overview as `caller` may see it now.
