@@ -80,8 +80,11 @@ echo "convergence.sh: the gate timed out listing only the stopped watcher"
 "$muster" convergence prod/api --json \
   | jq -e '.live == 4 and .applied == 3 and .stragglers_total == 1 and .stragglers[0].client_id == "w3" and (.paths | map(.path) | index("dns") != null)' >/dev/null \
   || fail "convergence --json: $("$muster" convergence prod/api --json)"
-curl -fsS "$MUSTER_SERVER/v1/metrics" | grep -q '^muster_convergence_behind 1$' || fail "metrics lack muster_convergence_behind 1"
-! curl -fsS "$MUSTER_SERVER/v1/metrics" | grep -q 'w3' || fail "a client id in the metrics"
+# Saved to a file first: `curl | grep -q` fails under pipefail when grep
+# stops reading early (curl: (23) Failed writing body).
+curl -fsS "$MUSTER_SERVER/v1/metrics" > "$work/metrics.txt"
+grep -q '^muster_convergence_behind 1$' "$work/metrics.txt" || fail "metrics lack muster_convergence_behind 1: $(grep convergence "$work/metrics.txt")"
+! grep -q 'w3' "$work/metrics.txt" || fail "a client id in the metrics"
 kill -CONT "$w3"
 gate --revision "$revision" --timeout 20s >/dev/null || fail "the resumed watcher did not catch up"
 echo "convergence.sh: ok (the resumed watcher caught up)"
