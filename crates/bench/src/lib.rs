@@ -95,13 +95,25 @@ use requests::Names;
 use spawn::{Spawned, spawn_etcd, spawn_muster};
 use workloads::Subject;
 
+/// The 1-minute load average now, where `/proc/loadavg` exists.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| codec::parse_load_average(&text))
+}
+
+/// Adds a workload's report, stamped with the load average at its end: the 1-minute average
+/// then covers the run, so a busy machine shows beside the figures it skewed.
+fn finished(workloads: &mut Vec<WorkloadReport>, mut report: WorkloadReport) {
+    report.load_average_at_end = load_average();
+    workloads.push(report);
+}
+
 /// Runs every planned workload against every named system (Muster first, then etcd, never
 /// both at once) and returns the report. Spawned systems are stopped before this returns.
 pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     let plan = args.plan()?;
-    let load_average_at_start = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|text| codec::parse_load_average(&text));
+    let load_average_at_start = load_average();
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     if args.server.is_none() && !args.spawn && args.etcd.is_none() && !args.spawn_etcd {
         return Err(BenchError::NoSystem);
@@ -207,7 +219,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
             };
             results.push(result);
         }
-        workloads.push(WorkloadReport::new(workload, results, Vec::new()));
+        finished(&mut workloads, WorkloadReport::new(workload, results, Vec::new()));
     }
     let fanout = plan.workloads.contains(&Workload::Fanout);
     let memory = plan.workloads.contains(&Workload::Watchers);
@@ -225,10 +237,16 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
             skipped.extend(figures.memory_skipped);
         }
         if fanout {
-            workloads.push(WorkloadReport::new(Workload::Fanout, fanout_results, Vec::new()));
+            finished(
+                &mut workloads,
+                WorkloadReport::new(Workload::Fanout, fanout_results, Vec::new()),
+            );
         }
         if memory {
-            workloads.push(WorkloadReport::new(Workload::Watchers, memory_results, skipped));
+            finished(
+                &mut workloads,
+                WorkloadReport::new(Workload::Watchers, memory_results, skipped),
+            );
         }
     }
     if plan.workloads.contains(&Workload::Checks) {
@@ -242,7 +260,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
                 skipped.push(format!("{}: it has no health checks", subject.system.name()));
             }
         }
-        workloads.push(WorkloadReport::new(Workload::Checks, results, skipped));
+        finished(&mut workloads, WorkloadReport::new(Workload::Checks, results, skipped));
     }
     if plan.workloads.contains(&Workload::Handshake) {
         let mut results = Vec::new();
@@ -263,7 +281,10 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
             }
             _ => skipped.push("no TLS server: run with --spawn --tls".to_owned()),
         }
-        workloads.push(WorkloadReport::new(Workload::Handshake, results, skipped));
+        finished(
+            &mut workloads,
+            WorkloadReport::new(Workload::Handshake, results, skipped),
+        );
     }
     if plan.workloads.contains(&Workload::Consul) {
         let mut results = Vec::new();
@@ -287,7 +308,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
                 (System::MusterTls, _) => {}
             }
         }
-        workloads.push(WorkloadReport::new(Workload::Consul, results, skipped));
+        finished(&mut workloads, WorkloadReport::new(Workload::Consul, results, skipped));
     }
     if plan.workloads.contains(&Workload::Xds) {
         let mut results = Vec::new();
@@ -313,7 +334,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
                 (System::MusterTls, _) => {}
             }
         }
-        workloads.push(WorkloadReport::new(Workload::Xds, results, skipped));
+        finished(&mut workloads, WorkloadReport::new(Workload::Xds, results, skipped));
     }
     if plan.workloads.contains(&Workload::Convergence) {
         let mut results = Vec::new();
@@ -334,7 +355,10 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
                 System::MusterTls => {}
             }
         }
-        workloads.push(WorkloadReport::new(Workload::Convergence, results, skipped));
+        finished(
+            &mut workloads,
+            WorkloadReport::new(Workload::Convergence, results, skipped),
+        );
     }
     drop(spawned);
     let report = Report {

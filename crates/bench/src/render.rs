@@ -49,6 +49,7 @@ impl Report {
             "throughput/s",
             "p50",
             "p99",
+            "p99 CO",
             "max",
             "memory",
             "muster/etcd",
@@ -64,6 +65,7 @@ impl Report {
                     p99_ms: c.applied.p99_ms as f64,
                     max_ms: c.applied.max_ms as f64,
                     mean_ms: f64::NAN,
+                    p99_corrected_ms: None,
                 });
                 let latency = |pick: fn(&LatencySummary) -> f64| {
                     result
@@ -98,6 +100,11 @@ impl Report {
                     },
                     latency(|l| l.p50_ms),
                     latency(|l| l.p99_ms),
+                    // Corrected for coordinated omission (closed-loop request workloads only).
+                    result
+                        .latency
+                        .and_then(|l| l.p99_corrected_ms)
+                        .map_or_else(|| "-".to_owned(), format_ms),
                     latency(|l| l.max_ms),
                     result.memory.as_ref().map_or_else(
                         || "-".to_owned(),
@@ -144,6 +151,10 @@ impl Report {
             out,
             "fanout: requests = expected deliveries (watchers × changes), latency = commit sent → update frame received."
         );
+        let _ = writeln!(
+            out,
+            "p99 CO: closed-loop p99 corrected for coordinated omission (hdrhistogram, the run's mean latency as the expected interval)."
+        );
         for workload in &self.workloads {
             let _ = writeln!(
                 out,
@@ -151,6 +162,9 @@ impl Report {
                 workload.workload.name(),
                 anchors(workload.workload)
             );
+            if let Some(load) = workload.load_average_at_end {
+                let _ = writeln!(out, "{}: load average {load:.2} at its end", workload.workload.name());
+            }
             for skipped in &workload.skipped {
                 let _ = writeln!(out, "{}: skipped {skipped}", workload.workload.name());
             }

@@ -200,18 +200,35 @@ pub struct LatencySummary {
     pub max_ms: f64,
     /// Mean.
     pub mean_ms: f64,
+    /// For closed-loop request workloads: the 99th percentile corrected for coordinated
+    /// omission ([`Histogram::corrected`], the expected interval being the mean latency, a
+    /// worker's own cadence): what a caller arriving at a steady rate would have seen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p99_corrected_ms: Option<f64>,
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1_000.0
 }
 
 impl LatencySummary {
     /// The summary of `histogram`; `None` when it is empty.
     pub fn of(histogram: &Histogram) -> Option<LatencySummary> {
-        let ms = |d: Duration| d.as_secs_f64() * 1_000.0;
         Some(LatencySummary {
             p50_ms: ms(histogram.quantile(0.50)?),
             p99_ms: ms(histogram.quantile(0.99)?),
             max_ms: ms(histogram.max()?),
             mean_ms: ms(histogram.mean()?),
+            p99_corrected_ms: None,
         })
+    }
+
+    /// The summary of a closed-loop run's latencies, with the corrected p99.
+    pub fn of_closed_loop(histogram: &Histogram) -> Option<LatencySummary> {
+        let mut summary = LatencySummary::of(histogram)?;
+        let corrected = histogram.corrected(histogram.mean()?);
+        summary.p99_corrected_ms = corrected.quantile(0.99).map(ms);
+        Some(summary)
     }
 }
 
@@ -324,6 +341,9 @@ pub struct WorkloadReport {
     /// Systems skipped and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
+    /// The 1-minute load average when the workload ended (over its run, roughly): on a shared
+    /// machine it tells how much else competed with the figures.
+    pub load_average_at_end: Option<f64>,
 }
 
 impl WorkloadReport {
@@ -348,6 +368,7 @@ impl WorkloadReport {
             results,
             ratio_muster_to_etcd: ratio,
             skipped,
+            load_average_at_end: None,
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::client::Http;
 use crate::codec::{EtcdGrant, EtcdStreamLine};
 use crate::driver::{Outcome, closed_loop};
 use crate::meter::CpuMeter;
-use crate::report::{System, SystemResult};
+use crate::report::{LatencySummary, System, SystemResult};
 use crate::requests::{Names, READ_ENDPOINTS, READ_SERVICE, etcd_grant, etcd_keepalive};
 use crate::{BenchError, Plan, Workload};
 
@@ -46,6 +46,7 @@ pub(crate) fn result(system: System, outcome: &Outcome, meter: &CpuMeter) -> Sys
         outcome.elapsed,
         &outcome.latencies,
     );
+    result.latency = LatencySummary::of_closed_loop(&outcome.latencies);
     result.note = outcome.first_error.as_ref().map(|err| format!("first error: {err}"));
     meter.finish(&mut result);
     result
