@@ -78,6 +78,8 @@ pub(crate) struct App {
     pub(crate) convergence: Arc<crate::convergence::Convergence>,
     /// The open change streams' slots (`live::MAX_STREAMS`).
     pub(crate) live_streams: Arc<tokio::sync::Semaphore>,
+    /// Whole-set reads' endpoints, encoded once per service revision.
+    pub(crate) read_cache: crate::read_cache::ReadCache,
 }
 
 /// What the background parts of an [`App`] start from.
@@ -157,6 +159,7 @@ impl App {
             xds,
             convergence,
             live_streams: Arc::new(tokio::sync::Semaphore::new(crate::live::MAX_STREAMS)),
+            read_cache: crate::read_cache::ReadCache::default(),
         }
     }
 

@@ -86,6 +86,7 @@ mod page_token;
 mod peer;
 mod policy;
 mod prometheus_sd;
+mod read_cache;
 mod reads;
 mod routes;
 mod server;

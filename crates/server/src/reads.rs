@@ -8,6 +8,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use muster_auth::Verb;
 use muster_core::api::{ServiceSummary, ServicesReply};
 use muster_core::{Digest, Endpoint, Revision, ServiceKey};
@@ -21,6 +22,7 @@ use crate::error::ApiError;
 use crate::extract::{INDEX_HEADER, QueryParams, Segments};
 use crate::metrics::Woken;
 use crate::page_token::PageToken;
+use crate::read_cache::{ReplyHead, reply_body};
 use crate::wait::{DEFAULT_WAIT, parse_wait};
 
 /// The query of `GET /v1/registry/{tenant}/{namespace}/{service}`.
@@ -143,6 +145,11 @@ pub(crate) async fn snapshot(
         (None, Some(_)) => return Err(ApiError::bad_request("wait: only meaningful with index")),
         (None, None) => {}
     }
+    if start.at.is_none() && start.after.is_none() && query.limit.is_none() {
+        let mut response = whole_set(&app, &key)?;
+        consistency::annotate(&app, &mut response);
+        return Ok(response);
+    }
     let limit = query.limit.unwrap_or(usize::MAX);
     // Take the page (shared records) under the read lock; encode it after releasing it, so a
     // large set never holds up a write.
@@ -155,6 +162,42 @@ pub(crate) async fn snapshot(
         })?;
     let mut response = page_response(&page, app.protection_active(&key));
     consistency::annotate(&app, &mut response);
+    Ok(response)
+}
+
+/// The whole current set, its endpoints encoded once per service revision (`read_cache`).
+/// Only the snapshot's `Arc` is taken under the read lock; the encoding happens after.
+fn whole_set(app: &App, key: &ServiceKey) -> Result<Response, ApiError> {
+    let (at, snapshot) = app.node.read(|registry| (registry.revision(), registry.snapshot(key)));
+    let snapshot = snapshot.ok_or_else(|| ApiError::not_found(format!("service {key} is not registered")))?;
+    let endpoints = match app.read_cache.get(key, snapshot.revision()) {
+        Some(json) => json,
+        None => {
+            let (endpoints, _) = snapshot.page(None, usize::MAX);
+            let json = Bytes::from(
+                serde_json::to_vec(&endpoints)
+                    .map_err(|err| ApiError::new(muster_core::ErrorCode::Internal, err.to_string()))?,
+            );
+            app.read_cache.put(key, snapshot.revision(), json.clone());
+            json
+        }
+    };
+    let head = ReplyHead {
+        at,
+        service_revision: snapshot.revision(),
+        digest: snapshot.digest(),
+        total: snapshot.len(),
+        protection_active: app.protection_active(key),
+    };
+    let mut response = (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        reply_body(&head, &endpoints),
+    )
+        .into_response();
+    response.headers_mut().insert(INDEX_HEADER, HeaderValue::from(at.0));
     Ok(response)
 }
 

@@ -151,3 +151,40 @@ async fn a_namespace_lists_its_services_sorted_with_revisions_and_digests() {
     let empty = server.get("/v1/registry/acme/staging").await.expect(StatusCode::OK);
     assert_eq!(empty.body["services"], json!([]));
 }
+
+#[tokio::test]
+async fn a_whole_set_read_encoded_once_per_service_revision_stays_current() {
+    // SPEC K1: the whole current set's endpoints are encoded once per service revision and
+    // reused; the reply must still carry the global revision of each read and follow every
+    // change of the service, exactly as the paged path (which never reuses) says.
+    let server = TestServer::start().await;
+    server.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
+    server.register("api", "b", "10.0.0.2").await.expect(StatusCode::OK);
+    let whole = || async { server.get("/v1/registry/acme/prod/api").await.expect(StatusCode::OK) };
+    let paged = || async {
+        server
+            .get("/v1/registry/acme/prod/api?limit=1000")
+            .await
+            .expect(StatusCode::OK)
+    };
+    let first = whole().await;
+    assert_eq!(first.body, paged().await.body);
+    assert_eq!(whole().await.body, first.body, "a second read of the same set");
+
+    // Another service moves the global revision, not this service's.
+    server.register("web", "w", "10.0.1.1").await.expect(StatusCode::OK);
+    let moved = whole().await;
+    assert_eq!(moved.revision(), 3);
+    assert_eq!(moved.headers.get("x-muster-index").unwrap(), "3");
+    assert_eq!(moved.body["service_revision"], 2);
+    assert_eq!(moved.body["endpoints"], first.body["endpoints"]);
+    assert_eq!(moved.body, paged().await.body);
+
+    // A change of the service itself is seen at once.
+    server.register("api", "a", "10.0.0.9").await.expect(StatusCode::OK);
+    server.deregister("api", "b").await.expect(StatusCode::OK);
+    let changed = whole().await;
+    assert_eq!(changed.body["total"], 1);
+    assert_eq!(changed.body["endpoints"][0]["addresses"][0]["ip"], "10.0.0.9");
+    assert_eq!(changed.body, paged().await.body);
+}
