@@ -259,7 +259,7 @@ impl ApplyObserver for WatchHub {
             }
             let frame = frames::encode_update(update);
             for topic in by_service.into_iter().chain(by_namespace) {
-                topic.append(frame.clone());
+                topic.append(frame.clone(), Arc::clone(update));
             }
         }
         drop(topics);

@@ -1,5 +1,5 @@
 use muster_core::api::Frame;
-use muster_core::{Actor, Incarnation, InstanceId, Principal};
+use muster_core::{Actor, Incarnation, InstanceId, Principal, ServiceSnapshot};
 use muster_registry::{CommandMeta, LeaseSpec, Register, RegistryConfig, Target};
 
 use futures_util::StreamExt;
@@ -179,4 +179,82 @@ async fn an_idle_watcher_answers_a_tick_with_progress_at_the_published_revision(
     let closing: Frame = serde_json::from_slice(&watcher.next().await.unwrap()).unwrap();
     assert_eq!(closing, Frame::Closing { revision: Revision(2) });
     assert_eq!(watcher.next().await, None);
+}
+
+fn deregister(hub: &WatchHub, registry: &mut Registry, service: &str, instance: &str) {
+    let command = muster_registry::Deregister {
+        target: Target {
+            key: key(service),
+            instance: InstanceId::new(instance).unwrap(),
+            incarnation: Incarnation(1),
+        },
+        expected_revision: None,
+    };
+    let meta = CommandMeta {
+        at_ms: 0,
+        principal: Principal::new("test").unwrap(),
+        actor: Actor::App,
+    };
+    let applied = registry.apply(&command.into(), &meta).unwrap();
+    hub.applied(registry, &applied);
+}
+
+#[test]
+fn a_lagging_watchers_coalesced_updates_bring_its_view_exactly_to_the_registrys() {
+    // Trace (reference/control-plane-state.txt, "Capacity Planning"): coalescing superseded
+    // endpoint updates must preserve ordered deletion. A watcher that fell behind a burst
+    // of puts and deletes of one service (and of another in its namespace) gets one update
+    // per service; applied to the view it had, with the contiguity and digest checks a
+    // client makes, it must reach exactly the registry's set: no lost delete, no gap.
+    let hub = WatchHub::new(64);
+    let mut registry = Registry::new(RegistryConfig::default());
+    apply(&hub, &mut registry, "api", "a");
+    apply(&hub, &mut registry, "api", "b");
+    let mut view = ServiceSnapshot::clone(&registry.snapshot(&key("api")).unwrap());
+    let mut watcher = hub.subscribe(Scope::Service(key("api"))).unwrap();
+    let mut namespace = hub.subscribe(Scope::Namespace(key("api").namespace_key())).unwrap();
+    let mut namespace_views = std::collections::HashMap::new();
+    namespace_views.insert(key("api"), view.clone());
+    let mut changes = 0;
+    for round in 0..4 {
+        for instance in ["c", "d", "e"] {
+            apply(&hub, &mut registry, "api", &format!("{instance}{round}"));
+            apply(&hub, &mut registry, "web", &format!("{instance}{round}"));
+            changes += 1;
+        }
+        deregister(&hub, &mut registry, "api", &format!("c{round}"));
+        changes += 1;
+    }
+    deregister(&hub, &mut registry, "api", "a");
+    changes += 1;
+
+    let mut updates = 0;
+    while let Some(frame) = pop_frame(&mut watcher) {
+        let Frame::Update(update) = frame else {
+            panic!("only updates: {frame:?}")
+        };
+        assert!(view.apply(&update).unwrap(), "contiguous and its digest checks");
+        updates += 1;
+    }
+    assert_eq!(view, *registry.snapshot(&key("api")).unwrap());
+    assert!(view.get(&InstanceId::new("a").unwrap()).is_none(), "the delete arrived");
+    assert_eq!(updates, 1, "{changes} changes behind, coalesced into one update");
+
+    while let Some(frame) = pop_frame(&mut namespace) {
+        let Frame::Update(update) = frame else {
+            panic!("only updates: {frame:?}")
+        };
+        let view = namespace_views
+            .entry(update.key.clone())
+            .or_insert_with(|| ServiceSnapshot::empty(update.key.clone()));
+        assert!(view.apply(&update).unwrap());
+    }
+    for service in ["api", "web"] {
+        assert_eq!(
+            namespace_views[&key(service)],
+            *registry.snapshot(&key(service)).unwrap(),
+            "{service}"
+        );
+    }
+    assert_eq!(hub.stats().resyncs, 0);
 }

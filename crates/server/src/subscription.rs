@@ -4,6 +4,9 @@
 //!
 //! ```text
 //!  poll: read log at cursor ─┬─ frame ─────────────▶ send
+//!                            ├─ ≥ 8 behind ────────▶ coalesce the backlog (one update per
+//!                            │                       service, shared by watchers at the same
+//!                            │                       place) ──▶ send each
 //!                            ├─ lagged ────────────▶ resync, end
 //!                            ├─ ended ─────────────▶ resync | closing, end
 //!                            └─ empty (waker registered) ─┬─ new tick ─▶ progress(revision)
@@ -23,7 +26,7 @@ use muster_registry::Scope;
 
 use crate::frames;
 use crate::hub::WatchHub;
-use crate::topic::{Read, Topic};
+use crate::topic::{Read, Topic, coalesce};
 
 /// What the watcher has next, without waiting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +48,8 @@ pub(crate) struct Subscription {
     id: u64,
     /// The last progress tick this watcher answered.
     seen_tick: u64,
+    /// Coalesced frames still to send, and the next one's index.
+    pending: Option<(Arc<[Bytes]>, usize)>,
     done: bool,
 }
 
@@ -56,6 +61,7 @@ impl Subscription {
             topic,
             id,
             seen_tick: tick,
+            pending: None,
             done: false,
         }
     }
@@ -67,11 +73,30 @@ impl Subscription {
     }
 
     fn next_now(&mut self, waker: Option<&Waker>) -> Next {
+        if let Some((frames, next)) = &mut self.pending {
+            let frame = frames[*next].clone();
+            *next += 1;
+            if *next == frames.len() {
+                self.pending = None;
+            }
+            return Next::Frame(frame);
+        }
         if self.done {
             return Next::Done;
         }
         match self.topic.read(self.id, waker) {
             Read::Frame(frame) => Next::Frame(frame),
+            Read::Coalesced(frames) => self.send_coalesced(frames, waker),
+            Read::Behind { from, to, updates } => {
+                let frames: Arc<[Bytes]> = coalesce(&updates).iter().map(frames::encode_update).collect();
+                match self.topic.take_coalesced(self.id, from, to, frames) {
+                    Some(frames) => self.send_coalesced(frames, waker),
+                    None => {
+                        self.done = true;
+                        Next::Frame(frames::resync(self.hub.revision()))
+                    }
+                }
+            }
             Read::Empty => Next::Empty,
             Read::Last(last) => {
                 self.done = true;
@@ -82,6 +107,18 @@ impl Subscription {
                 Next::Frame(frames::resync(self.hub.revision()))
             }
         }
+    }
+}
+
+impl Subscription {
+    /// Queues a coalesced backlog and returns its first frame (a backlog of updates always
+    /// coalesces to at least one).
+    fn send_coalesced(&mut self, frames: Arc<[Bytes]>, waker: Option<&Waker>) -> Next {
+        if frames.is_empty() {
+            return self.next_now(waker);
+        }
+        self.pending = Some((frames, 0));
+        self.next_now(waker)
     }
 }
 

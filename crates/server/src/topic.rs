@@ -38,6 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 
 use bytes::Bytes;
+use muster_core::{Event, InstanceId, ServiceKey, ServiceUpdate};
 
 /// How a topic ended.
 #[derive(Debug, Clone)]
@@ -48,11 +49,24 @@ enum End {
     Resync(Bytes),
 }
 
-/// One appended frame and how many watchers still have to read it.
+/// One appended frame (and the update it encodes, for coalescing) and how many watchers still
+/// have to read it.
 #[derive(Debug)]
 struct Slot {
-    frame: Option<Bytes>,
+    frame: Option<(Bytes, Arc<ServiceUpdate>)>,
     unread_by: usize,
+}
+
+/// A watcher this many frames behind gets its backlog coalesced (SPEC K1): one update per
+/// service instead of every superseded one.
+pub(crate) const COALESCE_BEHIND: u64 = 8;
+
+/// The last coalesced backlog, shared by the watchers at the same place (encode once).
+#[derive(Debug)]
+struct Coalesced {
+    from: u64,
+    to: u64,
+    frames: Arc<[Bytes]>,
 }
 
 /// A watcher's position in the log.
@@ -83,6 +97,8 @@ struct Log {
     round: u64,
     /// The hub's counts of watchers cut off, shared by all its topics.
     cuts: Arc<CutCounts>,
+    /// The last coalesced backlog (see [`Read::Behind`]).
+    coalesced: Option<Coalesced>,
 }
 
 /// Watchers cut off, counted by the topics that cut them (the hub's stats read them).
@@ -110,8 +126,15 @@ impl Log {
         let Some(cursor) = self.watchers.remove(&id) else {
             return false;
         };
+        self.release(cursor.next, self.head);
+        true
+    }
+
+    /// One watcher no longer needs the frames `from..to`: frees those nobody else still has
+    /// to read.
+    fn release(&mut self, from: u64, to: u64) {
         let oldest = self.oldest();
-        for seq in cursor.next.max(oldest)..self.head {
+        for seq in from.max(oldest)..to {
             let slot = &mut self.slots[(seq - oldest) as usize];
             slot.unread_by = slot.unread_by.saturating_sub(1);
             if slot.unread_by == 0 {
@@ -119,7 +142,6 @@ impl Log {
             }
         }
         self.trim();
-        true
     }
 
     /// Cuts a lagged watcher off, counting its resync the first time.
@@ -142,6 +164,20 @@ impl Log {
 pub(crate) enum Read {
     /// The next frame.
     Frame(Bytes),
+    /// The watcher is [`COALESCE_BEHIND`] frames or more behind: its backlog coalesced, one
+    /// frame per service, already taken (its cursor is at the head).
+    Coalesced(Arc<[Bytes]>),
+    /// The watcher is [`COALESCE_BEHIND`] frames or more behind and nobody coalesced this
+    /// backlog yet: encode `updates` with [`coalesce`] and hand the frames back with
+    /// [`Topic::take_coalesced`]. Nothing was taken yet.
+    Behind {
+        /// The backlog's first sequence number.
+        from: u64,
+        /// Its end (exclusive).
+        to: u64,
+        /// Its updates, oldest first.
+        updates: Vec<Arc<ServiceUpdate>>,
+    },
     /// Nothing new yet.
     Empty,
     /// The watcher fell more than `bound` frames behind and was cut off (its resync is
@@ -185,6 +221,7 @@ impl Topic {
                 waiting: Vec::new(),
                 round: 1,
                 cuts,
+                coalesced: None,
             }),
             bound: bound.max(1),
         }
@@ -216,7 +253,7 @@ impl Topic {
 
     /// Appends a frame for every current watcher, evicting the oldest at the bound, and
     /// wakes them. Does nothing once ended.
-    pub(crate) fn append(&self, frame: Bytes) {
+    pub(crate) fn append(&self, frame: Bytes, update: Arc<ServiceUpdate>) {
         let mut log = self.lock();
         if log.end.is_some() || log.watchers.is_empty() {
             return;
@@ -226,7 +263,7 @@ impl Topic {
         }
         let unread_by = log.watchers.len();
         log.slots.push_back(Slot {
-            frame: Some(frame),
+            frame: Some((frame, update)),
             unread_by,
         });
         log.head += 1;
@@ -255,6 +292,7 @@ impl Topic {
                 log.cuts.resyncs.fetch_add(cut, Ordering::Relaxed);
                 log.watchers.clear();
                 log.slots.clear();
+                log.coalesced = None;
             }
             log.end = Some(end);
         }
@@ -280,14 +318,37 @@ impl Topic {
             log.cut(id);
             return Read::Lagged;
         }
+        if log.head - next >= COALESCE_BEHIND {
+            let head = log.head;
+            if let Some(coalesced) = &log.coalesced
+                && (coalesced.from, coalesced.to) == (next, head)
+            {
+                let frames = Arc::clone(&coalesced.frames);
+                cursor.next = head;
+                log.release(next, head);
+                return Read::Coalesced(frames);
+            }
+            let updates = log
+                .slots
+                .range((next - oldest) as usize..)
+                .map(|slot| slot.frame.as_ref().map(|(_, update)| Arc::clone(update)))
+                .collect::<Option<Vec<_>>>();
+            // Every watcher subscribed before an append counts in its slot's `unread_by`, so
+            // the slots from this watcher's cursor on are all still there.
+            return updates.map_or(Read::Lagged, |updates| Read::Behind {
+                from: next,
+                to: head,
+                updates,
+            });
+        }
         if next < log.head {
             cursor.next = next + 1;
             let slot = &mut log.slots[(next - oldest) as usize];
             slot.unread_by = slot.unread_by.saturating_sub(1);
             let frame = if slot.unread_by == 0 {
-                slot.frame.take()
+                slot.frame.take().map(|(frame, _)| frame)
             } else {
-                slot.frame.clone()
+                slot.frame.as_ref().map(|(frame, _)| frame.clone())
             };
             log.trim();
             // Every watcher subscribed before the append counts in `unread_by`, so the
@@ -303,6 +364,31 @@ impl Topic {
             log.waiting.push(waker.clone());
         }
         Read::Empty
+    }
+
+    /// Watcher `id` coalesced its backlog `from..to` (from [`Read::Behind`]) into `frames`:
+    /// takes the backlog and keeps the frames for the next watcher at the same place. `None`
+    /// if the watcher was cut off meanwhile (it must resync).
+    pub(crate) fn take_coalesced(&self, id: u64, from: u64, to: u64, frames: Arc<[Bytes]>) -> Option<Arc<[Bytes]>> {
+        let mut guard = self.lock();
+        let log = &mut *guard;
+        if log.watchers.get(&id)?.next != from {
+            return None;
+        }
+        if log.oldest() > from {
+            log.cut(id);
+            return None;
+        }
+        if let Some(cursor) = log.watchers.get_mut(&id) {
+            cursor.next = to;
+        }
+        log.release(from, to);
+        log.coalesced = Some(Coalesced {
+            from,
+            to,
+            frames: Arc::clone(&frames),
+        });
+        Some(frames)
     }
 
     /// Wakes every waiting watcher (progress ticks).
@@ -336,10 +422,48 @@ impl Topic {
             .slots
             .iter()
             .filter_map(|slot| slot.frame.as_ref())
-            .map(Bytes::len)
+            .map(|(frame, _)| frame.len())
             .sum();
         backlog
     }
+}
+
+/// Coalesces consecutive updates (oldest first) into one per service, in the order of each
+/// service's first update (SPEC K1): from the first one's `prev_revision` to the last one's
+/// revision and digest, each instance's last event only. A delete is never lost: an
+/// instance's last event is its delete unless a later put superseded it; an instance put and
+/// deleted within the run ends as a delete, which a client without it ignores.
+pub(crate) fn coalesce(updates: &[Arc<ServiceUpdate>]) -> Vec<ServiceUpdate> {
+    let mut merged: Vec<(ServiceUpdate, BTreeMap<InstanceId, Event>)> = Vec::new();
+    let mut index: std::collections::HashMap<&ServiceKey, usize> = std::collections::HashMap::new();
+    for update in updates {
+        let at = *index.entry(&update.key).or_insert_with(|| {
+            merged.push((
+                ServiceUpdate {
+                    key: update.key.clone(),
+                    revision: update.revision,
+                    prev_revision: update.prev_revision,
+                    digest: update.digest,
+                    events: Vec::new(),
+                },
+                BTreeMap::new(),
+            ));
+            merged.len() - 1
+        });
+        let (into, events) = &mut merged[at];
+        into.revision = update.revision;
+        into.digest = update.digest;
+        for event in &update.events {
+            events.insert(event.instance().clone(), event.clone());
+        }
+    }
+    merged
+        .into_iter()
+        .map(|(mut update, events)| {
+            update.events = events.into_values().collect();
+            update
+        })
+        .collect()
 }
 
 #[cfg(test)]

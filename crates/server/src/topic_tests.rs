@@ -1,4 +1,21 @@
+use muster_core::{Digest, Incarnation, Revision};
+
 use super::*;
+
+fn api() -> ServiceKey {
+    ServiceKey::new("acme", "prod", "api").unwrap()
+}
+
+/// An update of `api` at `revision` without events (the topic never looks inside).
+fn update(revision: u64) -> Arc<ServiceUpdate> {
+    Arc::new(ServiceUpdate {
+        key: api(),
+        revision: Revision(revision),
+        prev_revision: Revision(revision - 1),
+        digest: Digest(revision),
+        events: Vec::new(),
+    })
+}
 
 fn frame(text: &'static str) -> Bytes {
     Bytes::from_static(text.as_bytes())
@@ -19,7 +36,7 @@ fn a_watcher_that_falls_a_bound_behind_lags_once() {
     let (topic, resyncs) = topic(2);
     let slow = topic.join();
     for text in ["1", "2", "3"] {
-        topic.append(frame(text));
+        topic.append(frame(text), update(1));
     }
     let backlog = topic.backlog();
     assert_eq!((backlog.watchers, count(&resyncs)), (0, 1), "cut by the look");
@@ -32,8 +49,8 @@ fn a_watcher_that_falls_a_bound_behind_lags_once() {
 fn a_reader_finds_its_own_lag() {
     let (topic, resyncs) = topic(1);
     let slow = topic.join();
-    topic.append(frame("1"));
-    topic.append(frame("2"));
+    topic.append(frame("1"), update(1));
+    topic.append(frame("2"), update(1));
     assert_eq!(topic.read(slow, None), Read::Lagged);
     assert_eq!(count(&resyncs), 1);
     assert_eq!(topic.backlog().watchers, 0, "not counted again by the look");
@@ -45,10 +62,10 @@ fn a_reader_finds_its_own_lag() {
 fn closing_comes_after_unread_frames_and_resync_replaces_them() {
     let (topic, resyncs) = topic(4);
     let watcher = topic.join();
-    topic.append(frame("1"));
+    topic.append(frame("1"), update(1));
     topic.end_with_closing(frame("closing"));
     topic.end_with_resync(frame("ignored: the first end wins"));
-    topic.append(frame("dropped: ended"));
+    topic.append(frame("dropped: ended"), update(1));
     assert_eq!(topic.read(watcher, None), Read::Frame(frame("1")));
     assert_eq!(topic.read(watcher, None), Read::Last(frame("closing")));
 
@@ -56,7 +73,7 @@ fn closing_comes_after_unread_frames_and_resync_replaces_them() {
 
     let (reset, resyncs) = self::topic(4);
     let watcher = reset.join();
-    reset.append(frame("1"));
+    reset.append(frame("1"), update(1));
     reset.end_with_resync(frame("resync"));
     assert_eq!(count(&resyncs), 1, "one resync per watcher");
     assert_eq!(reset.read(watcher, None), Read::Last(frame("resync")));
@@ -69,7 +86,7 @@ fn slots_are_freed_by_the_last_reader() {
     let (topic, _) = topic(4);
     let one = topic.join();
     let two = topic.join();
-    topic.append(frame("1"));
+    topic.append(frame("1"), update(1));
     assert_eq!(topic.read(one, None), Read::Frame(frame("1")));
     assert_eq!(topic.lock().slots.len(), 1);
     assert_eq!(topic.read(two, None), Read::Frame(frame("1")));
@@ -100,7 +117,7 @@ fn an_empty_read_registers_once_and_the_next_append_wakes() {
         "polled again: still one waker"
     );
     assert_eq!(topic.lock().waiting.len(), 1);
-    topic.append(frame("1"));
+    topic.append(frame("1"), update(1));
     assert_eq!(counting.0.load(Ordering::SeqCst), 1);
     assert_eq!(topic.read(watcher, Some(&waker)), Read::Frame(frame("1")));
     assert_eq!(
@@ -111,4 +128,144 @@ fn an_empty_read_registers_once_and_the_next_append_wakes() {
     topic.end_with_closing(frame("closing"));
     assert_eq!(counting.0.load(Ordering::SeqCst), 2);
     assert_eq!(topic.read(watcher, None), Read::Last(frame("closing")));
+}
+
+#[test]
+fn a_watcher_far_enough_behind_gets_its_backlog_coalesced_once_for_all_at_its_place() {
+    let (topic, resyncs) = topic(64);
+    let (one, two, current) = (topic.join(), topic.join(), topic.join());
+    topic.append(frame("1"), update(1));
+    assert_eq!(
+        topic.read(current, None),
+        Read::Frame(frame("1")),
+        "one behind: the shared frame"
+    );
+    for revision in 2..=COALESCE_BEHIND + 1 {
+        topic.append(frame("n"), update(revision));
+    }
+    let Read::Behind { from, to, updates } = topic.read(one, None) else {
+        panic!("one is {} frames behind", COALESCE_BEHIND + 1);
+    };
+    assert_eq!(
+        (from, to, updates.len() as u64),
+        (0, COALESCE_BEHIND + 1, COALESCE_BEHIND + 1)
+    );
+    let coalesced: Arc<[Bytes]> = vec![frame("coalesced")].into();
+    let taken = topic.take_coalesced(one, from, to, Arc::clone(&coalesced)).unwrap();
+    assert!(Arc::ptr_eq(&taken, &coalesced));
+    assert_eq!(topic.read(one, None), Read::Empty, "the backlog is taken");
+    let Read::Coalesced(shared) = topic.read(two, None) else {
+        panic!("two is at the same place");
+    };
+    assert!(Arc::ptr_eq(&shared, &coalesced), "encoded once for both");
+    assert_eq!(
+        topic.lock().slots.len(),
+        COALESCE_BEHIND as usize,
+        "current has yet to read 2.."
+    );
+    let Read::Behind { from, .. } = topic.read(current, None) else {
+        panic!("current is {COALESCE_BEHIND} behind");
+    };
+    assert_eq!(from, 1, "elsewhere: its own backlog");
+    assert_eq!(
+        topic.take_coalesced(current, 0, COALESCE_BEHIND + 1, coalesced),
+        None,
+        "not its place"
+    );
+    assert_eq!(count(&resyncs), 0);
+}
+
+#[test]
+fn a_watcher_cut_off_while_it_coalesced_must_resync() {
+    let (topic, resyncs) = topic(COALESCE_BEHIND as usize);
+    let slow = topic.join();
+    for revision in 1..=COALESCE_BEHIND {
+        topic.append(frame("n"), update(revision));
+    }
+    let Read::Behind { from, to, .. } = topic.read(slow, None) else {
+        panic!("a whole bound behind, not yet past it");
+    };
+    topic.append(frame("evicts the first"), update(COALESCE_BEHIND + 1));
+    assert_eq!(topic.take_coalesced(slow, from, to, vec![frame("c")].into()), None);
+    assert_eq!(count(&resyncs), 1);
+    assert_eq!(topic.read(slow, None), Read::Lagged);
+}
+
+/// A put of `instance` at `ip`, its record made by a real registry.
+fn put(instance: &str, ip: &str) -> Event {
+    use muster_registry::{CommandMeta, LeaseSpec, Register, Registry, RegistryConfig, Target};
+    let mut registry = Registry::new(RegistryConfig::default());
+    let instance = InstanceId::new(instance).unwrap();
+    let command = Register {
+        target: Target {
+            key: api(),
+            instance: instance.clone(),
+            incarnation: Incarnation(1),
+        },
+        spec: serde_json::from_value(serde_json::json!({"addresses": [{"ip": ip}]})).unwrap(),
+        lease: LeaseSpec::None,
+        expected_revision: None,
+    };
+    let meta = CommandMeta {
+        at_ms: 0,
+        principal: muster_core::Principal::new("test").unwrap(),
+        actor: muster_core::Actor::App,
+    };
+    registry.apply(&command.into(), &meta).unwrap();
+    let endpoint = Arc::clone(registry.snapshot(&api()).unwrap().get(&instance).unwrap());
+    Event::Put { endpoint }
+}
+
+fn delete(instance: &str) -> Event {
+    Event::Delete {
+        instance: InstanceId::new(instance).unwrap(),
+        incarnation: Incarnation(1),
+        reason: muster_core::DeleteReason::Deregistered,
+    }
+}
+
+fn of(key: &ServiceKey, revision: u64, prev: u64, events: Vec<Event>) -> Arc<ServiceUpdate> {
+    Arc::new(ServiceUpdate {
+        key: key.clone(),
+        revision: Revision(revision),
+        prev_revision: Revision(prev),
+        digest: Digest(revision * 1_000),
+        events,
+    })
+}
+
+#[test]
+fn coalescing_keeps_each_instances_last_event_and_every_delete() {
+    let web = ServiceKey::new("acme", "prod", "web").unwrap();
+    let updates = [
+        of(&api(), 3, 1, vec![put("a", "10.0.0.1"), put("b", "10.0.0.2")]),
+        of(&web, 4, 2, vec![put("w", "10.0.1.1")]),
+        of(&api(), 5, 3, vec![delete("a"), put("b", "10.0.0.3")]),
+        of(&api(), 6, 5, vec![put("c", "10.0.0.4")]),
+        of(&api(), 8, 6, vec![delete("c"), delete("old")]),
+        of(&web, 9, 4, vec![put("w", "10.0.1.2")]),
+    ];
+    let merged = coalesce(&updates);
+    assert_eq!(merged.len(), 2, "one per service");
+    let (api_update, web_update) = (&merged[0], &merged[1]);
+    assert_eq!(api_update.key, api(), "in the order of each service's first update");
+    assert_eq!(
+        (api_update.prev_revision, api_update.revision, api_update.digest),
+        (Revision(1), Revision(8), Digest(8_000)),
+        "from the first one's predecessor to the last one's revision and digest"
+    );
+    let shown: Vec<String> = api_update
+        .events
+        .iter()
+        .map(|event| match event {
+            Event::Put { endpoint } => format!("put {} {}", endpoint.instance, endpoint.addresses[0].ip),
+            Event::Delete { instance, .. } => format!("delete {instance}"),
+        })
+        .collect();
+    assert_eq!(shown, ["delete a", "put b 10.0.0.3", "delete c", "delete old"]);
+    assert_eq!(
+        (web_update.prev_revision, web_update.revision),
+        (Revision(2), Revision(9))
+    );
+    assert_eq!(web_update.events, vec![put("w", "10.0.1.2")]);
 }
