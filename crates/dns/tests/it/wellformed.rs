@@ -36,7 +36,7 @@ pub(crate) fn check(zone: &Zone, packet: &[u8]) {
         (Transport::Udp, usize::from(zone.config().max_udp_payload)),
         (Transport::Tcp, 65_535),
     ] {
-        match zone.answer(packet, transport, &mut out) {
+        match zone.answer(packet, transport, 0, &mut out) {
             Outcome::Dropped(_) => assert!(out.is_empty(), "a dropped packet leaves no reply"),
             Outcome::Answered { rcode, truncated } => {
                 assert!(out.len() <= limit, "{transport:?} reply of {} bytes", out.len());

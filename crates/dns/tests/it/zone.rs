@@ -387,7 +387,7 @@ fn malformed_packets_get_formerr_or_are_dropped_and_the_flags_are_echoed() {
         }[..],
     ] {
         assert!(matches!(
-            zone.answer(dropped, Transport::Udp, &mut out),
+            zone.answer(dropped, Transport::Udp, 0, &mut out),
             Outcome::Dropped(_)
         ));
     }
