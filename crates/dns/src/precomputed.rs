@@ -206,7 +206,9 @@ impl Precomputed {
     }
 
     fn answers_end(&self) -> usize {
-        self.spans.last().map_or(self.question_end(), |span| span.answer_end as usize)
+        self.spans
+            .last()
+            .map_or(self.question_end(), |span| span.answer_end as usize)
     }
 
     fn additionals_before(&self, index: usize) -> u32 {
@@ -229,20 +231,44 @@ impl Precomputed {
         let mut budget = room.saturating_sub(self.question_end());
         let cap = cap.min(len);
         // Answers: the run from `start` to the end, then (a whole lap at most) from 0.
-        let first = self.fit(start..len, budget, cap, |this, i| this.spans[i].answer_end, Self::answer_start);
+        let first = self.fit(
+            start..len,
+            budget,
+            cap,
+            |this, i| this.spans[i].answer_end,
+            Self::answer_start,
+        );
         budget -= self.answer_bytes(start..start + first);
         let mut answers = first;
         if start + first == len && first < cap {
-            let second = self.fit(0..start, budget, cap - first, |this, i| this.spans[i].answer_end, Self::answer_start);
+            let second = self.fit(
+                0..start,
+                budget,
+                cap - first,
+                |this, i| this.spans[i].answer_end,
+                Self::answer_start,
+            );
             budget -= self.answer_bytes(0..second);
             answers += second;
         }
         // Additional groups: the longest prefix of the window's that fits what is left.
         let (first_run, second_run) = split(start, answers, len);
-        let mut groups = self.fit(first_run.clone(), budget, usize::MAX, |this, i| this.spans[i].additional_end, Self::group_start);
+        let mut groups = self.fit(
+            first_run.clone(),
+            budget,
+            usize::MAX,
+            |this, i| this.spans[i].additional_end,
+            Self::group_start,
+        );
         if groups == first_run.len() {
             budget -= self.group_bytes(first_run);
-            groups += self.fit(second_run, budget, usize::MAX, |this, i| this.spans[i].additional_end, Self::group_start);
+            groups += self.fit(
+                second_run,
+                budget,
+                usize::MAX,
+                |this, i| this.spans[i].additional_end,
+                Self::group_start,
+            );
         }
         Selection::Window { start, answers, groups }
     }
@@ -303,7 +329,9 @@ impl Precomputed {
         let (first, second) = split(start, answers, len);
         for run in [first.clone(), second.clone()] {
             if !run.is_empty() {
-                out.extend_from_slice(&self.bytes[self.answer_start(run.start)..self.spans[run.end - 1].answer_end as usize]);
+                out.extend_from_slice(
+                    &self.bytes[self.answer_start(run.start)..self.spans[run.end - 1].answer_end as usize],
+                );
             }
         }
         let (group_first, group_second) = split(start, groups, len);
@@ -311,7 +339,9 @@ impl Precomputed {
         for run in [group_first, group_second] {
             if !run.is_empty() {
                 additional += self.group_count(run.clone());
-                out.extend_from_slice(&self.bytes[self.group_start(run.start)..self.spans[run.end - 1].additional_end as usize]);
+                out.extend_from_slice(
+                    &self.bytes[self.group_start(run.start)..self.spans[run.end - 1].additional_end as usize],
+                );
             }
         }
         (saturate(answers as u32), saturate(additional))

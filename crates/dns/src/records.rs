@@ -239,7 +239,8 @@ impl Builder<'_> {
                 if let Some(answer) = precompute(&instance_name.name, RecordType::SRV, vec![srv_answer]) {
                     rrsets.push((rtype::SRV, answer));
                 }
-                if let Some(answer) = precompute(&instance_name.name, RecordType::TXT, vec![Answer::alone(txt.clone())]) {
+                if let Some(answer) = precompute(&instance_name.name, RecordType::TXT, vec![Answer::alone(txt.clone())])
+                {
                     rrsets.push((rtype::TXT, answer));
                 }
                 owned.push(Owned {
@@ -276,7 +277,13 @@ impl Builder<'_> {
             .filter_map(|(service, transport)| {
                 self.name(&[&format!("_{service}"), &format!("_{transport}"), namespace])
             })
-            .map(|target| Answer::alone(Record::from_rdata(owner.name.clone(), self.ttl(), RData::PTR(PTR(target.name)))))
+            .map(|target| {
+                Answer::alone(Record::from_rdata(
+                    owner.name.clone(),
+                    self.ttl(),
+                    RData::PTR(PTR(target.name)),
+                ))
+            })
             .collect();
         vec![self.owned_with(&owner, rtype::PTR, pointers)]
     }

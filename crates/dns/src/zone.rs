@@ -439,7 +439,8 @@ impl Reply<'_> {
                 // lower-case one, so the compression pointers into it still hold.
                 let question = &self.packet[HEADER_LEN..self.query.question_end];
                 out[HEADER_LEN..HEADER_LEN + question.len()].copy_from_slice(question);
-                let additional = u16::from_be_bytes([out[10], out[11]]).saturating_add(u16::from(self.query.edns.is_some()));
+                let additional =
+                    u16::from_be_bytes([out[10], out[11]]).saturating_add(u16::from(self.query.edns.is_some()));
                 out[10..12].copy_from_slice(&additional.to_be_bytes());
                 self.finish(Rcode::NoError, false, out)
             }
