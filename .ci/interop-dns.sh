@@ -71,7 +71,7 @@ for i in $(seq 0 4999); do
   echo "output = \"/dev/null\""
   echo "fail"
 done >"$work/big.curl"
-curl -sS --parallel --parallel-max 16 --config "$work/big.curl"
+curl -sS --no-progress-meter --parallel --parallel-max 16 --config "$work/big.curl"
 curl -fsS "$base/v1/registry/default/prod/big?limit=1" >"$work/big.json"
 [ "$(jq .total "$work/big.json")" = 5000 ] || fail "registered $(jq .total "$work/big.json") of 5000"
 for name in big.prod.muster:A _http._tcp.big.prod.muster:SRV; do
