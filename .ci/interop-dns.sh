@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The DNS view as dig sees it (SPEC D2): A, SRV with its additional addresses, DNS-SD PTR and
-# TXT, NXDOMAIN vs NODATA with the SOA, truncation over UDP and the full answer over TCP,
-# REFUSED outside the zone, a drain visible at the next query, and the server still answering
-# after garbage.
+# TXT, NXDOMAIN vs NODATA with the SOA, an answer over the UDP buffer as a window with TC clear
+# and the full answer over TCP, a 5,000-endpoint service answered over UDP (TC clear, windows
+# rotating) and TCP, REFUSED outside the zone, a drain visible at the next query, and the
+# server still answering after garbage.
 set -euo pipefail
 muster="$1"
 work=$(mktemp -d)
@@ -20,6 +21,11 @@ done
 dns=$(head -1 "$work/serve.out" | jq -r .dns)
 dns_port=${dns##*:}
 d() { dig @127.0.0.1 -p "$dns_port" +time=2 +tries=1 "$@"; }
+# dig's header line, from a saved reply: the answer count, and whether TC is set.
+answers() { sed -n 's/^;; flags:.*ANSWER: \([0-9]*\),.*/\1/p' "$1"; }
+truncated() { grep -q '^;; flags:[^;]* tc[ ;]' "$1"; }
+# (`! cmd` does not stop a `set -e` script; these checks fail explicitly.)
+fail() { echo "interop-dns: $*" >&2; exit 1; }
 
 register() { # instance ip [labels-json]
   curl -fsS -X PUT "$base/v1/registry/default/prod/api/$1" -H 'content-type: application/json' \
@@ -44,10 +50,47 @@ d example.com A | grep -q 'status: REFUSED'
 # Case is echoed as asked.
 d +noall +question ApI.PrOd.MuStEr A | grep -q 'ApI.PrOd.MuStEr'
 
-# 40 more endpoints: over 512 bytes without EDNS, so UDP says TC and TCP has them all.
+# 40 more endpoints: over 512 bytes without EDNS, so UDP answers a window of 29 with TC
+# clear (+ignore: dig would otherwise retry a TC answer over TCP), and TCP has them all.
 for i in $(seq 2 41); do register "api-$i" "10.0.1.$i"; done
-d +noedns +ignore api.prod.muster A | grep -q 'flags: qr aa tc'
-[ "$(d +tcp +short api.prod.muster A | wc -l)" = 42 ]
+d +noedns +ignore api.prod.muster A >"$work/window"
+if truncated "$work/window"; then fail "a window over UDP has TC set"; fi
+[ "$(answers "$work/window")" = 29 ]
+d +tcp +short api.prod.muster A >"$work/all"
+[ "$(wc -l <"$work/all")" = 42 ]
+
+# A 5,000-endpoint service (one curl, its PUTs in parallel): over UDP, with and without EDNS,
+# a non-empty window with TC clear, for A and SRV; over TCP more, within 64 KiB; two UDP
+# queries in a row get different windows.
+for i in $(seq 0 4999); do
+  [ "$i" = 0 ] || echo "next"
+  echo "url = \"$base/v1/registry/default/prod/big/big-$i\""
+  echo "data = \"{\\\"incarnation\\\":1,\\\"endpoint\\\":{\\\"addresses\\\":[{\\\"ip\\\":\\\"10.2.$((i / 256)).$((i % 256))\\\"}],\\\"ports\\\":[{\\\"name\\\":\\\"http\\\",\\\"port\\\":8080,\\\"protocol\\\":\\\"http\\\"}]}}\""
+  echo "request = \"PUT\""
+  echo "header = \"content-type: application/json\""
+  echo "output = \"/dev/null\""
+  echo "fail"
+done >"$work/big.curl"
+curl -sS --no-progress-meter --parallel --parallel-max 16 --config "$work/big.curl"
+curl -fsS "$base/v1/registry/default/prod/big?limit=1" >"$work/big.json"
+[ "$(jq .total "$work/big.json")" = 5000 ] || fail "registered $(jq .total "$work/big.json") of 5000"
+for name in big.prod.muster:A _http._tcp.big.prod.muster:SRV; do
+  d +ignore "${name%:*}" "${name#*:}" >"$work/big-udp"
+  d +noedns +ignore "${name%:*}" "${name#*:}" >"$work/big-plain"
+  d +tcp "${name%:*}" "${name#*:}" >"$work/big-tcp"
+  for reply in big-udp big-plain big-tcp; do
+    grep -q 'status: NOERROR' "$work/$reply"
+    if truncated "$work/$reply"; then fail "$name: TC set in $reply"; fi
+    [ "$(answers "$work/$reply")" -gt 0 ]
+  done
+  [ "$(answers "$work/big-tcp")" -gt "$(answers "$work/big-udp")" ]
+  [ "$(answers "$work/big-udp")" -gt "$(answers "$work/big-plain")" ]
+  tcp_size=$(sed -n 's/^;; MSG SIZE  rcvd: \([0-9]*\).*/\1/p' "$work/big-tcp")
+  [ "$tcp_size" -le 65535 ]
+done
+d +ignore +short big.prod.muster A >"$work/first"
+d +ignore +short big.prod.muster A >"$work/second"
+if cmp -s "$work/first" "$work/second"; then fail "two UDP queries got the same window"; fi
 
 # A drain is gone at the next query.
 curl -fsS -X POST "$base/v1/registry/default/prod/api/api-0/drain" -H 'content-type: application/json' \

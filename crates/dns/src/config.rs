@@ -21,6 +21,11 @@ pub struct ZoneConfig {
     pub negative_ttl_s: u32,
     /// The largest UDP answer we send, whatever a client's EDNS buffer says.
     pub max_udp_payload: u16,
+    /// The most records of one RRset (A, AAAA, SRV, PTR) a UDP answer carries: a larger
+    /// RRset is answered with a rotating window of at most this many, as many as fit the
+    /// client's buffer, TC clear. TCP answers carry as many as fit 64 KiB. 65535 (the
+    /// default, DNS's own maximum) means no count limit, only the size; at least 1.
+    pub max_answers: u16,
     /// Whether `degraded` endpoints are answered (SPEC M3); `ready` ones always are.
     pub accept_degraded: bool,
     /// Network scopes whose addresses this view may hand out, besides unscoped addresses
@@ -37,6 +42,12 @@ const DEFAULT_TTL_S: u32 = 5;
 /// fragmentation on practically every path (1,280-byte IPv6 minimum MTU less headers).
 const DEFAULT_MAX_UDP_PAYLOAD: u16 = 1232;
 
+/// 65,535: no limit beyond the size, as Consul's `a_record_limit` of 0. A UDP answer is
+/// bounded by the client's buffer anyway (about 75 A records at 1,232 bytes, 29 at 512), and
+/// a fixed smaller number would hand every client fewer addresses to spread its connections
+/// over for no gain; operators who want Consul's old three-record answers set it.
+const DEFAULT_MAX_ANSWERS: u16 = u16::MAX;
+
 /// RFC 1035's UDP limit, which every client accepts without EDNS.
 pub(crate) const CLASSIC_UDP_PAYLOAD: u16 = 512;
 
@@ -48,6 +59,7 @@ impl Default for ZoneConfig {
             ttl_s: DEFAULT_TTL_S,
             negative_ttl_s: DEFAULT_TTL_S,
             max_udp_payload: DEFAULT_MAX_UDP_PAYLOAD,
+            max_answers: DEFAULT_MAX_ANSWERS,
             accept_degraded: false,
             reachable_scopes: Vec::new(),
         }
@@ -69,6 +81,9 @@ pub enum ConfigError {
     /// `max_udp_payload` is below the 512 bytes every DNS client must accept.
     #[error("dns max_udp_payload: {0} is below the 512-byte minimum of RFC 1035")]
     UdpPayloadTooSmall(u16),
+    /// `max_answers` is 0: every positive answer would be empty.
+    #[error("dns max_answers: 0 would answer no records; use at least 1 (65535: as many as fit)")]
+    NoAnswers,
 }
 
 impl ConfigError {
@@ -77,6 +92,7 @@ impl ConfigError {
         match self {
             ConfigError::InvalidDomain { .. } => "invalid_dns_domain",
             ConfigError::UdpPayloadTooSmall(_) => "invalid_dns_udp_payload",
+            ConfigError::NoAnswers => "invalid_dns_max_answers",
         }
     }
 }
@@ -117,6 +133,9 @@ impl ZoneConfig {
         if self.max_udp_payload < CLASSIC_UDP_PAYLOAD {
             return Err(ConfigError::UdpPayloadTooSmall(self.max_udp_payload));
         }
+        if self.max_answers == 0 {
+            return Err(ConfigError::NoAnswers);
+        }
         Ok(())
     }
 }
@@ -132,7 +151,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_domains_and_small_payloads_are_refused_with_codes() {
+    fn bad_domains_small_payloads_and_zero_answers_are_refused_with_codes() {
         for bad in [
             "",
             ".",
@@ -152,6 +171,16 @@ mod tests {
             ..ZoneConfig::default()
         };
         assert_eq!(small.validate().unwrap_err().code(), "invalid_dns_udp_payload");
+        let none = ZoneConfig {
+            max_answers: 0,
+            ..ZoneConfig::default()
+        };
+        assert_eq!(none.validate().unwrap_err().code(), "invalid_dns_max_answers");
+        let one = ZoneConfig {
+            max_answers: 1,
+            ..ZoneConfig::default()
+        };
+        assert!(one.validate().is_ok());
         assert!(ZoneConfig::default().validate().is_ok());
     }
 }

@@ -6,8 +6,9 @@
 //!                                                      │ next query folds it in
 //!                                                      ▼
 //!                                Zone: names ──▶ precomputed wire answers (per name, type)
-//!                                                      ▲ answer(packet, transport)
-//!  DnsListener: UDP loops + TCP connections ───────────┘ copy, patch ID/flags/question case
+//!                                                      ▲ answer(packet, transport, rotation)
+//!  DnsListener: UDP loops + TCP connections ───────────┘ copy (whole, or a rotating window),
+//!                                                        patch ID/flags/question case
 //! ```
 //!
 //! # Names (domain default `muster.`, one tenant per listener)
@@ -27,9 +28,12 @@
 //! # Protocol
 //! NXDOMAIN for unknown names, NODATA for known names without that type, both with the SOA
 //! (serial = revision, minimum = negative TTL) in authority (RFC 2308); EDNS(0) with BADVERS
-//! above version 0; UDP answers larger than the client's buffer (512 without EDNS, at most
-//! `max_udp_payload`) first lose their additional section, then set TC with no records, and
-//! the same query over TCP gets everything; the question is echoed as sent (0x20 case);
+//! above version 0; an answer larger than the limit (UDP: the client's buffer, 512 without
+//! EDNS, at most `max_udp_payload`; TCP: 65,535 bytes) or, over UDP, with more than
+//! `max_answers` records is answered with a rotating window of the RRset, as many records as
+//! fit, then their additional records as space allows, TC clear; TC with no records only
+//! when not even one record fits (why: `zone.rs`, "Large RRsets"); the same query over TCP
+//! gets everything that fits 64 KiB; the question is echoed as sent (0x20 case);
 //! REFUSED outside the domain, for other classes and for zone transfers; FORMERR or silence
 //! for malformed packets, never a panic.
 //!
@@ -42,6 +46,7 @@
 //! - [`config`](ZoneConfig): the view's settings.
 //! - `wire`: the query parser and the few bytes written by hand (header, OPT, SOA).
 //! - `records`: snapshot → owned names and their encoded answers.
+//! - `precomputed`: one encoded answer, and which of its records a reply carries.
 //! - [`Zone`]: the names, `update`, `answer`. [`LiveZone`]: the zone shared with the apply path.
 //! - [`DnsListener`]: the UDP and TCP loops.
 
@@ -50,6 +55,7 @@
 mod config;
 mod listener;
 mod live;
+mod precomputed;
 mod records;
 mod stats;
 mod wire;

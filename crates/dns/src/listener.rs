@@ -16,17 +16,23 @@
 //! another process of the same user could bind the port too, which is why the server keeps
 //! DNS on loopback without authentication.
 //!
-//! The loops hold no state beyond their buffers: a malformed packet is answered FORMERR or
-//! dropped by the zone, a failed send is forgotten, and no packet can stop a loop. Stopping
-//! sets a flag and wakes each UDP thread with an empty datagram, and aborts the TCP accept
-//! task, whose connections go with it.
+//! Rotation (which window of a large RRset a query gets, `Zone::answer`) is a counter, not
+//! randomness: UDP thread `k` of `n` counts `k, k + n, k + 2n, …`, so the threads never hand
+//! out the same rotation and share no cache line; TCP connections share one atomic counter,
+//! because a connection usually carries a single query (a resolver's fallback) and
+//! per-connection counters would all start alike.
+//!
+//! The loops hold no state beyond their buffers and counters: a malformed packet is
+//! answered FORMERR or dropped by the zone, a failed send is forgotten, and no packet can
+//! stop a loop. Stopping sets a flag and wakes each UDP thread with an empty datagram, and
+//! aborts the TCP accept task, whose connections go with it.
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use tokio::net::{TcpListener, TcpStream};
@@ -96,7 +102,7 @@ impl DnsListener {
             let (zone, stop) = (Arc::clone(&zone), Arc::clone(&stop));
             let worker = std::thread::Builder::new()
                 .name(format!("muster-dns-udp-{n}"))
-                .spawn(move || serve_udp(socket, zone, stop))
+                .spawn(move || serve_udp(socket, zone, stop, n as u32, threads as u32))
                 .map_err(fail)?;
             workers.push(worker);
         }
@@ -186,9 +192,12 @@ fn udp_socket(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
 /// One blocking receive loop: a thread per core on the shared socket, no async runtime in
 /// the way (see the module docs for why). Exits when `stop` is set; a wake-up datagram or
 /// the read timeout gets it out of `recv_from`.
-fn serve_udp(socket: std::net::UdpSocket, zone: Arc<LiveZone>, stop: Arc<AtomicBool>) {
+///
+/// Its rotations are `first`, `first + step`, … (see the module docs).
+fn serve_udp(socket: std::net::UdpSocket, zone: Arc<LiveZone>, stop: Arc<AtomicBool>, first: u32, step: u32) {
     let mut packet = vec![0u8; 65_535];
     let mut out = Vec::with_capacity(4096);
+    let mut rotation = first;
     while !stop.load(Ordering::Acquire) {
         let (len, peer) = match socket.recv_from(&mut packet) {
             Ok(received) => received,
@@ -198,7 +207,9 @@ fn serve_udp(socket: std::net::UdpSocket, zone: Arc<LiveZone>, stop: Arc<AtomicB
                 continue;
             }
         };
-        if let Outcome::Answered { .. } = zone.answer(&packet[..len], Transport::Udp, &mut out)
+        let this = rotation;
+        rotation = rotation.wrapping_add(step);
+        if let Outcome::Answered { .. } = zone.answer(&packet[..len], Transport::Udp, this, &mut out)
             && let Err(err) = socket.send_to(&out, peer)
         {
             tracing::debug!(%err, %peer, "dns udp send failed");
@@ -208,6 +219,7 @@ fn serve_udp(socket: std::net::UdpSocket, zone: Arc<LiveZone>, stop: Arc<AtomicB
 
 async fn serve_tcp(listener: TcpListener, zone: Arc<LiveZone>) {
     let mut connections = JoinSet::new();
+    let rotations = Arc::new(AtomicU32::new(0));
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -216,7 +228,7 @@ async fn serve_tcp(listener: TcpListener, zone: Arc<LiveZone>) {
                         tracing::debug!(%peer, "dns tcp connection refused: too many open");
                         continue;
                     }
-                    connections.spawn(serve_connection(stream, Arc::clone(&zone)));
+                    connections.spawn(serve_connection(stream, Arc::clone(&zone), Arc::clone(&rotations)));
                 }
                 Err(err) => {
                     tracing::warn!(%err, "dns tcp accept failed");
@@ -230,7 +242,7 @@ async fn serve_tcp(listener: TcpListener, zone: Arc<LiveZone>) {
 
 /// Serves length-prefixed queries on one connection until the client closes it, idles, or
 /// sends something that is not a length-prefixed message.
-async fn serve_connection(mut stream: TcpStream, zone: Arc<LiveZone>) {
+async fn serve_connection(mut stream: TcpStream, zone: Arc<LiveZone>, rotations: Arc<AtomicU32>) {
     let mut query = Vec::new();
     let mut out = Vec::with_capacity(4096);
     let mut framed = Vec::with_capacity(4096);
@@ -253,7 +265,8 @@ async fn serve_connection(mut stream: TcpStream, zone: Arc<LiveZone>) {
         ) {
             return;
         }
-        if let Outcome::Answered { .. } = zone.answer(&query, Transport::Tcp, &mut out) {
+        let rotation = rotations.fetch_add(1, Ordering::Relaxed);
+        if let Outcome::Answered { .. } = zone.answer(&query, Transport::Tcp, rotation, &mut out) {
             framed.clear();
             framed.extend_from_slice(&(out.len() as u16).to_be_bytes());
             framed.extend_from_slice(&out);

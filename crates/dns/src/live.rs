@@ -90,14 +90,15 @@ impl LiveZone {
         &self.tenant
     }
 
-    /// Folds staged changes in, then answers `packet` into `out` (and counts the outcome).
-    pub fn answer(&self, packet: &[u8], transport: Transport, out: &mut Vec<u8>) -> Outcome {
+    /// Folds staged changes in, then answers `packet` into `out` (and counts the outcome);
+    /// `rotation` as in [`Zone::answer`].
+    pub fn answer(&self, packet: &[u8], transport: Transport, rotation: u32, out: &mut Vec<u8>) -> Outcome {
         self.catch_up();
         let outcome = self
             .zone
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .answer(packet, transport, out);
+            .answer(packet, transport, rotation, out);
         self.stats.record(&outcome);
         outcome
     }

@@ -17,35 +17,22 @@
 //! what is *eligible* now: a service whose endpoints are all draining still owns its names,
 //! and answers NODATA rather than NXDOMAIN, never the old addresses.
 //!
-//! Every answer is encoded once here, with the question in lower case at offset 12 and the
-//! additional section last, so the query path copies it, patches the ID and flags, copies the
-//! question over as the client spelled it (same length, so every compression pointer still
-//! holds) and, when it does not fit, cuts the additional section off.
+//! Every answer is encoded once here ([`Precomputed::encode`]): each record with the
+//! additional records that serve it (an SRV's target addresses), so the query path can send
+//! the whole answer with one copy or, when it does not fit, a window of its records with
+//! their additional groups as space allows (see `precomputed`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use hickory_proto::op::{Message, OpCode, Query};
 use hickory_proto::rr::rdata::{A, AAAA, PTR, SRV, TXT};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 use muster_core::{Endpoint, Label, ServiceSnapshot};
 
 use crate::ZoneConfig;
-use crate::wire::{self, HEADER_LEN, rtype};
-
-/// Largest DNS message: TCP's two-byte length prefix.
-pub(crate) const MAX_MESSAGE: usize = 65_535;
-
-/// One answer, encoded.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Precomputed {
-    /// Header (ID 0), lower-case question, answers, additional records.
-    pub(crate) bytes: Box<[u8]>,
-    /// Where the additional section starts: the answer without it is `bytes[..answer_end]`
-    /// with ARCOUNT 0.
-    pub(crate) answer_end: usize,
-}
+use crate::precomputed::{Answer, Precomputed};
+use crate::wire::{self, rtype};
 
 /// A name in both forms: hickory's, for encoding, and lower-case wire bytes, for lookups.
 #[derive(Clone)]
@@ -141,7 +128,7 @@ impl Builder<'_> {
         let mut rrsets = Vec::new();
         for (rtype, records) in [(rtype::A, v4), (rtype::AAAA, v6)] {
             if !records.is_empty()
-                && let Some(answer) = precompute(&owner.name, rtype, records, Vec::new())
+                && let Some(answer) = precompute(&owner.name, rtype, records.into_iter().map(Answer::alone).collect())
             {
                 rrsets.push((rtype, answer));
             }
@@ -195,7 +182,7 @@ impl Builder<'_> {
             let Some(owner) = self.name(&[&port_label, &transport_label, service, namespace]) else {
                 continue;
             };
-            let (mut answers, mut additionals) = (Vec::new(), Vec::new());
+            let mut answers = Vec::new();
             for e in &eligible {
                 let Some(port) = e
                     .endpoint
@@ -208,11 +195,13 @@ impl Builder<'_> {
                 let Some((target, _)) = targets.get(e.endpoint.instance.as_str()) else {
                     continue;
                 };
-                answers.push(self.srv(&owner.name, e.endpoint, port.port, &target.name));
                 let (v4, v6) = self.address_records(&target.name, e.addresses.iter().copied());
-                additionals.extend(v4.into_iter().chain(v6));
+                answers.push(Answer {
+                    record: self.srv(&owner.name, e.endpoint, port.port, &target.name),
+                    additionals: v4.into_iter().chain(v6).collect(),
+                });
             }
-            owned.push(self.owned_with(&owner, rtype::SRV, answers, additionals));
+            owned.push(self.owned_with(&owner, rtype::SRV, answers));
         }
 
         // DNS-SD: one service type per transport, one instance per endpoint offering it.
@@ -222,7 +211,7 @@ impl Builder<'_> {
             let Some(type_name) = self.name(&[&service_type, &transport_label, namespace]) else {
                 continue;
             };
-            let (mut pointers, mut additionals) = (Vec::new(), Vec::new());
+            let mut pointers = Vec::new();
             for endpoint in snapshot.iter() {
                 let Some(port) = endpoint.ports.iter().find(|p| p.protocol.transport() == transport) else {
                     continue;
@@ -243,30 +232,32 @@ impl Builder<'_> {
                 let (v4, v6) = self.address_records(&target.name, e.addresses.iter().copied());
                 let addresses: Vec<Record> = v4.into_iter().chain(v6).collect();
                 let mut rrsets = Vec::new();
-                if let Some(answer) = precompute(
-                    &instance_name.name,
-                    RecordType::SRV,
-                    vec![srv.clone()],
-                    addresses.clone(),
-                ) {
+                let srv_answer = Answer {
+                    record: srv.clone(),
+                    additionals: addresses.clone(),
+                };
+                if let Some(answer) = precompute(&instance_name.name, RecordType::SRV, vec![srv_answer]) {
                     rrsets.push((rtype::SRV, answer));
                 }
-                if let Some(answer) = precompute(&instance_name.name, RecordType::TXT, vec![txt.clone()], Vec::new()) {
+                if let Some(answer) = precompute(&instance_name.name, RecordType::TXT, vec![Answer::alone(txt.clone())])
+                {
                     rrsets.push((rtype::TXT, answer));
                 }
                 owned.push(Owned {
                     wire: instance_name.wire.clone(),
                     rrsets,
                 });
-                pointers.push(Record::from_rdata(
-                    type_name.name.clone(),
-                    self.ttl(),
-                    RData::PTR(PTR(instance_name.name.clone())),
-                ));
                 // RFC 6763 section 12.1: the SRV, TXT and addresses of every instance.
-                additionals.extend([srv, txt].into_iter().chain(addresses));
+                pointers.push(Answer {
+                    record: Record::from_rdata(
+                        type_name.name.clone(),
+                        self.ttl(),
+                        RData::PTR(PTR(instance_name.name.clone())),
+                    ),
+                    additionals: [srv, txt].into_iter().chain(addresses).collect(),
+                });
             }
-            owned.push(self.owned_with(&type_name, rtype::PTR, pointers, additionals));
+            owned.push(self.owned_with(&type_name, rtype::PTR, pointers));
         }
         ServiceNames { owned, transports }
     }
@@ -286,15 +277,21 @@ impl Builder<'_> {
             .filter_map(|(service, transport)| {
                 self.name(&[&format!("_{service}"), &format!("_{transport}"), namespace])
             })
-            .map(|target| Record::from_rdata(owner.name.clone(), self.ttl(), RData::PTR(PTR(target.name))))
+            .map(|target| {
+                Answer::alone(Record::from_rdata(
+                    owner.name.clone(),
+                    self.ttl(),
+                    RData::PTR(PTR(target.name)),
+                ))
+            })
             .collect();
-        vec![self.owned_with(&owner, rtype::PTR, pointers, Vec::new())]
+        vec![self.owned_with(&owner, rtype::PTR, pointers)]
     }
 
-    fn owned_with(&self, owner: &OwnerName, rtype: u16, answers: Vec<Record>, additionals: Vec<Record>) -> Owned {
+    fn owned_with(&self, owner: &OwnerName, rtype: u16, answers: Vec<Answer>) -> Owned {
         let mut rrsets = Vec::new();
         if !answers.is_empty()
-            && let Some(answer) = precompute(&owner.name, RecordType::from(rtype), answers, additionals)
+            && let Some(answer) = precompute(&owner.name, RecordType::from(rtype), answers)
         {
             rrsets.push((rtype, answer));
         }
@@ -332,34 +329,7 @@ impl Builder<'_> {
     }
 }
 
-/// Encodes one answer. Answers past 64 KiB lose records from the end until they fit (a
-/// service that large needs the API, not DNS); additional records that do not fit are left
-/// out.
-pub(crate) fn precompute(
-    qname: &Name,
-    qtype: impl Into<RecordType>,
-    answers: Vec<Record>,
-    additionals: Vec<Record>,
-) -> Option<Arc<Precomputed>> {
-    let mut message = Message::response(0, OpCode::Query);
-    message.metadata.authoritative = true;
-    message.add_query(Query::query(qname.clone(), qtype.into()));
-    message.answers = answers;
-    let mut lean = message.to_vec().ok()?;
-    while lean.len() > MAX_MESSAGE {
-        let keep = (message.answers.len() * MAX_MESSAGE / lean.len()).min(message.answers.len() - 1);
-        message.answers.truncate(keep);
-        lean = message.to_vec().ok()?;
-    }
-    let answer_end = lean.len();
-    message.additionals = additionals;
-    let bytes = match message.to_vec() {
-        Ok(full) if full.len() <= MAX_MESSAGE && full.len() >= answer_end => full,
-        _ => lean,
-    };
-    debug_assert!(bytes.len() >= HEADER_LEN);
-    Some(Arc::new(Precomputed {
-        bytes: bytes.into_boxed_slice(),
-        answer_end,
-    }))
+/// Encodes one answer, shared by every node that holds it.
+fn precompute(qname: &Name, qtype: impl Into<RecordType>, answers: Vec<Answer>) -> Option<Arc<Precomputed>> {
+    Precomputed::encode(qname, qtype, answers).map(Arc::new)
 }

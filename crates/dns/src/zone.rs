@@ -7,9 +7,22 @@
 //!        ▼
 //!  names: lower-case wire name ──▶ Node { answers by type, how many owned names at/below }
 //!        ▲
-//!  answer(packet, transport) ──parse──▶ lookup ──▶ copy the precomputed bytes, patch the ID,
-//!        flags and question; or NODATA / NXDOMAIN with the SOA; or REFUSED, FORMERR, drop
+//!  answer(packet, transport, rotation) ──parse──▶ lookup ──▶ copy the precomputed bytes (the
+//!        whole answer, or a rotating window of it), patch the ID, flags and question;
+//!        or NODATA / NXDOMAIN with the SOA; or REFUSED, FORMERR, drop
 //! ```
+//!
+//! # Large RRsets (SPEC D2)
+//! An answer that fits the limit (UDP: the client's buffer, at most `max_udp_payload`; TCP:
+//! 65,535 bytes) and, over UDP, holds at most `max_answers` records is sent whole. Any other
+//! is sent as a window: the records from a start chosen by the caller's `rotation`, wrapping
+//! round, as many as fit and (over UDP) at most `max_answers`, then the additional records of
+//! those (an SRV's target addresses) as space allows. The window is the answer this server
+//! gives, so TC stays clear; a client that wants every record asks over TCP, which carries
+//! everything up to 64 KiB. TC is set only when not even one record fits, so the client
+//! retries over TCP rather than act on an empty answer. (RFC 2181 section 9 asks for TC when
+//! an RRset is cut; like Consul and Route 53, Muster serves a subset as the RRset instead,
+//! because a TC answer of a service too large for TCP left every resolver with nothing.)
 //!
 //! A name exists (NOERROR, possibly NODATA) while some owned name is at or below it, so empty
 //! non-terminals like `<ns>.<d>` or `_tcp.<service>.<ns>.<d>` never answer NXDOMAIN (RFC
@@ -20,16 +33,21 @@ use std::sync::Arc;
 
 use muster_core::{Label, Revision, ServiceKey, ServiceSnapshot};
 
-use crate::records::{Builder, MAX_MESSAGE, Owned, Precomputed};
+use crate::precomputed::{self, Precomputed, Selection};
+use crate::records::{Builder, Owned};
 use crate::wire::{self, HEADER_LEN, Query, QueryError, Rcode, class, rtype};
 use crate::{ConfigError, ZoneConfig};
+
+/// Largest DNS message: TCP's two-byte length prefix.
+const MAX_MESSAGE: usize = 65_535;
 
 /// How an answer travels: UDP is bounded by the client's buffer, TCP by 64 KiB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
-    /// Datagrams: answers over the client's size are truncated (TC).
+    /// Datagrams: an RRset over the client's size or over `max_answers` is answered with a
+    /// window of it.
     Udp,
-    /// A stream: every answer is complete.
+    /// A stream: every answer is complete up to 64 KiB, a window of the RRset beyond.
     Tcp,
 }
 
@@ -40,7 +58,8 @@ pub enum Outcome {
     Answered {
         /// Its response code.
         rcode: Rcode,
-        /// Whether it was truncated to fit (TC set, the client should retry over TCP).
+        /// Whether TC is set (not even one record fitted: the client should retry over TCP).
+        /// A window of a large RRset is not truncation.
         truncated: bool,
     },
     /// Nothing to send: the packet is not a query.
@@ -249,7 +268,11 @@ impl Zone {
     }
 
     /// Answers one packet into `out` (cleared first). Never panics, whatever the bytes.
-    pub fn answer(&self, packet: &[u8], transport: Transport, out: &mut Vec<u8>) -> Outcome {
+    ///
+    /// `rotation` picks where the window of a large RRset starts (see the module docs): the
+    /// caller's counter, so that successive queries get different records and a test can
+    /// say which. It has no effect on answers sent whole.
+    pub fn answer(&self, packet: &[u8], transport: Transport, rotation: u32, out: &mut Vec<u8>) -> Outcome {
         out.clear();
         let query = match wire::parse(packet) {
             Ok(query) => query,
@@ -274,10 +297,16 @@ impl Zone {
                     .clamp(crate::config::CLASSIC_UDP_PAYLOAD, self.config.max_udp_payload),
             ),
         };
+        let cap = match transport {
+            Transport::Udp => usize::from(self.config.max_answers),
+            Transport::Tcp => usize::from(u16::MAX),
+        };
         let reply = Reply {
             packet,
             query: &query,
             limit,
+            cap,
+            rotation,
             payload: self.config.max_udp_payload,
         };
         if query.edns.is_some_and(|edns| edns.version > 0) {
@@ -325,6 +354,11 @@ struct Reply<'a> {
     query: &'a Query,
     /// The largest reply the transport and the client allow.
     limit: usize,
+    /// The most answer records of one RRset: `max_answers` over UDP, ANCOUNT's maximum over
+    /// TCP.
+    cap: usize,
+    /// Where a window of a large RRset starts ([`precomputed::start`]).
+    rotation: u32,
     /// Our UDP payload size, for the OPT record.
     payload: u16,
 }
@@ -394,31 +428,33 @@ impl Reply<'_> {
     }
 
     fn precomputed(&self, answer: &Precomputed, out: &mut Vec<u8>) -> Outcome {
-        let opt = self.opt_len();
-        let (bytes, keep_additional) = if answer.bytes.len() + opt <= self.limit {
-            (&answer.bytes[..], true)
-        } else if answer.answer_end + opt <= self.limit {
-            // The additional section is optional: leave it out rather than truncate.
-            (&answer.bytes[..answer.answer_end], false)
-        } else {
-            return self.truncated(Rcode::NoError, out);
-        };
-        out.extend_from_slice(bytes);
-        out[0..2].copy_from_slice(&self.query.id.to_be_bytes());
-        out[2] = self.flags_hi();
-        out[3] = self.flags_lo(Rcode::NoError);
-        // The question as the client spelled it: the same length as the stored lower-case
-        // one, so the compression pointers into it still hold.
-        let question = &self.packet[HEADER_LEN..self.query.question_end];
-        out[HEADER_LEN..HEADER_LEN + question.len()].copy_from_slice(question);
-        let mut additional = if keep_additional {
-            u16::from_be_bytes([out[10], out[11]])
-        } else {
-            0
-        };
-        additional += u16::from(self.query.edns.is_some());
-        out[10..12].copy_from_slice(&additional.to_be_bytes());
-        self.finish(Rcode::NoError, false, out)
+        let start = precomputed::start(self.rotation, answer.len());
+        match answer.select(start, self.limit, self.opt_len(), self.cap) {
+            Selection::Whole => {
+                out.extend_from_slice(answer.whole());
+                out[0..2].copy_from_slice(&self.query.id.to_be_bytes());
+                out[2] = self.flags_hi();
+                out[3] = self.flags_lo(Rcode::NoError);
+                // The question as the client spelled it: the same length as the stored
+                // lower-case one, so the compression pointers into it still hold.
+                let question = &self.packet[HEADER_LEN..self.query.question_end];
+                out[HEADER_LEN..HEADER_LEN + question.len()].copy_from_slice(question);
+                let additional =
+                    u16::from_be_bytes([out[10], out[11]]).saturating_add(u16::from(self.query.edns.is_some()));
+                out[10..12].copy_from_slice(&additional.to_be_bytes());
+                self.finish(Rcode::NoError, false, out)
+            }
+            Selection::Window { answers: 0, .. } => self.truncated(Rcode::NoError, out),
+            Selection::Window { start, answers, groups } => {
+                debug_assert_eq!(answer.question_end(), self.query.question_end);
+                self.head(Rcode::NoError, [0, 0, 0], out);
+                let (answered, additional) = answer.write_window(start, answers, groups, out);
+                out[6..8].copy_from_slice(&answered.to_be_bytes());
+                let additional = additional.saturating_add(u16::from(self.query.edns.is_some()));
+                out[10..12].copy_from_slice(&additional.to_be_bytes());
+                self.finish(Rcode::NoError, false, out)
+            }
+        }
     }
 }
 

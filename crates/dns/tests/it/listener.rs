@@ -14,8 +14,8 @@ use crate::fixture::{endpoint, key, labels, port, snapshot};
 use crate::resolver::resolver;
 use crate::support::{query, zone};
 
-/// A listener on a free loopback port over a live zone holding `prod/api` (two endpoints)
-/// and `prod/big` (40).
+/// A listener on a free loopback port over a live zone holding `prod/api` (two endpoints),
+/// `prod/big` (40) and `meta/wide` (one endpoint whose TXT record is over 512 bytes).
 async fn serve() -> (Arc<LiveZone>, DnsListener) {
     let live = Arc::new(LiveZone::new(zone()));
     let api = key("default", "prod", "api");
@@ -30,6 +30,10 @@ async fn serve() -> (Arc<LiveZone>, DnsListener) {
         .map(|i| endpoint(&format!("big-{i}"), &[&format!("10.1.0.{i}")]))
         .collect();
     live.stage(&big, Some(snapshot(&big, 2, many)), Revision(2));
+    let wide = key("default", "meta", "wide");
+    let mut w = endpoint("wide-0", &["10.2.0.1"]);
+    w.labels = crate::zone::wide_labels();
+    live.stage(&wide, Some(snapshot(&wide, 2, vec![w])), Revision(2));
     let listener = DnsListener::bind("127.0.0.1:0".parse().unwrap(), Arc::clone(&live))
         .await
         .unwrap();
@@ -90,12 +94,39 @@ async fn a_resolver_gets_a_aaaa_srv_ptr_and_txt_over_udp() {
 }
 
 #[tokio::test]
-async fn a_truncated_udp_answer_is_retried_over_tcp_and_comes_back_whole() {
+async fn an_answer_over_the_udp_buffer_is_a_window_with_tc_clear_and_tcp_has_it_all() {
     let (_live, listener) = serve().await;
-    // Over plain UDP, without EDNS, 40 addresses do not fit 512 bytes: TC, no records.
+    // Over plain UDP, without EDNS, 40 addresses do not fit 512 bytes: 29 of them, no TC.
     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     socket
         .send_to(&query("big.prod.muster.", RecordType::A, None), listener.local_addr())
+        .await
+        .unwrap();
+    let mut buffer = vec![0; 2048];
+    let len = socket.recv(&mut buffer).await.unwrap();
+    let window = Message::from_vec(&buffer[..len]).unwrap();
+    assert!(!window.metadata.truncation);
+    assert_eq!(window.answers.len(), 29);
+    assert!(len <= 512);
+    let dns = resolver(listener.local_addr(), false);
+    assert_eq!(
+        dns.lookup("big.prod.muster.", RecordType::A)
+            .await
+            .unwrap()
+            .answers()
+            .len(),
+        29
+    );
+    listener.stop().await;
+}
+
+#[tokio::test]
+async fn a_record_too_large_for_udp_is_truncated_and_the_resolver_gets_it_over_tcp() {
+    let (_live, listener) = serve().await;
+    let name = "wide-0._wide._tcp.meta.muster.";
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    socket
+        .send_to(&query(name, RecordType::TXT, None), listener.local_addr())
         .await
         .unwrap();
     let mut buffer = vec![0; 2048];
@@ -105,8 +136,8 @@ async fn a_truncated_udp_answer_is_retried_over_tcp_and_comes_back_whole() {
     assert!(truncated.answers.is_empty());
     // The resolver sees the TC bit and asks again over TCP.
     let dns = resolver(listener.local_addr(), false);
-    let all = dns.lookup("big.prod.muster.", RecordType::A).await.unwrap();
-    assert_eq!(all.answers().len(), 40);
+    let txt = dns.lookup(name, RecordType::TXT).await.unwrap();
+    assert_eq!(txt.answers().len(), 1);
     listener.stop().await;
 }
 

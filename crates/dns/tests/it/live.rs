@@ -11,7 +11,7 @@ use crate::support::{answers, query, rcode, zone};
 
 fn ask(live: &LiveZone, name: &str) -> hickory_proto::op::Message {
     let mut out = Vec::new();
-    live.answer(&query(name, RecordType::A, None), Transport::Udp, &mut out);
+    live.answer(&query(name, RecordType::A, None), Transport::Udp, 0, &mut out);
     hickory_proto::op::Message::from_vec(&out).unwrap()
 }
 

@@ -3,6 +3,7 @@
 
 mod corpus;
 mod fixture;
+mod large;
 mod listener;
 mod live;
 mod resolver;

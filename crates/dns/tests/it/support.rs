@@ -34,7 +34,7 @@ pub(crate) fn query(name: &str, rtype: RecordType, edns: Option<u16>) -> Vec<u8>
 /// Answers `packet`, requiring a reply, and decodes it.
 pub(crate) fn reply(zone: &Zone, packet: &[u8], transport: Transport) -> (Outcome, Message, Vec<u8>) {
     let mut out = Vec::new();
-    let outcome = zone.answer(packet, transport, &mut out);
+    let outcome = zone.answer(packet, transport, 0, &mut out);
     assert!(matches!(outcome, Outcome::Answered { .. }), "{outcome:?}");
     let message = Message::from_vec(&out).unwrap_or_else(|err| panic!("undecodable reply {out:?}: {err}"));
     assert_eq!(message.metadata.id, u16::from_be_bytes([packet[0], packet[1]]));

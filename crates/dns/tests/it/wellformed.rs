@@ -29,14 +29,15 @@ pub(crate) fn sample_zone() -> Zone {
 
 /// Answers `packet` over both transports and checks the reply: absent (dropped), or a
 /// response hickory can decode, with the query's ID, within the transport's size, its TC
-/// bit and rcode as reported.
+/// bit and rcode as reported, TC only on an empty answer; over UDP at two rotations.
 pub(crate) fn check(zone: &Zone, packet: &[u8]) {
     let mut out = Vec::new();
-    for (transport, limit) in [
-        (Transport::Udp, usize::from(zone.config().max_udp_payload)),
-        (Transport::Tcp, 65_535),
+    for (transport, limit, rotation) in [
+        (Transport::Udp, usize::from(zone.config().max_udp_payload), 0),
+        (Transport::Udp, usize::from(zone.config().max_udp_payload), 0x9e37),
+        (Transport::Tcp, 65_535, 1),
     ] {
-        match zone.answer(packet, transport, &mut out) {
+        match zone.answer(packet, transport, rotation, &mut out) {
             Outcome::Dropped(_) => assert!(out.is_empty(), "a dropped packet leaves no reply"),
             Outcome::Answered { rcode, truncated } => {
                 assert!(out.len() <= limit, "{transport:?} reply of {} bytes", out.len());
@@ -48,6 +49,9 @@ pub(crate) fn check(zone: &Zone, packet: &[u8]) {
                 assert_eq!(u16::from(message.metadata.response_code) & 0x0f, rcode.value() & 0x0f);
                 if transport == Transport::Tcp {
                     assert!(!truncated, "TCP answers are never truncated");
+                }
+                if truncated {
+                    assert!(message.answers.is_empty(), "TC only when not one record fits");
                 }
             }
         }

@@ -278,7 +278,7 @@ fn big_zone(n: u8) -> Zone {
 }
 
 #[test]
-fn udp_answers_over_the_clients_size_are_truncated_and_tcp_returns_everything() {
+fn udp_answers_over_the_clients_size_are_a_window_with_tc_clear_and_tcp_returns_everything() {
     let zone = big_zone(40);
     let plain = query("big.prod.muster.", RecordType::A, None);
     let (outcome, message, bytes) = reply(&zone, &plain, Transport::Udp);
@@ -286,10 +286,12 @@ fn udp_answers_over_the_clients_size_are_truncated_and_tcp_returns_everything() 
         outcome,
         Outcome::Answered {
             rcode: Rcode::NoError,
-            truncated: true
+            truncated: false
         }
     );
-    assert!(message.metadata.truncation && message.answers.is_empty());
+    // 512 bytes: the header and question (33) and 29 addresses of 16 bytes, no TC.
+    assert!(!message.metadata.truncation);
+    assert_eq!(message.answers.len(), 29);
     assert!(bytes.len() <= 512);
     let (outcome, message, _) = reply(&zone, &plain, Transport::Tcp);
     assert_eq!(
@@ -300,22 +302,23 @@ fn udp_answers_over_the_clients_size_are_truncated_and_tcp_returns_everything() 
         }
     );
     assert_eq!(message.answers.len(), 40);
-    // With EDNS the client's buffer (up to our 1,232 bytes) is the limit.
+    let whole = answers(&message);
+    // With EDNS the client's buffer (up to our 1,232 bytes) is the limit: all 40, in order.
     let (_, message, bytes) = reply(
         &zone,
         &query("big.prod.muster.", RecordType::A, Some(4096)),
         Transport::Udp,
     );
     assert!(!message.metadata.truncation);
-    assert_eq!(message.answers.len(), 40);
+    assert_eq!(answers(&message), whole);
     assert!(bytes.len() > 512 && bytes.len() <= 1232);
     assert_eq!(message.edns.as_ref().map(|e| e.max_payload()), Some(1232));
 }
 
 #[test]
-fn an_srv_answer_that_fits_without_its_additional_section_drops_that_not_the_answer() {
+fn an_srv_answer_keeps_every_record_and_as_many_target_addresses_as_fit() {
     // 10 SRV records (their targets uncompressed, RFC 2782) take about 450 bytes: they fit
-    // 512 only without their 10 addresses (614 bytes in all).
+    // 512 with only a few of their 10 addresses (614 bytes in all).
     let zone = big_zone(10);
     let (outcome, message, bytes) = reply(
         &zone,
@@ -330,7 +333,8 @@ fn an_srv_answer_that_fits_without_its_additional_section_drops_that_not_the_ans
         }
     );
     assert_eq!(message.answers.len(), 10);
-    assert!(message.additionals.is_empty());
+    assert!(!message.additionals.is_empty() && message.additionals.len() < 10);
+    assert_additionals_are_the_targets(&message);
     assert!(bytes.len() <= 512);
     let (_, full, _) = reply(
         &zone,
@@ -338,6 +342,134 @@ fn an_srv_answer_that_fits_without_its_additional_section_drops_that_not_the_ans
         Transport::Tcp,
     );
     assert_eq!(full.additionals.len(), 10);
+    assert_additionals_are_the_targets(&full);
+}
+
+/// Every additional record is the address of a target of an SRV in the answer: for
+/// `big-<i>.big.prod.muster.`, 10.1.<i / 256>.<i % 256>.
+pub(crate) fn assert_additionals_are_the_targets(message: &hickory_proto::op::Message) {
+    let targets: Vec<String> = message
+        .answers
+        .iter()
+        .map(|r| match &r.data {
+            RData::SRV(srv) => srv.target.to_ascii().to_ascii_lowercase(),
+            other => panic!("not an SRV: {other:?}"),
+        })
+        .collect();
+    for record in &message.additionals {
+        let owner = record.name.to_ascii().to_ascii_lowercase();
+        assert!(targets.contains(&owner), "{owner} is no target of the answer");
+        let index: usize = owner
+            .strip_prefix("big-")
+            .and_then(|rest| rest.split('.').next())
+            .and_then(|i| i.parse().ok())
+            .unwrap_or_else(|| panic!("{owner}"));
+        assert_eq!(
+            crate::support::render(&record.data),
+            format!("10.1.{}.{}", index / 256, index % 256),
+            "{owner}"
+        );
+    }
+}
+
+/// `prod/big` with `n` ready endpoints `big-<i>` at 10.1.<i / 256>.<i % 256>.
+pub(crate) fn many(n: usize) -> Vec<muster_core::Endpoint> {
+    (0..n)
+        .map(|i| endpoint(&format!("big-{i}"), &[&format!("10.1.{}.{}", i / 256, i % 256)]))
+        .collect()
+}
+
+#[test]
+fn max_answers_bounds_udp_answers_and_leaves_room_for_the_targets_addresses() {
+    let mut zone = Zone::new(ZoneConfig {
+        max_answers: 8,
+        ..ZoneConfig::default()
+    })
+    .unwrap();
+    let big = key("default", "prod", "big");
+    zone.update(&big, Some(&snapshot(&big, 1, many(5_000))));
+    let (outcome, a, _) = reply(
+        &zone,
+        &query("big.prod.muster.", RecordType::A, Some(1232)),
+        Transport::Udp,
+    );
+    assert_eq!(
+        outcome,
+        Outcome::Answered {
+            rcode: Rcode::NoError,
+            truncated: false
+        }
+    );
+    assert_eq!(a.answers.len(), 8);
+    let srv_query = query("_http._tcp.big.prod.muster.", RecordType::SRV, Some(1232));
+    let (_, srv, _) = reply(&zone, &srv_query, Transport::Udp);
+    assert_eq!((srv.answers.len(), srv.additionals.len()), (8, 8));
+    assert_additionals_are_the_targets(&srv);
+    // TCP is not bounded by it: as many as fit 64 KiB.
+    let (_, tcp, bytes) = reply(&zone, &srv_query, Transport::Tcp);
+    assert!(tcp.answers.len() > 1_000, "{}", tcp.answers.len());
+    assert!(bytes.len() <= 65_535);
+    assert_additionals_are_the_targets(&tcp);
+}
+
+#[test]
+fn the_rotation_picks_the_window_and_the_same_rotation_the_same_bytes() {
+    let mut zone = zone();
+    let big = key("default", "prod", "big");
+    zone.update(&big, Some(&snapshot(&big, 1, many(5_000))));
+    let packet = query("big.prod.muster.", RecordType::A, Some(1232));
+    let window = |rotation: u32| {
+        let mut out = Vec::new();
+        let outcome = zone.answer(&packet, Transport::Udp, rotation, &mut out);
+        assert_eq!(
+            outcome,
+            Outcome::Answered {
+                rcode: Rcode::NoError,
+                truncated: false
+            }
+        );
+        out
+    };
+    assert_eq!(window(7), window(7), "the rotation is the only input");
+    let windows: Vec<Vec<String>> = (0..4)
+        .map(|rotation| answers(&hickory_proto::op::Message::from_vec(&window(rotation)).unwrap()))
+        .collect();
+    for (n, addresses) in windows.iter().enumerate() {
+        // (1,232 - 33 - 11) / 16 addresses, consecutive from the window's start.
+        assert_eq!(addresses.len(), 74);
+        for other in &windows[n + 1..] {
+            assert!(addresses.iter().all(|a| !other.contains(a)), "windows overlap");
+        }
+    }
+}
+
+#[test]
+fn tc_is_set_only_when_not_even_one_record_fits() {
+    let mut zone = zone();
+    let wide = key("default", "meta", "wide");
+    let mut endpoint = endpoint("wide-0", &["10.2.0.1"]);
+    endpoint.labels = wide_labels();
+    zone.update(&wide, Some(&snapshot(&wide, 1, vec![endpoint])));
+    let txt = query("wide-0._wide._tcp.meta.muster.", RecordType::TXT, None);
+    let (outcome, message, bytes) = reply(&zone, &txt, Transport::Udp);
+    assert_eq!(
+        outcome,
+        Outcome::Answered {
+            rcode: Rcode::NoError,
+            truncated: true
+        }
+    );
+    assert!(message.metadata.truncation && message.answers.is_empty());
+    assert!(bytes.len() <= 512);
+    let (_, message, _) = reply(&zone, &txt, Transport::Tcp);
+    assert_eq!(message.answers.len(), 1);
+    assert!(!message.metadata.truncation);
+}
+
+/// Four labels of 150-byte values: one TXT record of about 620 bytes, over 512.
+pub(crate) fn wide_labels() -> muster_core::Labels {
+    let value = "v".repeat(150);
+    labels(&[("a", &value), ("b", &value), ("c", &value), ("d", &value)])
 }
 
 #[test]
@@ -387,7 +519,7 @@ fn malformed_packets_get_formerr_or_are_dropped_and_the_flags_are_echoed() {
         }[..],
     ] {
         assert!(matches!(
-            zone.answer(dropped, Transport::Udp, &mut out),
+            zone.answer(dropped, Transport::Udp, 0, &mut out),
             Outcome::Dropped(_)
         ));
     }

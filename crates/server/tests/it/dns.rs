@@ -79,6 +79,44 @@ async fn a_registration_is_answered_and_a_drain_disappears_at_the_next_query() {
 }
 
 #[tokio::test]
+async fn the_servers_max_answers_bounds_udp_answers_with_tc_clear_and_tcp_has_them_all() {
+    let mut server = TestServer::start_with(|config| {
+        config.dns_zone.tenant = Label::new("tenant", "acme").unwrap();
+        config.dns_zone.max_answers = 3;
+    })
+    .await;
+    for i in 0..10 {
+        server
+            .register("api", &format!("a{i}"), &format!("10.0.0.{i}"))
+            .await
+            .expect(StatusCode::OK);
+    }
+    let udp = resolver::resolver(server.dns_addr(), true);
+    let lookup = udp.lookup("api.prod.muster.", RecordType::A).await.unwrap();
+    assert_eq!(lookup.answers().len(), 3);
+    assert!(!lookup.message().metadata.truncation);
+    // Over TCP (a client that must see every address asks that way) all ten.
+    let mut stream = tokio::net::TcpStream::connect(server.dns_addr()).await.unwrap();
+    let mut query = hickory_resolver::proto::op::Message::query();
+    query.add_query(hickory_resolver::proto::op::Query::query(
+        hickory_resolver::proto::rr::Name::from_ascii("api.prod.muster.").unwrap(),
+        RecordType::A,
+    ));
+    let packet = query.to_vec().unwrap();
+    let mut framed = (packet.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(&packet);
+    tokio::io::AsyncWriteExt::write_all(&mut stream, &framed).await.unwrap();
+    let len = tokio::io::AsyncReadExt::read_u16(&mut stream).await.unwrap();
+    let mut reply = vec![0; usize::from(len)];
+    tokio::io::AsyncReadExt::read_exact(&mut stream, &mut reply)
+        .await
+        .unwrap();
+    let reply = hickory_resolver::proto::op::Message::from_vec(&reply).unwrap();
+    assert_eq!(reply.answers.len(), 10);
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn the_view_is_rebuilt_from_the_log_after_a_restart() {
     let mut server = acme_server().await;
     server.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
@@ -116,6 +154,12 @@ async fn dns_can_be_disabled_and_bad_dns_settings_are_refused() {
         panic!("a bad domain must be refused")
     };
     assert!(message.contains("dns domain"), "{message}");
+    let mut no_answers = test_config(&dir);
+    no_answers.dns_zone.max_answers = 0;
+    let Err(ServerError::Config(message)) = muster_server::start(no_answers).await else {
+        panic!("max_answers 0 must be refused")
+    };
+    assert!(message.contains("dns max_answers"), "{message}");
     let public = ServerConfig {
         dns: "0.0.0.0:0".parse().unwrap(),
         ..test_config(&dir)

@@ -1,0 +1,207 @@
+//! Services of 1,000, 5,000 and 20,000 endpoints over real sockets (SPEC D2): every resolver
+//! gets a usable answer, over UDP a rotating window with TC clear, over TCP as much as fits
+//! 64 KiB, for A and for SRV with the targets' addresses in the additional section.
+//!
+//! The zone is built once for the whole binary straight from snapshots (no registry, no
+//! HTTP) and folded in before any listener serves it, so no query waits on the build.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use hickory_proto::op::Message;
+use hickory_proto::rr::{RData, RecordType};
+use hickory_resolver::config::{NameServerConfig, ResolverConfig, ResolverOpts};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::{Resolver, TokioResolver};
+use muster_core::Revision;
+use muster_dns::{DnsListener, LiveZone};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UdpSocket};
+
+use crate::fixture::{key, snapshot};
+use crate::support::{query, zone};
+use crate::zone::{assert_additionals_are_the_targets, many};
+
+/// The sizes asked for: each is service `big<n>` in namespace `prod`.
+const SIZES: [usize; 3] = [1_000, 5_000, 20_000];
+
+fn shared_zone() -> Arc<LiveZone> {
+    static ZONE: OnceLock<Arc<LiveZone>> = OnceLock::new();
+    Arc::clone(ZONE.get_or_init(|| {
+        let live = Arc::new(LiveZone::new(zone()));
+        for (n, size) in SIZES.into_iter().enumerate() {
+            let service = key("default", "prod", &format!("big{size}"));
+            live.stage(
+                &service,
+                Some(snapshot(&service, n as u64 + 1, many(size))),
+                Revision(3),
+            );
+        }
+        live.read(|zone| assert!(zone.name_count() > 26_000));
+        live
+    }))
+}
+
+async fn serve() -> DnsListener {
+    let live = shared_zone();
+    DnsListener::bind("127.0.0.1:0".parse().unwrap(), live).await.unwrap()
+}
+
+/// A resolver asking only `server` over one transport, caching nothing.
+fn resolver(server: SocketAddr, tcp: bool, edns: bool) -> TokioResolver {
+    let mut name_server = if tcp {
+        NameServerConfig::tcp(server.ip())
+    } else {
+        NameServerConfig::udp(server.ip())
+    };
+    for connection in &mut name_server.connections {
+        connection.port = server.port();
+    }
+    let mut options = ResolverOpts::default();
+    options.cache_size = 0;
+    options.edns0 = edns;
+    options.attempts = 1;
+    Resolver::builder_with_config(
+        ResolverConfig::from_parts(None, Vec::new(), vec![name_server]),
+        TokioRuntimeProvider::default(),
+    )
+    .with_options(options)
+    .build()
+    .unwrap()
+}
+
+/// One query over UDP: the reply's size and the reply.
+async fn ask_udp(server: SocketAddr, packet: &[u8]) -> (usize, Message) {
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    socket.send_to(packet, server).await.unwrap();
+    let mut buffer = vec![0; 65_535];
+    let len = socket.recv(&mut buffer).await.unwrap();
+    (len, Message::from_vec(&buffer[..len]).unwrap())
+}
+
+/// One query over TCP (RFC 7766 framing): the reply's size and the reply.
+async fn ask_tcp(server: SocketAddr, packet: &[u8]) -> (usize, Message) {
+    let mut stream = TcpStream::connect(server).await.unwrap();
+    let mut framed = (packet.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(packet);
+    stream.write_all(&framed).await.unwrap();
+    let len = usize::from(stream.read_u16().await.unwrap());
+    let mut buffer = vec![0; len];
+    stream.read_exact(&mut buffer).await.unwrap();
+    (len, Message::from_vec(&buffer).unwrap())
+}
+
+fn names(size: usize) -> (String, String) {
+    (
+        format!("big{size}.prod.muster."),
+        format!("_http._tcp.big{size}.prod.muster."),
+    )
+}
+
+#[tokio::test]
+async fn resolvers_get_a_and_srv_of_large_services_over_udp_with_tc_clear_and_over_tcp() {
+    let listener = serve().await;
+    let server = listener.local_addr();
+    let (udp, udp_plain, tcp) = (
+        resolver(server, false, true),
+        resolver(server, false, false),
+        resolver(server, true, true),
+    );
+    for size in SIZES {
+        let (a, srv) = names(size);
+        for (name, rtype) in [(&a, RecordType::A), (&srv, RecordType::SRV)] {
+            let over_udp = udp.lookup(name.as_str(), rtype).await.unwrap();
+            let plain = udp_plain.lookup(name.as_str(), rtype).await.unwrap();
+            let over_tcp = tcp.lookup(name.as_str(), rtype).await.unwrap();
+            for (how, lookup) in [("udp", &over_udp), ("udp without edns", &plain), ("tcp", &over_tcp)] {
+                assert!(!lookup.answers().is_empty(), "{name} {rtype} over {how}");
+                assert!(!lookup.message().metadata.truncation, "{name} {rtype} over {how}");
+            }
+            assert!(
+                over_tcp.answers().len() > over_udp.answers().len() && over_udp.answers().len() > plain.answers().len(),
+                "{name} {rtype}: tcp {}, udp {}, udp without edns {}",
+                over_tcp.answers().len(),
+                over_udp.answers().len(),
+                plain.answers().len()
+            );
+            if rtype == RecordType::SRV {
+                assert_additionals_are_the_targets(over_tcp.message());
+                // Answers come first: only when every SRV fits is there room for addresses.
+                if size == 1_000 {
+                    assert_eq!(over_tcp.answers().len(), 1_000);
+                    assert!(
+                        over_tcp.additionals().len() > 100,
+                        "{name}: few target addresses over tcp"
+                    );
+                }
+                assert_additionals_are_the_targets(over_udp.message());
+            }
+        }
+    }
+    listener.stop().await;
+}
+
+#[tokio::test]
+async fn tcp_answers_are_larger_than_udp_ones_and_within_64_kib() {
+    let listener = serve().await;
+    let server = listener.local_addr();
+    for size in SIZES {
+        let (a, srv) = names(size);
+        for (name, rtype) in [(&a, RecordType::A), (&srv, RecordType::SRV)] {
+            let packet = query(name, rtype, Some(4096));
+            let (udp_len, udp) = ask_udp(server, &packet).await;
+            let (tcp_len, tcp) = ask_tcp(server, &packet).await;
+            assert!(udp_len <= 1232, "{name} {rtype}: {udp_len} bytes over udp");
+            assert!(!udp.metadata.truncation && !udp.answers.is_empty(), "{name} {rtype}");
+            assert!(
+                tcp_len <= 65_535 && tcp_len > udp_len,
+                "{name} {rtype}: {tcp_len} vs {udp_len}"
+            );
+            assert!(!tcp.metadata.truncation && tcp.answers.len() > udp.answers.len());
+            if rtype == RecordType::A && size == 1_000 {
+                assert_eq!(tcp.answers.len(), 1_000, "1,000 addresses fit 64 KiB whole");
+            }
+            if rtype == RecordType::A && size > 5_000 {
+                // (65,535 - the header, question and OPT) / 16 bytes per address.
+                assert!(tcp.answers.len() > 4_000, "{}", tcp.answers.len());
+            }
+        }
+    }
+    listener.stop().await;
+}
+
+#[tokio::test]
+async fn successive_udp_queries_get_different_windows() {
+    let listener = serve().await;
+    let server = listener.local_addr();
+    for size in SIZES {
+        let (a, srv) = names(size);
+        for (name, rtype) in [(&a, RecordType::A), (&srv, RecordType::SRV)] {
+            let packet = query(name, rtype, Some(1232));
+            let mut windows = Vec::new();
+            for _ in 0..4 {
+                let (_, reply) = ask_udp(server, &packet).await;
+                let mut records: Vec<String> = reply.answers.iter().map(|r| crate::support::render(&r.data)).collect();
+                records.sort();
+                windows.push(records);
+            }
+            windows.dedup();
+            assert!(windows.len() > 1, "{name} {rtype}: four queries, one window");
+        }
+    }
+    // Through a resolver too (whatever socket each query lands on).
+    let udp = resolver(server, false, true);
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let lookup = udp.lookup("big5000.prod.muster.", RecordType::A).await.unwrap();
+        let first = lookup.answers().first().map(|r| match &r.data {
+            RData::A(a) => a.0,
+            other => panic!("{other:?}"),
+        });
+        seen.push(first);
+    }
+    seen.sort();
+    seen.dedup();
+    assert!(seen.len() > 1, "{seen:?}");
+    listener.stop().await;
+}
