@@ -49,7 +49,7 @@ impl Histogram {
     /// An empty histogram.
     pub fn new() -> Histogram {
         let mut inner = hdrhistogram::Histogram::new_with_max(INITIAL_MAX_NS, SIGNIFICANT_DIGITS)
-            .expect("an hour at 3 significant digits is a valid range");
+            .expect("a minute at 3 significant digits is a valid range");
         inner.auto(true);
         Histogram { inner, max: 0 }
     }

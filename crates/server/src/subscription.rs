@@ -48,7 +48,9 @@ pub(crate) struct Subscription {
     id: u64,
     /// The last progress tick this watcher answered.
     seen_tick: u64,
-    /// Coalesced frames still to send, and the next one's index.
+    /// Coalesced frames still to send, and the next one's index. They are sent before
+    /// anything else, even a `resync` end that came meanwhile: they are a consistent prefix of
+    /// the old state, which the resync then replaces.
     pending: Option<(Arc<[Bytes]>, usize)>,
     done: bool,
 }
@@ -70,6 +72,16 @@ impl Subscription {
     #[cfg(test)]
     pub(crate) fn try_next(&mut self) -> Next {
         self.next_now(None)
+    }
+
+    /// Queues a coalesced backlog and returns its first frame (a backlog of updates always
+    /// coalesces to at least one).
+    fn send_coalesced(&mut self, frames: Arc<[Bytes]>, waker: Option<&Waker>) -> Next {
+        if frames.is_empty() {
+            return self.next_now(waker);
+        }
+        self.pending = Some((frames, 0));
+        self.next_now(waker)
     }
 
     fn next_now(&mut self, waker: Option<&Waker>) -> Next {
@@ -107,18 +119,6 @@ impl Subscription {
                 Next::Frame(frames::resync(self.hub.revision()))
             }
         }
-    }
-}
-
-impl Subscription {
-    /// Queues a coalesced backlog and returns its first frame (a backlog of updates always
-    /// coalesces to at least one).
-    fn send_coalesced(&mut self, frames: Arc<[Bytes]>, waker: Option<&Waker>) -> Next {
-        if frames.is_empty() {
-            return self.next_now(waker);
-        }
-        self.pending = Some((frames, 0));
-        self.next_now(waker)
     }
 }
 

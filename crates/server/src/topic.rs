@@ -31,8 +31,18 @@
 //!   reader has it, and the log never holds more than `bound` frames.
 //! - A watcher is cut at most once (it leaves the map), so each lagged or reset watcher
 //!   counts one resync, whether its own read or the hub's stats found it lagged.
+//! - Coalescing (a watcher [`COALESCE_BEHIND`] frames behind): the read hands out the
+//!   backlog's updates without taking anything; the watcher encodes them outside the lock and
+//!   gives the frames back with [`Topic::take_coalesced`], which re-checks that its cursor is
+//!   still at the backlog's start before moving it to the end and releasing each slot once.
+//!   Slots never change once appended and sequence numbers never repeat, so `(from, to)`
+//!   names one backlog forever: the last coalesced one is kept and handed to every watcher
+//!   found at the same place (encoded once). A coalesced update spans the first update's
+//!   `prev_revision` to the last one's revision: a client whose view lies strictly inside
+//!   that run sees a gap and resnapshots (never wrong data); a live watcher's view is always
+//!   at its cursor, the run's start.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
@@ -58,7 +68,10 @@ struct Slot {
 }
 
 /// A watcher this many frames behind gets its backlog coalesced (SPEC K1): one update per
-/// service instead of every superseded one.
+/// service instead of every superseded one. Below it a watcher reads the shared frames one
+/// by one, so a short burst (a few updates landing between two polls of every watcher) costs
+/// no per-watcher encoding; at 8 the backlog is a lag worth saving the client from. With a
+/// `bound` of 8 or less a watcher is cut before it gets here, and never coalesces.
 pub(crate) const COALESCE_BEHIND: u64 = 8;
 
 /// The last coalesced backlog, shared by the watchers at the same place (encode once).
@@ -368,20 +381,17 @@ impl Topic {
 
     /// Watcher `id` coalesced its backlog `from..to` (from [`Read::Behind`]) into `frames`:
     /// takes the backlog and keeps the frames for the next watcher at the same place. `None`
-    /// if the watcher was cut off meanwhile (it must resync).
+    /// if the watcher was cut off meanwhile (it must resync) or is not at `from`.
     pub(crate) fn take_coalesced(&self, id: u64, from: u64, to: u64, frames: Arc<[Bytes]>) -> Option<Arc<[Bytes]>> {
         let mut guard = self.lock();
         let log = &mut *guard;
-        if log.watchers.get(&id)?.next != from {
+        // Slots of `from..to` evicted meanwhile do not matter: the frames were built from
+        // the updates taken with the backlog, and `release` skips what is gone.
+        let cursor = log.watchers.get_mut(&id)?;
+        if cursor.next != from {
             return None;
         }
-        if log.oldest() > from {
-            log.cut(id);
-            return None;
-        }
-        if let Some(cursor) = log.watchers.get_mut(&id) {
-            cursor.next = to;
-        }
+        cursor.next = to;
         log.release(from, to);
         log.coalesced = Some(Coalesced {
             from,
@@ -435,7 +445,7 @@ impl Topic {
 /// deleted within the run ends as a delete, which a client without it ignores.
 pub(crate) fn coalesce(updates: &[Arc<ServiceUpdate>]) -> Vec<ServiceUpdate> {
     let mut merged: Vec<(ServiceUpdate, BTreeMap<InstanceId, Event>)> = Vec::new();
-    let mut index: std::collections::HashMap<&ServiceKey, usize> = std::collections::HashMap::new();
+    let mut index: HashMap<&ServiceKey, usize> = HashMap::new();
     for update in updates {
         let at = *index.entry(&update.key).or_insert_with(|| {
             merged.push((

@@ -176,19 +176,30 @@ fn a_watcher_far_enough_behind_gets_its_backlog_coalesced_once_for_all_at_its_pl
 }
 
 #[test]
-fn a_watcher_cut_off_while_it_coalesced_must_resync() {
+fn a_backlog_evicted_while_it_was_coalesced_is_still_taken_but_a_cut_watcher_resyncs() {
     let (topic, resyncs) = topic(COALESCE_BEHIND as usize);
-    let slow = topic.join();
+    let (evicted, cut) = (topic.join(), topic.join());
     for revision in 1..=COALESCE_BEHIND {
         topic.append(frame("n"), update(revision));
     }
-    let Read::Behind { from, to, .. } = topic.read(slow, None) else {
+    let (Read::Behind { from, to, .. }, Read::Behind { .. }) = (topic.read(evicted, None), topic.read(cut, None))
+    else {
         panic!("a whole bound behind, not yet past it");
     };
     topic.append(frame("evicts the first"), update(COALESCE_BEHIND + 1));
-    assert_eq!(topic.take_coalesced(slow, from, to, vec![frame("c")].into()), None);
+    // The frames were built from the updates taken with the backlog: nothing is lost.
+    assert!(
+        topic
+            .take_coalesced(evicted, from, to, vec![frame("c")].into())
+            .is_some()
+    );
+    assert_eq!(topic.read(evicted, None), Read::Frame(frame("evicts the first")));
+    // The stats' look cuts a watcher whose cursor fell off the log: it must resync.
+    let _ = topic.backlog();
     assert_eq!(count(&resyncs), 1);
-    assert_eq!(topic.read(slow, None), Read::Lagged);
+    assert_eq!(topic.take_coalesced(cut, from, to, vec![frame("c")].into()), None);
+    assert_eq!(topic.read(cut, None), Read::Lagged);
+    assert_eq!(count(&resyncs), 1);
 }
 
 /// A put of `instance` at `ip`, its record made by a real registry.
