@@ -404,8 +404,8 @@ pub(crate) fn relocatable(record: &[u8], question_end: usize) -> bool {
     }
 }
 
-/// Where the name at `at` ends, if it is well formed and any pointer in it points below
-/// `question_end`.
+/// Where the name at `at` ends, if it is well formed and any pointer in it points into the
+/// question (past the header, below `question_end`).
 fn name_end(bytes: &[u8], mut at: usize, question_end: usize) -> Option<usize> {
     loop {
         let len = *bytes.get(at)?;
@@ -414,7 +414,9 @@ fn name_end(bytes: &[u8], mut at: usize, question_end: usize) -> Option<usize> {
             1..=63 => at += 1 + usize::from(len),
             _ if len & 0xc0 == 0xc0 => {
                 let target = usize::from(u16::from_be_bytes([len & 0x3f, *bytes.get(at + 1)?]));
-                return (target < question_end).then_some(at + 2);
+                return (crate::wire::HEADER_LEN..question_end)
+                    .contains(&target)
+                    .then_some(at + 2);
             }
             _ => return None,
         }

@@ -282,6 +282,8 @@ fn relocatable_accepts_pointers_into_the_question_only() {
     let a = [0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 10, 0, 0, 1];
     assert!(relocatable(&a, 30));
     assert!(!relocatable(&a, 12), "a pointer at or past the question's end is not");
+    let into_header = [0xc0, 4, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 10, 0, 0, 1];
+    assert!(!relocatable(&into_header, 30), "nor one into the header");
     // PTR whose data points at offset 40, inside the record itself.
     let ptr = [0xc0, 12, 0, 12, 0, 1, 0, 0, 0, 5, 0, 4, 1, b'y', 0xc0, 40];
     assert!(!relocatable(&ptr, 30));
