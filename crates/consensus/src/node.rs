@@ -653,7 +653,8 @@ impl Node {
             Ok(_) => Ok(index),
             Err(openraft::metrics::WaitError::Timeout(..)) => Err(ReadIndexError::Behind { index, timeout }),
             Err(openraft::metrics::WaitError::ShuttingDown) => Err(ReadIndexError::Node(
-                self.fatal().map_or(ConsensusError::ShuttingDown, ConsensusError::Failed),
+                self.fatal()
+                    .map_or(ConsensusError::ShuttingDown, ConsensusError::Failed),
             )),
         }
     }

@@ -108,10 +108,7 @@ pub(crate) async fn here(raft: &Raft<TypeConfig>, id: u64) -> Result<Source, Rea
             Some(leader) if leader == id => Err(ReadIndexError::NoQuorum { leader }),
             Some(leader) => Ok(Source::Leader {
                 id: leader,
-                addr: forward
-                    .leader_node
-                    .map(|node: BasicNode| node.addr)
-                    .unwrap_or_default(),
+                addr: forward.leader_node.map(|node: BasicNode| node.addr).unwrap_or_default(),
             }),
             None => Err(ReadIndexError::NoLeader),
         },

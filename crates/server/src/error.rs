@@ -138,7 +138,9 @@ impl From<ReadIndexError> for ApiError {
         };
         ApiError::new(
             code,
-            format!("{error}; retry (here or on another node), or read with consistency=stale to take this node's state as it is"),
+            format!(
+                "{error}; retry (here or on another node), or read with consistency=stale to take this node's state as it is"
+            ),
         )
     }
 }
@@ -220,7 +222,10 @@ mod tests {
                 },
                 ErrorCode::LeaderUnreachable,
             ),
-            (ReadIndexError::Node(ConsensusError::ShuttingDown), ErrorCode::Unavailable),
+            (
+                ReadIndexError::Node(ConsensusError::ShuttingDown),
+                ErrorCode::Unavailable,
+            ),
             (
                 ReadIndexError::Node(ConsensusError::Failed("disk full".into())),
                 ErrorCode::StorageFailed,

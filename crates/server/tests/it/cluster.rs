@@ -310,7 +310,12 @@ async fn the_cluster_listener_refuses_requests_without_the_secret() {
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<http_body_util::Full<bytes::Bytes>>();
     // A read index too: it would tell an outsider the log's position and cost a quorum round.
-    for (secret, rpc) in [("", "vote"), ("wrong", "vote"), ("", "read_index"), ("wrong", "read_index")] {
+    for (secret, rpc) in [
+        ("", "vote"),
+        ("wrong", "vote"),
+        ("", "read_index"),
+        ("wrong", "read_index"),
+    ] {
         let request = hyper::Request::post(format!("{}/raft/{rpc}", ports[0]))
             .header("x-muster-cluster-secret", secret)
             .body(http_body_util::Full::new(bytes::Bytes::from_static(b"{}")))
