@@ -106,16 +106,14 @@ fn serve(listener: TcpListener, node: Node, append_delay: Arc<AtomicU64>) -> Joi
                             .await
                             .map(|b| b.to_bytes())
                             .unwrap_or_default();
+                        let delay = append_delay.load(Ordering::Relaxed);
+                        if rpc == Some(Rpc::Append) && delay > 0 && node.accepts_secret(&secret) {
+                            tokio::time::sleep(Duration::from_millis(delay)).await;
+                        }
                         let (status, reply) = match rpc {
                             _ if !node.accepts_secret(&secret) => (StatusCode::UNAUTHORIZED, Bytes::new()),
                             None => (StatusCode::NOT_FOUND, Bytes::new()),
-                            Some(rpc) => match {
-                                let delay = append_delay.load(Ordering::Relaxed);
-                                if rpc == Rpc::Append && delay > 0 {
-                                    tokio::time::sleep(Duration::from_millis(delay)).await;
-                                }
-                                node.rpc(rpc, &body).await
-                            } {
+                            Some(rpc) => match node.rpc(rpc, &body).await {
                                 Ok(reply) => (StatusCode::OK, Bytes::from(reply)),
                                 Err(message) => (StatusCode::BAD_REQUEST, Bytes::from(message)),
                             },
