@@ -21,6 +21,7 @@ pub mod fault_injection;
 mod log_store;
 mod network;
 mod node;
+mod read_index;
 mod runtime;
 mod sim_disk;
 mod sim_log_store;
@@ -35,6 +36,7 @@ mod types;
 
 pub use network::{CallError, PeerClient, PeerTransport, Rpc, SECRET_HEADER, TransportReply};
 pub use node::{ApplyObserver, ClusterConfig, ConsensusError, Judged, Member, Node, NodeConfig, NodeStatus};
+pub use read_index::ReadIndexError;
 pub use runtime::{ElectionRng, MusterRuntime, seed_election_rng};
 pub use sim_disk::SimDisk;
 pub use types::{Batch, BatchId, Outcome, Proposal, TypeConfig};

@@ -7,6 +7,7 @@
 //! ```text
 //!  openraft (sender) ──append / vote / snapshot──▶ HttpPeer ──POST /raft/{rpc}──▶ peer's cluster
 //!  follower's batcher ──ForwardToLeader──▶ forward() ──POST /raft/propose──▶   listener ──▶ Node::rpc
+//!  follower's consistent read ──▶ read_index ──POST /raft/read_index──▶
 //!                                  header x-muster-cluster-secret: S (else 401, nothing done)
 //! ```
 //!
@@ -52,6 +53,8 @@ pub enum Rpc {
     Snapshot,
     /// `POST /raft/propose`: a batch of proposals forwarded by a follower to the leader.
     Propose,
+    /// `POST /raft/read_index`: a follower asks the leader for a read index (SPEC R3).
+    ReadIndex,
 }
 
 impl Rpc {
@@ -62,6 +65,7 @@ impl Rpc {
             "vote" => Some(Rpc::Vote),
             "snapshot" => Some(Rpc::Snapshot),
             "propose" => Some(Rpc::Propose),
+            "read_index" => Some(Rpc::ReadIndex),
             _ => None,
         }
     }
@@ -72,6 +76,7 @@ impl Rpc {
             Rpc::Vote => "vote",
             Rpc::Snapshot => "snapshot",
             Rpc::Propose => "propose",
+            Rpc::ReadIndex => "read_index",
         }
     }
 }

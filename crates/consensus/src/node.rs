@@ -198,8 +198,8 @@ pub enum ConsensusError {
     /// A membership change was refused (e.g. removing the last voter, a change in progress).
     #[error("membership: {0}")]
     Membership(String),
-    /// A consistent read or a membership change asked a node that does not lead (the
-    /// leader, if known).
+    /// A membership change or a leader duty asked a node that does not lead (the leader, if
+    /// known).
     #[error("this node does not lead{}: ask the leader", .0.map(|id| format!(" (node {id} does)")).unwrap_or_default())]
     NotLeader(Option<u64>),
     /// Storage or the Raft core failed.
@@ -328,6 +328,9 @@ pub struct Node {
     log_writer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
     /// Group commit: concurrent proposals share one log entry.
     batcher: Batcher,
+    /// The way to the other members (none for a group of one): a follower's consistent read
+    /// asks the leader for its read index through it.
+    peers: Option<PeerClient>,
     /// The config file's registry policy: committed before the first other command when the
     /// log holds no policy yet (see [`Node::propose`]).
     initial_policy: Arc<RegistryConfig>,
@@ -396,6 +399,7 @@ impl Node {
             shared,
             log_writer,
             batcher,
+            peers: None,
             initial_policy: Arc::new(config.registry.clone()),
         })
     }
@@ -435,7 +439,7 @@ impl Node {
                 tracing::info!(%error, "cluster membership already initialised");
             }
         }
-        let batcher = Batcher::spawn(raft.clone(), forward, cluster.node_id, config.proposal_session);
+        let batcher = Batcher::spawn(raft.clone(), forward.clone(), cluster.node_id, config.proposal_session);
         Ok(Node {
             opened: tokio::time::Instant::now(),
             last_contact_ms: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
@@ -445,6 +449,7 @@ impl Node {
             shared,
             log_writer,
             batcher,
+            peers: forward,
             initial_policy: Arc::new(config.registry.clone()),
         })
     }
@@ -611,24 +616,52 @@ impl Node {
         (at != u64::MAX).then(|| now.saturating_sub(at))
     }
 
-    /// Waits until a read of this node is linearizable (ReadIndex: the leader confirms it
-    /// still leads with a quorum and has applied up to its commit index). Only the leader
-    /// can; a follower answers [`ConsensusError::NotLeader`].
-    pub async fn linearizable(&self) -> Result<(), ConsensusError> {
-        use openraft::error::CheckIsLeaderError;
-        match tokio::time::timeout(crate::batcher::WRITE_TIMEOUT, self.raft.ensure_linearizable()).await {
-            Err(_) => Err(ConsensusError::NoQuorum),
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(openraft::error::RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)))) => {
-                Err(ConsensusError::NotLeader(forward.leader_id))
+    /// Waits until a read of this node is linearizable (ReadIndex, SPEC R3; see
+    /// [`crate::read_index`]): the leader confirms with a quorum that it still leads and names
+    /// its commit index — this node itself when it leads, else the leader it knows, asked
+    /// over the cluster link — and this node then waits until it has applied up to that
+    /// index. Every node can; bounded by the write timeout. Returns the read index.
+    pub async fn linearizable(&self) -> Result<u64, crate::ReadIndexError> {
+        use crate::ReadIndexError;
+        use crate::read_index::{Source, from_leader, here};
+        let timeout = crate::batcher::WRITE_TIMEOUT;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let source = tokio::time::timeout(timeout, here(&self.raft, self.id))
+            .await
+            .map_err(|_| ReadIndexError::NoQuorum { leader: self.id })??;
+        let index = match source {
+            Source::Here(index) => index,
+            Source::Leader { id, addr } => {
+                let Some(peers) = &self.peers else {
+                    return Err(ReadIndexError::NoLeader);
+                };
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                // Not leader contact: the read index says the leader leads, not that its
+                // appends reach this node, which is what `default` reads and
+                // `X-Muster-Last-Contact` vouch for.
+                from_leader(peers, id, &addr, left).await?
             }
-            Ok(Err(openraft::error::RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)))) => {
-                Err(ConsensusError::NoQuorum)
-            }
-            Ok(Err(error)) => Err(self
-                .fatal()
-                .map_or_else(|| ConsensusError::Storage(error.to_string()), ConsensusError::Failed)),
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match self
+            .raft
+            .wait(Some(left))
+            .applied_index_at_least(Some(index), "applied up to the read index")
+            .await
+        {
+            Ok(_) => Ok(index),
+            Err(openraft::metrics::WaitError::Timeout(..)) => Err(ReadIndexError::Behind { index, timeout }),
+            Err(openraft::metrics::WaitError::ShuttingDown) => Err(ReadIndexError::Node(
+                self.fatal()
+                    .map_or(ConsensusError::ShuttingDown, ConsensusError::Failed),
+            )),
         }
+    }
+
+    /// Notes that a leader reached this node now ([`Node::leader_contact_age_ms`]).
+    fn touch_leader_contact(&self) {
+        let now = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+        self.last_contact_ms.store(now, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The group's members as this node knows them: id, cluster address, voter or learner.
@@ -700,14 +733,17 @@ impl Node {
             Rpc::Append => {
                 let reply = self.raft.append_entries(decode(body)?).await;
                 if reply.is_ok() {
-                    let now = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
-                    self.last_contact_ms.store(now, std::sync::atomic::Ordering::Relaxed);
+                    self.touch_leader_contact();
                 }
                 encode(&reply)
             }
             Rpc::Vote => encode(&self.raft.vote(decode(body)?).await),
             Rpc::Snapshot => encode(&self.raft.install_snapshot(decode(body)?).await),
             Rpc::Propose => encode(&crate::batcher::commit_forwarded(&self.raft, decode(body)?).await),
+            Rpc::ReadIndex => {
+                decode::<()>(body)?;
+                encode(&crate::read_index::serve(&self.raft, crate::batcher::WRITE_TIMEOUT).await)
+            }
         }
     }
 

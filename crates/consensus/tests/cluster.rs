@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,7 +14,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use muster_consensus::{ApplyObserver, ClusterConfig, ConsensusError, Node, NodeConfig, Rpc, SECRET_HEADER};
+use muster_consensus::{
+    ApplyObserver, ClusterConfig, ConsensusError, Node, NodeConfig, ReadIndexError, Rpc, SECRET_HEADER,
+};
 use muster_core::{Actor, AddressSpec, EndpointSpec, Incarnation, InstanceId, Principal, ServiceKey};
 use muster_registry::{Applied, Command, CommandMeta, LeaseSpec, Register, Registry, Target};
 use tokio::net::TcpListener;
@@ -64,6 +67,9 @@ struct Member {
     node: Node,
     server: JoinHandle<()>,
     addr: SocketAddr,
+    /// How long its listener holds each append before handing it to Raft, in ms: a follower
+    /// that learns of commits late (0: at once).
+    append_delay: Arc<AtomicU64>,
 }
 
 impl Member {
@@ -73,16 +79,19 @@ impl Member {
     }
 }
 
-/// The cluster listener: `POST /raft/{rpc}` with the secret, else 401 and nothing done.
-/// Its connections belong to its task: aborting it closes them (as a stopped process would).
-fn serve(listener: TcpListener, node: Node) -> JoinHandle<()> {
+/// The cluster listener: `POST /raft/{rpc}` with the secret, else 401 and nothing done; an
+/// append waits `append_delay` ms first. Its connections belong to its task: aborting it
+/// closes them (as a stopped process would).
+fn serve(listener: TcpListener, node: Node, append_delay: Arc<AtomicU64>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut connections = tokio::task::JoinSet::new();
         while let Ok((tcp, _)) = listener.accept().await {
             let node = node.clone();
+            let append_delay = Arc::clone(&append_delay);
             connections.spawn(async move {
                 let service = service_fn(move |request: Request<hyper::body::Incoming>| {
                     let node = node.clone();
+                    let append_delay = Arc::clone(&append_delay);
                     async move {
                         let secret = request
                             .headers()
@@ -97,6 +106,10 @@ fn serve(listener: TcpListener, node: Node) -> JoinHandle<()> {
                             .await
                             .map(|b| b.to_bytes())
                             .unwrap_or_default();
+                        let delay = append_delay.load(Ordering::Relaxed);
+                        if rpc == Some(Rpc::Append) && delay > 0 && node.accepts_secret(&secret) {
+                            tokio::time::sleep(Duration::from_millis(delay)).await;
+                        }
                         let (status, reply) = match rpc {
                             _ if !node.accepts_secret(&secret) => (StatusCode::UNAUTHORIZED, Bytes::new()),
                             None => (StatusCode::NOT_FOUND, Bytes::new()),
@@ -129,8 +142,14 @@ async fn open_member(dir: &std::path::Path, id: u64, members: &BTreeMap<u64, Str
         ..NodeConfig::new(dir.join(format!("node-{id}")))
     };
     let node = Node::open(config, Arc::new(Quiet)).await.expect("the node opens");
-    let server = serve(listener, node.clone());
-    Member { node, server, addr }
+    let append_delay = Arc::new(AtomicU64::new(0));
+    let server = serve(listener, node.clone(), Arc::clone(&append_delay));
+    Member {
+        node,
+        server,
+        addr,
+        append_delay,
+    }
 }
 
 async fn cluster(dir: &std::path::Path) -> Vec<Member> {
@@ -275,6 +294,84 @@ async fn a_request_without_the_cluster_secret_is_refused_and_changes_nothing() {
     }
 }
 
+/// How late a slow follower learns of each append: well past the few ms a read takes to ask
+/// the leader, and inside the 100 ms the leader waits for an append's reply (openraft times
+/// an append out after one heartbeat interval; a reply later than that is lost, and the
+/// follower would never catch up).
+const SLOW_APPENDS_MS: u64 = 50;
+
+/// SPEC R3, linearizable reads on a follower. Trace defended against: a write is
+/// acknowledged (committed by the leader and the other follower), the follower asked next
+/// learns of it only with a later append, and serves its state from before the write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consistent_read_on_a_lagging_follower_waits_for_the_leaders_read_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let members = cluster(dir.path()).await;
+    let leader = leader(&members).await;
+    let slow = &members[(leader + 1) % 3];
+    slow.append_delay.store(SLOW_APPENDS_MS, Ordering::Relaxed);
+    for n in 0..5 {
+        let (command, meta) = register(n);
+        members[leader].node.propose(command, meta).await.unwrap().unwrap();
+        let written = members[leader].node.status().applied_index;
+        let index = tokio::time::timeout(STEP, slow.node.linearizable())
+            .await
+            .expect("bounded")
+            .expect("the follower confirms a consistent read");
+        assert!(
+            index >= written,
+            "round {n}: read index {index} before the write at {written}"
+        );
+        assert!(slow.node.status().applied_index >= index);
+        assert_eq!(endpoints(&slow.node), n as usize + 1, "round {n}: the write is visible");
+    }
+    for member in members {
+        member.stop().await;
+    }
+}
+
+/// A follower that cannot catch up (its appends held) or loses the leader refuses the read
+/// with a typed error in bounded time, and nothing it holds is vouched for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_cannot_catch_up_refuses_a_consistent_read_in_bounded_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut members = cluster(dir.path()).await;
+    let leader = leader(&members).await;
+    let cut = (leader + 1) % 3;
+    // An hour: it never sees another append in this test.
+    members[cut].append_delay.store(3_600_000, Ordering::Relaxed);
+    let (command, meta) = register(1);
+    members[leader].node.propose(command, meta).await.unwrap().unwrap();
+    let refused = tokio::time::timeout(STEP, members[cut].node.linearizable())
+        .await
+        .expect("bounded");
+    assert!(
+        matches!(
+            refused,
+            Err(ReadIndexError::Behind { .. } | ReadIndexError::NoLeader | ReadIndexError::NoQuorum { .. })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(endpoints(&members[cut].node), 0, "it never had the write");
+
+    // With the others gone it knows the leader it cannot reach, or none.
+    let alone = members.remove(cut);
+    for member in members {
+        member.stop().await;
+    }
+    let refused = tokio::time::timeout(STEP, alone.node.linearizable())
+        .await
+        .expect("bounded");
+    assert!(
+        matches!(
+            refused,
+            Err(ReadIndexError::LeaderUnreachable { .. } | ReadIndexError::NoLeader)
+        ),
+        "{refused:?}"
+    );
+    alone.stop().await;
+}
+
 /// Counts resets: a node that installs a snapshot from the leader resets its state.
 #[derive(Default)]
 struct Resets(std::sync::atomic::AtomicUsize);
@@ -315,7 +412,7 @@ async fn a_node_restarted_after_missing_many_writes_catches_up_from_a_snapshot()
     let mut servers = Vec::new();
     for (id, listener) in (1..=3_u64).zip(listeners) {
         let node = open(id, Arc::new(Quiet)).await;
-        servers.push(serve(listener, node.clone()));
+        servers.push(serve(listener, node.clone(), Arc::default()));
         nodes.push(node);
     }
     let members_now: Vec<Member> = nodes
@@ -325,6 +422,7 @@ async fn a_node_restarted_after_missing_many_writes_catches_up_from_a_snapshot()
             node: node.clone(),
             server,
             addr: "127.0.0.1:0".parse().unwrap(),
+            append_delay: Arc::default(),
         })
         .collect();
     let leader = leader(&members_now).await;
@@ -343,9 +441,10 @@ async fn a_node_restarted_after_missing_many_writes_catches_up_from_a_snapshot()
     let node = open(lagging as u64 + 1, Arc::clone(&resets) as Arc<dyn ApplyObserver>).await;
     let listener = TcpListener::bind(&lagging_addr).await.unwrap();
     members_now.push(Member {
-        server: serve(listener, node.clone()),
+        server: serve(listener, node.clone(), Arc::default()),
         node,
         addr: lagging_addr.parse().unwrap(),
+        append_delay: Arc::default(),
     });
     converged(&members_now, 60).await;
     assert!(

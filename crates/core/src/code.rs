@@ -142,6 +142,12 @@ codes! {
     /// This node does not lead; ask the leader.
     /// Not transient: the same request to the same node fails again (ask the leader).
     NotLeader = "not_leader", 503, false;
+    /// This node knows the leader but cannot reach it, so it cannot confirm a consistent
+    /// read (SPEC R3) with it now; retry, or ask another node.
+    LeaderUnreachable = "leader_unreachable", 503, true;
+    /// This node has not applied up to a consistent read's read index in time (SPEC R3): the
+    /// quorum confirmed the leader, but this node lags it; retry, or ask another node.
+    NotCaughtUp = "not_caught_up", 503, true;
     /// A membership change was refused.
     MembershipRefused = "membership_refused", 409, false;
     /// A `default`-consistency read on a node that has not heard from a leader for too long.
@@ -195,6 +201,8 @@ mod tests {
                 &ErrorCode::TooManyWatches,
                 &ErrorCode::LabBusy,
                 &ErrorCode::NoQuorum,
+                &ErrorCode::LeaderUnreachable,
+                &ErrorCode::NotCaughtUp,
                 &ErrorCode::Stale,
                 &ErrorCode::Unavailable,
                 &ErrorCode::StorageFailed,

@@ -1,8 +1,9 @@
-//! The node-to-node listener (SPEC R): openraft's RPCs and forwarded writes, on their own
-//! address, each request authenticated with the cluster secret (SPEC R1).
+//! The node-to-node listener (SPEC R): openraft's RPCs, forwarded writes and followers'
+//! read-index requests (R3), on their own address, each request authenticated with the
+//! cluster secret (SPEC R1).
 //!
 //! ```text
-//!  peer ──POST /raft/{append|vote|snapshot|propose} + x-muster-cluster-secret──▶ Node::rpc
+//!  peer ──POST /raft/{append|vote|snapshot|propose|read_index} + x-muster-cluster-secret──▶ Node::rpc
 //!  follower ──POST /app/leader {renew | report | in_flight}──▶ answered here (only while
 //!                                             leading; else no_quorum) — see `forward`
 //!  leader ──GET /join/proof?nonce=N (no secret)──▶ this node's proof it holds the secret (`join`)

@@ -5,10 +5,19 @@
 //! |---|---|---|
 //! | `stale` | always, from this node's applied state | none |
 //! | `default` | this node leads, or heard from a leader within 5 s | none |
-//! | `consistent` | the leader confirmed with a quorum (ReadIndex) and applied up to it | one heartbeat round |
+//! | `consistent` | on every node: the leader confirmed with a quorum (ReadIndex) and this node applied up to its read index | one heartbeat round; on a follower one node-to-node round trip more |
+//!
+//! A consistent read on a follower asks the leader for its read index over the cluster link
+//! (`POST /raft/read_index`, with the cluster secret), then waits, at most the write timeout
+//! (5 s), until it has applied up to it (`muster_consensus::Node::linearizable`). It never
+//! falls back to this node's own state: no leader known or the leader without quorum answer
+//! `503 no_quorum`; the leader known but unreachable `503 leader_unreachable`; this node not
+//! caught up with the read index in time `503 not_caught_up`. All are transient: retry, here
+//! or on another node.
 //!
 //! Replies carry `X-Muster-Index` (the revision read at) and `X-Muster-Last-Contact` (ms since
-//! this node last heard from a leader; for the leader, since a quorum acknowledged it).
+//! this node last heard from a leader's appends; for the leader, since a quorum acknowledged
+//! it). A read index is not contact: it says the leader leads, not that it reaches this node.
 
 use axum::http::HeaderValue;
 use axum::response::Response;
@@ -33,7 +42,8 @@ pub(crate) enum Consistency {
     /// This node's state, if it is in touch with a leader.
     #[default]
     Default,
-    /// Linearizable: confirmed by the leader with a quorum.
+    /// Linearizable, on any node: the leader confirms its read index with a quorum and the
+    /// node serving the read has applied up to it.
     Consistent,
 }
 
@@ -41,7 +51,7 @@ pub(crate) enum Consistency {
 pub(crate) async fn ready(app: &App, consistency: Consistency) -> Result<(), ApiError> {
     match consistency {
         Consistency::Stale => Ok(()),
-        Consistency::Consistent => Ok(app.node.linearizable().await?),
+        Consistency::Consistent => app.node.linearizable().await.map(drop).map_err(ApiError::from),
         Consistency::Default => match app.node.leader_contact_age_ms() {
             Some(age) if age <= DEFAULT_MAX_STALENESS_MS => Ok(()),
             age => Err(ApiError::new(

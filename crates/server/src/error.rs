@@ -6,7 +6,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use muster_consensus::ConsensusError;
+use muster_consensus::{ConsensusError, ReadIndexError};
 use muster_core::api::{ErrorBody, ErrorDetail};
 use muster_core::{ErrorCode, Rejection};
 use muster_registry::ReadError;
@@ -120,6 +120,30 @@ impl From<ConsensusError> for ApiError {
     }
 }
 
+impl From<ReadIndexError> for ApiError {
+    fn from(error: ReadIndexError) -> ApiError {
+        let code = match error {
+            ReadIndexError::Node(ConsensusError::Failed(reason)) => {
+                return ApiError::new(
+                    ErrorCode::StorageFailed,
+                    format!("this node stopped after a storage failure ({reason}); ask another node"),
+                );
+            }
+            ReadIndexError::Node(error) => return error.into(),
+            ReadIndexError::LeaderUnreachable { .. } => ErrorCode::LeaderUnreachable,
+            ReadIndexError::NoLeader | ReadIndexError::NoQuorum { .. } => ErrorCode::NoQuorum,
+            ReadIndexError::Behind { .. } => ErrorCode::NotCaughtUp,
+            _ => ErrorCode::Internal,
+        };
+        ApiError::new(
+            code,
+            format!(
+                "{error}; retry (here or on another node), or read with consistency=stale to take this node's state as it is"
+            ),
+        )
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::to_vec(&self.body()).expect("an error body always serialises");
@@ -174,6 +198,44 @@ mod tests {
         };
         let error = ApiError::from(compacted);
         assert_eq!((error.status, error.code), (StatusCode::GONE, ErrorCode::Compacted));
+    }
+
+    #[test]
+    fn a_consistent_read_that_cannot_be_confirmed_says_why_as_a_read() {
+        // Trace: a follower's consistent read found no leader and was answered with the
+        // write path's `no_quorum` text ("the write may still commit: retry it").
+        let cases = [
+            (ReadIndexError::NoLeader, ErrorCode::NoQuorum),
+            (ReadIndexError::NoQuorum { leader: 2 }, ErrorCode::NoQuorum),
+            (
+                ReadIndexError::Behind {
+                    index: 9,
+                    timeout: std::time::Duration::from_secs(5),
+                },
+                ErrorCode::NotCaughtUp,
+            ),
+            (
+                ReadIndexError::LeaderUnreachable {
+                    leader: 2,
+                    reason: "connection refused".into(),
+                },
+                ErrorCode::LeaderUnreachable,
+            ),
+            (
+                ReadIndexError::Node(ConsensusError::ShuttingDown),
+                ErrorCode::Unavailable,
+            ),
+            (
+                ReadIndexError::Node(ConsensusError::Failed("disk full".into())),
+                ErrorCode::StorageFailed,
+            ),
+        ];
+        for (error, code) in cases {
+            let reply = ApiError::from(error);
+            assert_eq!((reply.code, reply.status), (code, StatusCode::SERVICE_UNAVAILABLE));
+            assert!(code.is_transient(), "{code}");
+            assert!(!reply.message.contains("write"), "{}", reply.message);
+        }
     }
 
     #[test]

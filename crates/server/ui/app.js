@@ -155,8 +155,8 @@ function follow(view, name, path, handlers) {
 
 // Whether asking again may help: 408, 429 and 5xx, and the API's codes of the moment.
 function transient(error) {
-  const codes = ['request_timeout', 'too_many_watches', 'no_quorum', 'stale', 'unavailable', 'storage_failed',
-    'too_many_connections', 'internal', 'lab_busy'];
+  const codes = ['request_timeout', 'too_many_watches', 'no_quorum', 'leader_unreachable', 'stale', 'unavailable',
+    'storage_failed', 'too_many_connections', 'internal', 'lab_busy'];
   return error.status === 408 || error.status === 429 || error.status >= 500 || codes.includes(error.code);
 }
 

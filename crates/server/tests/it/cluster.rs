@@ -1,7 +1,8 @@
 //! Three servers on loopback forming a static cluster (SPEC R): the status names the leader,
-//! writes to any node commit through the leader, reads and renewals work on every node, a
-//! leader change keeps renewed leases, a minority refuses writes with `no_quorum`, and the
-//! cluster listener refuses requests without the secret.
+//! writes to any node commit through the leader, reads (consistent ones too, see
+//! `cluster_reads`) and renewals work on every node, a leader change keeps renewed leases, a
+//! minority refuses writes with `no_quorum`, and the cluster listener refuses requests
+//! without the secret.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -16,13 +17,13 @@ use crate::support::{TestServer, endpoint, instance_path, poll, test_config};
 
 const SECRET: &str = "a-cluster-secret-of-some-length";
 
-struct Cluster {
+pub(crate) struct Cluster {
     nodes: Vec<Option<TestServer>>,
     peers: BTreeMap<u64, String>,
 }
 
 impl Cluster {
-    async fn start() -> Cluster {
+    pub(crate) async fn start() -> Cluster {
         Cluster::start_with(|_| {}).await
     }
 
@@ -71,7 +72,50 @@ impl Cluster {
         addr
     }
 
-    fn node(&self, i: usize) -> &TestServer {
+    /// Three voters where every node dials every other through its own proxy link (node i
+    /// sees node j at link `(i, j)`), so a test can cut any node off.
+    pub(crate) async fn start_linked() -> (Cluster, Links) {
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let real: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let mut links = BTreeMap::new();
+        for from in 0..3 {
+            for (to, target) in real.iter().enumerate() {
+                if from != to {
+                    links.insert((from, to), Link::start(target.clone()).await);
+                }
+            }
+        }
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            let peers: BTreeMap<u64, String> = (0..3)
+                .map(|j| {
+                    let addr = if i == j {
+                        real[j].clone()
+                    } else {
+                        links[&(i, j)].addr.clone()
+                    };
+                    (j as u64 + 1, addr)
+                })
+                .collect();
+            let listen = real[i].parse().unwrap();
+            nodes.push(Some(
+                TestServer::start_with(move |config| {
+                    config.node_id = i as u64 + 1;
+                    config.cluster_addr = Some(listen);
+                    config.peers = peers;
+                    config.cluster_secret = Some(SECRET.into());
+                })
+                .await,
+            ));
+        }
+        let cluster = Cluster {
+            nodes,
+            peers: BTreeMap::new(),
+        };
+        (cluster, Links(links))
+    }
+
+    pub(crate) fn node(&self, i: usize) -> &TestServer {
         self.nodes[i].as_ref().expect("running")
     }
 
@@ -83,7 +127,7 @@ impl Cluster {
     }
 
     /// The index of the leader every running node agrees on.
-    async fn leader(&self) -> usize {
+    pub(crate) async fn leader(&self) -> usize {
         let this = self;
         poll(Duration::from_millis(50), || async move {
             let mut named = Vec::new();
@@ -97,18 +141,18 @@ impl Cluster {
         .expect("the running nodes agree on a running leader")
     }
 
-    async fn stop(&mut self, i: usize) {
+    pub(crate) async fn stop(&mut self, i: usize) {
         let mut node = self.nodes[i].take().expect("running");
         node.stop().await;
     }
 }
 
-async fn total(node: &TestServer, service: &str) -> u64 {
+pub(crate) async fn total(node: &TestServer, service: &str) -> u64 {
     let reply = node.get(&format!("/v1/registry/acme/prod/{service}")).await;
     reply.body["total"].as_u64().unwrap_or(0)
 }
 
-async fn until_total(node: &TestServer, service: &str, want: u64) {
+pub(crate) async fn until_total(node: &TestServer, service: &str, want: u64) {
     let reached = poll(Duration::from_millis(25), || async move {
         (total(node, service).await == want).then_some(())
     })
@@ -265,13 +309,19 @@ async fn the_cluster_listener_refuses_requests_without_the_secret() {
     let ports: Vec<String> = (0..3).map(|i| cluster.node(i).cluster_url()).collect();
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<http_body_util::Full<bytes::Bytes>>();
-    for secret in ["", "wrong"] {
-        let request = hyper::Request::post(format!("{}/raft/vote", ports[0]))
+    // A read index too: it would tell an outsider the log's position and cost a quorum round.
+    for (secret, rpc) in [
+        ("", "vote"),
+        ("wrong", "vote"),
+        ("", "read_index"),
+        ("wrong", "read_index"),
+    ] {
+        let request = hyper::Request::post(format!("{}/raft/{rpc}", ports[0]))
             .header("x-muster-cluster-secret", secret)
             .body(http_body_util::Full::new(bytes::Bytes::from_static(b"{}")))
             .unwrap();
         let response = client.request(request).await.unwrap();
-        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{rpc} with {secret:?}");
     }
     for i in 0..3 {
         cluster.stop(i).await;
@@ -305,7 +355,7 @@ async fn bad_cluster_settings_are_refused_naming_the_setting() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reads_say_how_fresh_they_are_and_consistent_reads_need_the_leader() {
+async fn reads_say_how_fresh_they_are_and_consistent_reads_are_served_by_every_node() {
     let mut cluster = Cluster::start().await;
     let leader = cluster.leader().await;
     let follower = (leader + 1) % 3;
@@ -316,25 +366,17 @@ async fn reads_say_how_fresh_they_are_and_consistent_reads_need_the_leader() {
         .expect(StatusCode::OK);
     until_total(cluster.node(follower), "api", 1).await;
 
-    let consistent = cluster
-        .node(leader)
-        .get("/v1/registry/acme/prod/api?consistency=consistent")
-        .await
-        .expect(StatusCode::OK);
-    assert_eq!(consistent.body["total"], 1);
-    let refused = cluster
-        .node(follower)
-        .get("/v1/registry/acme/prod/api?consistency=consistent")
-        .await;
-    assert_eq!(
-        (refused.status, refused.code()),
-        (StatusCode::SERVICE_UNAVAILABLE, "not_leader")
-    );
-    assert!(
-        refused.message().contains(&format!("node {} does", leader + 1)),
-        "{}",
-        refused.message()
-    );
+    // SPEC R3: a follower serves a consistent read too (it takes the leader's read index).
+    for node in [leader, follower] {
+        let consistent = cluster
+            .node(node)
+            .get("/v1/registry/acme/prod/api?consistency=consistent")
+            .await
+            .expect(StatusCode::OK);
+        assert_eq!(consistent.body["total"], 1, "node {}", node + 1);
+        assert!(consistent.headers.contains_key("x-muster-index"));
+        assert!(consistent.headers.contains_key("x-muster-last-contact"));
+    }
     let bad = cluster
         .node(follower)
         .get("/v1/registry/acme/prod/api?consistency=eventual")
@@ -494,6 +536,27 @@ async fn a_watch_resumes_on_another_node_from_the_same_revision() {
 
 /// A TCP proxy on one directed link between two nodes, which the test can cut: a cut closes
 /// the link's open connections and refuses new ones, as a partition would.
+/// Every link of a [`Cluster::start_linked`] cluster, by `(from, to)` node index.
+pub(crate) struct Links(BTreeMap<(usize, usize), Link>);
+
+impl Links {
+    /// Cuts (or heals) every link to and from node `i`.
+    pub(crate) fn isolate(&self, i: usize, cut: bool) {
+        for ((from, to), link) in &self.0 {
+            if *from == i || *to == i {
+                link.set_cut(cut);
+            }
+        }
+    }
+
+    /// Heals every link.
+    pub(crate) fn heal(&self) {
+        for link in self.0.values() {
+            link.set_cut(false);
+        }
+    }
+}
+
 struct Link {
     addr: String,
     cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -540,45 +603,7 @@ impl Link {
 /// leader follows and catches up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_leader_is_a_minority_and_catches_up_after_healing() {
-    // Every node dials every other through its own proxy link: node i sees node j at
-    // link (i, j).
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let real: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let mut links = BTreeMap::new();
-    for from in 0..3 {
-        for (to, target) in real.iter().enumerate() {
-            if from != to {
-                links.insert((from, to), Link::start(target.clone()).await);
-            }
-        }
-    }
-    let mut nodes = Vec::new();
-    for i in 0..3 {
-        let peers: BTreeMap<u64, String> = (0..3)
-            .map(|j| {
-                let addr = if i == j {
-                    real[j].clone()
-                } else {
-                    links[&(i, j)].addr.clone()
-                };
-                (j as u64 + 1, addr)
-            })
-            .collect();
-        let listen = real[i].parse().unwrap();
-        nodes.push(Some(
-            TestServer::start_with(move |config| {
-                config.node_id = i as u64 + 1;
-                config.cluster_addr = Some(listen);
-                config.peers = peers;
-                config.cluster_secret = Some(SECRET.into());
-            })
-            .await,
-        ));
-    }
-    let mut cluster = Cluster {
-        nodes,
-        peers: BTreeMap::new(),
-    };
+    let (mut cluster, links) = Cluster::start_linked().await;
     let old = cluster.leader().await;
     cluster
         .node(old)
@@ -600,11 +625,7 @@ async fn a_partitioned_leader_is_a_minority_and_catches_up_after_healing() {
         until_total(cluster.node(i), "api", 1).await;
     }
 
-    for ((from, to), link) in &links {
-        if *from == old || *to == old {
-            link.set_cut(true);
-        }
-    }
+    links.isolate(old, true);
     // The majority elects another leader and takes writes.
     let majority: Vec<usize> = (0..3).filter(|i| *i != old).collect();
     let asked = cluster.node(majority[0]);
@@ -654,9 +675,7 @@ async fn a_partitioned_leader_is_a_minority_and_catches_up_after_healing() {
         .unwrap();
     assert!(age >= 1_000, "its last quorum contact is old: {age} ms");
 
-    for link in links.values() {
-        link.set_cut(false);
-    }
+    links.heal();
     // Healed: the old leader follows the new one and catches up; its refused write never
     // appears (nothing half-applied).
     until_total(cluster.node(old), "api", 2).await;

@@ -7,6 +7,7 @@
 mod audit;
 mod auth;
 mod cluster;
+mod cluster_reads;
 mod consul;
 mod consul_agent;
 mod consul_sd_fixture;
