@@ -616,8 +616,8 @@ impl Node {
         (at != u64::MAX).then(|| now.saturating_sub(at))
     }
 
-    /// Waits until a read of this node is linearizable (ReadIndex, SPEC R3; see
-    /// [`crate::read_index`]): the leader confirms with a quorum that it still leads and names
+    /// Waits until a read of this node is linearizable (ReadIndex, SPEC R3; the design and
+    /// its proof are in the `read_index` module): the leader confirms with a quorum that it still leads and names
     /// its commit index — this node itself when it leads, else the leader it knows, asked
     /// over the cluster link — and this node then waits until it has applied up to that
     /// index. Every node can; bounded by the write timeout. Returns the read index.
