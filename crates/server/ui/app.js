@@ -155,7 +155,7 @@ function follow(view, name, path, handlers) {
 
 // Whether asking again may help: 408, 429 and 5xx, and the API's codes of the moment.
 function transient(error) {
-  const codes = ['request_timeout', 'too_many_watches', 'no_quorum', 'leader_unreachable', 'stale', 'unavailable',
+  const codes = ['request_timeout', 'too_many_watches', 'no_quorum', 'leader_unreachable', 'not_caught_up', 'stale', 'unavailable',
     'storage_failed', 'too_many_connections', 'internal', 'lab_busy'];
   return error.status === 408 || error.status === 429 || error.status >= 500 || codes.includes(error.code);
 }
