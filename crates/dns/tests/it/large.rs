@@ -10,9 +10,8 @@ use std::sync::{Arc, OnceLock};
 
 use hickory_proto::op::Message;
 use hickory_proto::rr::{RData, RecordType};
-use hickory_resolver::config::{NameServerConfig, ResolverConfig, ResolverOpts};
-use hickory_resolver::net::runtime::TokioRuntimeProvider;
-use hickory_resolver::{Resolver, TokioResolver};
+use hickory_resolver::TokioResolver;
+use hickory_resolver::config::NameServerConfig;
 use muster_core::Revision;
 use muster_dns::{DnsListener, LiveZone};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -49,25 +48,12 @@ async fn serve() -> DnsListener {
 
 /// A resolver asking only `server` over one transport, caching nothing.
 fn resolver(server: SocketAddr, tcp: bool, edns: bool) -> TokioResolver {
-    let mut name_server = if tcp {
+    let name_server = if tcp {
         NameServerConfig::tcp(server.ip())
     } else {
         NameServerConfig::udp(server.ip())
     };
-    for connection in &mut name_server.connections {
-        connection.port = server.port();
-    }
-    let mut options = ResolverOpts::default();
-    options.cache_size = 0;
-    options.edns0 = edns;
-    options.attempts = 1;
-    Resolver::builder_with_config(
-        ResolverConfig::from_parts(None, Vec::new(), vec![name_server]),
-        TokioRuntimeProvider::default(),
-    )
-    .with_options(options)
-    .build()
-    .unwrap()
+    crate::resolver::resolver_over(server, name_server, edns)
 }
 
 /// One query over UDP: the reply's size and the reply.

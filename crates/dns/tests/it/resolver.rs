@@ -11,7 +11,11 @@ use hickory_resolver::{Resolver, TokioResolver};
 /// nothing so that every lookup is a query, with 0x20 case randomisation on so that it checks
 /// the question's echo too.
 pub(crate) fn resolver(server: SocketAddr, edns: bool) -> TokioResolver {
-    let mut name_server = NameServerConfig::udp_and_tcp(server.ip());
+    resolver_over(server, NameServerConfig::udp_and_tcp(server.ip()), edns)
+}
+
+/// The same resolver over the transports of `name_server` only (its port set to `server`'s).
+pub(crate) fn resolver_over(server: SocketAddr, mut name_server: NameServerConfig, edns: bool) -> TokioResolver {
     for connection in &mut name_server.connections {
         connection.port = server.port();
     }
