@@ -37,7 +37,9 @@ mod storage_tests;
 mod types;
 
 pub use network::{CallError, PeerClient, PeerTransport, Rpc, SECRET_HEADER, TransportReply};
-pub use node::{SNAPSHOT_CHUNK_BYTES, ApplyObserver, ClusterConfig, ConsensusError, Judged, Member, Node, NodeConfig, NodeStatus};
+pub use node::{
+    ApplyObserver, ClusterConfig, ConsensusError, Judged, Member, Node, NodeConfig, NodeStatus, SNAPSHOT_CHUNK_BYTES,
+};
 pub use runtime::{ElectionRng, MusterRuntime, seed_election_rng};
 pub use sim_disk::SimDisk;
 pub use types::{Batch, BatchId, Outcome, Proposal, TypeConfig};

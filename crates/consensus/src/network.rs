@@ -349,7 +349,8 @@ impl RaftNetwork<TypeConfig> for HttpPeer {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
-        self.rpc(Rpc::Snapshot, Ok(Encoded::snapshot_chunk(&rpc)), &option).await
+        self.rpc(Rpc::Snapshot, Ok(Encoded::snapshot_chunk(&rpc)), &option)
+            .await
     }
 
     async fn vote(

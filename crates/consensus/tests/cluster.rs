@@ -285,7 +285,12 @@ async fn a_cut_or_json_snapshot_chunk_is_refused_with_the_frame_error_and_change
     let leader_id = members[leader_index].node.status().node_id;
     for n in 0..3 {
         let (command, meta) = register(n);
-        members[leader_index].node.propose(command, meta).await.unwrap().unwrap();
+        members[leader_index]
+            .node
+            .propose(command, meta)
+            .await
+            .unwrap()
+            .unwrap();
     }
     converged(&members, 3).await;
     let follower = &members[(leader_index + 1) % 3];
