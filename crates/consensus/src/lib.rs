@@ -26,6 +26,9 @@ mod runtime;
 mod sim_disk;
 mod sim_log_store;
 mod snapshot_files;
+pub mod snapshot_frame;
+#[cfg(test)]
+mod snapshot_frame_tests;
 mod snapshot_store;
 mod state_machine;
 #[cfg(test)]
@@ -35,7 +38,9 @@ mod storage_tests;
 mod types;
 
 pub use network::{CallError, PeerClient, PeerTransport, Rpc, SECRET_HEADER, TransportReply};
-pub use node::{ApplyObserver, ClusterConfig, ConsensusError, Judged, Member, Node, NodeConfig, NodeStatus};
+pub use node::{
+    ApplyObserver, ClusterConfig, ConsensusError, Judged, Member, Node, NodeConfig, NodeStatus, SNAPSHOT_CHUNK_BYTES,
+};
 pub use read_index::ReadIndexError;
 pub use runtime::{ElectionRng, MusterRuntime, seed_election_rng};
 pub use sim_disk::SimDisk;

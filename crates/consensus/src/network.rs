@@ -11,7 +11,9 @@
 //!                                  header x-muster-cluster-secret: S (else 401, nothing done)
 //! ```
 //!
-//! A reply is `200` with the JSON of `Result<Response, Error>` (openraft's own error types);
+//! Requests are JSON, except a snapshot chunk: its bytes raw behind a small JSON head
+//! ([`crate::snapshot_frame`]), since in JSON they would be an array of numbers four times
+//! their size. A reply is `200` with the JSON of `Result<Response, Error>` (openraft's own error types);
 //! any transport failure, timeout or non-200 is `Unreachable` to openraft, which retries it
 //! like a down node.
 
@@ -49,7 +51,8 @@ pub enum Rpc {
     Append,
     /// `POST /raft/vote`: openraft `Vote`.
     Vote,
-    /// `POST /raft/snapshot`: one chunk of `InstallSnapshot`.
+    /// `POST /raft/snapshot`: one chunk of `InstallSnapshot`, in its binary frame
+    /// ([`crate::snapshot_frame`]).
     Snapshot,
     /// `POST /raft/propose`: a batch of proposals forwarded by a follower to the leader.
     Propose,
@@ -179,7 +182,7 @@ impl PeerClient {
         self.dial.get(&id).cloned().unwrap_or_else(|| member_addr.to_owned())
     }
 
-    /// Posts `body` to `addr`'s `rpc` and decodes the reply, within `timeout`.
+    /// Posts `body` as JSON to `addr`'s `rpc` and decodes the reply, within `timeout`.
     pub(crate) async fn call<B: Serialize, R: DeserializeOwned>(
         &self,
         addr: &str,
@@ -187,7 +190,18 @@ impl PeerClient {
         body: &B,
         timeout: Duration,
     ) -> Result<R, CallError> {
-        self.post(addr, &format!("/raft/{}", rpc.segment()), body, timeout)
+        self.call_encoded(addr, rpc, Encoded::json(body)?, timeout).await
+    }
+
+    /// Posts an encoded `body` to `addr`'s `rpc` and decodes the reply, within `timeout`.
+    async fn call_encoded<R: DeserializeOwned>(
+        &self,
+        addr: &str,
+        rpc: Rpc,
+        body: Encoded,
+        timeout: Duration,
+    ) -> Result<R, CallError> {
+        self.post_encoded(addr, &format!("/raft/{}", rpc.segment()), body, timeout)
             .await
     }
 
@@ -200,11 +214,21 @@ impl PeerClient {
         body: &B,
         timeout: Duration,
     ) -> Result<R, CallError> {
-        let bytes = serde_json::to_vec(body).map_err(|e| CallError::Unreachable(format!("encoding: {e}")))?;
+        self.post_encoded(addr, path, Encoded::json(body)?, timeout).await
+    }
+
+    /// Posts an encoded body and decodes a `200` reply's JSON, within `timeout`.
+    async fn post_encoded<R: DeserializeOwned>(
+        &self,
+        addr: &str,
+        path: &str,
+        body: Encoded,
+        timeout: Duration,
+    ) -> Result<R, CallError> {
         let exchange = async {
             let (status, body) = match &self.transport {
-                Transport::Http(client) => self.exchange(client, addr, path, bytes).await?,
-                Transport::Custom(transport) => transport.post(addr, path, bytes).await?,
+                Transport::Http(client) => self.exchange(client, addr, path, body).await?,
+                Transport::Custom(transport) => transport.post(addr, path, body.bytes).await?,
             };
             if status != StatusCode::OK.as_u16() {
                 return Err(CallError::Refused { status, body });
@@ -222,14 +246,14 @@ impl PeerClient {
         client: &Client<Connector, Full<Bytes>>,
         addr: &str,
         path: &str,
-        bytes: Vec<u8>,
+        body: Encoded,
     ) -> Result<(u16, Bytes), CallError> {
         let request = Request::builder()
             .method(Method::POST)
             .uri(format!("{}://{addr}{path}", self.scheme))
-            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .header(hyper::header::CONTENT_TYPE, body.content_type)
             .header(SECRET_HEADER, &self.secret)
-            .body(Full::new(Bytes::from(bytes)))
+            .body(Full::new(Bytes::from(body.bytes)))
             .map_err(|e| CallError::Unreachable(e.to_string()))?;
         let response = client
             .request(request)
@@ -243,6 +267,31 @@ impl PeerClient {
             .map_err(|e| CallError::Unreachable(format!("{addr}: reading the reply: {e}")))?
             .to_bytes();
         Ok((status.as_u16(), body))
+    }
+}
+
+/// A request body and its content type.
+pub(crate) struct Encoded {
+    bytes: Vec<u8>,
+    content_type: &'static str,
+}
+
+impl Encoded {
+    /// `body` as JSON.
+    fn json<B: Serialize>(body: &B) -> Result<Encoded, CallError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| CallError::Unreachable(format!("encoding: {e}")))?;
+        Ok(Encoded {
+            bytes,
+            content_type: "application/json",
+        })
+    }
+
+    /// A snapshot chunk in its binary frame ([`crate::snapshot_frame`]).
+    fn snapshot_chunk(chunk: &InstallSnapshotRequest<TypeConfig>) -> Encoded {
+        Encoded {
+            bytes: crate::snapshot_frame::encode(chunk),
+            content_type: crate::snapshot_frame::CONTENT_TYPE,
+        }
     }
 }
 
@@ -271,22 +320,22 @@ impl RaftNetworkFactory<TypeConfig> for HttpPeers {
 }
 
 impl HttpPeer {
-    async fn rpc<B, R, E>(
+    async fn rpc<R, E>(
         &self,
         rpc: Rpc,
-        body: &B,
+        body: Result<Encoded, CallError>,
         option: &RPCOption,
     ) -> Result<R, RPCError<u64, BasicNode, RaftError<u64, E>>>
     where
-        B: Serialize,
         R: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
+        let unreachable = |e: CallError| RPCError::Unreachable(Unreachable::new(&e));
         let reply: Result<R, RaftError<u64, E>> = self
             .client
-            .call(&self.addr, rpc, body, option.hard_ttl())
+            .call_encoded(&self.addr, rpc, body.map_err(unreachable)?, option.hard_ttl())
             .await
-            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+            .map_err(unreachable)?;
         reply.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
@@ -297,7 +346,7 @@ impl RaftNetwork<TypeConfig> for HttpPeer {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        self.rpc(Rpc::Append, &rpc, &option).await
+        self.rpc(Rpc::Append, Encoded::json(&rpc), &option).await
     }
 
     async fn install_snapshot(
@@ -305,7 +354,8 @@ impl RaftNetwork<TypeConfig> for HttpPeer {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
-        self.rpc(Rpc::Snapshot, &rpc, &option).await
+        self.rpc(Rpc::Snapshot, Ok(Encoded::snapshot_chunk(&rpc)), &option)
+            .await
     }
 
     async fn vote(
@@ -313,7 +363,7 @@ impl RaftNetwork<TypeConfig> for HttpPeer {
         rpc: VoteRequest<u64>,
         option: RPCOption,
     ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        self.rpc(Rpc::Vote, &rpc, &option).await
+        self.rpc(Rpc::Vote, Encoded::json(&rpc), &option).await
     }
 }
 

@@ -31,6 +31,14 @@ const LEADERSHIP_WAIT: Duration = Duration::from_secs(10);
 /// registry takes a fraction of a second; a trigger openraft dropped costs at most this.
 const SNAPSHOT_RETRIGGER: Duration = Duration::from_millis(500);
 
+/// The bytes of snapshot in one `POST /raft/snapshot` (openraft's default, kept on
+/// purpose). The chunk travels raw (`snapshot_frame`), so the body is this plus a head of a
+/// few hundred bytes, well inside the cluster listener's body limit. Not raised: openraft
+/// gives each chunk `install_snapshot_timeout` (its default, 200 ms) to cross, decode and be
+/// written, so 3 MiB already asks for ~120 Mbit/s between members, while a larger chunk
+/// would save only a round trip per 3 MiB.
+pub const SNAPSHOT_CHUNK_BYTES: u64 = 3 * 1024 * 1024;
+
 /// How long `shutdown` waits for the log writer's last commit: far beyond one fsync.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
@@ -266,6 +274,7 @@ impl Parts {
             election_timeout_max: 600,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
             max_in_snapshot_log_to_keep: config.keep_after_snapshot,
+            snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
             ..openraft::Config::default()
         }
         .validate()
@@ -720,7 +729,8 @@ impl Node {
         a.len() == b.len() && a.iter().zip(b).fold(0_u8, |acc, (x, y)| acc | (x ^ y)) == 0
     }
 
-    /// Serves one node-to-node request (the body of `POST /raft/{rpc}`): the reply's JSON.
+    /// Serves one node-to-node request (the body of `POST /raft/{rpc}`: JSON, or for
+    /// [`Rpc::Snapshot`] a [`crate::snapshot_frame`]): the reply's JSON.
     /// Call it only after [`Node::accepts_secret`].
     pub async fn rpc(&self, rpc: Rpc, body: &[u8]) -> Result<Vec<u8>, String> {
         fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
@@ -738,7 +748,11 @@ impl Node {
                 encode(&reply)
             }
             Rpc::Vote => encode(&self.raft.vote(decode(body)?).await),
-            Rpc::Snapshot => encode(&self.raft.install_snapshot(decode(body)?).await),
+            Rpc::Snapshot => {
+                // Binary, not JSON (`snapshot_frame`): refused whole before Raft sees it.
+                let chunk = crate::snapshot_frame::decode(body).map_err(|e| format!("undecodable request: {e}"))?;
+                encode(&self.raft.install_snapshot(chunk).await)
+            }
             Rpc::Propose => encode(&crate::batcher::commit_forwarded(&self.raft, decode(body)?).await),
             Rpc::ReadIndex => {
                 decode::<()>(body)?;

@@ -294,6 +294,64 @@ async fn a_request_without_the_cluster_secret_is_refused_and_changes_nothing() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_or_json_snapshot_chunk_is_refused_with_the_frame_error_and_changes_nothing() {
+    // Trace: a connection drops mid-chunk, or a peer sends the old JSON form; a chunk cut
+    // short must not be written at its offset (and, being `done`, installed).
+    let dir = tempfile::tempdir().unwrap();
+    let members = cluster(dir.path()).await;
+    let leader_index = leader(&members).await;
+    let leader_id = members[leader_index].node.status().node_id;
+    for n in 0..3 {
+        let (command, meta) = register(n);
+        members[leader_index]
+            .node
+            .propose(command, meta)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    converged(&members, 3).await;
+    let follower = &members[(leader_index + 1) % 3];
+    let before = follower.node.status().revision;
+
+    // A newer term and an empty snapshot: installed, it would wipe the follower.
+    let log_id = openraft::LogId::new(openraft::CommittedLeaderId::new(99, leader_id), 1);
+    let chunk = openraft::raft::InstallSnapshotRequest::<muster_consensus::TypeConfig> {
+        vote: openraft::Vote::new_committed(99, leader_id),
+        meta: openraft::SnapshotMeta {
+            last_log_id: Some(log_id),
+            last_membership: openraft::StoredMembership::default(),
+            snapshot_id: "99-1".into(),
+        },
+        offset: 0,
+        data: b"{\"state\":{}}".to_vec(),
+        done: true,
+    };
+    let frame = muster_consensus::snapshot_frame::encode(&chunk);
+    let cut = frame[..frame.len() - 3].to_vec();
+    let json = serde_json::to_vec(&chunk).unwrap();
+    let client =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
+    for (body, reason) in [(cut, "truncated snapshot chunk"), (json, "not a snapshot chunk frame")] {
+        let request = Request::post(format!("http://{}/raft/snapshot", follower.addr))
+            .header(SECRET_HEADER, SECRET)
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        let response = client.request(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let message = response.into_body().collect().await.unwrap().to_bytes();
+        let message = String::from_utf8_lossy(&message);
+        assert!(message.contains(reason), "{message}");
+    }
+    assert_eq!(follower.node.status().revision, before);
+    assert_eq!(endpoints(&follower.node), 3);
+    assert_eq!(follower.node.status().leader, Some(leader_id));
+    for member in members {
+        member.stop().await;
+    }
+}
+
 /// How late a slow follower learns of each append: well past the few ms a read takes to ask
 /// the leader, and inside the 100 ms the leader waits for an append's reply (openraft times
 /// an append out after one heartbeat interval; a reply later than that is lost, and the

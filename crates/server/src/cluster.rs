@@ -4,6 +4,7 @@
 //!
 //! ```text
 //!  peer ──POST /raft/{append|vote|snapshot|propose|read_index} + x-muster-cluster-secret──▶ Node::rpc
+//!        (JSON bodies; a snapshot chunk raw behind a JSON head: `snapshot_frame`)
 //!  follower ──POST /app/leader {renew | report | in_flight}──▶ answered here (only while
 //!                                             leading; else no_quorum) — see `forward`
 //!  leader ──GET /join/proof?nonce=N (no secret)──▶ this node's proof it holds the secret (`join`)
@@ -24,7 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use std::sync::Arc;
 
-use muster_consensus::{Rpc, SECRET_HEADER};
+use muster_consensus::{Rpc, SECRET_HEADER, SNAPSHOT_CHUNK_BYTES};
 
 use crate::app::App;
 use crate::audit::Denial;
@@ -35,9 +36,13 @@ use crate::lease_routes::renew_here;
 use crate::peer::Peer;
 use crate::writes::{in_flight_here, report_here};
 
-/// The largest node-to-node request: an append of many batched entries, or a snapshot chunk
-/// (3 MiB of bytes as a JSON array, about four times larger).
+/// The largest node-to-node request: an append of many batched entries (the bound that sets
+/// it), or a snapshot chunk, which travels raw (`muster_consensus::snapshot_frame`): its
+/// [`SNAPSHOT_CHUNK_BYTES`] and a head of a few hundred bytes.
 const MAX_RPC_BYTES: usize = 64 * 1024 * 1024;
+
+// A full snapshot chunk and its head (far below 64 KiB) fit in one request.
+const _: () = assert!(SNAPSHOT_CHUNK_BYTES + 64 * 1024 <= MAX_RPC_BYTES as u64);
 
 /// The cluster listener's routes.
 pub(crate) fn router(app: Arc<App>, join: Arc<JoinKey>) -> Router {

@@ -282,12 +282,22 @@ impl RaftNetworkFactory<TypeConfig> for SimPeers {
 }
 
 impl SimPeer {
+    /// Sends `body` as JSON, as the HTTP transport does.
     async fn call<B: Serialize, R: DeserializeOwned, E: std::error::Error + DeserializeOwned>(
         &self,
         rpc: Rpc,
         body: &B,
     ) -> Result<R, RPCError<u64, BasicNode, RaftError<u64, E>>> {
         let bytes = serde_json::to_vec(body).expect("Raft messages serialise");
+        self.call_encoded(rpc, bytes).await
+    }
+
+    /// Sends `bytes`, the body as the HTTP transport would carry it.
+    async fn call_encoded<R: DeserializeOwned, E: std::error::Error + DeserializeOwned>(
+        &self,
+        rpc: Rpc,
+        bytes: Vec<u8>,
+    ) -> Result<R, RPCError<u64, BasicNode, RaftError<u64, E>>> {
         let reply = self
             .net
             .rpc(self.from, self.to, rpc, bytes)
@@ -314,7 +324,9 @@ impl RaftNetwork<TypeConfig> for SimPeer {
         rpc: InstallSnapshotRequest<TypeConfig>,
         _option: RPCOption,
     ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
-        self.call(Rpc::Snapshot, &rpc).await
+        // The binary frame the HTTP transport sends, decoded by the same `Node::rpc`.
+        self.call_encoded(Rpc::Snapshot, muster_consensus::snapshot_frame::encode(&rpc))
+            .await
     }
 
     async fn vote(
