@@ -124,7 +124,8 @@ pub fn decode(body: &[u8]) -> Result<InstallSnapshotRequest<TypeConfig>, FrameEr
         return Err(truncated((PREFIX_LEN + head_len) as u64));
     };
     let head: Head = serde_json::from_slice(head).map_err(|e| FrameError::Head(e.to_string()))?;
-    let needed = (PREFIX_LEN + head_len) as u64 + head.len;
+    // `len` comes off the wire: saturate, so a huge one is a truncated body, not an overflow.
+    let needed = ((PREFIX_LEN + head_len) as u64).saturating_add(head.len);
     match (data.len() as u64).cmp(&head.len) {
         std::cmp::Ordering::Less => Err(truncated(needed)),
         std::cmp::Ordering::Greater => Err(FrameError::TrailingBytes { needed, actual }),

@@ -71,7 +71,7 @@ struct Slot {
 /// service instead of every superseded one. Below it a watcher reads the shared frames one
 /// by one, so a short burst (a few updates landing between two polls of every watcher) costs
 /// no per-watcher encoding; at 8 the backlog is a lag worth saving the client from. With a
-/// `bound` of 8 or less a watcher is cut before it gets here, and never coalesces.
+/// `bound` below 8 a watcher is cut before it gets here, and never coalesces.
 pub(crate) const COALESCE_BEHIND: u64 = 8;
 
 /// The last coalesced backlog, shared by the watchers at the same place (encode once).

@@ -230,7 +230,8 @@ impl Net {
         Ok(reply)
     }
 
-    /// Delivers one node-to-node RPC (JSON in, JSON out), duplicable.
+    /// Delivers one node-to-node RPC (JSON in and out; a snapshot chunk in as its binary
+    /// frame, `snapshot_frame`), duplicable.
     pub async fn rpc(
         self: &Arc<Self>,
         from: u64,
