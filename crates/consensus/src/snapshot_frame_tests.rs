@@ -111,13 +111,20 @@ fn a_garbled_head_is_refused_with_the_reason() {
     assert!(matches!(decode(&long), Err(FrameError::Truncated { .. })));
     // A data length at the top of u64: truncated, never an overflow.
     let text = String::from_utf8(frame[8..8 + head_len].to_vec()).unwrap();
-    let huge = text.replacen(&format!("\"len\":{}", all_bytes().len()), &format!("\"len\":{}", u64::MAX), 1);
+    let huge = text.replacen(
+        &format!("\"len\":{}", all_bytes().len()),
+        &format!("\"len\":{}", u64::MAX),
+        1,
+    );
     assert_ne!(huge, text, "the head names the data length");
     let mut over = b"MSC1".to_vec();
     over.extend_from_slice(&(huge.len() as u32).to_be_bytes());
     over.extend_from_slice(huge.as_bytes());
     over.extend_from_slice(&all_bytes());
-    assert!(matches!(decode(&over), Err(FrameError::Truncated { needed: u64::MAX, .. })));
+    assert!(matches!(
+        decode(&over),
+        Err(FrameError::Truncated { needed: u64::MAX, .. })
+    ));
 }
 
 #[test]
