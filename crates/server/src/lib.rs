@@ -57,6 +57,7 @@ mod audit;
 mod auth;
 mod clock;
 mod cluster;
+mod coalesce;
 mod config;
 mod consistency;
 mod consul;

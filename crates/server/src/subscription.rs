@@ -24,9 +24,10 @@ use bytes::Bytes;
 use futures_util::Stream;
 use muster_registry::Scope;
 
+use crate::coalesce::coalesce;
 use crate::frames;
 use crate::hub::WatchHub;
-use crate::topic::{Read, Topic, coalesce};
+use crate::topic::{Read, Topic};
 
 /// What the watcher has next, without waiting.
 #[derive(Debug, Clone, PartialEq, Eq)]

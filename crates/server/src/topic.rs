@@ -42,13 +42,13 @@
 //!   that run sees a gap and resnapshots (never wrong data); a live watcher's view is always
 //!   at its cursor, the run's start.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 
 use bytes::Bytes;
-use muster_core::{Event, InstanceId, ServiceKey, ServiceUpdate};
+use muster_core::ServiceUpdate;
 
 /// How a topic ended.
 #[derive(Debug, Clone)]
@@ -181,7 +181,7 @@ pub(crate) enum Read {
     /// frame per service, already taken (its cursor is at the head).
     Coalesced(Arc<[Bytes]>),
     /// The watcher is [`COALESCE_BEHIND`] frames or more behind and nobody coalesced this
-    /// backlog yet: encode `updates` with [`coalesce`] and hand the frames back with
+    /// backlog yet: encode `updates` with [`coalesce`](crate::coalesce::coalesce) and hand the frames back with
     /// [`Topic::take_coalesced`]. Nothing was taken yet.
     Behind {
         /// The backlog's first sequence number.
@@ -436,44 +436,6 @@ impl Topic {
             .sum();
         backlog
     }
-}
-
-/// Coalesces consecutive updates (oldest first) into one per service, in the order of each
-/// service's first update (SPEC K1): from the first one's `prev_revision` to the last one's
-/// revision and digest, each instance's last event only. A delete is never lost: an
-/// instance's last event is its delete unless a later put superseded it; an instance put and
-/// deleted within the run ends as a delete, which a client without it ignores.
-pub(crate) fn coalesce(updates: &[Arc<ServiceUpdate>]) -> Vec<ServiceUpdate> {
-    let mut merged: Vec<(ServiceUpdate, BTreeMap<InstanceId, Event>)> = Vec::new();
-    let mut index: HashMap<&ServiceKey, usize> = HashMap::new();
-    for update in updates {
-        let at = *index.entry(&update.key).or_insert_with(|| {
-            merged.push((
-                ServiceUpdate {
-                    key: update.key.clone(),
-                    revision: update.revision,
-                    prev_revision: update.prev_revision,
-                    digest: update.digest,
-                    events: Vec::new(),
-                },
-                BTreeMap::new(),
-            ));
-            merged.len() - 1
-        });
-        let (into, events) = &mut merged[at];
-        into.revision = update.revision;
-        into.digest = update.digest;
-        for event in &update.events {
-            events.insert(event.instance().clone(), event.clone());
-        }
-    }
-    merged
-        .into_iter()
-        .map(|(mut update, events)| {
-            update.events = events.into_values().collect();
-            update
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-use muster_core::{Digest, Incarnation, Revision};
+use muster_core::{Digest, Revision, ServiceKey};
 
 use super::*;
 
@@ -200,83 +200,4 @@ fn a_backlog_evicted_while_it_was_coalesced_is_still_taken_but_a_cut_watcher_res
     assert_eq!(topic.take_coalesced(cut, from, to, vec![frame("c")].into()), None);
     assert_eq!(topic.read(cut, None), Read::Lagged);
     assert_eq!(count(&resyncs), 1);
-}
-
-/// A put of `instance` at `ip`, its record made by a real registry.
-fn put(instance: &str, ip: &str) -> Event {
-    use muster_registry::{CommandMeta, LeaseSpec, Register, Registry, RegistryConfig, Target};
-    let mut registry = Registry::new(RegistryConfig::default());
-    let instance = InstanceId::new(instance).unwrap();
-    let command = Register {
-        target: Target {
-            key: api(),
-            instance: instance.clone(),
-            incarnation: Incarnation(1),
-        },
-        spec: serde_json::from_value(serde_json::json!({"addresses": [{"ip": ip}]})).unwrap(),
-        lease: LeaseSpec::None,
-        expected_revision: None,
-    };
-    let meta = CommandMeta {
-        at_ms: 0,
-        principal: muster_core::Principal::new("test").unwrap(),
-        actor: muster_core::Actor::App,
-    };
-    registry.apply(&command.into(), &meta).unwrap();
-    let endpoint = Arc::clone(registry.snapshot(&api()).unwrap().get(&instance).unwrap());
-    Event::Put { endpoint }
-}
-
-fn delete(instance: &str) -> Event {
-    Event::Delete {
-        instance: InstanceId::new(instance).unwrap(),
-        incarnation: Incarnation(1),
-        reason: muster_core::DeleteReason::Deregistered,
-    }
-}
-
-fn of(key: &ServiceKey, revision: u64, prev: u64, events: Vec<Event>) -> Arc<ServiceUpdate> {
-    Arc::new(ServiceUpdate {
-        key: key.clone(),
-        revision: Revision(revision),
-        prev_revision: Revision(prev),
-        digest: Digest(revision * 1_000),
-        events,
-    })
-}
-
-#[test]
-fn coalescing_keeps_each_instances_last_event_and_every_delete() {
-    let web = ServiceKey::new("acme", "prod", "web").unwrap();
-    let updates = [
-        of(&api(), 3, 1, vec![put("a", "10.0.0.1"), put("b", "10.0.0.2")]),
-        of(&web, 4, 2, vec![put("w", "10.0.1.1")]),
-        of(&api(), 5, 3, vec![delete("a"), put("b", "10.0.0.3")]),
-        of(&api(), 6, 5, vec![put("c", "10.0.0.4")]),
-        of(&api(), 8, 6, vec![delete("c"), delete("old")]),
-        of(&web, 9, 4, vec![put("w", "10.0.1.2")]),
-    ];
-    let merged = coalesce(&updates);
-    assert_eq!(merged.len(), 2, "one per service");
-    let (api_update, web_update) = (&merged[0], &merged[1]);
-    assert_eq!(api_update.key, api(), "in the order of each service's first update");
-    assert_eq!(
-        (api_update.prev_revision, api_update.revision, api_update.digest),
-        (Revision(1), Revision(8), Digest(8_000)),
-        "from the first one's predecessor to the last one's revision and digest"
-    );
-    let shown: Vec<String> = api_update
-        .events
-        .iter()
-        .map(|event| match event {
-            Event::Put { endpoint } => format!("put {} {}", endpoint.instance, endpoint.addresses[0].ip),
-            Event::Delete { instance, .. } => format!("delete {instance}"),
-        })
-        .collect();
-    assert_eq!(shown, ["delete a", "put b 10.0.0.3", "delete c", "delete old"]);
-    assert_eq!(
-        (web_update.prev_revision, web_update.revision),
-        (Revision(2), Revision(9))
-    );
-    assert_eq!(web_update.events, vec![put("w", "10.0.1.2")]);
 }
