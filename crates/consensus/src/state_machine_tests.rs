@@ -152,6 +152,27 @@ fn a_batch_stored_in_the_older_shape_still_decodes() {
     assert_eq!(decoded, current);
 }
 
+#[test]
+fn a_batch_without_proposals_or_with_a_field_twice_is_refused() {
+    for bad in [
+        r#"{"id":null}"#,
+        r#"{"proposals":[],"proposals":[]}"#,
+        r#"{"id":null,"id":null,"proposals":[]}"#,
+        r#""a batch""#,
+    ] {
+        assert!(serde_json::from_str::<Batch>(bad).is_err(), "{bad} decoded");
+    }
+    let bare: Batch = serde_json::from_str(r#"{"proposals":[],"later":1}"#).unwrap();
+    assert_eq!(
+        bare,
+        Batch {
+            id: None,
+            proposals: vec![]
+        },
+        "fields a later version adds are skipped"
+    );
+}
+
 #[tokio::test]
 async fn a_build_that_finishes_after_a_newer_snapshot_does_not_replace_it() {
     // Trace: a follower starts building at index 1; meanwhile a newer snapshot (index 3) is

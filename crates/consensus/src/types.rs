@@ -22,8 +22,7 @@ openraft::declare_raft_types!(
 /// A batch carries an [`BatchId`]: a retried batch (a lost reply, a leader that died after
 /// committing it) is appended again, and the state machine recognises it and answers with
 /// the first application's verdicts instead of applying it twice (SPEC R6).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "BatchWire")]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Batch {
     /// Who proposed it; `None` only for entries written before batches had ids.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -48,25 +47,52 @@ pub struct BatchId {
     pub seq: u64,
 }
 
-/// What a stored batch looks like: today's shape, or the bare list of proposals that log
-/// entries held before batches had ids (so an older data directory still opens).
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum BatchWire {
-    Identified {
-        #[serde(default)]
-        id: Option<BatchId>,
-        proposals: Vec<Proposal>,
-    },
-    Legacy(Vec<Proposal>),
+/// A stored batch is today's shape (`{"id": .., "proposals": [..]}`) or the bare list of
+/// proposals that log entries held before batches had ids (so an older data directory still
+/// opens). The visitor tells them apart by the first token, so a batch is parsed once, in
+/// place: serde's `untagged` would first copy every proposal into an intermediate tree, and
+/// every replicated entry and every entry read back for replication is a batch.
+impl<'de> Deserialize<'de> for Batch {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Batch, D::Error> {
+        deserializer.deserialize_any(BatchVisitor)
+    }
 }
 
-impl From<BatchWire> for Batch {
-    fn from(wire: BatchWire) -> Batch {
-        match wire {
-            BatchWire::Identified { id, proposals } => Batch { id, proposals },
-            BatchWire::Legacy(proposals) => Batch { id: None, proposals },
+struct BatchVisitor;
+
+impl<'de> serde::de::Visitor<'de> for BatchVisitor {
+    type Value = Batch;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a batch: {id, proposals} or a list of proposals")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Batch, A::Error> {
+        let mut proposals = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(proposal) = seq.next_element()? {
+            proposals.push(proposal);
         }
+        Ok(Batch { id: None, proposals })
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Batch, A::Error> {
+        use serde::de::Error;
+        let (mut id, mut proposals) = (None, None);
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "id" if id.is_some() => return Err(A::Error::duplicate_field("id")),
+                "id" => id = Some(map.next_value::<Option<BatchId>>()?),
+                "proposals" if proposals.is_some() => return Err(A::Error::duplicate_field("proposals")),
+                "proposals" => proposals = Some(map.next_value::<Vec<Proposal>>()?),
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Batch {
+            id: id.flatten(),
+            proposals: proposals.ok_or_else(|| A::Error::missing_field("proposals"))?,
+        })
     }
 }
 

@@ -10,6 +10,13 @@ use std::time::Duration;
 use clap::Parser;
 use muster_cli::cli::{Cli, Command};
 
+/// mimalloc instead of glibc's malloc: a profile of a 3-node cluster under registrations
+/// showed about a sixth of the leader's CPU in glibc's allocator (`_int_malloc`,
+/// `malloc_consolidate`, `_int_free`), where a request's short-lived buffers and parsed
+/// values churn through small allocations on both worker threads.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// How long `serve` lets the runtime's remaining tasks finish after the server returned:
 /// the server has already stopped gracefully by then, so this only bounds stragglers.
 const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(10);
