@@ -42,6 +42,20 @@ pub enum Workload {
     /// server's ledger and commit→DNS-answer from a probe (SPEC O3). Muster only; not part of
     /// the default set.
     Convergence,
+    /// `--watchers` watch streams over `--services` services, then the server killed
+    /// (SIGKILL) and restarted on the same data dir: every watcher reconnects at once resuming
+    /// from its revision (SPEC K1, W3). Muster with `--spawn` only; not part of the default set.
+    Reconnect,
+    /// A `--fleet` of endpoints over 3 zones, a watcher per service, then one zone (30%)
+    /// drained in one second, open loop (SPEC K1, L6). Muster with `--spawn` only; opt-in.
+    Evacuation,
+    /// `--leases` leases, one endpoint each, expiring in the same second beside an unrelated
+    /// writer (SPEC K1, L3). Muster with `--spawn` only; opt-in.
+    Expiry,
+    /// One hot service written as fast as the server takes it beside `--cold-services` cold
+    /// ones with a watcher each: cold delivery latency with and without the hot load (SPEC
+    /// K1's fair scheduling). Muster with `--spawn` only; opt-in.
+    Hotcold,
 }
 
 impl Workload {
@@ -67,6 +81,10 @@ impl Workload {
             Workload::Consul => "consul",
             Workload::Xds => "xds",
             Workload::Convergence => "convergence",
+            Workload::Reconnect => "reconnect",
+            Workload::Evacuation => "evacuation",
+            Workload::Expiry => "expiry",
+            Workload::Hotcold => "hotcold",
         }
     }
 }
@@ -124,10 +142,12 @@ pub struct BenchArgs {
     /// Pause between fanout changes, after the previous one reached every watcher.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "100ms")]
     pub change_interval: Duration,
-    /// Leases granted before the renew workload, renewed round-robin.
-    #[arg(long, value_name = "N", default_value_t = 1_000)]
-    pub leases: usize,
-    /// Services the register workload spreads its new instances over.
+    /// Leases granted before the renew workload, renewed round-robin [default: 1000]; in the
+    /// expiry workload, leases that expire together [default: 50000; --quick: 2000].
+    #[arg(long, value_name = "N")]
+    pub leases: Option<usize>,
+    /// Services the register workload spreads its new instances over (and the reconnect
+    /// workload its watchers).
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub services: usize,
     /// Endpoints with HTTP checks (10 s interval) in the checks workload [default: 10000;
@@ -168,6 +188,12 @@ pub struct BenchArgs {
     /// (as `muster+tls+auth`: TLS and `[auth] enabled = true`, a bootstrapped token on every request), and measure the TLS handshake rate (`handshake`).
     #[arg(long)]
     pub tls: bool,
+    /// Endpoints of the evacuation workload, over 3 zones [default: 100000; --quick: 5000].
+    #[arg(long, value_name = "N")]
+    pub fleet: Option<usize>,
+    /// Cold services of the hotcold workload, one watcher each [default: 1000; --quick: 200].
+    #[arg(long, value_name = "N")]
+    pub cold_services: Option<usize>,
     /// A short run for CI: 2 s per workload, 1,000 watchers, 5 changes.
     #[arg(long)]
     pub quick: bool,
@@ -212,8 +238,12 @@ pub struct Plan {
     pub xds_streams: usize,
     /// Connections they share (`None`: one each).
     pub xds_connections: Option<usize>,
+    /// The exceptional-load workloads' sizes (reconnect, evacuation, expiry, hotcold).
+    pub storms: crate::storms::StormPlan,
 }
 
+/// Leases the renew workload renews round-robin.
+const DEFAULT_LEASES: usize = 1_000;
 /// Per-workload duration of a full run: long enough for p99 to settle over ~10^5 requests.
 const DEFAULT_DURATION: Duration = Duration::from_secs(10);
 /// The fanout scale: one service watched by 10,000 clients.
@@ -259,7 +289,7 @@ impl BenchArgs {
             watchers: self.watchers.unwrap_or(watchers),
             changes: self.changes.unwrap_or(changes),
             change_interval: self.change_interval,
-            leases: self.leases,
+            leases: self.leases.unwrap_or(DEFAULT_LEASES),
             services: self.services,
             checks: self.checks.unwrap_or(checks),
             check_window: self.check_window.unwrap_or(check_window),
@@ -267,6 +297,7 @@ impl BenchArgs {
             consul_services: self.consul_services,
             xds_streams: self.xds_streams,
             xds_connections: self.xds_connections,
+            storms: crate::storms::StormPlan::resolve(self)?,
         };
         for (name, value) in [
             ("--connections", plan.connections),
@@ -289,6 +320,7 @@ impl BenchArgs {
                 "--tls needs --spawn: the bench starts the TLS server itself".into(),
             ));
         }
+        crate::storms::check(self, &plan)?;
         if plan.duration.is_zero() || plan.max_requests == 0 {
             return Err(BenchError::Usage(
                 "--duration and --max-requests must be above 0".into(),

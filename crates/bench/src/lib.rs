@@ -46,6 +46,10 @@
 //!   commit→DNS-answer from UDP queries of the DNS listener (see the `convergence` module).
 //!   The descriptor limit is raised to two per client (the hard limit too, with
 //!   `CAP_SYS_RESOURCE`) before a `--spawn`ed server starts, which inherits it. Muster only.
+//! - `reconnect`, `evacuation`, `expiry`, `hotcold` (opt-in, `--spawn`): the exceptional
+//!   loads (SPEC K1), each on a server of its own: every watcher resuming after a SIGKILL and
+//!   restart, a zone drained in one second, leases expiring in the same second beside an
+//!   unrelated writer, and cold updates beside a hot service (see the `storms` module).
 //!
 //! # Use
 //! `muster bench` embeds [`BenchArgs`] and prints [`Report::render_table`] (or
@@ -70,6 +74,7 @@ mod render;
 mod report;
 mod requests;
 mod spawn;
+mod storms;
 mod tls;
 mod watch;
 mod workloads;
@@ -87,6 +92,9 @@ pub use error::BenchError;
 pub use histogram::Histogram;
 pub use report::{
     LatencySummary, MemorySummary, Report, System, SystemInfo, SystemResult, Target, WorkloadReport, anchors,
+};
+pub use storms::{
+    EvacuationSummary, ExpirySummary, HotColdPhase, HotColdSummary, ReconnectSummary, StormPlan, StormSummary,
 };
 pub use xds::{XdsChange, XdsSummary};
 
@@ -360,6 +368,8 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
             WorkloadReport::new(Workload::Convergence, results, skipped),
         );
     }
+    // The exceptional-load workloads, each on a server of its own (SPEC K1).
+    storms::run(&args, &plan, &mut workloads).await?;
     drop(spawned);
     let report = Report {
         plan,

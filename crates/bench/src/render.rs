@@ -192,6 +192,9 @@ impl Report {
                 if let Some(convergence) = &result.convergence {
                     let _ = write!(out, "{}", convergence_notes(convergence));
                 }
+                if let Some(storm) = &result.storm {
+                    let _ = write!(out, "{}", storm.notes());
+                }
                 // The xds notes above give its memory, per ADS stream.
                 if let Some(m) = result.memory.as_ref().filter(|_| result.xds.is_none()) {
                     let _ = writeln!(

@@ -16,6 +16,7 @@ use crate::consul::ConsulSummary;
 use crate::convergence::ConvergenceSummary;
 use crate::histogram::Histogram;
 use crate::render::thousands;
+use crate::storms::StormSummary;
 use crate::xds::XdsSummary;
 use crate::{Plan, Workload};
 
@@ -98,6 +99,7 @@ impl Target {
                 max_cores: 0.5,
             },
             Workload::Handshake | Workload::Consul | Workload::Convergence => Target::Reported,
+            Workload::Reconnect | Workload::Evacuation | Workload::Expiry | Workload::Hotcold => Target::Reported,
             Workload::Xds => Target::XdsConvergence {
                 push_p99_ms: 50.0,
                 ack_p99_ms: 100.0,
@@ -181,6 +183,9 @@ pub fn anchors(workload: Workload) -> &'static str {
         Workload::Xds => {
             "1,000 ADS streams of one service: one endpoint change → p99 commit-to-push ≤ 50 ms, ≤ 100 ms to ACK; \
              ≤ 30 KiB per idle stream"
+        }
+        Workload::Reconnect | Workload::Evacuation | Workload::Expiry | Workload::Hotcold => {
+            crate::storms::anchor(workload)
         }
         Workload::Convergence => {
             "10,000 watch clients of one service: p50/p99/p999 commit→applied (the server's ledger) \
@@ -300,6 +305,9 @@ pub struct SystemResult {
     /// For the convergence workload.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub convergence: Option<ConvergenceSummary>,
+    /// For the storm workloads (reconnect, evacuation, expiry, hotcold).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storm: Option<StormSummary>,
 }
 
 impl SystemResult {
@@ -321,6 +329,7 @@ impl SystemResult {
             consul: None,
             xds: None,
             convergence: None,
+            storm: None,
         }
     }
 }

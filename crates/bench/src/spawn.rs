@@ -38,8 +38,43 @@ pub(crate) struct Spawned {
     pub(crate) dns_addr: Option<SocketAddr>,
     /// Its PID.
     pub(crate) pid: u32,
+    /// How it was started, to start it again on the same data dir and ports ([`Spawned::restart`]).
+    relaunch: Relaunch,
     // Removed after the child is killed (fields drop after `Drop::drop`).
     dir: TempDir,
+}
+
+/// A spawned system's command line and environment, kept to run it again.
+#[derive(Debug)]
+struct Relaunch {
+    program: std::ffi::OsString,
+    args: Vec<std::ffi::OsString>,
+    envs: Vec<(std::ffi::OsString, Option<std::ffi::OsString>)>,
+}
+
+impl Relaunch {
+    fn of(command: &Command) -> Relaunch {
+        Relaunch {
+            program: command.get_program().to_owned(),
+            args: command.get_args().map(ToOwned::to_owned).collect(),
+            envs: command
+                .get_envs()
+                .map(|(key, value)| (key.to_owned(), value.map(ToOwned::to_owned)))
+                .collect(),
+        }
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(&self.program);
+        command.args(&self.args);
+        for (key, value) in &self.envs {
+            match value {
+                Some(value) => command.env(key, value),
+                None => command.env_remove(key),
+            };
+        }
+        command
+    }
 }
 
 impl Drop for Spawned {
@@ -71,17 +106,26 @@ fn free_dns_port() -> Result<u16, String> {
     Err("no port free for both UDP and TCP".into())
 }
 
-fn start(what: &'static str, mut command: Command, dir: TempDir, url: String) -> Result<Spawned, BenchError> {
+/// Runs `command` with its output appended to `dir/log`.
+fn launch(what: &'static str, command: &mut Command, dir: &Path) -> Result<Child, BenchError> {
     let fail = |detail: String| BenchError::Spawn { what, detail };
-    let log_path = dir.path().join("log");
-    let log = File::create(&log_path).map_err(|err| fail(format!("creating {}: {err}", log_path.display())))?;
+    let log_path = dir.join("log");
+    let log = File::options()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|err| fail(format!("opening {}: {err}", log_path.display())))?;
     let log_err = log.try_clone().map_err(|err| fail(err.to_string()))?;
-    let child = command
+    command
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err)
         .spawn()
-        .map_err(|err| fail(format!("running {:?}: {err}", command.get_program())))?;
+        .map_err(|err| fail(format!("running {:?}: {err}", command.get_program())))
+}
+
+fn start(what: &'static str, mut command: Command, dir: TempDir, url: String) -> Result<Spawned, BenchError> {
+    let child = launch(what, &mut command, dir.path())?;
     Ok(Spawned {
         pid: child.id(),
         child,
@@ -89,11 +133,25 @@ fn start(what: &'static str, mut command: Command, dir: TempDir, url: String) ->
         consul_url: None,
         xds_addr: None,
         dns_addr: None,
+        relaunch: Relaunch::of(&command),
         dir,
     })
 }
 
 impl Spawned {
+    /// Kills a plain (no TLS) Muster server with SIGKILL, as a crash would, and starts it
+    /// again with the same command line: the same data dir and ports. Returns once it
+    /// answers ready again (the reconnect workload, SPEC K1).
+    pub(crate) async fn restart(mut self) -> Result<Spawned, BenchError> {
+        // SIGKILL: no shutdown path runs, no `closing` frame is sent.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut command = self.relaunch.command();
+        self.child = launch("muster", &mut command, self.dir.path())?;
+        self.pid = self.child.id();
+        self.wait_ready("muster", MusterReady, None).await
+    }
+
     fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
