@@ -63,6 +63,26 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_secs(1);
 /// hold descriptors for long.
 pub(crate) const REFUSAL_TIME: Duration = Duration::from_secs(2);
 
+/// The accept queue asked of the kernel for client-facing listeners (capped there by
+/// `net.core.somaxconn`, 4096 by default). Tokio's `TcpListener::bind` asks for 128: when
+/// every watcher reconnects at once after a restart (SPEC W4), connections past the 128th
+/// overflow the queue and wait for the client's SYN retry, a second or more, while the
+/// server has idle capacity.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds a client-facing TCP listener on `addr` with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR`,
+/// as `TcpListener::bind` sets it, so a restarted server can bind at once).
+pub(crate) fn bind(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Serves `router` on `listener` until `stop` fires, then shuts down gracefully and returns
 /// once every connection has finished. Dropping the future aborts the connections left.
 pub(crate) async fn serve(
@@ -265,6 +285,23 @@ mod tests {
             .expect("an answer in time")
             .unwrap();
         String::from_utf8_lossy(&reply[..read]).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_connections_past_128_completes_while_nobody_accepts() {
+        // Trace (SPEC W4): 10,000 watchers reconnecting after a restart; with tokio's default
+        // backlog of 128, connections past the queue's end waited for a SYN retry.
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut held = Vec::new();
+        for n in 0..500 {
+            let connect = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr));
+            let stream = connect
+                .await
+                .unwrap_or_else(|_| panic!("connection {n} not established"));
+            held.push(stream.unwrap());
+        }
+        drop(listener);
     }
 
     #[tokio::test]

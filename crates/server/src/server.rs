@@ -226,7 +226,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         Arc::new(Observers(observers)),
     )
     .await?;
-    let listener = match TcpListener::bind(config.http).await {
+    let listener = match crate::accept::bind(config.http) {
         Ok(listener) => listener,
         Err(source) => {
             let _ = node.shutdown().await;
@@ -241,7 +241,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         source,
     })?;
     let consul_listener = if config.consul.enabled {
-        let bound = match TcpListener::bind(config.consul.addr).await {
+        let bound = match crate::accept::bind(config.consul.addr) {
             Ok(listener) => listener.local_addr().map(|addr| (listener, addr)),
             Err(source) => Err(source),
         };
@@ -262,10 +262,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     #[cfg(feature = "xds")]
     let xds_listener = match config.xds.addr {
         None => None,
-        Some(addr) => match TcpListener::bind(addr)
-            .await
-            .and_then(|l| l.local_addr().map(|a| (l, a)))
-        {
+        Some(addr) => match crate::accept::bind(addr).and_then(|l| l.local_addr().map(|a| (l, a))) {
             Ok(bound) => Some(bound),
             Err(source) => {
                 let _ = node.shutdown().await;
