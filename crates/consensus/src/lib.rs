@@ -19,6 +19,7 @@ mod batcher;
 #[cfg(feature = "fault-injection")]
 pub mod fault_injection;
 mod log_store;
+mod log_tail;
 mod network;
 mod node;
 mod read_index;

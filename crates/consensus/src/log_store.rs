@@ -14,8 +14,10 @@
 //! # Correctness
 //! - Operations are applied in the order they were issued (one channel, one thread), and a
 //!   transaction is atomic, so a crash leaves a prefix of the issued operations.
-//! - A reader asking for entries beyond what is durable first waits for the writer to drain,
-//!   so it never misses an entry openraft believes appended.
+//! - The newest entries are also kept in memory ([`crate::log_tail`]): replication reads them
+//!   from there, before they are durable here, as Raft allows a leader.
+//! - A reader asking the file for entries beyond what is durable first waits for the writer
+//!   to drain, so it never misses an entry openraft believes appended.
 
 use std::fmt::Debug;
 use std::io;
@@ -28,6 +30,7 @@ use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{AnyError, ErrorSubject, ErrorVerb, StorageIOError, Vote};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
+use crate::log_tail::LogTail;
 use crate::snapshot_store::DurableSnapshot;
 use crate::types::{Entry, LogId, StorageError, TypeConfig};
 
@@ -82,6 +85,8 @@ pub(crate) struct LogStore {
     /// The highest index handed to the writer.
     issued: Arc<AtomicU64>,
     cache: Arc<Mutex<Cache>>,
+    /// The newest entries, for replication.
+    tail: Arc<Mutex<LogTail>>,
     /// Purges stop at the snapshot on disk, once the state machine is attached.
     purge_floor: Option<DurableSnapshot>,
 }
@@ -154,6 +159,7 @@ impl LogStore {
             durable,
             issued: Arc::new(AtomicU64::new(last_index)),
             cache: Arc::new(Mutex::new(Cache { last_log, last_purged })),
+            tail: Arc::default(),
             purge_floor: None,
         })
     }
@@ -183,6 +189,10 @@ impl LogStore {
 
     fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
         self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn tail(&self) -> std::sync::MutexGuard<'_, LogTail> {
+        self.tail.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -295,6 +305,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(&n) => n,
             Bound::Unbounded => u64::MAX,
         };
+        if let Some(entries) = self.tail().range(start, end) {
+            return Ok(entries);
+        }
         let wanted_last = end.saturating_sub(1).min(self.issued.load(Ordering::Acquire));
         if wanted_last > self.durable.load(Ordering::Acquire) {
             self.send(|done| WriteOp::Barrier { done })
@@ -368,9 +381,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let mut encoded = Vec::new();
         let mut last = None;
-        for entry in entries {
-            encoded.push((entry.log_id.index, encode(&entry)));
-            last = Some(entry.log_id);
+        {
+            let durable = self.durable.load(Ordering::Acquire);
+            let mut tail = self.tail();
+            for entry in entries {
+                encoded.push((entry.log_id.index, encode(&entry)));
+                last = Some(entry.log_id);
+                tail.push(entry, durable);
+            }
         }
         let Some(last) = last else {
             callback.log_io_completed(Ok(()));
@@ -388,6 +406,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.tail().truncate(log_id.index);
         self.send(|done| WriteOp::Truncate {
             from: log_id.index,
             done,
@@ -426,6 +445,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         })
         .await
         .map_err(|e| storage_error(ErrorSubject::Logs, ErrorVerb::Delete, e))?;
+        self.tail().purge(log_id.index);
         let mut cache = self.cache();
         cache.last_purged = Some(log_id);
         if cache.last_log.is_none_or(|last| last.index < log_id.index) {
