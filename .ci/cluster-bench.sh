@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The SPEC R figures: durable registrations against a 3-node Muster cluster and a 3-node
 # etcd 3.4 cluster in the same run, then leader kill → first successful write on Muster.
-# Usage: .ci/cluster-bench.sh [MUSTER_BIN] [RUNS]   (needs /usr/bin/etcd; not run by CI)
+# Usage: .ci/cluster-bench.sh [MUSTER_BIN] [RUNS]   (needs /usr/bin/etcd; CI runs one run)
 set -euo pipefail
 BIN=${1:-target/release/muster}
 RUNS=${2:-3}

@@ -16,7 +16,7 @@ seconds="${2:-10}"
 runs="${3:-3}"
 services=100
 per_service=5
-for tool in nsd dnsperf curl; do
+for tool in nsd dnsperf curl jq; do
   command -v "$tool" >/dev/null || { echo "dns-bench: $tool is not installed" >&2; exit 2; }
 done
 
@@ -52,7 +52,7 @@ for i in $(seq 0 $((services - 1))); do
   done
 done >"$work/register.curl"
 curl -fsS --config "$work/register.curl"
-count=$(curl -fsS "http://127.0.0.1:$http_port/v1/status" | sed -n 's/.*"revision":\([0-9]*\).*/\1/p')
+count=$(curl -fsS "http://127.0.0.1:$http_port/v1/status" | jq .revision)
 [ "$count" = $((services * per_service)) ] || { echo "dns-bench: registered $count of $((services * per_service))" >&2; exit 1; }
 
 # --- nsd: the same records in a zone file ------------------------------------------------
