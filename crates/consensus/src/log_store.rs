@@ -15,7 +15,7 @@
 //! - Operations are applied in the order they were issued (one channel, one thread), and a
 //!   transaction is atomic, so a crash leaves a prefix of the issued operations.
 //! - The newest entries are also kept in memory ([`crate::log_tail`]): replication reads them
-//!   from there, before they are durable here, as Raft allows a leader.
+//!   from there instead of decoding them back from the file.
 //! - A reader asking the file for entries beyond what is durable first waits for the writer
 //!   to drain, so it never misses an entry openraft believes appended.
 
@@ -380,14 +380,20 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: Send,
     {
         let mut encoded = Vec::new();
+        let mut kept = Vec::new();
         let mut last = None;
+        for entry in entries {
+            let bytes = encode(&entry);
+            let size = bytes.len();
+            last = Some(entry.log_id);
+            encoded.push((entry.log_id.index, bytes));
+            kept.push((entry, size));
+        }
         {
             let durable = self.durable.load(Ordering::Acquire);
             let mut tail = self.tail();
-            for entry in entries {
-                encoded.push((entry.log_id.index, encode(&entry)));
-                last = Some(entry.log_id);
-                tail.push(entry, durable);
+            for (entry, size) in kept {
+                tail.push(entry, size, durable);
             }
         }
         let Some(last) = last else {
