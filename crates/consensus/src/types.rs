@@ -63,7 +63,7 @@ struct BatchVisitor;
 impl<'de> serde::de::Visitor<'de> for BatchVisitor {
     type Value = Batch;
 
-    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter.write_str("a batch: {id, proposals} or a list of proposals")
     }
 
