@@ -42,6 +42,11 @@ pub enum Workload {
     /// server's ledger and commit→DNS-answer from a probe (SPEC O3). Muster only; not part of
     /// the default set.
     Convergence,
+    /// How cost grows with size (SPEC K1, R5): a spawned one-member cluster grown to each
+    /// `--endpoints` size, and at each the fill rate, registration p50/p99, server RSS per
+    /// endpoint, restart time after a clean stop and after `kill -9`, and a new member's
+    /// catch-up time. Muster only, `--spawn` only; not part of the default set.
+    Scale,
 }
 
 impl Workload {
@@ -67,6 +72,7 @@ impl Workload {
             Workload::Consul => "consul",
             Workload::Xds => "xds",
             Workload::Convergence => "convergence",
+            Workload::Scale => "scale",
         }
     }
 }
@@ -168,6 +174,10 @@ pub struct BenchArgs {
     /// (as `muster+tls+auth`: TLS and `[auth] enabled = true`, a bootstrapped token on every request), and measure the TLS handshake rate (`handshake`).
     #[arg(long)]
     pub tls: bool,
+    /// Fleet sizes the scale workload grows its server to and measures at, ascending
+    /// (`10000,100000,1m`; `k` and `m` suffixes) [default: 10000,100000; --quick: 2000,10000].
+    #[arg(long, value_name = "LIST")]
+    pub endpoints: Option<String>,
     /// A short run for CI: 2 s per workload, 1,000 watchers, 5 changes.
     #[arg(long)]
     pub quick: bool,
@@ -212,6 +222,8 @@ pub struct Plan {
     pub xds_streams: usize,
     /// Connections they share (`None`: one each).
     pub xds_connections: Option<usize>,
+    /// Fleet sizes of the scale workload, ascending.
+    pub endpoints: Vec<u64>,
 }
 
 /// Per-workload duration of a full run: long enough for p99 to settle over ~10^5 requests.
@@ -267,6 +279,7 @@ impl BenchArgs {
             consul_services: self.consul_services,
             xds_streams: self.xds_streams,
             xds_connections: self.xds_connections,
+            endpoints: crate::scale::resolve_sizes(self.endpoints.as_deref(), self.quick)?,
         };
         for (name, value) in [
             ("--connections", plan.connections),
@@ -287,6 +300,11 @@ impl BenchArgs {
         if self.tls && !self.spawn {
             return Err(BenchError::Usage(
                 "--tls needs --spawn: the bench starts the TLS server itself".into(),
+            ));
+        }
+        if plan.workloads.contains(&Workload::Scale) && !self.spawn {
+            return Err(BenchError::Usage(
+                "the scale workload needs --spawn: it stops and restarts the server it grows".into(),
             ));
         }
         if plan.duration.is_zero() || plan.max_requests == 0 {

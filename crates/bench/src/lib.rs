@@ -46,6 +46,10 @@
 //!   commit→DNS-answer from UDP queries of the DNS listener (see the `convergence` module).
 //!   The descriptor limit is raised to two per client (the hard limit too, with
 //!   `CAP_SYS_RESOURCE`) before a `--spawn`ed server starts, which inherits it. Muster only.
+//! - `scale` (opt-in, `--spawn`): a one-member cluster of its own grown to each `--endpoints`
+//!   size; at each, the fill rate, registration p50/p99 (and CO-corrected), RSS per
+//!   endpoint, restart after SIGTERM and after SIGKILL, and a new member's catch-up (see the
+//!   `scale` module). Muster only.
 //!
 //! # Use
 //! `muster bench` embeds [`BenchArgs`] and prints [`Report::render_table`] (or
@@ -69,6 +73,7 @@ mod meter;
 mod render;
 mod report;
 mod requests;
+mod scale;
 mod spawn;
 mod tls;
 mod watch;
@@ -88,6 +93,7 @@ pub use histogram::Histogram;
 pub use report::{
     LatencySummary, MemorySummary, Report, System, SystemInfo, SystemResult, Target, WorkloadReport, anchors,
 };
+pub use scale::{CatchUpPath, MAX_SIZE, ScaleSize, ScaleSummary, SizesError, parse_sizes};
 pub use xds::{XdsChange, XdsSummary};
 
 use client::Http;
@@ -96,7 +102,7 @@ use spawn::{Spawned, spawn_etcd, spawn_muster};
 use workloads::Subject;
 
 /// The 1-minute load average now, where `/proc/loadavg` exists.
-fn load_average() -> Option<f64> {
+pub(crate) fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|text| codec::parse_load_average(&text))
@@ -135,14 +141,10 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         // Before spawning: the server inherits the limit, and holds as many connections.
         limits::raise_descriptor_limit(convergence::descriptors_wanted(plan.watchers));
     }
-    let muster = if args.spawn {
-        let bin = match &args.muster_bin {
-            Some(bin) => bin.clone(),
-            None => std::env::current_exe().map_err(|err| BenchError::Spawn {
-                what: "muster",
-                detail: format!("cannot find this executable ({err}); pass --muster-bin"),
-            })?,
-        };
+    // The scale workload spawns servers of its own; alone, it needs no other.
+    let spawn_muster_server = args.spawn && plan.workloads.iter().any(|w| *w != Workload::Scale);
+    let muster = if spawn_muster_server {
+        let bin = muster_bin(&args)?;
         info!(bin = %bin.display(), "starting muster serve");
         let (process, _) = spawn_muster(&bin, false, want_xds).await?;
         let found = Some((process.url.clone(), Some(process.pid), true));
@@ -360,6 +362,14 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
             WorkloadReport::new(Workload::Convergence, results, skipped),
         );
     }
+    if plan.workloads.contains(&Workload::Scale) {
+        info!(sizes = ?plan.endpoints, "running the scale workload");
+        let result = scale::scale(&muster_bin(&args)?, &plan, clock::run_id()).await?;
+        finished(
+            &mut workloads,
+            WorkloadReport::new(Workload::Scale, vec![result], Vec::new()),
+        );
+    }
     drop(spawned);
     let report = Report {
         plan,
@@ -375,6 +385,17 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         })?;
     }
     Ok(report)
+}
+
+/// The binary `--spawn` runs: `--muster-bin`, else this executable.
+fn muster_bin(args: &BenchArgs) -> Result<std::path::PathBuf, BenchError> {
+    match &args.muster_bin {
+        Some(bin) => Ok(bin.clone()),
+        None => std::env::current_exe().map_err(|err| BenchError::Spawn {
+            what: "muster",
+            detail: format!("cannot find this executable ({err}); pass --muster-bin"),
+        }),
+    }
 }
 
 /// The xds workload, or (without the `xds` feature, never called) a setup error.

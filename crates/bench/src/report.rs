@@ -16,6 +16,7 @@ use crate::consul::ConsulSummary;
 use crate::convergence::ConvergenceSummary;
 use crate::histogram::Histogram;
 use crate::render::thousands;
+use crate::scale::ScaleSummary;
 use crate::xds::XdsSummary;
 use crate::{Plan, Workload};
 
@@ -97,7 +98,7 @@ impl Target {
                 tolerance: 0.2,
                 max_cores: 0.5,
             },
-            Workload::Handshake | Workload::Consul | Workload::Convergence => Target::Reported,
+            Workload::Handshake | Workload::Consul | Workload::Convergence | Workload::Scale => Target::Reported,
             Workload::Xds => Target::XdsConvergence {
                 push_p99_ms: 50.0,
                 ack_p99_ms: 100.0,
@@ -181,6 +182,10 @@ pub fn anchors(workload: Workload) -> &'static str {
         Workload::Xds => {
             "1,000 ADS streams of one service: one endpoint change → p99 commit-to-push ≤ 50 ms, ≤ 100 ms to ACK; \
              ≤ 30 KiB per idle stream"
+        }
+        Workload::Scale => {
+            "how cost grows with size (SPEC K1, R5): fill rate, registration p50/p99, RSS per endpoint, restart \
+             and a new member's catch-up at each --endpoints size"
         }
         Workload::Convergence => {
             "10,000 watch clients of one service: p50/p99/p999 commit→applied (the server's ledger) \
@@ -300,6 +305,9 @@ pub struct SystemResult {
     /// For the convergence workload.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub convergence: Option<ConvergenceSummary>,
+    /// For the scale workload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale: Option<ScaleSummary>,
 }
 
 impl SystemResult {
@@ -321,6 +329,7 @@ impl SystemResult {
             consul: None,
             xds: None,
             convergence: None,
+            scale: None,
         }
     }
 }

@@ -17,6 +17,7 @@ fn plan() -> Plan {
         consul_services: 1_000,
         xds_streams: 1_000,
         xds_connections: None,
+        endpoints: vec![10_000, 100_000],
     }
 }
 

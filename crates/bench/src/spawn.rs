@@ -1,6 +1,8 @@
 //! `--spawn` and `--spawn-etcd`: start the system under test on free loopback ports with a
 //! temporary data dir, wait until it answers, and stop it (SIGKILL) when dropped. Its output
-//! goes to a log file in the data dir, quoted in the error if it fails to start.
+//! goes to a log file in the data dir, quoted in the error if it fails to start. The scale
+//! workload also stops one ([`Spawned::stop`]) and starts it again on the same data dir
+//! ([`Spawned::relaunch`]).
 
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -21,6 +23,10 @@ use crate::clock::now;
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often readiness is polled while waiting.
 const READY_POLL: Duration = Duration::from_millis(100);
+/// How long a SIGTERMed server may take to exit: its shutdown grace (10 s) and a margin.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a stopping process is checked for its exit: fine enough for a stop time.
+const STOP_POLL: Duration = Duration::from_millis(5);
 /// Lines of the log quoted when a spawned system fails.
 const LOG_TAIL_LINES: usize = 20;
 
@@ -51,7 +57,7 @@ impl Drop for Spawned {
 }
 
 /// A loopback TCP port free right now (the kernel picks it; the listener is closed at once).
-fn free_tcp_port() -> Result<u16, String> {
+pub(crate) fn free_tcp_port() -> Result<u16, String> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).map_err(|err| format!("finding a free port: {err}"))?;
     listener
         .local_addr()
@@ -71,7 +77,13 @@ fn free_dns_port() -> Result<u16, String> {
     Err("no port free for both UDP and TCP".into())
 }
 
-fn start(what: &'static str, mut command: Command, dir: TempDir, url: String) -> Result<Spawned, BenchError> {
+/// Runs `command` with its output to the log file in `dir`; it is not waited for.
+pub(crate) fn start(
+    what: &'static str,
+    mut command: Command,
+    dir: TempDir,
+    url: String,
+) -> Result<Spawned, BenchError> {
     let fail = |detail: String| BenchError::Spawn { what, detail };
     let log_path = dir.path().join("log");
     let log = File::create(&log_path).map_err(|err| fail(format!("creating {}: {err}", log_path.display())))?;
@@ -93,7 +105,72 @@ fn start(what: &'static str, mut command: Command, dir: TempDir, url: String) ->
     })
 }
 
+/// How [`Spawned::stop`] stops a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// SIGTERM: the graceful stop `muster serve` does on it.
+    Term,
+    /// SIGKILL: a crash, as `kill -9`.
+    Kill,
+}
+
 impl Spawned {
+    /// Its temporary directory (the data dir is `data` inside it).
+    pub(crate) fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Why it is no longer running, if it is not: its exit status and the end of its log.
+    pub(crate) fn exited(&mut self) -> Option<String> {
+        let status = self.child.try_wait().ok()??;
+        Some(format!("it exited with {status}; its log ends:\n{}", self.log_tail()))
+    }
+
+    /// Sends `how` and waits until the process has exited; returns how long that took. A
+    /// process still running [`STOP_TIMEOUT`] after SIGTERM is killed, and that is an error.
+    pub(crate) async fn stop(&mut self, how: Stop) -> Result<Duration, String> {
+        let start = now();
+        match how {
+            Stop::Kill => self.child.kill().map_err(|err| format!("SIGKILL: {err}"))?,
+            Stop::Term => {
+                let pid = rustix::process::Pid::from_child(&self.child);
+                rustix::process::kill_process(pid, rustix::process::Signal::TERM)
+                    .map_err(|err| format!("SIGTERM: {err}"))?;
+            }
+        }
+        loop {
+            if self.child.try_wait().map_err(|err| err.to_string())?.is_some() {
+                return Ok(now() - start);
+            }
+            if now() - start > STOP_TIMEOUT {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return Err(format!("still running {STOP_TIMEOUT:?} after SIGTERM; killed"));
+            }
+            tokio::time::sleep(STOP_POLL).await;
+        }
+    }
+
+    /// Starts `command` in place of the process, which must have exited (see
+    /// [`Spawned::stop`]), its output appended to the same log.
+    pub(crate) fn relaunch(&mut self, what: &'static str, mut command: Command) -> Result<(), BenchError> {
+        let fail = |detail: String| BenchError::Spawn { what, detail };
+        let log_path = self.dir.path().join("log");
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&log_path)
+            .map_err(|err| fail(format!("opening {}: {err}", log_path.display())))?;
+        let log_err = log.try_clone().map_err(|err| fail(err.to_string()))?;
+        self.child = command
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .spawn()
+            .map_err(|err| fail(format!("running {:?}: {err}", command.get_program())))?;
+        self.pid = self.child.id();
+        Ok(())
+    }
+
     fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
