@@ -21,7 +21,8 @@ for tool in nsd dnsperf curl jq; do
 done
 
 work=$(mktemp -d)
-base_port=$((20000 + RANDOM % 20000))
+# Below the kernel's ephemeral range (32768 and up), so no outgoing connection holds one.
+base_port=$((20000 + RANDOM % 10000))
 http_port=$base_port
 muster_dns=$((base_port + 1))
 nsd_port=$((base_port + 2))
@@ -41,6 +42,11 @@ for _ in $(seq 1 100); do
   curl -fsS "http://127.0.0.1:$http_port/v1/status" >/dev/null 2>&1 && break
   sleep 0.1
 done
+curl -fsS "http://127.0.0.1:$http_port/v1/status" >/dev/null 2>&1 || {
+  echo "dns-bench: muster serve did not answer on port $http_port; its log:" >&2
+  cat "$work/muster.log" "$work/muster.out" >&2
+  exit 1
+}
 for i in $(seq 0 $((services - 1))); do
   for j in $(seq 1 $per_service); do
     [ "$i$j" = 01 ] || echo "next"
