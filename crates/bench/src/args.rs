@@ -56,6 +56,11 @@ pub enum Workload {
     /// ones with a watcher each: cold delivery latency with and without the hot load (SPEC
     /// K1's fair scheduling). Muster with `--spawn` only; opt-in.
     Hotcold,
+    /// How cost grows with size (SPEC K1, R5): a spawned one-member cluster grown to each
+    /// `--endpoints` size, and at each the fill rate, registration p50/p99, server RSS per
+    /// endpoint, restart time after a clean stop and after `kill -9`, and a new member's
+    /// catch-up time. Muster only, `--spawn` only; not part of the default set.
+    Scale,
 }
 
 impl Workload {
@@ -85,6 +90,7 @@ impl Workload {
             Workload::Evacuation => "evacuation",
             Workload::Expiry => "expiry",
             Workload::Hotcold => "hotcold",
+            Workload::Scale => "scale",
         }
     }
 }
@@ -194,6 +200,10 @@ pub struct BenchArgs {
     /// Cold services of the hotcold workload, one watcher each [default: 1000; --quick: 200].
     #[arg(long, value_name = "N")]
     pub cold_services: Option<usize>,
+    /// Fleet sizes the scale workload grows its server to and measures at, ascending
+    /// (`10000,100000,1m`; `k` and `m` suffixes) [default: 10000,100000; --quick: 2000,10000].
+    #[arg(long, value_name = "LIST")]
+    pub endpoints: Option<String>,
     /// A short run for CI: 2 s per workload, 1,000 watchers, 5 changes.
     #[arg(long)]
     pub quick: bool,
@@ -240,6 +250,8 @@ pub struct Plan {
     pub xds_connections: Option<usize>,
     /// The exceptional-load workloads' sizes (reconnect, evacuation, expiry, hotcold).
     pub storms: crate::storms::StormPlan,
+    /// Fleet sizes of the scale workload, ascending.
+    pub endpoints: Vec<u64>,
 }
 
 /// Leases the renew workload renews round-robin.
@@ -298,6 +310,7 @@ impl BenchArgs {
             xds_streams: self.xds_streams,
             xds_connections: self.xds_connections,
             storms: crate::storms::StormPlan::resolve(self)?,
+            endpoints: crate::scale::resolve_sizes(self.endpoints.as_deref(), self.quick)?,
         };
         for (name, value) in [
             ("--connections", plan.connections),
@@ -321,6 +334,11 @@ impl BenchArgs {
             ));
         }
         crate::storms::check(self, &plan)?;
+        if plan.workloads.contains(&Workload::Scale) && !self.spawn {
+            return Err(BenchError::Usage(
+                "the scale workload needs --spawn: it stops and restarts the server it grows".into(),
+            ));
+        }
         if plan.duration.is_zero() || plan.max_requests == 0 {
             return Err(BenchError::Usage(
                 "--duration and --max-requests must be above 0".into(),

@@ -8,6 +8,9 @@ pub enum BenchError {
     /// The flags do not make a run.
     #[error("{0}")]
     Usage(String),
+    /// `--endpoints` names no run of fleet sizes.
+    #[error(transparent)]
+    Sizes(#[from] crate::scale::SizesError),
     /// Neither Muster nor etcd was named.
     #[error("nothing to benchmark: give --spawn or --server URL, and/or --spawn-etcd or --etcd URL")]
     NoSystem,
@@ -43,7 +46,7 @@ impl BenchError {
     /// A stable, machine-readable code for the CLI's `error: <code>: ...` line.
     pub fn code(&self) -> &'static str {
         match self {
-            BenchError::Usage(_) | BenchError::NoSystem => "usage",
+            BenchError::Usage(_) | BenchError::NoSystem | BenchError::Sizes(_) => "usage",
             BenchError::Spawn { .. } => "spawn_failed",
             BenchError::Setup { .. } => "setup_failed",
             BenchError::ReportFile { .. } => "report_file",

@@ -50,6 +50,10 @@
 //!   loads (SPEC K1), each on a server of its own: every watcher resuming after a SIGKILL and
 //!   restart, a zone drained in one second, leases expiring in the same second beside an
 //!   unrelated writer, and cold updates beside a hot service (see the `storms` module).
+//! - `scale` (opt-in, `--spawn`): a one-member cluster of its own grown to each `--endpoints`
+//!   size; at each, the fill rate, registration p50/p99 (and CO-corrected), RSS per
+//!   endpoint, restart after SIGTERM and after SIGKILL, and a new member's catch-up (see the
+//!   `scale` module). Muster only.
 //!
 //! # Use
 //! `muster bench` embeds [`BenchArgs`] and prints [`Report::render_table`] (or
@@ -73,6 +77,7 @@ mod meter;
 mod render;
 mod report;
 mod requests;
+mod scale;
 mod spawn;
 mod storms;
 mod tls;
@@ -93,6 +98,7 @@ pub use histogram::Histogram;
 pub use report::{
     LatencySummary, MemorySummary, Report, System, SystemInfo, SystemResult, Target, WorkloadReport, anchors,
 };
+pub use scale::{CatchUpPath, MAX_SIZE, ScaleSize, ScaleSummary, SizesError, parse_sizes};
 pub use storms::{
     EvacuationSummary, ExpirySummary, HotColdPhase, HotColdSummary, ReconnectSummary, StormPlan, StormSummary,
 };
@@ -104,7 +110,7 @@ use spawn::{Spawned, spawn_etcd, spawn_muster};
 use workloads::Subject;
 
 /// The 1-minute load average now, where `/proc/loadavg` exists.
-fn load_average() -> Option<f64> {
+pub(crate) fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|text| codec::parse_load_average(&text))
@@ -143,14 +149,10 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         // Before spawning: the server inherits the limit, and holds as many connections.
         limits::raise_descriptor_limit(convergence::descriptors_wanted(plan.watchers));
     }
-    let muster = if args.spawn {
-        let bin = match &args.muster_bin {
-            Some(bin) => bin.clone(),
-            None => std::env::current_exe().map_err(|err| BenchError::Spawn {
-                what: "muster",
-                detail: format!("cannot find this executable ({err}); pass --muster-bin"),
-            })?,
-        };
+    // The scale workload spawns servers of its own; alone, it needs no other.
+    let spawn_muster_server = args.spawn && plan.workloads.iter().any(|w| *w != Workload::Scale);
+    let muster = if spawn_muster_server {
+        let bin = muster_bin(&args)?;
         info!(bin = %bin.display(), "starting muster serve");
         let (process, _) = spawn_muster(&bin, false, want_xds).await?;
         let found = Some((process.url.clone(), Some(process.pid), true));
@@ -370,6 +372,14 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     }
     // The exceptional-load workloads, each on a server of its own (SPEC K1).
     storms::run(&args, &plan, &mut workloads).await?;
+    if plan.workloads.contains(&Workload::Scale) {
+        info!(sizes = ?plan.endpoints, "running the scale workload");
+        let result = scale::scale(&muster_bin(&args)?, &plan, clock::run_id()).await?;
+        finished(
+            &mut workloads,
+            WorkloadReport::new(Workload::Scale, vec![result], Vec::new()),
+        );
+    }
     drop(spawned);
     let report = Report {
         plan,
@@ -385,6 +395,17 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         })?;
     }
     Ok(report)
+}
+
+/// The binary `--spawn` runs: `--muster-bin`, else this executable.
+fn muster_bin(args: &BenchArgs) -> Result<std::path::PathBuf, BenchError> {
+    match &args.muster_bin {
+        Some(bin) => Ok(bin.clone()),
+        None => std::env::current_exe().map_err(|err| BenchError::Spawn {
+            what: "muster",
+            detail: format!("cannot find this executable ({err}); pass --muster-bin"),
+        }),
+    }
 }
 
 /// The xds workload, or (without the `xds` feature, never called) a setup error.

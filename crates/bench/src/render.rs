@@ -92,7 +92,7 @@ impl Report {
                     // would mostly measure the pauses between changes.
                     if matches!(
                         workload.workload,
-                        Workload::Watchers | Workload::Fanout | Workload::Xds | Workload::Convergence
+                        Workload::Watchers | Workload::Fanout | Workload::Xds | Workload::Convergence | Workload::Scale
                     ) {
                         "-".to_owned()
                     } else {
@@ -194,6 +194,9 @@ impl Report {
                 }
                 if let Some(storm) = &result.storm {
                     let _ = write!(out, "{}", storm.notes());
+                }
+                if let Some(scale) = &result.scale {
+                    let _ = write!(out, "{}", crate::scale::scale_notes(scale));
                 }
                 // The xds notes above give its memory, per ADS stream.
                 if let Some(m) = result.memory.as_ref().filter(|_| result.xds.is_none()) {
@@ -466,7 +469,7 @@ fn format_duration(duration: Duration) -> String {
     format_ms(duration.as_secs_f64() * 1_000.0)
 }
 
-fn format_bytes(bytes: u64) -> String {
+pub(crate) fn format_bytes(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 

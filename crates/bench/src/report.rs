@@ -16,6 +16,7 @@ use crate::consul::ConsulSummary;
 use crate::convergence::ConvergenceSummary;
 use crate::histogram::Histogram;
 use crate::render::thousands;
+use crate::scale::ScaleSummary;
 use crate::storms::StormSummary;
 use crate::xds::XdsSummary;
 use crate::{Plan, Workload};
@@ -100,6 +101,7 @@ impl Target {
             },
             Workload::Handshake | Workload::Consul | Workload::Convergence => Target::Reported,
             Workload::Reconnect | Workload::Evacuation | Workload::Expiry | Workload::Hotcold => Target::Reported,
+            Workload::Scale => Target::Reported,
             Workload::Xds => Target::XdsConvergence {
                 push_p99_ms: 50.0,
                 ack_p99_ms: 100.0,
@@ -186,6 +188,10 @@ pub fn anchors(workload: Workload) -> &'static str {
         }
         Workload::Reconnect | Workload::Evacuation | Workload::Expiry | Workload::Hotcold => {
             crate::storms::anchor(workload)
+        }
+        Workload::Scale => {
+            "how cost grows with size (SPEC K1, R5): fill rate, registration p50/p99, RSS per endpoint, restart \
+             and a new member's catch-up at each --endpoints size"
         }
         Workload::Convergence => {
             "10,000 watch clients of one service: p50/p99/p999 commit→applied (the server's ledger) \
@@ -308,6 +314,9 @@ pub struct SystemResult {
     /// For the storm workloads (reconnect, evacuation, expiry, hotcold).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub storm: Option<StormSummary>,
+    /// For the scale workload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale: Option<ScaleSummary>,
 }
 
 impl SystemResult {
@@ -330,6 +339,7 @@ impl SystemResult {
             xds: None,
             convergence: None,
             storm: None,
+            scale: None,
         }
     }
 }

@@ -18,6 +18,7 @@ fn plan() -> Plan {
         xds_streams: 1_000,
         xds_connections: None,
         storms: crate::storms::StormPlan::default(),
+        endpoints: vec![10_000, 100_000],
     }
 }
 

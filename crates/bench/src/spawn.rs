@@ -1,6 +1,8 @@
 //! `--spawn` and `--spawn-etcd`: start the system under test on free loopback ports with a
 //! temporary data dir, wait until it answers, and stop it (SIGKILL) when dropped. Its output
-//! goes to a log file in the data dir, quoted in the error if it fails to start.
+//! goes to a log file in the data dir, quoted in the error if it fails to start. The scale
+//! workload also stops one ([`Spawned::stop`]) and starts it again on the same data dir
+//! ([`Spawned::relaunch`]).
 
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -21,6 +23,10 @@ use crate::clock::now;
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often readiness is polled while waiting.
 const READY_POLL: Duration = Duration::from_millis(100);
+/// How long a SIGTERMed server may take to exit: its shutdown grace (10 s) and a margin.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a stopping process is checked for its exit: fine enough for a stop time.
+const STOP_POLL: Duration = Duration::from_millis(5);
 /// Lines of the log quoted when a spawned system fails.
 const LOG_TAIL_LINES: usize = 20;
 
@@ -38,23 +44,23 @@ pub(crate) struct Spawned {
     pub(crate) dns_addr: Option<SocketAddr>,
     /// Its PID.
     pub(crate) pid: u32,
-    /// How it was started, to start it again on the same data dir and ports ([`Spawned::restart`]).
-    relaunch: Relaunch,
     // Removed after the child is killed (fields drop after `Drop::drop`).
     dir: TempDir,
+    /// How it was started, to start it again on the same data dir and ports ([`Spawned::restart`]).
+    command_line: CommandLine,
 }
 
 /// A spawned system's command line and environment, kept to run it again.
 #[derive(Debug)]
-struct Relaunch {
+struct CommandLine {
     program: std::ffi::OsString,
     args: Vec<std::ffi::OsString>,
     envs: Vec<(std::ffi::OsString, Option<std::ffi::OsString>)>,
 }
 
-impl Relaunch {
-    fn of(command: &Command) -> Relaunch {
-        Relaunch {
+impl CommandLine {
+    fn of(command: &Command) -> CommandLine {
+        CommandLine {
             program: command.get_program().to_owned(),
             args: command.get_args().map(ToOwned::to_owned).collect(),
             envs: command
@@ -86,7 +92,7 @@ impl Drop for Spawned {
 }
 
 /// A loopback TCP port free right now (the kernel picks it; the listener is closed at once).
-fn free_tcp_port() -> Result<u16, String> {
+pub(crate) fn free_tcp_port() -> Result<u16, String> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).map_err(|err| format!("finding a free port: {err}"))?;
     listener
         .local_addr()
@@ -124,7 +130,13 @@ fn launch(what: &'static str, command: &mut Command, dir: &Path) -> Result<Child
         .map_err(|err| fail(format!("running {:?}: {err}", command.get_program())))
 }
 
-fn start(what: &'static str, mut command: Command, dir: TempDir, url: String) -> Result<Spawned, BenchError> {
+/// Runs `command` with its output to the log file in `dir`; it is not waited for.
+pub(crate) fn start(
+    what: &'static str,
+    mut command: Command,
+    dir: TempDir,
+    url: String,
+) -> Result<Spawned, BenchError> {
     let child = launch(what, &mut command, dir.path())?;
     Ok(Spawned {
         pid: child.id(),
@@ -133,9 +145,18 @@ fn start(what: &'static str, mut command: Command, dir: TempDir, url: String) ->
         consul_url: None,
         xds_addr: None,
         dns_addr: None,
-        relaunch: Relaunch::of(&command),
         dir,
+        command_line: CommandLine::of(&command),
     })
+}
+
+/// How [`Spawned::stop`] stops a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// SIGTERM: the graceful stop `muster serve` does on it.
+    Term,
+    /// SIGKILL: a crash, as `kill -9`.
+    Kill,
 }
 
 impl Spawned {
@@ -146,10 +167,55 @@ impl Spawned {
         // SIGKILL: no shutdown path runs, no `closing` frame is sent.
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let mut command = self.relaunch.command();
+        let mut command = self.command_line.command();
         self.child = launch("muster", &mut command, self.dir.path())?;
         self.pid = self.child.id();
         self.wait_ready("muster", MusterReady, None).await
+    }
+
+    /// Its temporary directory (the data dir is `data` inside it).
+    pub(crate) fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Why it is no longer running, if it is not: its exit status and the end of its log.
+    pub(crate) fn exited(&mut self) -> Option<String> {
+        let status = self.child.try_wait().ok()??;
+        Some(format!("it exited with {status}; its log ends:\n{}", self.log_tail()))
+    }
+
+    /// Sends `how` and waits until the process has exited; returns how long that took. A
+    /// process still running [`STOP_TIMEOUT`] after SIGTERM is killed, and that is an error.
+    pub(crate) async fn stop(&mut self, how: Stop) -> Result<Duration, String> {
+        let start = now();
+        match how {
+            Stop::Kill => self.child.kill().map_err(|err| format!("SIGKILL: {err}"))?,
+            Stop::Term => {
+                let pid = rustix::process::Pid::from_child(&self.child);
+                rustix::process::kill_process(pid, rustix::process::Signal::TERM)
+                    .map_err(|err| format!("SIGTERM: {err}"))?;
+            }
+        }
+        loop {
+            if self.child.try_wait().map_err(|err| err.to_string())?.is_some() {
+                return Ok(now() - start);
+            }
+            if now() - start > STOP_TIMEOUT {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return Err(format!("still running {STOP_TIMEOUT:?} after SIGTERM; killed"));
+            }
+            tokio::time::sleep(STOP_POLL).await;
+        }
+    }
+
+    /// Starts `command` in place of the process, which must have exited (see
+    /// [`Spawned::stop`]), its output appended to the same log.
+    pub(crate) fn relaunch(&mut self, what: &'static str, mut command: Command) -> Result<(), BenchError> {
+        self.child = launch(what, &mut command, self.dir.path())?;
+        self.pid = self.child.id();
+        self.command_line = CommandLine::of(&command);
+        Ok(())
     }
 
     fn log_tail(&self) -> String {
