@@ -106,6 +106,7 @@
 mod balance;
 pub mod discover;
 mod eject;
+pub mod failover;
 mod http;
 pub mod lkg;
 mod member;

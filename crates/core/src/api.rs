@@ -221,6 +221,13 @@ pub struct SnapshotReply {
     /// dead may still be listed, on purpose.
     #[serde(default)]
     pub protection_active: bool,
+    /// The same service as mirrored from peer regions (SPEC G2), on the first page of a read
+    /// that asks for them (`federation=true`) in a federated region.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirrors: Vec<crate::federation::MirroredSet>,
+    /// The failover decision for the service, when a policy covers it (SPEC G1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<crate::federation::FailoverDecision>,
 }
 
 /// One service in a namespace listing.

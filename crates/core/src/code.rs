@@ -125,6 +125,14 @@ codes! {
     /// With authentication off, a `Host` header that does not name a loopback address: a DNS
     /// rebinding attempt (SPEC S6).
     ForbiddenHost = "forbidden_host", 403, false;
+    /// A write addressed to an endpoint mirrored from another region (SPEC G2): only that
+    /// region's own history changes it.
+    MirroredReadOnly = "mirrored_read_only", 409, false;
+    /// A mirror's update does not continue the set it holds (a gap, a replay from an older
+    /// cursor, or a digest that differs): the mirror takes a fresh snapshot (SPEC G2).
+    MirrorGap = "mirror_gap", 409, false;
+    /// A mirror carried a service outside the import it is for.
+    MirrorOutOfScope = "mirror_out_of_scope", 422, false;
     /// A health check aimed at a target its endpoint does not own, or at a refused address
     /// (loopback, link-local, metadata, Muster's own listeners; SPEC S6).
     CheckTargetRefused = "check_target_refused", 422, false;

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ErrorCode, Incarnation, InstanceId, LeaseId, Revision};
+use crate::{ErrorCode, Incarnation, InstanceId, Label, LeaseId, Revision, ServiceKey};
 
 /// Why a command was refused. `#[non_exhaustive]`: new refusals may appear; match on
 /// [`Rejection::code`] across crate boundaries.
@@ -133,6 +133,36 @@ pub enum Rejection {
     /// `acl bootstrap` after the first operator token was made: it works once (SPEC S1).
     #[error("acl: the cluster is already bootstrapped; create tokens with an admin token")]
     AlreadyBootstrapped,
+    /// A write to an endpoint this region mirrors from another (SPEC G2).
+    #[error("instance '{instance}' of {key} is mirrored from region '{region}': change it there")]
+    MirroredReadOnly {
+        /// The service.
+        key: Box<ServiceKey>,
+        /// The instance addressed.
+        instance: InstanceId,
+        /// The region that owns it.
+        region: Label,
+    },
+    /// A mirror's change does not continue what the importing region holds (SPEC G2).
+    #[error("mirror of region '{region}' ({import}): {detail}")]
+    MirrorGap {
+        /// The source region.
+        region: Label,
+        /// The import, as configured (`prod/*`).
+        import: String,
+        /// What did not line up.
+        detail: String,
+    },
+    /// A mirror carried a service its import does not cover.
+    #[error("mirror of region '{region}': {key} is outside the import {import}")]
+    MirrorOutOfScope {
+        /// The source region.
+        region: Label,
+        /// The import.
+        import: String,
+        /// The service.
+        key: Box<ServiceKey>,
+    },
 }
 
 /// The quotas a registry enforces (SPEC S5).
@@ -186,6 +216,9 @@ impl Rejection {
             Rejection::CheckTargetRefused { .. } => ErrorCode::CheckTargetRefused,
             Rejection::AlreadyBootstrapped => ErrorCode::AlreadyBootstrapped,
             Rejection::TokenRevoked { .. } => ErrorCode::Unauthenticated,
+            Rejection::MirroredReadOnly { .. } => ErrorCode::MirroredReadOnly,
+            Rejection::MirrorGap { .. } => ErrorCode::MirrorGap,
+            Rejection::MirrorOutOfScope { .. } => ErrorCode::MirrorOutOfScope,
         }
     }
 
@@ -207,7 +240,10 @@ impl Rejection {
             | Rejection::LeaseNotFound { .. }
             | Rejection::QuotaExceeded { .. }
             | Rejection::AlreadyBootstrapped
-            | Rejection::TokenRevoked { .. } => {}
+            | Rejection::TokenRevoked { .. }
+            | Rejection::MirroredReadOnly { .. }
+            | Rejection::MirrorGap { .. }
+            | Rejection::MirrorOutOfScope { .. } => {}
         }
         self
     }

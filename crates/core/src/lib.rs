@@ -37,6 +37,7 @@ pub mod convergence;
 pub mod endpoint;
 pub mod error;
 pub mod event;
+pub mod federation;
 pub mod ids;
 pub mod labels;
 pub mod limits;

@@ -74,6 +74,10 @@ pub enum Command {
     /// Show, grow or shrink the Raft group (ask the leader to change it).
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Regions: what this region mirrors of its peers (lag in revisions and seconds, state)
+    /// and every failover decision.
+    #[command(subcommand)]
+    Federation(FederationCommand),
     /// Show or replace the registry policy (limits, network, quotas, history, fencing, TTLs):
     /// replicated state, so it judges every later write on every node.
     #[command(subcommand)]
@@ -485,6 +489,13 @@ pub enum ClusterCommand {
     Add(AddMemberArgs),
     /// Remove a node from the group.
     Remove(RemoveMemberArgs),
+}
+
+/// `muster federation ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum FederationCommand {
+    /// Peers, their imports and mirrored services, lag and age, failover decisions.
+    Status(StatusArgs),
 }
 
 /// `muster policy ...`.

@@ -15,8 +15,8 @@ use serde::Serialize;
 
 use crate::args::{parse_instance, parse_namespace_key, parse_service_key, parse_tenant, protocol_for_port_name};
 use crate::cli::{
-    CheckArgs, Cli, ClientArgs, ClusterCommand, Command, DeregisterArgs, DrainArgs, LeaseCommand, PolicyCommand,
-    RegisterArgs, ResolveArgs, ServicesArgs, SetStateArgs, WatchArgs,
+    CheckArgs, Cli, ClientArgs, ClusterCommand, Command, DeregisterArgs, DrainArgs, FederationCommand, LeaseCommand,
+    PolicyCommand, RegisterArgs, ResolveArgs, ServicesArgs, SetStateArgs, WatchArgs,
 };
 use crate::duration::millis;
 use crate::error::CliError;
@@ -39,6 +39,11 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Services(args) => services(args, json, out).await,
         Command::Lease(command) => lease(command, json, out).await,
         Command::Cluster(command) => cluster(command, json, out).await,
+        Command::Federation(FederationCommand::Status(args)) => {
+            let client = connect(&args.client)?;
+            let reply = client.federation_status().await?;
+            emit(out, json, &reply, || render::federation_text(&reply))
+        }
         Command::Policy(command) => policy(command, json, out).await,
         Command::Audit(args) => crate::audit::run(args, json, out).await,
         Command::Acl(command) => crate::acl::run(command, json, out).await,
@@ -284,7 +289,11 @@ async fn deregister(args: DeregisterArgs, json: bool, out: &mut dyn Write) -> Re
 async fn resolve(args: ResolveArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let key = parse_service_key(&args.client.tenant, &args.service)?;
     let client = connect(&args.client)?;
-    let mut reply = client.snapshot_all(&key, args.revision.map(Revision)).await?;
+    // A current read also shows the service's mirrors of other regions, when federated.
+    let mut reply = match args.revision {
+        Some(revision) => client.snapshot_all(&key, Some(Revision(revision))).await?,
+        None => client.snapshot_federated(&key).await?,
+    };
     if !args.all {
         reply = render::eligible_only(reply, args.degraded);
     }

@@ -4,6 +4,7 @@
 use muster_core::api::{
     ClusterReply, Frame, LeaseReply, PolicyReply, ServicesReply, SnapshotReply, StatusReply, WriteReply,
 };
+use muster_core::federation::{FailoverDecision, FederationStatusReply, MirrorState};
 use muster_core::{Endpoint, Event, NamespaceKey, ServiceKey, ServiceUpdate};
 use muster_registry::RegistryConfig;
 
@@ -21,6 +22,11 @@ pub fn eligible_only(mut reply: SnapshotReply, accept_degraded: bool) -> Snapsho
     reply
         .endpoints
         .retain(|endpoint| endpoint.serving.is_eligible(accept_degraded));
+    for mirror in &mut reply.mirrors {
+        mirror
+            .endpoints
+            .retain(|endpoint| endpoint.serving.is_eligible(accept_degraded));
+    }
     reply
 }
 
@@ -44,10 +50,129 @@ pub fn resolve_text(key: &ServiceKey, reply: &SnapshotReply, all: bool) -> Strin
     } else {
         summary
     };
-    if shown == 0 {
-        return format!("{summary}\n");
+    let local = if shown == 0 {
+        format!("{summary}\n")
+    } else {
+        format!("{}{summary}\n", endpoints_table(&reply.endpoints, all).render())
+    };
+    let mut text = local;
+    for mirror in &reply.mirrors {
+        text.push_str(&format!(
+            "\nmirrored from region {} ({}): {} of {} at source revision {}, {}, heard from {} ago\n",
+            mirror.source_region,
+            mirror.import,
+            count(mirror.endpoints.len(), "endpoint"),
+            mirror.total,
+            mirror.source_revision,
+            mirror_state(mirror.state),
+            format_millis(mirror.age_ms),
+        ));
+        if !mirror.endpoints.is_empty() {
+            text.push_str(&endpoints_table(&mirror.endpoints, all).render());
+        }
     }
-    format!("{}{summary}\n", endpoints_table(&reply.endpoints, all).render())
+    if let Some(decision) = &reply.failover {
+        text.push_str(&format!("\n{}\n", failover_line(decision)));
+    }
+    text
+}
+
+fn mirror_state(state: MirrorState) -> &'static str {
+    match state {
+        MirrorState::Available => "available",
+        MirrorState::Unavailable => "unavailable (past its stale budget)",
+    }
+}
+
+/// One line for a failover decision: where traffic goes and why.
+fn failover_line(decision: &FailoverDecision) -> String {
+    let local = format!(
+        "{} of {} local eligible, {} required",
+        decision.local_eligible, decision.local_total, decision.required
+    );
+    let judged: Vec<String> = decision
+        .candidates
+        .iter()
+        .map(|c| format!("{} {} (capacity {})", c.region, snake(&c.verdict), c.capacity))
+        .collect();
+    let judged = if judged.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", judged.join(", "))
+    };
+    match &decision.region {
+        Some(region) if decision.spill => format!(
+            "failover: {}% of traffic to region {region} ({}: {local}{judged})",
+            decision.share_percent,
+            snake(&decision.reason)
+        ),
+        _ => format!("failover: none ({}: {local}{judged})", snake(&decision.reason)),
+    }
+}
+
+/// A unit enum's wire spelling.
+fn snake(value: &impl serde::Serialize) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// `muster federation status`.
+pub fn federation_text(reply: &FederationStatusReply) -> String {
+    let mut table = Table::new(vec![
+        "PEER",
+        "IMPORT",
+        "STATE",
+        "CURSOR",
+        "AGE",
+        "LAG",
+        "CONNECTED",
+        "SERVICES",
+        "ENDPOINTS",
+    ]);
+    for peer in &reply.peers {
+        for import in &peer.imports {
+            table.row(vec![
+                peer.name.to_string(),
+                import.import.clone(),
+                mirror_state(import.state)
+                    .split(' ')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned(),
+                import.cursor.to_string(),
+                import.age_ms.map_or_else(|| "never".to_owned(), format_millis),
+                import
+                    .lag_revisions
+                    .map_or_else(|| "-".to_owned(), |lag| format!("{lag} rev")),
+                import
+                    .connected
+                    .map_or_else(|| "-".to_owned(), |c| if c { "yes" } else { "no" }.to_owned()),
+                import.services.len().to_string(),
+                import.services.iter().map(|s| s.endpoints).sum::<usize>().to_string(),
+            ]);
+        }
+    }
+    let mut text = format!(
+        "region {} ({}; stale budget {})\n{}",
+        reply.region,
+        if reply.leader {
+            "leader: runs the mirrors"
+        } else {
+            "follower: lag and connection are known on the leader"
+        },
+        format_millis(reply.stale_budget_ms),
+        table.render()
+    );
+    for decision in &reply.decisions {
+        text.push_str(&format!(
+            "{}: {}\n",
+            decision.service,
+            failover_line(&decision.decision)
+        ));
+    }
+    text
 }
 
 /// The endpoints as a table; `all` adds the serving state and who set it, why.

@@ -48,6 +48,8 @@ pub enum Unchanged {
     /// The first committed policy was put in force; nothing the registry holds changed, so
     /// no revision was spent.
     PolicyAdopted,
+    /// A mirror heard from its source region and no mirrored set changed (SPEC G2).
+    MirrorCurrent,
 }
 
 impl Unchanged {
@@ -58,6 +60,7 @@ impl Unchanged {
             Unchanged::DrainHeld => "drain_held",
             Unchanged::NothingToExpire => "nothing_to_expire",
             Unchanged::PolicyAdopted => "policy_adopted",
+            Unchanged::MirrorCurrent => "mirror_current",
         }
     }
 }

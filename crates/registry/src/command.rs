@@ -62,6 +62,31 @@ pub enum Command {
     CreateToken(CreateToken),
     /// Revoke a token: refused everywhere from the revision it commits at.
     RevokeToken(RevokeToken),
+    /// Bring a mirror of a peer region's import up to a source revision (SPEC G2).
+    Mirror(crate::mirror::Mirror),
+}
+
+impl Command {
+    /// The endpoint a command addresses, and the incarnation it speaks for (an eviction
+    /// speaks for none: 0; a `RegisterNext`'s is the registry's pick, made at apply: 0).
+    pub fn target(&self) -> Option<(&ServiceKey, &InstanceId, Incarnation)> {
+        let target = match self {
+            Command::Register(register) | Command::RegisterNext(register) => &register.target,
+            Command::SetServing(set) => &set.target,
+            Command::Drain(drain) => &drain.target,
+            Command::Deregister(deregister) => &deregister.target,
+            Command::Evict(evict) => return Some((&evict.key, &evict.instance, Incarnation(0))),
+            Command::GrantLease(_)
+            | Command::RevokeLease(_)
+            | Command::ExpireLeases(_)
+            | Command::SetPolicy(_)
+            | Command::AclBootstrap(_)
+            | Command::CreateToken(_)
+            | Command::RevokeToken(_)
+            | Command::Mirror(_) => return None,
+        };
+        Some((&target.key, &target.instance, target.incarnation))
+    }
 }
 
 /// Which endpoint incarnation a command addresses.

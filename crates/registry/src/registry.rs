@@ -118,6 +118,8 @@ pub struct Registry {
     drains: DrainTable,
     /// The tokens in force (`acl.rs`, SPEC S1).
     pub(crate) acl: AclTable,
+    /// What this region mirrors of its peers (`mirror.rs`, SPEC G2).
+    pub(crate) mirrors: crate::mirror::MirrorTable,
 }
 
 impl Registry {
@@ -137,6 +139,7 @@ impl Registry {
             clock_ms: 0,
             drains: DrainTable::default(),
             acl: AclTable::default(),
+            mirrors: crate::mirror::MirrorTable::default(),
         }
     }
 
@@ -162,6 +165,7 @@ impl Registry {
 
     fn judge(&mut self, command: &Command, meta: &CommandMeta) -> Result<Applied, Rejection> {
         self.check_principal(meta)?;
+        self.check_not_mirrored(command)?;
         let planned = match command {
             Command::Register(c) => self.plan_register(c, meta)?,
             Command::RegisterNext(c) => self.plan_register(&self.next_incarnation(c, meta.at_ms), meta)?,
@@ -175,6 +179,7 @@ impl Registry {
             Command::AclBootstrap(c) => return self.bootstrap(c, meta),
             Command::CreateToken(c) => return self.create_token(c, meta),
             Command::RevokeToken(c) => return self.revoke_token(c),
+            Command::Mirror(c) => return self.apply_mirror(c, meta.at_ms),
             Command::SetPolicy(c) => match self.plan_policy(c)? {
                 Some(planned) => planned,
                 None => return Ok(self.adopt_policy(c.policy.clone(), meta.at_ms)),
@@ -341,6 +346,11 @@ impl Registry {
             unchanged: Some(crate::applied::Unchanged::PolicyAdopted),
             released,
         }
+    }
+
+    /// Compacts history after a commit that wrote no local service (a mirror's).
+    pub(crate) fn compact_now(&mut self) -> Vec<ServiceKey> {
+        self.compact()
     }
 
     /// Forgets a tenant that holds nothing, so it stops counting against `max_tenants`.
@@ -655,6 +665,7 @@ impl Registry {
             clock_ms,
             drains: DrainTable::default(),
             acl: AclTable::default(),
+            mirrors: crate::mirror::MirrorTable::default(),
         }
     }
 

@@ -15,13 +15,15 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use muster_auth::{AclState, AclTable};
-use muster_core::{Incarnation, InstanceId, LeaseId, Revision, ServiceKey, ServiceSnapshot, ServingState};
+use muster_core::federation::ImportScope;
+use muster_core::{Incarnation, InstanceId, Label, LeaseId, Revision, ServiceKey, ServiceSnapshot, ServingState};
 use serde::{Deserialize, Serialize};
 
 use crate::config::RegistryConfig;
 use crate::drains::{DrainDeadline, DrainTable};
 use crate::fences::{Fence, FenceTable};
 use crate::leases::{Lease, LeaseTable};
+use crate::mirror::{MirrorImport, MirrorTable};
 use crate::registry::{Parts, Registry, Usage};
 use crate::service::{Change, ServiceState};
 
@@ -50,6 +52,19 @@ pub struct RegistryState {
     /// The tokens in force (absent from snapshots written before access control).
     #[serde(default, skip_serializing_if = "is_empty_acl")]
     acl: AclState,
+    /// What this region mirrors of its peers (absent from snapshots written before
+    /// federation, and while nothing is mirrored).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    mirrors: Vec<MirrorRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct MirrorRecord {
+    region: Label,
+    import: ImportScope,
+    cursor: Revision,
+    synced_at_ms: u64,
+    sets: Vec<Arc<ServiceSnapshot>>,
 }
 
 fn is_empty_acl(acl: &AclState) -> bool {
@@ -133,6 +148,16 @@ impl Registry {
             clock_ms: self.clock_ms(),
             drains: self.drains().cloned().collect(),
             acl: self.acl().export(),
+            mirrors: self
+                .mirrors()
+                .map(|m| MirrorRecord {
+                    region: m.region.clone(),
+                    import: m.import.clone(),
+                    cursor: m.cursor,
+                    synced_at_ms: m.synced_at_ms,
+                    sets: m.sets.values().cloned().collect(),
+                })
+                .collect(),
         }
     }
 
@@ -261,6 +286,25 @@ impl Registry {
             }
             drains.set(drain);
         }
+        let mut imports = Vec::new();
+        for record in state.mirrors {
+            if let Some(set) = record.sets.iter().find(|s| !record.import.covers(s.key())) {
+                return fail(format!(
+                    "mirror of {}: {} is outside {}",
+                    record.region,
+                    set.key(),
+                    record.import
+                ));
+            }
+            imports.push(MirrorImport {
+                region: record.region,
+                import: record.import,
+                cursor: record.cursor,
+                synced_at_ms: record.synced_at_ms,
+                sets: record.sets.into_iter().map(|s| (s.key().clone(), s)).collect(),
+            });
+        }
+        let mirrors = MirrorTable::from_imports(imports);
         Ok(Registry::from_parts(Parts {
             policy,
             policy_revision,
@@ -274,6 +318,7 @@ impl Registry {
             clock_ms: state.clock_ms,
         })
         .with_drains(drains)
-        .with_acl(acl))
+        .with_acl(acl)
+        .with_mirrors(mirrors))
     }
 }

@@ -80,6 +80,8 @@ pub(crate) struct App {
     pub(crate) live_streams: Arc<tokio::sync::Semaphore>,
     /// Whole-set reads' endpoints, encoded once per service revision.
     pub(crate) read_cache: crate::read_cache::ReadCache,
+    /// This region's federation, when configured (SPEC G2).
+    pub(crate) federation: Option<Arc<crate::federation::Federation>>,
 }
 
 /// What the background parts of an [`App`] start from.
@@ -105,6 +107,8 @@ pub(crate) struct Background {
     pub(crate) xds: Arc<crate::xds::XdsState>,
     /// The convergence ledger, already on the node's apply path.
     pub(crate) convergence: Arc<crate::convergence::Convergence>,
+    /// This region's federation, when configured.
+    pub(crate) federation: Option<Arc<crate::federation::Federation>>,
 }
 
 impl App {
@@ -129,6 +133,7 @@ impl App {
             #[cfg(feature = "xds")]
             xds,
             convergence,
+            federation,
         } = background;
         App {
             node,
@@ -160,6 +165,7 @@ impl App {
             convergence,
             live_streams: Arc::new(tokio::sync::Semaphore::new(crate::live::MAX_STREAMS)),
             read_cache: crate::read_cache::ReadCache::default(),
+            federation,
         }
     }
 

@@ -97,7 +97,7 @@ pub(crate) fn need(method: &Method, route: &str) -> Option<Need> {
         ("POST", "/v1/leases/{tenant}") => Need::AnyService(Verb::Register),
         ("DELETE", "/v1/leases/{tenant}/{id}") => Need::AnyService(Verb::Deregister),
         ("PUT", "/v1/leases/{tenant}/{id}/renew") => Need::AnyService(Verb::Renew),
-        ("GET", "/v1/policy" | "/v1/cluster") => Need::Cluster(Verb::Read),
+        ("GET", "/v1/policy" | "/v1/cluster" | "/v1/federation/status") => Need::Cluster(Verb::Read),
         ("PUT", "/v1/policy") | ("POST", "/v1/cluster/members") | ("DELETE", "/v1/cluster/members/{id}") => {
             Need::Cluster(Verb::Admin)
         }

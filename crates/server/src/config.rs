@@ -93,6 +93,9 @@ pub struct ServerConfig {
     pub xds: XdsConfig,
     /// Convergence telemetry (SPEC O3): how subscribers' reports are kept.
     pub convergence: ConvergenceConfig,
+    /// Federation with peer regions (SPEC G1, G2): this region's name, what it mirrors of
+    /// each peer, failover policies. Off unless `region` is set.
+    pub federation: crate::federation::FederationConfig,
 }
 
 /// The audit trail's retention (SPEC S4): in memory, the newest `retention` records; see the
@@ -359,6 +362,7 @@ impl Default for ServerConfig {
             consul: ConsulConfig::default(),
             xds: XdsConfig::default(),
             convergence: ConvergenceConfig::default(),
+            federation: crate::federation::FederationConfig::default(),
         }
     }
 }

@@ -53,22 +53,7 @@ use tracing::Level;
 /// The endpoint a command addresses, and the incarnation it speaks for (an eviction speaks
 /// for none: 0).
 pub(crate) fn command_target(command: &Command) -> Option<(&ServiceKey, &InstanceId, Incarnation)> {
-    let target = match command {
-        // RegisterNext's incarnation is the registry's pick, made at apply: its target names 0.
-        Command::Register(register) | Command::RegisterNext(register) => &register.target,
-        Command::SetServing(set) => &set.target,
-        Command::Drain(drain) => &drain.target,
-        Command::Deregister(deregister) => &deregister.target,
-        Command::Evict(evict) => return Some((&evict.key, &evict.instance, Incarnation(0))),
-        Command::GrantLease(_)
-        | Command::RevokeLease(_)
-        | Command::ExpireLeases(_)
-        | Command::SetPolicy(_)
-        | Command::AclBootstrap(_)
-        | Command::CreateToken(_)
-        | Command::RevokeToken(_) => return None,
-    };
-    Some((&target.key, &target.instance, target.incarnation))
+    command.target()
 }
 
 /// The command's name, as the audit trail spells it.
@@ -86,6 +71,7 @@ fn verb(command: &Command) -> &'static str {
         Command::AclBootstrap(_) => "acl_bootstrap",
         Command::CreateToken(_) => "create_token",
         Command::RevokeToken(_) => "revoke_token",
+        Command::Mirror(_) => "mirror",
     }
 }
 

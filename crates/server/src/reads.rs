@@ -50,6 +50,11 @@ pub(crate) struct SnapshotQuery {
     /// `stale`, `default` or `consistent` (see the `consistency` module).
     #[serde(default)]
     consistency: Consistency,
+    /// In a federated region: add the service's sets mirrored from peer regions and its
+    /// failover decision to the first page (SPEC G1, G2). A service only mirrored here, not
+    /// registered locally, then reads as an empty local set.
+    #[serde(default)]
+    federation: bool,
 }
 
 /// The query of `GET /v1/registry/{tenant}/{namespace}`.
@@ -74,6 +79,10 @@ struct SnapshotReplyRef<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     next_page_token: Option<String>,
     protection_active: bool,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    mirrors: &'a [muster_core::federation::MirroredSet],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failover: Option<&'a muster_core::federation::FailoverDecision>,
 }
 
 /// Where a read starts: its revision and the instance to continue after.
@@ -145,6 +154,13 @@ pub(crate) async fn snapshot(
         (None, Some(_)) => return Err(ApiError::bad_request("wait: only meaningful with index")),
         (None, None) => {}
     }
+    if query.federation
+        && let Some(federation) = &app.federation
+    {
+        let mut response = federated_page(&app, federation, &key, &start, query.limit.unwrap_or(usize::MAX))?;
+        consistency::annotate(&app, &mut response);
+        return Ok(response);
+    }
     if start.at.is_none() && start.after.is_none() && query.limit.is_none() {
         let mut response = whole_set(&app, &key)?;
         consistency::annotate(&app, &mut response);
@@ -160,9 +176,50 @@ pub(crate) async fn snapshot(
             Some(at) => ApiError::not_found(format!("service {key} did not exist at revision {at}")),
             None => ApiError::not_found(format!("service {key} is not registered")),
         })?;
-    let mut response = page_response(&page, app.protection_active(&key));
+    let mut response = page_response(&page, app.protection_active(&key), &[], None);
     consistency::annotate(&app, &mut response);
     Ok(response)
+}
+
+/// A page with the service's mirrored sets and failover decision (on the first page of a
+/// current read only: a mirror has no past revisions here).
+fn federated_page(
+    app: &App,
+    federation: &crate::federation::Federation,
+    key: &ServiceKey,
+    start: &ReadAt,
+    limit: usize,
+) -> Result<Response, ApiError> {
+    let now_ms = app.clock.unix_now_ms();
+    let first_current = start.at.is_none() && start.after.is_none();
+    let (page, at, (mirrors, failover)) = app.node.read(|registry| {
+        let page = registry.page(key, start.at, start.after.as_ref(), limit)?;
+        let parts = if first_current {
+            let local = registry.snapshot(key);
+            crate::federation::federated_parts(federation, registry, key, local.as_deref(), now_ms)
+        } else {
+            (Vec::new(), None)
+        };
+        Ok::<_, muster_registry::ReadError>((page, registry.revision(), parts))
+    })?;
+    let page = match page {
+        Some(page) => page,
+        None if first_current && (!mirrors.is_empty() || failover.is_some()) => Page {
+            at,
+            revision: Revision::ZERO,
+            digest: Digest::EMPTY,
+            total: 0,
+            endpoints: Vec::new(),
+            next: None,
+        },
+        None => return Err(ApiError::not_found(format!("service {key} is not registered"))),
+    };
+    Ok(page_response(
+        &page,
+        app.protection_active(key),
+        &mirrors,
+        failover.as_ref(),
+    ))
 }
 
 /// The whole current set, its endpoints encoded once per service revision (`read_cache`).
@@ -201,7 +258,12 @@ fn whole_set(app: &App, key: &ServiceKey) -> Result<Response, ApiError> {
     Ok(response)
 }
 
-fn page_response(page: &Page, protection_active: bool) -> Response {
+fn page_response(
+    page: &Page,
+    protection_active: bool,
+    mirrors: &[muster_core::federation::MirroredSet],
+    failover: Option<&muster_core::federation::FailoverDecision>,
+) -> Response {
     let reply = SnapshotReplyRef {
         revision: page.at,
         service_revision: page.revision,
@@ -210,6 +272,8 @@ fn page_response(page: &Page, protection_active: bool) -> Response {
         endpoints: &page.endpoints,
         next_page_token: page.next.clone().map(|after| PageToken { at: page.at, after }.encode()),
         protection_active,
+        mirrors,
+        failover,
     };
     let mut response = Json(reply).into_response();
     response
@@ -319,6 +383,8 @@ mod tests {
             endpoints: endpoints.iter().map(|e| Endpoint::clone(e)).collect(),
             next_page_token: Some("20.a".into()),
             protection_active: true,
+            mirrors: Vec::new(),
+            failover: None,
         };
         let borrowed = SnapshotReplyRef {
             revision: Revision(20),
@@ -328,6 +394,8 @@ mod tests {
             endpoints: &endpoints,
             next_page_token: Some("20.a".into()),
             protection_active: true,
+            mirrors: &[],
+            failover: None,
         };
         assert_eq!(
             serde_json::to_string(&borrowed).unwrap(),

@@ -49,6 +49,7 @@ pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard, 
         .route(prometheus_sd::PATH, get(prometheus_sd::targets))
         .route("/v1/audit", get(audit::list))
         .route("/v1/cluster", get(membership::status))
+        .route("/v1/federation/status", get(crate::federation::status))
         .route("/v1/cluster/members", post(membership::add))
         .route("/v1/cluster/members/{id}", delete(membership::remove))
         .route(openapi::PATH, get(openapi::document))

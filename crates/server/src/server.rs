@@ -113,6 +113,7 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
         return Err(ServerError::Config("max_body_bytes: must be at least 1".into()));
     }
     config.health.brakes().map_err(ServerError::Config)?;
+    config.federation.resolve().map_err(ServerError::Config)?;
     config.cluster().map_err(ServerError::Config)?;
     config.limits.check().map_err(ServerError::Config)?;
     config
@@ -153,6 +154,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         .targets(!config.auth.enabled)
         .map_err(ServerError::Config)?;
     let hub = WatchHub::new(config.watch_queue_frames);
+    let federation = config.federation.resolve().map_err(ServerError::Config)?;
     let (leader_feed, leader_messages) = leader::channel();
     let (token_watch, acl_changes) = TokenWatch::new();
     let audit = Arc::new(AuditLog::new(config.audit.retention, random_epoch()));
@@ -298,6 +300,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
             #[cfg(feature = "xds")]
             xds: xds_state,
             convergence,
+            federation: federation.clone(),
         },
         config.registry.clone(),
     ));
@@ -393,6 +396,13 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     // One timer for every watch stream's `progress` frames; it ends when the hub closes.
     tokio::spawn(Arc::clone(&app.hub).run_progress_ticker(app.progress_interval));
     tokio::spawn(crate::convergence::run_sweeper(Arc::clone(&app), stopping_rx.clone()));
+    if let Some(federation) = federation {
+        tokio::spawn(crate::federation::run(
+            Arc::clone(&app),
+            federation,
+            stopping_rx.clone(),
+        ));
+    }
     let leader = tokio::spawn(leader::run(Arc::clone(&app), leader_messages, stopping_rx));
     // Ends when the server starts stopping (or the node stops).
     tokio::spawn(crate::metrics::follow_leader(Arc::clone(&app)));

@@ -92,6 +92,9 @@ pub struct SnapshotQuery {
     pub limit: Option<usize>,
     /// The previous page's `next_page_token`.
     pub page_token: Option<String>,
+    /// In a federated region, the service's mirrored sets and failover decision too (on
+    /// the first page; SPEC G1, G2).
+    pub federation: bool,
 }
 
 /// The optional parts of a convergence read (SPEC O3).
@@ -504,6 +507,9 @@ impl Client {
         if let Some(token) = &query.page_token {
             params.push(format!("page_token={}", percent_encode(token)));
         }
+        if query.federation {
+            params.push("federation=true".into());
+        }
         let mut path = format!("/v1/registry/{}/{}/{}", key.tenant, key.namespace, key.service);
         if !params.is_empty() {
             path.push('?');
@@ -518,10 +524,32 @@ impl Client {
         key: &ServiceKey,
         revision: Option<Revision>,
     ) -> Result<SnapshotReply, ClientError> {
-        let mut query = SnapshotQuery {
+        let query = SnapshotQuery {
             revision,
             ..SnapshotQuery::default()
         };
+        self.snapshot_pages(key, query).await
+    }
+
+    /// The whole current set with, in a federated region, the service's sets mirrored from
+    /// peer regions and its failover decision (SPEC G1, G2). A service only mirrored here
+    /// reads as an empty local set with its mirrors.
+    pub async fn snapshot_federated(&self, key: &ServiceKey) -> Result<SnapshotReply, ClientError> {
+        let query = SnapshotQuery {
+            federation: true,
+            ..SnapshotQuery::default()
+        };
+        self.snapshot_pages(key, query).await
+    }
+
+    /// `GET /v1/federation/status`: this region's mirrors of its peers and its failover
+    /// decisions (SPEC G2).
+    pub async fn federation_status(&self) -> Result<muster_core::federation::FederationStatusReply, ClientError> {
+        self.call(Method::GET, "/v1/federation/status", None::<&()>).await
+    }
+
+    /// Every page of a read, joined into one reply.
+    async fn snapshot_pages(&self, key: &ServiceKey, mut query: SnapshotQuery) -> Result<SnapshotReply, ClientError> {
         let mut whole = self.snapshot(key, &query).await?;
         for _ in 0..MAX_PAGES {
             let Some(token) = whole.next_page_token.take() else {

@@ -109,6 +109,8 @@ fn subject(command: &Command) -> Subject<'_> {
             accessor: Some(&revoke.accessor),
             ..Subject::of("revoke_token")
         },
+        // A peer region's history, applied as it was: not an endpoint write of this region.
+        Command::Mirror(_) => Subject::of("mirror"),
     }
 }
 

@@ -1,0 +1,249 @@
+//! Cross-region failover as a policy with capacity admission (SPEC G1, C4): pure.
+//!
+//! Callers use their own region's endpoints. When too few of them are eligible, a share of
+//! traffic spills to the first failover region, in the policy's order, whose eligible
+//! capacity can take it; never to one that cannot, never to one whose mirror is past its
+//! stale budget, and never to "every region". Once spilling, traffic comes back only when
+//! the local set is above its minimum by the recover margin (hysteresis), and a region
+//! already taking the spill keeps it while it can (no flapping between regions).
+
+use muster_core::federation::{
+    Candidate, CandidateVerdict, FailoverDecision, FailoverPolicy, FailoverReason, MirrorState,
+};
+use muster_core::{Endpoint, Label};
+
+/// What a set offers: counts and capacity (capacity hint, 1 when absent, × weight).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SetSummary {
+    /// Endpoints that may get new work.
+    pub eligible: u32,
+    /// Endpoints in any state.
+    pub total: u32,
+    /// The capacity of the eligible ones.
+    pub eligible_capacity: u64,
+    /// The capacity of all of them: what the set offers when every endpoint serves.
+    pub nominal_capacity: u64,
+}
+
+impl SetSummary {
+    /// Sums a set; `ready` is eligible, `degraded` only when `accept_degraded`.
+    pub fn of<'a>(endpoints: impl IntoIterator<Item = &'a Endpoint>, accept_degraded: bool) -> SetSummary {
+        let mut summary = SetSummary::default();
+        for endpoint in endpoints {
+            let capacity = u64::from(endpoint.capacity.unwrap_or(1)) * u64::from(endpoint.weight);
+            summary.total += 1;
+            summary.nominal_capacity += capacity;
+            if endpoint.serving.is_eligible(accept_degraded) {
+                summary.eligible += 1;
+                summary.eligible_capacity += capacity;
+            }
+        }
+        summary
+    }
+}
+
+/// A failover region as the importing region holds it: `None` when nothing of the service
+/// is mirrored from it.
+pub type Mirrored = Option<(MirrorState, SetSummary)>;
+
+/// Decides where a service's traffic goes now. `previous` is the last decision for the same
+/// service (hysteresis and stickiness); `regions` gives each of the policy's failover
+/// regions in order, as [`Mirrored`].
+pub fn decide(
+    policy: &FailoverPolicy,
+    previous: Option<&FailoverDecision>,
+    local: SetSummary,
+    regions: &[(Label, Mirrored)],
+) -> FailoverDecision {
+    let by_percent = (u64::from(local.total) * u64::from(policy.min_eligible_percent)).div_ceil(100);
+    let required = policy.min_eligible.max(u32::try_from(by_percent).unwrap_or(u32::MAX));
+    let spilling = previous.is_some_and(|p| p.spill);
+    let margin = if spilling { policy.recover_margin } else { 0 };
+    let mut decision = FailoverDecision {
+        spill: false,
+        region: None,
+        share_percent: 0,
+        reason: FailoverReason::LocalSufficient,
+        local_eligible: local.eligible,
+        local_total: local.total,
+        required,
+        spill_capacity: 0,
+        candidates: Vec::new(),
+    };
+    if local.eligible >= required.saturating_add(margin) {
+        return decision;
+    }
+    let (reason, share) = if local.eligible >= required {
+        // Back at the minimum, not yet above it by the margin: the spill holds as it was.
+        (FailoverReason::Recovering, previous.map_or(0, |p| p.share_percent))
+    } else {
+        let missing = u64::from(required - local.eligible);
+        let share = (100 * missing).div_ceil(u64::from(required.max(1)));
+        (FailoverReason::LocalBelowMinimum, share.min(100) as u8)
+    };
+    let share = share.min(policy.max_spill_percent);
+    // Nothing local at all: a region must at least have something eligible.
+    let spill_capacity = (local.nominal_capacity * u64::from(share)).div_ceil(100).max(1);
+    let sticky = previous.and_then(|p| p.region.as_ref());
+    let admissible = |mirrored: &Mirrored| match mirrored {
+        None => CandidateVerdict::NotMirrored,
+        Some((MirrorState::Unavailable, _)) => CandidateVerdict::Unavailable,
+        Some((MirrorState::Available, s)) if s.eligible == 0 || s.eligible_capacity < spill_capacity => {
+            CandidateVerdict::InsufficientCapacity
+        }
+        Some((MirrorState::Available, _)) => CandidateVerdict::Admitted,
+    };
+    let chosen = sticky
+        .filter(|r| {
+            regions
+                .iter()
+                .any(|(name, m)| name == *r && admissible(m) == CandidateVerdict::Admitted)
+        })
+        .or_else(|| {
+            regions
+                .iter()
+                .find(|(_, m)| admissible(m) == CandidateVerdict::Admitted)
+                .map(|(name, _)| name)
+        })
+        .cloned();
+    decision.candidates = regions
+        .iter()
+        .map(|(name, mirrored)| Candidate {
+            region: name.clone(),
+            verdict: match admissible(mirrored) {
+                CandidateVerdict::Admitted if chosen.as_ref() != Some(name) => CandidateVerdict::NotConsidered,
+                verdict => verdict,
+            },
+            capacity: mirrored.map_or(0, |(_, s)| s.eligible_capacity),
+        })
+        .collect();
+    decision.spill_capacity = spill_capacity;
+    match chosen {
+        Some(region) if share > 0 => {
+            decision.spill = true;
+            decision.region = Some(region);
+            decision.share_percent = share;
+            decision.reason = reason;
+        }
+        _ => decision.reason = FailoverReason::NoRegionAdmitted,
+    }
+    decision
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> FailoverPolicy {
+        FailoverPolicy {
+            service: "prod/api".into(),
+            failover: vec![label("a"), label("c")],
+            min_eligible: 2,
+            min_eligible_percent: 0,
+            max_spill_percent: 100,
+            recover_margin: 1,
+        }
+    }
+
+    fn label(name: &str) -> Label {
+        Label::new("region", name).unwrap()
+    }
+
+    fn set(eligible: u32, total: u32, capacity_each: u64) -> SetSummary {
+        SetSummary {
+            eligible,
+            total,
+            eligible_capacity: u64::from(eligible) * capacity_each,
+            nominal_capacity: u64::from(total) * capacity_each,
+        }
+    }
+
+    fn available(summary: SetSummary) -> Mirrored {
+        Some((MirrorState::Available, summary))
+    }
+
+    #[test]
+    fn enough_local_endpoints_spill_nothing() {
+        let d = decide(
+            &policy(),
+            None,
+            set(3, 3, 100),
+            &[(label("a"), available(set(9, 9, 100)))],
+        );
+        assert!(!d.spill);
+        assert_eq!(d.reason, FailoverReason::LocalSufficient);
+    }
+
+    #[test]
+    fn below_the_minimum_spills_to_the_first_region_with_capacity_not_to_one_without() {
+        let regions = [
+            (label("a"), available(set(1, 1, 100))),
+            (label("c"), available(set(8, 8, 100))),
+        ];
+        // 1 of 4 eligible, 2 required: half the traffic (200 of 400 units) must go.
+        let d = decide(&policy(), None, set(1, 4, 100), &regions);
+        assert!(d.spill);
+        assert_eq!(d.region, Some(label("c")));
+        assert_eq!((d.share_percent, d.spill_capacity), (50, 200));
+        assert_eq!(d.candidates[0].verdict, CandidateVerdict::InsufficientCapacity);
+        assert_eq!(d.candidates[1].verdict, CandidateVerdict::Admitted);
+    }
+
+    #[test]
+    fn an_unavailable_or_unmirrored_region_is_never_chosen() {
+        let regions = [
+            (label("a"), Some((MirrorState::Unavailable, set(9, 9, 100)))),
+            (label("c"), None),
+        ];
+        let d = decide(&policy(), None, set(0, 4, 100), &regions);
+        assert!(!d.spill);
+        assert_eq!(d.reason, FailoverReason::NoRegionAdmitted);
+        let verdicts: Vec<_> = d.candidates.iter().map(|c| c.verdict).collect();
+        assert_eq!(verdicts, [CandidateVerdict::Unavailable, CandidateVerdict::NotMirrored]);
+    }
+
+    #[test]
+    fn recovery_waits_for_the_margin_then_moves_traffic_back() {
+        let regions = [(label("a"), available(set(9, 9, 100)))];
+        let spilled = decide(&policy(), None, set(1, 4, 100), &regions);
+        assert!(spilled.spill);
+        // Back at the minimum of 2: held (hysteresis), not flapping back.
+        let held = decide(&policy(), Some(&spilled), set(2, 4, 100), &regions);
+        assert!(held.spill);
+        assert_eq!(held.reason, FailoverReason::Recovering);
+        assert_eq!(held.share_percent, spilled.share_percent);
+        // Minimum plus the margin: traffic comes home.
+        let home = decide(&policy(), Some(&held), set(3, 4, 100), &regions);
+        assert!(!home.spill);
+        assert_eq!(home.reason, FailoverReason::LocalSufficient);
+        // Without a previous spill, 2 eligible was already enough.
+        assert!(!decide(&policy(), None, set(2, 4, 100), &regions).spill);
+    }
+
+    #[test]
+    fn a_region_taking_the_spill_keeps_it_while_it_can() {
+        let both = [
+            (label("a"), available(set(9, 9, 100))),
+            (label("c"), available(set(9, 9, 100))),
+        ];
+        let only_c = [(label("a"), available(set(0, 9, 100))), both[1].clone()];
+        let to_c = decide(&policy(), None, set(0, 4, 100), &only_c);
+        assert_eq!(to_c.region, Some(label("c")));
+        // `a` can take it again, but `c` already does: no move.
+        let still_c = decide(&policy(), Some(&to_c), set(0, 4, 100), &both);
+        assert_eq!(still_c.region, Some(label("c")));
+    }
+
+    #[test]
+    fn the_spill_is_capped_by_the_policy() {
+        let mut capped = policy();
+        capped.max_spill_percent = 30;
+        let d = decide(
+            &capped,
+            None,
+            set(0, 4, 100),
+            &[(label("a"), available(set(9, 9, 100)))],
+        );
+        assert_eq!((d.spill, d.share_percent, d.spill_capacity), (true, 30, 120));
+    }
+}

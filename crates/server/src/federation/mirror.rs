@@ -1,0 +1,294 @@
+//! The mirrors: while this node leads its region, one task per (peer, import) watches the
+//! peer's API and proposes what it hears as [`Command::Mirror`]s (SPEC G2).
+//!
+//! ```text
+//!  open watch (from the replicated cursor; none: snapshot*) ──frames──▶ batch of ready frames
+//!     snapshot* progress(R) ──▶ Mirror{Replace(sets), cursor R}
+//!     update*               ──▶ Mirror{Updates, cursor = last revision}
+//!     progress(R), quiet    ──▶ Mirror{Progress, cursor R}, at most once per heartbeat
+//!     compacted / resync / refused as a gap ──▶ a fresh snapshot
+//!     closing / end / lost ──▶ resume from the cursor (after a jittered backoff when lost)
+//! ```
+//! The cursor lives in the replicated mirror table, so a new leader resumes where the old
+//! one's last committed mirror left off: no re-list while the peer's history covers it.
+//! Proposals go through [`Node::propose_as_leader`](muster_consensus::Node): a deposed
+//! leader's mirror cannot commit, and the registry refuses a cursor that steps back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use muster_client::Client;
+use muster_core::api::Frame;
+use muster_core::federation::ImportScope;
+use muster_core::{Actor, ErrorCode, Principal, Revision, ServiceKey, ServiceSnapshot, ServiceUpdate};
+use muster_registry::{Command, Mirror, MirrorChange};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::{Federation, Peer};
+use crate::app::App;
+
+/// How often leadership is checked.
+const LEADERSHIP_POLL: Duration = Duration::from_millis(200);
+/// The most frames one proposal carries.
+const MAX_BATCH: usize = 512;
+/// Reconnect backoff after a failure: from the first value, doubling, to the last.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(5));
+/// A watch silent this long is lost (peers send `progress` every few seconds).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Runs the mirrors while this node leads, until the server stops.
+pub(crate) async fn run(app: Arc<App>, federation: Arc<Federation>, mut stopping: watch::Receiver<bool>) {
+    loop {
+        let term = loop {
+            if *stopping.borrow() {
+                return;
+            }
+            if let Some(term) = app.node.leading_term() {
+                break term;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(LEADERSHIP_POLL) => {}
+                _ = stopping.changed() => {}
+            }
+        };
+        let mut tasks = JoinSet::new();
+        for peer in &federation.peers {
+            for import in &peer.imports {
+                let (app, federation) = (Arc::clone(&app), Arc::clone(&federation));
+                let (peer, import) = (peer.clone(), import.clone());
+                tasks.spawn(async move { follow(&app, &federation, &peer, &import).await });
+            }
+        }
+        while app.node.leading_term() == Some(term) && !*stopping.borrow() {
+            tokio::select! {
+                () = tokio::time::sleep(LEADERSHIP_POLL) => {}
+                _ = stopping.changed() => {}
+            }
+        }
+        tasks.abort_all();
+        for link in federation
+            .links
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values_mut()
+        {
+            link.connected = false;
+        }
+    }
+}
+
+/// How one watch ended.
+enum Ended {
+    /// The peer closed it (stopping, or the stream ended): resume from the cursor.
+    Resume,
+    /// The mirror must start over from a fresh snapshot.
+    Resnapshot(String),
+    /// The peer could not be reached or followed.
+    Failed(String),
+}
+
+async fn follow(app: &App, federation: &Federation, peer: &Peer, import: &ImportScope) {
+    let mut builder = Client::builder(peer.url.clone());
+    if let Some(token) = &peer.token {
+        builder = builder.token(token.clone());
+    }
+    let client = match builder.build() {
+        Ok(client) => client,
+        Err(err) => {
+            federation.with_link(&peer.name, import, |l| l.last_error = Some(err.to_string()));
+            return;
+        }
+    };
+    let mut fresh = false;
+    let mut backoff = BACKOFF.0;
+    loop {
+        let ended = follow_once(app, federation, peer, import, &client, fresh).await;
+        federation.with_link(&peer.name, import, |l| l.connected = false);
+        match ended {
+            Ended::Resume => {
+                fresh = false;
+                backoff = BACKOFF.0;
+            }
+            Ended::Resnapshot(why) => {
+                tracing::info!(region = %peer.name, %import, why, "mirror: taking a fresh snapshot");
+                federation.with_link(&peer.name, import, |l| {
+                    l.resnapshots += 1;
+                    l.last_error = Some(why);
+                });
+                fresh = true;
+            }
+            Ended::Failed(why) => {
+                tracing::debug!(region = %peer.name, %import, why, "mirror: peer unreachable");
+                federation.with_link(&peer.name, import, |l| l.last_error = Some(why));
+                // Jitter from the clock's low bits: reconnecting mirrors do not move in step.
+                let jitter = u64::from(app.clock.unix_now_ms().to_le_bytes()[0]) % 100;
+                let pause = backoff.mul_f64(0.5 + jitter as f64 / 200.0);
+                tokio::time::sleep(pause).await;
+                backoff = (backoff * 2).min(BACKOFF.1);
+            }
+        }
+    }
+}
+
+async fn follow_once(
+    app: &App,
+    federation: &Federation,
+    peer: &Peer,
+    import: &ImportScope,
+    client: &Client,
+    fresh: bool,
+) -> Ended {
+    let held = app.node.read(|r| r.mirror(&peer.name, import).map(|m| m.cursor));
+    let from = held.filter(|c| !fresh && *c > Revision::ZERO);
+    let opened = match &import.service {
+        Some(service) => {
+            let key = ServiceKey {
+                tenant: import.namespace.tenant.clone(),
+                namespace: import.namespace.namespace.clone(),
+                service: service.clone(),
+            };
+            client.watch_service(&key, from, IDLE_TIMEOUT).await
+        }
+        None => client.watch_namespace(&import.namespace, from, IDLE_TIMEOUT).await,
+    };
+    let mut watch = match opened {
+        Ok(watch) => watch,
+        Err(err) => return Ended::Failed(err.to_string()),
+    };
+    federation.with_link(&peer.name, import, |l| {
+        l.connected = true;
+        l.last_error = None;
+    });
+    let mirror = Mirroring {
+        app,
+        federation,
+        peer,
+        import,
+    };
+    // Before the first progress frame of a watch without a cursor, the peer sends every set.
+    let mut snapshots: Option<Vec<ServiceSnapshot>> = from.is_none().then(Vec::new);
+    let mut last_heard: Option<Instant> = None;
+    loop {
+        let first = match watch.next_frame().await {
+            Ok(Some((_, frame))) => frame,
+            Ok(None) => return Ended::Resume,
+            Err(err) => return Ended::Failed(err.to_string()),
+        };
+        let mut frames = vec![first];
+        while frames.len() < MAX_BATCH {
+            match watch.next_frame().now_or_never() {
+                Some(Ok(Some((_, frame)))) => frames.push(frame),
+                _ => break,
+            }
+        }
+        let mut updates: Vec<ServiceUpdate> = Vec::new();
+        let mut cursor: Option<Revision> = None;
+        let mut ended = None;
+        for frame in frames {
+            match frame {
+                Frame::Snapshot { snapshot, .. } => {
+                    if let Some(sets) = snapshots.as_mut() {
+                        sets.push(snapshot);
+                    }
+                }
+                Frame::Update(update) => {
+                    cursor = Some(update.revision);
+                    updates.push(update);
+                }
+                Frame::Progress { revision } => {
+                    mirror.seen(revision);
+                    match snapshots.take() {
+                        Some(sets) => {
+                            if let Err(ended) = mirror.propose(revision, MirrorChange::Replace(sets)).await {
+                                return ended;
+                            }
+                            last_heard = Some(Instant::now());
+                        }
+                        None => cursor = cursor.max(Some(revision)),
+                    }
+                }
+                Frame::Error { error, .. } if error.code == ErrorCode::Compacted.as_str() => {
+                    ended = Some(Ended::Resnapshot(format!(
+                        "the peer compacted past the cursor: {}",
+                        error.message
+                    )));
+                    break;
+                }
+                Frame::Error { error, .. } => {
+                    ended = Some(Ended::Failed(format!("{}: {}", error.code, error.message)));
+                    break;
+                }
+                Frame::Resync { .. } => {
+                    ended = Some(Ended::Resnapshot("the peer asked for a resync".into()));
+                    break;
+                }
+                Frame::Closing { .. } => {
+                    ended = Some(Ended::Resume);
+                    break;
+                }
+            }
+        }
+        if let Some(cursor) = cursor {
+            mirror.seen(cursor);
+            let quiet = updates.is_empty();
+            let due = last_heard.is_none_or(|at| at.elapsed() >= federation.heartbeat);
+            if !quiet || due {
+                let change = if quiet {
+                    MirrorChange::Progress
+                } else {
+                    MirrorChange::Updates(updates)
+                };
+                if let Err(ended) = mirror.propose(cursor, change).await {
+                    return ended;
+                }
+                last_heard = Some(Instant::now());
+            }
+        }
+        if let Some(ended) = ended {
+            return ended;
+        }
+    }
+}
+
+/// One import's mirror, proposing.
+struct Mirroring<'a> {
+    app: &'a App,
+    federation: &'a Federation,
+    peer: &'a Peer,
+    import: &'a ImportScope,
+}
+
+impl Mirroring<'_> {
+    /// Notes the newest peer revision the watch has shown.
+    fn seen(&self, revision: Revision) {
+        self.federation.with_link(&self.peer.name, self.import, |l| {
+            l.peer_revision = l.peer_revision.max(revision);
+        });
+    }
+
+    async fn propose(&self, cursor: Revision, change: MirrorChange) -> Result<(), Ended> {
+        let command = Command::Mirror(Mirror {
+            region: self.peer.name.clone(),
+            import: self.import.clone(),
+            cursor,
+            change,
+        });
+        let principal = Principal::new(&format!("muster-mirror:{}", self.peer.name)).expect("a valid principal");
+        match self
+            .app
+            .node
+            .propose_as_leader(command, self.app.meta_as(Actor::Owner, &principal))
+            .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(rejection)) if rejection.error_code() == ErrorCode::MirrorGap => {
+                Err(Ended::Resnapshot(rejection.to_string()))
+            }
+            Ok(Err(rejection)) => Err(Ended::Failed(rejection.to_string())),
+            Err(err) => Err(Ended::Failed(format!("not committed here: {err}"))),
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! Federation (SPEC G1, G2): this region mirrors what it imports from its peer regions, and
+//! reads carry the mirrored sets and a failover decision beside the local set.
+//!
+//! ```text
+//!  peer region's API ──watch (resume by revision)──▶ mirror task (leader only, `mirror.rs`)
+//!        ──Command::Mirror──▶ Raft log ──▶ registry's mirror table (every replica)
+//!  read (federation=true) ──▶ local set + mirrored sets (age, state) + failover decision
+//! ```
+//!
+//! The mirror table is replicated state; what only the leader knows (whether a watch is
+//! open, the newest peer revision seen) lives in [`Links`].
+
+mod mirror;
+mod read;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use muster_core::federation::{FailoverDecision, FailoverPolicy, ImportScope, MirrorState};
+use muster_core::{Label, Revision, ServiceKey};
+use serde::{Deserialize, Serialize};
+
+pub(crate) use mirror::run;
+pub(crate) use read::{federated_parts, status};
+
+/// The `[federation]` section: this region's name, its peers and failover policies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FederationConfig {
+    /// This region's name, a DNS label. Absent: the node is not federated.
+    pub region: Option<String>,
+    /// How long a mirrored set stays usable after its mirror last heard from the source
+    /// region: 30 s. Past it the set is `unavailable`: kept, reported, never failed over to.
+    pub stale_budget_ms: u64,
+    /// How often a mirror records that a quiet peer is still there: 1 s (the resolution of
+    /// a mirrored set's age).
+    pub heartbeat_ms: u64,
+    /// The peer regions (`[[federation.peer]]`).
+    #[serde(rename = "peer")]
+    pub peers: Vec<PeerConfig>,
+    /// Failover policies (`[[federation.policy]]`), first match wins.
+    #[serde(rename = "policy")]
+    pub policies: Vec<FailoverPolicy>,
+}
+
+impl Default for FederationConfig {
+    fn default() -> FederationConfig {
+        FederationConfig {
+            region: None,
+            stale_budget_ms: 30_000,
+            heartbeat_ms: 1_000,
+            peers: Vec::new(),
+            policies: Vec::new(),
+        }
+    }
+}
+
+/// One peer region (`[[federation.peer]]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerConfig {
+    /// The peer's region name.
+    pub name: String,
+    /// Its HTTP API (`http://host:port`).
+    pub url: String,
+    /// What to mirror: `namespace/*` or `namespace/service`.
+    pub import: Vec<String>,
+    /// The tenant imported: `default`.
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
+    /// A token of the peer with `watch` on what is imported, when the peer has auth on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+fn default_tenant() -> String {
+    "default".into()
+}
+
+/// A peer with its names checked.
+#[derive(Debug, Clone)]
+pub(crate) struct Peer {
+    pub(crate) name: Label,
+    pub(crate) url: String,
+    pub(crate) token: Option<String>,
+    pub(crate) imports: Vec<ImportScope>,
+}
+
+/// What only the leader's mirror knows about one import.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Link {
+    pub(crate) connected: bool,
+    pub(crate) peer_revision: Revision,
+    pub(crate) resnapshots: u64,
+    pub(crate) last_error: Option<String>,
+}
+
+/// Leader-local link state, by (region, import).
+pub(crate) type Links = Mutex<BTreeMap<(Label, ImportScope), Link>>;
+
+/// A federated node's configuration, checked, with its live state.
+#[derive(Debug)]
+pub(crate) struct Federation {
+    pub(crate) region: Label,
+    pub(crate) stale_budget_ms: u64,
+    pub(crate) heartbeat: Duration,
+    pub(crate) peers: Vec<Peer>,
+    policies: Vec<(ImportScope, FailoverPolicy)>,
+    pub(crate) links: Links,
+    /// The last decision per service: what hysteresis and stickiness start from.
+    decisions: Mutex<HashMap<ServiceKey, FailoverDecision>>,
+}
+
+impl FederationConfig {
+    /// Checks the section; `None` when the node is not federated.
+    pub(crate) fn resolve(&self) -> Result<Option<Arc<Federation>>, String> {
+        let Some(region) = &self.region else {
+            if !self.peers.is_empty() || !self.policies.is_empty() {
+                return Err("federation: peers and policies need `region`, this region's name".into());
+            }
+            return Ok(None);
+        };
+        let region = Label::new("federation.region", region).map_err(|e| e.to_string())?;
+        if self.stale_budget_ms == 0 || self.heartbeat_ms == 0 || self.heartbeat_ms > self.stale_budget_ms {
+            return Err(
+                "federation: stale_budget_ms and heartbeat_ms must be at least 1, heartbeat_ms at most stale_budget_ms"
+                    .into(),
+            );
+        }
+        let mut peers: Vec<Peer> = Vec::new();
+        for peer in &self.peers {
+            let name = Label::new("federation.peer.name", &peer.name).map_err(|e| e.to_string())?;
+            if name == region || peers.iter().any(|p| p.name == name) {
+                return Err(format!(
+                    "federation.peer '{name}': each peer is another region, named once"
+                ));
+            }
+            if !(peer.url.starts_with("http://") || peer.url.starts_with("https://")) {
+                return Err(format!(
+                    "federation.peer '{name}': url '{}' is not http://host:port or https://host:port",
+                    peer.url
+                ));
+            }
+            let mut imports: Vec<ImportScope> = Vec::new();
+            for text in &peer.import {
+                let import = ImportScope::parse(&peer.tenant, text)
+                    .map_err(|e| format!("federation.peer '{name}': import: {e}"))?;
+                if let Some(other) = imports.iter().find(|i| i.overlaps(&import)) {
+                    return Err(format!(
+                        "federation.peer '{name}': imports '{other}' and '{import}' overlap"
+                    ));
+                }
+                imports.push(import);
+            }
+            if imports.is_empty() {
+                return Err(format!("federation.peer '{name}': import names nothing"));
+            }
+            peers.push(Peer {
+                name,
+                url: peer.url.trim_end_matches('/').to_owned(),
+                token: peer.token.clone(),
+                imports,
+            });
+        }
+        let mut policies = Vec::new();
+        for policy in &self.policies {
+            let scope = ImportScope::parse("default", &policy.service)
+                .map_err(|e| format!("federation.policy '{}': {e}", policy.service))?;
+            if policy.failover.is_empty() || policy.min_eligible_percent > 100 || policy.max_spill_percent > 100 {
+                return Err(format!(
+                    "federation.policy '{}': failover names no region, or a percentage is above 100",
+                    policy.service
+                ));
+            }
+            if let Some(unknown) = policy.failover.iter().find(|r| !peers.iter().any(|p| p.name == **r)) {
+                return Err(format!(
+                    "federation.policy '{}': failover region '{unknown}' is not a peer",
+                    policy.service
+                ));
+            }
+            policies.push((scope, policy.clone()));
+        }
+        Ok(Some(Arc::new(Federation {
+            region,
+            stale_budget_ms: self.stale_budget_ms,
+            heartbeat: Duration::from_millis(self.heartbeat_ms),
+            peers,
+            policies,
+            links: Mutex::default(),
+            decisions: Mutex::default(),
+        })))
+    }
+}
+
+impl Federation {
+    /// The policy that covers `key`, if any (first match; policies name the default tenant's
+    /// services unless their tenant matches).
+    pub(crate) fn policy(&self, key: &ServiceKey) -> Option<&FailoverPolicy> {
+        self.policies
+            .iter()
+            .find(|(scope, _)| {
+                scope.namespace.namespace == key.namespace && scope.service.as_ref().is_none_or(|s| *s == key.service)
+            })
+            .map(|(_, policy)| policy)
+    }
+
+    /// Whether a set last heard of at `synced_at_ms` may still be used at `now_ms`.
+    pub(crate) fn state(&self, synced_at_ms: u64, now_ms: u64) -> MirrorState {
+        if now_ms.saturating_sub(synced_at_ms) <= self.stale_budget_ms {
+            MirrorState::Available
+        } else {
+            MirrorState::Unavailable
+        }
+    }
+
+    pub(crate) fn with_link<T>(&self, region: &Label, import: &ImportScope, f: impl FnOnce(&mut Link) -> T) -> T {
+        let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
+        f(links.entry((region.clone(), import.clone())).or_default())
+    }
+
+    /// Records a decision, returning the previous one (hysteresis starts from it).
+    fn remember(
+        &self,
+        key: &ServiceKey,
+        decide: impl FnOnce(Option<&FailoverDecision>) -> FailoverDecision,
+    ) -> FailoverDecision {
+        let mut decisions = self.decisions.lock().unwrap_or_else(PoisonError::into_inner);
+        let decision = decide(decisions.get(key));
+        decisions.insert(key.clone(), decision.clone());
+        decision
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(toml_text: &str) -> FederationConfig {
+        toml::from_str(toml_text).unwrap()
+    }
+
+    #[test]
+    fn the_documented_section_resolves() {
+        let federation = config(
+            r#"
+            region = "b"
+            [[peer]]
+            name = "a"
+            url = "http://127.0.0.1:7070"
+            import = ["prod/*"]
+            "#,
+        )
+        .resolve()
+        .unwrap()
+        .unwrap();
+        assert_eq!(federation.region.as_str(), "b");
+        assert_eq!(federation.peers[0].imports[0].to_string(), "prod/*");
+    }
+
+    #[test]
+    fn bad_sections_are_refused_with_the_field_named() {
+        for (text, expect) in [
+            (
+                r#"[[peer]]
+                name = "a"
+                url = "http://x"
+                import = ["prod/*"]"#,
+                "need `region`",
+            ),
+            (
+                r#"region = "b"
+                [[peer]]
+                name = "b"
+                url = "http://x"
+                import = ["prod/*"]"#,
+                "another region",
+            ),
+            (
+                r#"region = "b"
+                [[peer]]
+                name = "a"
+                url = "x:1"
+                import = ["prod/*"]"#,
+                "url",
+            ),
+            (
+                r#"region = "b"
+                [[peer]]
+                name = "a"
+                url = "http://x"
+                import = ["prod/*", "prod/api"]"#,
+                "overlap",
+            ),
+            (
+                r#"region = "b"
+                [[peer]]
+                name = "a"
+                url = "http://x"
+                import = ["prod"]"#,
+                "import",
+            ),
+            (
+                r#"region = "b"
+                [[policy]]
+                service = "prod/api"
+                failover = ["z"]"#,
+                "not a peer",
+            ),
+            (r#"region = "B!""#, "federation.region"),
+        ] {
+            let err = config(text).resolve().unwrap_err();
+            assert!(err.contains(expect), "{text}: {err}");
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! What reads show of federation: a service's mirrored sets with their age and state, its
+//! failover decision (SPEC G1, G2), and `GET /v1/federation/status`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use muster_client::failover::{Mirrored, SetSummary, decide};
+use muster_core::federation::{
+    FailoverDecision, FederationStatusReply, ImportStatus, MirroredService, MirroredSet, PeerStatus, ServiceDecision,
+};
+use muster_core::{Endpoint, ServiceKey, ServiceSnapshot};
+use muster_registry::{MirrorImport, Registry};
+
+use super::Federation;
+use crate::app::App;
+use crate::error::ApiError;
+
+/// A service's mirrored sets and failover decision at `now_ms` (unix ms), from the registry
+/// as it is. `local` is the local set (absent: not registered here).
+pub(crate) fn federated_parts(
+    federation: &Federation,
+    registry: &Registry,
+    key: &ServiceKey,
+    local: Option<&ServiceSnapshot>,
+    now_ms: u64,
+) -> (Vec<MirroredSet>, Option<FailoverDecision>) {
+    let mirrors: Vec<MirroredSet> = registry
+        .mirrored(key)
+        .map(|(import, set)| mirrored_set(federation, import, set, now_ms))
+        .collect();
+    let decision = federation.policy(key).map(|policy| {
+        let local = local.map_or_else(SetSummary::default, |set| {
+            SetSummary::of(set.iter().map(|e| &**e), false)
+        });
+        let regions: Vec<_> = policy
+            .failover
+            .iter()
+            .map(|region| {
+                let mirrored: Mirrored = mirrors
+                    .iter()
+                    .find(|m| m.source_region == *region)
+                    .map(|m| (m.state, SetSummary::of(m.endpoints.iter(), false)));
+                (region.clone(), mirrored)
+            })
+            .collect();
+        federation.remember(key, |previous| decide(policy, previous, local, &regions))
+    });
+    (mirrors, decision)
+}
+
+fn mirrored_set(federation: &Federation, import: &MirrorImport, set: &ServiceSnapshot, now_ms: u64) -> MirroredSet {
+    let endpoints: Vec<Endpoint> = set.iter().map(|e| Endpoint::clone(e)).collect();
+    let summary = SetSummary::of(endpoints.iter(), false);
+    MirroredSet {
+        source_region: import.region.clone(),
+        import: import.import.to_string(),
+        source_revision: set.revision(),
+        digest: set.digest(),
+        cursor: import.cursor,
+        age_ms: now_ms.saturating_sub(import.synced_at_ms),
+        state: federation.state(import.synced_at_ms, now_ms),
+        total: set.len(),
+        eligible: summary.eligible as usize,
+        capacity: summary.eligible_capacity,
+        endpoints,
+    }
+}
+
+/// `GET /v1/federation/status`: every peer's imports, their lag, and every policy-covered
+/// service's decision. `not_found` on a node that is not federated.
+pub(crate) async fn status(State(app): State<Arc<App>>) -> Result<Json<FederationStatusReply>, ApiError> {
+    let federation = app
+        .federation
+        .as_ref()
+        .ok_or_else(|| ApiError::not_found("this node is not federated: no [federation] region is configured"))?;
+    let now_ms = app.clock.unix_now_ms();
+    let leader = app.node.leading_term().is_some();
+    let links = federation
+        .links
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    app.node.read(|registry| {
+        let peers = federation
+            .peers
+            .iter()
+            .map(|peer| PeerStatus {
+                name: peer.name.clone(),
+                url: peer.url.clone(),
+                imports: peer
+                    .imports
+                    .iter()
+                    .map(|import| {
+                        let held = registry.mirror(&peer.name, import);
+                        let link = links.get(&(peer.name.clone(), import.clone())).filter(|_| leader);
+                        let cursor = held.map_or(muster_core::Revision::ZERO, |m| m.cursor);
+                        ImportStatus {
+                            import: import.to_string(),
+                            tenant: import.namespace.tenant.clone(),
+                            state: held.map_or(muster_core::federation::MirrorState::Unavailable, |m| {
+                                federation.state(m.synced_at_ms, now_ms)
+                            }),
+                            cursor,
+                            age_ms: held.map(|m| now_ms.saturating_sub(m.synced_at_ms)),
+                            connected: link.map(|l| l.connected),
+                            peer_revision: link.map(|l| l.peer_revision),
+                            lag_revisions: link.map(|l| l.peer_revision.0.saturating_sub(cursor.0)),
+                            resnapshots: link.map(|l| l.resnapshots),
+                            last_error: link.and_then(|l| l.last_error.clone()),
+                            services: held.map_or_else(Vec::new, |m| {
+                                m.sets
+                                    .values()
+                                    .map(|set| MirroredService {
+                                        service: set.key().clone(),
+                                        source_revision: set.revision(),
+                                        digest: set.digest(),
+                                        endpoints: set.len(),
+                                    })
+                                    .collect()
+                            }),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        // Every service a policy covers that this region holds or mirrors.
+        let mut keys: Vec<ServiceKey> = registry
+            .mirrors()
+            .flat_map(|m| m.sets.keys().cloned())
+            .chain(registry.all_services().map(|s| s.key().clone()))
+            .filter(|key| federation.policy(key).is_some())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        let decisions = keys
+            .into_iter()
+            .filter_map(|key| {
+                let local = registry.snapshot(&key);
+                let (_, decision) = federated_parts(federation, registry, &key, local.as_deref(), now_ms);
+                decision.map(|decision| ServiceDecision { service: key, decision })
+            })
+            .collect();
+        Ok(Json(FederationStatusReply {
+            region: federation.region.clone(),
+            stale_budget_ms: federation.stale_budget_ms,
+            leader,
+            peers,
+            decisions,
+        }))
+    })
+}
