@@ -557,14 +557,14 @@ impl Links {
     }
 }
 
-struct Link {
-    addr: String,
+pub(crate) struct Link {
+    pub(crate) addr: String,
     cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
     connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
 }
 
 impl Link {
-    async fn start(target: String) -> Link {
+    pub(crate) async fn start(target: String) -> Link {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -587,7 +587,7 @@ impl Link {
         Link { addr, cut, connections }
     }
 
-    fn set_cut(&self, cut: bool) {
+    pub(crate) fn set_cut(&self, cut: bool) {
         self.cut.store(cut, std::sync::atomic::Ordering::SeqCst);
         if cut {
             for connection in self.connections.lock().unwrap().drain(..) {

@@ -16,6 +16,7 @@ mod dashboard;
 mod dns;
 mod errors;
 mod faults;
+mod federation;
 mod health;
 mod hostile;
 mod leases;
