@@ -326,6 +326,61 @@ mod tests {
         assert_eq!((held.cursor, held.synced_at_ms), (Revision(8), 0));
     }
 
+    fn record(instance: &str, revision: u64) -> muster_core::Endpoint {
+        serde_json::from_value(serde_json::json!({
+            "instance": instance, "incarnation": 1, "addresses": [{"ip": "10.0.0.1"}], "ports": [],
+            "locality": {}, "serving": "ready", "weight": 100, "labels": {}, "revision": revision,
+            "provenance": {"registrar": "anonymous", "policy_revision": 0},
+            "observation": {"actor": "app", "principal": "anonymous", "at_ms": 0, "reason": ""}
+        }))
+        .unwrap()
+    }
+
+    fn meta() -> crate::CommandMeta {
+        crate::CommandMeta {
+            at_ms: 10,
+            principal: muster_core::Principal::new("anonymous").unwrap(),
+            actor: muster_core::Actor::Owner,
+        }
+    }
+
+    #[test]
+    fn a_local_write_to_a_mirrored_instance_is_refused_and_the_mirror_survives_a_snapshot() {
+        let mut registry = Registry::new(crate::RegistryConfig::default());
+        let set = ServiceSnapshot::from_endpoints(key("api"), Revision(7), [Arc::new(record("a-1", 7))]);
+        let mirrored = registry
+            .apply(
+                &Command::Mirror(mirror(9, MirrorChange::Replace(vec![set.clone()]))),
+                &meta(),
+            )
+            .unwrap();
+        assert_eq!((mirrored.revision, mirrored.updates.len()), (Revision(1), 0));
+        let register = crate::Register {
+            target: crate::Target {
+                key: key("api"),
+                instance: InstanceId::new("a-1").unwrap(),
+                incarnation: muster_core::Incarnation(2),
+            },
+            spec: serde_json::from_str(r#"{"addresses":[{"ip":"10.0.0.9"}]}"#).unwrap(),
+            lease: crate::LeaseSpec::None,
+            expected_revision: None,
+        };
+        let refused = registry
+            .apply(&Command::Register(register.clone()), &meta())
+            .unwrap_err();
+        assert_eq!(refused.code(), "mirrored_read_only");
+        assert!(registry.snapshot(&key("api")).is_none(), "nothing local was written");
+        // Another instance is the region's own.
+        let mut own = register;
+        own.target.instance = InstanceId::new("b-1").unwrap();
+        registry.apply(&Command::Register(own), &meta()).unwrap();
+        // The mirror is part of the replicated state: a snapshot carries it.
+        let restored = Registry::import(crate::RegistryConfig::default(), registry.export()).unwrap();
+        let (import, held) = restored.mirrored(&key("api")).next().unwrap();
+        assert_eq!((import.cursor, held.digest()), (Revision(9), set.digest()));
+        assert_eq!(restored.export(), registry.export());
+    }
+
     #[test]
     fn a_wrong_digest_is_refused() {
         let mut table = MirrorTable::default();

@@ -17,6 +17,7 @@ use muster_registry::RegistryConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::consul::config::ConsulConfig;
+use crate::federation::FederationConfig;
 use crate::listener::{ClusterTlsConfig, LimitsConfig, TlsConfig};
 use crate::xds::config::XdsConfig;
 
@@ -95,7 +96,7 @@ pub struct ServerConfig {
     pub convergence: ConvergenceConfig,
     /// Federation with peer regions (SPEC G1, G2): this region's name, what it mirrors of
     /// each peer, failover policies. Off unless `region` is set.
-    pub federation: crate::federation::FederationConfig,
+    pub federation: FederationConfig,
 }
 
 /// The audit trail's retention (SPEC S4): in memory, the newest `retention` records; see the
@@ -362,7 +363,7 @@ impl Default for ServerConfig {
             consul: ConsulConfig::default(),
             xds: XdsConfig::default(),
             convergence: ConvergenceConfig::default(),
-            federation: crate::federation::FederationConfig::default(),
+            federation: FederationConfig::default(),
         }
     }
 }

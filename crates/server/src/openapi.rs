@@ -98,6 +98,7 @@ pub(crate) fn build() -> Value {
         convergence_report,
         convergence_summary,
         cluster,
+        federation_status,
         add_member,
         remove_member,
         openapi_document,
@@ -440,6 +441,14 @@ fn convergence_summary() {}
     responses((status = 200, description = "The members.", body = ClusterReply)))]
 #[allow(dead_code, reason = "read by the OpenAPI derive only")]
 fn cluster() {}
+
+/// This region's mirrors of its peer regions and its failover decisions (SPEC G2);
+/// `not_found` on a node without `[federation] region`.
+#[utoipa::path(get, path = "/v1/federation/status", tag = "node",
+    responses((status = 200, description = "Peers, imports, lag and decisions.",
+        body = muster_core::federation::FederationStatusReply), (status = 404, body = ErrorBody)))]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+fn federation_status() {}
 
 /// Add a node (leader only).
 #[utoipa::path(post, path = "/v1/cluster/members", tag = "node",

@@ -29,6 +29,8 @@ const SOURCES: &[&str] = &[
     "../registry/src/config.rs",
     "../core/src/limits.rs",
     "../core/src/address.rs",
+    "../server/src/federation/mod.rs",
+    "../core/src/federation.rs",
 ];
 
 /// The map-valued keys of the default configuration (tables that are no section).
@@ -163,6 +165,8 @@ struct Writer<'a> {
     structs: &'a BTreeMap<String, Struct>,
     defaults: &'a toml::Value,
     flags: BTreeMap<String, String>,
+    /// The sections that are arrays of tables.
+    arrays: Vec<String>,
     out: String,
 }
 
@@ -175,6 +179,8 @@ impl Writer<'_> {
         let defaults = path.iter().try_fold(self.defaults, |value, key| value.get(key));
         let title = if path.is_empty() {
             "Top level".to_owned()
+        } else if self.arrays.contains(&path.join(".")) {
+            format!("`[[{}]]`", path.join("."))
         } else {
             format!("`[{}]`", path.join("."))
         };
@@ -189,6 +195,16 @@ impl Writer<'_> {
                 sections.push((ty.to_owned(), field));
                 continue;
             }
+            // An array of tables (`[[federation.peer]]`): a section of its own, no defaults.
+            if let Some(inner) = ty.strip_prefix("Vec<").and_then(|t| t.strip_suffix('>'))
+                && self.structs.contains_key(inner)
+            {
+                let mut key_path = path.to_vec();
+                key_path.push(field.name.clone());
+                self.arrays.push(key_path.join("."));
+                sections.push((inner.to_owned(), field));
+                continue;
+            }
             let default = defaults.and_then(|table| table.get(&field.name));
             // A table default on a field that is not a map is a struct this test did not
             // read: its file is missing from SOURCES.
@@ -201,10 +217,16 @@ impl Writer<'_> {
             let mut key_path = path.to_vec();
             key_path.push(field.name.clone());
             let flag = self.flags.get(&key_path.join("_")).cloned().unwrap_or_default();
+            // An array of tables has no default entry: its description says what a key
+            // defaults to.
+            let default = if self.arrays.contains(&path.join(".")) {
+                "-".to_owned()
+            } else {
+                format!("`{}`", cell(&render_default(default)))
+            };
             self.out.push_str(&format!(
-                "| `{}` | `{}` | {flag} | {} |\n",
+                "| `{}` | {default} | {flag} | {} |\n",
                 field.name,
-                cell(&render_default(default)),
                 cell(&field.doc)
             ));
         }
@@ -224,6 +246,7 @@ fn generate() -> String {
         structs: &structs,
         defaults: &defaults,
         flags: flags(),
+        arrays: Vec::new(),
         out: String::new(),
     };
     writer.out.push_str(
@@ -306,6 +329,10 @@ fn config_reference_lists_every_default_key() {
     );
     assert!(all.len() > 50, "{all:?}");
     for key in all {
+        // An array of tables is a section of its own (`[[federation.peer]]`).
+        if generated.contains(&format!("## `[[{key}]]`")) {
+            continue;
+        }
         let (section, name) = key.rsplit_once('.').unwrap_or(("", &key));
         let heading = if section.is_empty() {
             "## Top level".to_owned()

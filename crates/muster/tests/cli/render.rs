@@ -34,6 +34,8 @@ fn reply() -> SnapshotReply {
         ],
         next_page_token: None,
         protection_active: false,
+        mirrors: Vec::new(),
+        failover: None,
     }
 }
 

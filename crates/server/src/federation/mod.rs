@@ -36,12 +36,11 @@ pub struct FederationConfig {
     /// How often a mirror records that a quiet peer is still there: 1 s (the resolution of
     /// a mirrored set's age).
     pub heartbeat_ms: u64,
-    /// The peer regions (`[[federation.peer]]`).
-    #[serde(rename = "peer")]
-    pub peers: Vec<PeerConfig>,
-    /// Failover policies (`[[federation.policy]]`), first match wins.
-    #[serde(rename = "policy")]
-    pub policies: Vec<FailoverPolicy>,
+    /// The peer regions, one `[[federation.peer]]` each.
+    pub peer: Vec<PeerConfig>,
+    /// Failover policies, one `[[federation.policy]]` each; the first that names a service
+    /// (by namespace and service, in any tenant) decides for it.
+    pub policy: Vec<FailoverPolicy>,
 }
 
 impl Default for FederationConfig {
@@ -50,8 +49,8 @@ impl Default for FederationConfig {
             region: None,
             stale_budget_ms: 30_000,
             heartbeat_ms: 1_000,
-            peers: Vec::new(),
-            policies: Vec::new(),
+            peer: Vec::new(),
+            policy: Vec::new(),
         }
     }
 }
@@ -116,7 +115,7 @@ impl FederationConfig {
     /// Checks the section; `None` when the node is not federated.
     pub(crate) fn resolve(&self) -> Result<Option<Arc<Federation>>, String> {
         let Some(region) = &self.region else {
-            if !self.peers.is_empty() || !self.policies.is_empty() {
+            if !self.peer.is_empty() || !self.policy.is_empty() {
                 return Err("federation: peers and policies need `region`, this region's name".into());
             }
             return Ok(None);
@@ -129,7 +128,7 @@ impl FederationConfig {
             );
         }
         let mut peers: Vec<Peer> = Vec::new();
-        for peer in &self.peers {
+        for peer in &self.peer {
             let name = Label::new("federation.peer.name", &peer.name).map_err(|e| e.to_string())?;
             if name == region || peers.iter().any(|p| p.name == name) {
                 return Err(format!(
@@ -164,7 +163,7 @@ impl FederationConfig {
             });
         }
         let mut policies = Vec::new();
-        for policy in &self.policies {
+        for policy in &self.policy {
             let scope = ImportScope::parse("default", &policy.service)
                 .map_err(|e| format!("federation.policy '{}': {e}", policy.service))?;
             if policy.failover.is_empty() || policy.min_eligible_percent > 100 || policy.max_spill_percent > 100 {
@@ -234,83 +233,57 @@ impl Federation {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
-    fn config(toml_text: &str) -> FederationConfig {
-        toml::from_str(toml_text).unwrap()
+    fn config(value: serde_json::Value) -> FederationConfig {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn peer(name: &str, url: &str, import: &[&str]) -> serde_json::Value {
+        json!({"name": name, "url": url, "import": import})
     }
 
     #[test]
     fn the_documented_section_resolves() {
-        let federation = config(
-            r#"
-            region = "b"
-            [[peer]]
-            name = "a"
-            url = "http://127.0.0.1:7070"
-            import = ["prod/*"]
-            "#,
-        )
-        .resolve()
-        .unwrap()
-        .unwrap();
+        let federation = config(json!({"region": "b", "peer": [peer("a", "http://127.0.0.1:7070", &["prod/*"])]}))
+            .resolve()
+            .unwrap()
+            .unwrap();
         assert_eq!(federation.region.as_str(), "b");
         assert_eq!(federation.peers[0].imports[0].to_string(), "prod/*");
+        assert!(config(json!({})).resolve().unwrap().is_none(), "off without a region");
     }
 
     #[test]
     fn bad_sections_are_refused_with_the_field_named() {
-        for (text, expect) in [
+        let policy = json!({"service": "prod/api", "failover": ["z"]});
+        for (value, expect) in [
+            (json!({"peer": [peer("a", "http://x", &["prod/*"])]}), "need `region`"),
             (
-                r#"[[peer]]
-                name = "a"
-                url = "http://x"
-                import = ["prod/*"]"#,
-                "need `region`",
-            ),
-            (
-                r#"region = "b"
-                [[peer]]
-                name = "b"
-                url = "http://x"
-                import = ["prod/*"]"#,
+                json!({"region": "b", "peer": [peer("b", "http://x", &["prod/*"])]}),
                 "another region",
             ),
+            (json!({"region": "b", "peer": [peer("a", "x:1", &["prod/*"])]}), "url"),
             (
-                r#"region = "b"
-                [[peer]]
-                name = "a"
-                url = "x:1"
-                import = ["prod/*"]"#,
-                "url",
-            ),
-            (
-                r#"region = "b"
-                [[peer]]
-                name = "a"
-                url = "http://x"
-                import = ["prod/*", "prod/api"]"#,
+                json!({"region": "b", "peer": [peer("a", "http://x", &["prod/*", "prod/api"])]}),
                 "overlap",
             ),
             (
-                r#"region = "b"
-                [[peer]]
-                name = "a"
-                url = "http://x"
-                import = ["prod"]"#,
+                json!({"region": "b", "peer": [peer("a", "http://x", &["prod"])]}),
                 "import",
             ),
             (
-                r#"region = "b"
-                [[policy]]
-                service = "prod/api"
-                failover = ["z"]"#,
-                "not a peer",
+                json!({"region": "b", "peer": [peer("a", "http://x", &[])]}),
+                "names nothing",
             ),
-            (r#"region = "B!""#, "federation.region"),
+            (json!({"region": "b", "policy": [policy]}), "not a peer"),
+            (json!({"region": "B!"}), "federation.region"),
+            (json!({"region": "b", "stale_budget_ms": 0}), "stale_budget_ms"),
         ] {
-            let err = config(text).resolve().unwrap_err();
-            assert!(err.contains(expect), "{text}: {err}");
+            let err = config(value.clone()).resolve().unwrap_err();
+            assert!(err.contains(expect), "{value}: {err}");
         }
     }
 }

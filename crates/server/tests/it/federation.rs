@@ -39,7 +39,7 @@ fn federate(config: &mut ServerConfig, region: &str, peers: Vec<PeerConfig>) {
         region: Some(region.into()),
         stale_budget_ms: 1_500,
         heartbeat_ms: 100,
-        peers,
+        peer: peers,
         ..FederationConfig::default()
     };
 }
@@ -82,7 +82,10 @@ async fn mirror_of(server: &TestServer, region: &str, ready: impl Fn(&Value) -> 
     .await;
     match found {
         Some(set) => set,
-        None => panic!("the mirror of region {region} did not get there: {}", server.get(READ).await.body),
+        None => panic!(
+            "the mirror of region {region} did not get there: {}",
+            server.get(READ).await.body
+        ),
     }
 }
 
@@ -123,7 +126,11 @@ async fn a_mirrored_set_keeps_its_records_revision_and_digest_and_follows_a_drai
     .await
     .expect(StatusCode::OK);
     let drained = mirror_of(&b, "a", |m| {
-        m["endpoints"].as_array().unwrap().iter().any(|e| e["serving"] == "draining")
+        m["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["serving"] == "draining")
     })
     .await;
     let source = a.get("/v1/registry/acme/prod/api").await.body;
@@ -145,7 +152,10 @@ async fn a_mirrored_set_keeps_its_records_revision_and_digest_and_follows_a_drai
     // A local instance of its own beside the mirror is b's to write.
     register(&b, "b-1", "10.1.0.1", 1).await;
     let read = b.get(READ).await.expect(StatusCode::OK).body;
-    assert_eq!((read["total"].as_u64(), read["mirrors"][0]["total"].as_u64()), (Some(1), Some(2)));
+    assert_eq!(
+        (read["total"].as_u64(), read["mirrors"][0]["total"].as_u64()),
+        (Some(1), Some(2))
+    );
 }
 
 #[tokio::test]
@@ -158,7 +168,10 @@ async fn three_regions_each_see_the_others_under_their_own_names() {
     let (a_url, b_url) = (format!("http://{}", a.addr()), format!("http://{}", b.addr()));
     let c = TestServer::start_with(|cfg| federate(cfg, "c", vec![peer("a", &a_url), peer("b", &b_url)])).await;
     assert_eq!(instances(&mirror_of(&c, "a", |m| m["total"] == 1).await), ["a-1"]);
-    assert_eq!(instances(&mirror_of(&c, "b", |m| m["total"] == 2).await), ["b-1", "b-2"]);
+    assert_eq!(
+        instances(&mirror_of(&c, "b", |m| m["total"] == 2).await),
+        ["b-1", "b-2"]
+    );
     // Churn in one region reaches the third without touching the other's mirror.
     b.deregister("api", "b-1").await.expect(StatusCode::OK);
     assert_eq!(instances(&mirror_of(&c, "b", |m| m["total"] == 1).await), ["b-2"]);
@@ -180,7 +193,7 @@ async fn failover_spills_to_the_first_region_with_capacity_and_comes_back_with_h
     let (a_url, c_url) = (format!("http://{}", a.addr()), format!("http://{}", c.addr()));
     let b = TestServer::start_with(|cfg| {
         federate(cfg, "b", vec![peer("a", &a_url), peer("c", &c_url)]);
-        cfg.federation.policies = vec![muster_core::federation::FailoverPolicy {
+        cfg.federation.policy = vec![muster_core::federation::FailoverPolicy {
             service: "prod/api".into(),
             failover: vec![region("a"), region("c")],
             min_eligible: 2,
@@ -197,7 +210,10 @@ async fn failover_spills_to_the_first_region_with_capacity_and_comes_back_with_h
     mirror_of(&b, "c", |m| m["total"] == 4).await;
     let decision = |body: &Value| body["failover"].clone();
     let home = decision(&b.get(READ).await.body);
-    assert_eq!((home["spill"].as_bool(), home["reason"].as_str()), (Some(false), Some("local_sufficient")));
+    assert_eq!(
+        (home["spill"].as_bool(), home["reason"].as_str()),
+        (Some(false), Some("local_sufficient"))
+    );
     // Two of three local endpoints stop serving: below the minimum of 2.
     set_state(&b, "b-0", "not_serving").await;
     set_state(&b, "b-1", "not_serving").await;
@@ -210,12 +226,18 @@ async fn failover_spills_to_the_first_region_with_capacity_and_comes_back_with_h
     // Back at the minimum: the spill holds (no flapping at the edge).
     set_state(&b, "b-0", "ready").await;
     let held = decision(&b.get(READ).await.body);
-    assert_eq!((held["spill"].as_bool(), held["reason"].as_str()), (Some(true), Some("recovering")));
+    assert_eq!(
+        (held["spill"].as_bool(), held["reason"].as_str()),
+        (Some(true), Some("recovering"))
+    );
     assert_eq!(held["region"], "c");
     // Above it by the margin: traffic comes home.
     set_state(&b, "b-1", "ready").await;
     let back = decision(&b.get(READ).await.body);
-    assert_eq!((back["spill"].as_bool(), back["reason"].as_str()), (Some(false), Some("local_sufficient")));
+    assert_eq!(
+        (back["spill"].as_bool(), back["reason"].as_str()),
+        (Some(false), Some("local_sufficient"))
+    );
     // The decisions are in the status too.
     let status = b.get("/v1/federation/status").await.expect(StatusCode::OK).body;
     assert_eq!(status["decisions"][0]["service"]["service"], "api");
