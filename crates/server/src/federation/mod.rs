@@ -218,14 +218,31 @@ impl Federation {
         f(links.entry((region.clone(), import.clone())).or_default())
     }
 
-    /// Records a decision, returning the previous one (hysteresis starts from it).
+    /// Decides from the previous decision (hysteresis starts from it) and records the new one.
     fn remember(
         &self,
         key: &ServiceKey,
         decide: impl FnOnce(Option<&FailoverDecision>) -> FailoverDecision,
     ) -> FailoverDecision {
         let mut decisions = self.decisions.lock().unwrap_or_else(PoisonError::into_inner);
-        let decision = decide(decisions.get(key));
+        let previous = decisions.get(key);
+        let decision = decide(previous);
+        // A change of where traffic goes is news (SPEC O2, C8): the service, the new
+        // decision and its reason, once per change.
+        let moved = previous
+            .is_none_or(|p| (p.spill, &p.region, p.reason) != (decision.spill, &decision.region, decision.reason));
+        if moved && (decision.spill || previous.is_some_and(|p| p.spill)) {
+            tracing::info!(
+                service = %key,
+                spill = decision.spill,
+                region = decision.region.as_ref().map(Label::as_str),
+                share_percent = decision.share_percent,
+                reason = ?decision.reason,
+                local_eligible = decision.local_eligible,
+                required = decision.required,
+                "failover decision changed"
+            );
+        }
         decisions.insert(key.clone(), decision.clone());
         decision
     }
