@@ -262,6 +262,10 @@ pub struct ImportStatus {
     /// On the leader: how many revisions the mirror is behind what it has seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag_revisions: Option<u64>,
+    /// On the leader: for how long (ms) the mirror has been behind what it has seen; 0 when
+    /// caught up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_ms: Option<u64>,
     /// On the leader: how often it took a fresh snapshot (a gap, compaction or resync).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resnapshots: Option<u64>,

@@ -143,9 +143,10 @@ pub fn federation_text(reply: &FederationStatusReply) -> String {
                     .to_owned(),
                 import.cursor.to_string(),
                 import.age_ms.map_or_else(|| "never".to_owned(), format_millis),
-                import
-                    .lag_revisions
-                    .map_or_else(|| "-".to_owned(), |lag| format!("{lag} rev")),
+                match (import.lag_revisions, import.lag_ms) {
+                    (Some(revisions), Some(ms)) => format!("{revisions} rev, {}", format_millis(ms)),
+                    _ => "-".to_owned(),
+                },
                 import
                     .connected
                     .map_or_else(|| "-".to_owned(), |c| if c { "yes" } else { "no" }.to_owned()),

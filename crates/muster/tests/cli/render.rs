@@ -236,3 +236,58 @@ fn errors_map_to_their_code_and_exit_code() {
     });
     assert_eq!((spawn.code(), spawn.exit_code()), ("spawn_failed", 1));
 }
+
+/// A read of a federated region: the local set, then each mirrored set under its source
+/// region, then where traffic goes and why (SPEC G1, G2).
+#[test]
+fn a_federated_resolve_names_each_mirrors_region_and_the_failover_decision() {
+    use muster_core::federation::{
+        Candidate, CandidateVerdict, FailoverDecision, FailoverReason, MirrorState, MirroredSet,
+    };
+    let region = |name: &str| Label::new("region", name).unwrap();
+    let mut read = reply();
+    read.mirrors = vec![MirroredSet {
+        source_region: region("eu-west"),
+        import: "prod/*".into(),
+        source_revision: Revision(40),
+        digest: Digest(9),
+        cursor: Revision(41),
+        age_ms: 1_200,
+        state: MirrorState::Available,
+        total: 2,
+        eligible: 1,
+        capacity: 100,
+        endpoints: vec![
+            endpoint("eu-0", "10.9.0.1", ServingState::Ready, ""),
+            endpoint("eu-1", "10.9.0.2", ServingState::NotServing, "down"),
+        ],
+    }];
+    read.failover = Some(FailoverDecision {
+        spill: true,
+        region: Some(region("eu-west")),
+        share_percent: 50,
+        reason: FailoverReason::LocalBelowMinimum,
+        local_eligible: 1,
+        local_total: 3,
+        required: 2,
+        spill_capacity: 150,
+        candidates: vec![Candidate {
+            region: region("eu-west"),
+            verdict: CandidateVerdict::Admitted,
+            capacity: 100,
+        }],
+    });
+    let text = resolve_text(&key(), &eligible_only(read, false), false);
+    assert!(
+        text.contains("mirrored from region eu-west (prod/*): 1 endpoint of 2 at source revision 40, available"),
+        "{text}"
+    );
+    assert!(
+        text.contains("eu-0") && !text.contains("eu-1"),
+        "only eligible mirrored endpoints: {text}"
+    );
+    assert!(
+        text.contains("failover: 50% of traffic to region eu-west (local_below_minimum: 1 of 3 local eligible, 2 required; eu-west admitted (capacity 100))"),
+        "{text}"
+    );
+}

@@ -265,7 +265,19 @@ impl Mirroring<'_> {
     /// Notes the newest peer revision the watch has shown.
     fn seen(&self, revision: Revision) {
         self.federation.with_link(&self.peer.name, self.import, |l| {
-            l.peer_revision = l.peer_revision.max(revision);
+            if revision > l.peer_revision {
+                l.peer_revision = revision;
+                l.behind_since.get_or_insert_with(std::time::Instant::now);
+            }
+        });
+    }
+
+    /// Notes a committed cursor: caught up once it reaches what the watch has shown.
+    fn committed(&self, cursor: Revision) {
+        self.federation.with_link(&self.peer.name, self.import, |l| {
+            if cursor >= l.peer_revision {
+                l.behind_since = None;
+            }
         });
     }
 
@@ -283,7 +295,10 @@ impl Mirroring<'_> {
             .propose_as_leader(command, self.app.meta_as(Actor::Owner, &principal))
             .await
         {
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(_)) => {
+                self.committed(cursor);
+                Ok(())
+            }
             Ok(Err(rejection)) if rejection.error_code() == ErrorCode::MirrorGap => {
                 Err(Ended::Resnapshot(rejection.to_string()))
             }

@@ -91,6 +91,9 @@ pub(crate) struct Peer {
 pub(crate) struct Link {
     pub(crate) connected: bool,
     pub(crate) peer_revision: Revision,
+    /// Since when the watch has shown a peer revision not yet committed here (`None`: caught
+    /// up): what `lag_ms` reports.
+    pub(crate) behind_since: Option<std::time::Instant>,
     pub(crate) resnapshots: u64,
     pub(crate) last_error: Option<String>,
 }

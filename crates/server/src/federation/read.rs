@@ -49,6 +49,10 @@ pub(crate) fn federated_parts(
     (mirrors, decision)
 }
 
+fn millis(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn mirrored_set(federation: &Federation, import: &MirrorImport, set: &ServiceSnapshot, now_ms: u64) -> MirroredSet {
     let endpoints: Vec<Endpoint> = set.iter().map(|e| Endpoint::clone(e)).collect();
     let summary = SetSummary::of(endpoints.iter(), false);
@@ -106,6 +110,7 @@ pub(crate) async fn status(State(app): State<Arc<App>>) -> Result<Json<Federatio
                             connected: link.map(|l| l.connected),
                             peer_revision: link.map(|l| l.peer_revision),
                             lag_revisions: link.map(|l| l.peer_revision.0.saturating_sub(cursor.0)),
+                            lag_ms: link.map(|l| l.behind_since.map_or(0, |at| millis(at.elapsed()))),
                             resnapshots: link.map(|l| l.resnapshots),
                             last_error: link.and_then(|l| l.last_error.clone()),
                             services: held.map_or_else(Vec::new, |m| {
