@@ -63,11 +63,16 @@ pub mod cluster;
 pub mod duties;
 pub mod faults;
 pub mod invariants;
+pub mod mirror;
 pub mod net;
 pub mod observer;
+mod ops;
+pub mod regions;
 pub mod rng;
 pub mod run;
+mod settle;
 pub mod trace;
+pub mod wan;
 pub mod workload;
 
 pub use run::{Options, Report, run_seed};
