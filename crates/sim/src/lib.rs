@@ -13,6 +13,10 @@
 //!        └─ after every step: invariants/ (one file each) ◀── observers (every apply)
 //! ```
 //!
+//! With `--regions 2` ([`regions`]) two such clusters play in lockstep and region b
+//! mirrors region a's `prod/*` through [`mirror`] (a model of the server's mirror loop) over
+//! [`wan`], which region partitions cut; `invariants/federation.rs` checks the mirror.
+//!
 //! # Why openraft's runtime on a paused tokio clock (and not turmoil or madsim)
 //!
 //! Determinism needs three things: one thread, a clock that only moves when the schedule
@@ -54,7 +58,8 @@
 //! revives, watcher revisions monotonic, leases (grants mint once; no lease leaves before
 //! what an acknowledged renewal promised — so a minority neither extends nor expires
 //! one), drains end only draining endpoints and every grace ends, convergence after
-//! healing.
+//! healing; with two regions, the federation invariants (SPEC G2) of
+//! [`invariants::federation`].
 
 #![forbid(unsafe_code)]
 

@@ -28,6 +28,10 @@ use muster_registry::{Applied, Registry};
 use super::history::History;
 use crate::observer::hash_json;
 
+/// One import of a mirror table, for its hash: region, import, cursor, last heard from,
+/// and each set's (source revision, hash).
+type ImportSummary = (String, String, u64, u64, Vec<(u64, u64)>);
+
 /// One replica of b's mirror, as sampled between steps.
 #[derive(Debug, Clone)]
 pub struct MirrorSample {
@@ -64,7 +68,7 @@ impl MirrorSample {
                     .collect()
             })
             .unwrap_or_default();
-        let table: Vec<(String, String, u64, u64, Vec<(u64, u64)>)> = registry
+        let table: Vec<ImportSummary> = registry
             .mirrors()
             .map(|m| {
                 let sets = m.sets.values().map(|s| (s.revision().0, hash_json(&**s))).collect();
