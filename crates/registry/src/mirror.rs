@@ -112,6 +112,15 @@ impl MirrorTable {
         let mut sets = held.map(|i| i.sets.clone()).unwrap_or_default();
         let changed = match &command.change {
             MirrorChange::Replace(snapshots) => {
+                // A fresh snapshot read from a peer node that lags what is held (a follower
+                // behind the leader the updates came from) would take the sets back in time:
+                // endpoints the peer removed would reappear until the mirror caught up.
+                if command.cursor < held_cursor {
+                    return Err(gap(format!(
+                        "a snapshot at {} is behind the held cursor {held_cursor}",
+                        command.cursor
+                    )));
+                }
                 for snapshot in snapshots {
                     self.check_scope(command, snapshot.key())?;
                     if snapshot.revision() > command.cursor {
@@ -379,6 +388,18 @@ mod tests {
         let (import, held) = restored.mirrored(&key("api")).next().unwrap();
         assert_eq!((import.cursor, held.digest()), (Revision(9), set.digest()));
         assert_eq!(restored.export(), registry.export());
+    }
+
+    #[test]
+    fn a_snapshot_from_a_peer_node_behind_the_held_cursor_is_refused_so_removed_endpoints_do_not_reappear() {
+        let mut table = MirrorTable::default();
+        let now = ServiceSnapshot::from_endpoints(key("api"), Revision(7), []);
+        table.apply(&mirror(9, MirrorChange::Replace(vec![now])), 10).unwrap();
+        let older = ServiceSnapshot::from_endpoints(key("web"), Revision(3), []);
+        let before = table.clone();
+        let refused = table.apply(&mirror(4, MirrorChange::Replace(vec![older])), 20);
+        assert_eq!(refused.unwrap_err().code(), "mirror_gap");
+        assert_eq!(table, before);
     }
 
     #[test]

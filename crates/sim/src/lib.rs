@@ -13,6 +13,10 @@
 //!        └─ after every step: invariants/ (one file each) ◀── observers (every apply)
 //! ```
 //!
+//! With `--regions 2` ([`regions`]) two such clusters play in lockstep and region b
+//! mirrors region a's `prod/*` through [`mirror`] (a model of the server's mirror loop) over
+//! [`wan`], which region partitions cut; `invariants/federation.rs` checks the mirror.
+//!
 //! # Why openraft's runtime on a paused tokio clock (and not turmoil or madsim)
 //!
 //! Determinism needs three things: one thread, a clock that only moves when the schedule
@@ -54,7 +58,8 @@
 //! revives, watcher revisions monotonic, leases (grants mint once; no lease leaves before
 //! what an acknowledged renewal promised — so a minority neither extends nor expires
 //! one), drains end only draining endpoints and every grace ends, convergence after
-//! healing.
+//! healing; with two regions, the federation invariants (SPEC G2) of
+//! [`invariants::federation`].
 
 #![forbid(unsafe_code)]
 
@@ -63,11 +68,16 @@ pub mod cluster;
 pub mod duties;
 pub mod faults;
 pub mod invariants;
+pub mod mirror;
 pub mod net;
 pub mod observer;
+mod ops;
+pub mod regions;
 pub mod rng;
 pub mod run;
+mod settle;
 pub mod trace;
+pub mod wan;
 pub mod workload;
 
 pub use run::{Options, Report, run_seed};

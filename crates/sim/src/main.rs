@@ -4,7 +4,13 @@
 //! cargo run --release -p muster-sim -- --seeds 1-200
 //! seed=1 result=ok trace=3f0c9a2b7d41e856
 //! ...
+//! cargo run --release -p muster-sim -- --seeds 1-200 --regions 2
+//! seed=1 result=ok trace=… mirror=41/12/3/5 partitions=2/1 trespasses=9
 //! ```
+//!
+//! With `--regions 2` each line also says what the mirror did: commits with a change /
+//! progress-only commits / fresh snapshots / broken watches, region partitions / those
+//! judged on local commits, and local writes in b to mirrored instances.
 //!
 //! A failure prints the broken invariant and the command that replays it; the exit code is
 //! non-zero if any seed failed.
@@ -33,6 +39,9 @@ struct Args {
     /// Steps per seed.
     #[arg(long, default_value_t = Options::default().steps)]
     steps: u64,
+    /// Regions (1 or 2): with 2, region b mirrors region a's `prod/*` (SPEC G2).
+    #[arg(long, default_value_t = 1)]
+    regions: u64,
 }
 
 fn parse_seeds(text: &str) -> Result<std::ops::RangeInclusive<u64>, String> {
@@ -53,6 +62,24 @@ fn parse_seeds(text: &str) -> Result<std::ops::RangeInclusive<u64>, String> {
     }
 }
 
+/// The federation part of a seed's line (empty with one region).
+fn federation(report: &muster_sim::Report) -> String {
+    let Some(f) = &report.federation else {
+        return String::new();
+    };
+    format!(
+        " mirror={}/{}/{}/{} partitions={}/{} trespasses={} mirrored_sets={}",
+        f.mirror.changes,
+        f.mirror.progress,
+        f.mirror.resnapshots,
+        f.mirror.failures,
+        f.partitions,
+        f.judged,
+        f.trespasses,
+        f.mirrored_sets
+    )
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let seeds = match parse_seeds(&args.seeds) {
@@ -66,10 +93,15 @@ fn main() -> ExitCode {
         eprintln!("--nodes takes 3 or 5");
         return ExitCode::from(2);
     }
+    if args.regions != 1 && args.regions != 2 {
+        eprintln!("--regions takes 1 or 2");
+        return ExitCode::from(2);
+    }
     let options = Options {
         nodes: args.nodes,
         steps: args.steps,
         verbose: args.verbose,
+        regions: args.regions,
     };
     // The binary's wiring measures its own wall time for the statistics line; nothing the
     // simulation decides reads it.
@@ -82,17 +114,24 @@ fn main() -> ExitCode {
         steps += report.steps;
         simulated_ms += report.simulated_ms;
         match &report.violation {
-            None => println!("seed={seed} result=ok trace={:016x}", report.trace),
+            None => println!(
+                "seed={seed} result=ok trace={:016x}{}",
+                report.trace,
+                federation(&report)
+            ),
             Some(violation) => {
                 failed += 1;
                 println!("seed={seed} result=fail trace={:016x}", report.trace);
                 println!("  invariant: {}", violation.invariant);
                 println!("  detail: {}", violation.detail);
-                let nodes = if args.nodes == 3 {
+                let mut nodes = if args.nodes == 3 {
                     String::new()
                 } else {
                     format!(" --nodes {}", args.nodes)
                 };
+                if args.regions == 2 {
+                    nodes.push_str(" --regions 2");
+                }
                 println!("  replay: cargo run --release -p muster-sim -- --seeds {seed}{nodes} --verbose");
             }
         }

@@ -39,6 +39,13 @@ impl ApplyObserver for Recorder {
         if applied.unchanged.is_some() {
             return;
         }
+        let trespass = crate::invariants::federation::local_write_check(registry, applied);
+        if trespass.is_err() {
+            self.checks().fail(
+                "local writes to an instance mirrored from another region are refused",
+                trespass,
+            );
+        }
         let record = RevisionRecord {
             hash: hash_json(applied),
             updates: applied.updates.clone(),

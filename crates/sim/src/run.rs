@@ -14,18 +14,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use muster_consensus::Node;
-use muster_core::{Principal, ServingState};
-use muster_registry::{Command, CommandMeta, RegistryConfig};
+use muster_registry::{Command, RegistryConfig};
 
 use crate::clock::Clock;
 use crate::cluster::Cluster;
-use crate::duties::{Duties, ELECTION_GRACE_MS, GRACE_PREFIX, Request, TICK};
+use crate::duties::{Duties, Request};
 use crate::faults::{self, Fault};
-use crate::invariants::acknowledged::Ack;
 use crate::invariants::{Checks, Violation};
 use crate::net::{Net, NetStats, Weather};
 use crate::observer::hash_json;
+use crate::ops::OpTask;
+use crate::regions::FederationReport;
 use crate::rng::SimRng;
 use crate::trace::Trace;
 use crate::workload::{Op, OpKind, Workload};
@@ -39,12 +38,6 @@ const HISTORY_REVISIONS: u64 = 32;
 /// while it builds its own).
 const SNAPSHOT_EVERY: u64 = 12;
 const KEEP_AFTER_SNAPSHOT: u64 = 4;
-/// How long a client waits for a write: beyond the batcher's own 5 s timeout.
-const CLIENT_WAIT: Duration = Duration::from_secs(7);
-/// How long the healed cluster may take to converge: many election timeouts.
-const CONVERGE_WITHIN_MS: u64 = 30_000;
-/// The longest a drain's grace can be (the workload draws 0.3–3 s).
-const MAX_GRACE_MS: u64 = 3_000;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -55,6 +48,8 @@ pub struct Options {
     pub steps: u64,
     /// Print the trace.
     pub verbose: bool,
+    /// Regions: 1, or 2 (region b mirrors region a's `prod/*`, see [`crate::regions`]).
+    pub regions: u64,
 }
 
 impl Default for Options {
@@ -63,6 +58,7 @@ impl Default for Options {
             nodes: 3,
             steps: 250,
             verbose: false,
+            regions: 1,
         }
     }
 }
@@ -84,49 +80,69 @@ pub struct Report {
     pub net: NetStats,
     /// Writes acknowledged.
     pub acknowledged: usize,
-    /// The revision the cluster reached.
+    /// The revision the cluster reached (region a's, with two regions).
     pub revision: u64,
+    /// With two regions: what the mirror did.
+    pub federation: Option<FederationReport>,
 }
 
 /// Runs one seed on a fresh current-thread runtime with a paused clock.
 pub fn run_seed(seed: u64, options: &Options) -> Report {
+    if options.regions == 2 {
+        return crate::regions::run_seed(seed, options);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
     runtime.block_on(async {
-        let mut sim = Sim::new(seed, options.clone()).await;
+        let mut sim = Sim::new(seed, options.clone(), Region::Only).await;
         sim.play().await;
         sim.report()
     })
 }
 
-struct Sim {
-    seed: u64,
-    options: Options,
-    rng: SimRng,
-    clock: Clock,
-    cluster: Cluster,
-    duties: Arc<Duties>,
-    workload: Arc<Mutex<Workload>>,
-    trace: Arc<Mutex<Trace>>,
-    checks: Arc<Mutex<Checks>>,
-    pending: BTreeMap<u64, Vec<(Fault, bool)>>,
-    in_flight: Arc<AtomicUsize>,
-    next_op: u64,
-    sampled: BTreeMap<u64, (u64, u64)>,
-    steps: u64,
-    /// Nodes whose disk failed a write and whose supervisor has not restarted them yet.
-    failed_disks: std::collections::BTreeSet<u64>,
+/// Which cluster a [`Sim`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Region {
+    /// The only one (`--regions 1`).
+    Only,
+    /// Region `a` or `b` of two: its trace lines say which, and its clients name their
+    /// instances apart (`i-` in a, `b-` in b), so b's own writes are not all refused as
+    /// writes to a's mirrored instances.
+    Named(&'static str),
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// One cluster's run.
+pub(crate) struct Sim {
+    seed: u64,
+    pub(crate) options: Options,
+    rng: SimRng,
+    pub(crate) clock: Clock,
+    pub(crate) cluster: Cluster,
+    pub(crate) duties: Arc<Duties>,
+    pub(crate) workload: Arc<Mutex<Workload>>,
+    pub(crate) trace: Arc<Mutex<Trace>>,
+    pub(crate) checks: Arc<Mutex<Checks>>,
+    pub(crate) pending: BTreeMap<u64, Vec<(Fault, bool)>>,
+    pub(crate) in_flight: Arc<AtomicUsize>,
+    /// Operations launched so far.
+    pub(crate) next_op: u64,
+    sampled: BTreeMap<u64, (u64, u64)>,
+    pub(crate) steps: u64,
+    /// Nodes whose disk failed a write and whose supervisor has not restarted them yet.
+    pub(crate) failed_disks: std::collections::BTreeSet<u64>,
+    /// While set, the schedule draws no new fault (a scheduled undoing still happens).
+    pub(crate) hold_faults: bool,
+}
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Sim {
-    async fn new(seed: u64, options: Options) -> Sim {
+    pub(crate) async fn new(seed: u64, options: Options, region: Region) -> Sim {
         muster_consensus::seed_election_rng(SimRng::new(seed, 3).next_u64());
         let clock = Clock::start();
         let checks = Arc::new(Mutex::new(Checks::default()));
@@ -146,14 +162,21 @@ impl Sim {
             KEEP_AFTER_SNAPSHOT,
         );
         let duties = Duties::new(Arc::clone(&net), clock, Arc::clone(&checks));
+        let (workload, trace) = match region {
+            Region::Only => (Workload::new(), Trace::new(options.verbose)),
+            Region::Named(name) => (
+                Workload::with_prefix(if name == "a" { "i-" } else { "b-" }),
+                Trace::labelled(options.verbose, &format!("{name}| ")),
+            ),
+        };
         let mut sim = Sim {
             seed,
             rng: SimRng::new(seed, 1),
             clock,
             cluster,
             duties,
-            workload: Arc::new(Mutex::new(Workload::new())),
-            trace: Arc::new(Mutex::new(Trace::new(options.verbose))),
+            workload: Arc::new(Mutex::new(workload)),
+            trace: Arc::new(Mutex::new(trace)),
             checks,
             pending: BTreeMap::new(),
             in_flight: Arc::new(AtomicUsize::new(0)),
@@ -161,6 +184,7 @@ impl Sim {
             sampled: BTreeMap::new(),
             steps: 0,
             failed_disks: std::collections::BTreeSet::new(),
+            hold_faults: false,
             options,
         };
         for id in sim.cluster.ids() {
@@ -171,15 +195,15 @@ impl Sim {
         sim
     }
 
-    fn line(&self, line: String) {
+    pub(crate) fn line(&self, line: String) {
         lock(&self.trace).line(self.clock.now_ms(), &line);
     }
 
-    fn violated(&self) -> bool {
+    pub(crate) fn violated(&self) -> bool {
         lock(&self.checks).violation.is_some()
     }
 
-    async fn start(&mut self, id: u64) {
+    pub(crate) async fn start(&mut self, id: u64) {
         if let Err(error) = self.cluster.start(id).await {
             lock(&self.checks).fail("a crashed node restarts from its disk", Err(error));
         }
@@ -202,6 +226,15 @@ impl Sim {
     }
 
     async fn step(&mut self) {
+        self.act().await;
+        let pause = self.rng.between(5, 120);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        self.sample(false);
+    }
+
+    /// One step up to its pause: due fault ends, then a new fault or client operations,
+    /// then renewals.
+    pub(crate) async fn act(&mut self) {
         let now = self.clock.now_ms();
         let due: Vec<u64> = self.pending.range(..=now).map(|(at, _)| *at).collect();
         for at in due {
@@ -216,7 +249,7 @@ impl Sim {
             ));
             self.later(300, 3_000, Fault::Heal, true);
         }
-        if self.rng.chance(280) {
+        if self.rng.chance(280) && !self.hold_faults {
             let fault = faults::draw(&mut self.rng, &self.cluster.ids());
             self.apply(fault, false).await;
         } else {
@@ -233,13 +266,19 @@ impl Sim {
                 grant_ttl: None,
             });
         }
-        let pause = self.rng.between(5, 120);
-        tokio::time::sleep(Duration::from_millis(pause)).await;
-        self.sample(false);
+    }
+
+    /// Whether no fault of this cluster is in force: every node runs on a calm network
+    /// with every link up (a slow disk still commits, so it counts as calm).
+    pub(crate) fn calm(&self) -> bool {
+        self.cluster.running().len() == self.options.nodes as usize
+            && self.failed_disks.is_empty()
+            && self.cluster.net.cuts().is_empty()
+            && self.cluster.net.weather() == Weather::CALM
     }
 
     /// Samples every running node into the invariants (and the trace).
-    fn sample(&mut self, always: bool) -> Vec<(u64, u64, u64)> {
+    pub(crate) fn sample(&mut self, always: bool) -> Vec<(u64, u64, u64)> {
         let mut states = Vec::new();
         let mut summary = Vec::new();
         for (id, node) in self.cluster.net.nodes() {
@@ -335,7 +374,7 @@ impl Sim {
         }
     }
 
-    fn launch(&mut self, op: Op) {
+    pub(crate) fn launch(&mut self, op: Op) {
         self.next_op += 1;
         let id = self.next_op;
         let ids = self.cluster.ids();
@@ -364,100 +403,7 @@ impl Sim {
         tokio::spawn(task.run());
     }
 
-    /// Heals everything, lets the cluster converge, waits out every TTL and grace with no
-    /// renewal, converges again, and checks the end state.
-    async fn finish(&mut self) {
-        self.line("heal: every fault undone; no more client operations".into());
-        self.pending.clear();
-        self.cluster.net.heal();
-        self.cluster.net.set_weather(Weather::CALM);
-        for id in std::mem::take(&mut self.failed_disks) {
-            // The supervisor's restart of a node whose disk failed.
-            self.cluster.crash(id).await;
-            self.duties.forget(id);
-        }
-        for id in self.cluster.ids() {
-            self.cluster.disks[&id].set_write_delay(Duration::ZERO);
-            self.cluster.disks[&id].fail_next_writes(0);
-            if !self.cluster.running().contains(&id) {
-                self.start(id).await;
-            }
-        }
-        *lock(&self.duties.trap) = false;
-        if !self.converge("after healing").await {
-            return;
-        }
-        let max_ttl = lock(&self.workload)
-            .leases
-            .values()
-            .copied()
-            .max()
-            .unwrap_or(0)
-            .max(5_000);
-        let quiet = max_ttl + ELECTION_GRACE_MS + MAX_GRACE_MS + 10 * TICK.as_millis() as u64 + 2_000;
-        lock(&self.workload).leases.clear();
-        tokio::time::sleep(Duration::from_millis(quiet)).await;
-        if !self.converge("after the quiet period").await {
-            return;
-        }
-        self.final_checks();
-    }
-
-    /// Waits until every node holds the same state, unchanged between two polls.
-    async fn converge(&mut self, when: &str) -> bool {
-        let mut previous = Vec::new();
-        for _ in 0..CONVERGE_WITHIN_MS / 100 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            if self.violated() {
-                return false;
-            }
-            let states = self.sample(false);
-            let settled = self.in_flight.load(Ordering::Relaxed) == 0;
-            if settled
-                && states.len() == self.options.nodes as usize
-                && states.windows(2).all(|w| w[0] == w[1])
-                && states == previous
-            {
-                self.line(format!("converged {when}"));
-                return true;
-            }
-            previous = states;
-        }
-        lock(&self.checks).fail(
-            "convergence after healing",
-            Err(format!(
-                "the nodes did not converge {when} within {CONVERGE_WITHIN_MS} ms"
-            )),
-        );
-        false
-    }
-
-    fn final_checks(&mut self) {
-        let nodes = self.cluster.net.nodes();
-        let Some(node) = nodes.values().next() else { return };
-        let lowest = nodes.values().map(|n| n.status().revision.0).min().unwrap_or(0);
-        let now = self.clock.now_ms();
-        let leases: Vec<u64> = node.read(|r| r.leases().map(|l| l.id.0).collect());
-        let stuck = stuck_drains(node, now);
-        let mut checks = lock(&self.checks);
-        let acked = checks.acknowledged.check_final(&checks.history, lowest);
-        checks.fail("every acknowledged write is present", acked);
-        let expired = if leases.is_empty() {
-            Ok(())
-        } else {
-            Err(format!(
-                "leases {leases:?} outlived every TTL with nobody renewing them"
-            ))
-        };
-        checks.fail("a lease nobody renews expires", expired);
-        let drained = match stuck.first() {
-            None => Ok(()),
-            Some(stuck) => Err(format!("{stuck} is still draining long after its grace")),
-        };
-        checks.fail("every drain's grace ends", drained);
-    }
-
-    fn report(&self) -> Report {
+    pub(crate) fn report(&self) -> Report {
         let nodes = self.cluster.net.nodes();
         let revision = nodes.values().map(|n| n.status().revision.0).max().unwrap_or(0);
         let checks = lock(&self.checks);
@@ -470,127 +416,7 @@ impl Sim {
             net: self.cluster.net.stats(),
             acknowledged: checks.acknowledged.len(),
             revision,
-        }
-    }
-}
-
-/// Draining endpoints whose committed grace ended more than an election and a tick ago.
-fn stuck_drains(node: &Node, now: u64) -> Vec<String> {
-    node.read(|r| {
-        let mut stuck = Vec::new();
-        for service in r.all_services() {
-            for endpoint in service.iter() {
-                if endpoint.serving != ServingState::Draining {
-                    continue;
-                }
-                let grace = endpoint
-                    .observation
-                    .reason
-                    .strip_prefix(GRACE_PREFIX)
-                    .and_then(|rest| rest.trim_end_matches("ms").parse::<u64>().ok());
-                if let Some(grace) = grace
-                    && endpoint.observation.at_ms + grace + ELECTION_GRACE_MS + 2_000 < now
-                {
-                    stuck.push(format!(
-                        "{}/{}#{} (drained at {} ms, grace {grace} ms)",
-                        service.key(),
-                        endpoint.instance,
-                        endpoint.incarnation.0,
-                        endpoint.observation.at_ms
-                    ));
-                }
-            }
-        }
-        stuck
-    })
-}
-
-/// One client operation in flight.
-struct OpTask {
-    id: u64,
-    via: u64,
-    sent: u64,
-    op: Op,
-    node: Option<Node>,
-    duties: Arc<Duties>,
-    workload: Arc<Mutex<Workload>>,
-    trace: Arc<Mutex<Trace>>,
-    checks: Arc<Mutex<Checks>>,
-    clock: Clock,
-    in_flight: Arc<AtomicUsize>,
-}
-
-impl OpTask {
-    async fn run(self) {
-        let outcome = match self.op.kind.clone() {
-            OpKind::Propose(command, actor) => self.propose(command, actor).await,
-            OpKind::Duty(request) => self.duty(request).await,
-        };
-        lock(&self.trace).line(
-            self.clock.now_ms(),
-            &format!("op {} via n{}: {} → {outcome}", self.id, self.via, self.op.what),
-        );
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    async fn propose(&self, command: Command, actor: muster_core::Actor) -> String {
-        let Some(node) = &self.node else {
-            return "node down".into();
-        };
-        let meta = CommandMeta {
-            at_ms: self.sent,
-            principal: Principal::new("sim-client").expect("a valid principal"),
-            actor,
-        };
-        let result = tokio::time::timeout(CLIENT_WAIT, node.propose(command, meta)).await;
-        match result {
-            Ok(Ok(Ok(applied))) => {
-                let committed = applied.unchanged.is_none().then(|| hash_json(&applied));
-                if let (Some(lease), Some(ttl)) = (applied.lease, self.op.grant_ttl) {
-                    lock(&self.workload).leases.insert(lease.id, ttl);
-                }
-                let ack = Ack {
-                    what: format!("op {} ({})", self.id, self.op.what),
-                    revision: applied.revision.0,
-                    committed,
-                };
-                let mut checks = lock(&self.checks);
-                let checks = &mut *checks;
-                let acked = checks.acknowledged.ack(self.id, ack, &checks.history);
-                checks.fail("every acknowledged write is present", acked);
-                match applied.unchanged {
-                    None => format!("revision {}", applied.revision.0),
-                    Some(why) => format!("unchanged ({why:?}) at revision {}", applied.revision.0),
-                }
-            }
-            Ok(Ok(Err(rejection))) => format!("refused: {}", rejection.code()),
-            Ok(Err(error)) => format!("failed: {error}"),
-            Err(_) => "no answer in time".into(),
-        }
-    }
-
-    async fn duty(&self, request: Request) -> String {
-        let renewing = match &request {
-            Request::Renew(lease) => Some(*lease),
-            _ => None,
-        };
-        match self.duties.request(self.via, request).await {
-            Ok(done) => {
-                if let Some(lease) = renewing {
-                    let ttl = lock(&self.workload).leases.get(&lease).copied();
-                    let ttl = ttl.or_else(|| lock(&self.checks).leases.ttl(lease));
-                    if let Some(ttl) = ttl {
-                        let mut checks = lock(&self.checks);
-                        let renewed = checks.leases.renewed(lease, ttl, self.sent);
-                        checks.fail(
-                            "leases: grants mint once, and no lease leaves before its floor",
-                            renewed,
-                        );
-                    }
-                }
-                done
-            }
-            Err(error) => format!("failed: {error}"),
+            federation: None,
         }
     }
 }

@@ -9,15 +9,22 @@ pub struct Trace {
     hasher: Xxh3,
     verbose: bool,
     lines: u64,
+    label: String,
 }
 
 impl Trace {
     /// An empty trace; `verbose` prints every line.
     pub fn new(verbose: bool) -> Trace {
+        Trace::labelled(verbose, "")
+    }
+
+    /// An empty trace whose lines are printed after `label` (which region they are from).
+    pub fn labelled(verbose: bool, label: &str) -> Trace {
         Trace {
             hasher: Xxh3::new(),
             verbose,
             lines: 0,
+            label: label.to_owned(),
         }
     }
 
@@ -28,7 +35,7 @@ impl Trace {
         self.hasher.update(b"\n");
         self.lines += 1;
         if self.verbose {
-            println!("{at_ms:>8} ms  {line}");
+            println!("{at_ms:>8} ms  {}{line}", self.label);
         }
     }
 

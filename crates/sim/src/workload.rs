@@ -62,6 +62,8 @@ pub struct Workload {
     /// Registrations sent, for stale replays: (service, instance) → (incarnation, command).
     sent_registers: Vec<((usize, u64), u64, Command)>,
     filler_flip: u64,
+    /// How instance names begin (`i-`).
+    prefix: &'static str,
 }
 
 impl Default for Workload {
@@ -73,6 +75,11 @@ impl Default for Workload {
 impl Workload {
     /// Two services of one tenant, and a filler service for bursts.
     pub fn new() -> Workload {
+        Workload::with_prefix("i-")
+    }
+
+    /// The same, with instance names that begin with `prefix`.
+    pub fn with_prefix(prefix: &'static str) -> Workload {
         let key = |name: &str| ServiceKey::new("acme", "prod", name).expect("valid names");
         Workload {
             services: vec![key("api"), key("web")],
@@ -83,13 +90,14 @@ impl Workload {
             next_ttl: 0,
             sent_registers: Vec::new(),
             filler_flip: 0,
+            prefix,
         }
     }
 
     fn target(&self, slot: (usize, u64), incarnation: u64) -> Target {
         Target {
             key: self.services[slot.0].clone(),
-            instance: instance_id(slot.1),
+            instance: instance_id(self.prefix, slot.1),
             incarnation: Incarnation(incarnation),
         }
     }
@@ -127,10 +135,19 @@ impl Workload {
         self.sent_registers.push((slot, incarnation, replay.into()));
         let command: Command = register.into();
         Op {
-            what: format!("register {}#{incarnation} lease {lease:?}", name(&self.services, slot)),
+            what: format!("register {}#{incarnation} lease {lease:?}", self.name(slot)),
             kind: OpKind::Propose(command, Actor::App),
             grant_ttl,
         }
+    }
+
+    fn name(&self, slot: (usize, u64)) -> String {
+        format!("{}/{}{}", self.services[slot.0].service, self.prefix, slot.1)
+    }
+
+    /// The services clients write (not the filler).
+    pub fn services(&self) -> &[ServiceKey] {
+        &self.services
     }
 
     /// The next operation.
@@ -141,7 +158,7 @@ impl Workload {
         );
         let model = self.instances.get(&slot).copied().unwrap_or_default();
         let known = model.incarnation.max(1);
-        let svc = name(&self.services, slot);
+        let svc = self.name(slot);
         let propose = |what: String, command: Command, actor: Actor| Op {
             what,
             kind: OpKind::Propose(command, actor),
@@ -250,7 +267,7 @@ impl Workload {
                 }
                 let (s, incarnation, command) = (*rng.pick(&stale)).clone();
                 propose(
-                    format!("stale replay of register {}#{incarnation}", name(&self.services, s)),
+                    format!("stale replay of register {}#{incarnation}", self.name(s)),
                     command,
                     Actor::App,
                 )
@@ -271,7 +288,7 @@ impl Workload {
                 let command = Register {
                     target: Target {
                         key: self.filler.clone(),
-                        instance: instance_id(n % 4),
+                        instance: instance_id(self.prefix, n % 4),
                         incarnation: Incarnation(n),
                     },
                     spec: spec((2, n % 4)),
@@ -299,12 +316,9 @@ impl Workload {
     }
 }
 
-fn instance_id(n: u64) -> InstanceId {
-    InstanceId::new(&format!("i-{n}")).expect("a valid instance id")
-}
-
-fn name(services: &[ServiceKey], slot: (usize, u64)) -> String {
-    format!("{}/i-{}", services[slot.0].service, slot.1)
+/// Instance `n` of the workload whose names begin with `prefix`.
+pub fn instance_id(prefix: &str, n: u64) -> InstanceId {
+    InstanceId::new(&format!("{prefix}{n}")).expect("a valid instance id")
 }
 
 fn spec(slot: (usize, u64)) -> EndpointSpec {

@@ -5,12 +5,14 @@
 //!  driver samples (between steps) ────────┼──▶ Checks ──▶ history ─ walk in revision order ─▶ fencing
 //!  acknowledgements, renewals, drains ────┘                                                  leases
 //!                                                                                           drains
+//!  with two regions: region a's history + region b's samples ──▶ federation
 //! ```
 //!
 //! The first broken invariant is kept, with its name; the run stops at the next step.
 
 pub mod acknowledged;
 pub mod drains;
+pub mod federation;
 pub mod fencing;
 pub mod history;
 pub mod leases;
