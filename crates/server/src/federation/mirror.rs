@@ -105,12 +105,13 @@ async fn follow(app: &App, federation: &Federation, peer: &Peer, import: &Import
     let mut fresh = false;
     let mut backoff = BACKOFF.0;
     loop {
-        let ended = follow_once(app, federation, peer, import, &client, fresh).await;
+        let ended = follow_once(app, federation, peer, import, &client, &mut fresh).await;
         federation.with_link(&peer.name, import, |l| l.connected = false);
-        match ended {
+        let pause = match ended {
+            // A fresh snapshot still owed stays owed (`follow_once` clears it once one commits).
             Ended::Resume => {
-                fresh = false;
                 backoff = BACKOFF.0;
+                false
             }
             Ended::Resnapshot(why) => {
                 tracing::info!(region = %peer.name, %import, why, "mirror: taking a fresh snapshot");
@@ -118,17 +119,23 @@ async fn follow(app: &App, federation: &Federation, peer: &Peer, import: &Import
                     l.resnapshots += 1;
                     l.last_error = Some(why);
                 });
+                // A second fresh snapshot in a row waits too: one refused again (a peer node
+                // behind the held cursor) must not turn into a busy loop against the peer.
+                let again = fresh;
                 fresh = true;
+                again
             }
             Ended::Failed(why) => {
                 tracing::debug!(region = %peer.name, %import, why, "mirror: peer unreachable");
                 federation.with_link(&peer.name, import, |l| l.last_error = Some(why));
-                // Jitter from the clock's low bits: reconnecting mirrors do not move in step.
-                let jitter = u64::from(app.clock.unix_now_ms().to_le_bytes()[0]) % 100;
-                let pause = backoff.mul_f64(0.5 + jitter as f64 / 200.0);
-                tokio::time::sleep(pause).await;
-                backoff = (backoff * 2).min(BACKOFF.1);
+                true
             }
+        };
+        if pause {
+            // Jitter from the clock's low bits: reconnecting mirrors do not move in step.
+            let jitter = u64::from(app.clock.unix_now_ms().to_le_bytes()[0]) % 100;
+            tokio::time::sleep(backoff.mul_f64(0.5 + jitter as f64 / 200.0)).await;
+            backoff = (backoff * 2).min(BACKOFF.1);
         }
     }
 }
@@ -139,10 +146,10 @@ async fn follow_once(
     peer: &Peer,
     import: &ImportScope,
     client: &Client,
-    fresh: bool,
+    fresh: &mut bool,
 ) -> Ended {
     let held = app.node.read(|r| r.mirror(&peer.name, import).map(|m| m.cursor));
-    let from = held.filter(|c| !fresh && *c > Revision::ZERO);
+    let from = held.filter(|c| !*fresh && *c > Revision::ZERO);
     let opened = match &import.service {
         Some(service) => {
             let key = ServiceKey {
@@ -205,6 +212,8 @@ async fn follow_once(
                             if let Err(ended) = mirror.propose(revision, MirrorChange::Replace(sets)).await {
                                 return ended;
                             }
+                            // From here on a lost watch resumes from this snapshot's cursor.
+                            *fresh = false;
                             last_heard = Some(Instant::now());
                         }
                         None => cursor = cursor.max(Some(revision)),
