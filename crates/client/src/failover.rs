@@ -30,12 +30,14 @@ impl SetSummary {
     pub fn of<'a>(endpoints: impl IntoIterator<Item = &'a Endpoint>, accept_degraded: bool) -> SetSummary {
         let mut summary = SetSummary::default();
         for endpoint in endpoints {
+            // At most (2^32 − 1) × 65,535 each; sums saturate rather than wrap, since any
+            // registrant picks these numbers.
             let capacity = u64::from(endpoint.capacity.unwrap_or(1)) * u64::from(endpoint.weight);
-            summary.total += 1;
-            summary.nominal_capacity += capacity;
+            summary.total = summary.total.saturating_add(1);
+            summary.nominal_capacity = summary.nominal_capacity.saturating_add(capacity);
             if endpoint.serving.is_eligible(accept_degraded) {
-                summary.eligible += 1;
-                summary.eligible_capacity += capacity;
+                summary.eligible = summary.eligible.saturating_add(1);
+                summary.eligible_capacity = summary.eligible_capacity.saturating_add(capacity);
             }
         }
         summary
@@ -56,9 +58,22 @@ pub fn decide(
     regions: &[(Label, Mirrored)],
 ) -> FailoverDecision {
     let by_percent = (u64::from(local.total) * u64::from(policy.min_eligible_percent)).div_ceil(100);
-    let required = policy.min_eligible.max(u32::try_from(by_percent).unwrap_or(u32::MAX));
+    // At least one: a policy whose minimum is a percentage still spills when the local set
+    // is gone altogether (its total, and so the percentage, then being 0).
+    let required = policy
+        .min_eligible
+        .max(u32::try_from(by_percent).unwrap_or(u32::MAX))
+        .max(1);
     let spilling = previous.is_some_and(|p| p.spill);
-    let margin = if spilling { policy.recover_margin } else { 0 };
+    // Coming home needs the margin above the minimum, but never more endpoints than the set
+    // has: a one-endpoint service that blipped must be able to return.
+    let home = if spilling {
+        required
+            .saturating_add(policy.recover_margin)
+            .min(local.total.max(required))
+    } else {
+        required
+    };
     let mut decision = FailoverDecision {
         spill: false,
         region: None,
@@ -70,7 +85,7 @@ pub fn decide(
         spill_capacity: 0,
         candidates: Vec::new(),
     };
-    if local.eligible >= required.saturating_add(margin) {
+    if local.eligible >= home {
         return decision;
     }
     let (reason, share) = if local.eligible >= required {
@@ -83,7 +98,9 @@ pub fn decide(
     };
     let share = share.min(policy.max_spill_percent);
     // Nothing local at all: a region must at least have something eligible.
-    let spill_capacity = (local.nominal_capacity * u64::from(share)).div_ceil(100).max(1);
+    let spill_capacity = u64::try_from((u128::from(local.nominal_capacity) * u128::from(share)).div_ceil(100))
+        .unwrap_or(u64::MAX)
+        .max(1);
     let sticky = previous.and_then(|p| p.region.as_ref());
     let admissible = |mirrored: &Mirrored| match mirrored {
         None => CandidateVerdict::NotMirrored,
@@ -125,7 +142,9 @@ pub fn decide(
             decision.share_percent = share;
             decision.reason = reason;
         }
-        _ => decision.reason = FailoverReason::NoRegionAdmitted,
+        // The policy lets nothing leave (`max_spill_percent` 0): below the minimum, staying.
+        Some(_) => decision.reason = reason,
+        None => decision.reason = FailoverReason::NoRegionAdmitted,
     }
     decision
 }
@@ -232,6 +251,52 @@ mod tests {
         // `a` can take it again, but `c` already does: no move.
         let still_c = decide(&policy(), Some(&to_c), set(0, 4, 100), &both);
         assert_eq!(still_c.region, Some(label("c")));
+    }
+
+    #[test]
+    fn a_one_endpoint_service_comes_home_once_its_endpoint_serves_again() {
+        let mut single = policy();
+        single.min_eligible = 1;
+        let regions = [(label("a"), available(set(9, 9, 100)))];
+        let spilled = decide(&single, None, set(0, 1, 100), &regions);
+        assert!(spilled.spill);
+        // Minimum 1 plus the margin would ask for 2 of a set of 1: capped at the set.
+        let home = decide(&single, Some(&spilled), set(1, 1, 100), &regions);
+        assert_eq!((home.spill, home.reason), (false, FailoverReason::LocalSufficient));
+    }
+
+    #[test]
+    fn a_percentage_policy_spills_when_the_local_set_is_gone() {
+        let mut by_percent = policy();
+        (by_percent.min_eligible, by_percent.min_eligible_percent) = (0, 50);
+        let d = decide(
+            &by_percent,
+            None,
+            SetSummary::default(),
+            &[(label("a"), available(set(1, 1, 1)))],
+        );
+        assert_eq!((d.spill, d.required, d.share_percent), (true, 1, 100));
+    }
+
+    #[test]
+    fn a_policy_that_lets_nothing_leave_says_the_local_set_is_short_and_stays() {
+        let mut none = policy();
+        none.max_spill_percent = 0;
+        let d = decide(&none, None, set(0, 4, 100), &[(label("a"), available(set(9, 9, 100)))]);
+        assert_eq!((d.spill, d.reason), (false, FailoverReason::LocalBelowMinimum));
+    }
+
+    #[test]
+    fn huge_capacities_saturate_instead_of_wrapping() {
+        let big = SetSummary {
+            eligible: 0,
+            total: 1,
+            eligible_capacity: 0,
+            nominal_capacity: u64::MAX,
+        };
+        let d = decide(&policy(), None, big, &[(label("a"), available(set(9, 9, 100)))]);
+        assert_eq!(d.spill_capacity, u64::MAX);
+        assert_eq!(d.candidates[0].verdict, CandidateVerdict::InsufficientCapacity);
     }
 
     #[test]

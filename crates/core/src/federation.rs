@@ -116,17 +116,18 @@ pub struct FailoverPolicy {
     pub service: String,
     /// The regions to fail over to, in order of preference.
     pub failover: Vec<Label>,
-    /// Spill once fewer local endpoints than this are eligible: 1.
+    /// Spill once fewer local endpoints than this are eligible (default 1).
     #[serde(default = "one")]
     pub min_eligible: u32,
-    /// ... or fewer than this percentage of the local set: 0.
+    /// ... or fewer than this percentage of the local set (default 0).
     #[serde(default)]
     pub min_eligible_percent: u8,
-    /// The largest share of traffic (percent) allowed to leave the region: 100.
+    /// The largest share of traffic (percent) allowed to leave the region (default 100).
     #[serde(default = "hundred")]
     pub max_spill_percent: u8,
     /// Once spilling, come back only when this many endpoints above the minimum are eligible
-    /// again (hysteresis, so a set hovering at the minimum does not flap): 1.
+    /// again, or all of the set if it has fewer (hysteresis, so a set hovering at the minimum
+    /// does not flap; default 1).
     #[serde(default = "one")]
     pub recover_margin: u32,
 }

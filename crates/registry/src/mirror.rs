@@ -28,7 +28,8 @@ pub struct Mirror {
     pub region: Label,
     /// The import this is for.
     pub import: ImportScope,
-    /// The source region's global revision everything up to which is now applied.
+    /// The source region's global revision everything up to which is now applied (updates
+    /// past it may come along: a watch's cursor moves only at its `progress` frames).
     pub cursor: Revision,
     /// What changed.
     pub change: MirrorChange,
@@ -83,6 +84,10 @@ impl MirrorTable {
         self.imports.values()
     }
 
+    fn get_mut(&mut self, region: &Label, import: &ImportScope) -> Option<&mut MirrorImport> {
+        self.imports.get_mut(&(region.clone(), import.clone()))
+    }
+
     /// One import, if anything was ever mirrored for it.
     pub(crate) fn get(&self, region: &Label, import: &ImportScope) -> Option<&MirrorImport> {
         self.imports.get(&(region.clone(), import.clone()))
@@ -107,20 +112,30 @@ impl MirrorTable {
             import: command.import.to_string(),
             detail,
         };
+        let held_cursor = self
+            .get(&command.region, &command.import)
+            .map_or(Revision::ZERO, |i| i.cursor);
+        // A cursor never steps back: not for a deposed leader's late proposal, and not for a
+        // fresh snapshot read from a peer node that lags what is held (a follower behind the
+        // leader the updates came from), which would bring back endpoints the peer removed.
+        if command.cursor < held_cursor {
+            return Err(gap(format!(
+                "cursor {} is behind the held cursor {held_cursor}",
+                command.cursor
+            )));
+        }
+        // Heard from, nothing changed: no set is copied.
+        if let (MirrorChange::Progress, Some(import)) =
+            (&command.change, self.get_mut(&command.region, &command.import))
+        {
+            import.cursor = command.cursor;
+            import.synced_at_ms = at_ms;
+            return Ok(false);
+        }
         let held = self.get(&command.region, &command.import);
-        let held_cursor = held.map_or(Revision::ZERO, |i| i.cursor);
         let mut sets = held.map(|i| i.sets.clone()).unwrap_or_default();
         let changed = match &command.change {
             MirrorChange::Replace(snapshots) => {
-                // A fresh snapshot read from a peer node that lags what is held (a follower
-                // behind the leader the updates came from) would take the sets back in time:
-                // endpoints the peer removed would reappear until the mirror caught up.
-                if command.cursor < held_cursor {
-                    return Err(gap(format!(
-                        "a snapshot at {} is behind the held cursor {held_cursor}",
-                        command.cursor
-                    )));
-                }
                 for snapshot in snapshots {
                     self.check_scope(command, snapshot.key())?;
                     if snapshot.revision() > command.cursor {
@@ -139,34 +154,14 @@ impl MirrorTable {
                 true
             }
             MirrorChange::Updates(updates) => {
-                if command.cursor < held_cursor {
-                    return Err(gap(format!(
-                        "cursor {} is behind the held cursor {held_cursor}",
-                        command.cursor
-                    )));
-                }
                 let mut changed = false;
                 for update in updates {
                     self.check_scope(command, &update.key)?;
-                    if update.revision > command.cursor {
-                        return Err(gap(format!(
-                            "update at {} is after the cursor {}",
-                            update.revision, command.cursor
-                        )));
-                    }
                     changed |= apply_update(&mut sets, update).map_err(|e| gap(e.to_string()))?;
                 }
                 changed
             }
-            MirrorChange::Progress => {
-                if command.cursor < held_cursor {
-                    return Err(gap(format!(
-                        "cursor {} is behind the held cursor {held_cursor}",
-                        command.cursor
-                    )));
-                }
-                false
-            }
+            MirrorChange::Progress => false,
         };
         self.imports.insert(
             (command.region.clone(), command.import.clone()),
@@ -233,10 +228,14 @@ impl Registry {
             .filter_map(move |i| i.sets.get(key).map(|set| (i, set)))
     }
 
-    /// A local write addressed to an instance a peer region owns is refused: only that
-    /// region's history changes it (SPEC G2). A local record of the same name is the local
-    /// region's own and may be written.
+    /// A local write addressed to an instance only a peer region holds is refused: only that
+    /// region's history changes it (SPEC G2). A registration is always this region's own
+    /// record (instance names such as `api-0` recur across regions), and so is any write to
+    /// an instance registered here.
     pub(crate) fn check_not_mirrored(&self, command: &Command) -> Result<(), Rejection> {
+        if matches!(command, Command::Register(_) | Command::RegisterNext(_)) {
+            return Ok(());
+        }
         let Some((key, instance, _)) = command.target() else {
             return Ok(());
         };
@@ -374,15 +373,39 @@ mod tests {
             lease: crate::LeaseSpec::None,
             expected_revision: None,
         };
-        let refused = registry
-            .apply(&Command::Register(register.clone()), &meta())
-            .unwrap_err();
-        assert_eq!(refused.code(), "mirrored_read_only");
+        let a_1 = register.target.clone();
+        let writes = [
+            Command::SetServing(crate::SetServing {
+                target: a_1.clone(),
+                state: muster_core::ServingState::NotServing,
+                reason: "no".into(),
+                expected_revision: None,
+            }),
+            Command::Drain(crate::Drain {
+                target: a_1.clone(),
+                reason: "no".into(),
+                grace_ms: None,
+                expected_revision: None,
+            }),
+            Command::Deregister(crate::Deregister {
+                target: a_1.clone(),
+                expected_revision: None,
+            }),
+            Command::Evict(crate::Evict {
+                key: key("api"),
+                instance: a_1.instance.clone(),
+                expected_revision: None,
+            }),
+        ];
+        for write in &writes {
+            let refused = registry.apply(write, &meta()).unwrap_err();
+            assert_eq!(refused.code(), "mirrored_read_only", "{write:?}");
+        }
         assert!(registry.snapshot(&key("api")).is_none(), "nothing local was written");
-        // Another instance is the region's own.
-        let mut own = register;
-        own.target.instance = InstanceId::new("b-1").unwrap();
-        registry.apply(&Command::Register(own), &meta()).unwrap();
+        assert_eq!(registry.mirrored(&key("api")).next().unwrap().1.digest(), set.digest());
+        // A registration of the same name is this region's own record, beside the mirror.
+        registry.apply(&Command::Register(register), &meta()).unwrap();
+        assert_eq!(registry.snapshot(&key("api")).unwrap().len(), 1);
         // The mirror is part of the replicated state: a snapshot carries it.
         let restored = Registry::import(crate::RegistryConfig::default(), registry.export()).unwrap();
         let (import, held) = restored.mirrored(&key("api")).next().unwrap();

@@ -204,7 +204,7 @@ fn federated_page(
     })?;
     let page = match page {
         Some(page) => page,
-        None if first_current && (!mirrors.is_empty() || failover.is_some()) => Page {
+        None if first_current && !mirrors.is_empty() => Page {
             at,
             revision: Revision::ZERO,
             digest: Digest::EMPTY,

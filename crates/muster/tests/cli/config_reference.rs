@@ -33,6 +33,10 @@ const SOURCES: &[&str] = &[
     "../core/src/federation.rs",
 ];
 
+/// The arrays of tables (`[[federation.peer]]`): sections of their own, one entry each. An
+/// array of a struct that is written as a string (`Cidr`) is an ordinary key.
+const ARRAY_SECTIONS: &[&str] = &["federation.peer", "federation.policy"];
+
 /// The map-valued keys of the default configuration (tables that are no section).
 const MAP_KEYS: &[&str] = &["health.floors", "peers"];
 
@@ -196,11 +200,12 @@ impl Writer<'_> {
                 continue;
             }
             // An array of tables (`[[federation.peer]]`): a section of its own, no defaults.
+            let mut key_path = path.to_vec();
+            key_path.push(field.name.clone());
             if let Some(inner) = ty.strip_prefix("Vec<").and_then(|t| t.strip_suffix('>'))
-                && self.structs.contains_key(inner)
+                && ARRAY_SECTIONS.contains(&key_path.join(".").as_str())
             {
-                let mut key_path = path.to_vec();
-                key_path.push(field.name.clone());
+                assert!(self.structs.contains_key(inner), "{inner} is not in SOURCES");
                 self.arrays.push(key_path.join("."));
                 sections.push((inner.to_owned(), field));
                 continue;
@@ -330,7 +335,8 @@ fn config_reference_lists_every_default_key() {
     assert!(all.len() > 50, "{all:?}");
     for key in all {
         // An array of tables is a section of its own (`[[federation.peer]]`).
-        if generated.contains(&format!("## `[[{key}]]`")) {
+        if ARRAY_SECTIONS.contains(&key.as_str()) {
+            assert!(generated.contains(&format!("## `[[{key}]]`")), "no [[{key}]] section");
             continue;
         }
         let (section, name) = key.rsplit_once('.').unwrap_or(("", &key));

@@ -114,8 +114,15 @@ fn subject(command: &Command) -> Subject<'_> {
     }
 }
 
-/// Calls `record` with every audit record of one judged proposal (at least one).
+/// Calls `record` with every audit record of one judged proposal (at least one, but for a
+/// mirror's heartbeat: a peer heard from, nothing changed. One a second per import would
+/// flush the trail's retention within minutes and say nothing).
 pub(crate) fn records(judged: &Judged<'_>, mut record: impl FnMut(AuditRecord)) {
+    if matches!(judged.command, Command::Mirror(_))
+        && matches!(judged.result, Ok(applied) if applied.unchanged == Some(muster_registry::Unchanged::MirrorCurrent))
+    {
+        return;
+    }
     let subject = subject(judged.command);
     let (outcome, revision, reason, applied) = match judged.result {
         Ok(applied) => {

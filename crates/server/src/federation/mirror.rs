@@ -30,13 +30,16 @@ use tokio::time::Instant;
 use super::{Federation, Peer};
 use crate::app::App;
 
-/// How often leadership is checked.
+/// How often leadership is checked: a new leader's mirrors start within this of its election,
+/// small beside the election itself.
 const LEADERSHIP_POLL: Duration = Duration::from_millis(200);
-/// The most frames one proposal carries.
+/// The most frames one proposal carries: a burst of a busy peer becomes a few log entries
+/// of bounded size, not one per frame nor one unbounded entry.
 const MAX_BATCH: usize = 512;
-/// Reconnect backoff after a failure: from the first value, doubling, to the last.
+/// Reconnect backoff after a failure: from the first value, doubling, to the last. A partition
+/// heals into a resume within 5 s; an unreachable peer costs one attempt per 5 s.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(5));
-/// A watch silent this long is lost (peers send `progress` every few seconds).
+/// A watch silent this long is lost: three of a peer's default 5 s `progress` frames.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Runs the mirrors while this node leads, until the server stops.
@@ -104,13 +107,20 @@ async fn follow(app: &App, federation: &Federation, peer: &Peer, import: &Import
     };
     let mut fresh = false;
     let mut backoff = BACKOFF.0;
+    let cursor = || app.node.read(|r| r.mirror(&peer.name, import).map(|m| m.cursor));
     loop {
+        let before = cursor();
         let ended = follow_once(app, federation, peer, import, &client, &mut fresh).await;
         federation.with_link(&peer.name, import, |l| l.connected = false);
+        // A watch that got somewhere was healthy: the next failure starts the backoff over.
+        if cursor() > before {
+            backoff = BACKOFF.0;
+        }
         let pause = match ended {
             // A fresh snapshot still owed stays owed (`follow_once` clears it once one commits).
+            // A peer that ends every stream at once must not be reconnected to in a busy loop.
             Ended::Resume => {
-                backoff = BACKOFF.0;
+                tokio::time::sleep(BACKOFF.0).await;
                 false
             }
             Ended::Resnapshot(why) => {
@@ -177,6 +187,12 @@ async fn follow_once(
     };
     // Before the first progress frame of a watch without a cursor, the peer sends every set.
     let mut snapshots: Option<Vec<ServiceSnapshot>> = from.is_none().then(Vec::new);
+    // The cursor only ever moves to a `progress` revision: everything up to it has been sent.
+    // An update's own revision is no cursor: a lagging watcher's coalesced backlog comes in
+    // per-service order, and one revision's updates of several services may straddle two
+    // batches. Updates past the cursor are applied anyway; replaying them after a resume is
+    // a no-op (each set skips updates at or before its own revision).
+    let mut cursor = from.unwrap_or(Revision::ZERO);
     let mut last_heard: Option<Instant> = None;
     loop {
         let first = match watch.next_frame().await {
@@ -185,14 +201,24 @@ async fn follow_once(
             Err(err) => return Ended::Failed(err.to_string()),
         };
         let mut frames = vec![first];
+        // What ended the stream while draining, kept for after this batch is proposed.
+        let mut tail = None;
         while frames.len() < MAX_BATCH {
             match watch.next_frame().now_or_never() {
                 Some(Ok(Some((_, frame)))) => frames.push(frame),
-                _ => break,
+                Some(Ok(None)) => {
+                    tail = Some(Ended::Resume);
+                    break;
+                }
+                Some(Err(err)) => {
+                    tail = Some(Ended::Failed(err.to_string()));
+                    break;
+                }
+                None => break,
             }
         }
         let mut updates: Vec<ServiceUpdate> = Vec::new();
-        let mut cursor: Option<Revision> = None;
+        let mut progress: Option<Revision> = None;
         let mut ended = None;
         for frame in frames {
             match frame {
@@ -202,7 +228,7 @@ async fn follow_once(
                     }
                 }
                 Frame::Update(update) => {
-                    cursor = Some(update.revision);
+                    mirror.seen(update.revision);
                     updates.push(update);
                 }
                 Frame::Progress { revision } => {
@@ -214,9 +240,10 @@ async fn follow_once(
                             }
                             // From here on a lost watch resumes from this snapshot's cursor.
                             *fresh = false;
+                            cursor = revision;
                             last_heard = Some(Instant::now());
                         }
-                        None => cursor = cursor.max(Some(revision)),
+                        None => progress = progress.max(Some(revision)),
                     }
                 }
                 Frame::Error { error, .. } if error.code == ErrorCode::Compacted.as_str() => {
@@ -230,33 +257,32 @@ async fn follow_once(
                     ended = Some(Ended::Failed(format!("{}: {}", error.code, error.message)));
                     break;
                 }
-                Frame::Resync { .. } => {
-                    ended = Some(Ended::Resnapshot("the peer asked for a resync".into()));
-                    break;
-                }
-                Frame::Closing { .. } => {
+                // Too far behind for the peer's queue: its history may still cover the
+                // cursor, so resume from it (a `compacted` answer then asks for a snapshot).
+                Frame::Resync { .. } | Frame::Closing { .. } => {
                     ended = Some(Ended::Resume);
                     break;
                 }
             }
         }
-        if let Some(cursor) = cursor {
-            mirror.seen(cursor);
-            let quiet = updates.is_empty();
-            let due = last_heard.is_none_or(|at| at.elapsed() >= federation.heartbeat);
-            if !quiet || due {
-                let change = if quiet {
-                    MirrorChange::Progress
-                } else {
-                    MirrorChange::Updates(updates)
-                };
-                if let Err(ended) = mirror.propose(cursor, change).await {
-                    return ended;
-                }
-                last_heard = Some(Instant::now());
+        let next = progress.map_or(cursor, |p| p.max(cursor));
+        let due = last_heard.is_none_or(|at| at.elapsed() >= federation.heartbeat);
+        let change = if !updates.is_empty() {
+            Some(MirrorChange::Updates(updates))
+        } else if progress.is_some() && due {
+            // Heard from the peer: the set's age starts over, even when nothing changed.
+            Some(MirrorChange::Progress)
+        } else {
+            None
+        };
+        if let Some(change) = change {
+            if let Err(ended) = mirror.propose(next, change).await {
+                return ended;
             }
+            cursor = next;
+            last_heard = Some(Instant::now());
         }
-        if let Some(ended) = ended {
+        if let Some(ended) = ended.or(tail) {
             return ended;
         }
     }
@@ -276,7 +302,7 @@ impl Mirroring<'_> {
         self.federation.with_link(&self.peer.name, self.import, |l| {
             if revision > l.peer_revision {
                 l.peer_revision = revision;
-                l.behind_since.get_or_insert_with(std::time::Instant::now);
+                l.behind_since.get_or_insert_with(Instant::now);
             }
         });
     }

@@ -32,9 +32,12 @@ pub struct FederationConfig {
     pub region: Option<String>,
     /// How long a mirrored set stays usable after its mirror last heard from the source
     /// region: 30 s. Past it the set is `unavailable`: kept, reported, never failed over to.
+    /// A quiet peer is heard from at its `progress_interval_ms` (5 s by default), so keep the
+    /// budget several times that.
     pub stale_budget_ms: u64,
-    /// How often a mirror records that a quiet peer is still there: 1 s (the resolution of
-    /// a mirrored set's age).
+    /// The least time between two commits that only record that a quiet peer was heard from
+    /// (each is a log entry on every node of this region): 1 s. A set's age moves at the
+    /// slower of this and the peer's `progress_interval_ms`.
     pub heartbeat_ms: u64,
     /// The peer regions, one `[[federation.peer]]` each.
     pub peer: Vec<PeerConfig>,
@@ -65,7 +68,7 @@ pub struct PeerConfig {
     pub url: String,
     /// What to mirror: `namespace/*` or `namespace/service`.
     pub import: Vec<String>,
-    /// The tenant imported: `default`.
+    /// The tenant imported (default `default`).
     #[serde(default = "default_tenant")]
     pub tenant: String,
     /// A token of the peer with `watch` on what is imported, when the peer has auth on.
@@ -93,7 +96,7 @@ pub(crate) struct Link {
     pub(crate) peer_revision: Revision,
     /// Since when the watch has shown a peer revision not yet committed here (`None`: caught
     /// up): what `lag_ms` reports.
-    pub(crate) behind_since: Option<std::time::Instant>,
+    pub(crate) behind_since: Option<tokio::time::Instant>,
     pub(crate) resnapshots: u64,
     pub(crate) last_error: Option<String>,
 }
@@ -196,8 +199,8 @@ impl FederationConfig {
 }
 
 impl Federation {
-    /// The policy that covers `key`, if any (first match; policies name the default tenant's
-    /// services unless their tenant matches).
+    /// The policy that covers `key`, if any: the first whose namespace and service match, in
+    /// any tenant.
     pub(crate) fn policy(&self, key: &ServiceKey) -> Option<&FailoverPolicy> {
         self.policies
             .iter()

@@ -29,6 +29,10 @@ pub(crate) fn federated_parts(
         .mirrored(key)
         .map(|(import, set)| mirrored_set(federation, import, set, now_ms))
         .collect();
+    // A name neither registered here nor mirrored is no service: no decision is kept for it.
+    if local.is_none() && mirrors.is_empty() {
+        return (mirrors, None);
+    }
     let decision = federation.policy(key).map(|policy| {
         let local = local.map_or_else(SetSummary::default, |set| {
             SetSummary::of(set.iter().map(|e| &**e), false)

@@ -136,19 +136,21 @@ async fn a_mirrored_set_keeps_its_records_revision_and_digest_and_follows_a_drai
     let source = a.get("/v1/registry/acme/prod/api").await.body;
     assert_eq!(drained["digest"], source["digest"]);
     assert_eq!(drained["endpoints"], source["endpoints"]);
-    // Region b cannot change region a's endpoints; its own may share nothing with them.
+    // Region b cannot change region a's endpoints.
     let refused = b.deregister("api", "a-2").await.expect(StatusCode::CONFLICT);
     assert_eq!(refused.code(), "mirrored_read_only");
     let refused = b
         .call(
             Method::PUT,
-            &instance_path("api", "a-2"),
-            Some(json!({"incarnation": 2, "endpoint": endpoint("10.9.9.9")})),
+            &format!("{}/serving", instance_path("api", "a-2")),
+            Some(json!({"incarnation": 1, "state": "not_serving", "reason": "from b"})),
         )
         .await
         .expect(StatusCode::CONFLICT);
     assert_eq!(refused.code(), "mirrored_read_only");
-    assert_eq!(instances(&mirror_of(&b, "a", |_| true).await), ["a-1", "a-2"]);
+    let untouched = mirror_of(&b, "a", |_| true).await;
+    assert_eq!(instances(&untouched), ["a-1", "a-2"]);
+    assert_eq!(untouched["digest"], source["digest"]);
     // A local instance of its own beside the mirror is b's to write.
     register(&b, "b-1", "10.1.0.1", 1).await;
     let read = b.get(READ).await.expect(StatusCode::OK).body;
