@@ -73,6 +73,7 @@ mod driver;
 mod error;
 mod histogram;
 mod limits;
+mod load;
 mod meter;
 mod render;
 mod report;
@@ -95,6 +96,8 @@ pub use consul::ConsulSummary;
 pub use convergence::{AppliedLatency, ConvergenceChange, ConvergenceSummary, MAX_CHANGES};
 pub use error::BenchError;
 pub use histogram::Histogram;
+pub use load::LoadSpan;
+pub(crate) use load::load_average;
 pub use report::{
     LatencySummary, MemorySummary, Report, System, SystemInfo, SystemResult, Target, WorkloadReport, anchors,
 };
@@ -108,13 +111,6 @@ use client::Http;
 use requests::Names;
 use spawn::{Spawned, spawn_etcd, spawn_muster};
 use workloads::Subject;
-
-/// The 1-minute load average now, where `/proc/loadavg` exists.
-pub(crate) fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|text| codec::parse_load_average(&text))
-}
 
 /// Adds a workload's report, stamped with the load average at its end: the 1-minute average
 /// then covers the run, so a busy machine shows beside the figures it skewed.

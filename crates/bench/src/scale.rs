@@ -265,10 +265,9 @@ pub struct ScaleSize {
     pub catch_up_ms: Option<f64>,
     /// How it caught up.
     pub catch_up_path: Option<CatchUpPath>,
-    /// The 1-minute load average when this size started.
-    pub load_average_at_start: Option<f64>,
-    /// And when it ended.
-    pub load_average_at_end: Option<f64>,
+    /// The load average when this size started and when it ended.
+    #[serde(flatten)]
+    pub load: crate::LoadSpan,
     /// What went wrong or is worth knowing at this size.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -299,8 +298,7 @@ impl ScaleSize {
             member_added_ms: None,
             catch_up_ms: None,
             catch_up_path: None,
-            load_average_at_start: None,
-            load_average_at_end: None,
+            load: crate::LoadSpan::default(),
             notes: Vec::new(),
         }
     }

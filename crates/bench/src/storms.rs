@@ -35,8 +35,7 @@ pub use hotcold::{HotColdPhase, HotColdSummary};
 pub use reconnect::ReconnectSummary;
 
 pub(crate) use measure::{
-    Poller, Sample, closed_until, first_at_or_after, load_text, metrics, mib_text, ms_between, revision, revision_of,
-    tcp_counters,
+    Poller, Sample, closed_until, first_at_or_after, metrics, ms_between, revision, revision_of, tcp_counters,
 };
 
 /// The storm workloads, in running order.

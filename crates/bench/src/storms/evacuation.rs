@@ -25,9 +25,10 @@ use super::{Poller, Storm, StormSummary, complete, first_at_or_after, metrics, m
 use crate::clock::{now, tokio_now};
 use crate::driver::closed_loop;
 use crate::histogram::Histogram;
-use crate::render::{format_ms, thousands};
+use crate::render::{format_ms, latency_text, mib_text, thousands};
 use crate::report::{LatencySummary, SystemResult};
 use crate::requests::Names;
+use crate::watch::{OPEN_CONCURRENCY, OPEN_TIMEOUT};
 use crate::{BenchError, Plan, Workload};
 
 /// Endpoints per service: a service of a hundred replicas, 30 of them in the drained zone.
@@ -38,10 +39,6 @@ const DRAINED_FRACTION: f64 = 0.3;
 /// Drains in flight at most: at 30,000 drains in one second and ~10 ms per committed batch,
 /// 300 are in flight at once; 512 leaves room without opening a connection per drain.
 const CONCURRENCY: usize = 512;
-/// Watchers opening at once (as `crate::watch`).
-const OPEN_CONCURRENCY: usize = 256;
-/// Opening every watcher may take this long.
-const OPEN_TIMEOUT: Duration = Duration::from_secs(120);
 /// A watcher's update later than this after the last drain's reply counts as missed.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -109,28 +106,15 @@ pub struct EvacuationSummary {
     pub resyncs: Option<u64>,
     /// The server's RSS peak during the storm.
     pub rss_peak_bytes: Option<u64>,
-    /// The 1-minute load average when the workload started.
-    pub load_average_at_start: Option<f64>,
-    /// And when it ended.
-    pub load_average_at_end: Option<f64>,
+    /// The load average at the workload's start and end.
+    #[serde(flatten)]
+    pub load: crate::LoadSpan,
 }
 
 impl EvacuationSummary {
     /// The notes under the table.
     pub(crate) fn notes(&self) -> String {
-        let latency = |l: Option<LatencySummary>| {
-            l.map_or_else(
-                || "none".to_owned(),
-                |l| {
-                    format!(
-                        "p50 {}, p99 {}, max {}",
-                        format_ms(l.p50_ms),
-                        format_ms(l.p99_ms),
-                        format_ms(l.max_ms)
-                    )
-                },
-            )
-        };
+        let latency = |summary| latency_text(summary, "none");
         let gauge = |v: Option<u64>| v.map_or_else(|| "not exposed".to_owned(), thousands);
         format!(
             "evacuation: {} endpoints over {} services in 3 zones; {} of {} watchers open; {} zone-a drains paced at {}/s\n\
@@ -138,7 +122,7 @@ impl EvacuationSummary {
              sends at most {} behind schedule\n\
              evacuation: delivery (drain sent → watcher has its revision) {} over {} deliveries, {} missed; \
              all delivered {} after t0\n\
-             evacuation: watch queue peak {} frames, {} bytes; {} resyncs; server RSS peak {}; load average {} at start, {} at end\n",
+             evacuation: watch queue peak {} frames, {} bytes; {} resyncs; server RSS peak {}; {}\n",
             thousands(self.fleet),
             thousands(self.services),
             thousands(self.watchers_opened),
@@ -161,9 +145,8 @@ impl EvacuationSummary {
             gauge(self.queued_frames_peak),
             gauge(self.outstanding_bytes_peak),
             self.resyncs.map_or_else(|| "?".to_owned(), thousands),
-            super::mib_text(self.rss_peak_bytes),
-            super::load_text(self.load_average_at_start),
-            super::load_text(self.load_average_at_end),
+            mib_text(self.rss_peak_bytes),
+            self.load.text(),
         )
     }
 }
@@ -419,8 +402,7 @@ pub(crate) async fn evacuation(storm: Storm, plan: &Plan) -> Result<SystemResult
             .zip(resyncs_before)
             .map(|(after, before)| (after - before).max(0.0) as u64),
         rss_peak_bytes: peaks.rss_bytes,
-        load_average_at_start: load_at_start,
-        load_average_at_end: crate::load_average(),
+        load: crate::LoadSpan::since(load_at_start),
     };
     let mut result = row(
         drained.len() as u64,

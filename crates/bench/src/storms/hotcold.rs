@@ -25,16 +25,15 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
 use super::stream::{Receipt, Target, discard, receipt_watcher};
-use super::{
-    Poller, Storm, StormSummary, closed_until, complete, first_at_or_after, load_text, revision_of, row, setup_failed,
-};
+use super::{Poller, Storm, StormSummary, closed_until, complete, first_at_or_after, revision_of, row, setup_failed};
 use crate::client::Http;
 use crate::clock::{now, tokio_now};
 use crate::driver::closed_loop;
 use crate::histogram::Histogram;
-use crate::render::{format_ms, thousands};
+use crate::render::{format_ms, latency_text, thousands};
 use crate::report::{LatencySummary, SystemResult};
 use crate::requests::Names;
+use crate::watch::OPEN_CONCURRENCY;
 use crate::{BenchError, Plan, Workload};
 
 /// Watchers of the hot service: enough that its fan-out is real work for the server, few
@@ -50,8 +49,6 @@ const COLD_INTERVAL: Duration = Duration::from_millis(100);
 /// The hot load runs this long before the first cold change of its phase: the server's
 /// queues and batches reach their steady state.
 const HOT_WARMUP: Duration = Duration::from_millis(500);
-/// Watchers opening at once (as `crate::watch`).
-const OPEN_CONCURRENCY: usize = 256;
 /// A cold delivery later than this after its change's reply counts as missed.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(5);
 /// The hot load's own bound, against a stalled run: far above two phases.
@@ -101,10 +98,9 @@ pub struct HotColdSummary {
     pub hot_latency: Option<LatencySummary>,
     /// Hot-phase cold p99 delivery ÷ quiet-phase: near 1 when scheduling is fair.
     pub p99_ratio: Option<f64>,
-    /// The 1-minute load average when the workload started.
-    pub load_average_at_start: Option<f64>,
-    /// And when it ended.
-    pub load_average_at_end: Option<f64>,
+    /// The load average at the workload's start and end.
+    #[serde(flatten)]
+    pub load: crate::LoadSpan,
 }
 
 /// The ratio of two phases' p99s, when both exist and the quiet one is above zero.
@@ -118,19 +114,7 @@ pub(crate) fn p99_ratio(hot: Option<LatencySummary>, quiet: Option<LatencySummar
 impl HotColdSummary {
     /// The notes under the table.
     pub(crate) fn notes(&self) -> String {
-        let latency = |l: Option<LatencySummary>| {
-            l.map_or_else(
-                || "none".to_owned(),
-                |l| {
-                    format!(
-                        "p50 {}, p99 {}, max {}",
-                        format_ms(l.p50_ms),
-                        format_ms(l.p99_ms),
-                        format_ms(l.max_ms)
-                    )
-                },
-            )
-        };
+        let latency = |summary| latency_text(summary, "none");
         let phase = |name: &str, p: &HotColdPhase| {
             format!(
                 "hotcold: {name}: {} cold changes, {} missed: delivery {}; commit (sent → reply) {}; after the reply {}; \
@@ -147,7 +131,7 @@ impl HotColdSummary {
         format!(
             "hotcold: {} cold services ({} watchers open), a hot service with {} watchers; {} changes per phase, one per {}\n\
              {}{}hotcold: hot writes {} ({}/s, {} failed), latency {}; cold delivery p99 hot ÷ quiet {}; \
-             load average {} at start, {} at end\n",
+             {}\n",
             thousands(self.cold_services),
             thousands(self.cold_watchers_opened),
             self.hot_watchers,
@@ -160,8 +144,7 @@ impl HotColdSummary {
             thousands(self.hot_errors),
             latency(self.hot_latency),
             ratio(self.p99_ratio),
-            load_text(self.load_average_at_start),
-            load_text(self.load_average_at_end),
+            self.load.text(),
         )
     }
 }
@@ -390,8 +373,7 @@ pub(crate) async fn hotcold(storm: Storm, plan: &Plan) -> Result<SystemResult, B
         hot_writes_per_s: hot_latencies.count() as f64 / hot_elapsed.as_secs_f64(),
         hot_latency: LatencySummary::of_closed_loop(&hot_latencies),
         hot: hot_phase.clone(),
-        load_average_at_start: load_at_start,
-        load_average_at_end: crate::load_average(),
+        load: crate::LoadSpan::since(load_at_start),
     };
     let mut result = row(
         hot_latencies.count(),

@@ -29,6 +29,7 @@ use crate::driver::closed_loop;
 use crate::histogram::Histogram;
 use crate::report::{LatencySummary, SystemResult};
 use crate::requests::Names;
+use crate::watch::{OPEN_CONCURRENCY, OPEN_TIMEOUT};
 use crate::{BenchError, Plan, Workload};
 
 #[path = "reconnect_summary.rs"]
@@ -40,11 +41,6 @@ pub(crate) use summary::{Resumption, Tally};
 /// Endpoints per watched service: a snapshot with some content, so a re-listing would cost
 /// something visible, while resuming costs nothing.
 const ENDPOINTS_PER_SERVICE: usize = 10;
-/// Streams opened at once before the restart (as `crate::watch`); how fast they open is
-/// not measured.
-const OPEN_CONCURRENCY: usize = 256;
-/// Opening every watcher may take this long (10,000 open in a few seconds).
-const OPEN_TIMEOUT: Duration = Duration::from_secs(120);
 /// After the last stream opened, before reading RSS: the server's per-stream setup settles.
 const SETTLE: Duration = Duration::from_secs(1);
 /// Every stream notices the SIGKILL (a reset) well within this.
@@ -279,8 +275,7 @@ pub(crate) async fn reconnect(storm: Storm, plan: &Plan) -> Result<SystemResult,
         server_compactions: compactions.map(|v| v as u64),
         listen_overflows: delta(0),
         syn_retransmits: delta(1),
-        load_average_at_start: load_at_start,
-        load_average_at_end: crate::load_average(),
+        load: crate::LoadSpan::since(load_at_start),
     };
     let mut result = row(
         lost,

@@ -8,50 +8,20 @@
 //!                                                       └─ until the stream ends
 //! ```
 
-use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::Request;
-use hyper::body::Incoming;
-use hyper::client::conn::http1::Connection;
-use hyper_util::rt::TokioIo;
+use http_body_util::BodyExt;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::clock::now;
 use crate::codec::Lines;
+use crate::watch::Opened;
 
-/// Where the streams connect.
-#[derive(Debug, Clone)]
-pub(crate) struct Target {
-    addr: SocketAddr,
-    host: String,
-}
-
-impl Target {
-    /// The address of an `http://host:port` base URL.
-    pub(crate) async fn resolve(base: &str) -> Result<Target, String> {
-        let host = base
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("{base}: only http:// URLs are supported"))?
-            .trim_end_matches('/');
-        let addr = tokio::net::lookup_host(host)
-            .await
-            .map_err(|err| format!("{host}: {err}"))?
-            .next()
-            .ok_or_else(|| format!("{host}: no address"))?;
-        Ok(Target {
-            addr,
-            host: host.to_owned(),
-        })
-    }
-}
+pub(crate) use crate::watch::Target;
 
 /// A frame's kind (`type`), as [`muster_core::api::Frame`] names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -125,32 +95,9 @@ pub(crate) struct EventHead {
     pub(crate) reason: Option<String>,
 }
 
-type Opened = (Incoming, Pin<Box<Connection<TokioIo<TcpStream>, Full<Bytes>>>>);
-
-/// Connects (calling `on_connect` once the TCP handshake is done) and sends `GET path`; a
-/// non-2xx reply is an error with its status.
+/// Connects and sends `GET path` ([`crate::watch::open`]).
 async fn open(target: &Target, path: &str, on_connect: impl FnOnce(Instant)) -> Result<Opened, String> {
-    let tcp = TcpStream::connect(target.addr)
-        .await
-        .map_err(|err| format!("connect: {err}"))?;
-    on_connect(now());
-    tcp.set_nodelay(true).map_err(|err| err.to_string())?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .map_err(|err| format!("handshake: {err}"))?;
-    let mut connection = Box::pin(connection);
-    let request = Request::get(path)
-        .header(hyper::header::HOST, &target.host)
-        .body(Full::new(Bytes::new()))
-        .map_err(|err| err.to_string())?;
-    let response = tokio::select! {
-        response = sender.send_request(request) => response.map_err(|err| format!("request: {err}"))?,
-        ended = &mut connection => return Err(format!("connection closed: {ended:?}")),
-    };
-    if !response.status().is_success() {
-        return Err(format!("HTTP {}", response.status()));
-    }
-    Ok((response.into_body(), connection))
+    crate::watch::open(target, hyper::Method::GET, path, Bytes::new(), on_connect).await
 }
 
 /// Watches `path` and hands every frame, parsed as `F`, to `on_frame` with the instant its
