@@ -101,9 +101,10 @@ pub(crate) use load::load_average;
 pub use report::{
     LatencySummary, MemorySummary, Report, System, SystemInfo, SystemResult, Target, WorkloadReport, anchors,
 };
-pub use scale::{CatchUpPath, MAX_SIZE, ScaleSize, ScaleSummary, SizesError, parse_sizes};
+pub use scale::{CatchUpPath, MAX_SIZE, ScaleArgs, ScaleSize, ScaleSummary, SizesError, parse_sizes};
 pub use storms::{
-    EvacuationSummary, ExpirySummary, HotColdPhase, HotColdSummary, ReconnectSummary, StormPlan, StormSummary,
+    EvacuationSummary, ExpirySummary, HotColdPhase, HotColdSummary, ReconnectSummary, StormArgs, StormPlan,
+    StormSummary,
 };
 pub use xds::{XdsChange, XdsSummary};
 

@@ -141,6 +141,15 @@ pub fn parse_sizes(text: &str) -> Result<Vec<u64>, SizesError> {
     Ok(sizes)
 }
 
+/// The scale workload's own flag, flattened into `muster bench`'s ([`crate::BenchArgs`]).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ScaleArgs {
+    /// Fleet sizes the scale workload grows its server to and measures at, ascending
+    /// (`10000,100000,1m`; `k` and `m` suffixes) [default: 10000,100000; --quick: 2000,10000].
+    #[arg(long, value_name = "LIST")]
+    pub endpoints: Option<String>,
+}
+
 /// The plan's sizes: `--endpoints` if given, else the default (or `--quick`'s).
 pub(crate) fn resolve_sizes(flag: Option<&str>, quick: bool) -> Result<Vec<u64>, SizesError> {
     match flag {

@@ -79,6 +79,18 @@ const MAX_EXPIRING_LEASES: usize = 250_000;
 /// Cold services at most: the tenant quota is 10,000 services.
 const MAX_COLD_SERVICES: usize = 9_000;
 
+/// The storm workloads' own flags, flattened into `muster bench`'s ([`BenchArgs`]); the
+/// shared `--watchers` and `--leases` stay there.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct StormArgs {
+    /// Endpoints of the evacuation workload, over 3 zones [default: 100000; --quick: 5000].
+    #[arg(long, value_name = "N")]
+    pub fleet: Option<usize>,
+    /// Cold services of the hotcold workload, one watcher each [default: 1000; --quick: 200].
+    #[arg(long, value_name = "N")]
+    pub cold_services: Option<usize>,
+}
+
 /// The storm workloads' sizes, resolved (`--quick` changes the defaults; flags win).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StormPlan {
@@ -114,7 +126,7 @@ impl StormPlan {
     /// The sizes `args` asks for, each checked against the server's default quotas.
     pub(crate) fn resolve(args: &BenchArgs) -> Result<StormPlan, BenchError> {
         let pick = |quick, full| if args.quick { quick } else { full };
-        let fleet = args.fleet.unwrap_or(pick(QUICK_FLEET, DEFAULT_FLEET));
+        let fleet = args.storm.fleet.unwrap_or(pick(QUICK_FLEET, DEFAULT_FLEET));
         let plan = StormPlan {
             fleet,
             evacuation_watchers: args.watchers.unwrap_or(evacuation::services_of(fleet)),
@@ -127,6 +139,7 @@ impl StormPlan {
                 DEFAULT_EXPIRY_TTL_MS
             },
             cold_services: args
+                .storm
                 .cold_services
                 .unwrap_or(pick(QUICK_COLD_SERVICES, DEFAULT_COLD_SERVICES)),
             cold_changes: pick(QUICK_COLD_CHANGES, DEFAULT_COLD_CHANGES),
