@@ -145,6 +145,14 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     if plan.workloads.contains(&Workload::Convergence) {
         // Before spawning: the server inherits the limit, and holds as many connections.
         limits::raise_descriptor_limit(convergence::descriptors_wanted(plan.watchers));
+    } else if plan
+        .workloads
+        .iter()
+        .any(|w| matches!(w, Workload::Fanout | Workload::Watchers))
+    {
+        // A watch stream costs a descriptor here and one in the server (which inherits the
+        // limit when spawned after this); the margin covers the request workloads' pools.
+        limits::raise_descriptor_limit(plan.watchers as u64 + 4_096);
     }
     // The scale workload spawns servers of its own; alone, it needs no other.
     let spawn_muster_server = args.spawn && plan.workloads.iter().any(|w| *w != Workload::Scale);

@@ -344,6 +344,9 @@ pub(crate) async fn watch_phase(
         let mut writes = Histogram::new();
         let mut write_error = None;
         let meter = CpuMeter::start(subject.pid);
+        // The server's RSS with every stream open, and its peak while the changes fan out.
+        let rss_open = subject.pid.and_then(|pid| rss_of(pid).ok());
+        let poller = subject.pid.map(|pid| crate::storms::Poller::start(pid, None));
         let start = now();
         for k in 0..plan.changes as u64 {
             let sent = now();
@@ -373,6 +376,18 @@ pub(crate) async fn watch_phase(
             }
         }
         let elapsed = now() - start;
+        let rss_peak = match poller {
+            Some(poller) => poller.finish().await.rss_bytes,
+            None => None,
+        };
+        let rss_note = match subject.pid {
+            Some(_) => format!(
+                "; server RSS {} with the streams open, peak {} during the changes",
+                crate::render::mib_text(rss_open),
+                crate::render::mib_text(rss_peak)
+            ),
+            None => String::new(),
+        };
         let mut latencies = Histogram::new();
         for (revision, sent) in &sent_at {
             for at in deliveries.get(revision).into_iter().flatten() {
@@ -395,7 +410,7 @@ pub(crate) async fn watch_phase(
         });
         meter.finish(&mut result);
         result.note = Some(format!(
-            "{opened_note}{writes_note}{}",
+            "{opened_note}{writes_note}{rss_note}{}",
             write_error.map_or_else(String::new, |err| format!("; first failed commit: {err}"))
         ));
         figures.fanout = Some(result);
