@@ -100,8 +100,23 @@ impl Workload {
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// A running Muster server to load, e.g. http://127.0.0.1:7070.
-    #[arg(long = "server", value_name = "URL", conflicts_with = "spawn")]
+    #[arg(long = "server", value_name = "URL", group = "running", conflicts_with_all = ["spawn", "servers"])]
     pub server: Option<String>,
+    /// Several nodes of one running Muster cluster, comma-separated, in place of `--server`:
+    /// the first takes the setups' writes and every other workload; the read workload spreads
+    /// its requests round-robin over all of them (SPEC R3's read scale-out).
+    #[arg(
+        long,
+        value_name = "URLS",
+        value_delimiter = ',',
+        group = "running",
+        conflicts_with = "spawn"
+    )]
+    pub servers: Vec<String>,
+    /// The read workload's `consistency=` (SPEC R3) [default: none sent: the server's
+    /// `default`].
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub consistency: Option<ReadConsistency>,
     /// Start `muster serve` on a free loopback port with a temporary data dir, and stop it after.
     #[arg(long)]
     pub spawn: bool,
@@ -109,7 +124,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "PATH")]
     pub muster_bin: Option<PathBuf>,
     /// The PID of the `--server` process, for the memory workload (`--spawn` knows its own).
-    #[arg(long, value_name = "PID", requires = "server")]
+    #[arg(long, value_name = "PID", requires = "running")]
     pub server_pid: Option<u32>,
     /// A running etcd 3.4 to compare against, through its /v3 JSON gateway.
     #[arg(long = "etcd", value_name = "URL", conflicts_with = "spawn_etcd")]
@@ -208,6 +223,29 @@ pub struct BenchArgs {
     pub report_file: Option<PathBuf>,
 }
 
+/// A read's `consistency=` (SPEC R3), as the server spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadConsistency {
+    /// Whatever the node serving it has applied.
+    Stale,
+    /// The node's state if it is in touch with a leader (what a read without it gets).
+    Default,
+    /// Linearizable on any node (a read index round).
+    Consistent,
+}
+
+impl ReadConsistency {
+    /// The query parameter's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadConsistency::Stale => "stale",
+            ReadConsistency::Default => "default",
+            ReadConsistency::Consistent => "consistent",
+        }
+    }
+}
+
 /// What a run will do, with every default resolved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Plan {
@@ -248,6 +286,10 @@ pub struct Plan {
     pub storms: crate::storms::StormPlan,
     /// Fleet sizes of the scale workload, ascending.
     pub endpoints: Vec<u64>,
+    /// Every node the read workload spreads over (`--servers`); empty: the one server.
+    pub read_servers: Vec<String>,
+    /// The read workload's `consistency=`; `None`: not sent.
+    pub read_consistency: Option<ReadConsistency>,
 }
 
 /// Leases the renew workload renews round-robin.
@@ -307,6 +349,12 @@ impl BenchArgs {
             xds_connections: self.xds_connections,
             storms: crate::storms::StormPlan::resolve(self)?,
             endpoints: crate::scale::resolve_sizes(self.scale.endpoints.as_deref(), self.quick)?,
+            read_servers: if self.servers.len() > 1 {
+                self.servers.clone()
+            } else {
+                Vec::new()
+            },
+            read_consistency: self.consistency,
         };
         for (name, value) in [
             ("--connections", plan.connections),

@@ -139,6 +139,8 @@ fn every_flag_keeps_its_name_with_the_storm_and_scale_flags_flattened_in() {
     let longs: Vec<&str> = command.get_arguments().filter_map(|arg| arg.get_long()).collect();
     let expected = [
         "server",
+        "servers",
+        "consistency",
         "spawn",
         "muster-bin",
         "server-pid",
@@ -184,4 +186,24 @@ fn every_flag_keeps_its_name_with_the_storm_and_scale_flags_flattened_in() {
     .unwrap();
     assert_eq!((plan.storms.fleet, plan.storms.cold_services), (3_000, 40));
     assert_eq!(plan.endpoints, [2_000, 20_000]);
+}
+
+#[test]
+fn servers_spread_the_reads_over_a_cluster_with_a_consistency_level() {
+    let plan_3 = plan(&[
+        "--servers",
+        "http://127.0.0.1:1,http://127.0.0.1:2,http://127.0.0.1:3",
+        "--consistency",
+        "stale",
+        "--workloads",
+        "read",
+    ])
+    .unwrap();
+    assert_eq!(plan_3.read_servers.len(), 3);
+    assert_eq!(plan_3.read_consistency, Some(ReadConsistency::Stale));
+    let one = plan(&["--servers", "http://127.0.0.1:1", "--workloads", "read"]).unwrap();
+    assert!(one.read_servers.is_empty(), "one node: the plain path");
+    assert_eq!(one.read_consistency, None);
+    assert!(Cli::try_parse_from(["bench", "--server", "http://a:1", "--servers", "http://b:1"]).is_err());
+    assert!(Cli::try_parse_from(["bench", "--servers", "http://b:1", "--server-pid", "7"]).is_ok());
 }

@@ -90,7 +90,7 @@ use std::sync::Arc;
 
 use tracing::info;
 
-pub use args::{BenchArgs, Plan, Workload, parse_duration};
+pub use args::{BenchArgs, Plan, ReadConsistency, Workload, parse_duration};
 pub use checks::{ChecksSummary, DetectionSummary};
 pub use consul::ConsulSummary;
 pub use convergence::{AppliedLatency, ConvergenceChange, ConvergenceSummary, MAX_CHANGES};
@@ -126,7 +126,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     let plan = args.plan()?;
     let load_average_at_start = load_average();
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-    if args.server.is_none() && !args.spawn && args.etcd.is_none() && !args.spawn_etcd {
+    if args.server.is_none() && args.servers.is_empty() && !args.spawn && args.etcd.is_none() && !args.spawn_etcd {
         return Err(BenchError::NoSystem);
     }
     // Kept alive until the end of the run; dropping one stops its process.
@@ -173,7 +173,8 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         }
         found
     } else {
-        args.server.clone().map(|url| (url, args.server_pid, false))
+        let first = args.servers.first().cloned();
+        args.server.clone().or(first).map(|url| (url, args.server_pid, false))
     };
     let etcd = if args.spawn_etcd {
         info!(bin = %args.etcd_bin.display(), "starting etcd");
