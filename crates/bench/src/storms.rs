@@ -296,6 +296,28 @@ pub(crate) async fn run(args: &BenchArgs, plan: &Plan, reports: &mut Vec<Workloa
     Ok(())
 }
 
+/// Registers `count` durable endpoints, `n` as `request(n)` (its path and body) with
+/// `PUT`, on [`SETUP_CONNECTIONS`] connections: a setup step, so an error naming `what`
+/// unless every one succeeded.
+pub(crate) async fn register_all<R>(
+    workload: Workload,
+    what: &str,
+    http: &Http,
+    count: u64,
+    request: R,
+) -> Result<(), BenchError>
+where
+    R: Fn(u64) -> (String, bytes::Bytes) + Send + Sync + 'static,
+{
+    let (http, request) = (http.clone(), std::sync::Arc::new(request));
+    let outcome = crate::driver::closed_loop(SETUP_CONNECTIONS, SETUP_TIMEOUT, count, move |n| {
+        let (http, (path, body)) = (http.clone(), request(n));
+        async move { http.send_ok(hyper::Method::PUT, &path, Some(body)).await.map(drop) }
+    })
+    .await;
+    complete(workload, what, &outcome, count)
+}
+
 /// A setup step's error unless it ran every one of its `wanted` operations.
 pub(crate) fn complete(workload: Workload, what: &str, outcome: &Outcome, wanted: u64) -> Result<(), BenchError> {
     if outcome.errors == 0 && outcome.requests == wanted {

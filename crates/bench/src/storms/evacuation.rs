@@ -17,18 +17,19 @@ use hyper::Method;
 use muster_core::api::{DrainRequest, RegisterRequest, WriteReply};
 use muster_core::{Incarnation, LocalitySpec};
 use serde::Serialize;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::stream::{Receipt, Target, receipt_watcher};
-use super::{Poller, Storm, StormSummary, complete, first_at_or_after, metrics, ms_between, row, setup_failed};
-use crate::clock::{now, tokio_now};
+use super::stream::{Receipt, Target, open_receipt_watchers};
+use super::{
+    Poller, Storm, StormSummary, complete, first_at_or_after, metrics, ms_between, register_all, row, setup_failed,
+};
+use crate::clock::now;
 use crate::driver::closed_loop;
 use crate::histogram::Histogram;
 use crate::render::{format_ms, latency_text, mib_text, thousands};
 use crate::report::{LatencySummary, SystemResult};
 use crate::requests::Names;
-use crate::watch::{OPEN_CONCURRENCY, OPEN_TIMEOUT};
 use crate::{BenchError, Plan, Workload};
 
 /// Endpoints per service: a service of a hundred replicas, 30 of them in the drained zone.
@@ -206,11 +207,13 @@ pub(crate) async fn evacuation(storm: Storm, plan: &Plan) -> Result<SystemResult
         let (service, _) = placement(n, services);
         format!("/v1/registry/{tenant}/evac/s-{service}/e-{n}")
     };
-    let (registrar, tenant_arc) = (http.clone(), Arc::new(tenant.clone()));
-    let names = Arc::new(Names::new(0, 1));
-    let registered = closed_loop(super::SETUP_CONNECTIONS, super::SETUP_TIMEOUT, fleet as u64, move |n| {
-        let (http, tenant, names) = (registrar.clone(), Arc::clone(&tenant_arc), Arc::clone(&names));
-        async move {
+    let (names, registering) = (Names::new(0, 1), tenant.clone());
+    register_all(
+        Workload::Evacuation,
+        "registering the fleet",
+        &http,
+        fleet as u64,
+        move |n| {
             let n = n as usize;
             let mut endpoint = names.endpoint(n as u64);
             endpoint.locality = LocalitySpec {
@@ -223,45 +226,19 @@ pub(crate) async fn evacuation(storm: Storm, plan: &Plan) -> Result<SystemResult
                 lease: None,
                 expected_revision: None,
             };
-            let body = serde_json::to_vec(&request).map_err(|err| err.to_string())?;
-            http.send_ok(Method::PUT, &instance_path(&tenant, n), Some(body.into()))
-                .await
-                .map(drop)
-        }
-    })
-    .await;
-    complete(Workload::Evacuation, "registering the fleet", &registered, fleet as u64)?;
+            // A plain struct of strings and numbers: its encoding cannot fail.
+            let body = serde_json::to_vec(&request).unwrap_or_default();
+            (instance_path(&registering, n), body.into())
+        },
+    )
+    .await?;
 
     let watchers = plan.storms.evacuation_watchers;
     let target = Target::resolve(&server.url).await.map_err(fail)?;
-    let (receipts_tx, mut inbox) = mpsc::unbounded_channel();
-    let opening = Arc::new(Semaphore::new(OPEN_CONCURRENCY));
     let mut tasks = JoinSet::new();
-    for w in 0..watchers {
-        let path = format!("/v1/watch/{tenant}/evac/s-{}", w % services);
-        tasks.spawn(receipt_watcher(
-            target.clone(),
-            path,
-            w,
-            receipts_tx.clone(),
-            Arc::clone(&opening),
-        ));
-    }
-    drop(receipts_tx);
+    let paths = (0..watchers).map(|w| format!("/v1/watch/{tenant}/evac/s-{}", w % services));
+    let (mut inbox, opened) = open_receipt_watchers(&target, paths, &mut tasks).await;
     let mut receipts: Vec<Vec<(u64, Instant)>> = vec![Vec::new(); watchers];
-    let mut opened = 0u64;
-    let deadline = tokio_now() + OPEN_TIMEOUT;
-    let mut answered = 0;
-    while answered < watchers {
-        match tokio::time::timeout_at(deadline, inbox.recv()).await {
-            Ok(Some(Receipt::Opened(result))) => {
-                answered += 1;
-                opened += u64::from(result.is_ok());
-            }
-            Ok(Some(Receipt::Update { .. })) => {}
-            _ => break,
-        }
-    }
     let [resyncs_before] = metrics(&http, ["muster_watch_resyncs_total"]).await;
 
     let drained: Vec<usize> = (0..fleet).filter(|&n| placement(n, services).1 == "zone-a").collect();

@@ -29,7 +29,8 @@ use tokio::sync::mpsc;
 
 use super::stream::{Kind, Target, WithEvents, watch as watch_stream};
 use super::{
-    Sample, Storm, StormSummary, closed_until, complete, ms_between, revision, revision_of, row, setup_failed,
+    Sample, Storm, StormSummary, closed_until, complete, ms_between, register_all, revision, revision_of, row,
+    setup_failed,
 };
 use crate::client::Http;
 use crate::clock::now;
@@ -219,18 +220,19 @@ pub(crate) async fn expiry(storm: Storm, plan: &Plan) -> Result<SystemResult, Be
     let shared = Arc::new(tenant.clone());
 
     let durable = (services * DURABLE_PER_SERVICE) as u64;
-    let (registrar, t, nm) = (http.clone(), Arc::clone(&shared), Arc::clone(&names));
-    let outcome = closed_loop(super::SETUP_CONNECTIONS, super::SETUP_TIMEOUT, durable, move |j| {
-        let (http, tenant, names) = (registrar.clone(), Arc::clone(&t), Arc::clone(&nm));
-        async move {
+    let (t, nm) = (Arc::clone(&shared), Arc::clone(&names));
+    register_all(
+        Workload::Expiry,
+        "registering the durable endpoints",
+        &http,
+        durable,
+        move |j| {
             let service = j as usize / DURABLE_PER_SERVICE;
-            let path = format!("/v1/registry/{tenant}/expiry/x-{service}/d-{j}");
-            let (_, body) = names.muster_register(j);
-            http.send_ok(Method::PUT, &path, Some(body)).await.map(drop)
-        }
-    })
-    .await;
-    complete(Workload::Expiry, "registering the durable endpoints", &outcome, durable)?;
+            let (_, body) = nm.muster_register(j);
+            (format!("/v1/registry/{t}/expiry/x-{service}/d-{j}"), body)
+        },
+    )
+    .await?;
 
     let ids = Arc::new(Mutex::new(vec![0u64; leases]));
     let (registrar, t, nm, granted) = (http.clone(), Arc::clone(&shared), Arc::clone(&names), Arc::clone(&ids));

@@ -21,19 +21,19 @@ use std::time::{Duration, Instant};
 use hyper::Method;
 use muster_core::api::WriteReply;
 use serde::Serialize;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::stream::{Receipt, Target, discard, receipt_watcher};
-use super::{Poller, Storm, StormSummary, closed_until, complete, first_at_or_after, revision_of, row, setup_failed};
+use super::stream::{Receipt, Target, discard, open_receipt_watchers};
+use super::{
+    Poller, Storm, StormSummary, closed_until, first_at_or_after, register_all, revision_of, row, setup_failed,
+};
 use crate::client::Http;
-use crate::clock::{now, tokio_now};
-use crate::driver::closed_loop;
+use crate::clock::now;
 use crate::histogram::Histogram;
 use crate::render::{format_ms, latency_text, thousands};
 use crate::report::{LatencySummary, SystemResult};
 use crate::requests::Names;
-use crate::watch::OPEN_CONCURRENCY;
 use crate::{BenchError, Plan, Workload};
 
 /// Watchers of the hot service: enough that its fan-out is real work for the server, few
@@ -253,27 +253,18 @@ pub(crate) async fn hotcold(storm: Storm, plan: &Plan) -> Result<SystemResult, B
     } = storm;
     let services = plan.storms.cold_services;
     let names = Arc::new(Names::new(0, 1));
-    let (registrar, shared, nm) = (http.clone(), Arc::new(tenant.clone()), Arc::clone(&names));
-    let outcome = closed_loop(
-        super::SETUP_CONNECTIONS,
-        super::SETUP_TIMEOUT,
-        services as u64,
-        move |s| {
-            let (http, tenant, names) = (registrar.clone(), Arc::clone(&shared), Arc::clone(&nm));
-            async move {
-                let path = format!("/v1/registry/{tenant}/hotcold/c-{s}/i-0");
-                let (_, body) = names.muster_register(s);
-                http.send_ok(Method::PUT, &path, Some(body)).await.map(drop)
-            }
-        },
-    )
-    .await;
-    complete(
+    let (registering, nm) = (tenant.clone(), Arc::clone(&names));
+    register_all(
         Workload::Hotcold,
         "registering the cold services",
-        &outcome,
+        &http,
         services as u64,
-    )?;
+        move |s| {
+            let (_, body) = nm.muster_register(s);
+            (format!("/v1/registry/{registering}/hotcold/c-{s}/i-0"), body)
+        },
+    )
+    .await?;
     let (_, body) = names.muster_register(0);
     http.send_ok(
         Method::PUT,
@@ -284,34 +275,14 @@ pub(crate) async fn hotcold(storm: Storm, plan: &Plan) -> Result<SystemResult, B
     .map_err(fail)?;
 
     let target = Target::resolve(&server.url).await.map_err(fail)?;
-    let (receipts_tx, mut inbox) = mpsc::unbounded_channel();
-    let opening = Arc::new(Semaphore::new(OPEN_CONCURRENCY));
     let mut tasks = JoinSet::new();
-    for s in 0..services {
-        let path = format!("/v1/watch/{tenant}/hotcold/c-{s}");
-        tasks.spawn(receipt_watcher(
-            target.clone(),
-            path,
-            s,
-            receipts_tx.clone(),
-            Arc::clone(&opening),
-        ));
-    }
-    drop(receipts_tx);
+    let paths = (0..services).map(|s| format!("/v1/watch/{tenant}/hotcold/c-{s}"));
+    let (mut inbox, opened) = open_receipt_watchers(&target, paths, &mut tasks).await;
     for _ in 0..HOT_WATCHERS {
         let (target, path) = (target.clone(), format!("/v1/watch/{tenant}/hotcold/hot"));
         tasks.spawn(async move {
             let _ = discard(&target, &path).await;
         });
-    }
-    let mut opened = 0u64;
-    let deadline = tokio_now() + super::SETUP_TIMEOUT;
-    for _ in 0..services {
-        match tokio::time::timeout_at(deadline, inbox.recv()).await {
-            Ok(Some(Receipt::Opened(result))) => opened += u64::from(result.is_ok()),
-            Ok(Some(_)) => {}
-            _ => break,
-        }
     }
     let mut receipts: Vec<Vec<(u64, Instant)>> = vec![Vec::new(); services];
     let cold = Http::new(&server.url, 1);

@@ -17,15 +17,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyper::Method;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
 use super::stream::{Head, Target, watch as watch_stream, watch_timed};
-use super::{Poller, Storm, StormSummary, complete, metrics, ms_between, revision, row, setup_failed};
+use super::{Poller, Storm, StormSummary, metrics, ms_between, register_all, revision, row, setup_failed};
 use crate::client::Http;
 use crate::clock::{now, tokio_now};
-use crate::driver::closed_loop;
 use crate::histogram::Histogram;
 use crate::report::{LatencySummary, SystemResult};
 use crate::requests::Names;
@@ -131,23 +129,22 @@ pub(crate) async fn reconnect(storm: Storm, plan: &Plan) -> Result<SystemResult,
     } = storm;
     let (services, watchers) = (plan.services, plan.watchers);
     let names = Arc::new(Names::new(0, services));
-    let (registrar, paths) = (http.clone(), Arc::new(tenant.clone()));
     let wanted = (services * ENDPOINTS_PER_SERVICE) as u64;
-    let registered = closed_loop(super::SETUP_CONNECTIONS, super::SETUP_TIMEOUT, wanted, move |n| {
-        let (http, names, tenant) = (registrar.clone(), Arc::clone(&names), Arc::clone(&paths));
-        async move {
-            let path = format!("/v1/registry/{tenant}/storm/r-{}/i-{n}", n % names.services);
-            let (_, body) = names.muster_register(n);
-            http.send_ok(Method::PUT, &path, Some(body)).await.map(drop)
-        }
-    })
-    .await;
-    complete(
+    let (registering, nm) = (tenant.clone(), Arc::clone(&names));
+    register_all(
         Workload::Reconnect,
         "registering the watched services",
-        &registered,
+        &http,
         wanted,
-    )?;
+        move |n| {
+            let (_, body) = nm.muster_register(n);
+            (
+                format!("/v1/registry/{registering}/storm/r-{}/i-{n}", n % nm.services),
+                body,
+            )
+        },
+    )
+    .await?;
     let revision_before = revision(&http).await.map_err(fail)?;
 
     let target = Target::resolve(&server.url).await.map_err(fail)?;

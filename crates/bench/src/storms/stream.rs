@@ -17,9 +17,11 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::clock::now;
+use tokio::task::JoinSet;
+
+use crate::clock::{now, tokio_now};
 use crate::codec::Lines;
-use crate::watch::Opened;
+use crate::watch::{OPEN_CONCURRENCY, OPEN_TIMEOUT, Opened};
 
 pub(crate) use crate::watch::Target;
 
@@ -197,6 +199,44 @@ pub(crate) async fn receipt_watcher(
             .unwrap_or_else(|| "the stream ended before its first frame".into());
         let _ = receipts.send(Receipt::Opened(Err(why)));
     }
+}
+
+/// Opens a receipt watcher on each of `paths` (watcher `i` on the `i`th) as tasks of
+/// `tasks`, at most [`OPEN_CONCURRENCY`] connecting at once, and waits until every one has
+/// opened or failed, or [`OPEN_TIMEOUT`]. Returns the receipts' inbox and how many opened;
+/// updates that arrive while the others are still opening are not kept.
+pub(crate) async fn open_receipt_watchers(
+    target: &Target,
+    paths: impl IntoIterator<Item = String>,
+    tasks: &mut JoinSet<()>,
+) -> (mpsc::UnboundedReceiver<Receipt>, u64) {
+    let (receipts, mut inbox) = mpsc::unbounded_channel();
+    let opening = Arc::new(Semaphore::new(OPEN_CONCURRENCY));
+    let mut watchers = 0;
+    for (watcher, path) in paths.into_iter().enumerate() {
+        tasks.spawn(receipt_watcher(
+            target.clone(),
+            path,
+            watcher,
+            receipts.clone(),
+            Arc::clone(&opening),
+        ));
+        watchers += 1;
+    }
+    drop(receipts);
+    let (mut answered, mut opened) = (0, 0u64);
+    let deadline = tokio_now() + OPEN_TIMEOUT;
+    while answered < watchers {
+        match tokio::time::timeout_at(deadline, inbox.recv()).await {
+            Ok(Some(Receipt::Opened(result))) => {
+                answered += 1;
+                opened += u64::from(result.is_ok());
+            }
+            Ok(Some(Receipt::Update { .. })) => {}
+            _ => break,
+        }
+    }
+    (inbox, opened)
 }
 
 #[cfg(test)]
