@@ -100,8 +100,23 @@ impl Workload {
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// A running Muster server to load, e.g. http://127.0.0.1:7070.
-    #[arg(long = "server", value_name = "URL", conflicts_with = "spawn")]
+    #[arg(long = "server", value_name = "URL", group = "running", conflicts_with_all = ["spawn", "servers"])]
     pub server: Option<String>,
+    /// Several nodes of one running Muster cluster, comma-separated, in place of `--server`:
+    /// the first takes the setups' writes and every other workload; the read workload spreads
+    /// its requests round-robin over all of them (SPEC R3's read scale-out).
+    #[arg(
+        long,
+        value_name = "URLS",
+        value_delimiter = ',',
+        group = "running",
+        conflicts_with = "spawn"
+    )]
+    pub servers: Vec<String>,
+    /// The read workload's `consistency=` (SPEC R3) [default: none sent: the server's
+    /// `default`].
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub consistency: Option<ReadConsistency>,
     /// Start `muster serve` on a free loopback port with a temporary data dir, and stop it after.
     #[arg(long)]
     pub spawn: bool,
@@ -109,7 +124,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "PATH")]
     pub muster_bin: Option<PathBuf>,
     /// The PID of the `--server` process, for the memory workload (`--spawn` knows its own).
-    #[arg(long, value_name = "PID", requires = "server")]
+    #[arg(long, value_name = "PID", requires = "running")]
     pub server_pid: Option<u32>,
     /// A running etcd 3.4 to compare against, through its /v3 JSON gateway.
     #[arg(long = "etcd", value_name = "URL", conflicts_with = "spawn_etcd")]
@@ -194,22 +209,41 @@ pub struct BenchArgs {
     /// (as `muster+tls+auth`: TLS and `[auth] enabled = true`, a bootstrapped token on every request), and measure the TLS handshake rate (`handshake`).
     #[arg(long)]
     pub tls: bool,
-    /// Endpoints of the evacuation workload, over 3 zones [default: 100000; --quick: 5000].
-    #[arg(long, value_name = "N")]
-    pub fleet: Option<usize>,
-    /// Cold services of the hotcold workload, one watcher each [default: 1000; --quick: 200].
-    #[arg(long, value_name = "N")]
-    pub cold_services: Option<usize>,
-    /// Fleet sizes the scale workload grows its server to and measures at, ascending
-    /// (`10000,100000,1m`; `k` and `m` suffixes) [default: 10000,100000; --quick: 2000,10000].
-    #[arg(long, value_name = "LIST")]
-    pub endpoints: Option<String>,
+    /// The storm workloads' sizes (`--fleet`, `--cold-services`).
+    #[command(flatten)]
+    pub storm: crate::storms::StormArgs,
+    /// The scale workload's sizes (`--endpoints`).
+    #[command(flatten)]
+    pub scale: crate::scale::ScaleArgs,
     /// A short run for CI: 2 s per workload, 1,000 watchers, 5 changes.
     #[arg(long)]
     pub quick: bool,
     /// Also write the report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub report_file: Option<PathBuf>,
+}
+
+/// A read's `consistency=` (SPEC R3), as the server spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadConsistency {
+    /// Whatever the node serving it has applied.
+    Stale,
+    /// The node's state if it is in touch with a leader (what a read without it gets).
+    Default,
+    /// Linearizable on any node (a read index round).
+    Consistent,
+}
+
+impl ReadConsistency {
+    /// The query parameter's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadConsistency::Stale => "stale",
+            ReadConsistency::Default => "default",
+            ReadConsistency::Consistent => "consistent",
+        }
+    }
 }
 
 /// What a run will do, with every default resolved.
@@ -252,6 +286,10 @@ pub struct Plan {
     pub storms: crate::storms::StormPlan,
     /// Fleet sizes of the scale workload, ascending.
     pub endpoints: Vec<u64>,
+    /// Every node the read workload spreads over (`--servers`); empty: the one server.
+    pub read_servers: Vec<String>,
+    /// The read workload's `consistency=`; `None`: not sent.
+    pub read_consistency: Option<ReadConsistency>,
 }
 
 /// Leases the renew workload renews round-robin.
@@ -310,7 +348,13 @@ impl BenchArgs {
             xds_streams: self.xds_streams,
             xds_connections: self.xds_connections,
             storms: crate::storms::StormPlan::resolve(self)?,
-            endpoints: crate::scale::resolve_sizes(self.endpoints.as_deref(), self.quick)?,
+            endpoints: crate::scale::resolve_sizes(self.scale.endpoints.as_deref(), self.quick)?,
+            read_servers: if self.servers.len() > 1 {
+                self.servers.clone()
+            } else {
+                Vec::new()
+            },
+            read_consistency: self.consistency,
         };
         for (name, value) in [
             ("--connections", plan.connections),
@@ -368,138 +412,5 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use clap::Parser;
-
-    use super::*;
-
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(flatten)]
-        bench: BenchArgs,
-    }
-
-    /// The `muster` CLI's shape: a global `--json` and `bench` as a subcommand.
-    #[derive(Debug, Parser)]
-    struct Muster {
-        #[arg(long, global = true)]
-        json: bool,
-        #[command(subcommand)]
-        command: Subcommand,
-    }
-
-    #[derive(Debug, clap::Subcommand)]
-    enum Subcommand {
-        Bench(BenchArgs),
-    }
-
-    #[test]
-    fn embeds_as_a_subcommand_next_to_a_global_json_flag() {
-        use clap::CommandFactory;
-        Muster::command().debug_assert();
-        let cli = Muster::try_parse_from(["muster", "bench", "--spawn", "--quick", "--json"]).unwrap();
-        let Subcommand::Bench(args) = cli.command;
-        assert!(cli.json && args.spawn && args.quick);
-    }
-
-    fn plan(args: &[&str]) -> Result<Plan, BenchError> {
-        let cli = Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).unwrap();
-        cli.bench.plan()
-    }
-
-    #[test]
-    fn defaults_match_the_issue() {
-        let plan = plan(&["--spawn"]).unwrap();
-        assert_eq!(plan.workloads, Workload::ALL);
-        assert_eq!(plan.connections, 64);
-        assert_eq!(plan.duration, Duration::from_secs(10));
-        assert_eq!(plan.watchers, 10_000);
-        assert_eq!(plan.changes, 20);
-        assert_eq!(plan.leases, 1_000);
-    }
-
-    #[test]
-    fn quick_shortens_everything_but_explicit_flags_win() {
-        let plan = plan(&["--spawn", "--quick", "--watchers", "300"]).unwrap();
-        assert_eq!(plan.duration, Duration::from_secs(2));
-        assert_eq!(plan.watchers, 300);
-        assert_eq!(plan.changes, 5);
-    }
-
-    #[test]
-    fn workloads_run_in_a_fixed_order_once_each() {
-        let plan = plan(&["--workloads", "read,register,read"]).unwrap();
-        assert_eq!(plan.workloads, [Workload::Register, Workload::Read]);
-    }
-
-    #[test]
-    fn tls_adds_the_handshake_rate_to_the_default_set_and_needs_spawn() {
-        assert_eq!(
-            plan(&["--spawn", "--tls"]).unwrap().workloads.last(),
-            Some(&Workload::Handshake)
-        );
-        assert!(!plan(&["--spawn"]).unwrap().workloads.contains(&Workload::Handshake));
-        assert!(matches!(
-            plan(&["--server", "http://127.0.0.1:1", "--tls"]),
-            Err(BenchError::Usage(_))
-        ));
-    }
-
-    #[test]
-    fn the_consul_workload_runs_only_when_named() {
-        assert!(!plan(&["--spawn"]).unwrap().workloads.contains(&Workload::Consul));
-        let plan = plan(&["--spawn", "--workloads", "consul"]).unwrap();
-        assert_eq!(plan.workloads, [Workload::Consul]);
-        assert_eq!(plan.consul_services, 1_000);
-    }
-
-    #[test]
-    fn the_xds_workload_runs_only_when_named_with_a_stream_per_connection() {
-        assert!(!plan(&["--spawn"]).unwrap().workloads.contains(&Workload::Xds));
-        let plan_xds = plan(&["--spawn", "--workloads", "xds"]).unwrap();
-        assert_eq!(plan_xds.workloads, [Workload::Xds]);
-        assert_eq!((plan_xds.xds_streams, plan_xds.xds_connections), (1_000, None));
-        assert_eq!(plan_xds.changes, 20);
-        assert!(matches!(plan(&["--xds-streams", "0"]), Err(BenchError::Usage(_))));
-        assert!(matches!(plan(&["--xds-connections", "0"]), Err(BenchError::Usage(_))));
-    }
-
-    #[test]
-    fn the_convergence_workload_runs_only_when_named_and_takes_the_servers_dns_address() {
-        assert!(!plan(&["--spawn"]).unwrap().workloads.contains(&Workload::Convergence));
-        let quick = plan(&["--spawn", "--quick", "--workloads", "convergence"]).unwrap();
-        assert_eq!(quick.workloads, [Workload::Convergence]);
-        assert_eq!((quick.watchers, quick.changes), (1_000, 5));
-        let cli = Cli::try_parse_from([
-            "bench",
-            "--server",
-            "http://127.0.0.1:1",
-            "--dns",
-            "127.0.0.1:8600",
-            "--workloads",
-            "convergence",
-        ])
-        .unwrap();
-        assert_eq!(cli.bench.dns, Some("127.0.0.1:8600".parse().unwrap()));
-    }
-
-    #[test]
-    fn zero_connections_is_refused() {
-        assert!(matches!(plan(&["--connections", "0"]), Err(BenchError::Usage(_))));
-    }
-
-    #[test]
-    fn server_and_spawn_conflict() {
-        assert!(Cli::try_parse_from(["bench", "--spawn", "--server", "http://127.0.0.1:1"]).is_err());
-    }
-
-    #[test]
-    fn durations_take_the_cli_units() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1_500)));
-        assert!(parse_duration("10h").is_err());
-        assert!(parse_duration("fast").is_err());
-    }
-}
+#[path = "args_tests.rs"]
+mod tests;

@@ -73,6 +73,7 @@ mod driver;
 mod error;
 mod histogram;
 mod limits;
+mod load;
 mod meter;
 mod render;
 mod report;
@@ -89,18 +90,21 @@ use std::sync::Arc;
 
 use tracing::info;
 
-pub use args::{BenchArgs, Plan, Workload, parse_duration};
+pub use args::{BenchArgs, Plan, ReadConsistency, Workload, parse_duration};
 pub use checks::{ChecksSummary, DetectionSummary};
 pub use consul::ConsulSummary;
 pub use convergence::{AppliedLatency, ConvergenceChange, ConvergenceSummary, MAX_CHANGES};
 pub use error::BenchError;
 pub use histogram::Histogram;
+pub use load::LoadSpan;
+pub(crate) use load::load_average;
 pub use report::{
     LatencySummary, MemorySummary, Report, System, SystemInfo, SystemResult, Target, WorkloadReport, anchors,
 };
-pub use scale::{CatchUpPath, MAX_SIZE, ScaleSize, ScaleSummary, SizesError, parse_sizes};
+pub use scale::{CatchUpPath, MAX_SIZE, ScaleArgs, ScaleSize, ScaleSummary, SizesError, parse_sizes};
 pub use storms::{
-    EvacuationSummary, ExpirySummary, HotColdPhase, HotColdSummary, ReconnectSummary, StormPlan, StormSummary,
+    EvacuationSummary, ExpirySummary, HotColdPhase, HotColdSummary, ReconnectSummary, StormArgs, StormPlan,
+    StormSummary,
 };
 pub use xds::{XdsChange, XdsSummary};
 
@@ -108,13 +112,6 @@ use client::Http;
 use requests::Names;
 use spawn::{Spawned, spawn_etcd, spawn_muster};
 use workloads::Subject;
-
-/// The 1-minute load average now, where `/proc/loadavg` exists.
-pub(crate) fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|text| codec::parse_load_average(&text))
-}
 
 /// Adds a workload's report, stamped with the load average at its end: the 1-minute average
 /// then covers the run, so a busy machine shows beside the figures it skewed.
@@ -129,7 +126,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     let plan = args.plan()?;
     let load_average_at_start = load_average();
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-    if args.server.is_none() && !args.spawn && args.etcd.is_none() && !args.spawn_etcd {
+    if args.server.is_none() && args.servers.is_empty() && !args.spawn && args.etcd.is_none() && !args.spawn_etcd {
         return Err(BenchError::NoSystem);
     }
     // Kept alive until the end of the run; dropping one stops its process.
@@ -148,6 +145,14 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     if plan.workloads.contains(&Workload::Convergence) {
         // Before spawning: the server inherits the limit, and holds as many connections.
         limits::raise_descriptor_limit(convergence::descriptors_wanted(plan.watchers));
+    } else if plan
+        .workloads
+        .iter()
+        .any(|w| matches!(w, Workload::Fanout | Workload::Watchers))
+    {
+        // A watch stream costs a descriptor here and one in the server (which inherits the
+        // limit when spawned after this); the margin covers the request workloads' pools.
+        limits::raise_descriptor_limit(plan.watchers as u64 + 4_096);
     }
     // The scale workload spawns servers of its own; alone, it needs no other.
     let spawn_muster_server = args.spawn && plan.workloads.iter().any(|w| *w != Workload::Scale);
@@ -168,7 +173,8 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         }
         found
     } else {
-        args.server.clone().map(|url| (url, args.server_pid, false))
+        let first = args.servers.first().cloned();
+        args.server.clone().or(first).map(|url| (url, args.server_pid, false))
     };
     let etcd = if args.spawn_etcd {
         info!(bin = %args.etcd_bin.display(), "starting etcd");

@@ -304,19 +304,7 @@ fn consul_notes(consul: &crate::ConsulSummary) -> String {
 /// The xds workload's figures: push and ACK latency, per change, and memory per stream.
 fn xds_notes(xds: &crate::XdsSummary) -> String {
     let mut out = String::new();
-    let latency = |summary: Option<LatencySummary>| {
-        summary.map_or_else(
-            || "none arrived".to_owned(),
-            |l| {
-                format!(
-                    "p50 {}, p99 {}, max {}",
-                    format_ms(l.p50_ms),
-                    format_ms(l.p99_ms),
-                    format_ms(l.max_ms)
-                )
-            },
-        )
-    };
+    let latency = |summary| latency_text(summary, "none arrived");
     let _ = writeln!(
         out,
         "xds: {} of {} ADS streams over {} HTTP/2 connections, {} changes: commit→push {}; commit→ACK (server's ledger) {}",
@@ -463,6 +451,33 @@ pub(crate) fn format_ms(ms: f64) -> String {
     } else {
         format!("{:.2} s", ms / 1_000.0)
     }
+}
+
+/// A latency summary as `p50 …, p99 …, max …` (with the p99 corrected for coordinated
+/// omission, `(CO …)`, where the summary has one), or `none` when nothing was measured.
+pub(crate) fn latency_text(summary: Option<LatencySummary>, none: &str) -> String {
+    summary.map_or_else(
+        || none.to_owned(),
+        |l| {
+            let co = l
+                .p99_corrected_ms
+                .map_or_else(String::new, |v| format!(" (CO {})", format_ms(v)));
+            format!(
+                "p50 {}, p99 {}{co}, max {}",
+                format_ms(l.p50_ms),
+                format_ms(l.p99_ms),
+                format_ms(l.max_ms)
+            )
+        },
+    )
+}
+
+/// `12.3 MiB`, or `?` when unknown.
+pub(crate) fn mib_text(bytes: Option<u64>) -> String {
+    bytes.map_or_else(
+        || "?".to_owned(),
+        |b| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
+    )
 }
 
 fn format_duration(duration: Duration) -> String {

@@ -19,6 +19,8 @@ fn plan() -> Plan {
         xds_connections: None,
         storms: crate::storms::StormPlan::default(),
         endpoints: vec![10_000, 100_000],
+        read_servers: Vec::new(),
+        read_consistency: None,
     }
 }
 

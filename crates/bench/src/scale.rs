@@ -141,6 +141,15 @@ pub fn parse_sizes(text: &str) -> Result<Vec<u64>, SizesError> {
     Ok(sizes)
 }
 
+/// The scale workload's own flag, flattened into `muster bench`'s ([`crate::BenchArgs`]).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ScaleArgs {
+    /// Fleet sizes the scale workload grows its server to and measures at, ascending
+    /// (`10000,100000,1m`; `k` and `m` suffixes) [default: 10000,100000; --quick: 2000,10000].
+    #[arg(long, value_name = "LIST")]
+    pub endpoints: Option<String>,
+}
+
 /// The plan's sizes: `--endpoints` if given, else the default (or `--quick`'s).
 pub(crate) fn resolve_sizes(flag: Option<&str>, quick: bool) -> Result<Vec<u64>, SizesError> {
     match flag {
@@ -265,10 +274,9 @@ pub struct ScaleSize {
     pub catch_up_ms: Option<f64>,
     /// How it caught up.
     pub catch_up_path: Option<CatchUpPath>,
-    /// The 1-minute load average when this size started.
-    pub load_average_at_start: Option<f64>,
-    /// And when it ended.
-    pub load_average_at_end: Option<f64>,
+    /// The load average when this size started and when it ended.
+    #[serde(flatten)]
+    pub load: crate::LoadSpan,
     /// What went wrong or is worth knowing at this size.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -299,8 +307,7 @@ impl ScaleSize {
             member_added_ms: None,
             catch_up_ms: None,
             catch_up_path: None,
-            load_average_at_start: None,
-            load_average_at_end: None,
+            load: crate::LoadSpan::default(),
             notes: Vec::new(),
         }
     }

@@ -174,8 +174,10 @@ fn measured(size: u64) -> ScaleSize {
     row.catch_up_path = Some(CatchUpPath::of(Some(size / 40)));
     row.snapshot_bytes = Some(size * 400);
     row.snapshot_index = Some(size / 40);
-    row.load_average_at_start = Some(0.5);
-    row.load_average_at_end = Some(1.25);
+    row.load = crate::LoadSpan {
+        load_average_at_start: Some(0.5),
+        load_average_at_end: Some(1.25),
+    };
     row
 }
 

@@ -162,14 +162,15 @@ pub(crate) enum Stop {
 impl Spawned {
     /// Kills a plain (no TLS) Muster server with SIGKILL, as a crash would, and starts it
     /// again with the same command line: the same data dir and ports. Returns once it
-    /// answers ready again (the reconnect workload, SPEC K1).
+    /// answers ready again (the reconnect workload, SPEC K1). It is [`Spawned::stop`] with
+    /// [`Stop::Kill`], then [`Spawned::relaunch`] of the saved command line.
     pub(crate) async fn restart(mut self) -> Result<Spawned, BenchError> {
         // SIGKILL: no shutdown path runs, no `closing` frame is sent.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let mut command = self.command_line.command();
-        self.child = launch("muster", &mut command, self.dir.path())?;
-        self.pid = self.child.id();
+        self.stop(Stop::Kill)
+            .await
+            .map_err(|detail| BenchError::Spawn { what: "muster", detail })?;
+        let command = self.command_line.command();
+        self.relaunch("muster", command)?;
         self.wait_ready("muster", MusterReady, None).await
     }
 

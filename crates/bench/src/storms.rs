@@ -35,8 +35,7 @@ pub use hotcold::{HotColdPhase, HotColdSummary};
 pub use reconnect::ReconnectSummary;
 
 pub(crate) use measure::{
-    Poller, Sample, closed_until, first_at_or_after, load_text, metrics, mib_text, ms_between, revision, revision_of,
-    tcp_counters,
+    Poller, Sample, closed_until, first_at_or_after, metrics, ms_between, revision, revision_of, tcp_counters,
 };
 
 /// The storm workloads, in running order.
@@ -80,6 +79,18 @@ const MAX_EXPIRING_LEASES: usize = 250_000;
 /// Cold services at most: the tenant quota is 10,000 services.
 const MAX_COLD_SERVICES: usize = 9_000;
 
+/// The storm workloads' own flags, flattened into `muster bench`'s ([`BenchArgs`]); the
+/// shared `--watchers` and `--leases` stay there.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct StormArgs {
+    /// Endpoints of the evacuation workload, over 3 zones [default: 100000; --quick: 5000].
+    #[arg(long, value_name = "N")]
+    pub fleet: Option<usize>,
+    /// Cold services of the hotcold workload, one watcher each [default: 1000; --quick: 200].
+    #[arg(long, value_name = "N")]
+    pub cold_services: Option<usize>,
+}
+
 /// The storm workloads' sizes, resolved (`--quick` changes the defaults; flags win).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StormPlan {
@@ -115,7 +126,7 @@ impl StormPlan {
     /// The sizes `args` asks for, each checked against the server's default quotas.
     pub(crate) fn resolve(args: &BenchArgs) -> Result<StormPlan, BenchError> {
         let pick = |quick, full| if args.quick { quick } else { full };
-        let fleet = args.fleet.unwrap_or(pick(QUICK_FLEET, DEFAULT_FLEET));
+        let fleet = args.storm.fleet.unwrap_or(pick(QUICK_FLEET, DEFAULT_FLEET));
         let plan = StormPlan {
             fleet,
             evacuation_watchers: args.watchers.unwrap_or(evacuation::services_of(fleet)),
@@ -128,6 +139,7 @@ impl StormPlan {
                 DEFAULT_EXPIRY_TTL_MS
             },
             cold_services: args
+                .storm
                 .cold_services
                 .unwrap_or(pick(QUICK_COLD_SERVICES, DEFAULT_COLD_SERVICES)),
             cold_changes: pick(QUICK_COLD_CHANGES, DEFAULT_COLD_CHANGES),
@@ -282,6 +294,28 @@ pub(crate) async fn run(args: &BenchArgs, plan: &Plan, reports: &mut Vec<Workloa
         crate::finished(reports, WorkloadReport::new(workload, vec![result], skipped));
     }
     Ok(())
+}
+
+/// Registers `count` durable endpoints, `n` as `request(n)` (its path and body) with
+/// `PUT`, on [`SETUP_CONNECTIONS`] connections: a setup step, so an error naming `what`
+/// unless every one succeeded.
+pub(crate) async fn register_all<R>(
+    workload: Workload,
+    what: &str,
+    http: &Http,
+    count: u64,
+    request: R,
+) -> Result<(), BenchError>
+where
+    R: Fn(u64) -> (String, bytes::Bytes) + Send + Sync + 'static,
+{
+    let (http, request) = (http.clone(), std::sync::Arc::new(request));
+    let outcome = crate::driver::closed_loop(SETUP_CONNECTIONS, SETUP_TIMEOUT, count, move |n| {
+        let (http, (path, body)) = (http.clone(), request(n));
+        async move { http.send_ok(hyper::Method::PUT, &path, Some(body)).await.map(drop) }
+    })
+    .await;
+    complete(workload, what, &outcome, count)
 }
 
 /// A setup step's error unless it ran every one of its `wanted` operations.

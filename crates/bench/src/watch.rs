@@ -14,14 +14,18 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::Connection;
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use muster_core::api::WriteReply;
+use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
@@ -36,9 +40,9 @@ use crate::{BenchError, Plan, Workload};
 
 /// Connections being opened at once: far below the listen backlog (`somaxconn`, 4,096 here),
 /// so no SYN is dropped and retried a second later, which would look like slow delivery.
-const OPEN_CONCURRENCY: usize = 256;
+pub(crate) const OPEN_CONCURRENCY: usize = 256;
 /// How long opening every watcher may take: 10,000 streams open in a few seconds.
-const OPEN_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const OPEN_TIMEOUT: Duration = Duration::from_secs(120);
 /// After the last stream opened, let the server finish its per-stream setup (first progress
 /// timers, buffers) before reading RSS.
 const SETTLE: Duration = Duration::from_secs(1);
@@ -68,8 +72,7 @@ enum Signal {
 #[derive(Clone)]
 struct WatchRequest {
     system: System,
-    addr: SocketAddr,
-    host: String,
+    target: Target,
     method: Method,
     path: String,
     body: Bytes,
@@ -81,17 +84,70 @@ pub(crate) fn rss_of(pid: u32) -> Result<u64, String> {
     parse_vm_rss(&status).ok_or_else(|| format!("pid {pid} has no VmRSS"))
 }
 
-async fn resolve(base: &str) -> Result<(SocketAddr, String), String> {
-    let host = base
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{base}: only http:// URLs are supported"))?
-        .trim_end_matches('/');
-    let addr = tokio::net::lookup_host(host)
+/// Where watch streams connect: the address and `Host` of an `http://host:port` base URL.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    addr: SocketAddr,
+    host: String,
+}
+
+impl Target {
+    /// The address of an `http://host:port` base URL.
+    pub(crate) async fn resolve(base: &str) -> Result<Target, String> {
+        let host = base
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("{base}: only http:// URLs are supported"))?
+            .trim_end_matches('/');
+        let addr = tokio::net::lookup_host(host)
+            .await
+            .map_err(|err| format!("{host}: {err}"))?
+            .next()
+            .ok_or_else(|| format!("{host}: no address"))?;
+        Ok(Target {
+            addr,
+            host: host.to_owned(),
+        })
+    }
+}
+
+/// An open stream: its body, and the connection that must be polled for the body to move.
+pub(crate) type Opened = (Incoming, Pin<Box<Connection<TokioIo<TcpStream>, Full<Bytes>>>>);
+
+/// Connects its own HTTP/1.1 connection to `target` (calling `on_connect` once the TCP
+/// handshake is done) and sends `method path` with `body` (JSON when not empty); a non-2xx
+/// reply is an error with its status.
+pub(crate) async fn open(
+    target: &Target,
+    method: Method,
+    path: &str,
+    body: Bytes,
+    on_connect: impl FnOnce(Instant),
+) -> Result<Opened, String> {
+    let tcp = TcpStream::connect(target.addr)
         .await
-        .map_err(|err| format!("{host}: {err}"))?
-        .next()
-        .ok_or_else(|| format!("{host}: no address"))?;
-    Ok((addr, host.to_owned()))
+        .map_err(|err| format!("connect: {err}"))?;
+    on_connect(now());
+    tcp.set_nodelay(true).map_err(|err| err.to_string())?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|err| format!("handshake: {err}"))?;
+    let mut connection = Box::pin(connection);
+    let mut builder = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, &target.host);
+    if !body.is_empty() {
+        builder = builder.header(hyper::header::CONTENT_TYPE, "application/json");
+    }
+    let request = builder.body(Full::new(body)).map_err(|err| err.to_string())?;
+    let response = tokio::select! {
+        response = sender.send_request(request) => response.map_err(|err| format!("request: {err}"))?,
+        ended = &mut connection => return Err(format!("connection closed: {ended:?}")),
+    };
+    if !response.status().is_success() {
+        return Err(format!("HTTP {}", response.status()));
+    }
+    Ok((response.into_body(), connection))
 }
 
 /// Runs one watcher until its stream ends or the task is aborted.
@@ -112,32 +168,14 @@ async fn stream<P>(
     signals: &mpsc::UnboundedSender<Signal>,
     opened: &mut Option<P>,
 ) -> Result<(), String> {
-    let tcp = tokio::net::TcpStream::connect(request.addr)
-        .await
-        .map_err(|err| format!("connect: {err}"))?;
-    tcp.set_nodelay(true).map_err(|err| err.to_string())?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .map_err(|err| format!("handshake: {err}"))?;
-    let mut connection = std::pin::pin!(connection);
-    let mut builder = Request::builder()
-        .method(request.method.clone())
-        .uri(&request.path)
-        .header(hyper::header::HOST, &request.host);
-    if !request.body.is_empty() {
-        builder = builder.header(hyper::header::CONTENT_TYPE, "application/json");
-    }
-    let http_request = builder
-        .body(Full::new(request.body.clone()))
-        .map_err(|err| err.to_string())?;
-    let response = tokio::select! {
-        response = sender.send_request(http_request) => response.map_err(|err| format!("request: {err}"))?,
-        ended = &mut connection => return Err(format!("connection closed: {ended:?}")),
-    };
-    if !response.status().is_success() {
-        return Err(format!("HTTP {}", response.status()));
-    }
-    let mut body = response.into_body();
+    let (mut body, mut connection) = open(
+        &request.target,
+        request.method.clone(),
+        &request.path,
+        request.body.clone(),
+        |_| {},
+    )
+    .await?;
     let mut lines = Lines::default();
     loop {
         let frame = tokio::select! {
@@ -221,15 +259,14 @@ pub(crate) async fn watch_phase(
     let mut figures = WatchFigures::default();
     // A watched service with one endpoint: every watcher starts from a real snapshot.
     commit(subject, names, 0).await.map_err(setup_failed)?;
-    let (addr, host) = resolve(subject.http.base()).await.map_err(setup_failed)?;
+    let target = Target::resolve(subject.http.base()).await.map_err(setup_failed)?;
     let (method, path, body) = match subject.system {
         System::Muster | System::MusterTls => (Method::GET, names.muster_watch(FANOUT_SERVICE), Bytes::new()),
         System::Etcd => (Method::POST, "/v3/watch".to_owned(), names.etcd_watch(FANOUT_SERVICE)),
     };
     let request = WatchRequest {
         system: subject.system,
-        addr,
-        host,
+        target,
         method,
         path,
         body,
@@ -307,6 +344,9 @@ pub(crate) async fn watch_phase(
         let mut writes = Histogram::new();
         let mut write_error = None;
         let meter = CpuMeter::start(subject.pid);
+        // The server's RSS with every stream open, and its peak while the changes fan out.
+        let rss_open = subject.pid.and_then(|pid| rss_of(pid).ok());
+        let poller = subject.pid.map(|pid| crate::storms::Poller::start(pid, None));
         let start = now();
         for k in 0..plan.changes as u64 {
             let sent = now();
@@ -336,6 +376,18 @@ pub(crate) async fn watch_phase(
             }
         }
         let elapsed = now() - start;
+        let rss_peak = match poller {
+            Some(poller) => poller.finish().await.rss_bytes,
+            None => None,
+        };
+        let rss_note = match subject.pid {
+            Some(_) => format!(
+                "; server RSS {} with the streams open, peak {} during the changes",
+                crate::render::mib_text(rss_open),
+                crate::render::mib_text(rss_peak)
+            ),
+            None => String::new(),
+        };
         let mut latencies = Histogram::new();
         for (revision, sent) in &sent_at {
             for at in deliveries.get(revision).into_iter().flatten() {
@@ -358,7 +410,7 @@ pub(crate) async fn watch_phase(
         });
         meter.finish(&mut result);
         result.note = Some(format!(
-            "{opened_note}{writes_note}{}",
+            "{opened_note}{writes_note}{rss_note}{}",
             write_error.map_or_else(String::new, |err| format!("; first failed commit: {err}"))
         ));
         figures.fanout = Some(result);

@@ -26,6 +26,10 @@ const SETUP_TIMEOUT: Duration = Duration::from_secs(120);
 /// 1,000,000 endpoints per tenant; past it every registration would be a quota error.
 const MAX_REGISTRATIONS: u64 = 900_000;
 
+/// How long every `--servers` node may take to serve the read set written through the
+/// first: a follower applies a commit within a heartbeat (100 ms); 10 s is a stalled node.
+const READ_SET_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A system under load.
 #[derive(Debug, Clone)]
 pub(crate) struct Subject {
@@ -207,12 +211,16 @@ pub(crate) async fn read(subject: &Subject, plan: &Plan, names: &Arc<Names>) -> 
         Err(err) => return Err(setup_failed(subject, Workload::Read, err)),
     }
     let names = Arc::clone(names);
+    let readers = readers(subject, plan, &names).await?;
     let meter = CpuMeter::start(subject.pid);
     let outcome = match system {
         System::Muster | System::MusterTls => {
-            let path: Arc<str> = names.muster_snapshot(READ_SERVICE).into();
-            closed_loop(plan.connections, plan.duration, plan.max_requests, move |_| {
-                let (http, path) = (http.clone(), Arc::clone(&path));
+            let path: Arc<str> = read_path(plan, &names).into();
+            let readers = Arc::new(readers.clone());
+            closed_loop(plan.connections, plan.duration, plan.max_requests, move |ticket| {
+                // Round-robin over the nodes: the tickets are shared, so every node gets
+                // one read in `readers.len()` and as many of the connections.
+                let (http, path) = (readers[ticket as usize % readers.len()].clone(), Arc::clone(&path));
                 async move { http.send_ok(Method::GET, &path, None).await.map(drop) }
             })
             .await
@@ -226,5 +234,59 @@ pub(crate) async fn read(subject: &Subject, plan: &Plan, names: &Arc<Names>) -> 
             .await
         }
     };
-    Ok(result(system, &outcome, &meter))
+    let mut result = result(system, &outcome, &meter);
+    if system == System::Muster && (readers.len() > 1 || plan.read_consistency.is_some()) {
+        let spread = format!(
+            "reads spread round-robin over {} node(s) ({}), consistency={}",
+            readers.len(),
+            readers.iter().map(Http::base).collect::<Vec<_>>().join(", "),
+            plan.read_consistency.map_or("(not sent)", |c| c.name()),
+        );
+        result.note = Some(match result.note.take() {
+            Some(note) => format!("{spread}; {note}"),
+            None => spread,
+        });
+    }
+    Ok(result)
+}
+
+/// The read workload's path: the read set's snapshot, with `consistency=` when asked.
+fn read_path(plan: &Plan, names: &Names) -> String {
+    let path = names.muster_snapshot(READ_SERVICE);
+    match plan.read_consistency {
+        Some(consistency) => format!("{path}?consistency={}", consistency.name()),
+        None => path,
+    }
+}
+
+/// The clients the read workload spreads over: every `--servers` node for plain Muster,
+/// else the subject's own. Each node must serve the whole read set (a follower has applied
+/// the setup's writes) before the loop starts; it is polled for that, bounded.
+async fn readers(subject: &Subject, plan: &Plan, names: &Names) -> Result<Vec<Http>, BenchError> {
+    if subject.system != System::Muster || plan.read_servers.is_empty() {
+        return Ok(vec![subject.http.clone()]);
+    }
+    let path = read_path(plan, names);
+    let mut readers = Vec::with_capacity(plan.read_servers.len());
+    for url in &plan.read_servers {
+        let http = Http::new(url, plan.connections);
+        let deadline = crate::clock::now() + READ_SET_TIMEOUT;
+        loop {
+            let seen = http
+                .send_ok(Method::GET, &path, None)
+                .await
+                .and_then(|body| serde_json::from_slice::<SnapshotReply>(&body).map_err(|err| err.to_string()))
+                .map(|reply| reply.endpoints.len() as u64);
+            match seen {
+                Ok(READ_ENDPOINTS) => break,
+                _ if crate::clock::now() < deadline => tokio::time::sleep(Duration::from_millis(20)).await,
+                other => {
+                    let detail = format!("{url} does not serve the read set: {other:?}");
+                    return Err(setup_failed(subject, Workload::Read, detail));
+                }
+            }
+        }
+        readers.push(http);
+    }
+    Ok(readers)
 }

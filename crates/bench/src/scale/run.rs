@@ -22,7 +22,7 @@ use crate::report::{LatencySummary, System, SystemResult};
 use crate::requests::Names;
 use crate::spawn::Stop;
 use crate::watch::rss_of;
-use crate::{BenchError, Plan, Workload, load_average};
+use crate::{BenchError, LoadSpan, Plan, Workload, load_average};
 
 /// Concurrent registrations while filling: group commit puts up to this many in one log
 /// entry, so the fill runs near the server's write throughput; twice the probe's default 64.
@@ -122,7 +122,7 @@ pub(crate) async fn scale(bin: &Path, plan: &Plan, run_id: u64) -> Result<System
     let mut last_probe = Histogram::new();
     for (index, &size) in plan.endpoints.iter().enumerate() {
         let mut row = ScaleSize::new(size);
-        row.load_average_at_start = load_average();
+        let load_at_start = load_average();
         let http = Http::new(&leader.url(), FILL_CONNECTIONS.max(plan.connections));
         let wanted = size.saturating_sub(fleet.registered);
         let fill = register(&http, &names, fleet.next, wanted, FILL_CONNECTIONS, FILL_TIMEOUT).await;
@@ -172,7 +172,7 @@ pub(crate) async fn scale(bin: &Path, plan: &Plan, run_id: u64) -> Result<System
                 .map_err(|why| format!("restart at {size} endpoints: {why}"))
                 .err();
         }
-        row.load_average_at_end = load_average();
+        row.load = LoadSpan::since(load_at_start);
         requests += fill.requests + probe.requests;
         errors += fill.errors + probe.errors;
         last_probe = probe.latencies;

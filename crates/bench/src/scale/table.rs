@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{CatchUpPath, ScaleSize, ScaleSummary};
+use crate::load::load_text;
 use crate::render::{format_bytes, format_ms, thousands};
 
 const HEADER: [&str; 13] = [
@@ -24,10 +25,6 @@ const HEADER: [&str; 13] = [
 
 fn ms(value: Option<f64>) -> String {
     value.map_or_else(|| "-".to_owned(), format_ms)
-}
-
-fn load(value: Option<f64>) -> String {
-    value.map_or_else(|| "?".to_owned(), |l| format!("{l:.2}"))
 }
 
 fn row(size: &ScaleSize) -> Vec<String> {
@@ -57,8 +54,8 @@ fn row(size: &ScaleSize) -> Vec<String> {
         },
         format!(
             "{}→{}",
-            load(size.load_average_at_start),
-            load(size.load_average_at_end)
+            load_text(size.load.load_average_at_start),
+            load_text(size.load.load_average_at_end)
         ),
     ]
 }

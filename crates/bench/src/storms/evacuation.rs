@@ -17,15 +17,17 @@ use hyper::Method;
 use muster_core::api::{DrainRequest, RegisterRequest, WriteReply};
 use muster_core::{Incarnation, LocalitySpec};
 use serde::Serialize;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::stream::{Receipt, Target, receipt_watcher};
-use super::{Poller, Storm, StormSummary, complete, first_at_or_after, metrics, ms_between, row, setup_failed};
-use crate::clock::{now, tokio_now};
+use super::stream::{Receipt, Target, open_receipt_watchers};
+use super::{
+    Poller, Storm, StormSummary, complete, first_at_or_after, metrics, ms_between, register_all, row, setup_failed,
+};
+use crate::clock::now;
 use crate::driver::closed_loop;
 use crate::histogram::Histogram;
-use crate::render::{format_ms, thousands};
+use crate::render::{format_ms, latency_text, mib_text, thousands};
 use crate::report::{LatencySummary, SystemResult};
 use crate::requests::Names;
 use crate::{BenchError, Plan, Workload};
@@ -38,10 +40,6 @@ const DRAINED_FRACTION: f64 = 0.3;
 /// Drains in flight at most: at 30,000 drains in one second and ~10 ms per committed batch,
 /// 300 are in flight at once; 512 leaves room without opening a connection per drain.
 const CONCURRENCY: usize = 512;
-/// Watchers opening at once (as `crate::watch`).
-const OPEN_CONCURRENCY: usize = 256;
-/// Opening every watcher may take this long.
-const OPEN_TIMEOUT: Duration = Duration::from_secs(120);
 /// A watcher's update later than this after the last drain's reply counts as missed.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -109,28 +107,15 @@ pub struct EvacuationSummary {
     pub resyncs: Option<u64>,
     /// The server's RSS peak during the storm.
     pub rss_peak_bytes: Option<u64>,
-    /// The 1-minute load average when the workload started.
-    pub load_average_at_start: Option<f64>,
-    /// And when it ended.
-    pub load_average_at_end: Option<f64>,
+    /// The load average at the workload's start and end.
+    #[serde(flatten)]
+    pub load: crate::LoadSpan,
 }
 
 impl EvacuationSummary {
     /// The notes under the table.
     pub(crate) fn notes(&self) -> String {
-        let latency = |l: Option<LatencySummary>| {
-            l.map_or_else(
-                || "none".to_owned(),
-                |l| {
-                    format!(
-                        "p50 {}, p99 {}, max {}",
-                        format_ms(l.p50_ms),
-                        format_ms(l.p99_ms),
-                        format_ms(l.max_ms)
-                    )
-                },
-            )
-        };
+        let latency = |summary| latency_text(summary, "none");
         let gauge = |v: Option<u64>| v.map_or_else(|| "not exposed".to_owned(), thousands);
         format!(
             "evacuation: {} endpoints over {} services in 3 zones; {} of {} watchers open; {} zone-a drains paced at {}/s\n\
@@ -138,7 +123,7 @@ impl EvacuationSummary {
              sends at most {} behind schedule\n\
              evacuation: delivery (drain sent → watcher has its revision) {} over {} deliveries, {} missed; \
              all delivered {} after t0\n\
-             evacuation: watch queue peak {} frames, {} bytes; {} resyncs; server RSS peak {}; load average {} at start, {} at end\n",
+             evacuation: watch queue peak {} frames, {} bytes; {} resyncs; server RSS peak {}; {}\n",
             thousands(self.fleet),
             thousands(self.services),
             thousands(self.watchers_opened),
@@ -161,9 +146,8 @@ impl EvacuationSummary {
             gauge(self.queued_frames_peak),
             gauge(self.outstanding_bytes_peak),
             self.resyncs.map_or_else(|| "?".to_owned(), thousands),
-            super::mib_text(self.rss_peak_bytes),
-            super::load_text(self.load_average_at_start),
-            super::load_text(self.load_average_at_end),
+            mib_text(self.rss_peak_bytes),
+            self.load.text(),
         )
     }
 }
@@ -223,11 +207,13 @@ pub(crate) async fn evacuation(storm: Storm, plan: &Plan) -> Result<SystemResult
         let (service, _) = placement(n, services);
         format!("/v1/registry/{tenant}/evac/s-{service}/e-{n}")
     };
-    let (registrar, tenant_arc) = (http.clone(), Arc::new(tenant.clone()));
-    let names = Arc::new(Names::new(0, 1));
-    let registered = closed_loop(super::SETUP_CONNECTIONS, super::SETUP_TIMEOUT, fleet as u64, move |n| {
-        let (http, tenant, names) = (registrar.clone(), Arc::clone(&tenant_arc), Arc::clone(&names));
-        async move {
+    let (names, registering) = (Names::new(0, 1), tenant.clone());
+    register_all(
+        Workload::Evacuation,
+        "registering the fleet",
+        &http,
+        fleet as u64,
+        move |n| {
             let n = n as usize;
             let mut endpoint = names.endpoint(n as u64);
             endpoint.locality = LocalitySpec {
@@ -240,45 +226,19 @@ pub(crate) async fn evacuation(storm: Storm, plan: &Plan) -> Result<SystemResult
                 lease: None,
                 expected_revision: None,
             };
-            let body = serde_json::to_vec(&request).map_err(|err| err.to_string())?;
-            http.send_ok(Method::PUT, &instance_path(&tenant, n), Some(body.into()))
-                .await
-                .map(drop)
-        }
-    })
-    .await;
-    complete(Workload::Evacuation, "registering the fleet", &registered, fleet as u64)?;
+            // A plain struct of strings and numbers: its encoding cannot fail.
+            let body = serde_json::to_vec(&request).unwrap_or_default();
+            (instance_path(&registering, n), body.into())
+        },
+    )
+    .await?;
 
     let watchers = plan.storms.evacuation_watchers;
     let target = Target::resolve(&server.url).await.map_err(fail)?;
-    let (receipts_tx, mut inbox) = mpsc::unbounded_channel();
-    let opening = Arc::new(Semaphore::new(OPEN_CONCURRENCY));
     let mut tasks = JoinSet::new();
-    for w in 0..watchers {
-        let path = format!("/v1/watch/{tenant}/evac/s-{}", w % services);
-        tasks.spawn(receipt_watcher(
-            target.clone(),
-            path,
-            w,
-            receipts_tx.clone(),
-            Arc::clone(&opening),
-        ));
-    }
-    drop(receipts_tx);
+    let paths = (0..watchers).map(|w| format!("/v1/watch/{tenant}/evac/s-{}", w % services));
+    let (mut inbox, opened) = open_receipt_watchers(&target, paths, &mut tasks).await;
     let mut receipts: Vec<Vec<(u64, Instant)>> = vec![Vec::new(); watchers];
-    let mut opened = 0u64;
-    let deadline = tokio_now() + OPEN_TIMEOUT;
-    let mut answered = 0;
-    while answered < watchers {
-        match tokio::time::timeout_at(deadline, inbox.recv()).await {
-            Ok(Some(Receipt::Opened(result))) => {
-                answered += 1;
-                opened += u64::from(result.is_ok());
-            }
-            Ok(Some(Receipt::Update { .. })) => {}
-            _ => break,
-        }
-    }
     let [resyncs_before] = metrics(&http, ["muster_watch_resyncs_total"]).await;
 
     let drained: Vec<usize> = (0..fleet).filter(|&n| placement(n, services).1 == "zone-a").collect();
@@ -419,8 +379,7 @@ pub(crate) async fn evacuation(storm: Storm, plan: &Plan) -> Result<SystemResult
             .zip(resyncs_before)
             .map(|(after, before)| (after - before).max(0.0) as u64),
         rss_peak_bytes: peaks.rss_bytes,
-        load_average_at_start: load_at_start,
-        load_average_at_end: crate::load_average(),
+        load: crate::LoadSpan::since(load_at_start),
     };
     let mut result = row(
         drained.len() as u64,

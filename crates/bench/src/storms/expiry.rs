@@ -29,14 +29,14 @@ use tokio::sync::mpsc;
 
 use super::stream::{Kind, Target, WithEvents, watch as watch_stream};
 use super::{
-    Sample, Storm, StormSummary, closed_until, complete, load_text, ms_between, revision, revision_of, row,
+    Sample, Storm, StormSummary, closed_until, complete, ms_between, register_all, revision, revision_of, row,
     setup_failed,
 };
 use crate::client::Http;
 use crate::clock::now;
 use crate::driver::closed_loop;
 use crate::histogram::Histogram;
-use crate::render::{format_ms, thousands};
+use crate::render::{format_ms, latency_text, thousands};
 use crate::report::{LatencySummary, SystemResult};
 use crate::requests::Names;
 use crate::{BenchError, Plan, Workload};
@@ -141,31 +141,15 @@ pub struct ExpirySummary {
     pub unrelated_during_per_s: f64,
     /// Unrelated writes that failed, in either phase.
     pub unrelated_errors: u64,
-    /// The 1-minute load average when the workload started.
-    pub load_average_at_start: Option<f64>,
-    /// And when it ended.
-    pub load_average_at_end: Option<f64>,
+    /// The load average at the workload's start and end.
+    #[serde(flatten)]
+    pub load: crate::LoadSpan,
 }
 
 impl ExpirySummary {
     /// The notes under the table.
     pub(crate) fn notes(&self) -> String {
-        let latency = |l: Option<LatencySummary>| {
-            l.map_or_else(
-                || "none".to_owned(),
-                |l| {
-                    let co = l
-                        .p99_corrected_ms
-                        .map_or_else(String::new, |v| format!(" (CO {})", format_ms(v)));
-                    format!(
-                        "p50 {}, p99 {}{co}, max {}",
-                        format_ms(l.p50_ms),
-                        format_ms(l.p99_ms),
-                        format_ms(l.max_ms)
-                    )
-                },
-            )
-        };
+        let latency = |summary| latency_text(summary, "none");
         let opt_ms = |v: Option<f64>| v.map_or_else(|| "never".to_owned(), format_ms);
         format!(
             "expiry: {} leases over {} services ({} leased + {} durable each), TTL {}; deadlines spread over {} \
@@ -174,7 +158,7 @@ impl ExpirySummary {
              each after its deadline {}\n\
              expiry: revisions {} → {}: {} unrelated, {} for the expiry ({} distinct in its updates)\n\
              expiry: unrelated writes before the storm {} ({}/s), during it {} ({}/s); {} failed; \
-             load average {} at start, {} at end\n",
+             {}\n",
             thousands(self.leases),
             thousands(self.services),
             self.leased_per_service,
@@ -197,8 +181,7 @@ impl ExpirySummary {
             latency(self.unrelated_during),
             thousands(self.unrelated_during_per_s.round() as u64),
             thousands(self.unrelated_errors),
-            load_text(self.load_average_at_start),
-            load_text(self.load_average_at_end),
+            self.load.text(),
         )
     }
 }
@@ -237,18 +220,19 @@ pub(crate) async fn expiry(storm: Storm, plan: &Plan) -> Result<SystemResult, Be
     let shared = Arc::new(tenant.clone());
 
     let durable = (services * DURABLE_PER_SERVICE) as u64;
-    let (registrar, t, nm) = (http.clone(), Arc::clone(&shared), Arc::clone(&names));
-    let outcome = closed_loop(super::SETUP_CONNECTIONS, super::SETUP_TIMEOUT, durable, move |j| {
-        let (http, tenant, names) = (registrar.clone(), Arc::clone(&t), Arc::clone(&nm));
-        async move {
+    let (t, nm) = (Arc::clone(&shared), Arc::clone(&names));
+    register_all(
+        Workload::Expiry,
+        "registering the durable endpoints",
+        &http,
+        durable,
+        move |j| {
             let service = j as usize / DURABLE_PER_SERVICE;
-            let path = format!("/v1/registry/{tenant}/expiry/x-{service}/d-{j}");
-            let (_, body) = names.muster_register(j);
-            http.send_ok(Method::PUT, &path, Some(body)).await.map(drop)
-        }
-    })
-    .await;
-    complete(Workload::Expiry, "registering the durable endpoints", &outcome, durable)?;
+            let (_, body) = nm.muster_register(j);
+            (format!("/v1/registry/{t}/expiry/x-{service}/d-{j}"), body)
+        },
+    )
+    .await?;
 
     let ids = Arc::new(Mutex::new(vec![0u64; leases]));
     let (registrar, t, nm, granted) = (http.clone(), Arc::clone(&shared), Arc::clone(&names), Arc::clone(&ids));
@@ -418,8 +402,7 @@ pub(crate) async fn expiry(storm: Storm, plan: &Plan) -> Result<SystemResult, Be
         unrelated_before_per_s: per_s(&before, writer_start, first_deadline),
         unrelated_during_per_s: per_s(&during, first_deadline, phase_end),
         unrelated_errors: before.errors + during.errors,
-        load_average_at_start: load_at_start,
-        load_average_at_end: crate::load_average(),
+        load: crate::LoadSpan::since(load_at_start),
     };
     let mut result = row(
         leases as u64,

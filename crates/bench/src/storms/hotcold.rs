@@ -21,18 +21,17 @@ use std::time::{Duration, Instant};
 use hyper::Method;
 use muster_core::api::WriteReply;
 use serde::Serialize;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::stream::{Receipt, Target, discard, receipt_watcher};
+use super::stream::{Receipt, Target, discard, open_receipt_watchers};
 use super::{
-    Poller, Storm, StormSummary, closed_until, complete, first_at_or_after, load_text, revision_of, row, setup_failed,
+    Poller, Storm, StormSummary, closed_until, first_at_or_after, register_all, revision_of, row, setup_failed,
 };
 use crate::client::Http;
-use crate::clock::{now, tokio_now};
-use crate::driver::closed_loop;
+use crate::clock::now;
 use crate::histogram::Histogram;
-use crate::render::{format_ms, thousands};
+use crate::render::{format_ms, latency_text, thousands};
 use crate::report::{LatencySummary, SystemResult};
 use crate::requests::Names;
 use crate::{BenchError, Plan, Workload};
@@ -50,8 +49,6 @@ const COLD_INTERVAL: Duration = Duration::from_millis(100);
 /// The hot load runs this long before the first cold change of its phase: the server's
 /// queues and batches reach their steady state.
 const HOT_WARMUP: Duration = Duration::from_millis(500);
-/// Watchers opening at once (as `crate::watch`).
-const OPEN_CONCURRENCY: usize = 256;
 /// A cold delivery later than this after its change's reply counts as missed.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(5);
 /// The hot load's own bound, against a stalled run: far above two phases.
@@ -101,10 +98,9 @@ pub struct HotColdSummary {
     pub hot_latency: Option<LatencySummary>,
     /// Hot-phase cold p99 delivery ÷ quiet-phase: near 1 when scheduling is fair.
     pub p99_ratio: Option<f64>,
-    /// The 1-minute load average when the workload started.
-    pub load_average_at_start: Option<f64>,
-    /// And when it ended.
-    pub load_average_at_end: Option<f64>,
+    /// The load average at the workload's start and end.
+    #[serde(flatten)]
+    pub load: crate::LoadSpan,
 }
 
 /// The ratio of two phases' p99s, when both exist and the quiet one is above zero.
@@ -118,19 +114,7 @@ pub(crate) fn p99_ratio(hot: Option<LatencySummary>, quiet: Option<LatencySummar
 impl HotColdSummary {
     /// The notes under the table.
     pub(crate) fn notes(&self) -> String {
-        let latency = |l: Option<LatencySummary>| {
-            l.map_or_else(
-                || "none".to_owned(),
-                |l| {
-                    format!(
-                        "p50 {}, p99 {}, max {}",
-                        format_ms(l.p50_ms),
-                        format_ms(l.p99_ms),
-                        format_ms(l.max_ms)
-                    )
-                },
-            )
-        };
+        let latency = |summary| latency_text(summary, "none");
         let phase = |name: &str, p: &HotColdPhase| {
             format!(
                 "hotcold: {name}: {} cold changes, {} missed: delivery {}; commit (sent → reply) {}; after the reply {}; \
@@ -147,7 +131,7 @@ impl HotColdSummary {
         format!(
             "hotcold: {} cold services ({} watchers open), a hot service with {} watchers; {} changes per phase, one per {}\n\
              {}{}hotcold: hot writes {} ({}/s, {} failed), latency {}; cold delivery p99 hot ÷ quiet {}; \
-             load average {} at start, {} at end\n",
+             {}\n",
             thousands(self.cold_services),
             thousands(self.cold_watchers_opened),
             self.hot_watchers,
@@ -160,8 +144,7 @@ impl HotColdSummary {
             thousands(self.hot_errors),
             latency(self.hot_latency),
             ratio(self.p99_ratio),
-            load_text(self.load_average_at_start),
-            load_text(self.load_average_at_end),
+            self.load.text(),
         )
     }
 }
@@ -270,27 +253,18 @@ pub(crate) async fn hotcold(storm: Storm, plan: &Plan) -> Result<SystemResult, B
     } = storm;
     let services = plan.storms.cold_services;
     let names = Arc::new(Names::new(0, 1));
-    let (registrar, shared, nm) = (http.clone(), Arc::new(tenant.clone()), Arc::clone(&names));
-    let outcome = closed_loop(
-        super::SETUP_CONNECTIONS,
-        super::SETUP_TIMEOUT,
-        services as u64,
-        move |s| {
-            let (http, tenant, names) = (registrar.clone(), Arc::clone(&shared), Arc::clone(&nm));
-            async move {
-                let path = format!("/v1/registry/{tenant}/hotcold/c-{s}/i-0");
-                let (_, body) = names.muster_register(s);
-                http.send_ok(Method::PUT, &path, Some(body)).await.map(drop)
-            }
-        },
-    )
-    .await;
-    complete(
+    let (registering, nm) = (tenant.clone(), Arc::clone(&names));
+    register_all(
         Workload::Hotcold,
         "registering the cold services",
-        &outcome,
+        &http,
         services as u64,
-    )?;
+        move |s| {
+            let (_, body) = nm.muster_register(s);
+            (format!("/v1/registry/{registering}/hotcold/c-{s}/i-0"), body)
+        },
+    )
+    .await?;
     let (_, body) = names.muster_register(0);
     http.send_ok(
         Method::PUT,
@@ -301,34 +275,14 @@ pub(crate) async fn hotcold(storm: Storm, plan: &Plan) -> Result<SystemResult, B
     .map_err(fail)?;
 
     let target = Target::resolve(&server.url).await.map_err(fail)?;
-    let (receipts_tx, mut inbox) = mpsc::unbounded_channel();
-    let opening = Arc::new(Semaphore::new(OPEN_CONCURRENCY));
     let mut tasks = JoinSet::new();
-    for s in 0..services {
-        let path = format!("/v1/watch/{tenant}/hotcold/c-{s}");
-        tasks.spawn(receipt_watcher(
-            target.clone(),
-            path,
-            s,
-            receipts_tx.clone(),
-            Arc::clone(&opening),
-        ));
-    }
-    drop(receipts_tx);
+    let paths = (0..services).map(|s| format!("/v1/watch/{tenant}/hotcold/c-{s}"));
+    let (mut inbox, opened) = open_receipt_watchers(&target, paths, &mut tasks).await;
     for _ in 0..HOT_WATCHERS {
         let (target, path) = (target.clone(), format!("/v1/watch/{tenant}/hotcold/hot"));
         tasks.spawn(async move {
             let _ = discard(&target, &path).await;
         });
-    }
-    let mut opened = 0u64;
-    let deadline = tokio_now() + super::SETUP_TIMEOUT;
-    for _ in 0..services {
-        match tokio::time::timeout_at(deadline, inbox.recv()).await {
-            Ok(Some(Receipt::Opened(result))) => opened += u64::from(result.is_ok()),
-            Ok(Some(_)) => {}
-            _ => break,
-        }
     }
     let mut receipts: Vec<Vec<(u64, Instant)>> = vec![Vec::new(); services];
     let cold = Http::new(&server.url, 1);
@@ -390,8 +344,7 @@ pub(crate) async fn hotcold(storm: Storm, plan: &Plan) -> Result<SystemResult, B
         hot_writes_per_s: hot_latencies.count() as f64 / hot_elapsed.as_secs_f64(),
         hot_latency: LatencySummary::of_closed_loop(&hot_latencies),
         hot: hot_phase.clone(),
-        load_average_at_start: load_at_start,
-        load_average_at_end: crate::load_average(),
+        load: crate::LoadSpan::since(load_at_start),
     };
     let mut result = row(
         hot_latencies.count(),

@@ -127,19 +127,6 @@ pub(crate) fn tcp_counters() -> [Option<u64>; 2] {
     ["ListenOverflows", "TCPSynRetrans"].map(|field| parse_netstat(&text, "TcpExt", field))
 }
 
-/// `12.3 MiB`, or `?` when unknown.
-pub(crate) fn mib_text(bytes: Option<u64>) -> String {
-    bytes.map_or_else(
-        || "?".to_owned(),
-        |b| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
-    )
-}
-
-/// A load average with two decimals, or `?` when unknown.
-pub(crate) fn load_text(load: Option<f64>) -> String {
-    load.map_or_else(|| "?".to_owned(), |l| format!("{l:.2}"))
-}
-
 /// One write of a background closed loop: when it was sent, how long it took, and the
 /// revision it committed at (`None`: it failed).
 #[derive(Debug, Clone, Copy)]

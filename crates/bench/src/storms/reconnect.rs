@@ -17,18 +17,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyper::Method;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
 use super::stream::{Head, Target, watch as watch_stream, watch_timed};
-use super::{Poller, Storm, StormSummary, complete, metrics, ms_between, revision, row, setup_failed};
+use super::{Poller, Storm, StormSummary, metrics, ms_between, register_all, revision, row, setup_failed};
 use crate::client::Http;
 use crate::clock::{now, tokio_now};
-use crate::driver::closed_loop;
 use crate::histogram::Histogram;
 use crate::report::{LatencySummary, SystemResult};
 use crate::requests::Names;
+use crate::watch::{OPEN_CONCURRENCY, OPEN_TIMEOUT};
 use crate::{BenchError, Plan, Workload};
 
 #[path = "reconnect_summary.rs"]
@@ -40,11 +39,6 @@ pub(crate) use summary::{Resumption, Tally};
 /// Endpoints per watched service: a snapshot with some content, so a re-listing would cost
 /// something visible, while resuming costs nothing.
 const ENDPOINTS_PER_SERVICE: usize = 10;
-/// Streams opened at once before the restart (as `crate::watch`); how fast they open is
-/// not measured.
-const OPEN_CONCURRENCY: usize = 256;
-/// Opening every watcher may take this long (10,000 open in a few seconds).
-const OPEN_TIMEOUT: Duration = Duration::from_secs(120);
 /// After the last stream opened, before reading RSS: the server's per-stream setup settles.
 const SETTLE: Duration = Duration::from_secs(1);
 /// Every stream notices the SIGKILL (a reset) well within this.
@@ -135,23 +129,22 @@ pub(crate) async fn reconnect(storm: Storm, plan: &Plan) -> Result<SystemResult,
     } = storm;
     let (services, watchers) = (plan.services, plan.watchers);
     let names = Arc::new(Names::new(0, services));
-    let (registrar, paths) = (http.clone(), Arc::new(tenant.clone()));
     let wanted = (services * ENDPOINTS_PER_SERVICE) as u64;
-    let registered = closed_loop(super::SETUP_CONNECTIONS, super::SETUP_TIMEOUT, wanted, move |n| {
-        let (http, names, tenant) = (registrar.clone(), Arc::clone(&names), Arc::clone(&paths));
-        async move {
-            let path = format!("/v1/registry/{tenant}/storm/r-{}/i-{n}", n % names.services);
-            let (_, body) = names.muster_register(n);
-            http.send_ok(Method::PUT, &path, Some(body)).await.map(drop)
-        }
-    })
-    .await;
-    complete(
+    let (registering, nm) = (tenant.clone(), Arc::clone(&names));
+    register_all(
         Workload::Reconnect,
         "registering the watched services",
-        &registered,
+        &http,
         wanted,
-    )?;
+        move |n| {
+            let (_, body) = nm.muster_register(n);
+            (
+                format!("/v1/registry/{registering}/storm/r-{}/i-{n}", n % nm.services),
+                body,
+            )
+        },
+    )
+    .await?;
     let revision_before = revision(&http).await.map_err(fail)?;
 
     let target = Target::resolve(&server.url).await.map_err(fail)?;
@@ -279,8 +272,7 @@ pub(crate) async fn reconnect(storm: Storm, plan: &Plan) -> Result<SystemResult,
         server_compactions: compactions.map(|v| v as u64),
         listen_overflows: delta(0),
         syn_retransmits: delta(1),
-        load_average_at_start: load_at_start,
-        load_average_at_end: crate::load_average(),
+        load: crate::LoadSpan::since(load_at_start),
     };
     let mut result = row(
         lost,

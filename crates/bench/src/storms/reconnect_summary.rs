@@ -3,10 +3,8 @@
 
 use serde::Serialize;
 
-use super::super::load_text;
-use super::super::mib_text;
 use super::super::stream::{Head, Kind};
-use crate::render::{format_ms, thousands};
+use crate::render::{format_ms, latency_text, mib_text, thousands};
 use crate::report::LatencySummary;
 
 /// How a watcher's stream began again after the restart.
@@ -130,29 +128,16 @@ pub struct ReconnectSummary {
     /// SYN retransmissions during the storm: each waited a second (then 2, 4 ...) for the
     /// kernel's retry.
     pub syn_retransmits: Option<u64>,
-    /// The 1-minute load average when the workload started.
-    pub load_average_at_start: Option<f64>,
-    /// And when it ended.
-    pub load_average_at_end: Option<f64>,
+    /// The load average at the workload's start and end.
+    #[serde(flatten)]
+    pub load: crate::LoadSpan,
 }
 
 impl ReconnectSummary {
     /// The notes under the table.
     pub(crate) fn notes(&self) -> String {
         let counter = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), thousands);
-        let latency = |l: Option<LatencySummary>| {
-            l.map_or_else(
-                || "none came back".to_owned(),
-                |l| {
-                    format!(
-                        "p50 {}, p99 {}, max {}",
-                        format_ms(l.p50_ms),
-                        format_ms(l.p99_ms),
-                        format_ms(l.max_ms)
-                    )
-                },
-            )
-        };
+        let latency = |summary| latency_text(summary, "none came back");
         format!(
             "reconnect: {} of {} streams over {} services ({} endpoints each) open, {} at the latest revision {}; \
              server RSS {} before the kill\n\
@@ -162,7 +147,7 @@ impl ReconnectSummary {
              reconnect: all live again {} after go; per stream go → first frame {}: go → TCP connected {}, \
              connected → first frame {}\n\
              reconnect: new server RSS {} at ready, peak {} during the storm; its counters: {} connects, {} resumes, \
-             {} compactions; load average {} at start, {} at end\n",
+             {} compactions; {}\n",
             thousands(self.opened),
             thousands(self.watchers),
             thousands(self.services),
@@ -194,8 +179,7 @@ impl ReconnectSummary {
             counter(self.server_connects),
             counter(self.server_resumes),
             counter(self.server_compactions),
-            load_text(self.load_average_at_start),
-            load_text(self.load_average_at_end),
+            self.load.text(),
         )
     }
 }

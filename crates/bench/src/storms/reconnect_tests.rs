@@ -83,8 +83,10 @@ fn the_notes_give_the_counts_the_kernel_and_the_server_saw() {
         server_compactions: Some(0),
         listen_overflows: Some(516),
         syn_retransmits: None,
-        load_average_at_start: Some(1.5),
-        load_average_at_end: None,
+        load: crate::LoadSpan {
+            load_average_at_start: Some(1.5),
+            load_average_at_end: None,
+        },
     };
     let notes = summary.notes();
     assert!(notes.contains("resumed by revision 998, full snapshot 2"), "{notes}");

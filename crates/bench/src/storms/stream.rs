@@ -8,50 +8,22 @@
 //!                                                       └─ until the stream ends
 //! ```
 
-use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::Request;
-use hyper::body::Incoming;
-use hyper::client::conn::http1::Connection;
-use hyper_util::rt::TokioIo;
+use http_body_util::BodyExt;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::clock::now;
+use tokio::task::JoinSet;
+
+use crate::clock::{now, tokio_now};
 use crate::codec::Lines;
+use crate::watch::{OPEN_CONCURRENCY, OPEN_TIMEOUT, Opened};
 
-/// Where the streams connect.
-#[derive(Debug, Clone)]
-pub(crate) struct Target {
-    addr: SocketAddr,
-    host: String,
-}
-
-impl Target {
-    /// The address of an `http://host:port` base URL.
-    pub(crate) async fn resolve(base: &str) -> Result<Target, String> {
-        let host = base
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("{base}: only http:// URLs are supported"))?
-            .trim_end_matches('/');
-        let addr = tokio::net::lookup_host(host)
-            .await
-            .map_err(|err| format!("{host}: {err}"))?
-            .next()
-            .ok_or_else(|| format!("{host}: no address"))?;
-        Ok(Target {
-            addr,
-            host: host.to_owned(),
-        })
-    }
-}
+pub(crate) use crate::watch::Target;
 
 /// A frame's kind (`type`), as [`muster_core::api::Frame`] names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -125,32 +97,9 @@ pub(crate) struct EventHead {
     pub(crate) reason: Option<String>,
 }
 
-type Opened = (Incoming, Pin<Box<Connection<TokioIo<TcpStream>, Full<Bytes>>>>);
-
-/// Connects (calling `on_connect` once the TCP handshake is done) and sends `GET path`; a
-/// non-2xx reply is an error with its status.
+/// Connects and sends `GET path` ([`crate::watch::open`]).
 async fn open(target: &Target, path: &str, on_connect: impl FnOnce(Instant)) -> Result<Opened, String> {
-    let tcp = TcpStream::connect(target.addr)
-        .await
-        .map_err(|err| format!("connect: {err}"))?;
-    on_connect(now());
-    tcp.set_nodelay(true).map_err(|err| err.to_string())?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .map_err(|err| format!("handshake: {err}"))?;
-    let mut connection = Box::pin(connection);
-    let request = Request::get(path)
-        .header(hyper::header::HOST, &target.host)
-        .body(Full::new(Bytes::new()))
-        .map_err(|err| err.to_string())?;
-    let response = tokio::select! {
-        response = sender.send_request(request) => response.map_err(|err| format!("request: {err}"))?,
-        ended = &mut connection => return Err(format!("connection closed: {ended:?}")),
-    };
-    if !response.status().is_success() {
-        return Err(format!("HTTP {}", response.status()));
-    }
-    Ok((response.into_body(), connection))
+    crate::watch::open(target, hyper::Method::GET, path, Bytes::new(), on_connect).await
 }
 
 /// Watches `path` and hands every frame, parsed as `F`, to `on_frame` with the instant its
@@ -250,6 +199,44 @@ pub(crate) async fn receipt_watcher(
             .unwrap_or_else(|| "the stream ended before its first frame".into());
         let _ = receipts.send(Receipt::Opened(Err(why)));
     }
+}
+
+/// Opens a receipt watcher on each of `paths` (watcher `i` on the `i`th) as tasks of
+/// `tasks`, at most [`OPEN_CONCURRENCY`] connecting at once, and waits until every one has
+/// opened or failed, or [`OPEN_TIMEOUT`]. Returns the receipts' inbox and how many opened;
+/// updates that arrive while the others are still opening are not kept.
+pub(crate) async fn open_receipt_watchers(
+    target: &Target,
+    paths: impl IntoIterator<Item = String>,
+    tasks: &mut JoinSet<()>,
+) -> (mpsc::UnboundedReceiver<Receipt>, u64) {
+    let (receipts, mut inbox) = mpsc::unbounded_channel();
+    let opening = Arc::new(Semaphore::new(OPEN_CONCURRENCY));
+    let mut watchers = 0;
+    for (watcher, path) in paths.into_iter().enumerate() {
+        tasks.spawn(receipt_watcher(
+            target.clone(),
+            path,
+            watcher,
+            receipts.clone(),
+            Arc::clone(&opening),
+        ));
+        watchers += 1;
+    }
+    drop(receipts);
+    let (mut answered, mut opened) = (0, 0u64);
+    let deadline = tokio_now() + OPEN_TIMEOUT;
+    while answered < watchers {
+        match tokio::time::timeout_at(deadline, inbox.recv()).await {
+            Ok(Some(Receipt::Opened(result))) => {
+                answered += 1;
+                opened += u64::from(result.is_ok());
+            }
+            Ok(Some(Receipt::Update { .. })) => {}
+            _ => break,
+        }
+    }
+    (inbox, opened)
 }
 
 #[cfg(test)]

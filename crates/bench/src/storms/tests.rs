@@ -132,8 +132,10 @@ fn expiry_summary() -> ExpirySummary {
         unrelated_before_per_s: 900.0,
         unrelated_during_per_s: 760.0,
         unrelated_errors: 0,
-        load_average_at_start: Some(0.5),
-        load_average_at_end: Some(0.75),
+        load: crate::LoadSpan {
+            load_average_at_start: Some(0.5),
+            load_average_at_end: Some(0.75),
+        },
     }
 }
 
