@@ -61,6 +61,11 @@ pub enum Workload {
     /// endpoint, restart time after a clean stop and after `kill -9`, and a new member's
     /// catch-up time. Muster only, `--spawn` only; not part of the default set.
     Scale,
+    /// Federation (SPEC G2): a spawned region b mirroring `--mirror-endpoints` endpoints of a
+    /// spawned region a, then `--mirror-rate` changes a second in a for `--duration`: lag from
+    /// a's commit to b showing it, and b's memory per mirrored endpoint. Muster with
+    /// `--spawn` only; opt-in.
+    Mirror,
 }
 
 impl Workload {
@@ -91,6 +96,7 @@ impl Workload {
             Workload::Expiry => "expiry",
             Workload::Hotcold => "hotcold",
             Workload::Scale => "scale",
+            Workload::Mirror => "mirror",
         }
     }
 }
@@ -215,6 +221,13 @@ pub struct BenchArgs {
     /// The scale workload's sizes (`--endpoints`).
     #[command(flatten)]
     pub scale: crate::scale::ScaleArgs,
+    /// Endpoints region a holds and region b mirrors, for the mirror workload [default:
+    /// 10000; --quick: 1000].
+    #[arg(long, value_name = "N")]
+    pub mirror_endpoints: Option<u64>,
+    /// Changes a second in region a during the mirror workload.
+    #[arg(long, value_name = "N", default_value_t = crate::mirror::DEFAULT_RATE)]
+    pub mirror_rate: u64,
     /// A short run for CI: 2 s per workload, 1,000 watchers, 5 changes.
     #[arg(long)]
     pub quick: bool,
@@ -382,6 +395,18 @@ impl BenchArgs {
             return Err(BenchError::Usage(
                 "the scale workload needs --spawn: it stops and restarts the server it grows".into(),
             ));
+        }
+        if plan.workloads.contains(&Workload::Mirror) {
+            if !self.spawn {
+                return Err(BenchError::Usage(
+                    "the mirror workload needs --spawn: it starts two regions of its own".into(),
+                ));
+            }
+            if self.mirror_endpoints == Some(0) || self.mirror_rate == 0 || self.mirror_rate > 10_000 {
+                return Err(BenchError::Usage(
+                    "--mirror-endpoints must be at least 1 and --mirror-rate 1 to 10000".into(),
+                ));
+            }
         }
         if plan.duration.is_zero() || plan.max_requests == 0 {
             return Err(BenchError::Usage(

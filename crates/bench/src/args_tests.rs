@@ -170,6 +170,8 @@ fn every_flag_keeps_its_name_with_the_storm_and_scale_flags_flattened_in() {
         "fleet",
         "cold-services",
         "endpoints",
+        "mirror-endpoints",
+        "mirror-rate",
         "quick",
         "report-file",
     ];
@@ -206,4 +208,16 @@ fn servers_spread_the_reads_over_a_cluster_with_a_consistency_level() {
     assert_eq!(one.read_consistency, None);
     assert!(Cli::try_parse_from(["bench", "--server", "http://a:1", "--servers", "http://b:1"]).is_err());
     assert!(Cli::try_parse_from(["bench", "--servers", "http://b:1", "--server-pid", "7"]).is_ok());
+}
+
+#[test]
+fn the_mirror_workload_needs_spawn_and_a_rate_in_range() {
+    let err = plan(&["--server", "http://127.0.0.1:1", "--workloads", "mirror"]).unwrap_err();
+    assert!(err.to_string().contains("needs --spawn"), "{err}");
+    let err = plan(&["--spawn", "--workloads", "mirror", "--mirror-rate", "0"]).unwrap_err();
+    assert!(err.to_string().contains("--mirror-rate"), "{err}");
+    assert_eq!(
+        plan(&["--spawn", "--workloads", "mirror"]).unwrap().workloads,
+        [Workload::Mirror]
+    );
 }

@@ -75,6 +75,7 @@ mod histogram;
 mod limits;
 mod load;
 mod meter;
+mod mirror;
 mod render;
 mod report;
 mod requests;
@@ -154,8 +155,12 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         // limit when spawned after this); the margin covers the request workloads' pools.
         limits::raise_descriptor_limit(plan.watchers as u64 + 4_096);
     }
-    // The scale workload spawns servers of its own; alone, it needs no other.
-    let spawn_muster_server = args.spawn && plan.workloads.iter().any(|w| *w != Workload::Scale);
+    // The scale and mirror workloads spawn servers of their own; alone, they need no other.
+    let spawn_muster_server = args.spawn
+        && plan
+            .workloads
+            .iter()
+            .any(|w| !matches!(w, Workload::Scale | Workload::Mirror));
     let muster = if spawn_muster_server {
         let bin = muster_bin(&args)?;
         info!(bin = %bin.display(), "starting muster serve");
@@ -384,6 +389,19 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         finished(
             &mut workloads,
             WorkloadReport::new(Workload::Scale, vec![result], Vec::new()),
+        );
+    }
+    if plan.workloads.contains(&Workload::Mirror) {
+        let endpoints = args.mirror_endpoints.unwrap_or(if args.quick {
+            mirror::QUICK_ENDPOINTS
+        } else {
+            mirror::DEFAULT_ENDPOINTS
+        });
+        info!(endpoints, "running the mirror workload");
+        let result = mirror::mirror(&muster_bin(&args)?, endpoints, args.mirror_rate, plan.duration).await?;
+        finished(
+            &mut workloads,
+            WorkloadReport::new(Workload::Mirror, vec![result], Vec::new()),
         );
     }
     drop(spawned);

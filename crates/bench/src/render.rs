@@ -92,7 +92,12 @@ impl Report {
                     // would mostly measure the pauses between changes.
                     if matches!(
                         workload.workload,
-                        Workload::Watchers | Workload::Fanout | Workload::Xds | Workload::Convergence | Workload::Scale
+                        Workload::Watchers
+                            | Workload::Fanout
+                            | Workload::Xds
+                            | Workload::Convergence
+                            | Workload::Scale
+                            | Workload::Mirror
                     ) {
                         "-".to_owned()
                     } else {

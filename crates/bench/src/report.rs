@@ -101,7 +101,7 @@ impl Target {
             },
             Workload::Handshake | Workload::Consul | Workload::Convergence => Target::Reported,
             Workload::Reconnect | Workload::Evacuation | Workload::Expiry | Workload::Hotcold => Target::Reported,
-            Workload::Scale => Target::Reported,
+            Workload::Scale | Workload::Mirror => Target::Reported,
             Workload::Xds => Target::XdsConvergence {
                 push_p99_ms: 50.0,
                 ack_p99_ms: 100.0,
@@ -192,6 +192,10 @@ pub fn anchors(workload: Workload) -> &'static str {
         Workload::Scale => {
             "how cost grows with size (SPEC K1, R5): fill rate, registration p50/p99, RSS per endpoint, restart \
              and a new member's catch-up at each --endpoints size"
+        }
+        Workload::Mirror => {
+            "10,000 mirrored endpoints under 100 changes/s: mirror lag p99 (source commit → visible in the \
+             importing region) and memory per mirrored endpoint (SPEC G2)"
         }
         Workload::Convergence => {
             "10,000 watch clients of one service: p50/p99/p999 commit→applied (the server's ledger) \

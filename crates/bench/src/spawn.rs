@@ -294,6 +294,16 @@ pub(crate) async fn spawn_muster(
     tls: bool,
     xds: bool,
 ) -> Result<(Spawned, Option<std::sync::Arc<muster_tls::ClientConfig>>), BenchError> {
+    spawn_muster_with(bin, tls, xds, "").await
+}
+
+/// [`spawn_muster`] with `config` (TOML) as its `--config` file, e.g. a `[federation]`.
+pub(crate) async fn spawn_muster_with(
+    bin: &Path,
+    tls: bool,
+    xds: bool,
+    config: &str,
+) -> Result<(Spawned, Option<std::sync::Arc<muster_tls::ClientConfig>>), BenchError> {
     let fail = |detail: String| BenchError::Spawn { what: "muster", detail };
     let dir = tempfile::Builder::new()
         .prefix("muster-bench-")
@@ -334,10 +344,17 @@ pub(crate) async fn spawn_muster(
         let pki = crate::tls::Pki::new().map_err(fail)?;
         let (cert, key) = pki.write(dir.path()).map_err(fail)?;
         command.arg("--tls-cert").arg(cert).arg("--tls-key").arg(key);
-        let config = dir.path().join("auth-on.toml");
-        std::fs::write(&config, "[auth]\nenabled = true\n").map_err(|err| fail(err.to_string()))?;
-        command.arg("--config").arg(config);
         client_tls = Some(pki.client_config().map_err(fail)?);
+    }
+    let config = match (tls, config) {
+        (true, extra) => format!("{extra}\n[auth]\nenabled = true\n"),
+        (false, "") => String::new(),
+        (false, extra) => extra.to_owned(),
+    };
+    if !config.is_empty() {
+        let path = dir.path().join("bench.toml");
+        std::fs::write(&path, config).map_err(|err| fail(err.to_string()))?;
+        command.arg("--config").arg(path);
     }
     let scheme = if tls { "https" } else { "http" };
     let mut spawned = start("muster", command, dir, format!("{scheme}://{http}"))?;

@@ -307,16 +307,22 @@ impl Mirroring<'_> {
         });
     }
 
-    /// Notes a committed cursor: caught up once it reaches what the watch has shown.
-    fn committed(&self, cursor: Revision) {
+    /// Notes what a committed proposal brought here: caught up once it reaches what the
+    /// watch has shown.
+    fn committed(&self, applied: Revision) {
         self.federation.with_link(&self.peer.name, self.import, |l| {
-            if cursor >= l.peer_revision {
+            l.applied = l.applied.max(applied);
+            if l.applied >= l.peer_revision {
                 l.behind_since = None;
             }
         });
     }
 
     async fn propose(&self, cursor: Revision, change: MirrorChange) -> Result<(), Ended> {
+        let applied = match &change {
+            MirrorChange::Updates(updates) => updates.iter().map(|u| u.revision).fold(cursor, Revision::max),
+            MirrorChange::Replace(_) | MirrorChange::Progress => cursor,
+        };
         let command = Command::Mirror(Mirror {
             region: self.peer.name.clone(),
             import: self.import.clone(),
@@ -331,7 +337,7 @@ impl Mirroring<'_> {
             .await
         {
             Ok(Ok(_)) => {
-                self.committed(cursor);
+                self.committed(applied);
                 Ok(())
             }
             Ok(Err(rejection)) if rejection.error_code() == ErrorCode::MirrorGap => {

@@ -94,6 +94,9 @@ pub(crate) struct Peer {
 pub(crate) struct Link {
     pub(crate) connected: bool,
     pub(crate) peer_revision: Revision,
+    /// The newest peer revision committed here: the cursor, or an update past it (the
+    /// cursor moves only at `progress` frames).
+    pub(crate) applied: Revision,
     /// Since when the watch has shown a peer revision not yet committed here (`None`: caught
     /// up): what `lag_ms` reports.
     pub(crate) behind_since: Option<tokio::time::Instant>,

@@ -113,7 +113,7 @@ pub(crate) async fn status(State(app): State<Arc<App>>) -> Result<Json<Federatio
                             age_ms: held.map(|m| now_ms.saturating_sub(m.synced_at_ms)),
                             connected: link.map(|l| l.connected),
                             peer_revision: link.map(|l| l.peer_revision),
-                            lag_revisions: link.map(|l| l.peer_revision.0.saturating_sub(cursor.0)),
+                            lag_revisions: link.map(|l| l.peer_revision.0.saturating_sub(l.applied.max(cursor).0)),
                             lag_ms: link.map(|l| l.behind_since.map_or(0, |at| millis(at.elapsed()))),
                             resnapshots: link.map(|l| l.resnapshots),
                             last_error: link.and_then(|l| l.last_error.clone()),
