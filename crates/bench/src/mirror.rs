@@ -23,6 +23,7 @@ use serde_json::json;
 use tokio::sync::Mutex;
 
 use crate::client::Http;
+use crate::clock::now;
 use crate::histogram::Histogram;
 use crate::report::{System, SystemResult};
 use crate::spawn::{spawn_muster, spawn_muster_with};
@@ -100,7 +101,7 @@ pub(crate) async fn mirror(
         "[federation]\nregion = \"b\"\nheartbeat_ms = 100\n\n[[federation.peer]]\nname = \"a\"\nurl = \"{}\"\nimport = [\"{NAMESPACE}/*\"]\n",
         a.url
     );
-    let started = Instant::now();
+    let started = now();
     let (b, _) = spawn_muster_with(bin, false, false, &config).await?;
     let b_http = Http::new(&b.url, 4);
     loop {
@@ -122,10 +123,10 @@ pub(crate) async fn mirror(
         tokio::spawn(async move {
             let mut histogram = Histogram::new();
             let (mut seen, mut lost) = (0u64, 0u64);
-            let deadline = Instant::now() + duration + LOST_AFTER;
-            while Instant::now() < deadline && seen + lost < changes {
+            let deadline = now() + duration + LOST_AFTER;
+            while now() < deadline && seen + lost < changes {
                 if let Ok(revisions) = mirrored(&b_http).await {
-                    let now = Instant::now();
+                    let now = now();
                     pending.lock().await.retain(|(service, revision, at)| {
                         if revisions.get(service).is_some_and(|r| r >= revision) {
                             histogram.record(now - *at);
@@ -144,13 +145,17 @@ pub(crate) async fn mirror(
             (histogram, seen, lost)
         })
     };
-    let begin = Instant::now();
+    let begin = now();
     let mut errors = 0u64;
     for i in 0..changes {
         let due = begin + Duration::from_secs_f64(i as f64 / rate as f64);
         tokio::time::sleep_until(due.into()).await;
         let n = (i * 7_919) % endpoints;
-        let state = if (i / endpoints) % 2 == 0 { "degraded" } else { "ready" };
+        let state = if (i / endpoints).is_multiple_of(2) {
+            "degraded"
+        } else {
+            "ready"
+        };
         let body = Bytes::from(json!({"incarnation": 1, "state": state, "reason": "mirror bench"}).to_string());
         match crate::storms::revision_of(
             a_http
@@ -159,7 +164,7 @@ pub(crate) async fn mirror(
         ) {
             Ok(revision) => {
                 let service = format!("svc-{}", n / PER_SERVICE);
-                pending.lock().await.push((service, revision, Instant::now()));
+                pending.lock().await.push((service, revision, now()));
             }
             Err(_) => errors += 1,
         }
