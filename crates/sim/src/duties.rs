@@ -335,6 +335,15 @@ impl Duties {
     }
 }
 
+/// The grace a simulated drain committed with, read back from its observation's reason.
+pub(crate) fn drain_grace(endpoint: &muster_core::Endpoint) -> Option<u64> {
+    endpoint
+        .observation
+        .reason
+        .strip_prefix(GRACE_PREFIX)
+        .and_then(|rest| rest.trim_end_matches("ms").parse::<u64>().ok())
+}
+
 /// The draining endpoints whose committed grace has ended by `now`.
 fn due_drains(node: &Node, now: u64) -> Vec<(Target, muster_core::Revision)> {
     node.read(|r| {
@@ -344,11 +353,7 @@ fn due_drains(node: &Node, now: u64) -> Vec<(Target, muster_core::Revision)> {
                 if endpoint.serving != ServingState::Draining {
                     continue;
                 }
-                let grace = endpoint
-                    .observation
-                    .reason
-                    .strip_prefix(GRACE_PREFIX)
-                    .and_then(|rest| rest.trim_end_matches("ms").parse::<u64>().ok());
+                let grace = drain_grace(endpoint);
                 if let Some(grace) = grace
                     && endpoint.observation.at_ms + grace <= now
                 {

@@ -65,11 +65,7 @@ pub struct FederationReport {
 
 /// Runs one seed with two regions.
 pub(crate) fn run_seed(seed: u64, options: &Options) -> Report {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("a current-thread runtime");
+    let runtime = crate::run::paused_runtime();
     runtime.block_on(async {
         let mut a = Sim::new(seed, options.clone(), Region::Named("a")).await;
         let b_seed = SimRng::new(seed, 7).next_u64();
@@ -282,10 +278,10 @@ impl Fed {
         }
         let target = self.rng.pick(&candidates).clone();
         let what = format!("trespass on mirrored {}/{}", target.key.service, target.instance);
-        // Mostly registrations: without the registry's refusal, only a registration would
-        // land (b holds no local record to set serving or deregister).
+        // A registration is b's own record beside the mirror (allowed); the others address
+        // the mirrored record and must be refused.
         let (what, command): (String, Command) = match self.rng.below(4) {
-            0 | 1 => (
+            0 => (
                 format!("{what}: register #{}", target.incarnation.0 + 1),
                 Register {
                     target: Target {

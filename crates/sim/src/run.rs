@@ -86,16 +86,21 @@ pub struct Report {
     pub federation: Option<FederationReport>,
 }
 
+/// A current-thread runtime on a paused clock: the simulation's time is virtual.
+pub(crate) fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime")
+}
+
 /// Runs one seed on a fresh current-thread runtime with a paused clock.
 pub fn run_seed(seed: u64, options: &Options) -> Report {
     if options.regions == 2 {
         return crate::regions::run_seed(seed, options);
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("a current-thread runtime");
+    let runtime = paused_runtime();
     runtime.block_on(async {
         let mut sim = Sim::new(seed, options.clone(), Region::Only).await;
         sim.play().await;

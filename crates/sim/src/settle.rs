@@ -7,7 +7,7 @@ use std::time::Duration;
 use muster_consensus::Node;
 use muster_core::ServingState;
 
-use crate::duties::{ELECTION_GRACE_MS, GRACE_PREFIX, TICK};
+use crate::duties::{ELECTION_GRACE_MS, TICK};
 use crate::net::Weather;
 use crate::run::{Sim, lock};
 
@@ -120,11 +120,7 @@ fn stuck_drains(node: &Node, now: u64) -> Vec<String> {
                 if endpoint.serving != ServingState::Draining {
                     continue;
                 }
-                let grace = endpoint
-                    .observation
-                    .reason
-                    .strip_prefix(GRACE_PREFIX)
-                    .and_then(|rest| rest.trim_end_matches("ms").parse::<u64>().ok());
+                let grace = crate::duties::drain_grace(endpoint);
                 if let Some(grace) = grace
                     && endpoint.observation.at_ms + grace + ELECTION_GRACE_MS + 2_000 < now
                 {

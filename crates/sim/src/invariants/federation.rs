@@ -253,9 +253,10 @@ impl Federation {
     }
 }
 
-/// On every apply of a local command: no put of an instance the replica did not hold
-/// locally while a peer region's mirror holds it (the registry refuses those,
-/// `mirrored_read_only`).
+/// On every apply of a local command: no change to an instance the replica did not hold
+/// locally while a peer region's mirror holds it (the registry refuses those writes,
+/// `mirrored_read_only`), but for a registration, which makes the region's own record of
+/// the same name beside the mirror.
 pub fn local_write_check(registry: &Registry, applied: &Applied) -> Result<(), String> {
     if applied.updates.is_empty() || registry.mirrors().next().is_none() {
         return Ok(());
@@ -267,6 +268,9 @@ pub fn local_write_check(registry: &Registry, applied: &Applied) -> Result<(), S
         };
         for event in &update.events {
             let Event::Put { endpoint } = event else { continue };
+            if endpoint.observation.reason == "registered" {
+                continue;
+            }
             let local_before = held.as_ref().is_some_and(|s| s.get(&endpoint.instance).is_some());
             let owner = registry
                 .mirrored(&update.key)
