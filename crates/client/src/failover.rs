@@ -7,10 +7,13 @@
 //! the local set is above its minimum by the recover margin (hysteresis), and a region
 //! already taking the spill keeps it while it can (no flapping between regions).
 
+use std::sync::Arc;
+
+use muster_core::api::SnapshotReply;
 use muster_core::federation::{
     Candidate, CandidateVerdict, FailoverDecision, FailoverPolicy, FailoverReason, MirrorState,
 };
-use muster_core::{Endpoint, Label};
+use muster_core::{Endpoint, InstanceId, Label};
 
 /// What a set offers: counts and capacity (capacity hint, 1 when absent, × weight).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -147,6 +150,116 @@ pub fn decide(
         None => decision.reason = FailoverReason::NoRegionAdmitted,
     }
     decision
+}
+
+/// What a caller uses under a failover decision: its own region's endpoints, and, while the
+/// decision spills, the admitted region's eligible endpoints as the failover tier.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tiers {
+    /// The local set, as registered.
+    pub local: Vec<Arc<Endpoint>>,
+    /// The failover tier, while the decision spills.
+    pub spill: Option<Spill>,
+}
+
+/// The failover tier: the admitted region's eligible endpoints, re-weighted so that they
+/// take `share_percent` of new work beside the local set's eligible endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spill {
+    /// The region the traffic spills to.
+    pub region: Label,
+    /// The share of new work it takes.
+    pub share_percent: u8,
+    /// Its endpoints, each named `<region>-<instance>` (instance names recur across regions),
+    /// its locality's region filled in when it named none, its weight scaled to the share.
+    pub endpoints: Vec<Arc<Endpoint>>,
+}
+
+impl Tiers {
+    /// The tiers of `local` under `decision`: `mirrored` is the spill region's set (as its
+    /// region holds it); ignored unless the decision spills.
+    pub fn new<'a>(
+        local: impl IntoIterator<Item = Arc<Endpoint>>,
+        decision: Option<&FailoverDecision>,
+        mirrored: impl IntoIterator<Item = &'a Endpoint>,
+    ) -> Tiers {
+        let local: Vec<Arc<Endpoint>> = local.into_iter().collect();
+        let spill = decision
+            .filter(|d| d.spill && d.share_percent > 0)
+            .and_then(|d| Some((d.region.clone()?, d.share_percent)))
+            .map(|(region, share_percent)| {
+                let local_weight: u64 = local
+                    .iter()
+                    .filter(|e| e.serving.is_eligible(false))
+                    .map(|e| u64::from(e.weight))
+                    .sum();
+                let eligible: Vec<&Endpoint> = mirrored
+                    .into_iter()
+                    .filter(|e| e.serving.is_eligible(false))
+                    .collect();
+                let remote_weight: u64 = eligible.iter().map(|e| u64::from(e.weight)).sum();
+                let scale = spill_scale(local_weight, remote_weight, share_percent);
+                Spill {
+                    endpoints: eligible
+                        .into_iter()
+                        .map(|e| Arc::new(spilled(e, &region, scale)))
+                        .collect(),
+                    region,
+                    share_percent,
+                }
+            });
+        Tiers { local, spill }
+    }
+
+    /// The tiers of a federated read (`federation=true`): its endpoints, and the mirrored
+    /// set its decision spills to.
+    pub fn of(reply: &SnapshotReply) -> Tiers {
+        let decision = reply.failover.as_ref();
+        let mirrored = decision
+            .and_then(|d| d.region.as_ref())
+            .and_then(|region| reply.mirrors.iter().find(|m| m.source_region == *region))
+            .map(|m| m.endpoints.as_slice())
+            .unwrap_or_default();
+        Tiers::new(reply.endpoints.iter().cloned().map(Arc::new), decision, mirrored)
+    }
+
+    /// Every endpoint of both tiers: what a balancer picks from.
+    pub fn endpoints(&self) -> impl Iterator<Item = &Arc<Endpoint>> {
+        self.local
+            .iter()
+            .chain(self.spill.iter().flat_map(|spill| &spill.endpoints))
+    }
+}
+
+/// The factor (numerator, denominator) that makes the spilled endpoints' weights take
+/// `share` percent of all eligible weight: remote × f = local × share / (100 − share). The
+/// remote weights stand as they are when nothing local is eligible (or all traffic leaves).
+/// Weights are clamped to 1..=65535, so an extreme ratio is met only approximately.
+fn spill_scale(local_weight: u64, remote_weight: u64, share: u8) -> (u64, u64) {
+    if local_weight == 0 || remote_weight == 0 || share >= 100 {
+        return (1, 1);
+    }
+    (
+        local_weight.saturating_mul(u64::from(share)),
+        remote_weight.saturating_mul(u64::from(100 - share)),
+    )
+}
+
+/// `endpoint` of `region` as a member of the local region's failover tier.
+fn spilled(endpoint: &Endpoint, region: &Label, (numerator, denominator): (u64, u64)) -> Endpoint {
+    let mut spilled = endpoint.clone();
+    let name = format!("{region}-{}", endpoint.instance);
+    spilled.instance = InstanceId::new(&name).unwrap_or_else(|_| {
+        // Past a DNS label's 63 characters: (the start of) the region and a hash of the
+        // instance, 46 + 1 + 16 characters at most.
+        let hash = xxhash_rust::xxh3::xxh3_64(endpoint.instance.as_str().as_bytes());
+        let region = &region.as_str()[..region.as_str().len().min(46)];
+        InstanceId::new(&format!("{region}-{hash:016x}")).expect("at most 63 label characters")
+    });
+    spilled.locality.region.get_or_insert_with(|| region.clone());
+    let weight = (u128::from(endpoint.weight) * u128::from(numerator)).div_ceil(u128::from(denominator.max(1)));
+    spilled.weight = u16::try_from(weight.clamp(1, u128::from(u16::MAX))).unwrap_or(u16::MAX);
+    spilled
 }
 
 #[cfg(test)]
@@ -310,5 +423,93 @@ mod tests {
             &[(label("a"), available(set(9, 9, 100)))],
         );
         assert_eq!((d.spill, d.share_percent, d.spill_capacity), (true, 30, 120));
+    }
+
+    fn endpoint(instance: &str, serving: &str, weight: u16) -> Endpoint {
+        serde_json::from_value(serde_json::json!({
+            "instance": instance, "incarnation": 1, "addresses": [{"ip": "10.0.0.1"}], "ports": [],
+            "locality": {}, "serving": serving, "weight": weight, "labels": {}, "revision": 1,
+            "provenance": {"registrar": "anonymous", "policy_revision": 0},
+            "observation": {"actor": "app", "principal": "anonymous", "at_ms": 0, "reason": ""}
+        }))
+        .unwrap()
+    }
+
+    fn spilling(share_percent: u8) -> FailoverDecision {
+        FailoverDecision {
+            spill: true,
+            region: Some(label("a")),
+            share_percent,
+            reason: FailoverReason::LocalBelowMinimum,
+            local_eligible: 1,
+            local_total: 4,
+            required: 2,
+            spill_capacity: 0,
+            candidates: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_spill_tier_takes_its_share_of_the_weight_and_only_eligible_endpoints() {
+        let local = [
+            endpoint("api-0", "ready", 100),
+            endpoint("api-1", "not_serving", 100),
+        ]
+        .map(Arc::new);
+        let remote = [
+            endpoint("api-0", "ready", 100),
+            endpoint("api-1", "ready", 100),
+            endpoint("api-2", "draining", 100),
+        ];
+        let tiers = Tiers::new(local.clone(), Some(&spilling(75)), &remote);
+        let spill = tiers.spill.as_ref().unwrap();
+        let names: Vec<&str> = spill.endpoints.iter().map(|e| e.instance.as_str()).collect();
+        assert_eq!(names, ["a-api-0", "a-api-1"]);
+        // 75% of the eligible weight: 300 of 400, beside the local 100.
+        assert_eq!(spill.endpoints.iter().map(|e| e.weight).sum::<u16>(), 300);
+        assert!(spill.endpoints.iter().all(|e| e.locality.region == Some(label("a"))));
+        assert_eq!(tiers.endpoints().count(), 4);
+        // Nothing local eligible: the remote weights stand as they are.
+        let gone = Tiers::new([Arc::clone(&local[1])], Some(&spilling(100)), &remote);
+        assert!(gone.spill.unwrap().endpoints.iter().all(|e| e.weight == 100));
+    }
+
+    #[test]
+    fn without_a_spill_the_tiers_are_the_local_set() {
+        let local = [endpoint("api-0", "ready", 100)].map(Arc::new);
+        let remote = [endpoint("api-0", "ready", 100)];
+        let mut staying = spilling(50);
+        staying.spill = false;
+        for decision in [None, Some(&staying)] {
+            let tiers = Tiers::new(local.clone(), decision, &remote);
+            assert_eq!((tiers.spill, tiers.local.len()), (None, 1));
+        }
+    }
+
+    #[test]
+    fn a_long_instance_name_is_hashed_into_one_label() {
+        let long = "i".repeat(63);
+        let tiers = Tiers::new([], Some(&spilling(100)), &[endpoint(&long, "ready", 1)]);
+        let name = tiers.spill.unwrap().endpoints[0].instance.to_string();
+        assert!(name.starts_with("a-") && name.len() == 18, "{name}");
+    }
+
+    #[test]
+    fn a_federated_read_gives_its_tiers() {
+        let reply: SnapshotReply = serde_json::from_value(serde_json::json!({
+            "revision": 9, "service_revision": 9, "digest": "0000000000000000", "total": 1,
+            "endpoints": [endpoint("api-0", "ready", 100)],
+            "mirrors": [{
+                "source_region": "a", "import": "prod/*", "source_revision": 4, "digest": "0000000000000000",
+                "cursor": 4, "age_ms": 10, "state": "available", "total": 1, "eligible": 1, "capacity": 100,
+                "endpoints": [endpoint("api-0", "ready", 100)]
+            }],
+            "failover": spilling(50),
+        }))
+        .unwrap();
+        let tiers = Tiers::of(&reply);
+        let spill = tiers.spill.unwrap();
+        assert_eq!((spill.region, spill.share_percent), (label("a"), 50));
+        assert_eq!(spill.endpoints[0].weight, 100);
     }
 }

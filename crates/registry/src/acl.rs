@@ -84,6 +84,7 @@ impl Registry {
             lease: None,
             unchanged: None,
             released: Vec::new(),
+            mirrored: Vec::new(),
         }
     }
 }

@@ -23,6 +23,10 @@ pub struct Applied {
     /// sees a new lineage (`prev_revision` 0) if it is registered again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub released: Vec<ServiceKey>,
+    /// Services whose set mirrored from a peer region changed (SPEC G2): what a failover
+    /// tier built from them is rebuilt for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirrored: Vec<ServiceKey>,
 }
 
 /// A lease in a reply: the server turns the TTL into a deadline on its own clock.

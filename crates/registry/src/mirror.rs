@@ -104,9 +104,9 @@ impl MirrorTable {
             .map(|i| &i.region)
     }
 
-    /// Applies a mirror command, or refuses it changing nothing. Returns whether any set
-    /// changed (a `Progress`, or updates all already applied, change none).
-    pub(crate) fn apply(&mut self, command: &Mirror, at_ms: u64) -> Result<bool, Rejection> {
+    /// Applies a mirror command, or refuses it changing nothing. Returns the services whose
+    /// set changed, sorted (a `Progress`, or updates all already applied, change none).
+    pub(crate) fn apply(&mut self, command: &Mirror, at_ms: u64) -> Result<Vec<ServiceKey>, Rejection> {
         let gap = |detail: String| Rejection::MirrorGap {
             region: command.region.clone(),
             import: command.import.to_string(),
@@ -130,7 +130,7 @@ impl MirrorTable {
         {
             import.cursor = command.cursor;
             import.synced_at_ms = at_ms;
-            return Ok(false);
+            return Ok(Vec::new());
         }
         let held = self.get(&command.region, &command.import);
         let mut sets = held.map(|i| i.sets.clone()).unwrap_or_default();
@@ -147,21 +147,35 @@ impl MirrorTable {
                         )));
                     }
                 }
-                sets = snapshots
+                let replaced: BTreeMap<ServiceKey, Arc<ServiceSnapshot>> = snapshots
                     .iter()
                     .map(|s| (s.key().clone(), Arc::new(s.clone())))
                     .collect();
-                true
-            }
-            MirrorChange::Updates(updates) => {
-                let mut changed = false;
-                for update in updates {
-                    self.check_scope(command, &update.key)?;
-                    changed |= apply_update(&mut sets, update).map_err(|e| gap(e.to_string()))?;
-                }
+                // Changed: every set gone, new, or not the same as the one held.
+                let mut changed: Vec<ServiceKey> = sets
+                    .keys()
+                    .chain(replaced.keys())
+                    .filter(|key| sets.get(*key) != replaced.get(*key))
+                    .cloned()
+                    .collect();
+                changed.sort();
+                changed.dedup();
+                sets = replaced;
                 changed
             }
-            MirrorChange::Progress => false,
+            MirrorChange::Updates(updates) => {
+                let mut changed = Vec::new();
+                for update in updates {
+                    self.check_scope(command, &update.key)?;
+                    if apply_update(&mut sets, update).map_err(|e| gap(e.to_string()))? {
+                        changed.push(update.key.clone());
+                    }
+                }
+                changed.sort();
+                changed.dedup();
+                changed
+            }
+            MirrorChange::Progress => Vec::new(),
         };
         self.imports.insert(
             (command.region.clone(), command.import.clone()),
@@ -256,14 +270,15 @@ impl Registry {
     /// service changes, so it carries no updates); a mirror that only heard from its source
     /// records that and spends none.
     pub(crate) fn apply_mirror(&mut self, command: &Mirror, at_ms: u64) -> Result<Applied, Rejection> {
-        let changed = self.mirrors.apply(command, at_ms)?;
-        if !changed {
+        let mirrored = self.mirrors.apply(command, at_ms)?;
+        if mirrored.is_empty() {
             return Ok(Applied {
                 revision: self.revision,
                 updates: Vec::new(),
                 lease: None,
                 unchanged: Some(Unchanged::MirrorCurrent),
                 released: Vec::new(),
+                mirrored,
             });
         }
         self.revision = self.revision.next();
@@ -274,6 +289,7 @@ impl Registry {
             lease: None,
             unchanged: None,
             released,
+            mirrored,
         })
     }
 }

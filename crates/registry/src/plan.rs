@@ -63,6 +63,7 @@ fn unchanged(revision: Revision, lease: Option<LeaseGrant>, why: Unchanged) -> P
         lease,
         unchanged: Some(why),
         released: Vec::new(),
+        mirrored: Vec::new(),
     })
 }
 

@@ -243,6 +243,7 @@ impl Registry {
             lease: plan.lease,
             unchanged: None,
             released,
+            mirrored: Vec::new(),
         }
     }
 
@@ -345,6 +346,7 @@ impl Registry {
             lease: None,
             unchanged: Some(crate::applied::Unchanged::PolicyAdopted),
             released,
+            mirrored: Vec::new(),
         }
     }
 

@@ -231,6 +231,16 @@ impl App {
     }
 
     /// Whether self-preservation holds removals from `key` now.
+    #[cfg(feature = "xds")]
+    /// The set xDS serves for `key`: the registry's, or with its failover tier in a
+    /// federated region (`federation::tiers`).
+    pub(crate) fn served(&self, registry: &Registry, key: &ServiceKey) -> Option<Arc<muster_core::ServiceSnapshot>> {
+        match &self.federation {
+            Some(federation) => federation.served(registry, key, self.clock.unix_now_ms()),
+            None => registry.snapshot(key),
+        }
+    }
+
     pub(crate) fn protection_active(&self, key: &ServiceKey) -> bool {
         self.engine().brakes().protection_active(key)
     }

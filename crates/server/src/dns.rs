@@ -13,39 +13,58 @@
 use std::sync::Arc;
 
 use muster_consensus::ApplyObserver;
+use muster_core::{ServiceKey, ServiceSnapshot};
 use muster_dns::{DnsListener, LiveZone, Zone};
 use muster_registry::{Applied, Registry};
 
+use crate::clock::ServerClock;
+use crate::federation::Federation;
 use crate::{ServerConfig, ServerError};
 
-/// Stages every change of the zone's tenant into the live DNS zone.
+/// Stages every change of the zone's tenant into the live DNS zone: in a federated region, a
+/// service a failover policy covers as served with its failover tier (`federation::tiers`).
 pub(crate) struct DnsFeed {
     zone: Arc<LiveZone>,
+    federation: Option<(Arc<Federation>, ServerClock)>,
 }
 
 impl DnsFeed {
-    pub(crate) fn new(zone: Arc<LiveZone>) -> DnsFeed {
-        DnsFeed { zone }
+    pub(crate) fn new(zone: Arc<LiveZone>, federation: Option<(Arc<Federation>, ServerClock)>) -> DnsFeed {
+        DnsFeed { zone, federation }
+    }
+
+    fn served(&self, registry: &Registry, key: &ServiceKey) -> Option<Arc<ServiceSnapshot>> {
+        match &self.federation {
+            Some((federation, clock)) => federation.served(registry, key, clock.unix_now_ms()),
+            None => registry.snapshot(key),
+        }
     }
 }
 
 impl ApplyObserver for DnsFeed {
     fn applied(&self, registry: &Registry, applied: &Applied) {
-        for update in &applied.updates {
-            self.zone
-                .stage(&update.key, registry.snapshot(&update.key), applied.revision);
+        for key in applied.updates.iter().map(|u| &u.key).chain(&applied.mirrored) {
+            self.zone.stage(key, self.served(registry, key), applied.revision);
         }
         for key in &applied.released {
-            self.zone.stage(key, None, applied.revision);
+            self.zone.stage(key, self.served(registry, key), applied.revision);
         }
     }
 
     fn reset(&self, registry: &Registry) {
         let tenant = self.zone.tenant();
-        let snapshots = registry
+        let mut keys: Vec<ServiceKey> = registry
             .namespace_keys()
             .filter(|namespace| namespace.tenant == *tenant)
-            .flat_map(|namespace| registry.services(namespace));
+            .flat_map(|namespace| registry.services(namespace))
+            .map(|set| set.key().clone())
+            .collect();
+        if let Some((federation, _)) = &self.federation {
+            keys.extend(federation.covered(registry));
+            keys.sort();
+            keys.dedup();
+        }
+        let snapshots: Vec<_> = keys.iter().filter_map(|key| self.served(registry, key)).collect();
         self.zone.stage_reset(snapshots, registry.revision());
     }
 }

@@ -159,6 +159,9 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     let (token_watch, acl_changes) = TokenWatch::new();
     let audit = Arc::new(AuditLog::new(config.audit.retention, random_epoch()));
     let metrics = Arc::new(Metrics::new(Arc::clone(&dns_zone)));
+    // Failover tiers change with time too (a mirror past its stale budget): their ticker
+    // stages into the same zone.
+    let tier_zone = Arc::clone(&dns_zone);
     let mut cluster = config.cluster().map_err(ServerError::Config)?;
     // TLS material is read once, before anything is bound: a bad file fails the start.
     let http_tls = config.tls.server_config().map_err(ServerError::Config)?;
@@ -196,7 +199,10 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         dns_subscriber,
     ));
     let mut observers: Vec<Arc<dyn muster_consensus::ApplyObserver>> = vec![
-        Arc::new(DnsFeed::new(Arc::clone(&dns_zone))),
+        Arc::new(DnsFeed::new(
+            Arc::clone(&dns_zone),
+            federation.as_ref().map(|f| (Arc::clone(f), clock)),
+        )),
         // Before the hub: a change is in the ledger before any watcher can hear of it, so a
         // fast subscriber's report always finds the change it measures.
         Arc::clone(&convergence) as Arc<dyn muster_consensus::ApplyObserver>,
@@ -397,6 +403,12 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     tokio::spawn(Arc::clone(&app.hub).run_progress_ticker(app.progress_interval));
     tokio::spawn(crate::convergence::run_sweeper(Arc::clone(&app), stopping_rx.clone()));
     if let Some(federation) = federation {
+        tokio::spawn(crate::federation::run_ticker(
+            Arc::clone(&app),
+            Arc::clone(&federation),
+            Arc::clone(&tier_zone),
+            stopping_rx.clone(),
+        ));
         tokio::spawn(crate::federation::run(
             Arc::clone(&app),
             federation,

@@ -200,6 +200,7 @@ mod tests {
             lease: None,
             unchanged: None,
             released: vec![key("web")],
+            mirrored: Vec::new(),
         };
         waiters.applied(&registry, &applied);
 

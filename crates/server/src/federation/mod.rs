@@ -12,6 +12,7 @@
 
 mod mirror;
 mod read;
+mod tiers;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) use mirror::run;
 pub(crate) use read::{federated_parts, status};
+pub(crate) use tiers::run_ticker;
 
 /// The `[federation]` section: this region's name, its peers and failover policies.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,6 +120,8 @@ pub(crate) struct Federation {
     pub(crate) links: Links,
     /// The last decision per service: what hysteresis and stickiness start from.
     decisions: Mutex<HashMap<ServiceKey, FailoverDecision>>,
+    /// What DNS and xDS were last served per covered service (`tiers`).
+    served: tiers::ServedMemo,
 }
 
 impl FederationConfig {
@@ -197,6 +201,7 @@ impl FederationConfig {
             policies,
             links: Mutex::default(),
             decisions: Mutex::default(),
+            served: Mutex::default(),
         })))
     }
 }

@@ -133,16 +133,8 @@ pub(crate) async fn status(State(app): State<Arc<App>>) -> Result<Json<Federatio
                     .collect(),
             })
             .collect();
-        // Every service a policy covers that this region holds or mirrors.
-        let mut keys: Vec<ServiceKey> = registry
-            .mirrors()
-            .flat_map(|m| m.sets.keys().cloned())
-            .chain(registry.all_services().map(|s| s.key().clone()))
-            .filter(|key| federation.policy(key).is_some())
-            .collect();
-        keys.sort();
-        keys.dedup();
-        let decisions = keys
+        let decisions = federation
+            .covered(registry)
             .into_iter()
             .filter_map(|key| {
                 let local = registry.snapshot(&key);

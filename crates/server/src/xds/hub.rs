@@ -63,6 +63,15 @@ struct Maps {
 }
 
 impl Maps {
+    /// Wakes every stream watching `key`.
+    fn wake(&self, key: &ServiceKey) {
+        if let Some(entry) = self.services.get(key) {
+            for wake in entry.streams.values() {
+                wake.notify_one();
+            }
+        }
+    }
+
     /// `leave` takes a stream out of `key`'s entry (its watchers, its pins or both); the
     /// last one out removes the entry and its cache.
     fn release(&mut self, key: &ServiceKey, leave: impl FnOnce(&mut Entry)) {
@@ -218,6 +227,12 @@ impl XdsHub {
         found
     }
 
+    /// Wakes the streams of `key`: its served set changed with no command (a failover tier
+    /// whose mirror passed its stale budget).
+    pub(crate) fn wake(&self, key: &ServiceKey) {
+        self.lock().wake(key);
+    }
+
     /// How many services some stream watches (for tests).
     #[cfg(test)]
     pub(crate) fn watched(&self) -> usize {
@@ -231,12 +246,12 @@ impl ApplyObserver for XdsHub {
         if maps.services.is_empty() && maps.tenants.is_empty() {
             return;
         }
+        // A mirrored set feeds a covered service's failover tier (`federation::tiers`).
+        for key in &applied.mirrored {
+            maps.wake(key);
+        }
         for update in &applied.updates {
-            if let Some(entry) = maps.services.get(&update.key) {
-                for wake in entry.streams.values() {
-                    wake.notify_one();
-                }
-            }
+            maps.wake(&update.key);
             if update.prev_revision == Revision::ZERO
                 && let Some(streams) = maps.tenants.get(&update.key.tenant)
             {
@@ -298,6 +313,7 @@ mod tests {
             lease: None,
             unchanged: None,
             released: Vec::new(),
+            mirrored: Vec::new(),
         }
     }
 

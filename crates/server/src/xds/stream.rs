@@ -409,7 +409,7 @@ impl<M: Machine> Session<M> {
                 .watched
                 .iter()
                 .filter(|key| caller.may(key, Verb::Watch))
-                .filter_map(|key| registry.snapshot(key))
+                .filter_map(|key| self.app.served(registry, key))
                 .collect();
             let every: Vec<Arc<ServiceSnapshot>> = if wildcard {
                 registry

@@ -1,0 +1,134 @@
+//! The set DNS and xDS serve for a service a failover policy covers (SPEC G1, D2, D5): the
+//! local set, plus, while the decision spills, the admitted region's eligible endpoints
+//! re-weighted to the spilled share (`muster_client::failover::Tiers`).
+//!
+//! ```text
+//!  apply path (write lock): updates + mirrored keys ──▶ served(key) ──▶ DNS zone, xDS wake-up
+//!  ticker (read lock, every heartbeat): covered keys ──▶ served(key) changed? ──▶ the same
+//! ```
+//!
+//! The ticker catches what no command changes: a mirrored set passing its stale budget (its
+//! region is partitioned away, so nothing is committed), which takes the spill away.
+//!
+//! A served set is versioned like a local one, so xDS can tell a new one from one it sent:
+//! it keeps the local set's revision while it is the local set; a set that changed otherwise
+//! (a spill, its end, a mirrored change) takes the registry's revision, and at least one more
+//! than the last served, so every distinct content this node served has its own revision.
+//! Served revisions are this node's own (another node of the region may number a spill
+//! differently); an xDS client that moves between nodes is sent its resources again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError};
+
+use muster_client::failover::Tiers;
+use muster_core::{Digest, Revision, ServiceKey, ServiceSnapshot};
+use muster_dns::LiveZone;
+use muster_registry::Registry;
+use tokio::sync::watch;
+
+use super::{Federation, federated_parts};
+use crate::app::App;
+
+/// The last served set per covered service: (digest, revision).
+pub(crate) type ServedMemo = std::sync::Mutex<HashMap<ServiceKey, (Digest, Revision)>>;
+
+impl Federation {
+    /// The set callers of `key` are served at `now_ms`: the registry's own set unless a
+    /// policy covers the service.
+    pub(crate) fn served(&self, registry: &Registry, key: &ServiceKey, now_ms: u64) -> Option<Arc<ServiceSnapshot>> {
+        let local = registry.snapshot(key);
+        if self.policy(key).is_none() {
+            return local;
+        }
+        let (mirrors, decision) = federated_parts(self, registry, key, local.as_deref(), now_ms);
+        let spill_to = decision.as_ref().filter(|d| d.spill).and_then(|d| d.region.as_ref());
+        let mirrored = spill_to
+            .and_then(|region| mirrors.iter().find(|m| m.source_region == *region))
+            .map(|m| m.endpoints.as_slice())
+            .unwrap_or_default();
+        let tiers = Tiers::new(
+            local.iter().flat_map(|set| set.iter().cloned()),
+            decision.as_ref(),
+            mirrored,
+        );
+        let Some(spill) = tiers.spill else {
+            return local.map(|set| self.versioned(key, set, None));
+        };
+        let mut served = ServiceSnapshot::empty(key.clone());
+        for endpoint in tiers.local.into_iter().chain(spill.endpoints) {
+            served.put(endpoint);
+        }
+        Some(self.versioned(key, Arc::new(served), Some(registry.revision())))
+    }
+
+    /// `set` with its served revision: its own when it is the local set (`at` `None`) and
+    /// nothing newer was served, else `at` or one past the last served.
+    fn versioned(&self, key: &ServiceKey, set: Arc<ServiceSnapshot>, at: Option<Revision>) -> Arc<ServiceSnapshot> {
+        let mut memo = self.served.lock().unwrap_or_else(PoisonError::into_inner);
+        let digest = set.digest();
+        let base = at.unwrap_or(set.revision());
+        let revision = match memo.get(key) {
+            Some(&(held, revision)) if held == digest => revision,
+            Some(&(_, revision)) => base.max(revision.next()),
+            None => base,
+        };
+        memo.insert(key.clone(), (digest, revision));
+        drop(memo);
+        if revision == set.revision() {
+            set
+        } else {
+            Arc::new(ServiceSnapshot::from_endpoints(key.clone(), revision, set.iter().cloned()))
+        }
+    }
+
+    /// Every service a policy covers that this region holds or mirrors, sorted.
+    pub(crate) fn covered(&self, registry: &Registry) -> Vec<ServiceKey> {
+        let mut keys: Vec<ServiceKey> = registry
+            .mirrors()
+            .flat_map(|m| m.sets.keys().cloned())
+            .chain(registry.all_services().map(|s| s.key().clone()))
+            .filter(|key| self.policy(key).is_some())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+}
+
+/// Re-serves covered services whose served set changed with no command, every heartbeat,
+/// on every node, until the server stops.
+pub(crate) async fn run_ticker(
+    app: Arc<App>,
+    federation: Arc<Federation>,
+    zone: Arc<LiveZone>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let mut published: HashMap<ServiceKey, Option<(Digest, Revision)>> = HashMap::new();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(federation.heartbeat) => {}
+            _ = stopping.changed() => {}
+        }
+        if *stopping.borrow() {
+            return;
+        }
+        let now_ms = app.clock.unix_now_ms();
+        // Staged under the read lock: the apply path stages under the write lock, so a newer
+        // set staged there is never overwritten by this older one.
+        app.node.read(|registry| {
+            let covered = federation.covered(registry);
+            published.retain(|key, _| covered.binary_search(key).is_ok());
+            for key in covered {
+                let served = federation.served(registry, &key, now_ms);
+                let seen = served.as_ref().map(|set| (set.digest(), set.revision()));
+                if published.get(&key) == Some(&seen) {
+                    continue;
+                }
+                zone.stage(&key, served, registry.revision());
+                #[cfg(feature = "xds")]
+                app.xds.hub.wake(&key);
+                published.insert(key, seen);
+            }
+        });
+    }
+}
