@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use muster_core::api::SnapshotReply;
 use muster_core::federation::{
-    Candidate, CandidateVerdict, FailoverDecision, FailoverPolicy, FailoverReason, MirrorState,
+    Candidate, CandidateVerdict, FailoverDecision, FailoverPolicy, FailoverReason, MirrorState, SPILLED_FROM,
 };
 use muster_core::{Endpoint, InstanceId, Label};
 
@@ -171,7 +171,8 @@ pub struct Spill {
     /// The share of new work it takes.
     pub share_percent: u8,
     /// Its endpoints, each named `<region>-<instance>` (instance names recur across regions),
-    /// its locality's region filled in when it named none, its weight scaled to the share.
+    /// its locality's region the region's federation name, labelled
+    /// [`SPILLED_FROM`], its weight scaled to the share.
     pub endpoints: Vec<Arc<Endpoint>>,
 }
 
@@ -193,10 +194,7 @@ impl Tiers {
                     .filter(|e| e.serving.is_eligible(false))
                     .map(|e| u64::from(e.weight))
                     .sum();
-                let eligible: Vec<&Endpoint> = mirrored
-                    .into_iter()
-                    .filter(|e| e.serving.is_eligible(false))
-                    .collect();
+                let eligible: Vec<&Endpoint> = mirrored.into_iter().filter(|e| e.serving.is_eligible(false)).collect();
                 let remote_weight: u64 = eligible.iter().map(|e| u64::from(e.weight)).sum();
                 let scale = spill_scale(local_weight, remote_weight, share_percent);
                 Spill {
@@ -256,7 +254,8 @@ fn spilled(endpoint: &Endpoint, region: &Label, (numerator, denominator): (u64, 
         let region = &region.as_str()[..region.as_str().len().min(46)];
         InstanceId::new(&format!("{region}-{hash:016x}")).expect("at most 63 label characters")
     });
-    spilled.locality.region.get_or_insert_with(|| region.clone());
+    spilled.locality.region = Some(region.clone());
+    spilled.labels = endpoint.labels.with(SPILLED_FROM, region.as_str());
     let weight = (u128::from(endpoint.weight) * u128::from(numerator)).div_ceil(u128::from(denominator.max(1)));
     spilled.weight = u16::try_from(weight.clamp(1, u128::from(u16::MAX))).unwrap_or(u16::MAX);
     spilled
@@ -451,11 +450,7 @@ mod tests {
 
     #[test]
     fn the_spill_tier_takes_its_share_of_the_weight_and_only_eligible_endpoints() {
-        let local = [
-            endpoint("api-0", "ready", 100),
-            endpoint("api-1", "not_serving", 100),
-        ]
-        .map(Arc::new);
+        let local = [endpoint("api-0", "ready", 100), endpoint("api-1", "not_serving", 100)].map(Arc::new);
         let remote = [
             endpoint("api-0", "ready", 100),
             endpoint("api-1", "ready", 100),
@@ -468,6 +463,7 @@ mod tests {
         // 75% of the eligible weight: 300 of 400, beside the local 100.
         assert_eq!(spill.endpoints.iter().map(|e| e.weight).sum::<u16>(), 300);
         assert!(spill.endpoints.iter().all(|e| e.locality.region == Some(label("a"))));
+        assert!(spill.endpoints.iter().all(|e| e.labels.get(SPILLED_FROM) == Some("a")));
         assert_eq!(tiers.endpoints().count(), 4);
         // Nothing local eligible: the remote weights stand as they are.
         let gone = Tiers::new([Arc::clone(&local[1])], Some(&spilling(100)), &remote);

@@ -9,6 +9,11 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+/// The label a failover tier's endpoint carries in the set DNS and xDS serve (SPEC G1): the
+/// region it spilled from. xDS serves such endpoints at the local set's own priority, so
+/// that the tier takes its weighted share instead of waiting for the local set to fail.
+pub const SPILLED_FROM: &str = "muster/spilled-from";
+
 use crate::{Digest, Endpoint, Label, NamespaceKey, Rejection, Revision, ServiceKey};
 
 /// What one import of a peer covers: one namespace (`prod/*`) or one service (`prod/api`),

@@ -57,6 +57,15 @@ impl Labels {
         Labels(packed.into_boxed_str())
     }
 
+    /// These labels with `key` set to `value`, unchecked against any limit: for records the
+    /// registry derives (a failover tier's, SPEC G1), never for what a caller sends. `key`
+    /// must be a valid key and `value` hold no control character.
+    pub fn with(&self, key: &str, value: &str) -> Labels {
+        let mut labels: BTreeMap<String, String> = self.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+        labels.insert(key.to_owned(), value.to_owned());
+        Labels::pack(&labels)
+    }
+
     /// The pairs, sorted by key.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0

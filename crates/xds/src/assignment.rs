@@ -14,7 +14,9 @@
 //!   (`muster_client::LocalityAware`); the tiers present are ranked densely from 0, since
 //!   xDS priorities must be contiguous. Tiers count every endpoint, ready or not, so an
 //!   endpoint's priority does not move when health changes: a priority whose endpoints are
-//!   all unusable is what makes gRPC fail over to the next one.
+//!   all unusable is what makes gRPC fail over to the next one. A failover tier's endpoints
+//!   (labelled `muster/spilled-from`, SPEC G1) share the local set's best tier, as their own
+//!   region's locality, so they take the share their weights give them.
 //!
 //! The caller's position is its [`Cohort`] (its node's region and zone): streams of one cohort
 //! share one encoded assignment per service revision.
@@ -31,6 +33,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::{
     ClusterLoadAssignment, Endpoint as XdsEndpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint,
 };
 use envoy_types::pb::google::protobuf::UInt32Value;
+use muster_core::federation::SPILLED_FROM;
 use muster_core::{Endpoint, Label, ServiceSnapshot, ServingState};
 
 /// Where a caller runs, as far as tiers care: its node's region and zone.
@@ -123,7 +126,22 @@ pub fn assignment(name: &str, snapshot: &ServiceSnapshot, cohort: &Cohort) -> Cl
     }
     let mut usable: Vec<(&Endpoint, u16)> = by_address.into_values().collect();
     usable.sort_by(|a, b| a.0.instance.cmp(&b.0.instance));
-    let tier = |endpoint: &Endpoint| (endpoint.locality.priority, cohort.proximity(endpoint));
+    // A failover tier's endpoints (SPEC G1) stand beside the local set's best tier: the
+    // policy already chose to send them their weighted share.
+    let spilled = |endpoint: &Endpoint| endpoint.labels.get(SPILLED_FROM).is_some();
+    let home = usable
+        .iter()
+        .filter(|(endpoint, _)| !spilled(endpoint))
+        .map(|(endpoint, _)| (endpoint.locality.priority, cohort.proximity(endpoint)))
+        .min()
+        .unwrap_or_default();
+    let tier = |endpoint: &Endpoint| {
+        if spilled(endpoint) {
+            home
+        } else {
+            (endpoint.locality.priority, cohort.proximity(endpoint))
+        }
+    };
     let mut tiers: Vec<(u8, u8)> = usable.iter().map(|(endpoint, _)| tier(endpoint)).collect();
     tiers.sort_unstable();
     tiers.dedup();

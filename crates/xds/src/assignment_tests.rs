@@ -264,3 +264,21 @@ fn two_records_on_one_address_are_sent_once_in_the_better_state() {
         ]
     );
 }
+
+#[test]
+fn a_spilled_endpoint_shares_the_local_sets_best_tier_in_its_own_locality() {
+    let local = endpoint(1, "a", ServingState::Ready);
+    let mut spilled = endpoint(2, "x", ServingState::Ready);
+    spilled.locality.region = Some(label("r2"));
+    spilled.labels = spilled.labels.with(SPILLED_FROM, "r2");
+    let mut far = endpoint(3, "y", ServingState::Ready);
+    far.locality.region = Some(label("r2"));
+    let built = assignment("api.prod", &snapshot(vec![local, spilled, far]), &zone_a());
+    let priorities: Vec<(u32, String)> = shape(&built).into_iter().map(|(p, zone, _)| (p, zone)).collect();
+    // The spilled one beside zone a (priority 0, a locality of its own); the other region's
+    // unspilled one stays the lower tier it always was.
+    assert_eq!(
+        priorities,
+        [(0, "a".to_owned()), (0, "x".to_owned()), (1, "y".to_owned())]
+    );
+}

@@ -77,7 +77,11 @@ impl Federation {
         if revision == set.revision() {
             set
         } else {
-            Arc::new(ServiceSnapshot::from_endpoints(key.clone(), revision, set.iter().cloned()))
+            Arc::new(ServiceSnapshot::from_endpoints(
+                key.clone(),
+                revision,
+                set.iter().cloned(),
+            ))
         }
     }
 

@@ -277,3 +277,154 @@ async fn a_partition_between_regions_loses_nothing_and_the_mirror_resumes_by_rev
     assert_eq!(import["resnapshots"], 0, "resumed by revision, no re-list: {import}");
     assert_eq!(b.get(READ).await.body["total"], 1, "b's own write survived");
 }
+
+/// Region b's `prod/api` with a failover policy to `a`: two local endpoints, a minimum of
+/// two, DNS and xDS on; region a with two endpoints.
+async fn spilling_regions() -> (TestServer, TestServer, Link) {
+    let a = TestServer::start().await;
+    register(&a, "a-1", "10.0.0.1", 100).await;
+    register(&a, "a-2", "10.0.0.2", 100).await;
+    let link = Link::start(a.addr().to_string()).await;
+    let a_url = format!("http://{}", link.addr);
+    let b = TestServer::start_with(|cfg| {
+        federate(cfg, "b", vec![peer("a", &a_url)]);
+        cfg.federation.policy = vec![muster_core::federation::FailoverPolicy {
+            service: "prod/api".into(),
+            failover: vec![region("a")],
+            min_eligible: 2,
+            min_eligible_percent: 0,
+            max_spill_percent: 100,
+            recover_margin: 1,
+        }];
+        cfg.dns_zone.tenant = muster_core::Label::new("tenant", "acme").unwrap();
+        cfg.xds.tenant = muster_core::Label::new("tenant", "acme").unwrap();
+        if cfg!(feature = "xds") {
+            cfg.xds.addr = Some("127.0.0.1:0".parse().unwrap());
+        }
+    })
+    .await;
+    register(&b, "b-0", "10.1.0.0", 100).await;
+    register(&b, "b-1", "10.1.0.1", 100).await;
+    mirror_of(&b, "a", |m| m["total"] == 2).await;
+    (a, b, link)
+}
+
+/// The addresses DNS answers for `api.prod.muster.`, sorted.
+async fn dns_addresses(dns: &hickory_resolver::TokioResolver) -> Vec<String> {
+    use hickory_resolver::proto::rr::{RData, RecordType};
+    let Ok(lookup) = dns.lookup("api.prod.muster.", RecordType::A).await else {
+        return Vec::new();
+    };
+    let mut found: Vec<String> = lookup
+        .answers()
+        .iter()
+        .filter_map(|record| match &record.data {
+            RData::A(a) => Some(a.0.to_string()),
+            _ => None,
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+#[path = "../../../dns/tests/it/resolver.rs"]
+mod resolver;
+
+/// SPEC G1 through DNS: while the local set is below its minimum, `api.prod` answers the
+/// admitted region's endpoints beside the local eligible one; once it recovers, only its own.
+#[tokio::test]
+async fn dns_answers_the_failover_tier_while_the_decision_spills_and_only_local_after() {
+    let (_a, b, _link) = spilling_regions().await;
+    let dns = resolver::resolver(b.dns_addr(), true);
+    assert_eq!(dns_addresses(&dns).await, ["10.1.0.0", "10.1.0.1"]);
+    set_state(&b, "b-0", "not_serving").await;
+    let spilled = poll(EVERY, || async {
+        let found = dns_addresses(&dns).await;
+        (found.len() == 3).then_some(found)
+    })
+    .await
+    .expect("DNS answers the failover tier");
+    assert_eq!(spilled, ["10.0.0.1", "10.0.0.2", "10.1.0.1"]);
+    set_state(&b, "b-0", "ready").await;
+    assert_eq!(
+        dns_addresses(&dns).await,
+        ["10.1.0.0", "10.1.0.1"],
+        "home again at the next query"
+    );
+}
+
+/// SPEC G1, trace "region A cannot reach authority": a partition takes the failover tier
+/// away once its mirror passes the stale budget, with no command committed anywhere (the
+/// tier ticker); the local endpoint left is served alone.
+#[tokio::test]
+async fn a_failover_tier_past_its_stale_budget_leaves_dns_without_a_command() {
+    let (_a, b, link) = spilling_regions().await;
+    let dns = resolver::resolver(b.dns_addr(), true);
+    set_state(&b, "b-0", "not_serving").await;
+    let spilled = poll(EVERY, || async { (dns_addresses(&dns).await.len() == 3).then_some(()) }).await;
+    assert!(spilled.is_some(), "DNS answers the failover tier");
+    link.set_cut(true);
+    mirror_of(&b, "a", |m| m["state"] == "unavailable").await;
+    let alone = poll(EVERY, || async {
+        let found = dns_addresses(&dns).await;
+        (found.len() == 1).then_some(found)
+    })
+    .await;
+    assert_eq!(alone.expect("the tier is withdrawn"), ["10.1.0.1"]);
+    let decision = b.get(READ).await.body["failover"].clone();
+    assert_eq!(decision["reason"], "no_region_admitted", "{decision}");
+}
+
+/// SPEC G1 through xDS: the spilled endpoints come in their own region's locality, weighted
+/// to the spilled share (here half: as much weight as the one local eligible endpoint), at a
+/// new version; recovery pushes the local set alone, at a version of its own.
+#[cfg(feature = "xds")]
+#[tokio::test]
+async fn xds_pushes_the_failover_tier_weighted_to_its_share_and_takes_it_back() {
+    use muster_xds::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+
+    use crate::xds::{API, ENDPOINT, Sotw, assignment, node};
+
+    fn by_region(cla: &ClusterLoadAssignment) -> Vec<(String, u32, usize)> {
+        cla.endpoints
+            .iter()
+            .map(|l| {
+                let region = l.locality.as_ref().map(|l| l.region.clone()).unwrap_or_default();
+                let weight: u32 = l
+                    .lb_endpoints
+                    .iter()
+                    .filter(|e| {
+                        e.health_status == muster_xds::pb::envoy::config::core::v3::HealthStatus::Healthy as i32
+                    })
+                    .filter_map(|e| e.load_balancing_weight.as_ref().map(|w| w.value))
+                    .sum();
+                (region, weight, l.lb_endpoints.len())
+            })
+            .collect()
+    }
+
+    let (_a, b, _link) = spilling_regions().await;
+    let mut ads = Sotw::connect(b.xds_addr(), node("caller", None, None)).await;
+    let home = ads.fetch(ENDPOINT, &[API]).await;
+    assert_eq!(by_region(&assignment(&home)), [(String::new(), 200, 2)]);
+    set_state(&b, "b-0", "not_serving").await;
+    let spilled = loop {
+        let pushed = ads.next().await;
+        ads.ack(&pushed, &[API]);
+        if assignment(&pushed).endpoints.len() == 2 {
+            break pushed;
+        }
+    };
+    let mut regions = by_region(&assignment(&spilled));
+    regions.sort();
+    assert_eq!(
+        regions,
+        [(String::new(), 100, 2), ("a".into(), 100, 2)],
+        "half the weight spills"
+    );
+    set_state(&b, "b-0", "ready").await;
+    let back = ads.next().await;
+    assert_eq!(by_region(&assignment(&back)), [(String::new(), 200, 2)]);
+    assert_ne!(back.version_info, spilled.version_info);
+    assert_ne!(back.version_info, home.version_info);
+}

@@ -43,10 +43,10 @@ use crate::support::{STEP, TestServer, poll};
 const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
 const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
-const ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+pub(crate) const ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
 
 /// The name a client on `xds:///api.prod` asks for, for all four types.
-const API: &str = "api.prod";
+pub(crate) const API: &str = "api.prod";
 
 /// A server with the xDS listener on a free loopback port.
 async fn xds_server() -> TestServer {
@@ -62,7 +62,7 @@ async fn xds_server_with(configure: impl FnOnce(&mut muster_server::ServerConfig
 }
 
 /// A node as a gRPC client's bootstrap names it; `zone` is `(region, zone)`.
-fn node(id: &str, zone: Option<(&str, &str)>, tenant: Option<&str>) -> Node {
+pub(crate) fn node(id: &str, zone: Option<(&str, &str)>, tenant: Option<&str>) -> Node {
     Node {
         id: id.to_owned(),
         cluster: "it".to_owned(),
@@ -232,7 +232,7 @@ fn outbound<T: Send + 'static>() -> (
 }
 
 /// One state-of-the-world ADS stream.
-struct Sotw {
+pub(crate) struct Sotw {
     requests: mpsc::UnboundedSender<DiscoveryRequest>,
     responses: Streaming<DiscoveryResponse>,
     node: Node,
@@ -257,7 +257,7 @@ impl Sotw {
         })
     }
 
-    async fn connect(addr: SocketAddr, node: Node) -> Sotw {
+    pub(crate) async fn connect(addr: SocketAddr, node: Node) -> Sotw {
         Sotw::open(addr, node, None).await.expect("the ADS stream opens")
     }
 
@@ -285,12 +285,12 @@ impl Sotw {
     }
 
     /// ACKs `response` for `names`.
-    fn ack(&self, response: &DiscoveryResponse, names: &[&str]) {
+    pub(crate) fn ack(&self, response: &DiscoveryResponse, names: &[&str]) {
         self.send(&response.type_url, names, &response.version_info, &response.nonce, None);
     }
 
     /// The next response; fails the test after [`STEP`] or on a stream error.
-    async fn next(&mut self) -> DiscoveryResponse {
+    pub(crate) async fn next(&mut self) -> DiscoveryResponse {
         self.try_next()
             .await
             .unwrap_or_else(|status| panic!("the stream failed: {status:?}"))
@@ -304,7 +304,7 @@ impl Sotw {
     }
 
     /// Subscribes, takes the response, ACKs it and returns it.
-    async fn fetch(&mut self, type_url: &str, names: &[&str]) -> DiscoveryResponse {
+    pub(crate) async fn fetch(&mut self, type_url: &str, names: &[&str]) -> DiscoveryResponse {
         self.subscribe(type_url, names);
         let response = self.next().await;
         assert_eq!(response.type_url, type_url, "the response answers the request's type");
@@ -405,7 +405,7 @@ fn versions(response: &DeltaDiscoveryResponse) -> HashMap<String, String> {
 }
 
 /// The one ClusterLoadAssignment of an EDS response.
-fn assignment(response: &DiscoveryResponse) -> ClusterLoadAssignment {
+pub(crate) fn assignment(response: &DiscoveryResponse) -> ClusterLoadAssignment {
     assert_eq!(response.type_url, ENDPOINT);
     assert_eq!(response.resources.len(), 1, "one assignment: {response:?}");
     unpack(&response.resources[0])
