@@ -116,6 +116,7 @@ mod report;
 mod resolver;
 mod resolver_set;
 mod seed;
+mod tier;
 pub mod tower;
 mod view;
 
@@ -158,6 +159,7 @@ pub use balance::{
 };
 pub use eject::{Ejection, EjectionConfig, FailureOutcome, OutlierDetector};
 pub use picker::{PickError, Picker, Strategy};
+pub use tier::FailoverTier;
 
 // The registrar.
 pub use registrar::config::{DEFAULT_DRAIN_GRACE, DEFAULT_TTL, LeaseLossPolicy, RegistrarConfig};

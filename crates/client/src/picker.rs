@@ -20,6 +20,7 @@ use crate::eject::OutlierDetector;
 use crate::member::{Member, MemberSet};
 use crate::resolver::Resolver;
 use crate::seed::SplitMix64;
+use crate::tier::FailoverTier;
 use crate::view::{Risk, StaleError};
 use rand_core::RngCore;
 
@@ -64,6 +65,8 @@ enum Built {
 struct Cache {
     /// The set the balancer was built from (compared by pointer).
     set: Option<Arc<MemberSet>>,
+    /// The failover tier it was built with (compared by pointer).
+    tier: Option<Arc<[Arc<Member>]>>,
     /// The ejection state it was built with.
     epoch: u64,
     /// When an ejection ends and the set must be rebuilt.
@@ -78,6 +81,9 @@ struct Cache {
 /// Resolves a service and picks endpoints for calls.
 pub struct Picker {
     resolver: Arc<Resolver>,
+    /// Another region's endpoints balanced over beside the view while the region's failover
+    /// decision spills (SPEC G1).
+    tier: Option<FailoverTier>,
     eligibility: EligibilityConfig,
     strategy: Strategy,
     cache: Mutex<Cache>,
@@ -111,10 +117,12 @@ impl Picker {
         let key = resolver.key().clone();
         Ok(Picker {
             resolver,
+            tier: None,
             eligibility,
             strategy,
             cache: Mutex::new(Cache {
                 set: None,
+                tier: None,
                 epoch: 0,
                 rebuild_at_ms: None,
                 eligible: None,
@@ -124,6 +132,14 @@ impl Picker {
                 rng: SplitMix64::per_process(&key),
             }),
         })
+    }
+
+    /// Balances over `tier`'s members too, beside the view's: the endpoints a federated
+    /// region's failover decision spills to, re-weighted to the spilled share.
+    #[must_use]
+    pub fn with_failover(mut self, tier: FailoverTier) -> Picker {
+        self.tier = Some(tier);
+        self
     }
 
     fn cache(&self) -> MutexGuard<'_, Cache> {
@@ -146,12 +162,17 @@ impl Picker {
         let usable = self.resolver.usable(risk)?;
         let mut guard = self.cache();
         let cache = &mut *guard;
-        let same_set = cache.set.as_ref().is_some_and(|set| Arc::ptr_eq(set, &usable.snapshot));
+        let tier = self.tier.as_ref().map(FailoverTier::members);
+        let same_tier = match (&cache.tier, &tier) {
+            (Some(held), Some(now)) => Arc::ptr_eq(held, now),
+            (held, now) => held.is_none() && now.is_none(),
+        };
+        let same_set = same_tier && cache.set.as_ref().is_some_and(|set| Arc::ptr_eq(set, &usable.snapshot));
         let ejection_ended = cache.rebuild_at_ms.is_some_and(|at| now_ms >= at);
         if !same_set || cache.epoch != cache.epoch_now || ejection_ended || cache.balancer.is_none() {
             let set = EligibleSet::build(
                 usable.snapshot.revision(),
-                usable.snapshot.iter(),
+                usable.snapshot.iter().chain(tier.iter().flat_map(|tier| tier.iter())),
                 &self.eligibility,
                 &cache.ejections,
                 now_ms,
@@ -173,6 +194,7 @@ impl Picker {
             cache.balancer = Some(balancer);
             cache.eligible = Some(set);
             cache.set = Some(Arc::clone(&usable.snapshot));
+            cache.tier = tier;
             cache.epoch = cache.epoch_now;
             cache.rebuild_at_ms = cache.ejections.next_return_ms(now_ms);
         }

@@ -3,6 +3,7 @@
 
 mod balance;
 mod discover;
+mod failover;
 mod grpc;
 mod inproc;
 mod view;
