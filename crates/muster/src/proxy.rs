@@ -68,6 +68,10 @@ pub struct ProxyArgs {
     /// This caller's region, for --balancer locality.
     #[arg(long, value_name = "REGION")]
     pub region: Option<String>,
+    /// Follow each service's failover decision (a federated region, SPEC G1): while it
+    /// spills, forward the decided share to the admitted region's endpoints.
+    #[arg(long)]
+    pub failover: bool,
     /// Who this proxy reports as to the server's convergence telemetry (SPEC O3).
     #[command(flatten)]
     pub report: crate::cli::ReportArgs,
@@ -172,6 +176,7 @@ pub fn proxy_config(args: &ProxyArgs) -> Result<ProxyConfig, CliError> {
     if let Some(region) = &args.region {
         config.region = Some(parse_label("region", region).map_err(usage)?);
     }
+    config.failover |= args.failover;
     config.validate().map_err(usage)?;
     Ok(config)
 }

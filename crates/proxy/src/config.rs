@@ -140,6 +140,9 @@ pub struct ProxyConfig {
     pub region: Option<Label>,
     /// The caller's zone, for the locality balancer.
     pub zone: Option<Label>,
+    /// Follow each service's failover decision in a federated region (SPEC G1): while it
+    /// spills, balance over the admitted region's endpoints too, in the spilled share.
+    pub failover: bool,
 }
 
 impl Default for ProxyConfig {
@@ -154,6 +157,7 @@ impl Default for ProxyConfig {
             lkg_dir: None,
             region: None,
             zone: None,
+            failover: false,
         }
     }
 }
@@ -215,6 +219,8 @@ struct FileConfig {
     lkg_dir: Option<PathBuf>,
     region: Option<String>,
     zone: Option<String>,
+    #[serde(default)]
+    failover: bool,
     #[serde(default)]
     listener: Vec<FileListener>,
 }
@@ -282,6 +288,7 @@ impl ProxyConfig {
             lkg_dir: file.lkg_dir,
             region: file.region.map(|r| parse_label("region", &r)).transpose()?,
             zone: file.zone.map(|z| parse_label("zone", &z)).transpose()?,
+            failover: file.failover,
         };
         for listener in file.listener {
             let mut parsed = ListenerConfig::new(listener.listen, parse_service(tenant, &listener.service)?);

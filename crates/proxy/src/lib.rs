@@ -33,6 +33,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use muster_client::Client;
+use muster_client::FailoverTier;
 use muster_client::StaleBudget;
 use muster_client::{Resolver, ResolverConfig};
 use muster_core::ServiceKey;
@@ -155,7 +156,15 @@ pub async fn start(config: ProxyConfig, client: Client) -> Result<RunningProxy, 
         let mut listener = listener.clone();
         listener.listen = socket.local_addr().unwrap_or(listener.listen);
         addrs.push(listener.listen);
-        let target = Arc::new(Target::new(&listener, &config, resolver));
+        let mut target = Target::new(&listener, &config, resolver);
+        if config.failover {
+            target = target.with_failover(FailoverTier::start(
+                client.clone(),
+                listener.service.clone(),
+                FAILOVER_EVERY,
+            ));
+        }
+        let target = Arc::new(target);
         let forwarder = (listener.protocol != ListenerProtocol::Tcp).then(|| {
             let forwarder = HttpForwarder::new(Arc::clone(&target), config.connect_timeout, config.response_timeout);
             pruners.push(tokio::spawn(Arc::clone(&forwarder).prune()));
@@ -249,6 +258,10 @@ struct Settings {
 
 /// How often a listener without a view logs its refusals: once per this many milliseconds.
 const REFUSAL_LOG_MS: u64 = 5_000;
+
+/// How often a `failover` proxy asks its region for each service's failover decision: the
+/// server's own tier ticker runs at its federation heartbeat (1 s by default).
+const FAILOVER_EVERY: Duration = Duration::from_secs(1);
 
 async fn accept_loop(
     socket: TcpListener,

@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use muster_client::FailoverTier;
 use muster_client::Member;
 use muster_client::OutlierDetector;
 use muster_client::Resolver;
@@ -143,6 +144,13 @@ impl Target {
             in_flight: Mutex::new(HashMap::new()),
             stats: Stats::default(),
         }
+    }
+
+    /// Balances over the service's failover tier too (SPEC G1).
+    #[must_use]
+    pub fn with_failover(mut self, tier: FailoverTier) -> Target {
+        self.picker = self.picker.with_failover(tier);
+        self
     }
 
     /// The resolver of the listener's service.

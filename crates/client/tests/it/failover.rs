@@ -79,10 +79,17 @@ async fn the_picker_spills_the_decided_share_to_the_admitted_region_and_comes_ho
     // One of two local endpoints drains: below the minimum, half the traffic leaves.
     b.drain("api", "b-0").await;
     until("the tier holds region a's endpoints", || tier.members().len() == 2).await;
-    until("the view no longer offers b-0", || !spread(&picker, 10).contains_key("b-0")).await;
+    until("the view no longer offers b-0", || {
+        !spread(&picker, 10).contains_key("b-0")
+    })
+    .await;
     let seen = spread(&picker, 400);
     let local = seen.get("b-1").copied().unwrap_or_default();
-    let spilled: usize = seen.iter().filter(|(name, _)| name.starts_with("a-a-")).map(|(_, n)| n).sum();
+    let spilled: usize = seen
+        .iter()
+        .filter(|(name, _)| name.starts_with("a-a-"))
+        .map(|(_, n)| n)
+        .sum();
     assert_eq!((local, spilled), (200, 200), "half of the weight spills: {seen:?}");
     // A second local endpoint: the minimum is met again and the tier goes.
     b.register("api", "b-2", 2002).await;

@@ -4,6 +4,7 @@
 mod support;
 
 mod drain;
+mod failover;
 mod forwarding;
 mod outage;
 mod retries;

@@ -52,8 +52,13 @@ pub(crate) struct Registry {
 
 impl Registry {
     pub(crate) async fn start() -> Registry {
+        Registry::start_with(|_| {}).await
+    }
+
+    /// [`Registry::start`] with `configure` applied to the configuration.
+    pub(crate) async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> Registry {
         let dir = tempfile::tempdir().unwrap();
-        let config = ServerConfig {
+        let mut config = ServerConfig {
             data_dir: dir.path().to_path_buf(),
             http: "127.0.0.1:0".parse().unwrap(),
             dns: "127.0.0.1:0".parse().unwrap(),
@@ -65,6 +70,7 @@ impl Registry {
             shutdown_grace_ms: 1_000,
             ..ServerConfig::default()
         };
+        configure(&mut config);
         let server = muster_server::start(config.clone()).await.expect("the registry starts");
         Registry {
             config: ServerConfig {
@@ -74,6 +80,11 @@ impl Registry {
             server: Some(server),
             _dir: dir,
         }
+    }
+
+    /// Its HTTP API's address.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.config.http
     }
 
     pub(crate) fn client(&self) -> Client {
