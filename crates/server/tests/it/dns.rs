@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::support::{TestServer, instance_path, test_config};
 
 #[path = "../../../dns/tests/it/resolver.rs"]
-mod resolver;
+pub(crate) mod resolver;
 
 async fn acme_server() -> TestServer {
     TestServer::start_with(|config| config.dns_zone.tenant = Label::new("tenant", "acme").unwrap()).await

@@ -327,8 +327,7 @@ async fn dns_addresses(dns: &hickory_resolver::TokioResolver) -> Vec<String> {
     found
 }
 
-#[path = "../../../dns/tests/it/resolver.rs"]
-mod resolver;
+use crate::dns::resolver;
 
 /// SPEC G1 through DNS: while the local set is below its minimum, `api.prod` answers the
 /// admitted region's endpoints beside the local eligible one; once it recovers, only its own.
