@@ -28,7 +28,7 @@ impl Cluster {
     }
 
     /// Three voters, each config also changed by `extra`.
-    async fn start_with(extra: impl Fn(&mut ServerConfig) + Clone + Send + 'static) -> Cluster {
+    pub(crate) async fn start_with(extra: impl Fn(&mut ServerConfig) + Clone + Send + 'static) -> Cluster {
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let peers: BTreeMap<u64, String> = ports
             .iter()

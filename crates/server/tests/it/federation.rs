@@ -13,7 +13,7 @@ use hyper::{Method, StatusCode};
 use muster_server::{FederationConfig, PeerConfig, ServerConfig};
 use serde_json::{Value, json};
 
-use crate::cluster::Link;
+use crate::cluster::{Cluster, Link};
 use crate::support::{TestServer, endpoint, instance_path, poll};
 
 const EVERY: Duration = Duration::from_millis(50);
@@ -276,6 +276,36 @@ async fn a_partition_between_regions_loses_nothing_and_the_mirror_resumes_by_rev
     let import = &status["peers"][0]["imports"][0];
     assert_eq!(import["resnapshots"], 0, "resumed by revision, no re-list: {import}");
     assert_eq!(b.get(READ).await.body["total"], 1, "b's own write survived");
+}
+
+/// A region of three nodes (SPEC G2): every node serves the mirror its leader commits; when
+/// the leader stops, the new one resumes the mirror from the replicated cursor (no re-list)
+/// and a change in the source region reaches the surviving nodes with its digest intact.
+#[tokio::test]
+async fn a_three_node_region_mirrors_on_every_node_and_a_new_leader_resumes_by_revision() {
+    let a = TestServer::start().await;
+    register(&a, "a-1", "10.0.0.1", 1).await;
+    register(&a, "a-2", "10.0.0.2", 1).await;
+    let url = format!("http://{}", a.addr());
+    let mut b = Cluster::start_with(move |c| federate(c, "b", vec![peer("a", &url)])).await;
+    for i in 0..3 {
+        mirror_of(b.node(i), "a", |m| m["total"] == 2).await;
+    }
+    let leader = b.leader().await;
+    b.stop(leader).await;
+    register(&a, "a-3", "10.0.0.3", 1).await;
+    let source = a.get("/v1/registry/acme/prod/api").await.body;
+    let survivors: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    for i in &survivors {
+        let mirrored = mirror_of(b.node(*i), "a", |m| m["total"] == 3).await;
+        assert_eq!(mirrored["digest"], source["digest"], "node {i}");
+        assert_eq!(instances(&mirrored), ["a-1", "a-2", "a-3"]);
+    }
+    let new_leader = b.leader().await;
+    let status = b.node(new_leader).get("/v1/federation/status").await.body;
+    let import = &status["peers"][0]["imports"][0];
+    assert_eq!(status["leader"], true, "{status}");
+    assert_eq!(import["resnapshots"], 0, "resumed from the replicated cursor: {import}");
 }
 
 /// Region b's `prod/api` with a failover policy to `a`: two local endpoints, a minimum of
