@@ -291,6 +291,7 @@ async fn a_three_node_region_mirrors_on_every_node_and_a_new_leader_resumes_by_r
     for i in 0..3 {
         mirror_of(b.node(i), "a", |m| m["total"] == 2).await;
     }
+    let resumes_before = resumes(&a).await;
     let leader = b.leader().await;
     b.stop(leader).await;
     register(&a, "a-3", "10.0.0.3", 1).await;
@@ -306,6 +307,18 @@ async fn a_three_node_region_mirrors_on_every_node_and_a_new_leader_resumes_by_r
     let import = &status["peers"][0]["imports"][0];
     assert_eq!(status["leader"], true, "{status}");
     assert_eq!(import["resnapshots"], 0, "resumed from the replicated cursor: {import}");
+    // Region a saw the new leader's watch resume from a revision, not start from a list.
+    assert!(resumes(&a).await > resumes_before, "the new leader's watch is a resume");
+}
+
+/// The watch streams `server` has seen resume from a revision.
+async fn resumes(server: &TestServer) -> u64 {
+    let (_, metrics) = server.get_text("/v1/metrics").await;
+    metrics
+        .lines()
+        .find(|line| !line.starts_with('#') && line.contains("watch_resumes"))
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no watch_resumes row:\n{metrics}"))
 }
 
 /// Region b's `prod/api` with a failover policy to `a`: two local endpoints, a minimum of
