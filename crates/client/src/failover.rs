@@ -7,6 +7,7 @@
 //! the local set is above its minimum by the recover margin (hysteresis), and a region
 //! already taking the spill keeps it while it can (no flapping between regions).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use muster_core::api::SnapshotReply;
@@ -197,11 +198,29 @@ impl Tiers {
                 let eligible: Vec<&Endpoint> = mirrored.into_iter().filter(|e| e.serving.is_eligible(false)).collect();
                 let remote_weight: u64 = eligible.iter().map(|e| u64::from(e.weight)).sum();
                 let scale = spill_scale(local_weight, remote_weight, share_percent);
+                // The tier stands at the local set's best failover tier (SRV priority, the
+                // locality balancer's order): the decision already chose to use it.
+                let priority = local
+                    .iter()
+                    .filter(|e| e.serving.is_eligible(false))
+                    .map(|e| e.locality.priority)
+                    .min()
+                    .or_else(|| local.iter().map(|e| e.locality.priority).min())
+                    .unwrap_or_default();
+                let taken: HashSet<&InstanceId> = local.iter().map(|e| &e.instance).collect();
+                let endpoints = eligible
+                    .into_iter()
+                    .map(|e| {
+                        let mut endpoint = spilled(e, &region, scale, priority);
+                        if taken.contains(&endpoint.instance) {
+                            // A local instance already has the name: the hashed one.
+                            endpoint.instance = hashed_name(&region, &e.instance);
+                        }
+                        Arc::new(endpoint)
+                    })
+                    .collect();
                 Spill {
-                    endpoints: eligible
-                        .into_iter()
-                        .map(|e| Arc::new(spilled(e, &region, scale)))
-                        .collect(),
+                    endpoints,
                     region,
                     share_percent,
                 }
@@ -229,6 +248,13 @@ impl Tiers {
     }
 }
 
+/// (The start of) the region and a hash of the instance: 46 + 1 + 16 characters at most.
+fn hashed_name(region: &Label, instance: &InstanceId) -> InstanceId {
+    let hash = xxhash_rust::xxh3::xxh3_64(instance.as_str().as_bytes());
+    let region = &region.as_str()[..region.as_str().len().min(46)];
+    InstanceId::new(&format!("{region}-{hash:016x}")).expect("at most 63 label characters")
+}
+
 /// The factor (numerator, denominator) that makes the spilled endpoints' weights take
 /// `share` percent of all eligible weight: remote × f = local × share / (100 − share). The
 /// remote weights stand as they are when nothing local is eligible (or all traffic leaves).
@@ -243,18 +269,14 @@ fn spill_scale(local_weight: u64, remote_weight: u64, share: u8) -> (u64, u64) {
     )
 }
 
-/// `endpoint` of `region` as a member of the local region's failover tier.
-fn spilled(endpoint: &Endpoint, region: &Label, (numerator, denominator): (u64, u64)) -> Endpoint {
+/// `endpoint` of `region` as a member of the local region's failover tier, at `priority`.
+fn spilled(endpoint: &Endpoint, region: &Label, (numerator, denominator): (u64, u64), priority: u8) -> Endpoint {
     let mut spilled = endpoint.clone();
     let name = format!("{region}-{}", endpoint.instance);
-    spilled.instance = InstanceId::new(&name).unwrap_or_else(|_| {
-        // Past a DNS label's 63 characters: (the start of) the region and a hash of the
-        // instance, 46 + 1 + 16 characters at most.
-        let hash = xxhash_rust::xxh3::xxh3_64(endpoint.instance.as_str().as_bytes());
-        let region = &region.as_str()[..region.as_str().len().min(46)];
-        InstanceId::new(&format!("{region}-{hash:016x}")).expect("at most 63 label characters")
-    });
+    // Past a DNS label's 63 characters: the hashed name.
+    spilled.instance = InstanceId::new(&name).unwrap_or_else(|_| hashed_name(region, &endpoint.instance));
     spilled.locality.region = Some(region.clone());
+    spilled.locality.priority = priority;
     spilled.labels = endpoint.labels.with(SPILLED_FROM, region.as_str());
     let weight = (u128::from(endpoint.weight) * u128::from(numerator)).div_ceil(u128::from(denominator.max(1)));
     spilled.weight = u16::try_from(weight.clamp(1, u128::from(u16::MAX))).unwrap_or(u16::MAX);
@@ -480,6 +502,19 @@ mod tests {
             let tiers = Tiers::new(local.clone(), decision, &remote);
             assert_eq!((tiers.spill, tiers.local.len()), (None, 1));
         }
+    }
+
+    #[test]
+    fn a_name_a_local_instance_holds_is_hashed_and_the_tier_takes_the_local_priority() {
+        let mut local = endpoint("a-api-0", "ready", 100);
+        local.locality.priority = 2;
+        let mut remote = endpoint("api-0", "ready", 100);
+        remote.locality.priority = 7;
+        let tiers = Tiers::new([Arc::new(local)], Some(&spilling(50)), &[remote]);
+        let spilled = &tiers.spill.unwrap().endpoints[0];
+        assert_ne!(spilled.instance.as_str(), "a-api-0");
+        assert_eq!(spilled.instance.as_str().len(), 18);
+        assert_eq!(spilled.locality.priority, 2);
     }
 
     #[test]

@@ -49,6 +49,12 @@ impl FailoverTier {
     pub fn members(&self) -> Arc<[Arc<Member>]> {
         Arc::clone(&self.members.borrow())
     }
+
+    /// Waits until the tier changes; `false` once it never will (the follower stopped, or a
+    /// fixed tier).
+    pub async fn changed(&mut self) -> bool {
+        self.members.changed().await.is_ok()
+    }
 }
 
 async fn follow(client: Client, key: ServiceKey, every: Duration, publish: watch::Sender<Arc<[Arc<Member>]>>) {

@@ -30,6 +30,12 @@ impl Labels {
         let mut total = 0;
         for (key, value) in labels {
             check_pair(key, value, limits.max_label_key_bytes, limits.max_label_value_bytes)?;
+            if key == crate::federation::SPILLED_FROM {
+                return Err(Rejection::label_limit(
+                    format!("labels.{key}"),
+                    "the key is the registry's own: it marks a failover tier's endpoints (SPEC G1)",
+                ));
+            }
             total += key.len() + value.len();
         }
         if total > limits.max_label_bytes {
@@ -183,6 +189,18 @@ mod tests {
         assert_eq!(back, labels);
         assert!(Labels::default().is_empty());
         assert_eq!(Labels::default().len(), 0);
+    }
+
+    #[test]
+    fn the_failover_tier_key_is_refused_from_a_caller_and_set_only_by_with() {
+        let refused = Labels::new(&map(&[(crate::federation::SPILLED_FROM, "a")]), &Limits::default());
+        let err = refused.unwrap_err();
+        assert_eq!(err.code(), "label_limit");
+        assert!(err.to_string().contains("failover tier"), "{err}");
+        let labels = Labels::new(&map(&[("team", "core")]), &Limits::default()).unwrap();
+        let tiered = labels.with(crate::federation::SPILLED_FROM, "a");
+        assert_eq!(tiered.get(crate::federation::SPILLED_FROM), Some("a"));
+        assert_eq!(tiered.get("team"), Some("core"));
     }
 
     #[test]

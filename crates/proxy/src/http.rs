@@ -39,7 +39,7 @@ use tokio::net::TcpStream;
 use crate::answer::{GRPC_INTERNAL, error_response, refused};
 use crate::classify::{GRPC_UNAVAILABLE, Outcome};
 use crate::replay::{ReplayBody, Replayable};
-use crate::target::{EndpointKey, InFlight, Stats, Target, key_of, routed};
+use crate::target::{EndpointKey, InFlight, Stats, Target, key_of};
 
 /// The body of every response the proxy sends.
 pub type ProxyBody = BoxBody<Bytes, BoxError>;
@@ -149,7 +149,7 @@ impl HttpForwarder {
         // An endpoint the registry no longer routes to (a request chose it just before its
         // drain was seen) gets a pool of its own for this request only: kept, it would hold
         // an idle connection to a draining endpoint until the next view change.
-        if !routed(&self.target.resolver().view(), &key) {
+        if !self.target.routes(&self.target.resolver().view(), &key) {
             return make();
         }
         lock(&self.pools).entry((key, addr)).or_insert_with(make).clone()
@@ -164,7 +164,7 @@ impl HttpForwarder {
                 let view = views.borrow_and_update();
                 let mut pools = lock(&self.pools);
                 let before = pools.len();
-                pools.retain(|(key, _), _| routed(&view, key));
+                pools.retain(|(key, _), _| self.target.routes(&view, key));
                 if pools.len() != before {
                     tracing::debug!(listener = %self.target.config.listen, closed = before - pools.len(), "upstream pools of departed endpoints closed");
                 }

@@ -99,6 +99,8 @@ pub struct Target {
     pub config: ListenerConfig,
     resolver: Arc<Resolver>,
     picker: Picker,
+    /// The failover tier the picker balances over too, when the proxy follows one.
+    tier: Option<FailoverTier>,
     budget: Mutex<RetryBudget>,
     in_flight: Mutex<HashMap<EndpointKey, u64>>,
     /// The counters.
@@ -140,6 +142,7 @@ impl Target {
             config: listener.clone(),
             resolver,
             picker,
+            tier: None,
             budget: Mutex::new(RetryBudget::new(listener.budget)),
             in_flight: Mutex::new(HashMap::new()),
             stats: Stats::default(),
@@ -149,8 +152,20 @@ impl Target {
     /// Balances over the service's failover tier too (SPEC G1).
     #[must_use]
     pub fn with_failover(mut self, tier: FailoverTier) -> Target {
-        self.picker = self.picker.with_failover(tier);
+        self.picker = self.picker.with_failover(tier.clone());
+        self.tier = Some(tier);
         self
+    }
+
+    /// Whether new work may still go to `key`: the view routes it (see [`routed`]), or it is
+    /// a member of the failover tier now.
+    pub fn routes(&self, view: &muster_client::View, key: &EndpointKey) -> bool {
+        routed(view, key)
+            || self.tier.as_ref().is_some_and(|tier| {
+                tier.members()
+                    .iter()
+                    .any(|member| member.instance == key.0 && member.incarnation == key.1)
+            })
     }
 
     /// The resolver of the listener's service.
@@ -268,17 +283,28 @@ impl Target {
     }
 
     /// Resolves once the registry no longer routes new work to `key`: it is draining, was
-    /// removed, or a new incarnation replaced it. A registry outage never resolves it (the view
+    /// removed, or a new incarnation replaced it (or, for a failover tier's member, the tier
+    /// no longer holds it). A registry outage never resolves it (the view
     /// keeps its last set).
     pub async fn departed(&self, key: &EndpointKey) {
         let mut views = self.resolver.subscribe();
+        let mut tier = self.tier.clone();
         loop {
-            if !routed(&views.borrow_and_update(), key) {
+            if !self.routes(&views.borrow_and_update(), key) {
                 return;
             }
-            if views.changed().await.is_err() {
-                // The resolver stopped: the proxy is stopping, which has its own grace.
-                std::future::pending::<()>().await;
+            let tier_changed = async {
+                match tier.as_mut() {
+                    Some(tier) if tier.changed().await => {}
+                    _ => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                changed = views.changed() => if changed.is_err() {
+                    // The resolver stopped: the proxy is stopping, which has its own grace.
+                    std::future::pending::<()>().await;
+                },
+                () = tier_changed => {}
             }
         }
     }

@@ -230,10 +230,9 @@ impl App {
         self.engine().set_target_policy(targets);
     }
 
-    /// Whether self-preservation holds removals from `key` now.
-    #[cfg(feature = "xds")]
     /// The set xDS serves for `key`: the registry's, or with its failover tier in a
     /// federated region (`federation::tiers`).
+    #[cfg(feature = "xds")]
     pub(crate) fn served(&self, registry: &Registry, key: &ServiceKey) -> Option<Arc<muster_core::ServiceSnapshot>> {
         match &self.federation {
             Some(federation) => federation.served(registry, key, self.clock.unix_now_ms()),
@@ -241,6 +240,7 @@ impl App {
         }
     }
 
+    /// Whether self-preservation holds removals from `key` now.
     pub(crate) fn protection_active(&self, key: &ServiceKey) -> bool {
         self.engine().brakes().protection_active(key)
     }

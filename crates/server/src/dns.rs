@@ -33,7 +33,12 @@ impl DnsFeed {
         DnsFeed { zone, federation }
     }
 
+    /// The set DNS answers for `key` (nothing is computed for another tenant's service,
+    /// which the zone does not show).
     fn served(&self, registry: &Registry, key: &ServiceKey) -> Option<Arc<ServiceSnapshot>> {
+        if key.tenant != *self.zone.tenant() {
+            return None;
+        }
         match &self.federation {
             Some((federation, clock)) => federation.served(registry, key, clock.unix_now_ms()),
             None => registry.snapshot(key),

@@ -128,20 +128,27 @@ pub fn assignment(name: &str, snapshot: &ServiceSnapshot, cohort: &Cohort) -> Cl
     usable.sort_by(|a, b| a.0.instance.cmp(&b.0.instance));
     // A failover tier's endpoints (SPEC G1) stand beside the local set's best tier: the
     // policy already chose to send them their weighted share.
+    // Its tier is the best one that has an eligible local endpoint (else the best local one):
+    // the spill must not share a priority with only unusable endpoints while usable ones wait
+    // a priority below.
     let spilled = |endpoint: &Endpoint| endpoint.labels.get(SPILLED_FROM).is_some();
-    let home = usable
-        .iter()
-        .filter(|(endpoint, _)| !spilled(endpoint))
-        .map(|(endpoint, _)| (endpoint.locality.priority, cohort.proximity(endpoint)))
+    let eligible = |endpoint: &Endpoint| matches!(endpoint.serving, ServingState::Ready | ServingState::Degraded);
+    let local_tier = |endpoint: &Endpoint| (endpoint.locality.priority, cohort.proximity(endpoint));
+    let local = || usable.iter().map(|(e, _)| *e).filter(|e| !spilled(e));
+    let home = local()
+        .filter(|e| eligible(e))
+        .map(local_tier)
         .min()
+        .or_else(|| local().map(local_tier).min())
         .unwrap_or_default();
-    let tier = |endpoint: &Endpoint| {
-        if spilled(endpoint) {
-            home
-        } else {
-            (endpoint.locality.priority, cohort.proximity(endpoint))
-        }
+    // The tier's weights were scaled against every eligible local endpoint; in this priority
+    // only the home tier's compete, so its localities weigh that fraction of it.
+    let weight_of = |members: &mut dyn Iterator<Item = &Endpoint>| -> u64 {
+        members.filter(|e| eligible(e)).map(|e| u64::from(e.weight)).sum()
     };
+    let local_weight = weight_of(&mut local());
+    let home_weight = weight_of(&mut local().filter(|e| local_tier(e) == home));
+    let tier = |endpoint: &Endpoint| if spilled(endpoint) { home } else { local_tier(endpoint) };
     let mut tiers: Vec<(u8, u8)> = usable.iter().map(|(endpoint, _)| tier(endpoint)).collect();
     tiers.sort_unstable();
     tiers.dedup();
@@ -161,11 +168,15 @@ pub fn assignment(name: &str, snapshot: &ServiceSnapshot, cohort: &Cohort) -> Cl
     let endpoints = groups
         .into_iter()
         .map(|((priority, region, zone, sub_zone), members)| {
-            let eligible_weight: u32 = members
+            let mut eligible_weight: u64 = members
                 .iter()
-                .filter(|(endpoint, _)| matches!(endpoint.serving, ServingState::Ready | ServingState::Degraded))
-                .map(|(endpoint, _)| u32::from(endpoint.weight))
+                .filter(|(endpoint, _)| eligible(endpoint))
+                .map(|(endpoint, _)| u64::from(endpoint.weight))
                 .sum();
+            if members.iter().any(|(endpoint, _)| spilled(endpoint)) && local_weight > 0 {
+                eligible_weight = (eligible_weight * home_weight).div_ceil(local_weight);
+            }
+            let eligible_weight = u32::try_from(eligible_weight).unwrap_or(u32::MAX);
             LocalityLbEndpoints {
                 locality: Some(XdsLocality { region, zone, sub_zone }),
                 lb_endpoints: members

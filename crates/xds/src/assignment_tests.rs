@@ -282,3 +282,37 @@ fn a_spilled_endpoint_shares_the_local_sets_best_tier_in_its_own_locality() {
         [(0, "a".to_owned()), (0, "x".to_owned()), (1, "y".to_owned())]
     );
 }
+
+#[test]
+fn the_spill_joins_the_best_tier_with_an_eligible_local_endpoint_at_that_tiers_share() {
+    let down = endpoint(1, "a", ServingState::NotServing);
+    let up = endpoint(2, "b", ServingState::Ready);
+    let mut spilled = endpoint(3, "x", ServingState::Ready);
+    spilled.locality.region = Some(label("r2"));
+    spilled.labels = spilled.labels.with(SPILLED_FROM, "r2");
+    let built = assignment("api.prod", &snapshot(vec![down, up, spilled.clone()]), &zone_a());
+    let priorities: Vec<(u32, String)> = shape(&built).into_iter().map(|(p, zone, _)| (p, zone)).collect();
+    // Zone a has nothing eligible: the spill stands beside zone b, not beside the unusable.
+    assert_eq!(
+        priorities,
+        [(0, "a".to_owned()), (1, "b".to_owned()), (1, "x".to_owned())]
+    );
+    // Two eligible local endpoints, in zones a (weight 14) and b (12): the spill (weight 13,
+    // scaled against all 26) weighs the home tier's fraction of it in zone a's priority.
+    let near = endpoint(4, "a", ServingState::Ready);
+    let up = endpoint(2, "b", ServingState::Ready);
+    let built = assignment("api.prod", &snapshot(vec![near, up, spilled]), &zone_a());
+    let weights: Vec<(u32, String, u32)> = built
+        .endpoints
+        .iter()
+        .map(|l| {
+            let zone = l.locality.as_ref().unwrap().zone.clone();
+            (l.priority, zone, l.load_balancing_weight.unwrap().value)
+        })
+        .collect();
+    // 13 × 14 / 26 = 7.
+    assert_eq!(
+        weights,
+        [(0, "a".to_owned(), 14), (0, "x".to_owned(), 7), (1, "b".to_owned(), 12)]
+    );
+}

@@ -11,9 +11,11 @@
 //! region is partitioned away, so nothing is committed), which takes the spill away.
 //!
 //! A served set is versioned like a local one, so xDS can tell a new one from one it sent:
-//! it keeps the local set's revision while it is the local set; a set that changed otherwise
-//! (a spill, its end, a mirrored change) takes the registry's revision, and at least one more
-//! than the last served, so every distinct content this node served has its own revision.
+//! it is the local set with its own revision while nothing newer was served; a set that
+//! changed otherwise (a spill, its end, a mirrored change) takes the registry's revision, and
+//! at least one more than the last served, so every distinct content this node served has its
+//! own revision (which may run past the registry's: xDS acknowledgements are counted for
+//! convergence at most at the registry's revision).
 //! Served revisions are this node's own (another node of the region may number a spill
 //! differently); an xDS client that moves between nodes is sent its resources again.
 
@@ -111,15 +113,12 @@ pub(crate) async fn run_ticker(
     loop {
         tokio::select! {
             () = tokio::time::sleep(federation.heartbeat) => {}
-            _ = stopping.changed() => {}
+            _ = stopping.wait_for(|stop| *stop) => return,
         }
-        if *stopping.borrow() {
-            return;
-        }
-        let now_ms = app.clock.unix_now_ms();
-        // Staged under the read lock: the apply path stages under the write lock, so a newer
-        // set staged there is never overwritten by this older one.
+        // Staged under the read lock, with the time read there: the apply path stages under
+        // the write lock, so a newer set staged there is never overwritten by an older one.
         app.node.read(|registry| {
+            let now_ms = app.clock.unix_now_ms();
             let covered = federation.covered(registry);
             published.retain(|key, _| covered.binary_search(key).is_ok());
             for key in covered {

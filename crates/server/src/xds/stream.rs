@@ -323,10 +323,13 @@ impl<M: Machine> Session<M> {
                 by_revision.entry(revision).or_default().push(name.key(&known.tenant));
             }
         }
+        // A failover tier's served revision can run past the registry's (federation::tiers):
+        // what the client holds is the registry's state up to its revision, no further.
+        let current = self.app.node.read(|registry| registry.revision());
         for (revision, services) in by_revision {
             self.app
                 .convergence
-                .xds_acked(&known.node_id, known.cohort.zone.as_deref(), services, revision);
+                .xds_acked(&known.node_id, known.cohort.zone.as_deref(), services, revision.min(current));
         }
     }
 
