@@ -27,13 +27,10 @@ async fn answered(proxy: std::net::SocketAddr, requests: usize) -> BTreeSet<Stri
     seen
 }
 
-#[tokio::test]
-async fn requests_spill_to_the_admitted_region_while_the_local_set_is_short_and_come_home() {
-    let a = Registry::start().await;
-    let away = Backend::http("away").await;
-    a.register("away", away.addr, Protocol::Http).await;
-    let url = format!("http://{}", a.addr());
-    let b = Registry::start_with(|config| {
+/// Region b, federated with `a` (at `url`) under a policy of at least two eligible
+/// endpoints of `prod/api`.
+async fn region_b(url: String) -> Registry {
+    Registry::start_with(|config| {
         config.federation = FederationConfig {
             region: Some("b".into()),
             heartbeat_ms: 100,
@@ -55,7 +52,15 @@ async fn requests_spill_to_the_admitted_region_while_the_local_set_is_short_and_
             ..FederationConfig::default()
         };
     })
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn requests_spill_to_the_admitted_region_while_the_local_set_is_short_and_come_home() {
+    let a = Registry::start().await;
+    let away = Backend::http("away").await;
+    a.register("away", away.addr, Protocol::Http).await;
+    let b = region_b(format!("http://{}", a.addr())).await;
     // One local endpoint of the two the policy asks for: half the traffic spills to a.
     let home = Backend::http("home").await;
     b.register("home", home.addr, Protocol::Http).await;
@@ -94,4 +99,55 @@ async fn requests_spill_to_the_admitted_region_while_the_local_set_is_short_and_
         BTreeSet::from(["home".to_owned(), "second".to_owned()])
     );
     assert_eq!(away.count(), before);
+}
+
+/// A TCP stream to a tier's endpoint is not "departed": it runs past the drain grace while
+/// the tier holds the endpoint, and is cut after the grace once the tier is withdrawn.
+#[tokio::test]
+async fn a_tcp_stream_to_a_tier_endpoint_lives_while_the_tier_holds_it() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let a = Registry::start().await;
+    let away = Backend::echo("away").await;
+    a.register("away", away.addr, Protocol::Tcp).await;
+    let b = region_b(format!("http://{}", a.addr())).await;
+    // Nothing local is eligible: all of the traffic goes to a.
+    let home = Backend::echo("home").await;
+    b.register("home", home.addr, Protocol::Tcp).await;
+    b.drain("home").await;
+    let proxy = proxy_with(&b, ListenerProtocol::Tcp, |mut config| {
+        config.failover = true;
+        config.drain_grace = std::time::Duration::from_millis(200);
+        config
+    })
+    .await;
+    let addr = proxy.listeners()[0];
+    let mut stream = None;
+    for _ in 0..200 {
+        if let Ok(mut s) = tokio::net::TcpStream::connect(addr).await {
+            let mut greeting = [0u8; 5];
+            if s.read_exact(&mut greeting).await.is_ok() && &greeting == b"away\n" {
+                stream = Some(s);
+                break;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let mut stream = stream.expect("a stream reaches region a's endpoint");
+    // Several drain graces later, still flowing: the tier holds the endpoint.
+    tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
+    stream.write_all(b"ping").await.unwrap();
+    let mut pong = [0u8; 4];
+    stream.read_exact(&mut pong).await.expect("the stream still flows");
+    assert_eq!(&pong, b"ping");
+    // Two local endpoints: the tier goes, and the stream is cut after the grace.
+    let mut locals = Vec::new();
+    for name in ["local-1", "local-2"] {
+        let backend = Backend::echo("local").await;
+        b.register(name, backend.addr, Protocol::Tcp).await;
+        locals.push(backend);
+    }
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(crate::support::STEP, stream.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the stream was cut once the tier was withdrawn");
 }
