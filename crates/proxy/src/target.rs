@@ -294,9 +294,12 @@ impl Target {
                 return;
             }
             let tier_changed = async {
-                match tier.as_mut() {
-                    Some(tier) if tier.changed().await => {}
-                    _ => std::future::pending::<()>().await,
+                let changing = match tier.as_mut() {
+                    Some(tier) => tier.changed().await,
+                    None => false,
+                };
+                if !changing {
+                    std::future::pending::<()>().await;
                 }
             };
             tokio::select! {

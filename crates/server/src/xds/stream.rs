@@ -327,9 +327,12 @@ impl<M: Machine> Session<M> {
         // what the client holds is the registry's state up to its revision, no further.
         let current = self.app.node.read(|registry| registry.revision());
         for (revision, services) in by_revision {
-            self.app
-                .convergence
-                .xds_acked(&known.node_id, known.cohort.zone.as_deref(), services, revision.min(current));
+            self.app.convergence.xds_acked(
+                &known.node_id,
+                known.cohort.zone.as_deref(),
+                services,
+                revision.min(current),
+            );
         }
     }
 
