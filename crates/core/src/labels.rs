@@ -30,12 +30,6 @@ impl Labels {
         let mut total = 0;
         for (key, value) in labels {
             check_pair(key, value, limits.max_label_key_bytes, limits.max_label_value_bytes)?;
-            if key == crate::federation::SPILLED_FROM {
-                return Err(Rejection::label_limit(
-                    format!("labels.{key}"),
-                    "the key is the registry's own: it marks a failover tier's endpoints (SPEC G1)",
-                ));
-            }
             total += key.len() + value.len();
         }
         if total > limits.max_label_bytes {
@@ -192,11 +186,7 @@ mod tests {
     }
 
     #[test]
-    fn the_failover_tier_key_is_refused_from_a_caller_and_set_only_by_with() {
-        let refused = Labels::new(&map(&[(crate::federation::SPILLED_FROM, "a")]), &Limits::default());
-        let err = refused.unwrap_err();
-        assert_eq!(err.code(), "label_limit");
-        assert!(err.to_string().contains("failover tier"), "{err}");
+    fn with_sets_one_label_beside_the_others() {
         let labels = Labels::new(&map(&[("team", "core")]), &Limits::default()).unwrap();
         let tiered = labels.with(crate::federation::SPILLED_FROM, "a");
         assert_eq!(tiered.get(crate::federation::SPILLED_FROM), Some("a"));

@@ -39,7 +39,7 @@ use tokio::net::TcpStream;
 use crate::answer::{GRPC_INTERNAL, error_response, refused};
 use crate::classify::{GRPC_UNAVAILABLE, Outcome};
 use crate::replay::{ReplayBody, Replayable};
-use crate::target::{EndpointKey, InFlight, Stats, Target, key_of};
+use crate::target::{EndpointKey, InFlight, Stats, Target, key_of, tier_changed};
 
 /// The body of every response the proxy sends.
 pub type ProxyBody = BoxBody<Bytes, BoxError>;
@@ -159,6 +159,7 @@ impl HttpForwarder {
     /// which closes their idle connections (SPEC L6). Runs until the resolver stops.
     pub async fn prune(self: Arc<Self>) {
         let mut views = self.target.resolver().subscribe();
+        let mut tier = self.target.tier();
         loop {
             {
                 let view = views.borrow_and_update();
@@ -169,8 +170,12 @@ impl HttpForwarder {
                     tracing::debug!(listener = %self.target.config.listen, closed = before - pools.len(), "upstream pools of departed endpoints closed");
                 }
             }
-            if views.changed().await.is_err() {
-                return;
+            // A failover tier letting an endpoint go is a departure too.
+            tokio::select! {
+                changed = views.changed() => if changed.is_err() {
+                    return;
+                },
+                () = tier_changed(tier.as_mut()) => {}
             }
         }
     }

@@ -157,6 +157,11 @@ impl Target {
         self
     }
 
+    /// The failover tier it follows, if any (a clone: its own change notifications).
+    pub fn tier(&self) -> Option<FailoverTier> {
+        self.tier.clone()
+    }
+
     /// Whether new work may still go to `key`: the view routes it (see [`routed`]), or it is
     /// a member of the failover tier now.
     pub fn routes(&self, view: &muster_client::View, key: &EndpointKey) -> bool {
@@ -284,8 +289,8 @@ impl Target {
 
     /// Resolves once the registry no longer routes new work to `key`: it is draining, was
     /// removed, or a new incarnation replaced it (or, for a failover tier's member, the tier
-    /// no longer holds it). A registry outage never resolves it (the view
-    /// keeps its last set).
+    /// no longer holds it). A registry outage never resolves it for the view's endpoints (the
+    /// view keeps its last set); a tier's are let go after ten failed reads of its decision.
     pub async fn departed(&self, key: &EndpointKey) {
         let mut views = self.resolver.subscribe();
         let mut tier = self.tier.clone();
@@ -293,23 +298,25 @@ impl Target {
             if !self.routes(&views.borrow_and_update(), key) {
                 return;
             }
-            let tier_changed = async {
-                let changing = match tier.as_mut() {
-                    Some(tier) => tier.changed().await,
-                    None => false,
-                };
-                if !changing {
-                    std::future::pending::<()>().await;
-                }
-            };
             tokio::select! {
                 changed = views.changed() => if changed.is_err() {
                     // The resolver stopped: the proxy is stopping, which has its own grace.
                     std::future::pending::<()>().await;
                 },
-                () = tier_changed => {}
+                () = tier_changed(tier.as_mut()) => {}
             }
         }
+    }
+}
+
+/// Resolves when `tier` changes; never without one, or once it cannot change any more.
+pub(crate) async fn tier_changed(tier: Option<&mut FailoverTier>) {
+    let changing = match tier {
+        Some(tier) => tier.changed().await,
+        None => false,
+    };
+    if !changing {
+        std::future::pending::<()>().await;
     }
 }
 

@@ -383,6 +383,17 @@ impl App {
     /// A committed write's latency from here to its commit goes into the commit latency
     /// histogram (SPEC O1); refusals and failures do not.
     pub(crate) async fn propose(&self, command: Command, meta: CommandMeta) -> Result<Applied, ApiError> {
+        // The failover tier's label is the registry's own (SPEC G1). Refused here, before the
+        // log, so that a log written before the rule replays alike on every node.
+        if let Command::Register(register) | Command::RegisterNext(register) = &command
+            && register.spec.labels.contains_key(muster_core::federation::SPILLED_FROM)
+        {
+            return Err(muster_core::Rejection::LabelLimit {
+                field: format!("labels.{}", muster_core::federation::SPILLED_FROM),
+                reason: "the key is the registry's own: it marks a failover tier's endpoints".into(),
+            }
+            .into());
+        }
         // The I/O shell's clock: latency is measured, never decided on.
         let accepted = tokio::time::Instant::now();
         let applied = self.node.propose(command, meta).await??;

@@ -143,8 +143,12 @@ pub fn assignment(name: &str, snapshot: &ServiceSnapshot, cohort: &Cohort) -> Cl
         .unwrap_or_default();
     // The tier's weights were scaled against every eligible local endpoint; in this priority
     // only the home tier's compete, so its localities weigh that fraction of it.
+    // Ready only, as the tier's weights were scaled (`muster_client::failover::Tiers`).
     let weight_of = |members: &mut dyn Iterator<Item = &Endpoint>| -> u64 {
-        members.filter(|e| eligible(e)).map(|e| u64::from(e.weight)).sum()
+        members
+            .filter(|e| e.serving == ServingState::Ready)
+            .map(|e| u64::from(e.weight))
+            .sum()
     };
     let local_weight = weight_of(&mut local());
     let home_weight = weight_of(&mut local().filter(|e| local_tier(e) == home));

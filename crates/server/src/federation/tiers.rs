@@ -31,8 +31,9 @@ use tokio::sync::watch;
 use super::{Federation, federated_parts};
 use crate::app::App;
 
-/// The last served set per covered service: (digest, revision).
-pub(crate) type ServedMemo = std::sync::Mutex<HashMap<ServiceKey, (Digest, Revision)>>;
+/// The last served set per covered service: (digest, served revision, the registry's
+/// revision it was built at).
+pub(crate) type ServedMemo = std::sync::Mutex<HashMap<ServiceKey, (Digest, Revision, Revision)>>;
 
 impl Federation {
     /// The set callers of `key` are served at `now_ms`: the registry's own set unless a
@@ -53,28 +54,40 @@ impl Federation {
             decision.as_ref(),
             mirrored,
         );
+        let built = registry.revision();
         let Some(spill) = tiers.spill else {
-            return local.map(|set| self.versioned(key, set, None));
+            return local.map(|set| self.versioned(key, set, false, built));
         };
         let mut served = ServiceSnapshot::empty(key.clone());
         for endpoint in tiers.local.into_iter().chain(spill.endpoints) {
             served.put(endpoint);
         }
-        Some(self.versioned(key, Arc::new(served), Some(registry.revision())))
+        Some(self.versioned(key, Arc::new(served), true, built))
     }
 
-    /// `set` with its served revision: its own when it is the local set (`at` `None`) and
-    /// nothing newer was served, else `at` or one past the last served.
-    fn versioned(&self, key: &ServiceKey, set: Arc<ServiceSnapshot>, at: Option<Revision>) -> Arc<ServiceSnapshot> {
+    /// `set` with its served revision: its own when it is the local set (`spilled` false) and
+    /// nothing newer was served, else the registry's revision `built` (what it was built
+    /// from) or one past the last served.
+    fn versioned(
+        &self,
+        key: &ServiceKey,
+        set: Arc<ServiceSnapshot>,
+        spilled: bool,
+        built: Revision,
+    ) -> Arc<ServiceSnapshot> {
         let mut memo = self.served.lock().unwrap_or_else(PoisonError::into_inner);
         let digest = set.digest();
-        let base = at.unwrap_or(set.revision());
+        let base = if spilled { built } else { set.revision() };
         let revision = match memo.get(key) {
-            Some(&(held, revision)) if held == digest => revision,
-            Some(&(_, revision)) => base.max(revision.next()),
+            Some(&(held, revision, _)) if held == digest => revision,
+            Some(&(_, revision, _)) => base.max(revision.next()),
             None => base,
         };
-        memo.insert(key.clone(), (digest, revision));
+        let built = match memo.get(key) {
+            Some(&(held, _, at)) if held == digest => at,
+            _ => built,
+        };
+        memo.insert(key.clone(), (digest, revision, built));
         drop(memo);
         if revision == set.revision() {
             set
@@ -84,6 +97,22 @@ impl Federation {
                 revision,
                 set.iter().cloned(),
             ))
+        }
+    }
+
+    /// What an xDS client that acknowledged `key` at served revision `acked` holds, as a
+    /// registry revision (for convergence, SPEC O3): `acked` for a service no tier covers; for
+    /// a covered one at most the registry's revision its served set was built from, and
+    /// `None` for an older served set than the last (nothing to say of it).
+    pub(crate) fn acked_as(&self, key: &ServiceKey, acked: Revision) -> Option<Revision> {
+        if self.policy(key).is_none() {
+            return Some(acked);
+        }
+        let memo = self.served.lock().unwrap_or_else(PoisonError::into_inner);
+        match memo.get(key) {
+            Some(&(_, revision, built)) if revision == acked => Some(acked.min(built)),
+            Some(_) => None,
+            None => Some(acked),
         }
     }
 

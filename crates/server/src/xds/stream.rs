@@ -320,19 +320,22 @@ impl<M: Machine> Session<M> {
                 continue;
             }
             if let (Some(name), Some((revision, _))) = (ServiceName::parse(name), state.acked) {
-                by_revision.entry(revision).or_default().push(name.key(&known.tenant));
+                let key = name.key(&known.tenant);
+                // A failover tier's served revision can run past the registry's
+                // (`federation::tiers`): what the client holds is what it was built from.
+                let held = match &self.app.federation {
+                    Some(federation) => federation.acked_as(&key, revision),
+                    None => Some(revision),
+                };
+                if let Some(held) = held {
+                    by_revision.entry(held).or_default().push(key);
+                }
             }
         }
-        // A failover tier's served revision can run past the registry's (federation::tiers):
-        // what the client holds is the registry's state up to its revision, no further.
-        let current = self.app.node.read(|registry| registry.revision());
         for (revision, services) in by_revision {
-            self.app.convergence.xds_acked(
-                &known.node_id,
-                known.cohort.zone.as_deref(),
-                services,
-                revision.min(current),
-            );
+            self.app
+                .convergence
+                .xds_acked(&known.node_id, known.cohort.zone.as_deref(), services, revision);
         }
     }
 

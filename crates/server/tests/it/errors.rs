@@ -224,6 +224,11 @@ async fn refused_record_content_is_422_with_the_registry_code() {
             "label_limit",
             json!({"addresses": [{"ip": "10.0.0.2"}], "labels": {"Bad Key": "v"}}),
         ),
+        // The failover tier's own label (SPEC G1) is not a registrant's.
+        (
+            "label_limit",
+            json!({"addresses": [{"ip": "10.0.0.2"}], "labels": {"muster/spilled-from": "a"}}),
+        ),
         (
             "record_too_large",
             json!({"addresses": (1..=9).map(|i| json!({"ip": format!("10.0.0.{i}")})).collect::<Vec<_>>()}),
