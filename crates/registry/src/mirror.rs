@@ -46,6 +46,9 @@ pub enum MirrorChange {
     Updates(Vec<ServiceUpdate>),
     /// Nothing changed up to `cursor`: the source region was heard from.
     Progress,
+    /// The import is no longer configured: its sets are forgotten (an operator's removal,
+    /// proposed by the region's leader; nothing else ever drops a mirrored set).
+    Forget,
 }
 
 /// One import's mirrored sets.
@@ -107,6 +110,14 @@ impl MirrorTable {
     /// Applies a mirror command, or refuses it changing nothing. Returns the services whose
     /// set changed, sorted (a `Progress`, or updates all already applied, change none).
     pub(crate) fn apply(&mut self, command: &Mirror, at_ms: u64) -> Result<Vec<ServiceKey>, Rejection> {
+        if command.change == MirrorChange::Forget {
+            let key = (command.region.clone(), command.import.clone());
+            return Ok(self
+                .imports
+                .remove(&key)
+                .map(|forgotten| forgotten.sets.into_keys().collect())
+                .unwrap_or_default());
+        }
         let gap = |detail: String| Rejection::MirrorGap {
             region: command.region.clone(),
             import: command.import.to_string(),
@@ -175,7 +186,7 @@ impl MirrorTable {
                 changed.dedup();
                 changed
             }
-            MirrorChange::Progress => Vec::new(),
+            MirrorChange::Progress | MirrorChange::Forget => Vec::new(),
         };
         self.imports.insert(
             (command.region.clone(), command.import.clone()),
@@ -329,6 +340,17 @@ mod tests {
         let refused = table.apply(&mirror(9, MirrorChange::Updates(vec![skipped])), 20);
         assert_eq!(refused.unwrap_err().code(), "mirror_gap");
         assert_eq!(table, before);
+    }
+
+    #[test]
+    fn forget_drops_the_import_and_names_its_sets_and_an_unknown_one_changes_nothing() {
+        let mut table = MirrorTable::default();
+        let set = ServiceSnapshot::from_endpoints(key("api"), Revision(4), []);
+        table.apply(&mirror(5, MirrorChange::Replace(vec![set])), 10).unwrap();
+        let forgotten = table.apply(&mirror(5, MirrorChange::Forget), 20).unwrap();
+        assert_eq!(forgotten, [key("api")]);
+        assert!(table.iter().next().is_none());
+        assert!(table.apply(&mirror(0, MirrorChange::Forget), 30).unwrap().is_empty());
     }
 
     #[test]

@@ -21,7 +21,7 @@ use futures_util::FutureExt;
 use muster_client::Client;
 use muster_core::api::Frame;
 use muster_core::federation::ImportScope;
-use muster_core::{Actor, ErrorCode, Principal, Revision, ServiceKey, ServiceSnapshot, ServiceUpdate};
+use muster_core::{Actor, ErrorCode, Label, Principal, Revision, ServiceKey, ServiceSnapshot, ServiceUpdate};
 use muster_registry::{Command, Mirror, MirrorChange};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -57,6 +57,7 @@ pub(crate) async fn run(app: Arc<App>, federation: Arc<Federation>, mut stopping
                 _ = stopping.changed() => {}
             }
         };
+        forget_unconfigured(&app, &federation).await;
         let mut tasks = JoinSet::new();
         for peer in &federation.peers {
             for import in &peer.imports {
@@ -79,6 +80,41 @@ pub(crate) async fn run(app: Arc<App>, federation: Arc<Federation>, mut stopping
             .values_mut()
         {
             link.connected = false;
+        }
+    }
+}
+
+/// Forgets every held import the configuration no longer names (a peer or an import
+/// removed): proposed once per leadership; one that fails is tried at the next.
+async fn forget_unconfigured(app: &App, federation: &Federation) {
+    let stale: Vec<(Label, ImportScope, Revision)> = app.node.read(|registry| {
+        registry
+            .mirrors()
+            .filter(|held| {
+                !federation
+                    .peers
+                    .iter()
+                    .any(|peer| peer.name == held.region && peer.imports.contains(&held.import))
+            })
+            .map(|held| (held.region.clone(), held.import.clone(), held.cursor))
+            .collect()
+    });
+    for (region, import, cursor) in stale {
+        let principal = Principal::new(&format!("muster-mirror:{region}")).expect("a valid principal");
+        let command = Command::Mirror(Mirror {
+            region: region.clone(),
+            import: import.clone(),
+            cursor,
+            change: MirrorChange::Forget,
+        });
+        match app
+            .node
+            .propose_as_leader(command, app.meta_as(Actor::Owner, &principal))
+            .await
+        {
+            Ok(Ok(_)) => tracing::info!(%region, %import, "mirror: an import no longer configured is forgotten"),
+            Ok(Err(rejection)) => tracing::warn!(%region, %import, %rejection, "mirror: forgetting refused"),
+            Err(err) => tracing::warn!(%region, %import, %err, "mirror: forgetting not committed"),
         }
     }
 }
@@ -321,7 +357,7 @@ impl Mirroring<'_> {
     async fn propose(&self, cursor: Revision, change: MirrorChange) -> Result<(), Ended> {
         let applied = match &change {
             MirrorChange::Updates(updates) => updates.iter().map(|u| u.revision).fold(cursor, Revision::max),
-            MirrorChange::Replace(_) | MirrorChange::Progress => cursor,
+            MirrorChange::Replace(_) | MirrorChange::Progress | MirrorChange::Forget => cursor,
         };
         let command = Command::Mirror(Mirror {
             region: self.peer.name.clone(),

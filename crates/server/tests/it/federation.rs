@@ -278,6 +278,28 @@ async fn a_partition_between_regions_loses_nothing_and_the_mirror_resumes_by_rev
     assert_eq!(b.get(READ).await.body["total"], 1, "b's own write survived");
 }
 
+/// A peer taken out of the configuration is forgotten by the region's next leader (its
+/// mirrored sets go, by a committed command); nothing else ever drops a mirrored set.
+#[tokio::test]
+async fn a_peer_removed_from_the_configuration_is_forgotten() {
+    let a = TestServer::start().await;
+    register(&a, "a-1", "10.0.0.1", 1).await;
+    let url = format!("http://{}", a.addr());
+    let mut b = TestServer::start_with(|c| federate(c, "b", vec![peer("a", &url)])).await;
+    register(&b, "b-1", "10.1.0.1", 1).await;
+    mirror_of(&b, "a", |m| m["total"] == 1).await;
+    b.restart_with(|c| c.federation.peer.clear()).await;
+    let gone = poll(EVERY, || async {
+        let read = b.get(READ).await.body;
+        read["mirrors"].as_array().is_none_or(Vec::is_empty).then_some(read)
+    })
+    .await
+    .expect("the mirror is forgotten");
+    assert_eq!(gone["total"], 1, "the region's own endpoint stays");
+    let status = b.get("/v1/federation/status").await.expect(StatusCode::OK).body;
+    assert_eq!(status["peers"], json!([]));
+}
+
 /// A region of three nodes (SPEC G2): every node serves the mirror its leader commits; when
 /// the leader stops, the new one resumes the mirror from the replicated cursor (no re-list)
 /// and a change in the source region reaches the surviving nodes with its digest intact.
