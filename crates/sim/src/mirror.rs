@@ -299,5 +299,6 @@ fn describe(change: &MirrorChange, cursor: Revision) -> String {
         MirrorChange::Replace(sets) => format!("replace of {} sets at cursor {cursor}", sets.len()),
         MirrorChange::Updates(updates) => format!("{} updates to cursor {cursor}", updates.len()),
         MirrorChange::Progress => format!("progress to cursor {cursor}"),
+        MirrorChange::Forget => format!("forget at cursor {cursor}"),
     }
 }
