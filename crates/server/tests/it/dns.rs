@@ -19,7 +19,7 @@ async fn acme_server() -> TestServer {
     TestServer::start_with(|config| config.dns_zone.tenant = Label::new("tenant", "acme").unwrap()).await
 }
 
-async fn addresses(dns: &TokioResolver, name: &str) -> Result<Vec<String>, NetError> {
+pub(crate) async fn addresses(dns: &TokioResolver, name: &str) -> Result<Vec<String>, NetError> {
     let lookup = dns.lookup(name, RecordType::A).await?;
     let mut addresses: Vec<String> = lookup
         .answers()

@@ -374,22 +374,9 @@ async fn spilling_regions() -> (TestServer, TestServer, Link) {
     (a, b, link)
 }
 
-/// The addresses DNS answers for `api.prod.muster.`, sorted.
+/// The addresses DNS answers for `api.prod.muster.`, sorted (none for a negative answer).
 async fn dns_addresses(dns: &hickory_resolver::TokioResolver) -> Vec<String> {
-    use hickory_resolver::proto::rr::{RData, RecordType};
-    let Ok(lookup) = dns.lookup("api.prod.muster.", RecordType::A).await else {
-        return Vec::new();
-    };
-    let mut found: Vec<String> = lookup
-        .answers()
-        .iter()
-        .filter_map(|record| match &record.data {
-            RData::A(a) => Some(a.0.to_string()),
-            _ => None,
-        })
-        .collect();
-    found.sort();
-    found
+    crate::dns::addresses(dns, "api.prod.muster.").await.unwrap_or_default()
 }
 
 use crate::dns::resolver;
