@@ -23,7 +23,7 @@ use muster_core::{Label, Revision, ServiceKey};
 use serde::{Deserialize, Serialize};
 
 pub(crate) use mirror::run;
-pub(crate) use read::{federated_parts, status};
+pub(crate) use read::{decision, federated_parts, status};
 pub(crate) use tiers::run_ticker;
 
 /// The `[federation]` section: this region's name, its peers and failover policies.

@@ -29,28 +29,44 @@ pub(crate) fn federated_parts(
         .mirrored(key)
         .map(|(import, set)| mirrored_set(federation, import, set, now_ms))
         .collect();
-    // A name neither registered here nor mirrored is no service: no decision is kept for it.
-    if local.is_none() && mirrors.is_empty() {
-        return (mirrors, None);
+    (mirrors, decision(federation, registry, key, local, now_ms))
+}
+
+/// `key`'s failover decision at `now_ms`, from the registry's sets as they are (no record is
+/// copied): `None` when no policy covers it, or when it is neither registered here nor
+/// mirrored (no service, so no decision is kept for it).
+pub(crate) fn decision(
+    federation: &Federation,
+    registry: &Registry,
+    key: &ServiceKey,
+    local: Option<&ServiceSnapshot>,
+    now_ms: u64,
+) -> Option<FailoverDecision> {
+    let policy = federation.policy(key)?;
+    if local.is_none() && registry.mirrored(key).next().is_none() {
+        return None;
     }
-    let decision = federation.policy(key).map(|policy| {
-        let local = local.map_or_else(SetSummary::default, |set| {
-            SetSummary::of(set.iter().map(|e| &**e), false)
-        });
-        let regions: Vec<_> = policy
-            .failover
-            .iter()
-            .map(|region| {
-                let mirrored: Mirrored = mirrors
-                    .iter()
-                    .find(|m| m.source_region == *region)
-                    .map(|m| (m.state, SetSummary::of(m.endpoints.iter(), false)));
-                (region.clone(), mirrored)
-            })
-            .collect();
-        federation.remember(key, |previous| decide(policy, previous, local, &regions))
+    let local = local.map_or_else(SetSummary::default, |set| {
+        SetSummary::of(set.iter().map(|e| &**e), false)
     });
-    (mirrors, decision)
+    let regions: Vec<_> = policy
+        .failover
+        .iter()
+        .map(|region| {
+            let mirrored: Mirrored =
+                registry
+                    .mirrored(key)
+                    .find(|(import, _)| import.region == *region)
+                    .map(|(import, set)| {
+                        (
+                            federation.state(import.synced_at_ms, now_ms),
+                            SetSummary::of(set.iter().map(|e| &**e), false),
+                        )
+                    });
+            (region.clone(), mirrored)
+        })
+        .collect();
+    Some(federation.remember(key, |previous| decide(policy, previous, local, &regions)))
 }
 
 fn millis(duration: std::time::Duration) -> u64 {

@@ -14,8 +14,8 @@
 //! it is the local set with its own revision while nothing newer was served; a set that
 //! changed otherwise (a spill, its end, a mirrored change) takes the registry's revision, and
 //! at least one more than the last served, so every distinct content this node served has its
-//! own revision (which may run past the registry's: xDS acknowledgements are counted for
-//! convergence at most at the registry's revision).
+//! own revision (which may run past the registry's: an xDS acknowledgement counts for
+//! convergence as the registry revision its set was built from, `Federation::acked_as`).
 //! Served revisions are this node's own (another node of the region may number a spill
 //! differently); an xDS client that moves between nodes is sent its resources again.
 
@@ -28,7 +28,7 @@ use muster_dns::LiveZone;
 use muster_registry::Registry;
 use tokio::sync::watch;
 
-use super::{Federation, federated_parts};
+use super::{Federation, decision};
 use crate::app::App;
 
 /// The last served set per covered service: (digest, served revision, the registry's
@@ -43,12 +43,15 @@ impl Federation {
         if self.policy(key).is_none() {
             return local;
         }
-        let (mirrors, decision) = federated_parts(self, registry, key, local.as_deref(), now_ms);
-        let spill_to = decision.as_ref().filter(|d| d.spill).and_then(|d| d.region.as_ref());
-        let mirrored = spill_to
-            .and_then(|region| mirrors.iter().find(|m| m.source_region == *region))
-            .map(|m| m.endpoints.as_slice())
-            .unwrap_or_default();
+        let decision = decision(self, registry, key, local.as_deref(), now_ms);
+        // Only the spill region's set is read, and only its eligible records copied (`Tiers`).
+        let mirrored = decision
+            .as_ref()
+            .filter(|d| d.spill)
+            .and_then(|d| d.region.as_ref())
+            .and_then(|region| registry.mirrored(key).find(|(import, _)| import.region == *region))
+            .into_iter()
+            .flat_map(|(_, set)| set.iter().map(|e| &**e));
         let tiers = Tiers::new(
             local.iter().flat_map(|set| set.iter().cloned()),
             decision.as_ref(),
@@ -56,48 +59,40 @@ impl Federation {
         );
         let built = registry.revision();
         let Some(spill) = tiers.spill else {
-            return local.map(|set| self.versioned(key, set, false, built));
+            let set = local?;
+            let revision = self.served_revision(key, set.digest(), set.revision(), built);
+            return Some(if revision == set.revision() {
+                set
+            } else {
+                // Past a tier this node served: the same records at a revision of their own.
+                Arc::new(ServiceSnapshot::from_endpoints(
+                    key.clone(),
+                    revision,
+                    set.iter().cloned(),
+                ))
+            });
         };
         let mut served = ServiceSnapshot::empty(key.clone());
         for endpoint in tiers.local.into_iter().chain(spill.endpoints) {
             served.put(endpoint);
         }
-        Some(self.versioned(key, Arc::new(served), true, built))
+        let revision = self.served_revision(key, served.digest(), built, built);
+        served.set_revision(revision);
+        Some(Arc::new(served))
     }
 
-    /// `set` with its served revision: its own when it is the local set (`spilled` false) and
-    /// nothing newer was served, else the registry's revision `built` (what it was built
-    /// from) or one past the last served.
-    fn versioned(
-        &self,
-        key: &ServiceKey,
-        set: Arc<ServiceSnapshot>,
-        spilled: bool,
-        built: Revision,
-    ) -> Arc<ServiceSnapshot> {
+    /// The revision a served set of `digest` goes out at: the one it already went out at,
+    /// else `base` or one past the last served, whichever is later. Records what it was built
+    /// from (the registry's revision `built`) for [`Federation::acked_as`].
+    fn served_revision(&self, key: &ServiceKey, digest: Digest, base: Revision, built: Revision) -> Revision {
         let mut memo = self.served.lock().unwrap_or_else(PoisonError::into_inner);
-        let digest = set.digest();
-        let base = if spilled { built } else { set.revision() };
-        let revision = match memo.get(key) {
-            Some(&(held, revision, _)) if held == digest => revision,
-            Some(&(_, revision, _)) => base.max(revision.next()),
-            None => base,
-        };
-        let built = match memo.get(key) {
-            Some(&(held, _, at)) if held == digest => at,
-            _ => built,
+        let (revision, built) = match memo.get(key) {
+            Some(&(held, revision, at)) if held == digest => (revision, at),
+            Some(&(_, revision, _)) => (base.max(revision.next()), built),
+            None => (base, built),
         };
         memo.insert(key.clone(), (digest, revision, built));
-        drop(memo);
-        if revision == set.revision() {
-            set
-        } else {
-            Arc::new(ServiceSnapshot::from_endpoints(
-                key.clone(),
-                revision,
-                set.iter().cloned(),
-            ))
-        }
+        revision
     }
 
     /// What an xDS client that acknowledged `key` at served revision `acked` holds, as a
