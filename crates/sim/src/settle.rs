@@ -22,6 +22,9 @@ impl Sim {
     pub(crate) async fn finish(&mut self) {
         self.line("heal: every fault undone; no more client operations".into());
         self.pending.clear();
+        // Disarmed before the heal: an armed trap would isolate the leader of the moment
+        // again while the restarts below await, and no step is left to heal it.
+        *lock(&self.duties.trap) = false;
         self.cluster.net.heal();
         self.cluster.net.set_weather(Weather::CALM);
         for id in std::mem::take(&mut self.failed_disks) {
@@ -36,7 +39,6 @@ impl Sim {
                 self.start(id).await;
             }
         }
-        *lock(&self.duties.trap) = false;
         if !self.converge("after healing").await {
             return;
         }
@@ -62,6 +64,16 @@ impl Sim {
         for _ in 0..CONVERGE_WITHIN_MS / 100 {
             tokio::time::sleep(Duration::from_millis(100)).await;
             if self.violated() {
+                return false;
+            }
+            let cuts = self.cluster.net.cuts();
+            if !cuts.is_empty() {
+                // Nothing may cut a link after the heal; a cluster cut then cannot converge,
+                // and the failure would read as the cluster's (seeds 121 and 454 did).
+                lock(&self.checks).fail(
+                    "convergence after healing",
+                    Err(format!("the simulation cut links {cuts:?} after the heal")),
+                );
                 return false;
             }
             let states = self.sample(false);
