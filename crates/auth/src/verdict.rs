@@ -3,8 +3,9 @@
 //! A request names a tenant (or none, for the cluster-wide routes), a [`Scope`] and a verb.
 //! Rules are kept sorted by precedence ([`Rule::precedence`]: most specific first, deny
 //! before allow), so the verdict for one service is the first rule that covers it. The
-//! property test below checks that this agrees with the rule as stated (the most specific
-//! matches decide, deny wins ties, default deny), evaluated literally.
+//! property test below checks that this agrees, refusal for refusal, with the rule as stated
+//! (the most specific matches decide, deny wins ties, default deny), evaluated literally by
+//! a reference that shares no matching or ordering code with it.
 
 use std::fmt;
 
@@ -111,47 +112,99 @@ pub(crate) fn authorize(tenant: Option<&Label>, rules: &[Rule], request: &Reques
 
 #[cfg(test)]
 mod tests {
+    use std::cmp::Ordering;
+
     use proptest::prelude::*;
 
     use super::*;
     use crate::rule::Pattern;
 
-    /// The rule as the SPEC states it, evaluated literally: among the rules that cover the
-    /// request, the most specific decide; a deny among them wins; none covering denies.
-    fn reference(tenant: Option<&Label>, rules: &[Rule], request: &Request<'_>) -> bool {
-        if let (Some(own), Some(asked)) = (tenant, request.tenant)
-            && own != asked
-        {
-            return false;
+    /// A name pattern read naively, straight from its text form's meaning (`*`, `prefix*`,
+    /// `name`), without [`Pattern::matches`].
+    fn naive_match(pattern: &Pattern, name: &str) -> bool {
+        match pattern {
+            Pattern::Any => true,
+            Pattern::Prefix(prefix) => name.get(..prefix.len()) == Some(prefix.as_str()),
+            Pattern::Exact(exact) => name == exact.as_str(),
         }
-        if tenant.is_some() && request.tenant.is_none() {
-            return false;
+    }
+
+    /// Which of two patterns that both match one name is the more specific, as SPEC S2 states
+    /// it: an exact name beats any prefix, a longer prefix a shorter one, any prefix `*`.
+    /// Pairwise, written without [`Pattern::specificity`].
+    fn naive_narrower(a: &Pattern, b: &Pattern) -> Ordering {
+        match (a, b) {
+            (Pattern::Exact(_), Pattern::Exact(_)) | (Pattern::Any, Pattern::Any) => Ordering::Equal,
+            (Pattern::Exact(_), _) | (Pattern::Prefix(_), Pattern::Any) => Ordering::Greater,
+            (_, Pattern::Exact(_)) | (Pattern::Any, Pattern::Prefix(_)) => Ordering::Less,
+            (Pattern::Prefix(a), Pattern::Prefix(b)) => a.len().cmp(&b.len()),
         }
+    }
+
+    /// A rule against another, both covering one request: the namespace decides, then the
+    /// service.
+    fn naive_rule_narrower(a: &Rule, b: &Rule) -> Ordering {
+        naive_narrower(&a.namespace, &b.namespace).then_with(|| naive_narrower(&a.service, &b.service))
+    }
+
+    /// The rule as SPEC S2 and S3 state it, evaluated literally and independently of the
+    /// implementation (no `covers`, `specificity`, `precedence` or sorted order): another
+    /// tenant's request is refused as such, a tenant token on a cluster-wide route as such;
+    /// among the rules that cover the request, those no other covering rule is narrower than
+    /// decide, a deny among them wins (refused by that deny), none covering is `NoRule`.
+    /// `Err` holds every refusal the rule allows (several decisive denies tie).
+    fn reference(tenant: Option<&Label>, rules: &[Rule], request: &Request<'_>) -> Result<(), Vec<Denial>> {
+        match (tenant, request.tenant) {
+            (Some(own), Some(asked)) if own != asked => {
+                return Err(vec![Denial::OtherTenant {
+                    token: own.clone(),
+                    asked: asked.clone(),
+                }]);
+            }
+            (Some(_), None) => return Err(vec![Denial::OperatorOnly]),
+            _ => {}
+        }
+        let verb = request.verb;
+        let has_verb = |r: &Rule| Verb::ALL.iter().any(|v| *v == verb && r.verbs.contains(*v));
         let covering: Vec<&Rule> = match request.scope {
             Scope::Service { namespace, service } => rules
                 .iter()
-                .filter(|r| r.covers(request.verb, namespace, service))
+                .filter(|r| has_verb(r) && naive_match(&r.namespace, namespace) && naive_match(&r.service, service))
                 .collect(),
             Scope::Whole => rules
                 .iter()
-                .filter(|r| r.is_tenant_wide() && r.verbs.contains(request.verb))
+                .filter(|r| has_verb(r) && r.namespace == Pattern::Any && r.service == Pattern::Any)
                 .collect(),
+            // Only an allow rule opens these gates; no deny refuses them here.
             Scope::Namespace(namespace) => {
-                return rules.iter().any(|r| {
-                    r.effect == Effect::Allow && r.verbs.contains(request.verb) && r.namespace.matches(namespace)
-                });
+                let allowed = rules
+                    .iter()
+                    .any(|r| r.effect == Effect::Allow && has_verb(r) && naive_match(&r.namespace, namespace));
+                return if allowed { Ok(()) } else { Err(vec![Denial::NoRule]) };
             }
             Scope::AnyService => {
-                return rules
-                    .iter()
-                    .any(|r| r.effect == Effect::Allow && r.verbs.contains(request.verb));
+                let allowed = rules.iter().any(|r| r.effect == Effect::Allow && has_verb(r));
+                return if allowed { Ok(()) } else { Err(vec![Denial::NoRule]) };
             }
         };
-        let Some(top) = covering.iter().map(|r| r.specificity()).max() else {
-            return false;
-        };
-        let decisive: Vec<&&Rule> = covering.iter().filter(|r| r.specificity() == top).collect();
-        decisive.iter().all(|r| r.effect == Effect::Allow)
+        if covering.is_empty() {
+            return Err(vec![Denial::NoRule]);
+        }
+        let decisive: Vec<&Rule> = covering
+            .iter()
+            .filter(|r| {
+                !covering
+                    .iter()
+                    .any(|other| naive_rule_narrower(other, r) == Ordering::Greater)
+            })
+            .copied()
+            .collect();
+        let denies: Vec<Denial> = decisive
+            .iter()
+            .filter(|r| r.effect == Effect::Deny)
+            .map(|r| Denial::DeniedBy((*r).clone()))
+            .collect();
+        if denies.is_empty() { Ok(()) } else { Err(denies) }
     }
 
     const NAMES: [&str; 5] = ["a", "ab", "abc", "b", "api"];
@@ -210,7 +263,15 @@ mod tests {
             let request = Request { tenant: asked, scope, verb };
             let mut sorted = rules.clone();
             sorted.sort_by(Rule::precedence);
-            prop_assert_eq!(authorize(own, &sorted, &request).is_ok(), reference(own, &rules, &request));
+            // Not only allow or refuse: which refusal (the kind, and for a deny the rule).
+            match (authorize(own, &sorted, &request), reference(own, &rules, &request)) {
+                (Ok(()), Ok(())) => {}
+                (Err(denial), Err(expected)) => prop_assert!(
+                    expected.contains(&denial),
+                    "refused with {:?}, the rule as stated refuses with one of {:?}", denial, expected
+                ),
+                (got, expected) => prop_assert!(false, "verdict {:?}, the rule as stated gives {:?}", got, expected),
+            }
         }
     }
 
