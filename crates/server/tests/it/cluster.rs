@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hyper::{Method, StatusCode};
+use muster_core::api::Frame;
+use muster_core::{DeleteReason, Event, Incarnation, ServingState};
 use muster_server::{ServerConfig, ServerError};
 use muster_testkit::fixed_tcp_port as free_port;
 use serde_json::json;
@@ -759,22 +761,59 @@ fn drain_path(service: &str, instance: &str) -> String {
     format!("{}/drain", instance_path(service, instance))
 }
 
-/// SPEC L6: the grace of a drain taken by a follower used to live in that follower's memory,
-/// where no leader ever ended it. The deadline is committed with the drain now.
+/// SPEC L5, L6: the grace of a drain taken by a follower used to live in that follower's
+/// memory, where no leader ever ended it. The deadline is committed with the drain now: the
+/// endpoint is `draining` through the grace (a read on the follower while it runs, and the
+/// follower's watch: the draining record comes before the removal) and is deregistered after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_drain_with_a_grace_sent_to_a_follower_is_deregistered_after_the_grace() {
+async fn a_drain_with_a_grace_sent_to_a_follower_drains_through_the_grace_then_deregisters() {
     let mut cluster = Cluster::start().await;
     let leader = cluster.leader().await;
     let follower = (leader + 1) % 3;
     let node = cluster.node(follower);
-    node.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
+    let registered = node.register("api", "a", "10.0.0.1").await.expect(StatusCode::OK);
+    let mut watch = node
+        .watch(&format!(
+            "/v1/watch/acme/prod/api?from_revision={}",
+            registered.revision()
+        ))
+        .await;
+    // Two seconds: long beside one local read right after the acknowledgement, so that read
+    // lands inside the grace; the watch below proves the order whatever the timing.
     node.call(
         Method::POST,
         &drain_path("api", "a"),
-        Some(json!({"incarnation": 1, "grace_ms": 300})),
+        Some(json!({"incarnation": 1, "grace_ms": 2_000})),
     )
     .await
     .expect(StatusCode::OK);
+    // Acknowledged after commit on the node that answered: read there, during the grace.
+    let during = node.get("/v1/registry/acme/prod/api").await.expect(StatusCode::OK);
+    assert_eq!(
+        during.body["total"], 1,
+        "still registered during the grace: {}",
+        during.body
+    );
+    assert_eq!(during.body["endpoints"][0]["serving"], "draining");
+
+    // The follower's watch: the drain's record (draining), then the removal, nothing between.
+    let Some(Frame::Update(drained)) = watch.next_event().await else {
+        panic!("the drain's update first");
+    };
+    assert!(
+        matches!(&drained.events[..], [Event::Put { endpoint }]
+            if endpoint.instance.as_str() == "a" && endpoint.serving == ServingState::Draining),
+        "{drained:?}"
+    );
+    let Some(Frame::Update(removed)) = watch.next_event().await else {
+        panic!("the removal after the grace");
+    };
+    assert!(removed.revision > drained.revision);
+    assert!(
+        matches!(&removed.events[..], [Event::Delete { instance, incarnation, reason: DeleteReason::Deregistered }]
+            if instance.as_str() == "a" && *incarnation == Incarnation(1)),
+        "{removed:?}"
+    );
     until_total(cluster.node(leader), "api", 0).await;
     until_total(cluster.node(follower), "api", 0).await;
     for i in 0..3 {
