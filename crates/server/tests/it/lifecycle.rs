@@ -1,9 +1,11 @@
 //! Status, readiness, binding rules and restart (SPEC D1, U1 item 6; SPEC S1).
 
+use std::time::Duration;
+
 use hyper::StatusCode;
 use muster_server::{ServerConfig, ServerError};
 
-use crate::support::{TestServer, test_config};
+use crate::support::{TestServer, poll, test_config};
 
 #[tokio::test]
 async fn status_reports_node_leader_revision_and_readiness() {
@@ -64,20 +66,57 @@ async fn bad_health_settings_are_refused_naming_the_setting() {
     }
 }
 
+/// SPEC D1: `run` serves (a real `200` from the running node) until its shutdown future
+/// resolves, then returns `Ok` and the port no longer accepts.
 #[tokio::test]
 async fn run_serves_until_shutdown_resolves_then_returns_ok() {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
     let dir = tempfile::tempdir().unwrap();
-    let config = test_config(&dir);
+    // A known port: `run` does not hand back the address it bound.
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", muster_testkit::fixed_tcp_port())
+        .parse()
+        .unwrap();
+    let config = ServerConfig {
+        http: addr,
+        ..test_config(&dir)
+    };
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(muster_server::run(config, async move {
         let _ = rx.await;
     }));
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<bytes::Bytes>>();
+    let url: hyper::Uri = format!("http://{addr}/v1/status").parse().unwrap();
+    // A bounded poll for the event "the node answers 200 and is ready": `run` binds and
+    // starts in its own task.
+    let status = poll(Duration::from_millis(20), || {
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            let reply = client.get(url).await.ok()?;
+            if reply.status() != StatusCode::OK {
+                return None;
+            }
+            let body = reply.into_body().collect().await.ok()?.to_bytes();
+            let body: serde_json::Value = serde_json::from_slice(&body).ok()?;
+            (body["ready"] == true).then_some(body)
+        }
+    })
+    .await;
+    assert!(status.is_some(), "run serves a ready 200 before shutdown");
+    assert!(!running.is_finished(), "still serving until shutdown resolves");
+
     tx.send(()).unwrap();
     let result = tokio::time::timeout(crate::support::STEP, running)
         .await
         .expect("run returns in time")
         .unwrap();
     assert!(result.is_ok(), "{result:?}");
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "nothing listens once run has returned"
+    );
 }
 
 #[tokio::test]
