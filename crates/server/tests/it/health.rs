@@ -451,8 +451,18 @@ async fn self_preservation_holds_a_mass_lease_expiry() {
     })
     .await;
     assert_eq!(left.len(), 7);
-    // The keeper tries again every 100 ms; give it many ticks to (wrongly) expire more.
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    // Proof by order, not by a wait: a canary lease of another service, granted now, expires
+    // after every held lease's deadline. Once the keeper has expired it, the keeper has
+    // looked at the held leases past their deadlines too, and they are still held.
+    server
+        .call(
+            Method::PUT,
+            &instance_path("canary", "c-0"),
+            Some(json!({"incarnation": 1, "endpoint": endpoint("10.0.0.2"), "lease": {"ttl_ms": 1000}})),
+        )
+        .await
+        .expect(StatusCode::OK);
+    until(&server, "canary", "the canary's lease expired", |e, _| e.is_empty()).await;
     let (endpoints, protected) = read(&server, "quiet").await;
     assert_eq!(endpoints.len(), 7, "held while protection is active");
     assert!(protected);
@@ -534,6 +544,11 @@ async fn checks_resume_after_a_restart_and_stop_when_the_endpoint_leaves() {
     server.restart().await;
     target.set(UNAVAILABLE);
     until_state(&server, "web", "web-0", "not_serving").await;
+    // A witness checked by the same checker at the same interval: its probes are the clock
+    // the test reads, so what follows is a proof by order, not a wait.
+    let witness = HttpTarget::start().await;
+    register_checked(&server, "witness", "w-0", json!([fast_check(&witness.url())])).await;
+    until_state(&server, "witness", "w-0", "ready").await;
 
     server
         .call(
@@ -543,10 +558,22 @@ async fn checks_resume_after_a_restart_and_stop_when_the_endpoint_leaves() {
         )
         .await
         .expect(StatusCode::OK);
-    // A probe already running may still land; none starts after it (5 intervals pass).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A probe already running may still land: it has, once the witness was probed twice
+    // more (a probe's timeout is half an interval). None starts after it: five more witness
+    // probes, five intervals in which web-0's check would have been due.
+    let witness_probes = |more: u64| {
+        let (witness, from) = (&witness, witness.requests());
+        async move {
+            let reached = poll(Duration::from_millis(25), || async move {
+                (witness.requests() >= from + more).then_some(())
+            })
+            .await;
+            assert!(reached.is_some(), "the checker stopped probing the witness");
+        }
+    };
+    witness_probes(2).await;
     let after = target.requests();
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    witness_probes(5).await;
     assert_eq!(
         target.requests(),
         after,
@@ -592,8 +619,18 @@ async fn an_owner_who_lifts_a_drain_keeps_the_instance_past_the_grace() {
         )
         .await
         .expect(StatusCode::OK);
-    // The keeper looks every 100 ms: give it many looks past the grace.
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    // Proof by order, not by a wait: a drain with the same grace, taken after the lift, ends
+    // after a's deadline would have. Once the keeper has ended it, it has passed a's.
+    server.register("witness", "w", "10.0.0.2").await.expect(StatusCode::OK);
+    server
+        .call(
+            Method::POST,
+            &format!("{}/drain", instance_path("witness", "w")),
+            Some(json!({"incarnation": 1, "grace_ms": 300})),
+        )
+        .await
+        .expect(StatusCode::OK);
+    until(&server, "witness", "the later drain ended", |e, _| e.is_empty()).await;
     let (endpoints, _) = read(&server, "api").await;
     assert_eq!(endpoints.len(), 1, "a lifted drain does not deregister");
     assert_eq!(endpoints[0]["serving"], "ready");
