@@ -80,4 +80,4 @@ pub mod trace;
 pub mod wan;
 pub mod workload;
 
-pub use run::{Options, Report, run_seed};
+pub use run::{FaultCounts, Options, Report, run_seed};

@@ -422,6 +422,8 @@ impl Fed {
         net.sent += rb.net.sent;
         net.lost += rb.net.lost;
         net.duplicated += rb.net.duplicated;
+        let mut faults = ra.faults;
+        faults += rb.faults;
         Report {
             seed: ra.seed,
             trace,
@@ -432,6 +434,7 @@ impl Fed {
             acknowledged: ra.acknowledged + rb.acknowledged,
             revision: ra.revision,
             federation: Some(self.report),
+            faults,
         }
     }
 }

@@ -84,6 +84,32 @@ pub struct Report {
     pub revision: u64,
     /// With two regions: what the mirror did.
     pub federation: Option<FederationReport>,
+    /// The faults injected (both regions' together, with two).
+    pub faults: FaultCounts,
+}
+
+/// How many faults a run injected, by kind: a run that keeps every invariant proves
+/// something only if faults happened in it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FaultCounts {
+    /// Nodes crashed (a power cut, or a stop after a failed disk write).
+    pub crashes: u64,
+    /// Crashed nodes started again from their disk.
+    pub restarts: u64,
+    /// Partitions: a node isolated, one link cut one way, or the leader isolated while its
+    /// lease expiry was in flight.
+    pub partitions: u64,
+    /// Disk writes made to fail.
+    pub failed_disks: u64,
+}
+
+impl std::ops::AddAssign for FaultCounts {
+    fn add_assign(&mut self, other: FaultCounts) {
+        self.crashes += other.crashes;
+        self.restarts += other.restarts;
+        self.partitions += other.partitions;
+        self.failed_disks += other.failed_disks;
+    }
 }
 
 /// A current-thread runtime on a paused clock: the simulation's time is virtual.
@@ -140,6 +166,8 @@ pub(crate) struct Sim {
     pub(crate) failed_disks: std::collections::BTreeSet<u64>,
     /// While set, the schedule draws no new fault (a scheduled undoing still happens).
     pub(crate) hold_faults: bool,
+    /// The faults injected so far.
+    pub(crate) faults: FaultCounts,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -190,6 +218,7 @@ impl Sim {
             steps: 0,
             failed_disks: std::collections::BTreeSet::new(),
             hold_faults: false,
+            faults: FaultCounts::default(),
             options,
         };
         for id in sim.cluster.ids() {
@@ -252,6 +281,7 @@ impl Sim {
             self.line(format!(
                 "fault: leader {leader} isolated while its lease expiry was in flight"
             ));
+            self.faults.partitions += 1;
             self.later(300, 3_000, Fault::Heal, true);
         }
         if self.rng.chance(280) && !self.hold_faults {
@@ -321,6 +351,7 @@ impl Sim {
                     self.failed_disks.remove(&id);
                     self.duties.forget(id);
                     self.line(format!("fault: {described}"));
+                    self.faults.crashes += 1;
                     self.later(200, 3_000, Fault::Restart(id), true);
                 }
             }
@@ -329,6 +360,7 @@ impl Sim {
                     self.cluster.disks[&id].fail_next_writes(0);
                     self.start(id).await;
                     self.line(format!("fault ends: {described}"));
+                    self.faults.restarts += 1;
                 }
             }
             Fault::Isolate(id) => {
@@ -337,11 +369,13 @@ impl Sim {
                     self.cluster.net.cut(other, id);
                 }
                 self.line(format!("fault: {described}"));
+                self.faults.partitions += 1;
                 self.later(500, 4_000, Fault::Heal, true);
             }
             Fault::CutOneWay(from, to) => {
                 self.cluster.net.cut(from, to);
                 self.line(format!("fault: {described}"));
+                self.faults.partitions += 1;
                 self.later(300, 3_000, Fault::Heal, true);
             }
             Fault::Heal => {
@@ -369,6 +403,7 @@ impl Sim {
                 self.cluster.disks[&id].fail_next_writes(count);
                 self.failed_disks.insert(id);
                 self.line(format!("fault: {described}"));
+                self.faults.failed_disks += 1;
                 // The node stops on the failed write; its supervisor restarts the process.
                 self.later(200, 1_000, Fault::Crash(id), true);
             }
@@ -422,6 +457,7 @@ impl Sim {
             acknowledged: checks.acknowledged.len(),
             revision,
             federation: None,
+            faults: self.faults,
         }
     }
 }

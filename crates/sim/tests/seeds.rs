@@ -1,16 +1,42 @@
-//! The simulation's own guarantees: a fixed range of seeds keeps every invariant, and one
-//! seed run twice is the same run (the same trace hash).
+//! The simulation's own guarantees: a fixed range of seeds keeps every invariant while
+//! faults of every kind happen in it (the report's counts), and one seed run twice is the
+//! same run (the same trace hash).
 
-use muster_sim::{Options, run_seed};
+use muster_sim::{FaultCounts, Options, Report, run_seed};
 
 /// The seeds every test run plays: small enough for a debug build in CI.
 const SEEDS: std::ops::RangeInclusive<u64> = 1..=20;
 
+/// Asserts that `reports` injected every kind of fault: crashes, restarts from disk,
+/// partitions and failed disk writes, and that each seed injected some. An invariant kept
+/// by a run without faults proves nothing about faults.
+fn assert_faults_happened(reports: &[Report]) {
+    let mut total = FaultCounts::default();
+    for report in reports {
+        let f = report.faults;
+        assert!(
+            f.crashes + f.partitions + f.failed_disks > 0,
+            "seed {} injected no fault: {f:?}",
+            report.seed
+        );
+        total += f;
+    }
+    assert!(total.crashes > 0, "no crash across the seeds: {total:?}");
+    assert!(total.restarts > 0, "no restart across the seeds: {total:?}");
+    assert!(total.partitions > 0, "no partition across the seeds: {total:?}");
+    assert!(
+        total.failed_disks > 0,
+        "no failed disk write across the seeds: {total:?}"
+    );
+}
+
 #[test]
-fn seeds_1_to_20_keep_every_invariant() {
+fn seeds_1_to_20_keep_every_invariant_through_crashes_partitions_and_failed_disks() {
     let options = Options::default();
-    let failures: Vec<String> = SEEDS
-        .map(|seed| run_seed(seed, &options))
+    let reports: Vec<Report> = SEEDS.map(|seed| run_seed(seed, &options)).collect();
+    assert_faults_happened(&reports);
+    let failures: Vec<String> = reports
+        .into_iter()
         .filter_map(|report| {
             report.violation.map(|v| {
                 format!(
@@ -49,12 +75,14 @@ fn a_five_node_cluster_keeps_every_invariant_too() {
         steps: 150,
         ..Options::default()
     };
-    for seed in 1..=3 {
-        let report = run_seed(seed, &options);
+    let reports: Vec<Report> = (1..=3).map(|seed| run_seed(seed, &options)).collect();
+    for report in &reports {
         assert!(
             report.violation.is_none(),
-            "seed {seed} with 5 nodes: {:?}",
+            "seed {} with 5 nodes: {:?}",
+            report.seed,
             report.violation
         );
     }
+    assert_faults_happened(&reports);
 }
