@@ -55,6 +55,16 @@ async fn a_slow_request_in_flight_on_a_draining_endpoint_completes_and_it_gets_n
     registry.register("other", other.addr, Protocol::Http).await;
     registry.drain("slow").await;
     until_draining(&proxy, "slow").await;
+    // The order the name claims: the proxy saw the drain while the slow request was still in
+    // flight to it (1.5 s of headroom against one watch update).
+    let target = Arc::clone(&proxy.targets()[0]);
+    assert!(
+        target
+            .in_flight()
+            .iter()
+            .any(|((instance, _), n)| instance.as_str() == "slow" && *n > 0),
+        "the drain was seen while the slow request was in flight"
+    );
     let client = http_client(false);
     for _ in 0..30 {
         let (status, body) = get(&client, addr, "/").await.expect("answered");
@@ -123,7 +133,9 @@ async fn a_tcp_stream_to_a_draining_endpoint_runs_until_the_grace_then_is_cut() 
     stream.read_exact(&mut greeting).await.unwrap();
     registry.drain("echo").await;
     until_draining(&proxy, "echo").await;
-    // Still flowing inside the grace.
+    // Still flowing inside the grace. Proved by order: the drain was seen (the grace runs),
+    // the echo comes back, and only then is the stream cut. This one step must land inside
+    // the 700 ms grace, the proxy's own timer; nothing here measures it.
     stream.write_all(b"ping").await.unwrap();
     let mut pong = [0u8; 4];
     stream.read_exact(&mut pong).await.unwrap();

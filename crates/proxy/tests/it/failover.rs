@@ -101,8 +101,9 @@ async fn requests_spill_to_the_admitted_region_while_the_local_set_is_short_and_
     assert_eq!(away.count(), before);
 }
 
-/// A TCP stream to a tier's endpoint is not "departed": it runs past the drain grace while
-/// the tier holds the endpoint, and is cut after the grace once the tier is withdrawn.
+/// A TCP stream to a tier's endpoint is not "departed": it runs past a drain grace (a local
+/// stream cut after its grace proves one ran out) while the tier holds the endpoint, and is
+/// cut after the grace once the tier is withdrawn.
 #[tokio::test]
 async fn a_tcp_stream_to_a_tier_endpoint_lives_while_the_tier_holds_it() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -134,8 +135,28 @@ async fn a_tcp_stream_to_a_tier_endpoint_lives_while_the_tier_holds_it() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let mut stream = stream.expect("a stream reaches region a's endpoint");
-    // Several drain graces later, still flowing: the tier holds the endpoint.
-    tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
+    // Proof by order, not by a wait: a control stream to a local endpoint that is then
+    // drained is cut after the grace. By then the local view has changed twice (the change
+    // that used to make the proxy take a tier's endpoint for departed) and a whole grace has
+    // run out since; the tier's stream still flows after that.
+    let control_backend = Backend::echo("ctrl").await;
+    b.register("ctrl", control_backend.addr, Protocol::Tcp).await;
+    until_eligible(&proxy, 1).await;
+    let mut control = None;
+    for _ in 0..200 {
+        if let Ok(mut s) = tokio::net::TcpStream::connect(addr).await {
+            let mut greeting = [0u8; 5];
+            if s.read_exact(&mut greeting).await.is_ok() && &greeting == b"ctrl\n" {
+                control = Some(s);
+                break;
+            }
+        }
+    }
+    let mut control = control.expect("a stream reaches the local control endpoint");
+    b.drain("ctrl").await;
+    let mut rest = Vec::new();
+    let cut = tokio::time::timeout(crate::support::STEP, control.read_to_end(&mut rest)).await;
+    assert!(cut.is_ok(), "the control stream was cut after the grace");
     stream.write_all(b"ping").await.unwrap();
     let mut pong = [0u8; 4];
     stream.read_exact(&mut pong).await.expect("the stream still flows");
