@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod append_pacer;
 mod applied_batches;
 mod batcher;
 #[cfg(feature = "fault-injection")]
@@ -21,6 +22,8 @@ pub mod fault_injection;
 mod log_store;
 mod log_tail;
 mod network;
+#[cfg(test)]
+mod network_tests;
 mod node;
 mod read_index;
 mod runtime;
@@ -38,7 +41,7 @@ mod state_machine_tests;
 mod storage_tests;
 mod types;
 
-pub use network::{CallError, PeerClient, PeerTransport, Rpc, SECRET_HEADER, TransportReply};
+pub use network::{CallError, PeerClient, PeerTransport, Rpc, SECRET_HEADER, TransportReply, shrink};
 pub use node::{
     ApplyObserver, ClusterConfig, ConsensusError, Judged, Member, Node, NodeConfig, NodeStatus, SNAPSHOT_CHUNK_BYTES,
 };

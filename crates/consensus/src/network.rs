@@ -26,7 +26,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use muster_tls::Connector;
 use openraft::BasicNode;
-use openraft::error::{InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::error::{InstallSnapshotError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
@@ -35,6 +35,7 @@ use openraft::raft::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::append_pacer::{AppendPacer, Pace};
 use crate::types::TypeConfig;
 
 /// The header that carries the cluster secret on every node-to-node request.
@@ -305,6 +306,8 @@ pub(crate) struct HttpPeer {
     client: PeerClient,
     target: u64,
     addr: String,
+    /// How many entries an append to this peer may carry ([`crate::append_pacer`]).
+    pacer: AppendPacer,
 }
 
 impl RaftNetworkFactory<TypeConfig> for HttpPeers {
@@ -315,6 +318,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpPeers {
             addr: self.client.address_of(target, &node.addr),
             client: self.client.clone(),
             target,
+            pacer: AppendPacer::default(),
         }
     }
 }
@@ -346,7 +350,23 @@ impl RaftNetwork<TypeConfig> for HttpPeer {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        self.rpc(Rpc::Append, Encoded::json(&rpc), &option).await
+        let entries = rpc.entries.len() as u64;
+        if let Pace::Shrink(hint) = self.pacer.admit(entries) {
+            return Err(shrink(hint));
+        }
+        let body = Encoded::json(&rpc);
+        if let Ok(encoded) = &body
+            && let Pace::Shrink(hint) = self.pacer.fits(entries, encoded.bytes.len())
+        {
+            return Err(shrink(hint));
+        }
+        // Twice openraft's own timeout: openraft drops the call first, which is what tells
+        // the pacer the follower needs smaller batches (an `Unreachable` would not).
+        let option = RPCOption::new(option.hard_ttl() * 2);
+        let reply = self.rpc(Rpc::Append, body, &option).await;
+        self.pacer
+            .answered(entries, !matches!(reply, Err(RPCError::Unreachable(_))));
+        reply
     }
 
     async fn install_snapshot(
@@ -365,6 +385,12 @@ impl RaftNetwork<TypeConfig> for HttpPeer {
     ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
         self.rpc(Rpc::Vote, Encoded::json(&rpc), &option).await
     }
+}
+
+/// The answer that makes openraft send at most `hint` entries at once
+/// ([`crate::append_pacer`]).
+pub fn shrink<E: std::error::Error>(hint: u64) -> RPCError<u64, BasicNode, E> {
+    RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(hint))
 }
 
 /// Builds connections to peers, of which a single node has none.

@@ -275,6 +275,7 @@ impl Parts {
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
             max_in_snapshot_log_to_keep: config.keep_after_snapshot,
             snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
+            max_payload_entries: crate::append_pacer::MAX_APPEND_ENTRIES,
             ..openraft::Config::default()
         }
         .validate()

@@ -36,10 +36,11 @@ use crate::lease_routes::renew_here;
 use crate::peer::Peer;
 use crate::writes::{in_flight_here, report_here};
 
-/// The largest node-to-node request: an append of many batched entries (the bound that sets
-/// it), or a snapshot chunk, which travels raw (`muster_consensus::snapshot_frame`): its
-/// [`SNAPSHOT_CHUNK_BYTES`] and a head of a few hundred bytes.
-const MAX_RPC_BYTES: usize = 64 * 1024 * 1024;
+/// The largest node-to-node request (`muster_consensus::append_pacer`): an append of many
+/// batched entries, which the sender keeps to an eighth of it, or a snapshot chunk, which
+/// travels raw (`muster_consensus::snapshot_frame`): its [`SNAPSHOT_CHUNK_BYTES`] and a head
+/// of a few hundred bytes.
+const MAX_RPC_BYTES: usize = muster_consensus::append_pacer::MAX_RPC_BYTES;
 
 // A full snapshot chunk and its head (far below 64 KiB) fit in one request.
 const _: () = assert!(SNAPSHOT_CHUNK_BYTES + 64 * 1024 <= MAX_RPC_BYTES as u64);
