@@ -76,6 +76,7 @@ pub mod regions;
 pub mod rng;
 pub mod run;
 mod settle;
+mod supervisor;
 pub mod trace;
 pub mod wan;
 pub mod workload;

@@ -108,11 +108,14 @@ fn main() -> ExitCode {
     #[allow(clippy::disallowed_methods)]
     let started = std::time::Instant::now();
     let (mut failed, mut steps, mut simulated_ms, mut seeds_run) = (0_u64, 0_u64, 0_u64, 0_u64);
+    let (mut paced, mut supervised) = (0_u64, 0_u64);
     for seed in seeds {
         let report = run_seed(seed, &options);
         seeds_run += 1;
         steps += report.steps;
         simulated_ms += report.simulated_ms;
+        paced += report.net.paced;
+        supervised += report.faults.supervised;
         match &report.violation {
             None => println!(
                 "seed={seed} result=ok trace={:016x}{}",
@@ -139,7 +142,7 @@ fn main() -> ExitCode {
     if args.stats {
         let wall = started.elapsed().as_secs_f64();
         println!(
-            "stats: seeds={seeds_run} failed={failed} steps={steps} simulated_s={:.1} wall_s={wall:.1} steps_per_s={:.0} simulated_x={:.1}",
+            "stats: seeds={seeds_run} failed={failed} steps={steps} simulated_s={:.1} wall_s={wall:.1} steps_per_s={:.0} simulated_x={:.1} paced_appends={paced} supervisor_restarts={supervised}",
             simulated_ms as f64 / 1000.0,
             steps as f64 / wall.max(1e-9),
             simulated_ms as f64 / 1000.0 / wall.max(1e-9),

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use muster_consensus::append_pacer::{AppendPacer, Pace};
 use muster_consensus::{CallError, Node, PeerTransport, Rpc, TransportReply, TypeConfig};
 use openraft::BasicNode;
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError};
@@ -65,6 +66,9 @@ pub struct NetStats {
     pub lost: u64,
     /// Requests duplicated.
     pub duplicated: u64,
+    /// Appends the pacer sent back smaller ([`muster_consensus::append_pacer`]): after a
+    /// follower too slow for openraft's timeout, or a request over the byte bound.
+    pub paced: u64,
 }
 
 struct NetState {
@@ -184,6 +188,10 @@ impl Net {
         fate
     }
 
+    fn paced(&self) {
+        self.state().stats.paced += 1;
+    }
+
     fn lost(&self, from: u64, to: u64) -> Lost {
         self.state().stats.lost += 1;
         Lost(from, to)
@@ -268,6 +276,8 @@ pub struct SimPeer {
     net: Arc<Net>,
     from: u64,
     to: u64,
+    /// Paces appends as the HTTP transport does ([`muster_consensus::append_pacer`]).
+    pacer: AppendPacer,
 }
 
 impl RaftNetworkFactory<TypeConfig> for SimPeers {
@@ -278,6 +288,7 @@ impl RaftNetworkFactory<TypeConfig> for SimPeers {
             net: Arc::clone(&self.net),
             from: self.me,
             to: target,
+            pacer: AppendPacer::default(),
         }
     }
 }
@@ -317,7 +328,20 @@ impl RaftNetwork<TypeConfig> for SimPeer {
         rpc: AppendEntriesRequest<TypeConfig>,
         _option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        self.call(Rpc::Append, &rpc).await
+        let entries = rpc.entries.len() as u64;
+        if let Pace::Shrink(hint) = self.pacer.admit(entries) {
+            self.net.paced();
+            return Err(muster_consensus::shrink(hint));
+        }
+        let bytes = serde_json::to_vec(&rpc).expect("Raft messages serialise");
+        if let Pace::Shrink(hint) = self.pacer.fits(entries, bytes.len()) {
+            self.net.paced();
+            return Err(muster_consensus::shrink(hint));
+        }
+        let reply = self.call_encoded(Rpc::Append, bytes).await;
+        self.pacer
+            .answered(entries, !matches!(reply, Err(RPCError::Network(_))));
+        reply
     }
 
     async fn install_snapshot(

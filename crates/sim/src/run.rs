@@ -101,6 +101,9 @@ pub struct FaultCounts {
     pub partitions: u64,
     /// Disk writes made to fail.
     pub failed_disks: u64,
+    /// Not injected: nodes their supervisor started again after Raft stopped on an error
+    /// of its own ([`crate::supervisor`]).
+    pub supervised: u64,
 }
 
 impl std::ops::AddAssign for FaultCounts {
@@ -109,6 +112,7 @@ impl std::ops::AddAssign for FaultCounts {
         self.restarts += other.restarts;
         self.partitions += other.partitions;
         self.failed_disks += other.failed_disks;
+        self.supervised += other.supervised;
     }
 }
 
@@ -269,6 +273,7 @@ impl Sim {
     /// One step up to its pause: due fault ends, then a new fault or client operations,
     /// then renewals.
     pub(crate) async fn act(&mut self) {
+        self.supervise().await;
         let now = self.clock.now_ms();
         let due: Vec<u64> = self.pending.range(..=now).map(|(at, _)| *at).collect();
         for at in due {

@@ -63,6 +63,7 @@ impl Sim {
         let mut previous = Vec::new();
         for _ in 0..CONVERGE_WITHIN_MS / 100 {
             tokio::time::sleep(Duration::from_millis(100)).await;
+            self.supervise().await;
             if self.violated() {
                 return false;
             }
