@@ -388,6 +388,8 @@ struct Measured {
     propagation_ms: u64,
     /// From the drain until every view had it.
     drain_seen_ms: Option<u64>,
+    /// From the crash until every library caller's view had dropped the killed instances.
+    removed_seen_ms: Option<u64>,
 }
 
 /// Runs the live lab; `progress` gets `(elapsed ms, duration ms)` about every second.
@@ -573,6 +575,10 @@ fn setup_report(
                 Stop::Crash => None,
             },
             drain_seen_s: measured.drain_seen_ms.map(|ms| ms as f64 / 1_000.0),
+            removed_seen_s: match live.stop {
+                Stop::Crash => measured.removed_seen_ms.map(|ms| ms as f64 / 1_000.0),
+                Stop::Drain { .. } => None,
+            },
             in_flight_at_stop: record.in_flight_at_stop,
             retries: counters.retries,
             budget_exhausted: counters.budget_exhausted,
@@ -705,6 +711,7 @@ async fn drive_callers(
     let mut renewals = 0;
     let mut in_flight_at_stop = (0, 0);
     let mut drain_seen_ms = None;
+    let mut removal: Option<JoinHandle<Option<u64>>> = None;
     while watch.elapsed_ms() < scenario.duration_ms {
         let now = watch.elapsed_ms();
         let next = if !crashed && now < scenario.crash_at_ms {
@@ -728,6 +735,23 @@ async fn drive_callers(
             for &index in killed.iter().rev() {
                 renewals += instances.remove(index as usize).kill().await;
             }
+            // When every library caller's view has dropped the killed instances (on the run's
+            // stopwatch, since the crash): the event that ends the stale window.
+            let gone: Vec<_> = killed.iter().map(|&index| instance_id(index)).collect();
+            let (callers, crash_ms) = (resolvers.clone(), scenario.crash_at_ms);
+            removal = Some(tokio::spawn(async move {
+                for resolver in &callers {
+                    let mut views = resolver.subscribe();
+                    views
+                        .wait_for(|view| {
+                            view.active()
+                                .is_some_and(|set| gone.iter().all(|id| set.get(id).is_none()))
+                        })
+                        .await
+                        .ok()?;
+                }
+                Some(watch.elapsed_ms().saturating_sub(crash_ms))
+            }));
         }
         progress(watch.elapsed_ms().min(scenario.duration_ms), scenario.duration_ms);
     }
@@ -742,6 +766,15 @@ async fn drive_callers(
             .1
             .push(caller.await.map_err(|e| LabError::Live(format!("caller: {e}")))?);
     }
+    // Seen within the run, or not at all.
+    let removed_seen_ms = match removal {
+        Some(task) if task.is_finished() => task.await.ok().flatten(),
+        Some(task) => {
+            task.abort();
+            None
+        }
+        None => None,
+    };
     let propagation_ms = measure_propagation(client, key, instances, &resolvers, &views).await?;
     for resolver in resolvers {
         if let Ok(resolver) = Arc::try_unwrap(resolver) {
@@ -762,6 +795,7 @@ async fn drive_callers(
         renewals,
         propagation_ms,
         drain_seen_ms,
+        removed_seen_ms,
     })
 }
 

