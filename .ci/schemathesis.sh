@@ -4,7 +4,10 @@
 # generated requests, valid and invalid, to every operation. The run fails on any 5xx, any
 # reply whose status, content type, headers or body the document does not allow, any valid
 # request refused for a reason outside .ci/schemathesis.toml, any invalid one accepted, or
-# the server dying.
+# the server dying. With a token (auth on, SPEC S1) it also fails unless the token is proved
+# to work before the run (a route that refuses a request without it answers 200 with it),
+# and when most answers to requests sent with the token are 401 or 403: a run refused at the
+# door fuzzes nothing behind it (the hooks count every answer's status).
 #
 #   .ci/schemathesis.sh [--full] [MUSTER_BINARY]      (default target/release/muster)
 #
@@ -103,6 +106,15 @@ fi
 auth=()
 if [ -n "${MUSTER_TOKEN:-}" ]; then
   auth=(-H "Authorization: Bearer $MUSTER_TOKEN")
+  # The token works: GET /v1/acl/tokens (an operator's route) refuses a request without it
+  # and answers 200 with it. Otherwise every request below would be refused at the door.
+  without=$(curl -sS -o /dev/null -w '%{http_code}' "$base/v1/acl/tokens")
+  with=$(curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $MUSTER_TOKEN" "$base/v1/acl/tokens")
+  if [ "$without" != 401 ] || [ "$with" != 200 ]; then
+    echo "schemathesis.sh: the token does not work: GET /v1/acl/tokens answered $without without it, $with with it (want 401, 200)" >&2
+    exit 1
+  fi
+  echo "schemathesis.sh: the token works (GET /v1/acl/tokens: 401 without it, 200 with it)"
 else
   # Without a token the server runs with authentication off and rightly serves requests
   # that carry none; `ignored_auth` (a protected operation answering without credentials)
@@ -120,7 +132,9 @@ set +e
 # From the temporary directory, so schemathesis's own cache (.schemathesis/) stays out of the tree.
 repo=$PWD
 cd "$work"
-SCHEMATHESIS_HOOKS="$repo/.ci/schemathesis_hooks.py" \
+statuses="$work/statuses"
+: >"$statuses"
+SCHEMATHESIS_HOOKS="$repo/.ci/schemathesis_hooks.py" MUSTER_SCHEMATHESIS_STATUSES="$statuses" \
   "$venv/bin/schemathesis" --config-file "$repo/.ci/schemathesis.toml" run "$base/v1/openapi.json" \
   --checks all \
   --exclude-path-regex '^/(ui|v1/(watch/|cluster/members|acl/bootstrap|lab/run))' \
@@ -150,5 +164,19 @@ fi
 if [ "$status" != 0 ]; then
   echo "schemathesis.sh: schemathesis found failures (exit $status)" >&2
   exit "$status"
+fi
+# The statuses the hooks counted (with a token: only requests that carried it, not
+# schemathesis's own probes without it). More than half 401/403: the run was refused, not
+# fuzzed, whatever schemathesis concluded.
+answered=$(wc -l <"$statuses")
+refused=$(grep -cE '^(401|403)$' "$statuses" || true)
+echo "schemathesis: $answered answers counted, $refused of them 401/403"
+if [ "$answered" -eq 0 ]; then
+  echo "schemathesis.sh: no answer was counted (the hooks did not run?)" >&2
+  exit 1
+fi
+if [ $((refused * 2)) -gt "$answered" ]; then
+  echo "schemathesis.sh: most answers were 401/403 ($refused of $answered): the run was refused at the door" >&2
+  exit 1
 fi
 echo "schemathesis: ok"

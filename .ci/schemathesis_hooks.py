@@ -5,10 +5,16 @@ absent, at most 5 min) by design; generated values would spend the time budget, 
 request timeout, on a few such reads. Before every call, in every phase, a blocking read
 whose `wait` is absent or valid gets a one-second wait instead: still a value the document
 allows, so a valid case stays valid, and an invalid `wait` is left to be refused.
+
+Every answer's status is appended to MUSTER_SCHEMATHESIS_STATUSES (one per line), so
+schemathesis.sh can fail a run most of whose answers were 401/403 (SPEC S1: a token that
+does not work fuzzes nothing). With MUSTER_TOKEN, only requests that carried it count:
+schemathesis's own auth probes (without it, or with a made-up one) are refused by design.
 """
 
 import os
 import re
+import threading
 
 import schemathesis
 
@@ -31,6 +37,21 @@ def before_call(context, case, kwargs):
     wait = query.get("wait")
     if wait is None or (isinstance(wait, str) and VALID_WAIT.match(wait)):
         query["wait"] = "1s"
+
+
+_STATUSES = os.environ.get("MUSTER_SCHEMATHESIS_STATUSES")
+_STATUSES_LOCK = threading.Lock()
+
+
+@schemathesis.hook
+def after_call(context, case, response):
+    if not _STATUSES:
+        return
+    token = os.environ.get("MUSTER_TOKEN")
+    if token and response.request.headers.get("Authorization") != f"Bearer {token}":
+        return
+    with _STATUSES_LOCK, open(_STATUSES, "a", encoding="ascii") as out:
+        out.write(f"{response.status_code}\n")
 
 
 @schemathesis.hook
