@@ -41,8 +41,10 @@
 //!
 //! # What is proposed
 //! The endpoint's routing state combines its checks: a startup check that never passed holds
-//! `starting`; otherwise the worst readiness check decides (`not_serving` over `unknown`
-//! over `starting` over `degraded` over `ready`). Liveness checks never vote (SPEC H1): their
+//! `starting` (that is what a startup check is for: a slow start); otherwise the worst
+//! readiness check decides (`not_serving` over `unknown` over `starting` over `degraded` over
+//! `ready`), and one that failed `fall` times before it ever passed is `not_serving` like any
+//! other (H2). Liveness checks never vote (SPEC H1): their
 //! crossings are reported for logs and metrics. A state is proposed only when the combination
 //! differs from what the checker last proposed, so a probe result that crosses no threshold
 //! proposes nothing. Leaving routing asks the [`Brakes`] first; a held removal is retried at

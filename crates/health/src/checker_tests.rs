@@ -281,6 +281,55 @@ fn startup_holds_starting_until_its_first_pass_then_readiness_decides() {
     assert_eq!(h.states_proposed(), [ServingState::Ready]);
 }
 
+/// Trace: registered with a check against a backend answering 500 (or refusing, or timing
+/// out) from its first probe, the endpoint stayed `starting` until its lease ran out (H2, H4).
+/// It is proposed `not_serving` at the `fall`-th failure, by the checker, with the reason.
+#[test]
+fn a_check_failing_from_its_first_probe_is_proposed_not_serving_at_the_fall_th_failure() {
+    let mut h = Harness::new(CheckerConfig::default());
+    h.add(&endpoint(
+        1,
+        ServingState::Starting,
+        vec![check("http://10.0.0.1:80/healthz", 2, 3)],
+    ));
+    let mut probes = 0;
+    h.run(0, 10_000, |_, _| {
+        probes += 1;
+        ProbeResult::Fail
+    });
+    assert!(probes >= 9, "{probes}");
+    assert_eq!(
+        h.states_proposed(),
+        [ServingState::NotServing],
+        "one crossing, no repeats"
+    );
+    assert_eq!(
+        h.proposals[0].reason,
+        "http://10.0.0.1:80/healthz: 3 consecutive failures"
+    );
+    assert_eq!(h.proposals[0].incarnation, Incarnation(1));
+    assert!(h.held.is_empty(), "a never-ready endpoint leaves no routing: no brake");
+    // The backend comes up: `rise` passes bring it in.
+    h.run(10_000, 13_000, |_, _| ProbeResult::Pass);
+    assert_eq!(h.states_proposed(), [ServingState::NotServing, ServingState::Ready]);
+}
+
+#[test]
+fn a_checker_that_cannot_run_a_new_check_says_unknown_from_starting() {
+    let mut h = Harness::new(CheckerConfig::default());
+    h.add(&endpoint(
+        1,
+        ServingState::Starting,
+        vec![check("tcp://10.0.0.1:80", 2, 3)],
+    ));
+    h.run(0, 10_000, |_, _| ProbeResult::Unreachable);
+    assert_eq!(h.states_proposed(), [ServingState::Unknown]);
+    assert_eq!(
+        h.proposals[0].reason,
+        "tcp://10.0.0.1:80: the checker could not probe 3 times in a row"
+    );
+}
+
 #[test]
 fn a_checker_that_cannot_reach_its_target_says_unknown_not_not_serving() {
     let mut h = Harness::new(CheckerConfig::default());

@@ -3,13 +3,18 @@
 //!
 //! ```text
 //!   starting ──first pass──▶ passing ──fall fails──▶ failing ──rise passes──▶ passing
-//!       │                       │  ▲                                   
+//!       │                       │  ▲                        ▲
 //!       │                  rise warns / rise passes ──▶ warning
-//!       └─ fails keep it starting (it never got ready)
+//!       └──────────────── fall fails before any pass ───────┘
 //!   any ──fall probes the checker could not run──▶ unknown (not "not serving")
 //!   more than `flap_limit` crossings within `flap_window` ──▶ held degraded until a whole
 //!   window passes without a crossing
 //! ```
+//!
+//! A check that fails `fall` times before it ever passed is `failing` (H2): a backend that
+//! answers 500, refuses or hangs from its first probe is evidence that must show, not a
+//! `starting` that lasts until the lease runs out. The first pass still lifts a check out of
+//! `starting` at once; out of `failing` it takes `rise` passes, like any recovery.
 //!
 //! Only crossings are reported ([`Hysteresis::observe`] returns `Some`): the checker proposes
 //! those as commands, never every probe result.
@@ -177,8 +182,9 @@ impl Hysteresis {
             }
             ProbeResult::Fail => {
                 (self.passes, self.warns, self.fails, self.blind) = (0, 0, self.fails + 1, 0);
-                // A check that never passed stays `starting`: it was never ready to lose.
-                let falling = self.health != Health::Starting && self.fails >= t.fall;
+                // From `starting` too (H2): `fall` failures before any pass are as much
+                // evidence as `fall` failures after one.
+                let falling = self.fails >= t.fall;
                 (
                     falling.then_some(Health::Failing),
                     format!("{} consecutive failures", self.fails),
@@ -256,11 +262,47 @@ mod tests {
     }
 
     #[test]
-    fn startup_holds_starting_until_the_first_pass_and_failures_do_not_leave_it() {
+    fn the_first_pass_lifts_starting_at_once_and_failures_below_fall_do_not_leave_it() {
         let mut check = Hysteresis::new(Thresholds::default());
         assert_eq!(check.serving(), ServingState::Starting);
-        assert_eq!(run(&mut check, &[Fail, Fail, Fail, Fail], 0), []);
+        assert_eq!(run(&mut check, &[Fail, Fail], 0), []);
         assert_eq!(run(&mut check, &[Pass], 10_000), [ServingState::Ready]);
+    }
+
+    /// Trace: a backend answering 500 from its first probe stayed `starting` until its lease
+    /// ran out; `not_serving` appeared only after it had once been `ready` (H2, H4).
+    #[test]
+    fn fall_failures_before_any_pass_are_failing_not_starting() {
+        let mut check = Hysteresis::new(Thresholds::default());
+        assert_eq!(run(&mut check, &[Fail, Fail], 0), []);
+        assert_eq!(
+            check.observe(Fail, 2_000),
+            Some(Transition {
+                serving: ServingState::NotServing,
+                reason: "3 consecutive failures".into()
+            })
+        );
+        assert_eq!(check.health(), Health::Failing);
+        assert_eq!(
+            run(&mut check, &[Fail, Fail], 3_000),
+            [],
+            "no crossing while it keeps failing"
+        );
+        // Out of `failing`, recovery takes `rise` passes like any other.
+        assert_eq!(run(&mut check, &[Pass, Pass], 10_000), [ServingState::Ready]);
+        assert_eq!(check.crossings.len(), 1, "only the recovery is a flap crossing");
+    }
+
+    #[test]
+    fn fall_probes_the_checker_cannot_run_before_any_pass_are_unknown() {
+        let mut check = Hysteresis::new(Thresholds::default());
+        let blind = check.observe(Unreachable, 0);
+        assert_eq!(blind, None);
+        assert_eq!(
+            run(&mut check, &[Unreachable, Unreachable], 1_000),
+            [ServingState::Unknown]
+        );
+        assert_eq!(check.health(), Health::Unknown);
     }
 
     #[test]

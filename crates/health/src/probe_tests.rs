@@ -198,6 +198,68 @@ async fn detection_takes_fall_probes_and_recovery_rise_probes() {
     assert_eq!(rising, 2);
 }
 
+/// Probes `check` through a fresh hysteresis (rise 2, fall 3) one virtual second apart until
+/// it leaves `starting`; returns how many probes that took and the state it reached.
+async fn from_first_probe(check: &CheckKind, timeout: Duration) -> (u64, ServingState) {
+    let mut health = Hysteresis::new(Thresholds {
+        rise: 2,
+        fall: 3,
+        ..Thresholds::default()
+    });
+    let mut probes = 0;
+    while health.serving() == ServingState::Starting {
+        probes += 1;
+        health.observe(probe(check, timeout).await, probes * 1_000);
+        assert!(probes <= 3, "still starting after {probes} probes");
+    }
+    (probes, health.serving())
+}
+
+/// Trace: `--check http://.../healthz` against a backend answering 500 from the start stayed
+/// `starting` until its lease ran out (H2).
+#[tokio::test]
+async fn a_backend_answering_500_from_the_first_probe_is_not_serving_at_the_fall_th() {
+    let addr = http_server(Arc::new(AtomicU16::new(500))).await;
+    let check = kind(&format!("http://{addr}/healthz"));
+    assert_eq!(from_first_probe(&check, TIMEOUT).await, (3, ServingState::NotServing));
+}
+
+/// Trace: the same check with nothing listening on the port (connection refused).
+#[tokio::test]
+async fn a_refused_connection_from_the_first_probe_is_not_serving_at_the_fall_th() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    for url in [format!("http://{addr}/healthz"), format!("tcp://{addr}")] {
+        assert_eq!(
+            from_first_probe(&kind(&url), TIMEOUT).await,
+            (3, ServingState::NotServing),
+            "{url}"
+        );
+    }
+}
+
+/// Trace: a backend that accepts and never answers, from its first probe: each probe fails
+/// by its timeout.
+#[tokio::test]
+async fn a_timeout_from_the_first_probe_is_not_serving_at_the_fall_th() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            held.push(tcp);
+        }
+    });
+    let check = kind(&format!("http://{addr}/healthz"));
+    assert_eq!(
+        from_first_probe(&check, Duration::from_millis(100)).await,
+        (3, ServingState::NotServing)
+    );
+    held.abort();
+}
+
 #[test]
 fn health_messages_encode_and_decode_by_hand() {
     assert_eq!(health_request("ab"), [0x0a, 2, b'a', b'b']);

@@ -29,6 +29,8 @@ pub(crate) const OK: u8 = 0;
 pub(crate) const UNAVAILABLE: u8 = 1;
 /// Accepts and reads the request, never answers.
 const WEDGED: u8 = 2;
+/// Answers `500 Internal Server Error`.
+const BROKEN: u8 = 3;
 
 impl HttpTarget {
     pub(crate) async fn start() -> HttpTarget {
@@ -54,6 +56,9 @@ impl HttpTarget {
                         OK => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
                         UNAVAILABLE => {
                             b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\nconnection: close\r\n\r\ndown"
+                        }
+                        BROKEN => {
+                            b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 6\r\nconnection: close\r\n\r\nbroken"
                         }
                         _ => {
                             tokio::time::sleep(STEP).await;
@@ -174,6 +179,47 @@ async fn an_http_check_follows_a_server_that_turns_503_and_back() {
         up["observation"]["reason"],
         format!("{}: 2 consecutive passes", target.url())
     );
+}
+
+/// Trace: registered with a check against a backend answering 500, refusing, or never
+/// answering from its first probe, an endpoint stayed `starting` until its lease ran out.
+/// Each reaches `not_serving` at its `fall`-th failure (fall × interval plus at most one
+/// interval for the first probe's phase; the poll is bounded, the time not asserted), with
+/// the checker as observer and the reason (H2, H4).
+#[tokio::test]
+async fn a_check_failing_from_its_first_probe_makes_the_endpoint_not_serving_with_its_reason() {
+    let server = TestServer::start().await;
+    let broken = HttpTarget::start().await;
+    broken.set(BROKEN);
+    let wedged = HttpTarget::start().await;
+    wedged.set(WEDGED);
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let refused = format!("http://{}/healthz", closed.local_addr().unwrap());
+    drop(closed);
+    let cases = [
+        ("b-500", broken.url()),
+        ("b-refused", refused),
+        ("b-timeout", wedged.url()),
+    ];
+    for (instance, url) in &cases {
+        register_checked(&server, "boot", instance, json!([fast_check(url)])).await;
+    }
+    for (instance, url) in &cases {
+        let down = until_state(&server, "boot", instance, "not_serving").await;
+        let observation = &down["observation"];
+        assert_eq!(
+            (&observation["actor"], &observation["principal"]),
+            (&json!("checker"), &json!("muster-checker")),
+            "{instance}"
+        );
+        assert_eq!(
+            observation["reason"],
+            format!("{url}: 2 consecutive failures"),
+            "{instance}"
+        );
+        assert!(observation["at_ms"].as_u64().unwrap() > 0, "{instance}");
+    }
+    assert!(broken.requests() >= 2, "the 500 was probed and answered");
 }
 
 #[tokio::test]
