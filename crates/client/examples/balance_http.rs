@@ -31,12 +31,12 @@ const REQUESTS: usize = 20;
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let target = std::env::args().nth(1).unwrap_or_else(|| "default/prod/web".into());
-    let parts: Vec<&str> = target.split('/').collect();
-    let [tenant, namespace, service] = parts[..] else {
-        return Err("usage: balance_http TENANT/NAMESPACE/SERVICE".into());
-    };
-    let key = ServiceKey::new(tenant, namespace, service)?;
+    // `tenant/namespace/service`, or `namespace/service` in the default tenant.
+    let key: ServiceKey = std::env::args()
+        .nth(1)
+        .as_deref()
+        .unwrap_or("default/prod/web")
+        .parse()?;
     let server = std::env::var("MUSTER_SERVER").unwrap_or_else(|_| DEFAULT_SERVER.into());
     let resolver = Resolver::start(Client::new(&server)?, key, ResolverConfig::default());
 
@@ -58,6 +58,8 @@ async fn main() -> Result<(), BoxError> {
     let mut balance = Balance::new(PendingRequestsDiscover::new(discover, CompleteOnResponse::default()));
     for _ in 0..REQUESTS {
         let request = hyper::Request::get("/").body(Empty::new())?;
+        // A misspelt service or an unreachable registry ends discovery with its error
+        // (`unknown_service: ...`, `unavailable: ...`): `ready` fails rather than hangs.
         let response = balance.ready().await?.call(request).await?;
         println!("{}", response.status());
     }

@@ -10,6 +10,9 @@
 //! cargo run -p muster-client --example hyper -- default/prod/web
 //! ```
 //!
+//! Balanced calls are read-only by default: killing the registry leaves them answered from
+//! the last known set (fail static, SPEC C2). A misspelt service fails `unknown_service`.
+//!
 //! Stop one backend while it runs: after five failed requests it gets none for 30 s. Drain
 //! one (`muster drain prod/web web-2 --incarnation 1`): new requests stop going there at once.
 
@@ -28,7 +31,12 @@ const REQUESTS: usize = 20;
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let key = service_key(std::env::args().nth(1).as_deref().unwrap_or("default/prod/web"))?;
+    // `tenant/namespace/service`, or `namespace/service` in the default tenant.
+    let key: ServiceKey = std::env::args()
+        .nth(1)
+        .as_deref()
+        .unwrap_or("default/prod/web")
+        .parse()?;
     let server = std::env::var("MUSTER_SERVER").unwrap_or_else(|_| DEFAULT_SERVER.into());
     let resolver = Arc::new(Resolver::start(Client::new(&server)?, key, ResolverConfig::default()));
 
@@ -40,16 +48,9 @@ async fn main() -> Result<(), BoxError> {
         let request = hyper::Request::get("/").body(Empty::new())?;
         match web.ready().await?.call(request).await {
             Ok(response) => println!("{}", response.status()),
-            Err(error) => println!("{}: {error}", error.code()),
+            // The message starts with its code (`stale: ...`, `endpoint_failed: ...`).
+            Err(error) => println!("{error}"),
         }
     }
     Ok(())
-}
-
-fn service_key(target: &str) -> Result<ServiceKey, BoxError> {
-    let parts: Vec<&str> = target.split('/').collect();
-    let [tenant, namespace, service] = parts[..] else {
-        return Err("usage: hyper TENANT/NAMESPACE/SERVICE".into());
-    };
-    Ok(ServiceKey::new(tenant, namespace, service)?)
 }

@@ -24,7 +24,12 @@ const CALLS: usize = 10;
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let key = service_key(std::env::args().nth(1).as_deref().unwrap_or("default/prod/pay"))?;
+    // `tenant/namespace/service`, or `namespace/service` in the default tenant.
+    let key: ServiceKey = std::env::args()
+        .nth(1)
+        .as_deref()
+        .unwrap_or("default/prod/pay")
+        .parse()?;
     let server = std::env::var("MUSTER_SERVER").unwrap_or_else(|_| DEFAULT_SERVER.into());
     let resolver = Arc::new(Resolver::start(Client::new(&server)?, key, ResolverConfig::default()));
 
@@ -42,12 +47,4 @@ async fn main() -> Result<(), BoxError> {
         }
     }
     Ok(())
-}
-
-fn service_key(target: &str) -> Result<ServiceKey, BoxError> {
-    let parts: Vec<&str> = target.split('/').collect();
-    let [tenant, namespace, service] = parts[..] else {
-        return Err("usage: tonic TENANT/NAMESPACE/SERVICE".into());
-    };
-    Ok(ServiceKey::new(tenant, namespace, service)?)
 }

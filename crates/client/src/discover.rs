@@ -18,12 +18,18 @@
 //! again (a fresh service from `make`) when its ejection ends, at
 //! [`OutlierDetector::next_return_ms`](crate::OutlierDetector::next_return_ms); outcomes reach
 //! the shared detector through [`SharedEjections::report`].
+//!
+//! The stream never pends forever for want of a first view (SPEC C2: say what is wrong at
+//! once): a service the server answers it holds nothing of ends the stream with
+//! `unknown_service` at once, and no view within the first-view timeout ends it with
+//! `unavailable` and the last transport error. tower's balancers return that error from
+//! `poll_ready`. Once a first view has arrived, an outage ends nothing: the last set stays.
 
 use std::collections::BTreeSet;
-use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use muster_core::{Incarnation, InstanceId, ServiceKey};
 
@@ -33,8 +39,8 @@ use tower::discover::Change;
 
 use crate::balance::EligibilityConfig;
 use crate::resolver::Resolver;
-use crate::tower::SharedEjections;
-use crate::view::View;
+use crate::tower::{DEFAULT_FIRST_VIEW_TIMEOUT, SharedEjections};
+use crate::view::{StaleError, View};
 
 /// What identifies an endpoint to the balancer: one run of one instance.
 pub type EndpointKey = (InstanceId, Incarnation);
@@ -46,7 +52,7 @@ const CHANGE_BUFFER: usize = 1024;
 /// The eligible endpoints of a resolved service, as tower discovery changes.
 #[derive(Debug)]
 pub struct EndpointDiscover<S> {
-    changes: mpsc::Receiver<Change<EndpointKey, S>>,
+    changes: mpsc::Receiver<Result<Change<EndpointKey, S>, StaleError>>,
 }
 
 impl<S: Send + 'static> EndpointDiscover<S> {
@@ -72,6 +78,22 @@ impl<S: Send + 'static> EndpointDiscover<S> {
     where
         F: FnMut(&Arc<Member>) -> S + Send + 'static,
     {
+        EndpointDiscover::with_first_view_timeout(resolver, eligibility, ejections, DEFAULT_FIRST_VIEW_TIMEOUT, make)
+    }
+
+    /// Like [`EndpointDiscover::with_ejections`], ending the stream with `unavailable` when
+    /// no view arrived within `first_view_timeout` (default: [`DEFAULT_FIRST_VIEW_TIMEOUT`]).
+    pub fn with_first_view_timeout<F>(
+        resolver: &Resolver,
+        eligibility: EligibilityConfig,
+        ejections: SharedEjections,
+        first_view_timeout: Duration,
+        make: F,
+    ) -> EndpointDiscover<S>
+    where
+        F: FnMut(&Arc<Member>) -> S + Send + 'static,
+    {
+        let deadline = tokio::time::Instant::now() + first_view_timeout;
         let (sender, changes) = mpsc::channel(CHANGE_BUFFER);
         let diff = Diff {
             eligibility,
@@ -80,7 +102,7 @@ impl<S: Send + 'static> EndpointDiscover<S> {
             service: resolver.key().clone(),
             sent: BTreeSet::new(),
         };
-        tokio::spawn(diff.run(resolver.subscribe(), make));
+        tokio::spawn(diff.run(resolver.subscribe(), deadline, make));
         EndpointDiscover { changes }
     }
 }
@@ -89,7 +111,7 @@ impl<S: Send + 'static> EndpointDiscover<S> {
 struct Diff<S> {
     eligibility: EligibilityConfig,
     ejections: SharedEjections,
-    sender: mpsc::Sender<Change<EndpointKey, S>>,
+    sender: mpsc::Sender<Result<Change<EndpointKey, S>, StaleError>>,
     service: ServiceKey,
     sent: BTreeSet<EndpointKey>,
 }
@@ -98,10 +120,48 @@ struct Diff<S> {
 struct Closed;
 
 impl<S> Diff<S> {
-    async fn run<F>(mut self, mut views: watch::Receiver<Arc<View>>, mut make: F)
+    /// Waits for the first view (a set, or the answer that the service is unknown) until
+    /// `deadline`; `Err` is the error that ends the stream (`None`: the resolver stopped).
+    async fn first_view(
+        &self,
+        views: &mut watch::Receiver<Arc<View>>,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), Option<StaleError>> {
+        let answered = views.wait_for(|view| view.active().is_some() || view.is_unknown());
+        // `Some(unknown)` once answered; the borrow of `views` ends with this statement.
+        let answer = match tokio::time::timeout_at(deadline, answered).await {
+            Ok(Ok(view)) => Some(view.is_unknown()),
+            Ok(Err(_)) => return Err(None),
+            Err(_) => None,
+        };
+        let Some(unknown) = answer else {
+            let last_error = views.borrow().last_error().map(Arc::from);
+            return Err(Some(StaleError::Unavailable {
+                key: self.service.clone(),
+                last_error,
+            }));
+        };
+        if unknown {
+            return Err(Some(StaleError::UnknownService {
+                key: self.service.clone(),
+            }));
+        }
+        Ok(())
+    }
+
+    async fn run<F>(mut self, mut views: watch::Receiver<Arc<View>>, deadline: tokio::time::Instant, mut make: F)
     where
         F: FnMut(&Arc<Member>) -> S,
     {
+        match self.first_view(&mut views, deadline).await {
+            Ok(()) => {}
+            Err(Some(error)) => {
+                tracing::warn!(service = %self.service, %error, "discovery ends without a first view");
+                let _ = self.sender.send(Err(error)).await;
+                return;
+            }
+            Err(None) => return,
+        }
         let mut ejected = self.ejections.ejections();
         let clock = self.ejections.clock();
         // The set last diffed: the resolver publishes on every frame, progress included, and
@@ -155,7 +215,7 @@ impl<S> Diff<S> {
         for gone in self.sent.difference(&now) {
             tracing::debug!(service = %self.service, revision = %set.revision(), instance = %gone.0, incarnation = %gone.1, "discover remove");
             self.sender
-                .send(Change::Remove(gone.clone()))
+                .send(Ok(Change::Remove(gone.clone())))
                 .await
                 .map_err(|_| Closed)?;
         }
@@ -164,7 +224,7 @@ impl<S> Diff<S> {
             if !self.sent.contains(&endpoint_key) {
                 tracing::debug!(service = %self.service, revision = %set.revision(), instance = %endpoint.instance, incarnation = %endpoint.incarnation, "discover insert");
                 let change = Change::Insert(endpoint_key, make(endpoint));
-                self.sender.send(change).await.map_err(|_| Closed)?;
+                self.sender.send(Ok(change)).await.map_err(|_| Closed)?;
             }
         }
         self.sent = now;
@@ -173,9 +233,9 @@ impl<S> Diff<S> {
 }
 
 impl<S> futures_core::Stream for EndpointDiscover<S> {
-    type Item = Result<Change<EndpointKey, S>, Infallible>;
+    type Item = Result<Change<EndpointKey, S>, StaleError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.changes.poll_recv(cx).map(|change| change.map(Ok))
+        self.changes.poll_recv(cx)
     }
 }

@@ -50,8 +50,19 @@ pub enum PickError {
     View(#[from] StaleError),
     /// The view is usable but holds no endpoint that may be picked (an empty set is an
     /// answer, never a reason to use an older one).
-    #[error("no eligible endpoint")]
+    #[error("no_endpoint: no eligible endpoint")]
     NoEndpoint,
+}
+
+impl PickError {
+    /// A stable machine-readable code: `unavailable`, `unknown_service`, `stale`,
+    /// `no_endpoint`. The `Display` starts with it, once.
+    pub fn code(&self) -> &'static str {
+        match self {
+            PickError::View(stale) => stale.code(),
+            PickError::NoEndpoint => "no_endpoint",
+        }
+    }
 }
 
 enum Built {
@@ -99,10 +110,10 @@ impl std::fmt::Debug for Picker {
 }
 
 impl Picker {
-    /// A picker over `resolver`'s views; refuses a strategy that cannot work (a hash ring
+    /// A picker over `resolver`'s views (a [`Resolver`] or an `Arc<Resolver>`); refuses a strategy that cannot work (a hash ring
     /// without points).
     pub fn new(
-        resolver: Arc<Resolver>,
+        resolver: impl Into<Arc<Resolver>>,
         eligibility: EligibilityConfig,
         strategy: Strategy,
         ejections: OutlierDetector,
@@ -114,6 +125,7 @@ impl Picker {
                 field: "vnodes_per_endpoint",
             });
         }
+        let resolver = resolver.into();
         let key = resolver.key().clone();
         Ok(Picker {
             resolver,

@@ -16,12 +16,18 @@
 //!
 //! All decisions are the view's; this loop only connects, feeds frames, reconnects with
 //! jittered exponential backoff, and publishes. A registry outage keeps the last set (the
-//! view never empties itself); its age grows until the stale budget says stop.
+//! view never empties itself); its age grows past the stale budget, where read-only picks go
+//! on with that set and mutations fail closed (SPEC C2). Each transport failure is handed to
+//! the view ([`View::on_transport_error`]) so that [`ViewStatus::last_error`] and the
+//! `unavailable` error say why there is no view. The budget passing is logged once (WARN) and
+//! the view becoming fresh again once (INFO), noticed at the next read, frame or reconnect
+//! attempt (at most [`MAX_BACKOFF`] apart during an outage).
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -59,11 +65,48 @@ pub struct Resolver {
     inner: Arc<Inner>,
 }
 
+/// Logs a view passing its stale budget once (WARN) and becoming fresh again once (INFO),
+/// shared by a resolver's handles and its feed (SPEC C2: report the view's age).
+#[derive(Debug)]
+pub(crate) struct StaleLog {
+    key: ServiceKey,
+    budget_ms: u64,
+    past: AtomicBool,
+}
+
+impl StaleLog {
+    fn new(key: ServiceKey, budget: &StaleBudget) -> StaleLog {
+        StaleLog {
+            key,
+            budget_ms: budget.budget_ms,
+            past: AtomicBool::new(false),
+        }
+    }
+
+    /// Notes the view's age now (`None`: no set); logs only when it crosses the budget.
+    fn observe(&self, age_ms: Option<u64>) {
+        let Some(age_ms) = age_ms else { return };
+        if age_ms > self.budget_ms {
+            if !self.past.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    service = %self.key,
+                    age_ms,
+                    budget_ms = self.budget_ms,
+                    "the view is beyond its stale budget: reads go on with the last known set, mutations fail closed"
+                );
+            }
+        } else if self.past.swap(false, Ordering::Relaxed) {
+            tracing::info!(service = %self.key, age_ms, "the view is fresh again");
+        }
+    }
+}
+
 /// What the handles share. Dropping it (the last handle) stops the feeding task.
 #[derive(Debug)]
 pub(crate) struct Inner {
     key: ServiceKey,
     budget: StaleBudget,
+    stale_log: Arc<StaleLog>,
     views: watch::Receiver<Arc<View>>,
     stop: watch::Sender<bool>,
     /// Wakes a task that feeds many services (a namespace watch) to notice the stop.
@@ -118,6 +161,7 @@ pub(crate) struct Feed {
     last_known_good: Option<PathBuf>,
     /// Tells the server which revision this view is current at (SPEC O3).
     reporter: Option<Arc<Reporter>>,
+    stale_log: Arc<StaleLog>,
 }
 
 impl Drop for Feed {
@@ -135,6 +179,7 @@ impl Feed {
         let next = step(&mut self.view);
         let changed = self.view.active().map(|set| Arc::as_ptr(set) as usize) != before;
         self.publish.send_replace(Arc::new(self.view.clone()));
+        self.stale_log.observe(self.view.status(now_ms()).age_ms);
         if let (Some(reporter), Some(revision)) = (&self.reporter, self.view.resume_from()) {
             reporter.note(self.view.key(), revision, now_ms());
         }
@@ -146,6 +191,16 @@ impl Feed {
             }
         }
         next
+    }
+
+    /// The watch could not be opened or was lost: the view keeps its set and reports `error`.
+    pub(crate) async fn transport_error(&mut self, error: &crate::http::ClientError) {
+        let why = error.to_string();
+        self.step(|view| {
+            view.on_transport_error(&why);
+            Next::Continue
+        })
+        .await;
     }
 }
 
@@ -159,10 +214,12 @@ pub(crate) fn parts(
     let view = initial_view(&key, config.last_known_good.as_deref());
     let (publish, views) = watch::channel(Arc::new(view.clone()));
     let (stop, stopped) = watch::channel(false);
+    let stale_log = Arc::new(StaleLog::new(key.clone(), &config.budget));
     let resolver = Resolver {
         inner: Arc::new(Inner {
             key,
             budget: config.budget,
+            stale_log: Arc::clone(&stale_log),
             views,
             stop,
             wake,
@@ -176,6 +233,7 @@ pub(crate) fn parts(
         publish,
         last_known_good: config.last_known_good,
         reporter,
+        stale_log,
     };
     (resolver, feed, stopped)
 }
@@ -207,14 +265,33 @@ impl Resolver {
         Arc::clone(&self.inner.views.borrow())
     }
 
-    /// Received, validated and active revisions and the age of the active set.
+    /// Received, validated and active revisions, the age of the active set, and why there is
+    /// none (unknown service, last transport error).
     pub fn status(&self) -> ViewStatus {
-        self.view().status(now_ms())
+        let status = self.view().status(now_ms());
+        self.inner.stale_log.observe(status.age_ms);
+        status
     }
 
-    /// The set an operation of this risk may use now, or why it may not.
+    /// The stale budget this resolver's views are judged by.
+    pub fn budget(&self) -> &StaleBudget {
+        &self.inner.budget
+    }
+
+    /// The set an operation of this risk may use now, or why it may not. Read-only
+    /// operations ([`Risk::ReadOnly`], what balancers use by default) keep the last known
+    /// set beyond the stale budget, marked [`Usable::stale`]; mutations fail closed
+    /// (SPEC C2). A service the server holds nothing of fails `unknown_service` at once.
     pub fn usable(&self, risk: Risk) -> Result<Usable, StaleError> {
-        self.view().usable(risk, &self.inner.budget, now_ms())
+        let usable = self.view().usable(risk, &self.inner.budget, now_ms());
+        match &usable {
+            Ok(usable) => self.inner.stale_log.observe(Some(usable.age_ms)),
+            Err(StaleError::Stale { age_ms, .. }) if risk != Risk::Privileged => {
+                self.inner.stale_log.observe(Some(*age_ms))
+            }
+            Err(_) => {}
+        }
+        usable
     }
 
     /// Every published view, for a caller that reacts to changes (a balancer, `Discover`).
@@ -316,6 +393,7 @@ async fn follow(client: Client, mut feed: Feed, mut stopped: watch::Receiver<boo
             Ok(stream) => stream,
             Err(error) => {
                 tracing::warn!(service = %key, %error, "watch failed; the last set stays in use");
+                feed.transport_error(&error).await;
                 // A refusal (not an outage) of the resume point repeats on every retry: e.g.
                 // `future_revision` from a registry that lost its state. Resnapshot instead.
                 if let crate::http::ClientError::Api { body, .. } = &error
@@ -347,6 +425,7 @@ async fn follow(client: Client, mut feed: Feed, mut stopped: watch::Receiver<boo
                 }
                 Err(error) => {
                     tracing::warn!(service = %key, %error, "watch lost; resuming");
+                    feed.transport_error(&error).await;
                     break;
                 }
             };

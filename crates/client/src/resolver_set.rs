@@ -297,6 +297,9 @@ async fn follow_namespace(
             Ok(stream) => stream,
             Err(error) => {
                 tracing::warn!(namespace = %namespace, %error, "namespace watch failed; the last sets stay in use");
+                for tracked in services.0.values_mut() {
+                    tracked.feed.transport_error(&error).await;
+                }
                 // As for one service: a refused resume point repeats on every retry.
                 if let ClientError::Api { body, .. } = &error
                     && !error.is_transient()
@@ -340,6 +343,9 @@ async fn follow_namespace(
                         }
                         Err(error) => {
                             tracing::warn!(namespace = %namespace, %error, "namespace watch lost; resuming");
+                            for tracked in services.0.values_mut() {
+                                tracked.feed.transport_error(&error).await;
+                            }
                             break Left::Pause;
                         }
                     };

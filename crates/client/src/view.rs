@@ -59,8 +59,9 @@ pub enum Next {
     Resnapshot(Resnapshot),
 }
 
-/// The three revisions and the age the view reports (SPEC C1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The three revisions and the age the view reports (SPEC C1), and why it has no set when
+/// it has none (SPEC C2: say what is wrong at once).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ViewStatus {
     /// The highest revision seen in any frame.
     pub received: Revision,
@@ -72,6 +73,11 @@ pub struct ViewStatus {
     pub age_ms: Option<u64>,
     /// Whether the view is waiting for a fresh snapshot.
     pub resnapshot_pending: bool,
+    /// The server answered that it holds nothing of the service (no set, SPEC W5).
+    pub unknown: bool,
+    /// The last transport error of the watch (cannot connect, connection lost), kept until
+    /// the next frame arrives; `None` while the server answers.
+    pub last_error: Option<Arc<str>>,
 }
 
 /// One service's view.
@@ -89,6 +95,8 @@ pub struct View {
     /// snapshot before its first progress): its first update, from revision 0, may start
     /// the set. Unknown is not empty (SPEC W5): there is still no active set.
     absent: bool,
+    /// The last transport error, until the next frame: why there is no fresher view.
+    last_error: Option<Arc<str>>,
 }
 
 impl View {
@@ -103,6 +111,7 @@ impl View {
             validated: Revision::ZERO,
             pending: Some(Resnapshot::NoView),
             absent: false,
+            last_error: None,
         }
     }
 
@@ -140,7 +149,27 @@ impl View {
             active: self.active.as_ref().map(|s| s.revision()),
             age_ms: self.active.as_ref().map(|_| now_ms.saturating_sub(self.confirmed_ms)),
             resnapshot_pending: self.pending.is_some(),
+            unknown: self.is_unknown(),
+            last_error: self.last_error.clone(),
         }
+    }
+
+    /// Whether the server answered that it holds nothing of this service: no set, and none
+    /// expected until the service is registered (SPEC W5: unknown is not empty).
+    pub fn is_unknown(&self) -> bool {
+        self.active.is_none() && self.absent
+    }
+
+    /// The last transport error of the watch, until the next frame arrives.
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+
+    /// The server could not be reached, or the watch was lost: the set (if any) is kept and
+    /// `why` is reported by [`status`](Self::status) and by [`StaleError::Unavailable`]
+    /// until a frame arrives.
+    pub fn on_transport_error(&mut self, why: &str) {
+        self.last_error = Some(Arc::from(why));
     }
 
     /// Installs a complete set read at global revision `read_at` (its digest was checked when
@@ -183,6 +212,8 @@ impl View {
 
     /// Applies one watch frame.
     pub fn on_frame(&mut self, frame: &Frame, now_ms: u64) -> Next {
+        // The server answers: whatever failed before is over.
+        self.last_error = None;
         match frame {
             Frame::Snapshot { revision, snapshot } => {
                 self.install_set(MemberSet::from_snapshot(snapshot), *revision, now_ms)
@@ -288,9 +319,15 @@ impl View {
 }
 
 /// How risky an operation is, which decides how stale a view it may use (SPEC C2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// Balancers and picks default to [`Risk::ReadOnly`]: a registry outage means "use the last
+/// known set", never "use an empty set" (fail static). A caller whose calls mutate state says
+/// [`Risk::Mutation`] and only then fails closed beyond the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Risk {
-    /// Read-only or idempotent: may continue on a stale view if configured.
+    /// Read-only or idempotent: continues on the last known set beyond the budget (reporting
+    /// its age) unless [`StaleBudget::stale_reads_allowed`] is turned off. The default.
+    #[default]
     ReadOnly,
     /// A stateful mutation: fails closed beyond the budget.
     Mutation,
@@ -305,29 +342,52 @@ pub struct StaleBudget {
     pub budget_ms: u64,
     /// Age up to which a privileged operation may use it (at most `budget_ms`).
     pub privileged_budget_ms: u64,
-    /// Whether read-only operations continue beyond `budget_ms` (reporting the age).
+    /// Whether read-only operations continue beyond `budget_ms` on the last known set
+    /// (reporting the age). On by default (SPEC C2: fail static).
     pub stale_reads_allowed: bool,
 }
 
 impl Default for StaleBudget {
     /// 30 s covers a registry leader election and a watch reconnect with room; privileged
-    /// effects get 5 s, about one missed progress frame; stale reads are off unless chosen.
+    /// effects get 5 s, about one missed progress frame. Read-only operations go on with the
+    /// last known set beyond the budget (SPEC C2: a registry outage means "use the last known
+    /// set", as Envoy, linkerd and kube-proxy do); mutations and privileged effects fail
+    /// closed.
     fn default() -> Self {
         StaleBudget {
             budget_ms: 30_000,
             privileged_budget_ms: 5_000,
-            stale_reads_allowed: false,
+            stale_reads_allowed: true,
         }
     }
 }
 
-/// Why a view may not be used for an operation.
+impl StaleBudget {
+    /// The age beyond which an operation of `risk` is past its budget.
+    pub fn limit_ms(&self, risk: Risk) -> u64 {
+        match risk {
+            Risk::Privileged => self.privileged_budget_ms.min(self.budget_ms),
+            Risk::ReadOnly | Risk::Mutation => self.budget_ms,
+        }
+    }
+}
+
+/// Why a view may not be used for an operation. Each displays its code once, first.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StaleError {
     /// There has never been a view (first start, registry down, no last-known-good).
-    #[error("unavailable: no view of {key} yet")]
+    #[error("unavailable: no view of {key} yet{}", last_error.as_deref().map(|why| format!(" ({why})")).unwrap_or_default())]
     Unavailable {
+        /// The service.
+        key: ServiceKey,
+        /// The last transport error (e.g. the connection refused), if there was one.
+        last_error: Option<Arc<str>>,
+    },
+    /// The server holds nothing of the service: a misspelt name, or one not registered yet
+    /// (SPEC W5: unknown is not empty).
+    #[error("unknown_service: the registry holds nothing of {key}")]
+    UnknownService {
         /// The service.
         key: ServiceKey,
     },
@@ -341,6 +401,26 @@ pub enum StaleError {
         /// The budget it broke.
         budget_ms: u64,
     },
+}
+
+impl StaleError {
+    /// A stable machine-readable code: `unavailable`, `unknown_service`, `stale`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StaleError::Unavailable { .. } => "unavailable",
+            StaleError::UnknownService { .. } => "unknown_service",
+            StaleError::Stale { .. } => "stale",
+        }
+    }
+
+    /// The service.
+    pub fn key(&self) -> &ServiceKey {
+        match self {
+            StaleError::Unavailable { key, .. }
+            | StaleError::UnknownService { key }
+            | StaleError::Stale { key, .. } => key,
+        }
+    }
 }
 
 /// A set an operation may use, with how old it is.
@@ -358,13 +438,16 @@ impl View {
     /// The active set if an operation of this risk may use it now.
     pub fn usable(&self, risk: Risk, budget: &StaleBudget, now_ms: u64) -> Result<Usable, StaleError> {
         let Some(snapshot) = &self.active else {
-            return Err(StaleError::Unavailable { key: self.key.clone() });
+            if self.absent {
+                return Err(StaleError::UnknownService { key: self.key.clone() });
+            }
+            return Err(StaleError::Unavailable {
+                key: self.key.clone(),
+                last_error: self.last_error.clone(),
+            });
         };
         let age_ms = now_ms.saturating_sub(self.confirmed_ms);
-        let limit = match risk {
-            Risk::Privileged => budget.privileged_budget_ms.min(budget.budget_ms),
-            Risk::ReadOnly | Risk::Mutation => budget.budget_ms,
-        };
+        let limit = budget.limit_ms(risk);
         let stale = age_ms > limit;
         if stale && !(risk == Risk::ReadOnly && budget.stale_reads_allowed) {
             return Err(StaleError::Stale {

@@ -55,5 +55,5 @@ pub use event::{DeleteReason, Event, GapError, ServiceSnapshot, ServiceUpdate};
 pub use ids::{Digest, Incarnation, LeaseId, Revision};
 pub use labels::Labels;
 pub use limits::Limits;
-pub use name::{InstanceId, Label, NamespaceKey, Principal, ServiceKey};
+pub use name::{DEFAULT_TENANT, InstanceId, Label, NamespaceKey, Principal, ServiceKey};
 pub use spec::{AddressSpec, Attributes, EndpointSpec, LocalitySpec, PortSpec};

@@ -159,6 +159,32 @@ impl ServiceKey {
     }
 }
 
+/// The tenant a two-part key (`namespace/service`) belongs to: the tenant a server without
+/// tenants configured serves everything in.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// Reads what [`Display`](fmt::Display) prints, `tenant/namespace/service`, or
+/// `namespace/service` in the [`DEFAULT_TENANT`]; each part is validated as [`ServiceKey::new`]
+/// does, and an error names the part that fails.
+impl std::str::FromStr for ServiceKey {
+    type Err = Rejection;
+
+    fn from_str(text: &str) -> Result<ServiceKey, Rejection> {
+        let parts: Vec<&str> = text.split('/').collect();
+        match parts.as_slice() {
+            [tenant, namespace, service] => ServiceKey::new(tenant, namespace, service),
+            [namespace, service] => ServiceKey::new(DEFAULT_TENANT, namespace, service),
+            _ => Err(Rejection::invalid_name(
+                "service key",
+                format!(
+                    "'{}' must be tenant/namespace/service or namespace/service",
+                    text.escape_debug()
+                ),
+            )),
+        }
+    }
+}
+
 impl fmt::Display for ServiceKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}/{}", self.tenant, self.namespace, self.service)
@@ -247,6 +273,26 @@ mod tests {
     fn length_errors_name_the_limit() {
         let err = Label::with_max_len("ports[0].name", "averyverylongname", 15).unwrap_err();
         assert_eq!(err.to_string(), "ports[0].name: must be 1 to 15 characters, got 17");
+    }
+
+    /// A key parses back from what it prints; two parts mean the default tenant; anything
+    /// else is refused naming what is expected or the part that fails.
+    #[test]
+    fn service_key_parses_what_it_displays() {
+        let key = ServiceKey::new("acme", "prod", "api").unwrap();
+        assert_eq!(key.to_string().parse::<ServiceKey>().unwrap(), key);
+        assert_eq!(
+            "demo/web".parse::<ServiceKey>().unwrap(),
+            ServiceKey::new(DEFAULT_TENANT, "demo", "web").unwrap()
+        );
+        for bad in ["", "api", "a/b/c/d", "acme//api", "/prod/api"] {
+            let err = bad.parse::<ServiceKey>().unwrap_err();
+            assert_eq!(err.code(), "invalid_name", "{bad:?}");
+        }
+        let err = "acme/Prod/api".parse::<ServiceKey>().unwrap_err();
+        assert!(err.to_string().starts_with("namespace: "), "{err}");
+        let err = "a/b/c/d".parse::<ServiceKey>().unwrap_err();
+        assert!(err.to_string().contains("tenant/namespace/service"), "{err}");
     }
 
     #[test]

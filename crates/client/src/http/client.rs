@@ -297,16 +297,37 @@ fn parse_base(server: &str) -> Result<&str, ClientError> {
         url: server.to_owned(),
         reason: reason.to_owned(),
     };
-    let uri: hyper::Uri = base.parse().map_err(|_| invalid("not a URL"))?;
+    let uri: hyper::Uri = base
+        .parse()
+        .map_err(|_| invalid("not a URL; write http://host:port or https://host:port"))?;
     match uri.scheme_str() {
         Some("http" | "https") => {}
-        _ => return Err(invalid("must start with http:// or https://")),
+        _ => {
+            return Err(invalid(
+                "must start with http:// or https://, e.g. http://127.0.0.1:7070",
+            ));
+        }
     }
-    if uri.authority().is_none() {
-        return Err(invalid("names no host"));
-    }
+    let Some(authority) = uri.authority() else {
+        return Err(invalid("names no host; write http://host:port"));
+    };
+    let root = format!("{}://{authority}", uri.scheme_str().unwrap_or("http"));
     if uri.query().is_some() {
-        return Err(invalid("must not hold a query"));
+        return Err(ClientError::InvalidUrl {
+            url: server.to_owned(),
+            reason: format!("must not hold a query; write {root}"),
+        });
+    }
+    // Every call's path starts at `/v1/...` (the client adds it): a base with a path would
+    // make every call fail `not_found: no such route` long after the client was built.
+    if !matches!(uri.path(), "" | "/") {
+        return Err(ClientError::InvalidUrl {
+            url: server.to_owned(),
+            reason: format!(
+                "must not hold a path ('{}'): the client adds /v1/... itself; write {root}",
+                uri.path()
+            ),
+        });
     }
     Ok(base)
 }

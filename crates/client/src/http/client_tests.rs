@@ -59,6 +59,33 @@ fn an_invalid_url_is_refused_by_build_with_its_code() {
     assert_eq!(err.code(), ClientErrorCode::InvalidUrl);
 }
 
+/// A base with a path (`/v1`) was accepted and every call then failed `not_found: no such
+/// route`; a query or another scheme are refused too, each saying what to write instead.
+#[test]
+fn a_server_url_with_a_path_query_or_other_scheme_is_refused_saying_what_to_write() {
+    for (url, says) in [
+        ("http://127.0.0.1:7070/v1", "write http://127.0.0.1:7070"),
+        (
+            "http://127.0.0.1:7070/v1/registry/",
+            "must not hold a path ('/v1/registry')",
+        ),
+        ("https://muster.internal:7070?x=1", "write https://muster.internal:7070"),
+        ("ftp://muster:7070", "e.g. http://127.0.0.1:7070"),
+        ("127.0.0.1:7070", "http://"),
+    ] {
+        let err = Client::builder(url).build().unwrap_err();
+        assert_eq!(err.code(), ClientErrorCode::InvalidUrl, "{url}");
+        assert!(err.to_string().contains(says), "{url}: {err}");
+    }
+    for good in [
+        "http://127.0.0.1:7070",
+        "http://127.0.0.1:7070/",
+        "https://muster.internal:7070",
+    ] {
+        assert!(Client::builder(good).build().is_ok(), "{good}");
+    }
+}
+
 #[test]
 fn tls_with_a_custom_transport_is_refused_rather_than_ignored() {
     let pem = muster_testkit::pki::TestCa::new("muster-test-ca").pem();

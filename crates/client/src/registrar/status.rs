@@ -143,3 +143,94 @@ impl RegistrarStatus {
         }
     }
 }
+
+impl RegistrarStatus {
+    /// A stable machine-readable code: `registering`, `healthy`, `renewal_failing`,
+    /// `lease_lost`, `shutting_down`, `stopped`, `superseded`, `refused`. `Display` starts
+    /// with it, once.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RegistrarStatus::Registering { .. } => "registering",
+            RegistrarStatus::Healthy(_) => "healthy",
+            RegistrarStatus::RenewalFailing { .. } => "renewal_failing",
+            RegistrarStatus::LeaseLost { .. } => "lease_lost",
+            RegistrarStatus::ShuttingDown { .. } => "shutting_down",
+            RegistrarStatus::Stopped { .. } => "stopped",
+            RegistrarStatus::Superseded { .. } => "superseded",
+            RegistrarStatus::Refused { .. } => "refused",
+        }
+    }
+
+    /// The failure this status carries, if any.
+    pub fn error(&self) -> Option<&ClientError> {
+        match self {
+            RegistrarStatus::Registering { last_error, .. } | RegistrarStatus::LeaseLost { last_error, .. } => {
+                last_error.as_ref()
+            }
+            RegistrarStatus::RenewalFailing { error, .. }
+            | RegistrarStatus::Superseded { error, .. }
+            | RegistrarStatus::Refused { error } => Some(error),
+            RegistrarStatus::Stopped { error, .. } => error.as_ref(),
+            RegistrarStatus::Healthy(_) | RegistrarStatus::ShuttingDown { .. } => None,
+        }
+    }
+}
+
+/// One line: the code, what the registrar is doing, and its last failure, e.g.
+/// `superseded: incarnation 3 replaced by a newer process: stale_incarnation: ...`.
+impl std::fmt::Display for RegistrarStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: ", self.code())?;
+        match self {
+            RegistrarStatus::Registering {
+                incarnation,
+                failed_attempts,
+                ..
+            } => write!(
+                f,
+                "registering incarnation {incarnation}, {failed_attempts} failed attempts"
+            )?,
+            RegistrarStatus::Healthy(live) | RegistrarStatus::ShuttingDown { registration: live, .. } => write!(
+                f,
+                "incarnation {} registered on lease {} at revision {}",
+                live.incarnation, live.lease, live.revision
+            )?,
+            RegistrarStatus::RenewalFailing {
+                registration,
+                failed_attempts,
+                ..
+            } => write!(
+                f,
+                "{failed_attempts} renewals of lease {} failed in a row",
+                registration.lease
+            )?,
+            RegistrarStatus::LeaseLost {
+                lost, reregistering_as, ..
+            } => match reregistering_as {
+                Some(next) => write!(f, "lease {} lost; registering again as incarnation {next}", lost.lease)?,
+                None => write!(f, "lease {} lost; not registering again", lost.lease)?,
+            },
+            RegistrarStatus::Stopped { deregistered, .. } => f.write_str(if *deregistered {
+                "deregistered"
+            } else {
+                "stopped without deregistering"
+            })?,
+            RegistrarStatus::Superseded { incarnation, .. } => {
+                write!(f, "incarnation {incarnation} was replaced by a newer process")?
+            }
+            RegistrarStatus::Refused { .. } => f.write_str("the registry refused the registration")?,
+        }
+        match self.error() {
+            Some(error) => write!(f, ": {error}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A status is an error when a caller waiting for registration gets one that is not healthy
+/// (`r.registered().await?`); its source is the [`ClientError`] it carries.
+impl std::error::Error for RegistrarStatus {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error().map(|error| error as &(dyn std::error::Error + 'static))
+    }
+}

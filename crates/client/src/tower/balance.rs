@@ -7,9 +7,12 @@
 //!   either (to tower an error from `poll_ready` means a dead service: a `Buffer` in front
 //!   would close for good). It reports ready and the next `call` fails with the typed
 //!   [`BalanceError`]: `no_endpoint` for a usable view without an eligible endpoint, `stale`
-//!   beyond the stale budget, `unavailable` when no view arrived within
-//!   [`DEFAULT_FIRST_VIEW_TIMEOUT`]. It is `Pending` only while waiting for that first view or
-//!   for the picked endpoint's own service to be ready.
+//!   beyond the stale budget (only for [`Risk::Mutation`] and [`Risk::Privileged`] calls:
+//!   the default, [`Risk::ReadOnly`], keeps the last known set, SPEC C2), `unknown_service`
+//!   as soon as the server answers that it holds nothing of the service, `unavailable` (with
+//!   the last transport error) when no view arrived within [`DEFAULT_FIRST_VIEW_TIMEOUT`]. It
+//!   is `Pending` only while waiting for that first answer or for the picked endpoint's own
+//!   service to be ready.
 //! - A pick held from an earlier `poll_ready` is dropped at the next poll if the view has
 //!   since drained or removed it or this balancer ejected it (SPEC L6, C5).
 //! - Every `call_started` has exactly one `call_ended`, also when the caller drops the
@@ -197,7 +200,7 @@ pub enum BalanceError {
     #[error(transparent)]
     Pick(#[from] PickError),
     /// The picked endpoint has no port of the configured name (or no port at all).
-    #[error("endpoint {instance} (incarnation {incarnation}) has no {} port", port.as_deref().unwrap_or("usable"))]
+    #[error("no_port: endpoint {instance} (incarnation {incarnation}) has no {} port", port.as_deref().unwrap_or("usable"))]
     NoPort {
         /// The endpoint's instance.
         instance: InstanceId,
@@ -208,7 +211,7 @@ pub enum BalanceError {
     },
     /// The endpoint's service failed (connect error, reset, timeout); counted toward its
     /// local ejection.
-    #[error("endpoint {instance} (incarnation {incarnation}) failed: {source}")]
+    #[error("endpoint_failed: endpoint {instance} (incarnation {incarnation}): {}", chain(&**source))]
     Endpoint {
         /// The endpoint's instance.
         instance: InstanceId,
@@ -219,18 +222,17 @@ pub enum BalanceError {
         source: BoxError,
     },
     /// `call` without a successful `poll_ready` first (a bug in the caller).
-    #[error("call before poll_ready returned Ready(Ok)")]
+    #[error("not_ready: call before poll_ready returned Ready(Ok)")]
     NotReady,
 }
 
 impl BalanceError {
-    /// A stable machine-readable code: `unavailable`, `stale`, `no_endpoint`, `no_port`,
-    /// `endpoint_failed`, `not_ready`.
+    /// A stable machine-readable code: `unavailable`, `unknown_service`, `stale`,
+    /// `no_endpoint`, `no_port`, `endpoint_failed`, `not_ready`. The `Display` of every
+    /// error starts with it, once.
     pub fn code(&self) -> &'static str {
         match self {
-            BalanceError::Pick(PickError::View(StaleError::Unavailable { .. })) => "unavailable",
-            BalanceError::Pick(PickError::View(StaleError::Stale { .. })) => "stale",
-            BalanceError::Pick(PickError::NoEndpoint) => "no_endpoint",
+            BalanceError::Pick(pick) => pick.code(),
             BalanceError::NoPort { .. } => "no_port",
             BalanceError::Endpoint { .. } => "endpoint_failed",
             BalanceError::NotReady => "not_ready",
@@ -246,6 +248,23 @@ impl BalanceError {
     }
 }
 
+/// An error and its sources, joined by `: ` (hyper's own message, `client error (Connect)`,
+/// says nothing of the cause below it). The source stays reachable as `source()` too.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(source) = next {
+        let more = source.to_string();
+        // A wrapper that already printed its source (as `ClientError` does) is not repeated.
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        next = source.source();
+    }
+    text
+}
+
 /// Settings of a [`Balance`]; start from [`Balance::builder`].
 #[derive(Debug, Clone)]
 pub struct BalanceBuilder {
@@ -259,15 +278,17 @@ pub struct BalanceBuilder {
 }
 
 impl BalanceBuilder {
-    /// Settings for a balancer over `resolver`'s service: least-request, default eligibility
-    /// and ejection, [`Risk::Mutation`], each endpoint's first port.
-    pub fn new(resolver: Arc<Resolver>) -> BalanceBuilder {
+    /// Settings for a balancer over `resolver`'s service (a [`Resolver`] or an
+    /// `Arc<Resolver>`): least-request, default eligibility and ejection, [`Risk::ReadOnly`]
+    /// (fail static: the last known set beyond the stale budget, SPEC C2), each endpoint's
+    /// first port.
+    pub fn new(resolver: impl Into<Arc<Resolver>>) -> BalanceBuilder {
         BalanceBuilder {
-            resolver,
+            resolver: resolver.into(),
             eligibility: EligibilityConfig::default(),
             ejection: EjectionConfig::default(),
             strategy: Strategy::LeastRequest,
-            risk: Risk::Mutation,
+            risk: Risk::ReadOnly,
             port: None,
             first_view_timeout: DEFAULT_FIRST_VIEW_TIMEOUT,
         }
@@ -292,8 +313,11 @@ impl BalanceBuilder {
         self
     }
 
-    /// The risk of the calls, for the stale budget (default: [`Risk::Mutation`], fail closed
-    /// beyond the budget: the service does not know what a request does).
+    /// The risk of the calls, for the stale budget (SPEC C2). The default,
+    /// [`Risk::ReadOnly`], fails static: beyond the budget calls go on to the last known set
+    /// (never an empty one; drains and removals seen before stay in force, and local ejection
+    /// keeps working). Calls that mutate state say [`Risk::Mutation`] and then fail `stale`
+    /// beyond the budget; [`Risk::Privileged`] fails beyond the tighter privileged budget.
     pub fn risk(mut self, risk: Risk) -> BalanceBuilder {
         self.risk = risk;
         self
@@ -424,7 +448,7 @@ struct Services<S> {
 
 impl Balance<NewSetAuthority<()>> {
     /// Settings for a balancer over `resolver`'s service ([`BalanceBuilder::new`]).
-    pub fn builder(resolver: Arc<Resolver>) -> BalanceBuilder {
+    pub fn builder(resolver: impl Into<Arc<Resolver>>) -> BalanceBuilder {
         BalanceBuilder::new(resolver)
     }
 }
@@ -573,7 +597,9 @@ where
                     let mut views = self.shared.resolver.subscribe();
                     let wait = self.first_view.get_or_insert_with(|| {
                         Box::pin(async move {
-                            let first = views.wait_for(|view| view.active().is_some());
+                            // A set, or the server's answer that there is none: an unknown
+                            // service is refused at once, not after the timeout.
+                            let first = views.wait_for(|view| view.active().is_some() || view.is_unknown());
                             let _ = tokio::time::timeout_at(deadline, first).await;
                         })
                     });

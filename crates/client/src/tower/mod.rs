@@ -24,6 +24,14 @@
 //! ejected endpoints from discovery and inserts them again when the ejection ends, and
 //! [`SharedEjections::report`] wraps each endpoint's service so that its outcomes eject.
 //!
+//! # Registry outages and errors
+//! Balancers fail static by default (SPEC C2): their calls are [`Risk::ReadOnly`](crate::Risk),
+//! so past the stale budget they keep the last known set (never an empty one), with drains,
+//! removals and local ejections in force. A balancer whose calls mutate state says
+//! `.risk(Risk::Mutation)` and then fails `stale` past the budget. A service the server holds
+//! nothing of fails `unknown_service` at once; no first view in time fails `unavailable` with
+//! the last connection error.
+//!
 //! # Outcomes
 //! See [`Outcome`]: connect errors, resets and every other transport error, HTTP 5xx and a
 //! `grpc-status: 14` (UNAVAILABLE) header count against the endpoint; anything else is a

@@ -71,6 +71,14 @@ impl Registry {
         Registry { server, _dir: dir }
     }
 
+    /// Stops the server (a registry outage): watches are cut, reconnects are refused.
+    pub(crate) async fn stop(self) {
+        tokio::time::timeout(STEP, self.server.stop())
+            .await
+            .expect("the registry stops in time")
+            .expect("the registry stops");
+    }
+
     /// Its HTTP API's address.
     pub(crate) fn addr(&self) -> SocketAddr {
         self.server.local_addr()

@@ -3,7 +3,9 @@
 
 mod balance;
 mod discover;
+mod fail_static;
 mod failover;
 mod grpc;
 mod inproc;
 mod view;
+mod what_is_wrong;
