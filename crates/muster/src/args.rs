@@ -70,7 +70,21 @@ pub fn parse_peers(text: &str) -> Result<std::collections::BTreeMap<u64, String>
     Ok(peers)
 }
 
-/// Where `muster serve` runs an optional listener (`--consul`, `--xds`).
+/// Parses `--incarnation`: a number from 1 (U1). 0 is refused before anything is sent: the
+/// first run of an instance registers with 1, and every restart with a higher one, so an
+/// incarnation 0 could only ever be older than every real one.
+pub fn parse_incarnation(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(0) => Err("incarnations start at 1 (a restart registers with a higher one)".to_owned()),
+        Ok(incarnation) => Ok(incarnation),
+        Err(_) => Err(format!(
+            "'{}' is not an incarnation (a number from 1)",
+            text.escape_debug()
+        )),
+    }
+}
+
+/// Where `muster serve` runs an optional listener (`--dns`, `--consul`, `--xds`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Listen {
     /// `off`: not at all.
@@ -79,7 +93,8 @@ pub enum Listen {
     At(SocketAddr),
 }
 
-/// Parses `--consul` or `--xds`: `off`, or an address (`127.0.0.1:8500`, `[::1]:8500`).
+/// Parses `--dns`, `--consul` or `--xds`: `off`, or an address (`127.0.0.1:8500`,
+/// `[::1]:8500`).
 pub fn parse_listen(text: &str) -> Result<Listen, String> {
     if text.eq_ignore_ascii_case("off") {
         return Ok(Listen::Off);

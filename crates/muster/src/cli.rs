@@ -11,8 +11,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::args::{
-    ActorArg, CheckStatusArg, Listen, ProtocolArg, StateArg, parse_addr, parse_label, parse_lease_id, parse_listen,
-    parse_peers,
+    ActorArg, CheckStatusArg, Listen, ProtocolArg, StateArg, parse_addr, parse_incarnation, parse_label,
+    parse_lease_id, parse_listen, parse_peers,
 };
 use crate::duration::parse_duration;
 use muster_client::DEFAULT_SERVER;
@@ -97,6 +97,49 @@ pub enum Command {
     Lab(muster_lab::LabArgs),
 }
 
+impl Cli {
+    /// The command line with every usage line fixed to the flags it requires (U1). clap's
+    /// error messages otherwise add every flag the user gave (or its environment variable
+    /// set) to the usage line, so `--server` and `--port-name` read as required there.
+    pub fn command_exact() -> clap::Command {
+        let mut command = <Cli as clap::CommandFactory>::command();
+        command.build();
+        fix_usage(&mut command);
+        command
+    }
+
+    /// Parses argv with [`Cli::command_exact`]; exits as `Cli::parse` does (2 for a usage
+    /// error, 0 for `--help` and `--version`).
+    pub fn parse_exact() -> Cli {
+        match Cli::try_parse_exact_from(std::env::args_os()) {
+            Ok(cli) => cli,
+            Err(err) => err.exit(),
+        }
+    }
+
+    /// [`Cli::parse_exact`] over `args`, returning the error.
+    pub fn try_parse_exact_from<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let mut command = Cli::command_exact();
+        let matches = command.try_get_matches_from_mut(args)?;
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).map_err(|err| err.format(&mut command))
+    }
+}
+
+/// Pins each command's usage line to what clap renders from the definition alone: the
+/// required flags and arguments, `[OPTIONS]` for the rest.
+fn fix_usage(command: &mut clap::Command) {
+    let rendered = command.render_usage().to_string();
+    let usage = rendered.strip_prefix("Usage: ").unwrap_or(&rendered).to_owned();
+    *command = command.clone().override_usage(usage);
+    for sub in command.get_subcommands_mut() {
+        fix_usage(sub);
+    }
+}
+
 /// Where the server is and whose data to address.
 #[derive(Debug, Clone, Args)]
 pub struct ClientArgs {
@@ -137,9 +180,9 @@ pub struct ServeArgs {
     /// The HTTP API's address; loopback only unless auth is configured [default: 127.0.0.1:7070].
     #[arg(long, env = "MUSTER_HTTP", value_name = "ADDR")]
     pub http: Option<SocketAddr>,
-    /// The DNS listener's address [default: 127.0.0.1:7053].
-    #[arg(long, env = "MUSTER_DNS", value_name = "ADDR")]
-    pub dns: Option<SocketAddr>,
+    /// The DNS listener's address, or `off` [default: 127.0.0.1:7053].
+    #[arg(long, env = "MUSTER_DNS", value_name = "ADDR|off", value_parser = parse_listen)]
+    pub dns: Option<Listen>,
     /// The Consul-compatible API's address, or `off`; loopback only unless auth is configured
     /// [default: 127.0.0.1:8500, a local Consul agent's].
     #[arg(long, env = "MUSTER_CONSUL", value_name = "ADDR|off", value_parser = parse_listen)]
@@ -158,7 +201,8 @@ pub struct ServeArgs {
     #[arg(long, env = "MUSTER_CLUSTER_ADDR", value_name = "ADDR")]
     pub cluster_addr: Option<SocketAddr>,
     /// Every voter of a static cluster of 3 or 5, this node included: 1=ADDR,2=ADDR,3=ADDR
-    /// (their --cluster-addr).
+    /// (their --cluster-addr). One member alone forms a cluster to grow with `cluster add`;
+    /// a joiner lists the members it joins and itself.
     #[arg(long, env = "MUSTER_PEERS", value_name = "ID=ADDR,...", value_parser = parse_peers)]
     pub peers: Option<std::collections::BTreeMap<u64, String>>,
     /// The secret every node-to-node request carries (at least 16 bytes).
@@ -201,8 +245,10 @@ pub enum ClientCertArg {
     Optional,
 }
 
-/// `muster register`.
+/// `muster register`. Exactly one of `--ttl` and `--lease` says how the registration lives
+/// (one required group, so the usage line shows it as required: U1).
 #[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("lifetime").required(true).args(["ttl", "lease"])))]
 pub struct RegisterArgs {
     /// The service, e.g. prod/api.
     #[arg(value_name = "NAMESPACE/SERVICE")]
@@ -220,10 +266,10 @@ pub struct RegisterArgs {
     #[arg(long, value_enum, value_name = "PROTOCOL")]
     pub protocol: Option<ProtocolArg>,
     /// This run's fencing token: a restart registers with a higher one.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_incarnation)]
     pub incarnation: u64,
     /// Grant a lease with this TTL in the same revision (10s, 500ms, 2m).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, required_unless_present = "lease", conflicts_with = "lease")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub ttl: Option<Duration>,
     /// Attach to an existing lease instead of granting one.
     #[arg(long, value_name = "ID", value_parser = parse_lease_id)]
@@ -288,7 +334,7 @@ pub struct SetStateArgs {
     #[arg(value_name = "INSTANCE")]
     pub instance: String,
     /// The incarnation speaking.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_incarnation)]
     pub incarnation: u64,
     /// The new state.
     #[arg(long, value_enum, value_name = "STATE")]
@@ -318,7 +364,7 @@ pub struct DrainArgs {
     #[arg(value_name = "INSTANCE")]
     pub instance: String,
     /// The incarnation speaking.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_incarnation)]
     pub incarnation: u64,
     /// Why, recorded with the state.
     #[arg(long, value_name = "TEXT", default_value = "")]
@@ -352,7 +398,7 @@ pub struct CheckArgs {
     #[arg(value_name = "INSTANCE")]
     pub instance: String,
     /// The incarnation reporting.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_incarnation)]
     pub incarnation: u64,
     /// Server and tenant.
     #[command(flatten)]
@@ -369,7 +415,7 @@ pub struct DeregisterArgs {
     #[arg(value_name = "INSTANCE")]
     pub instance: String,
     /// The incarnation speaking (an older one cannot delete its replacement).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_incarnation)]
     pub incarnation: u64,
     /// Only if the record is at this revision.
     #[arg(long, value_name = "R")]

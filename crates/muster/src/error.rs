@@ -48,8 +48,19 @@ pub enum CliError {
         message: String,
     },
     /// `serve` failed at run time (exit 1; exit 2 for a configuration the server refused).
-    #[error(transparent)]
+    /// A refused configuration prints its message alone: the code `config` is its prefix
+    /// already (one prefix per error, U1).
+    #[error("{}", server_message(.0))]
     Server(#[from] muster_server::ServerError),
+    /// `serve` found its data directory held by another process (exit 1, like a port in use).
+    #[error(
+        "the data directory {} is in use by another process: another `muster serve` is likely running on it (stop it, or give this one its own --data-dir)",
+        .dir.display()
+    )]
+    DataDirInUse {
+        /// The directory, as configured.
+        dir: std::path::PathBuf,
+    },
     /// `bench` could not run (exit 2 for flags that make no run; exit 1 when a system would
     /// not start or prepare, or the report could not be written).
     #[error(transparent)]
@@ -81,6 +92,7 @@ impl CliError {
             CliError::Server(muster_server::ServerError::Config(_)) => "config",
             CliError::Server(muster_server::ServerError::Bind { .. }) => "cannot_listen",
             CliError::Server(_) => "server_failed",
+            CliError::DataDirInUse { .. } => "data_dir_in_use",
             CliError::Bench(err) => err.code(),
             CliError::Lab(err) => err.code(),
         }
@@ -94,7 +106,7 @@ impl CliError {
             CliError::Client(_) | CliError::Closing { .. } => 3,
             CliError::Resync { .. } => 4,
             CliError::Server(muster_server::ServerError::Config(_)) => 2,
-            CliError::Server(_) => 1,
+            CliError::Server(_) | CliError::DataDirInUse { .. } => 1,
             CliError::Bench(muster_bench::BenchError::Usage(_) | muster_bench::BenchError::NoSystem) => 2,
             CliError::Bench(_) => 1,
             CliError::Lab(err) if err.is_usage() => 2,
@@ -110,6 +122,34 @@ impl CliError {
                 message: self.to_string(),
             },
         }
+    }
+}
+
+/// What the storage layer (redb) says when another process holds the log's file lock. redb
+/// offers no other way to tell: by the time it reaches the server it is the message of a
+/// `storage` error. `tests/cli` holds a directory with a real server and checks this still
+/// matches, so a reworded redb fails a test rather than the user's error message.
+const LOG_LOCK_HELD: &str = "Database already open";
+
+impl CliError {
+    /// `serve`'s start failure, with a held data directory named as such.
+    pub fn from_start(err: muster_server::ServerError, data_dir: &std::path::Path) -> CliError {
+        match &err {
+            muster_server::ServerError::Consensus(storage) if storage.to_string().contains(LOG_LOCK_HELD) => {
+                CliError::DataDirInUse {
+                    dir: data_dir.to_owned(),
+                }
+            }
+            _ => CliError::Server(err),
+        }
+    }
+}
+
+/// A server error's message without the prefix its code already gives.
+fn server_message(err: &muster_server::ServerError) -> String {
+    match err {
+        muster_server::ServerError::Config(message) => message.clone(),
+        other => other.to_string(),
     }
 }
 

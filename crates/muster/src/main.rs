@@ -7,7 +7,6 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
 use muster_cli::cli::{Cli, Command};
 
 /// mimalloc instead of glibc's malloc: a profile of a 3-node cluster under registrations
@@ -23,7 +22,7 @@ const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(10);
 
 fn main() -> ExitCode {
     // Usage errors exit 2 here, and --help / --version exit 0.
-    let cli = Cli::parse();
+    let cli = Cli::parse_exact();
     // The server and the load generator need every core, and so does the lab's live server;
     // a client command needs one.
     let serving = matches!(cli.command, Command::Serve(_) | Command::Bench(_) | Command::Proxy(_));

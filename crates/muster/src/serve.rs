@@ -29,8 +29,13 @@ pub fn load_config(args: &ServeArgs) -> Result<ServerConfig, CliError> {
     if let Some(http) = args.http {
         config.http = http;
     }
-    if let Some(dns) = args.dns {
-        config.dns = dns;
+    match args.dns {
+        Some(Listen::Off) => config.dns_enabled = false,
+        Some(Listen::At(addr)) => {
+            config.dns_enabled = true;
+            config.dns = addr;
+        }
+        None => {}
     }
     match args.consul {
         Some(Listen::Off) => config.consul.enabled = false,
@@ -122,13 +127,16 @@ pub async fn serve(args: ServeArgs, json: bool, out: &mut dyn Write) -> Result<(
     // Signals are installed before the server starts, so an early SIGTERM stops it
     // gracefully instead of killing the process with the default action.
     let shutdown = stop_signal()?;
-    let data_dir = config.data_dir.display().to_string();
+    let data_path = config.data_dir.clone();
+    let data_dir = data_path.display().to_string();
     let scheme = if config.tls.cert.is_some() { "https" } else { "http" };
     tracing::debug!(http = %config.http, dns = %config.dns, data_dir, "starting muster serve");
     let cluster = config.cluster_addr;
     // The dashboard's lab runs (SPEC U2): the server cannot reach the lab crate itself.
     let hooks = muster_server::Hooks::default().with_lab(std::sync::Arc::new(crate::lab_hook::SimulationRunner));
-    let server = muster_server::start_with(config, hooks).await?;
+    let server = muster_server::start_with(config, hooks)
+        .await
+        .map_err(|err| CliError::from_start(err, &data_path))?;
     // Every listener, in the order the line names them; `None`: that listener is off. One
     // entry per listener feeds both the text and the `--json` line.
     let listeners = [

@@ -32,7 +32,7 @@ pub struct ServerConfig {
     pub http: SocketAddr,
     /// The DNS listener's address, UDP and TCP (SPEC D2). Loopback, like the API.
     pub dns: SocketAddr,
-    /// Whether the DNS listener runs: on by default.
+    /// Whether the DNS listener runs: on by default; `muster serve --dns off` turns it off.
     pub dns_enabled: bool,
     /// What DNS answers: domain (`muster.`), tenant (`default`), TTLs, eligibility.
     pub dns_zone: ZoneConfig,
@@ -57,7 +57,10 @@ pub struct ServerConfig {
     /// The node-to-node listener (Raft traffic and forwarded writes); required in a cluster.
     pub cluster_addr: Option<SocketAddr>,
     /// Every voter of a static cluster, this node included: id → `host:port` of its cluster
-    /// listener. Empty: a single node.
+    /// listener. Empty: a single node. The member with the lowest id forms the cluster and
+    /// needs 3 voters (they survive 1 failure) or 5 (2 failures); 2, 4 or more than 5 are
+    /// refused with the reason, and 1 alone forms a cluster to grow with `muster cluster add`.
+    /// A joiner lists the members it joins and itself.
     pub peers: BTreeMap<u64, String>,
     /// The secret every node-to-node request carries; required in a cluster (and kept as a
     /// second factor over `cluster_tls`).
@@ -193,6 +196,12 @@ impl ServerConfig {
         let Some(advertised) = self.peers.get(&self.node_id) else {
             return Err(format!("node_id: {} is not among the peers", self.node_id));
         };
+        // The member with the lowest id forms the cluster from `peers` (the others wait to
+        // hear from it, and a joiner lists the members it joins beside itself), so the count
+        // is judged there.
+        if self.peers.keys().next() == Some(&self.node_id) {
+            founding_voters(self.peers.len())?;
+        }
         // The listener may bind a wildcard address; the port must be the advertised one.
         if host_port(advertised).map(|(_, port)| port) != Some(listen.port()) {
             return Err(format!(
@@ -208,6 +217,32 @@ impl ServerConfig {
             tls: None,
         }))
     }
+}
+
+/// Refuses a founding membership whose size a user would regret (U1): 3 voters survive one
+/// failure and 5 survive two. One alone is allowed: it is the seed of a cluster grown with
+/// `muster cluster add`, and as available as a single node, which its user chose. An even
+/// count survives no more failures than one voter fewer while every write waits for more of
+/// them (2 survive none), and more than 5 make each write wait for more acknowledgements than
+/// any failure budget needs.
+fn founding_voters(count: usize) -> Result<(), String> {
+    if matches!(count, 1 | 3 | 5) {
+        return Ok(());
+    }
+    let quorum = count / 2 + 1;
+    let survives = (count - 1) / 2;
+    let why = match count {
+        2 => "2 voters cannot survive any failure: every write needs both".to_owned(),
+        even if even % 2 == 0 => format!(
+            "{even} voters survive {survives} failure{}, no more than {} do, while every write waits for {quorum} of them",
+            if survives == 1 { "" } else { "s" },
+            even - 1
+        ),
+        many => format!("{many} voters make every write wait for {quorum} of them; 5 already survive 2 failures"),
+    };
+    Err(format!(
+        "peers: {why}. List 3 voters (they survive 1 failure) or 5 (2 failures); one alone forms a cluster to grow with `muster cluster add`"
+    ))
 }
 
 /// The health checker's limits and the self-preservation brake (SPEC H2, H5). Defaults are

@@ -12,6 +12,7 @@ mod discover;
 mod durability;
 mod e2e;
 mod fixtures;
+mod flags;
 mod inproc;
 mod lab;
 mod logging;

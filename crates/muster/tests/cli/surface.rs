@@ -54,7 +54,10 @@ fn serve_takes_data_dir_http_dns_and_config() {
     };
     assert_eq!(args.data_dir.unwrap().to_str(), Some("/tmp/d"));
     assert_eq!(args.http.unwrap().to_string(), "127.0.0.1:7070");
-    assert_eq!(args.dns.unwrap().to_string(), "127.0.0.1:7053");
+    assert_eq!(
+        args.dns,
+        Some(muster_cli::args::Listen::At("127.0.0.1:7053".parse().unwrap()))
+    );
     assert_eq!(args.config.unwrap().to_str(), Some("m.toml"));
 }
 
