@@ -4,7 +4,7 @@
 //! `ViewStatus`; the tower `Discover` path ends with that error instead of pending forever.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http_body_util::Empty;
 use hyper::body::Bytes;
@@ -30,7 +30,7 @@ async fn refused(resolver: Resolver, first_view_timeout: Duration) -> (&'static 
         .first_view_timeout(first_view_timeout)
         .shared(http)
         .unwrap();
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let request = hyper::Request::get("/").body(Empty::new()).unwrap();
     let call = async { balance.ready().await?.call(request).await };
     let error = tokio::time::timeout(STEP, call)
