@@ -99,6 +99,7 @@ impl Federation {
     /// registry revision (for convergence, SPEC O3): `acked` for a service no tier covers; for
     /// a covered one at most the registry's revision its served set was built from, and
     /// `None` for an older served set than the last (nothing to say of it).
+    #[cfg(feature = "xds")]
     pub(crate) fn acked_as(&self, key: &ServiceKey, acked: Revision) -> Option<Revision> {
         if self.policy(key).is_none() {
             return Some(acked);
