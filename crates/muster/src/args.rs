@@ -73,15 +73,23 @@ pub fn parse_peers(text: &str) -> Result<std::collections::BTreeMap<u64, String>
 /// Parses `--incarnation`: a number from 1 (U1). 0 is refused before anything is sent: the
 /// first run of an instance registers with 1, and every restart with a higher one, so an
 /// incarnation 0 could only ever be older than every real one.
-pub fn parse_incarnation(text: &str) -> Result<u64, String> {
+pub fn parse_incarnation(text: &str) -> Result<u64, IncarnationArgError> {
     match text.parse::<u64>() {
-        Ok(0) => Err("incarnations start at 1 (a restart registers with a higher one)".to_owned()),
+        Ok(0) => Err(IncarnationArgError::Zero),
         Ok(incarnation) => Ok(incarnation),
-        Err(_) => Err(format!(
-            "'{}' is not an incarnation (a number from 1)",
-            text.escape_debug()
-        )),
+        Err(_) => Err(IncarnationArgError::NotANumber(text.escape_debug().to_string())),
     }
+}
+
+/// Why `--incarnation` was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IncarnationArgError {
+    /// 0: older than every real incarnation.
+    #[error("incarnations start at 1 (a restart registers with a higher one)")]
+    Zero,
+    /// Not a number.
+    #[error("'{0}' is not an incarnation (a number from 1)")]
+    NotANumber(String),
 }
 
 /// Where `muster serve` runs an optional listener (`--dns`, `--consul`, `--xds`).

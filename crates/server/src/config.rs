@@ -200,7 +200,7 @@ impl ServerConfig {
         // hear from it, and a joiner lists the members it joins beside itself), so the count
         // is judged there.
         if self.peers.keys().next() == Some(&self.node_id) {
-            founding_voters(self.peers.len())?;
+            founding_voters(self.peers.len()).map_err(|e| e.to_string())?;
         }
         // The listener may bind a wildcard address; the port must be the advertised one.
         if host_port(advertised).map(|(_, port)| port) != Some(listen.port()) {
@@ -225,7 +225,7 @@ impl ServerConfig {
 /// count survives no more failures than one voter fewer while every write waits for more of
 /// them (2 survive none), and more than 5 make each write wait for more acknowledgements than
 /// any failure budget needs.
-fn founding_voters(count: usize) -> Result<(), String> {
+fn founding_voters(count: usize) -> Result<(), VoterCountError> {
     if matches!(count, 1 | 3 | 5) {
         return Ok(());
     }
@@ -240,9 +240,16 @@ fn founding_voters(count: usize) -> Result<(), String> {
         ),
         many => format!("{many} voters make every write wait for {quorum} of them; 5 already survive 2 failures"),
     };
-    Err(format!(
-        "peers: {why}. List 3 voters (they survive 1 failure) or 5 (2 failures); one alone forms a cluster to grow with `muster cluster add`"
-    ))
+    Err(VoterCountError { why })
+}
+
+/// A founding membership of a count [`founding_voters`] refuses, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "peers: {why}. List 3 voters (they survive 1 failure) or 5 (2 failures); one alone forms a cluster to grow with `muster cluster add`"
+)]
+struct VoterCountError {
+    why: String,
 }
 
 /// The health checker's limits and the self-preservation brake (SPEC H2, H5). Defaults are
