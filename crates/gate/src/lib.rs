@@ -1,0 +1,12 @@
+//! Muster's front door (SPEC S1–S6, W4): what every way in — the native API, watch streams,
+//! the Consul API, xDS, the dashboard's live views, convergence reports — goes through
+//! before it reaches the registry.
+//!
+//! This crate holds the gate's pure parts; the server wires them:
+//! - [`admission`]: one table of budgets, per principal and per tenant, for everything a
+//!   caller can hold open (watch streams, live views, xDS streams and their names, parked
+//!   blocking queries). Each held thing is a permit that gives its slot back on drop.
+
+pub mod admission;
+
+pub use admission::{Admission, Budgets, Hold, Holder, NameBudget, Permit, Refusal, Report};
