@@ -379,7 +379,8 @@ pub struct AuditQuery {
     /// outcome exactly (`refused:stale_incarnation`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<String>,
-    /// Only records at or after this time (Unix milliseconds).
+    /// Only records at or after this time (Unix milliseconds; a denial with a `count`, when
+    /// its last request was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since_ms: Option<u64>,
     /// Only records before this time (Unix milliseconds).
@@ -402,8 +403,9 @@ pub enum AuditKind {
     /// A committed command, applied or refused: recorded by every node from the replicated
     /// log, the same on each.
     Mutation,
-    /// A request refused before it reached the log (authentication, authorisation): recorded
-    /// by the node that refused it only.
+    /// A request refused before it reached the log (authentication, authorisation, the
+    /// browser guard), or a stream ended by its token's revocation: recorded by the node that
+    /// refused it only, a flood as one record with a `count`.
     Denial,
 }
 
@@ -466,6 +468,17 @@ pub struct AuditRecord {
     /// A mutation: the node that proposed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<u64>,
+    /// A denial: how many requests it stands for. Denials from one source address (its IP,
+    /// any port) by one principal, of one verb and tenant, with one code and reason, within
+    /// an interval of 10 s from the first are one record (SPEC S4: a flood is counted, not
+    /// kept request by request); `at_ms`, `key`, `resource` and `source` are the first
+    /// request's, `last_at_ms` the last's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// A denial: when the last request it counts was refused (Unix milliseconds, this node's
+    /// clock). Once 10 s have passed since `at_ms` the record no longer changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_at_ms: Option<u64>,
 }
 
 /// `GET /v1/audit`: one page of records, newest first.
@@ -477,11 +490,20 @@ pub struct AuditReply {
     /// Pass as `cursor` for the next (older) page; absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
-    /// How many records this node keeps at most (the server's `audit.retention`).
+    /// How many mutation records this node keeps at most (the server's `audit.retention`).
+    /// Denials are kept apart, so no number of them evicts a mutation (SPEC S8).
     pub retention: usize,
-    /// How many records this node has dropped since it started, oldest first, to stay
-    /// within `retention`.
+    /// How many mutation records this node has dropped since it started, oldest first, to
+    /// stay within `retention`.
     pub evicted: u64,
+    /// How many denial records this node keeps at most (the server's
+    /// `audit.denial_retention`).
+    #[serde(default)]
+    pub denial_retention: usize,
+    /// How many denial records this node has dropped since it started, oldest first, to stay
+    /// within `denial_retention`.
+    #[serde(default)]
+    pub denials_evicted: u64,
 }
 
 /// An error's code and message.

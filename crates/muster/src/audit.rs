@@ -138,8 +138,8 @@ pub fn audit_text(reply: &AuditReply) -> String {
     text
 }
 
-/// A lease or token, a denial's source and resource, a refusal's or denial's reason; `-` when
-/// there is nothing.
+/// A lease or token, a denial's source and resource, a refusal's or denial's reason, how many
+/// requests a denial counts; `-` when there is nothing.
 fn detail(record: &AuditRecord) -> String {
     let mut parts = Vec::new();
     if let Some(lease) = record.lease {
@@ -156,6 +156,11 @@ fn detail(record: &AuditRecord) -> String {
     }
     if let Some(reason) = &record.reason {
         parts.push(reason.clone());
+    }
+    // A flood of denials counted as one record (SPEC S4).
+    if let Some(count) = record.count.filter(|count| *count > 1) {
+        let last = record.last_at_ms.unwrap_or(record.at_ms);
+        parts.push(format!("{count} times, the last at {}", utc(last)));
     }
     if parts.is_empty() {
         return "-".to_owned();

@@ -18,6 +18,7 @@
 //! With `[auth] enabled = false` (the default) every caller is the unrestricted `anonymous`
 //! principal, and the server binds loopback only (SPEC S1).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, State};
@@ -29,6 +30,7 @@ use muster_core::{ErrorCode, Label, Principal, ServiceKey};
 use serde::{Deserialize, Serialize};
 
 use crate::app::App;
+use crate::audit::Denial as AuditDenial;
 use crate::error::ApiError;
 use crate::peer::Peer;
 
@@ -400,6 +402,40 @@ pub(crate) async fn revoked(app: Arc<App>, token: Arc<Token>) {
             std::future::pending::<()>().await;
         }
     }
+}
+
+/// Why a stream ended by its token's revocation was refused: what its last frame says and
+/// what the audit trail records.
+pub(crate) const REVOKED: &str = "the token was revoked";
+
+/// [`revoked`], then the stream it ends recorded as a denial ([`record_revoked`]).
+pub(crate) async fn revoked_recorded(
+    app: Arc<App>,
+    token: Arc<Token>,
+    verb: Verb,
+    source: Option<SocketAddr>,
+    resource: String,
+) {
+    revoked(Arc::clone(&app), Arc::clone(&token)).await;
+    record_revoked(&app, &token, verb, source, resource);
+}
+
+/// Records a stream ended, or refused, because its token was revoked (SPEC S1, S4): a denial
+/// `unauthenticated`, "the token was revoked", under the token's principal and tenant.
+/// `resource` names the stream (`GET /v1/watch/acme/prod/api`); every kind of stream (watch,
+/// dashboard live view, xDS) makes this one call where the revocation ends it.
+pub(crate) fn record_revoked(app: &App, token: &Token, verb: Verb, source: Option<SocketAddr>, resource: String) {
+    app.audit.denied(AuditDenial {
+        principal: Some(token.principal()),
+        tenant: token.tenant().cloned(),
+        key: None,
+        verb: verb.to_string(),
+        resource,
+        code: ErrorCode::Unauthenticated,
+        reason: REVOKED.to_owned(),
+        source,
+        at_ms: app.clock.unix_now_ms(),
+    });
 }
 
 #[cfg(test)]

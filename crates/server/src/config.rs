@@ -102,21 +102,31 @@ pub struct ServerConfig {
     pub federation: FederationConfig,
 }
 
-/// The audit trail's retention (SPEC S4): in memory, the newest `retention` records; see the
-/// `audit` module for what a restart keeps.
+/// The audit trail's retention (SPEC S4): in memory, the newest `retention` mutations and,
+/// apart from them, the newest `denial_retention` denials; see the `audit` module for what a
+/// restart keeps.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuditConfig {
-    /// Records kept, mutations and denials together: 10,000. A record is a few hundred bytes,
-    /// so the default costs a few MiB; writes are registrations, state changes and removals
-    /// (lease renewals are not logged), so it spans hours of a fleet of thousands of endpoints
-    /// redeploying. Longer retention is a log shipper's job (poll `GET /v1/audit`).
+    /// Mutation records kept: 10,000. A record is a few hundred bytes, so the default costs a
+    /// few MiB; writes are registrations, state changes and removals (lease renewals are not
+    /// logged), so it spans hours of a fleet of thousands of endpoints redeploying. Denials
+    /// never count against it. Longer retention is a log shipper's job (poll `GET /v1/audit`).
     pub retention: usize,
+    /// Denial records kept, apart from the mutations so that no flood of refused requests
+    /// evicts a mutation (SPEC S8): 10,000, as many as the mutations. A flood from one source
+    /// is one record per 10 s with a count, so 10,000 records hold a day of one address's
+    /// flood or an hour of thirty addresses' at once, in a few MiB (at most about 20 MiB: a
+    /// denial's reason and resource are cut at 512 bytes).
+    pub denial_retention: usize,
 }
 
 impl Default for AuditConfig {
     fn default() -> Self {
-        AuditConfig { retention: 10_000 }
+        AuditConfig {
+            retention: 10_000,
+            denial_retention: 10_000,
+        }
     }
 }
 

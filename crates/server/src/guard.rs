@@ -14,7 +14,9 @@
 //!             body read deadline attached (`BodyReadTimeout`) ──▶ the next layer
 //! ```
 //!
-//! Each refusal happens before any handler runs, so it changes nothing.
+//! Each refusal happens before any handler runs, so it changes nothing, and is recorded as a
+//! denial in the audit trail (SPEC S4) with its code and the caller's address: a page probing
+//! the API from a browser is on record.
 //!
 //! # Why these three
 //! - **JSON only.** A page can make a browser send a cross-origin `POST` without asking the
@@ -44,6 +46,7 @@
 //! deadline ([`BodyReadTimeout`]) bounds that. It travels as a request extension, so the
 //! body extractor reads it without reaching into shared state.
 
+use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +57,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use muster_core::ErrorCode;
 
+use crate::audit::{AuditLog, Denial};
+use crate::clock::ServerClock;
 use crate::error::ApiError;
+use crate::peer::Peer;
 
 /// What the guard enforces; built from the server config.
 #[derive(Debug, Clone)]
@@ -66,6 +72,21 @@ pub(crate) struct RequestGuard {
     require_loopback_host: bool,
     /// How long a request body may take to arrive.
     body_read_timeout: Duration,
+    /// Where refusals are recorded: `None` only for a guard built without the server (tests).
+    audit: Option<GuardAudit>,
+}
+
+/// The audit trail the guard records its refusals in, and the clock that times them.
+#[derive(Clone)]
+struct GuardAudit {
+    log: Arc<AuditLog>,
+    clock: ServerClock,
+}
+
+impl fmt::Debug for GuardAudit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("GuardAudit")
+    }
 }
 
 /// How long a request body may take to arrive, attached to every request by the guard.
@@ -79,7 +100,35 @@ impl RequestGuard {
             allowed_origins: allowed_origins.iter().map(|o| o.to_ascii_lowercase()).collect(),
             require_loopback_host,
             body_read_timeout,
+            audit: None,
         }
+    }
+
+    /// The same guard, recording each refusal in `log` (SPEC S4).
+    pub(crate) fn audited(self, log: Arc<AuditLog>, clock: ServerClock) -> Self {
+        RequestGuard {
+            audit: Some(GuardAudit { log, clock }),
+            ..self
+        }
+    }
+
+    /// Records `refused`, the guard's answer to `request`, as a denial: nobody was
+    /// authenticated yet, so no principal; the resource is the method and path.
+    pub(crate) fn record(&self, refused: &ApiError, request: &Request) {
+        let Some(audit) = &self.audit else {
+            return;
+        };
+        audit.log.denied(Denial {
+            principal: None,
+            tenant: None,
+            key: None,
+            verb: "guard".to_owned(),
+            resource: format!("{} {}", request.method(), request.uri().path()),
+            code: refused.code,
+            reason: refused.message.clone(),
+            source: request.extensions().get::<Peer>().map(|peer| peer.addr),
+            at_ms: audit.clock.unix_now_ms(),
+        });
     }
 
     /// The guard's verdict on a request's headers: `Err` is the refusal to send.
@@ -135,6 +184,7 @@ impl RequestGuard {
 pub(crate) async fn guard(State(guard): State<Arc<RequestGuard>>, mut request: Request, next: Next) -> Response {
     let authority = request.uri().authority().map(|a| a.as_str().to_owned());
     if let Err(refused) = guard.admit(request.headers(), authority.as_deref()) {
+        guard.record(&refused, &request);
         return refused.into_response();
     }
     request

@@ -109,6 +109,9 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
     if config.audit.retention == 0 {
         return Err(ServerError::Config("audit.retention: must be at least 1".into()));
     }
+    if config.audit.denial_retention == 0 {
+        return Err(ServerError::Config("audit.denial_retention: must be at least 1".into()));
+    }
     if config.max_body_bytes == 0 {
         return Err(ServerError::Config("max_body_bytes: must be at least 1".into()));
     }
@@ -157,7 +160,11 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     let federation = config.federation.resolve().map_err(ServerError::Config)?;
     let (leader_feed, leader_messages) = leader::channel();
     let (token_watch, acl_changes) = TokenWatch::new();
-    let audit = Arc::new(AuditLog::new(config.audit.retention, random_epoch()));
+    let audit = Arc::new(AuditLog::new(
+        config.audit.retention,
+        config.audit.denial_retention,
+        random_epoch(),
+    ));
     let metrics = Arc::new(Metrics::new(Arc::clone(&dns_zone)));
     // Failover tiers change with time too (a mirror past its stale budget): their ticker
     // stages into the same zone.
@@ -316,7 +323,8 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         &config.allowed_origins,
         !config.auth.enabled,
         Duration::from_millis(config.body_read_timeout_ms),
-    );
+    )
+    .audited(Arc::clone(&app.audit), app.clock);
     let router = routes::router(
         Arc::clone(&app),
         config.max_body_bytes,

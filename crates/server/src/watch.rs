@@ -12,12 +12,13 @@
 //! a write.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use bytes::Bytes;
@@ -33,6 +34,7 @@ use crate::auth::{self, Caller};
 use crate::error::ApiError;
 use crate::extract::{INDEX_HEADER, QueryParams, Segments};
 use crate::frames;
+use crate::peer::Peer;
 use crate::watch_quota::WatchPermit;
 
 /// The query of a watch.
@@ -49,22 +51,26 @@ pub(crate) struct WatchQuery {
 pub(crate) async fn watch_service(
     State(app): State<Arc<App>>,
     caller: Caller,
+    peer: Option<Extension<Peer>>,
     segments: Segments,
     QueryParams(query): QueryParams<WatchQuery>,
 ) -> Result<Response, ApiError> {
     let key = segments.service()?;
-    start(&app, &caller, Scope::Service(key), query.from_revision)
+    let source = peer.map(|peer| peer.addr);
+    start(&app, &caller, source, Scope::Service(key), query.from_revision)
 }
 
 /// `GET /v1/watch/{tenant}/{namespace}`.
 pub(crate) async fn watch_namespace(
     State(app): State<Arc<App>>,
     caller: Caller,
+    peer: Option<Extension<Peer>>,
     segments: Segments,
     QueryParams(query): QueryParams<WatchQuery>,
 ) -> Result<Response, ApiError> {
     let namespace = segments.namespace()?;
-    start(&app, &caller, Scope::Namespace(namespace), query.from_revision)
+    let source = peer.map(|peer| peer.addr);
+    start(&app, &caller, source, Scope::Namespace(namespace), query.from_revision)
 }
 
 /// How a watch begins, read together with its subscription.
@@ -74,11 +80,17 @@ enum Beginning {
     Refused(ReadError),
 }
 
-fn start(app: &Arc<App>, caller: &Caller, scope: Scope, from: Option<Revision>) -> Result<Response, ApiError> {
+fn start(
+    app: &Arc<App>,
+    caller: &Caller,
+    source: Option<SocketAddr>,
+    scope: Scope,
+    from: Option<Revision>,
+) -> Result<Response, ApiError> {
     // The slot is taken before anything is read and held by the stream (SPEC W4).
-    let tenant = match &scope {
-        Scope::Service(key) => key.tenant.clone(),
-        Scope::Namespace(namespace) => namespace.tenant.clone(),
+    let (tenant, resource) = match &scope {
+        Scope::Service(key) => (key.tenant.clone(), format!("GET /v1/watch/{key}")),
+        Scope::Namespace(namespace) => (namespace.tenant.clone(), format!("GET /v1/watch/{namespace}")),
     };
     let permit = app.watch_quota.acquire(&tenant, caller.principal())?;
     // A namespace watch shows only the services the caller may watch (SPEC S3); the route's
@@ -91,7 +103,8 @@ fn start(app: &Arc<App>, caller: &Caller, scope: Scope, from: Option<Revision>) 
         if let Some(token) = caller.token_ref()
             && registry.acl().get(token.accessor()).is_none()
         {
-            return Err(ApiError::new(ErrorCode::Unauthenticated, "the token was revoked"));
+            auth::record_revoked(app, token, Verb::Watch, source, resource.clone());
+            return Err(ApiError::new(ErrorCode::Unauthenticated, auth::REVOKED));
         }
         let at = registry.revision();
         let beginning = match from {
@@ -141,12 +154,9 @@ fn start(app: &Arc<App>, caller: &Caller, scope: Scope, from: Option<Revision>) 
                     !filtered || frame_key(frame).is_none_or(|key| caller.may(&key, Verb::Watch)),
                 )
             });
-            Revocable::new(
-                live,
-                Box::pin(auth::revoked(Arc::clone(app), Arc::clone(token))),
-                app.hub.clone(),
-            )
-            .boxed()
+            // The revocation that ends the stream is on record (SPEC S4).
+            let revoked = auth::revoked_recorded(Arc::clone(app), Arc::clone(token), Verb::Watch, source, resource);
+            Revocable::new(live, Box::pin(revoked), app.hub.clone()).boxed()
         }
     };
     Ok(stream_response(at, initial, live, permit))
@@ -193,7 +203,7 @@ impl<S: Stream<Item = Bytes> + Unpin> Stream for Revocable<S> {
             let revision = self.hub.revision();
             return Poll::Ready(Some(frames::error(
                 ErrorCode::Unauthenticated.as_str(),
-                "the token was revoked".to_owned(),
+                auth::REVOKED.to_owned(),
                 revision,
             )));
         }

@@ -87,6 +87,8 @@ fn record(seq: u64, kind: AuditKind, outcome: &str) -> AuditRecord {
         source: None,
         log_index: None,
         origin: None,
+        count: None,
+        last_at_ms: None,
     }
 }
 
@@ -113,6 +115,8 @@ fn the_table_shows_who_what_when_and_why_and_how_to_continue() {
         next_cursor: Some("5.11".into()),
         retention: 10_000,
         evicted: 0,
+        denial_retention: 10_000,
+        denials_evicted: 0,
     };
     let text = audit_text(&reply);
     let lines: Vec<&str> = text.lines().collect();
@@ -143,6 +147,8 @@ fn the_table_shows_who_what_when_and_why_and_how_to_continue() {
         next_cursor: None,
         retention: 10_000,
         evicted: 0,
+        denial_retention: 10_000,
+        denials_evicted: 0,
     };
     assert_eq!(audit_text(&empty), "no audit records match\n");
 }

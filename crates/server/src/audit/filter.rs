@@ -211,7 +211,10 @@ impl AuditFilter {
             OutcomeFilter::Kind(prefix) => record.outcome.starts_with(prefix),
             OutcomeFilter::Exact(outcome) => record.outcome == *outcome,
         });
-        let since = self.since_ms.is_none_or(|since| record.at_ms >= since);
+        // A counted denial spans `at_ms..=last_at_ms`: it matches a window it overlaps, so a
+        // shipper polling `since_ms` sees a record still counting.
+        let last = record.last_at_ms.map_or(record.at_ms, |last| last.max(record.at_ms));
+        let since = self.since_ms.is_none_or(|since| last >= since);
         let until = self.until_ms.is_none_or(|until| record.at_ms < until);
         tenant && principal && key && outcome && since && until
     }

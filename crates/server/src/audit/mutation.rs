@@ -159,6 +159,8 @@ pub(crate) fn records(judged: &Judged<'_>, mut record: impl FnMut(AuditRecord)) 
         source: None,
         log_index: Some(judged.log_index),
         origin: judged.origin,
+        count: None,
+        last_at_ms: None,
     };
     let removed = applied.filter(|_| subject.per_endpoint).map(removed_endpoints);
     match removed {

@@ -148,6 +148,7 @@ pub(crate) fn router(app: Arc<App>, view: Arc<ConsulView>, guard: RequestGuard, 
 async fn consul_guard(State(guard): State<Arc<RequestGuard>>, mut request: Request, next: Next) -> Response {
     let authority = request.uri().authority().map(|a| a.as_str().to_owned());
     if let Err(refused) = guard.admit_caller(request.headers(), authority.as_deref()) {
+        guard.record(&refused, &request);
         return ConsulError::new(StatusCode::FORBIDDEN, refused.message).into_response();
     }
     request

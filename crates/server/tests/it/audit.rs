@@ -1,5 +1,7 @@
 //! The audit trail (SPEC S4) over HTTP: committed mutations with their outcomes, the same on
-//! every node of a cluster, denials with their source address, paging and filters.
+//! every node of a cluster, denials with their source address, paging and filters; denials
+//! kept apart from mutations and a flood of them counted (SPEC S8), guard refusals and
+//! revoked watches on record, and a token shown only what its rules let it administer.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -9,7 +11,7 @@ use muster_testkit::fixed_tcp_port as free_port;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{TestServer, endpoint, instance_path, poll};
+use crate::support::{TestServer, as_token, bootstrap, endpoint, instance_path, poll};
 
 const SECRET: &str = "a-cluster-secret-of-some-length";
 
@@ -490,4 +492,269 @@ async fn with_auth_on_denials_are_recorded_and_a_tenant_admin_sees_only_its_tena
         .await
         .expect(StatusCode::OK);
     assert_eq!(later.body["records"].as_array().unwrap().len(), 3, "{}", later.body);
+}
+
+/// The records of every page of `query`, as `secret`.
+async fn all_records(server: &TestServer, secret: &str, query: &str) -> Vec<Value> {
+    let mut records = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = match &cursor {
+            None => format!("{query}&limit=1000"),
+            Some(cursor) => format!("{query}&limit=1000&cursor={cursor}"),
+        };
+        let reply = audit_as(server, secret, &page).await.expect(StatusCode::OK);
+        records.extend(reply.body["records"].as_array().unwrap().iter().cloned());
+        match reply.body["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return records,
+        }
+    }
+}
+
+/// Trace: 60 requests with made-up tokens evicted every mutation from the trail (one ring for
+/// mutations and denials). Now the denials have a ring of their own, and a flood from one
+/// address is counted into a record per 10 s.
+#[tokio::test]
+async fn a_flood_of_made_up_tokens_leaves_every_mutation_on_record_and_is_counted_in_a_few_records() {
+    let server = TestServer::start_with(|config| {
+        config.auth.enabled = true;
+        config.audit.retention = 50;
+        config.audit.denial_retention = 50;
+    })
+    .await;
+    let operator = bootstrap(&server).await;
+    for n in 0..10 {
+        as_token(
+            &server,
+            &operator,
+            Method::PUT,
+            &instance_path("api", &format!("api-{n}")),
+            Some(json!({"incarnation": 1, "endpoint": endpoint("10.0.0.1")})),
+        )
+        .await
+        .expect(StatusCode::OK);
+    }
+    token(&server, &operator, json!({"tenant": "acme", "allow": ["prod/*=read"]})).await;
+    let mutations =
+        |records: &[Value]| -> Vec<Value> { records.iter().filter(|r| r["kind"] == "mutation").cloned().collect() };
+    let before = mutations(&all_records(&server, &operator, "").await);
+    assert_eq!(
+        before.len(),
+        13,
+        "the policy adopted, the bootstrap, 10 registrations, a token: {before:?}"
+    );
+
+    let flood_started = unix_ms();
+    for n in 0..120 {
+        let reply = server
+            .send(
+                Method::GET,
+                "/v1/registry/acme/prod/api",
+                None,
+                &[("authorization", &format!("Bearer made-up-{n}"))],
+            )
+            .await
+            .expect(StatusCode::UNAUTHORIZED);
+        assert_eq!(reply.code(), "unauthenticated");
+    }
+    let flood_seconds = unix_ms().saturating_sub(flood_started) / 1000;
+
+    let reply = audit_as(&server, &operator, "limit=1000").await.expect(StatusCode::OK);
+    assert_eq!(reply.body["retention"], 50);
+    assert_eq!(reply.body["evicted"], 0, "{}", reply.body);
+    assert_eq!(reply.body["denial_retention"], 50);
+    let after = all_records(&server, &operator, "").await;
+    assert_eq!(
+        mutations(&after),
+        before,
+        "every mutation made before the flood is still listed"
+    );
+    let flood: Vec<&Value> = after
+        .iter()
+        .filter(|r| r["kind"] == "denial" && r["reason"] == "unknown or revoked token")
+        .collect();
+    let counted: u64 = flood.iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    assert_eq!(counted, 120, "{flood:?}");
+    // One record per 10 s that the flood lasted (it takes well under one).
+    assert!(
+        flood.len() as u64 <= 1 + flood_seconds / 10 + 1,
+        "{} records for a flood of {flood_seconds} s: {flood:?}",
+        flood.len()
+    );
+    for record in &flood {
+        assert!(record["source"].as_str().unwrap().starts_with("127.0.0.1:"), "{record}");
+        assert_eq!(record["outcome"], "denied:unauthenticated");
+        assert!(record["last_at_ms"].as_u64().unwrap() >= record["at_ms"].as_u64().unwrap());
+    }
+}
+
+/// One request with exactly these headers (no defaults added) to `addr`: its status.
+async fn raw_status(
+    addr: std::net::SocketAddr,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> StatusCode {
+    use http_body_util::Full;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<bytes::Bytes>>();
+    let mut request = hyper::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(Full::new(bytes::Bytes::from(body.to_owned()))).unwrap();
+    tokio::time::timeout(crate::support::STEP, client.request(request))
+        .await
+        .expect("a reply in time")
+        .expect("a reply")
+        .status()
+}
+
+#[tokio::test]
+async fn the_browser_guards_refusals_are_recorded_as_denials_with_their_codes() {
+    let server = TestServer::start_with(|config| {
+        config.allowed_origins = vec!["https://console.example".into()];
+    })
+    .await;
+    let registration = json!({"incarnation": 1, "endpoint": endpoint("10.0.0.1")}).to_string();
+    let put = instance_path("api", "api-0");
+    let status = raw_status(
+        server.addr(),
+        Method::PUT,
+        &put,
+        &[("content-type", "text/plain")],
+        &registration,
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let evil = [("origin", "https://evil.example")];
+    let status = raw_status(server.addr(), Method::GET, "/v1/registry/acme/prod/api", &evil, "").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // The Consul-compatible API's guard, the same Origin: counted into the same record.
+    let status = raw_status(server.consul_addr(), Method::GET, "/v1/catalog/services", &evil, "").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let rebound = format!("evil.example:{}", server.addr().port());
+    let status = raw_status(server.addr(), Method::GET, "/v1/status", &[("host", &rebound)], "").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    let denials = records(&server, "outcome=denied").await;
+    let by_outcome: BTreeMap<&str, &Value> = denials.iter().map(|d| (d["outcome"].as_str().unwrap(), d)).collect();
+    assert_eq!(
+        by_outcome.keys().copied().collect::<Vec<_>>(),
+        [
+            "denied:forbidden_host",
+            "denied:forbidden_origin",
+            "denied:unsupported_media_type"
+        ],
+        "{denials:?}"
+    );
+    let media = by_outcome["denied:unsupported_media_type"];
+    assert_eq!(media["resource"], format!("PUT {put}"));
+    assert!(media["reason"].as_str().unwrap().contains("text/plain"), "{media}");
+    assert_eq!(by_outcome["denied:forbidden_origin"]["count"], 2);
+    assert_eq!(by_outcome["denied:forbidden_host"]["resource"], "GET /v1/status");
+    for denial in &denials {
+        assert_eq!(denial["verb"], "guard");
+        assert!(denial.get("principal").is_none(), "{denial}");
+        assert!(denial["source"].as_str().unwrap().starts_with("127.0.0.1:"), "{denial}");
+    }
+    assert_eq!(server.revision().await, 0, "nothing was committed");
+}
+
+#[tokio::test]
+async fn a_watch_ended_by_its_tokens_revocation_is_recorded_as_a_denial() {
+    let server = TestServer::start_with(|config| config.auth.enabled = true).await;
+    let operator = bootstrap(&server).await;
+    let made = as_token(
+        &server,
+        &operator,
+        Method::POST,
+        "/v1/acl/tokens",
+        Some(json!({"tenant": "acme", "allow": ["prod/*=read,watch"]})),
+    )
+    .await
+    .expect(StatusCode::CREATED);
+    let accessor = made.body["accessor"].as_str().unwrap().to_owned();
+    let bearer = format!("Bearer {}", made.body["secret"].as_str().unwrap());
+    let mut watch = server
+        .watch_with("/v1/watch/acme/prod/api", &[("authorization", bearer.as_str())])
+        .await;
+    assert!(matches!(
+        watch.next().await,
+        Some(muster_core::api::Frame::Progress { .. })
+    ));
+    as_token(
+        &server,
+        &operator,
+        Method::DELETE,
+        &format!("/v1/acl/tokens/{accessor}"),
+        None,
+    )
+    .await
+    .expect(StatusCode::OK);
+    match watch.next_event().await {
+        Some(muster_core::api::Frame::Error { error, .. }) => assert_eq!(error.code, "unauthenticated"),
+        other => panic!("expected an error frame, got {other:?}"),
+    }
+    let denials = audit_as(&server, &operator, "outcome=denied:unauthenticated")
+        .await
+        .expect(StatusCode::OK);
+    let denials = denials.body["records"].as_array().unwrap().clone();
+    assert_eq!(denials.len(), 1, "{denials:?}");
+    let ended = &denials[0];
+    assert_eq!(ended["reason"], "the token was revoked");
+    assert_eq!(ended["principal"], format!("token:{accessor}"));
+    assert_eq!(ended["tenant"], "acme");
+    assert_eq!(ended["verb"], "watch");
+    assert_eq!(ended["resource"], "GET /v1/watch/acme/prod/api");
+    assert!(ended["source"].as_str().unwrap().starts_with("127.0.0.1:"), "{ended}");
+}
+
+#[tokio::test]
+async fn the_trail_shows_a_token_only_the_services_its_rules_let_it_administer() {
+    let server = TestServer::start_with(|config| config.auth.enabled = true).await;
+    let operator = bootstrap(&server).await;
+    for service in ["api", "x", "payroll"] {
+        as_token(
+            &server,
+            &operator,
+            Method::PUT,
+            &instance_path(service, &format!("{service}-0")),
+            Some(json!({"incarnation": 1, "endpoint": endpoint("10.0.0.1")})),
+        )
+        .await
+        .expect(StatusCode::OK);
+    }
+    // A reader of one service may not read the trail at all.
+    let reader = token(&server, &operator, json!({"tenant": "acme", "allow": ["prod/x=read"]})).await;
+    let refused = audit_as(&server, &reader, "").await.expect(StatusCode::FORBIDDEN);
+    assert_eq!(refused.code(), "permission_denied");
+    // The tenant's admin but for payroll sees the tenant's records but payroll's.
+    let admin = token(
+        &server,
+        &operator,
+        json!({"tenant": "acme", "allow": ["*/*=admin"], "deny": ["prod/payroll=admin"]}),
+    )
+    .await;
+    let keys = |records: &[Value]| -> Vec<String> {
+        let mut keys: Vec<String> = records
+            .iter()
+            .filter_map(|r| r["key"].as_str().map(str::to_owned))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    };
+    let seen = all_records(&server, &admin, "").await;
+    assert_eq!(keys(&seen), ["acme/prod/api", "acme/prod/x"], "{seen:?}");
+    assert!(seen.iter().all(|r| r["tenant"] == "acme"), "{seen:?}");
+    // Asking for payroll's records by name finds none either.
+    let asked = all_records(&server, &admin, "key=acme/prod/payroll").await;
+    assert!(asked.is_empty(), "{asked:?}");
+    let all = all_records(&server, &operator, "").await;
+    assert_eq!(keys(&all), ["acme/prod/api", "acme/prod/payroll", "acme/prod/x"]);
 }
