@@ -3,7 +3,7 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use muster_core::convergence::{ClientId, Cohort, ConvergenceReply, ConvergenceReport, DeliveryPath};
-use muster_core::{Revision, ServiceKey};
+use muster_core::{Label, Revision, ServiceKey};
 
 use crate::summary;
 
@@ -21,6 +21,12 @@ pub struct LedgerConfig {
     /// Subscribers tracked in all (one per client and service): about 200 bytes each, so
     /// the default 250,000 is ~50 MB at most.
     pub max_subscribers: usize,
+    /// Subscribers tracked for the services of one tenant (SPEC O3, S3): a caller can make up
+    /// client ids, so without a bound of its own one tenant's reports (or its xDS clients'
+    /// ACKs) could take the whole of `max_subscribers` and leave every other tenant's
+    /// subscribers refused. 50,000 (~10 MB) is 5,000 clients following 10 services each,
+    /// and a fifth of the default `max_subscribers`, so five tenants at their bound still fit.
+    pub max_subscribers_per_tenant: usize,
     /// Distinct cohorts per service: cohorts are few by design (zones, versions); a label
     /// per client would be an unbounded series.
     pub max_cohorts: usize,
@@ -35,6 +41,7 @@ impl Default for LedgerConfig {
             forget_after_ms: 600_000,
             report_every_ms: 10_000,
             max_subscribers: 250_000,
+            max_subscribers_per_tenant: 50_000,
             max_cohorts: 64,
             changes_kept: 16,
         }
@@ -70,6 +77,16 @@ pub enum ReportError {
     /// The ledger tracks as many subscribers as it may.
     #[error("the server already tracks {max} subscribers; this report would add more")]
     TooManySubscribers {
+        /// The bound.
+        max: usize,
+    },
+    /// The ledger tracks as many subscribers of one tenant's services as it may.
+    #[error(
+        "tenant {tenant} already has {max} subscribers tracked, the most one tenant may; this report would add more"
+    )]
+    TooManySubscribersInTenant {
+        /// The tenant.
+        tenant: String,
         /// The bound.
         max: usize,
     },
@@ -170,7 +187,11 @@ impl ServiceCopy {
 pub struct Ledger {
     config: LedgerConfig,
     services: HashMap<ServiceKey, ServiceLedger>,
+    /// Subscribers counted against `max_subscribers` (the DNS listener is not).
     subscribers: usize,
+    /// The same, per tenant, against `max_subscribers_per_tenant`; a tenant with none is
+    /// absent.
+    per_tenant: HashMap<Label, usize>,
 }
 
 impl Ledger {
@@ -226,6 +247,7 @@ impl Ledger {
             let previous = service.subscribers.get(&report.client_id).map(|s| s.highest);
             if previous.is_none() && path != DeliveryPath::Dns {
                 self.subscribers += 1;
+                *self.per_tenant.entry(entry.service.tenant.clone()).or_default() += 1;
             }
             let received = entry.received_unix_ms.min(now_ms);
             // The DNS listener applies at commit by construction (the live zone folds a
@@ -259,7 +281,7 @@ impl Ledger {
     }
 
     /// Checks a report against the bounds before anything is recorded. The DNS listener, one
-    /// per server, is not counted against `max_subscribers`.
+    /// per server, is not counted against `max_subscribers` nor its tenant's bound.
     fn admit(&self, path: DeliveryPath, report: &ConvergenceReport) -> Result<(), ReportError> {
         let got = report.applied.len();
         if got > ConvergenceReport::MAX_SERVICES {
@@ -268,15 +290,16 @@ impl Ledger {
                 got,
             });
         }
-        let mut new = 0;
+        // The tenant of each subscriber the report would add.
+        let mut new: Vec<&Label> = Vec::new();
         for entry in &report.applied {
             let Some(service) = self.services.get(&entry.service) else {
-                new += 1;
+                new.push(&entry.service.tenant);
                 continue;
             };
             let known = service.subscribers.get(&report.client_id);
             if known.is_none() {
-                new += 1;
+                new.push(&entry.service.tenant);
             }
             // Only a cohort new to this subscriber can be one too many: the common report
             // (same client, same cohort) costs no walk over the service's subscribers.
@@ -294,7 +317,26 @@ impl Ledger {
                 }
             }
         }
-        if path != DeliveryPath::Dns && self.subscribers + new > self.config.max_subscribers {
+        if path == DeliveryPath::Dns {
+            return Ok(());
+        }
+        // The tenant's own bound first: a tenant at it is told so, and what it would add
+        // never reaches the bound every tenant shares (SPEC O3, S3). A report names a few
+        // tenants at most (most name one), so counting them is a short walk.
+        let max = self.config.max_subscribers_per_tenant;
+        for (i, tenant) in new.iter().enumerate() {
+            if new[..i].contains(tenant) {
+                continue;
+            }
+            let adding = new[i..].iter().filter(|t| *t == tenant).count();
+            if self.per_tenant.get(*tenant).copied().unwrap_or(0) + adding > max {
+                return Err(ReportError::TooManySubscribersInTenant {
+                    tenant: tenant.to_string(),
+                    max,
+                });
+            }
+        }
+        if self.subscribers + new.len() > self.config.max_subscribers {
             return Err(ReportError::TooManySubscribers {
                 max: self.config.max_subscribers,
             });
@@ -331,14 +373,28 @@ impl Ledger {
     /// Forgets subscribers silent past `forget_after_ms`, and services left without any.
     pub fn sweep(&mut self, now_ms: u64) {
         let forget_after = self.config.forget_after_ms;
+        let per_tenant = &mut self.per_tenant;
         let mut forgotten = 0;
-        self.services.retain(|_, service| {
-            let before = service.subscribers.len();
-            service.subscribers.retain(|_, s| s.quiet_ms(now_ms) < forget_after);
-            forgotten += before - service.subscribers.len();
+        self.services.retain(|key, service| {
+            let mut here = 0;
+            service.subscribers.retain(|_, s| {
+                let keep = s.quiet_ms(now_ms) < forget_after;
+                // Only what was counted is uncounted: the DNS listener never was.
+                here += usize::from(!keep && s.path != DeliveryPath::Dns);
+                keep
+            });
+            if here > 0
+                && let Some(count) = per_tenant.get_mut(&key.tenant)
+            {
+                *count = count.saturating_sub(here);
+                if *count == 0 {
+                    per_tenant.remove(&key.tenant);
+                }
+            }
+            forgotten += here;
             !service.subscribers.is_empty()
         });
-        self.subscribers -= forgotten;
+        self.subscribers = self.subscribers.saturating_sub(forgotten);
     }
 
     /// Everything known about `key`'s subscribers, against `query`; `current` is the

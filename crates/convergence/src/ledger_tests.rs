@@ -224,6 +224,98 @@ fn reports_past_the_bounds_are_refused_whole() {
     );
 }
 
+/// A report naming `service` of `tenant` as applied at revision 1.
+fn report_in(id: &str, tenant: &str, service: &str) -> ConvergenceReport {
+    ConvergenceReport {
+        client_id: ClientId::new(id).unwrap(),
+        cohort: None,
+        applied: vec![AppliedRevision {
+            service: ServiceKey::new(tenant, "prod", service).unwrap(),
+            revision: Revision(1),
+            received_unix_ms: 0,
+        }],
+    }
+}
+
+#[test]
+fn made_up_clients_of_one_tenant_fill_its_own_bound_and_never_another_tenants_room() {
+    let mut ledger = Ledger::new(LedgerConfig {
+        max_subscribers: 10,
+        max_subscribers_per_tenant: 3,
+        ..config()
+    });
+    // Tenant b's real subscriber, before and after the flood.
+    ledger
+        .report(DeliveryPath::Xds, &report_in("xds:b-0", "b", "db"), 0)
+        .unwrap();
+    for i in 0..3 {
+        ledger
+            .report(DeliveryPath::Watch, &report_in(&format!("fake-{i}"), "a", "api"), 0)
+            .unwrap();
+    }
+    for i in 3..20 {
+        let refused = ledger.report(DeliveryPath::Watch, &report_in(&format!("fake-{i}"), "a", "api"), 0);
+        assert_eq!(
+            refused,
+            Err(ReportError::TooManySubscribersInTenant {
+                tenant: "a".to_owned(),
+                max: 3
+            })
+        );
+    }
+    // A report naming both tenants is refused whole: b's entry is not recorded either.
+    let mixed = ConvergenceReport {
+        applied: [report_in("mixed", "a", "api"), report_in("mixed", "b", "db")]
+            .into_iter()
+            .flat_map(|r| r.applied)
+            .collect(),
+        ..report_in("mixed", "a", "api")
+    };
+    assert!(matches!(
+        ledger.report(DeliveryPath::Watch, &mixed, 0),
+        Err(ReportError::TooManySubscribersInTenant { .. })
+    ));
+    // Tenant a's known subscribers still report; b's new ones are accepted.
+    ledger
+        .report(DeliveryPath::Watch, &report_in("fake-0", "a", "api"), 10)
+        .unwrap();
+    ledger
+        .report(DeliveryPath::Xds, &report_in("xds:b-1", "b", "db"), 0)
+        .unwrap();
+    let b = ServiceKey::new("b", "prod", "db").unwrap();
+    assert_eq!(ledger.summary(&b, Revision(1), &Query::default(), 0).live, 2);
+    let a = ServiceKey::new("a", "prod", "api").unwrap();
+    assert_eq!(ledger.summary(&a, Revision(1), &Query::default(), 0).live, 3);
+    // Forgotten subscribers give their tenant its room back.
+    ledger.sweep(60_000);
+    ledger
+        .report(DeliveryPath::Watch, &report_in("fresh", "a", "api"), 60_000)
+        .unwrap();
+}
+
+#[test]
+fn the_server_wide_bound_still_holds_across_tenants() {
+    let mut ledger = Ledger::new(LedgerConfig {
+        max_subscribers: 2,
+        max_subscribers_per_tenant: 2,
+        ..config()
+    });
+    ledger
+        .report(DeliveryPath::Watch, &report_in("a-0", "a", "api"), 0)
+        .unwrap();
+    ledger
+        .report(DeliveryPath::Watch, &report_in("b-0", "b", "api"), 0)
+        .unwrap();
+    assert_eq!(
+        ledger.report(DeliveryPath::Watch, &report_in("c-0", "c", "api"), 0),
+        Err(ReportError::TooManySubscribers { max: 2 })
+    );
+    // The DNS listener is counted against neither bound.
+    ledger
+        .report(DeliveryPath::Dns, &report_in("dns", "a", "api"), 0)
+        .unwrap();
+}
+
 #[test]
 fn only_the_last_changes_are_kept() {
     let mut ledger = Ledger::new(LedgerConfig {

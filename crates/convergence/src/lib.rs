@@ -23,9 +23,13 @@
 //!   passed (its reported revision moved from below the change to at or past it): a
 //!   keep-alive report of the same revision adds none, and a subscriber's first report adds
 //!   none (it read the state, it was not sent the change).
-//! - Bounded memory: at most `max_subscribers` subscribers in all, `max_cohorts` cohorts per
-//!   service and `changes_kept` changes per service; a report past a bound is refused whole
-//!   and changes nothing. Only services with subscribers are kept.
+//! - Bounded memory: at most `max_subscribers` subscribers in all and
+//!   `max_subscribers_per_tenant` of one tenant's services, `max_cohorts` cohorts per service
+//!   and `changes_kept` changes per service; a report past a bound is refused whole and
+//!   changes nothing. Only services with subscribers are kept.
+//! - One tenant cannot take the others' room: a report that would pass its tenant's bound
+//!   is refused for that tenant alone, and nothing another tenant holds is forgotten to make
+//!   room (SPEC O3, S3).
 //! - A subscriber silent for `silent_after_ms` stops counting as live (it is listed as
 //!   silent); after `forget_after_ms` it is forgotten. The DNS listener, inside the server,
 //!   is never silent.

@@ -146,6 +146,13 @@ pub struct ConvergenceConfig {
     /// Subscribers tracked in all (one per client and service; ~200 bytes each):
     /// 250,000. A report that would pass it is refused with `too_many_subscribers`.
     pub max_subscribers: usize,
+    /// Subscribers tracked for one tenant's services (SPEC O3, S3): 50,000 (~10 MB). Client
+    /// ids are the reporter's word, so without it one tenant's made-up ids could fill
+    /// `max_subscribers` and get every other tenant's reports and xDS ACKs refused. 50,000
+    /// is 5,000 clients following 10 services each, and a fifth of `max_subscribers`, so
+    /// five tenants at this bound still fit. A report that would pass it is refused with
+    /// `too_many_subscribers` for that tenant only; nothing another tenant holds is touched.
+    pub max_subscribers_per_tenant: usize,
     /// Distinct cohorts counted per service: 64 (cohorts are zones and versions, not ids).
     pub max_cohorts: usize,
 }
@@ -158,6 +165,7 @@ impl Default for ConvergenceConfig {
             report_every_ms: ledger.report_every_ms,
             forget_after_ms: ledger.forget_after_ms,
             max_subscribers: ledger.max_subscribers,
+            max_subscribers_per_tenant: ledger.max_subscribers_per_tenant,
             max_cohorts: ledger.max_cohorts,
         }
     }
@@ -171,6 +179,7 @@ impl ConvergenceConfig {
             report_every_ms: self.report_every_ms,
             forget_after_ms: self.forget_after_ms,
             max_subscribers: self.max_subscribers,
+            max_subscribers_per_tenant: self.max_subscribers_per_tenant,
             max_cohorts: self.max_cohorts,
             ..muster_convergence::LedgerConfig::default()
         }

@@ -268,9 +268,9 @@ pub(crate) async fn report(
     let accepted = app.convergence.report(DeliveryPath::Watch, &report).map_err(|error| {
         let code = match error {
             ReportError::TooManyServices { .. } => ErrorCode::InvalidReport,
-            ReportError::TooManySubscribers { .. } | ReportError::TooManyCohorts { .. } => {
-                ErrorCode::TooManySubscribers
-            }
+            ReportError::TooManySubscribers { .. }
+            | ReportError::TooManySubscribersInTenant { .. }
+            | ReportError::TooManyCohorts { .. } => ErrorCode::TooManySubscribers,
         };
         ApiError::new(code, error.to_string())
     })?;

@@ -101,9 +101,12 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
             "convergence: report_every_ms must be at least 1 and silent_after_ms at least twice it (a subscriber one report late must not look silent)".into(),
         ));
     }
-    if convergence.forget_after_ms < convergence.silent_after_ms || convergence.max_subscribers == 0 {
+    if convergence.forget_after_ms < convergence.silent_after_ms
+        || convergence.max_subscribers == 0
+        || convergence.max_subscribers_per_tenant == 0
+    {
         return Err(ServerError::Config(
-            "convergence: forget_after_ms must be at least silent_after_ms, and max_subscribers at least 1".into(),
+            "convergence: forget_after_ms must be at least silent_after_ms, and max_subscribers and max_subscribers_per_tenant at least 1".into(),
         ));
     }
     if config.audit.retention == 0 {

@@ -243,6 +243,88 @@ async fn a_token_reports_only_what_it_may_watch() {
     );
 }
 
+/// SPEC O3, S3: client ids are the reporter's word, so a tenant's token can make up as many
+/// as it likes; they fill that tenant's own bound (`max_subscribers_per_tenant`), never the
+/// room another tenant's real subscribers need.
+#[tokio::test]
+async fn made_up_client_ids_fill_their_tenants_bound_and_another_tenant_still_reports() {
+    let server = TestServer::start_with(|config| {
+        config.auth.enabled = true;
+        config.convergence.max_subscribers = 5;
+        config.convergence.max_subscribers_per_tenant = 3;
+    })
+    .await;
+    let operator = bootstrap(&server).await;
+    let token = |tenant: &'static str| {
+        let (server, operator) = (&server, &operator);
+        async move {
+            let rules = json!({"tenant": tenant, "allow": ["*/*=read,watch"], "deny": []});
+            as_token(server, operator, Method::POST, "/v1/acl/tokens", Some(rules))
+                .await
+                .expect(StatusCode::CREATED)
+                .body["secret"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let (acme, beta) = (token("acme").await, token("beta").await);
+    let revision = server.revision().await;
+    let in_tenant = |tenant: &str, id: &str| {
+        json!({
+            "client_id": id,
+            "applied": [{
+                "service": {"tenant": tenant, "namespace": "prod", "service": "api"},
+                "revision": revision,
+                "received_unix_ms": now_ms(),
+            }],
+        })
+    };
+    const REPORT: &str = "/v1/convergence/report";
+    for i in 0..3 {
+        as_token(
+            &server,
+            &acme,
+            Method::POST,
+            REPORT,
+            Some(in_tenant("acme", &format!("fake-{i}"))),
+        )
+        .await
+        .expect(StatusCode::OK);
+    }
+    for i in 3..8 {
+        let full = as_token(
+            &server,
+            &acme,
+            Method::POST,
+            REPORT,
+            Some(in_tenant("acme", &format!("fake-{i}"))),
+        )
+        .await;
+        assert_eq!(
+            (full.status, full.code()),
+            (StatusCode::TOO_MANY_REQUESTS, "too_many_subscribers"),
+            "{}",
+            full.body
+        );
+        assert!(!full.body.to_string().contains("beta"), "{}", full.body);
+    }
+    // The other tenant's subscribers are still counted, and acme's known ones still report.
+    for id in ["beta-0", "beta-1"] {
+        let reply = as_token(&server, &beta, Method::POST, REPORT, Some(in_tenant("beta", id)))
+            .await
+            .expect(StatusCode::OK);
+        assert_eq!(reply.body["accepted"], 1);
+    }
+    as_token(&server, &acme, Method::POST, REPORT, Some(in_tenant("acme", "fake-0")))
+        .await
+        .expect(StatusCode::OK);
+    let beta_api = as_token(&server, &operator, Method::GET, "/v1/convergence/beta/prod/api", None)
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(beta_api.body["live"], 2);
+}
+
 #[tokio::test]
 async fn the_summary_streams_a_new_line_when_a_subscriber_reports() {
     let server = TestServer::start().await;
