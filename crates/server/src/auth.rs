@@ -74,7 +74,8 @@ pub(crate) fn need(method: &Method, route: &str) -> Option<Need> {
         // reads no registry state, but costs CPU, so it needs a token.
         ("GET", "/v1/overview" | "/v1/lab/run") => Need::Authenticated,
         ("GET", "/v1/deadlines/{tenant}/{namespace}/{service}") => Need::Service(Verb::Read),
-        // `/v1/xds/clients` lists only the streams of the tenants the token sees.
+        // `/v1/xds/clients` lists only the streams whose every name the token may read, and
+        // `/v1/metrics` only the rows it may read (SPEC S3).
         // `/v1/prometheus/sd` lists only the services the token may read (the handler
         // filters, as a namespace listing does).
         (
@@ -194,13 +195,37 @@ impl Caller {
         .is_ok()
     }
 
-    /// Whether it may see names of `tenant` at all (metrics, audit): an operator or
-    /// unrestricted caller sees every tenant, a tenant's token only its own.
-    pub(crate) fn sees_tenant(&self, tenant: &Label) -> bool {
+    /// Whether it may read all of `tenant`, what a tenant-wide figure (a metrics row by
+    /// tenant, an xDS stream that names no service yet) needs (SPEC S3): an operator or
+    /// unrestricted caller may; a tenant's token when a `*/*` rule allows read and no deny
+    /// rule takes read back from any of the tenant's services.
+    pub(crate) fn reads_tenant(&self, tenant: &Label) -> bool {
         match &self.authority {
             Authority::Unrestricted => true,
             Authority::Nobody => false,
-            Authority::Token(token) => token.tenant().is_none_or(|own| own == tenant),
+            Authority::Token(token) if token.tenant().is_none() => true,
+            Authority::Token(token) => {
+                let whole = Request {
+                    tenant: Some(tenant),
+                    scope: Scope::Whole,
+                    verb: Verb::Read,
+                };
+                token.authorize(&whole).is_ok()
+                    && !token
+                        .spec
+                        .rules
+                        .iter()
+                        .any(|rule| rule.effect == muster_auth::Effect::Deny && rule.verbs.contains(Verb::Read))
+            }
+        }
+    }
+
+    /// Whether it sees every tenant: an operator or unrestricted caller.
+    pub(crate) fn sees_every_tenant(&self) -> bool {
+        match &self.authority {
+            Authority::Unrestricted => true,
+            Authority::Nobody => false,
+            Authority::Token(token) => token.tenant().is_none(),
         }
     }
 

@@ -13,8 +13,8 @@ use crate::auth::Caller;
 use crate::policy;
 
 /// `GET /v1/status`.
-/// Open (readiness probes need no token), so it names only the services of tenants the
-/// caller may see: none for an anonymous caller when authentication is on (SPEC S3).
+/// Open (readiness probes need no token), so it names only the services the caller may
+/// read: none for an anonymous caller when authentication is on (SPEC S3).
 pub(crate) async fn status(State(app): State<Arc<App>>, caller: Caller) -> Json<StatusReply> {
     let node = app.node.status();
     Json(StatusReply {
@@ -27,7 +27,7 @@ pub(crate) async fn status(State(app): State<Arc<App>>, caller: Caller) -> Json<
         protected_services: app
             .protected()
             .iter()
-            .filter(|key| caller.sees_tenant(&key.tenant))
+            .filter(|key| caller.sees_every_tenant() || caller.may(key, muster_auth::Verb::Read))
             .map(ToString::to_string)
             .collect(),
         last_leader_contact_ms: app.node.leader_contact_age_ms(),

@@ -1,9 +1,18 @@
 //! One scrape: a `Registry` built for it from the live counters, the gauges read now, and the
 //! rows the caller may see (see the parent module's "Why a registry per scrape").
+//!
+//! # What a caller sees (SPEC S3)
+//! | series | shown to |
+//! |---|---|
+//! | the node's own state (revision, applied index, apply lag, leader), as `/v1/status` gives anyone | every caller |
+//! | a row of one service (`protection_active`, `xds_subscribers*`) | a caller who may read that service |
+//! | a row of one tenant (`registrations`, `denials`, ...; `xds_streams` counts) | a caller who may read all of that tenant |
+//! | figures over every tenant together (watches, convergence, blocking queries, checks, DNS, commit latency, xDS responses) and rows of no tenant | an operator or unrestricted caller |
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use muster_core::Label;
+use muster_auth::Verb;
+use muster_core::{Label, ServiceKey};
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -20,13 +29,20 @@ struct Visibility<'a> {
 }
 
 impl Visibility<'_> {
+    /// Rows of one tenant: only for callers who may read all of it.
     fn sees(&self, tenant: &Label) -> bool {
-        self.caller.sees_tenant(tenant)
+        self.sees_all() || self.caller.reads_tenant(tenant)
     }
 
-    /// Rows of no tenant or past the tenant bound: only for callers who see every tenant.
+    /// Rows of one service: only for callers who may read it.
+    fn reads(&self, key: &ServiceKey) -> bool {
+        self.sees_all() || self.caller.may(key, Verb::Read)
+    }
+
+    /// Figures over every tenant together, rows of no tenant or past the tenant bound: only
+    /// for callers who see every tenant (an operator, or authentication off).
     fn sees_all(&self) -> bool {
-        self.caller.confined_to().is_none()
+        self.caller.sees_every_tenant()
     }
 }
 
@@ -51,7 +67,6 @@ fn counter(value: u64) -> ConstCounter<u64> {
 pub(crate) fn render(app: &App, caller: &Caller) -> String {
     let metrics = &app.metrics;
     let visibility = Visibility { caller };
-    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
     let mut registry = Registry::with_prefix("muster");
 
     // Consensus.
@@ -82,11 +97,14 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
         "Times the leader this node knows changed",
         metrics.leader_changes.clone(),
     );
-    registry.register(
-        "commit_latency_seconds",
-        "Seconds from a write accepted on this node to its commit",
-        metrics.commit_latency.clone(),
-    );
+    if visibility.sees_all() {
+        // Its count is every tenant's writes.
+        registry.register(
+            "commit_latency_seconds",
+            "Seconds from a write accepted on this node to its commit",
+            metrics.commit_latency.clone(),
+        );
+    }
 
     // Writes by tenant.
     registry.register_collector(Sorted::counter(
@@ -115,6 +133,36 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
         tenant_rows(&metrics.denials, "outcome", &visibility),
     ));
 
+    if visibility.sees_all() {
+        every_tenant(app, &mut registry);
+    }
+    // Service names only of the services the caller may read (SPEC S3); `protected` is
+    // sorted.
+    let protected = app
+        .protected()
+        .into_iter()
+        .filter(|key| visibility.reads(key))
+        .map(|key| (vec![("service", key.to_string())], 1))
+        .collect();
+    registry.register_collector(Sorted::gauge(
+        "protection_active",
+        "Self-preservation holds removals from this service",
+        protected,
+    ));
+
+    #[cfg(feature = "xds")]
+    xds(app, &visibility, &mut registry);
+
+    let mut out = String::new();
+    prometheus_text::encode(&mut out, &registry).expect("writing to a String cannot fail");
+    out
+}
+
+/// The figures over every tenant together: watches, convergence, blocking queries, health
+/// checks, DNS. Only for callers who see every tenant.
+fn every_tenant(app: &App, registry: &mut Registry) {
+    let metrics = &app.metrics;
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
     // Watches.
     let watch = app.hub.stats();
     registry.register("watchers", "Watch streams open", gauge(watch.watchers as u64));
@@ -251,18 +299,6 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
         "Removals held by self-preservation",
         counter(load(&checker.held)),
     );
-    // Service names only of the tenants the caller may see (SPEC S3); `protected` is sorted.
-    let protected = app
-        .protected()
-        .into_iter()
-        .filter(|key| visibility.sees(&key.tenant))
-        .map(|key| (vec![("service", key.to_string())], 1))
-        .collect();
-    registry.register_collector(Sorted::gauge(
-        "protection_active",
-        "Self-preservation holds removals from this service",
-        protected,
-    ));
 
     // DNS.
     let dns = metrics
@@ -276,13 +312,6 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
         "DNS packets answered, by response code (dropped: not answered)",
         dns,
     ));
-
-    #[cfg(feature = "xds")]
-    xds(app, &visibility, &mut registry);
-
-    let mut out = String::new();
-    prometheus_text::encode(&mut out, &registry).expect("writing to a String cannot fail");
-    out
 }
 
 /// The xDS control plane (SPEC D5, O2): streams, responses, refusals, and per service how
@@ -291,7 +320,8 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
 fn xds(app: &App, visibility: &Visibility<'_>, registry: &mut Registry) {
     let mut streams = [0_u64; 2];
     for record in app.xds.clients.records() {
-        if visibility.sees(&record.tenant) {
+        // The streams `/v1/xds/clients` lists to this caller.
+        if record.shown(|tenant| visibility.sees(tenant), |key| visibility.reads(key)) {
             streams[usize::from(matches!(record.protocol, crate::xds::view::Protocol::Delta))] += 1;
         }
     }
@@ -326,7 +356,7 @@ fn xds(app: &App, visibility: &Visibility<'_>, registry: &mut Registry) {
     let mut subscribers = Vec::new();
     let mut at_latest = Vec::new();
     for (key, (all, latest)) in crate::xds::convergence(app) {
-        if !visibility.sees(&key.tenant) {
+        if !visibility.reads(&key) {
             continue;
         }
         let labels = vec![

@@ -3,6 +3,10 @@
 //!
 //! Each stream owns one [`ClientRecord`] and copies its ledger into it after every step; a
 //! reader takes the map's lock only to clone the `Arc`s, then each record's own lock.
+//!
+//! A reader sees a stream only when its rules let it read everything the stream names
+//! (SPEC S3, [`ClientRecord::shown`]): a token allowed one service sees the streams that
+//! follow that service alone, never its tenant's others nor another tenant's.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -38,6 +42,21 @@ impl ClientRecord {
         if *held != *ledger {
             held.clone_from(ledger);
         }
+    }
+
+    /// Whether a reader may see this stream (SPEC S3): when it may read all of the stream's
+    /// tenant (`reads_tenant`), or when the stream names at least one resource and every
+    /// name is a service of its tenant the reader may read (`reads`). A stream that names
+    /// nothing yet, or a name that is no service, is shown only to a reader of the whole
+    /// tenant: its node id and address are the tenant's, not any one service's.
+    pub(crate) fn shown(&self, reads_tenant: impl Fn(&Label) -> bool, reads: impl Fn(&ServiceKey) -> bool) -> bool {
+        if reads_tenant(&self.tenant) {
+            return true;
+        }
+        let ledger = self.ledger();
+        let mut names = ledger.iter().map(|(_, name, _)| name).peekable();
+        names.peek().is_some()
+            && names.all(|name| ServiceName::parse(name).is_some_and(|name| reads(&name.key(&self.tenant))))
     }
 }
 
@@ -116,19 +135,21 @@ impl XdsClients {
             .collect()
     }
 
-    /// The page of `GET /v1/xds/clients`: the streams of the tenants `sees` admits, at
-    /// `now_ms`, each resource beside its service's latest revision (`latest`).
+    /// The page of `GET /v1/xds/clients`: the streams the reader may see
+    /// ([`ClientRecord::shown`] with `reads_tenant` and `reads`), at `now_ms`, each resource
+    /// beside its service's latest revision (`latest`).
     pub(crate) fn page(
         &self,
         revision: Revision,
         now_ms: u64,
-        sees: impl Fn(&Label) -> bool,
+        reads_tenant: impl Fn(&Label) -> bool,
+        reads: impl Fn(&ServiceKey) -> bool,
         latest: impl Fn(&ServiceKey) -> Option<Revision>,
     ) -> ClientsPage {
         let clients = self
             .records()
             .into_iter()
-            .filter(|record| sees(&record.tenant))
+            .filter(|record| record.shown(&reads_tenant, &reads))
             .map(|record| {
                 let ledger = record.ledger().clone();
                 let resources = ledger

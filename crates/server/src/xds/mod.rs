@@ -132,8 +132,8 @@ mod imp {
         registry.snapshot(key).map(|snapshot| snapshot.revision())
     }
 
-    /// `GET /v1/xds/clients`: every open stream of the tenants the caller sees, and per
-    /// resource what it was sent and acknowledged.
+    /// `GET /v1/xds/clients`: every open stream whose every name the caller may read, and
+    /// per resource what it was sent and acknowledged.
     pub(crate) async fn clients(State(app): State<Arc<App>>, caller: Caller) -> Json<ClientsPage> {
         let now = app.clock.now_ms();
         // One read of the registry for the whole page, not one per resource.
@@ -141,7 +141,9 @@ mod imp {
             app.xds.clients.page(
                 registry.revision(),
                 now,
-                |tenant| caller.sees_tenant(tenant),
+                // Only what the token may read (SPEC S3): see `ClientRecord::shown`.
+                |tenant| caller.reads_tenant(tenant),
+                |key| caller.may(key, muster_auth::Verb::Read),
                 |key| latest(registry, key),
             )
         }))

@@ -1,6 +1,6 @@
 //! `/v1/metrics` and `/metrics` (SPEC O1): the exposition parses as Prometheus text, every
 //! counter moves when its event happens, no label names an endpoint, and a tenant's token
-//! sees only its own tenant's rows.
+//! sees only the rows it may read (SPEC S3).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -380,6 +380,85 @@ async fn denials_are_counted_and_a_tenant_token_sees_only_its_own_tenant() {
             tenant.is_none_or(|t| t == "acme"),
             "a tenant's token sees another tenant's row: {sample:?}"
         );
+    }
+}
+
+/// SPEC S3: a token allowed only `prod/x=read,watch` in acme may read neither acme as a whole
+/// nor another tenant, so it sees no row by tenant (acme's registrations and denials
+/// included), no figure summed over every tenant (watches, convergence, blocking queries,
+/// checks, DNS, commit latency), only the node's own state that `/v1/status` gives anyone.
+#[tokio::test]
+async fn a_one_service_token_sees_no_tenant_rows_nor_figures_over_every_tenant() {
+    let server = TestServer::start_with(|config| config.auth.enabled = true).await;
+    let operator = server
+        .call(Method::POST, "/v1/acl/bootstrap", None)
+        .await
+        .expect(StatusCode::CREATED)
+        .body["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let as_operator = format!("Bearer {operator}");
+    let operator_header = [("authorization", as_operator.as_str())];
+    let body = serde_json::to_vec(&json!({"tenant": "acme", "allow": ["prod/x=read,watch"]})).unwrap();
+    let one_service = server
+        .send(Method::POST, "/v1/acl/tokens", Some(body), &operator_header)
+        .await
+        .expect(StatusCode::CREATED)
+        .body["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let one_service = format!("Bearer {one_service}");
+    let one_service_header = [("authorization", one_service.as_str())];
+    for (tenant, service) in [("acme", "x"), ("acme", "y"), ("beta", "x")] {
+        let body = serde_json::to_vec(&json!({"incarnation": 1, "endpoint": endpoint("10.0.0.1")})).unwrap();
+        server
+            .send(
+                Method::PUT,
+                &format!("/v1/registry/{tenant}/prod/{service}/a"),
+                Some(body),
+                &operator_header,
+            )
+            .await
+            .expect(StatusCode::OK);
+    }
+    // A denial of the token itself, counted under acme.
+    server
+        .send(Method::GET, "/v1/registry/acme/prod/y", None, &one_service_header)
+        .await
+        .expect(StatusCode::FORBIDDEN);
+
+    let (status, text) = server.get_text_with("/v1/metrics", &operator_header).await;
+    assert_eq!(status, StatusCode::OK);
+    let all = parse(&text);
+    assert_eq!(value(&all, "muster_registrations_total", &[("tenant", "acme")]), 2.0);
+    assert!(all.iter().any(|s| s.name == "muster_watchers"), "the operator sees all");
+
+    let (status, text) = server.get_text_with("/v1/metrics", &one_service_header).await;
+    assert_eq!(status, StatusCode::OK);
+    let seen = parse(&text);
+    assert!(seen.iter().any(|s| s.name == "muster_revision"), "{text}");
+    for sample in &seen {
+        assert!(
+            !sample.labels.contains_key("tenant"),
+            "a row of a tenant the token may not read whole: {sample:?}"
+        );
+        assert!(
+            sample.labels.get("service").is_none_or(|s| s == "acme/prod/x"),
+            "a service the token may not read: {sample:?}"
+        );
+        for over_every_tenant in [
+            "muster_watchers",
+            "muster_watch_connects_total",
+            "muster_convergence_subscribers",
+            "muster_blocking_queries_total",
+            "muster_checker_endpoints",
+            "muster_dns_queries_total",
+            "muster_commit_latency_seconds_count",
+        ] {
+            assert_ne!(sample.name, over_every_tenant, "a figure over every tenant");
+        }
     }
 }
 

@@ -1132,6 +1132,95 @@ async fn a_tenants_token_never_sees_another_tenants_services() {
     assert!(!seen_by_acme.contains(&"other-client".to_owned()), "{seen_by_acme:?}");
 }
 
+/// SPEC S3: a token allowed only `prod/x=read,watch` in acme sees only the streams that follow
+/// nothing but `x.prod` of acme, in `/v1/xds/clients` and in the metrics; never a stream that
+/// also follows acme's `y.prod`, one of acme's that follows only `y.prod`, nor another
+/// tenant's `x.prod`.
+#[tokio::test]
+async fn a_one_service_token_sees_only_the_streams_and_series_of_its_service() {
+    let server = xds_server_with(|config| config.auth.enabled = true).await;
+    let operator = operator(&server).await;
+    for (tenant, service, ip) in [
+        ("acme", "x", "10.1.0.1"),
+        ("acme", "y", "10.1.0.2"),
+        ("other", "x", "10.2.0.1"),
+    ] {
+        put(&server, Some(&operator), tenant, service, "a", record(ip, json!({}))).await;
+    }
+    let auth = format!("Bearer {operator}");
+    let one_service = server
+        .send(
+            Method::POST,
+            "/v1/acl/tokens",
+            Some(serde_json::to_vec(&json!({"tenant": "acme", "allow": ["prod/x=read,watch"]})).unwrap()),
+            &[("authorization", auth.as_str())],
+        )
+        .await
+        .expect(StatusCode::CREATED)
+        .body["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let addr = server.xds_addr();
+    let mut streams = Vec::new();
+    for (id, tenant, names) in [
+        ("acme-x", "acme", &["x.prod"][..]),
+        ("acme-y", "acme", &["y.prod"][..]),
+        ("acme-xy", "acme", &["x.prod", "y.prod"][..]),
+        ("other-x", "other", &["x.prod"][..]),
+    ] {
+        let mut ads = Sotw::open(addr, node(id, None, Some(tenant)), Some(&operator))
+            .await
+            .expect("the operator opens a stream for any tenant");
+        ads.fetch(ENDPOINT, names).await;
+        streams.push(ads);
+    }
+    // Every stream with its endpoints sent, as the operator sees them.
+    poll(std::time::Duration::from_millis(20), || async {
+        let body = clients(&server, Some(&operator)).await;
+        let ready = body["clients"]
+            .as_array()?
+            .iter()
+            .filter(|c| c["resources"].as_array().is_some_and(|r| !r.is_empty()))
+            .count();
+        (ready == 4).then_some(())
+    })
+    .await
+    .expect("the operator sees all four streams");
+
+    let seen = clients(&server, Some(&one_service)).await;
+    let ids: Vec<&str> = seen["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["node_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["acme-x"], "{seen}");
+
+    let auth = format!("Bearer {one_service}");
+    let (status, metrics) = server
+        .get_text_with("/metrics", &[("authorization", auth.as_str())])
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        metrics.lines().any(|l| l == "muster_xds_streams{protocol=\"sotw\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("muster_xds_subscribers{tenant=\"acme\",namespace=\"prod\",service=\"x\"}")),
+        "{metrics}"
+    );
+    for line in metrics.lines().filter(|l| !l.starts_with('#')) {
+        assert!(
+            !line.contains("service=\"y\"") && !line.contains("\"other\""),
+            "a series the token may not read: {line}"
+        );
+    }
+    drop(streams);
+}
+
 /// `GET /v1/xds/clients` (SPEC D5, O2): per stream the node id, tenant, protocol and per
 /// resource its type, name, sent/acked/latest revisions, the age of the ACK and the last
 /// NACK; `acked_revision` is null until the first ACK; a closed stream drops out.
