@@ -13,7 +13,11 @@
 //!
 //! Every write needs Consul's `service:write`, which is Muster's register (registration),
 //! deregister, set_state (maintenance) or renew (check updates) on the service; reads need
-//! read and leave out what the caller may not read. Errors are Consul's: plain text, 400 for
+//! read and leave out what the caller may not read. A write is judged before anything is
+//! looked up (SPEC S1, S2): without credentials it is refused at once; naming an ID, it needs
+//! the verb somewhere in the namespace, then finds the ID only among the services the caller
+//! may act on, so no reply names a service the caller may not read (an ID held only where it
+//! may not act is a bare 403). Errors are Consul's: plain text, 400 for
 //! a body or name Muster refuses (the registry's own refusals included: a registration that
 //! breaks a limit is a bad request to a Consul client), 404 for an unknown service or check
 //! ID, 403 `Permission denied`.
@@ -60,11 +64,11 @@ use bytes::Bytes;
 use muster_auth::Verb;
 use muster_core::api::CheckReportRequest;
 use muster_core::check::CheckStatus as TtlStatus;
-use muster_core::{Actor, CheckKind, ErrorCode, Incarnation, ServingState};
+use muster_core::{Actor, CheckKind, ErrorCode, Incarnation, ServiceKey, ServingState};
 use muster_registry::{Command, Deregister, Drain, LeaseSpec, Register, SetServing, Target};
 
 use super::agent_body::{self, BodyError, InitialStatus};
-use super::agent_lookup::{self, Found};
+use super::agent_lookup::{self, Found, Miss};
 use super::agent_map::{self, Mapped};
 use super::error::ConsulError;
 use super::token::{ConsulCaller, query_pairs};
@@ -153,6 +157,7 @@ async fn register(
     Extension(view): Extension<Arc<ConsulView>>,
     request: Request,
 ) -> Result<(), ConsulError> {
+    caller.authenticated(&app, request.uri().path())?;
     let query = query_pairs(request.uri().query());
     // No `Address`: where the caller is, the nearest Muster knows to a Consul agent's node.
     let caller_ip = request
@@ -173,10 +178,15 @@ async fn register(
             .as_deref()
             .filter(|id| !id.is_empty())
             .unwrap_or(&registration.name);
+        // The other service is named only to a caller who may read it (SPEC S3).
+        let other = if caller.may(&other, Verb::Read) {
+            format!("service {:?}", other.service.as_str())
+        } else {
+            "another service".to_owned()
+        };
         return Err(ConsulError::bad_request(format!(
-            "Service ID {id:?} is registered as service {:?}: deregister it first \
+            "Service ID {id:?} is registered as {other}: deregister it first \
              (PUT /v1/agent/service/deregister/{id}); Muster keeps instances per service",
-            other.service.as_str(),
         )));
     }
     keep_check_verdicts(&app, &mut mapped);
@@ -221,10 +231,47 @@ fn keep_check_verdicts(app: &App, mapped: &mut Mapped) {
     mapped.spec.serving = kept;
 }
 
-/// The endpoint of a service ID in the request's placement.
-fn find_service(app: &App, view: &ConsulView, query: Option<&str>, id: &str) -> Result<Found, ConsulError> {
+/// A lookup that found nothing the caller may act on, as the reply: the lookup's own error,
+/// or a `Permission denied` audited against the service found (named in the audit trail
+/// only).
+fn missed(app: &App, caller: &ConsulCaller, verb: Verb, miss: Miss) -> ConsulError {
+    match miss {
+        Miss::Error(error) => error,
+        Miss::Denied(key) => denied(app, caller, &key, verb),
+    }
+}
+
+/// The audited refusal of `verb` on `key` (the rights changed in between: refused anyway).
+fn denied(app: &App, caller: &ConsulCaller, key: &ServiceKey, verb: Verb) -> ConsulError {
+    caller
+        .require(app, key, verb)
+        .err()
+        .unwrap_or_else(ConsulError::permission_denied)
+}
+
+/// The endpoint of a service ID in the request's placement that the caller may use `verb`
+/// on: judged in the namespace first, then looked for among those services only.
+fn find_service(
+    app: &App,
+    caller: &ConsulCaller,
+    view: &ConsulView,
+    query: Option<&str>,
+    id: &str,
+    verb: Verb,
+) -> Result<Found, ConsulError> {
     let (place, _) = agent_lookup::placement(view, &query_pairs(query));
-    app.node.read(|registry| agent_lookup::service(registry, &place, id))
+    caller.require_in(app, &place, verb)?;
+    app.node
+        .read(|registry| {
+            agent_lookup::service(
+                registry,
+                &place,
+                id,
+                |key| caller.may(key, verb),
+                |key| caller.may(key, Verb::Read),
+            )
+        })
+        .map_err(|miss| missed(app, caller, verb, miss))
 }
 
 fn target_of(found: &Found) -> Target {
@@ -243,7 +290,8 @@ async fn deregister(
     Path(id): Path<String>,
     request: Request,
 ) -> Result<(), ConsulError> {
-    let found = find_service(&app, &view, request.uri().query(), &id)?;
+    caller.authenticated(&app, request.uri().path())?;
+    let found = find_service(&app, &caller, &view, request.uri().query(), &id, Verb::Deregister)?;
     caller.require(&app, &found.key, Verb::Deregister)?;
     let command = Deregister {
         target: target_of(&found),
@@ -274,6 +322,7 @@ async fn maintenance(
     Path(id): Path<String>,
     request: Request,
 ) -> Result<(), ConsulError> {
+    caller.authenticated(&app, request.uri().path())?;
     let query = query_pairs(request.uri().query());
     let value = |name: &str| query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
     let enable = match value("enable") {
@@ -285,7 +334,7 @@ async fn maintenance(
     let reason = value("reason")
         .filter(|r| !r.is_empty())
         .unwrap_or(DEFAULT_MAINTENANCE_REASON);
-    let found = find_service(&app, &view, request.uri().query(), &id)?;
+    let found = find_service(&app, &caller, &view, request.uri().query(), &id, Verb::SetState)?;
     caller.require(&app, &found.key, Verb::SetState)?;
     let command: Command = if enable {
         Drain {
@@ -330,7 +379,11 @@ async fn report(
     status: TtlStatus,
 ) -> Result<(), ConsulError> {
     let (place, _) = agent_lookup::placement(view, &query_pairs(query));
-    let (found, index) = app.node.read(|registry| agent_lookup::check(registry, &place, id))?;
+    caller.require_in(&app, &place, Verb::Renew)?;
+    let (found, index) = app
+        .node
+        .read(|registry| agent_lookup::check(registry, &place, id, |key| caller.may(key, Verb::Renew)))
+        .map_err(|miss| missed(&app, &caller, Verb::Renew, miss))?;
     caller.require(&app, &found.key, Verb::Renew)?;
     if !matches!(found.endpoint.checks[index].kind, CheckKind::Ttl { .. }) {
         // Consul's answer (a 500) for an update of a check that is not a TTL check.
@@ -367,6 +420,7 @@ async fn report_as(
     Path(id): Path<String>,
     request: Request,
 ) -> Result<(), ConsulError> {
+    caller.authenticated(&app, request.uri().path())?;
     report(app, caller, &view, request.uri().query(), &id, status).await
 }
 
@@ -378,6 +432,7 @@ async fn update(
     Path(id): Path<String>,
     request: Request,
 ) -> Result<(), ConsulError> {
+    caller.authenticated(&app, request.uri().path())?;
     let query = request.uri().query().map(str::to_owned);
     let bytes = body(request).await?;
     let update = agent_body::check_update(&bytes).map_err(bad)?;

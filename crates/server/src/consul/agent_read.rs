@@ -213,14 +213,13 @@ pub(super) async fn service(
 ) -> Result<Json<AgentService>, ConsulError> {
     let (place, _) = agent_lookup::placement(&view, &query_pairs(query.as_deref()));
     let unknown = || ConsulError::not_found(format!("unknown service ID: {id}"));
+    // Looked for only among the services the caller may read: Consul hides what a token
+    // may not read behind the same 404 (ACL filtering).
+    let readable = |key: &ServiceKey| caller.may(key, Verb::Read);
     let found = app
         .node
-        .read(|registry| agent_lookup::service(registry, &place, &id))
+        .read(|registry| agent_lookup::service(registry, &place, &id, readable, readable))
         .map_err(|_| unknown())?;
-    if !caller.may(&found.key, Verb::Read) {
-        // Consul hides what a token may not read behind the same 404 (ACL filtering).
-        return Err(unknown());
-    }
     Ok(Json(agent_service(&view, &found)))
 }
 

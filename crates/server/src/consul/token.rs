@@ -16,6 +16,12 @@
 //! (SPEC S4). Reads filter what the caller may not read, as Consul's ACL filtering does, and
 //! say so with `X-Consul-Results-Filtered-By-ACL: true`.
 //!
+//! Every route authenticates and authorises before it looks anything up that could reveal a
+//! name (SPEC S1, S2): an agent write without credentials is refused before its body is read
+//! or its ID looked up ([`ConsulCaller::authenticated`]); one naming an ID is refused unless
+//! some rule lets the caller act in the namespace ([`ConsulCaller::require_in`]), and then
+//! looks only among the services it may act on (`agent_lookup`). Reads filter.
+//!
 //! With `[auth] enabled = false` every request is the unrestricted anonymous caller, and a
 //! token sent anyway is ignored, as a Consul agent with ACLs off ignores it.
 
@@ -25,8 +31,9 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use muster_auth::{Request, Scope, Verb};
-use muster_core::ServiceKey;
+use muster_core::{NamespaceKey, ServiceKey};
 
+use super::agent_map::Placement;
 use super::error::ConsulError;
 use crate::app::App;
 use crate::auth::Caller;
@@ -80,6 +87,39 @@ impl ConsulCaller {
                 namespace: key.namespace.as_str(),
                 service: key.service.as_str(),
             },
+            verb,
+        };
+        self.caller
+            .require(app, self.peer.as_ref(), &request)
+            .map_err(|_| ConsulError::permission_denied())
+    }
+
+    /// Refuses a request without credentials while authentication is on (to `path`), before
+    /// anything is read or looked up: `403 Permission denied`, what Consul answers its
+    /// anonymous token, audited as unauthenticated (SPEC S1, S4).
+    pub(crate) fn authenticated(&self, app: &App, path: &str) -> Result<(), ConsulError> {
+        if !self.caller.is_nobody() {
+            return Ok(());
+        }
+        let _ = app.unauthenticated(
+            self.peer.as_ref(),
+            path,
+            "no credentials: send X-Consul-Token or Authorization: Bearer <secret>",
+        );
+        Err(ConsulError::permission_denied())
+    }
+
+    /// Refuses with `403 Permission denied` unless some allow rule lets the caller use `verb`
+    /// in `place`'s namespace: checked before an ID is looked up there, so a caller with no
+    /// right there learns nothing of what it holds (SPEC S2). A placement that names no
+    /// Muster namespace holds nothing, and passes (the lookup then finds nothing).
+    pub(crate) fn require_in(&self, app: &App, place: &Placement, verb: Verb) -> Result<(), ConsulError> {
+        let Ok(namespace) = NamespaceKey::new(&place.tenant, &place.namespace) else {
+            return Ok(());
+        };
+        let request = Request {
+            tenant: Some(&namespace.tenant),
+            scope: Scope::Namespace(namespace.namespace.as_str()),
             verb,
         };
         self.caller

@@ -469,6 +469,104 @@ async fn with_auth_a_token_without_service_write_gets_403_and_changes_nothing() 
     assert_eq!(nobody, json!({}));
 }
 
+/// SPEC S1, S2, E1: an agent write is judged before its ID is looked up. With two services
+/// of `acme/prod` holding instance `db-0`, a caller without credentials, or with a token
+/// without rights on them, is refused with a reply that names neither; a token that may
+/// deregister both but read only `billing` is told of `billing` alone; a token that may
+/// deregister only `billing` finds its `db-0` and nothing else changes.
+#[tokio::test]
+async fn agent_writes_are_judged_before_a_lookup_and_name_no_service_the_caller_may_not_read() {
+    let server = TestServer::start_with(|config| config.auth.enabled = true).await;
+    let operator = server
+        .call(Method::POST, "/v1/acl/bootstrap", None)
+        .await
+        .expect(StatusCode::CREATED)
+        .body["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let as_operator = format!("Bearer {operator}");
+    let token = |allow: &'static [&'static str]| {
+        let (server, as_operator) = (&server, &as_operator);
+        async move {
+            let body = serde_json::to_vec(&json!({"tenant": "acme", "allow": allow})).unwrap();
+            server
+                .send(
+                    Method::POST,
+                    "/v1/acl/tokens",
+                    Some(body),
+                    &[("authorization", as_operator.as_str())],
+                )
+                .await
+                .expect(StatusCode::CREATED)
+                .body["secret"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    for service in ["billing", "payroll"] {
+        let mut endpoint = crate::support::endpoint("10.0.0.1");
+        endpoint["checks"] = json!([{"ttl_ms": 60000}]);
+        let body = serde_json::to_vec(&json!({"incarnation": 1, "endpoint": endpoint})).unwrap();
+        server
+            .send(
+                Method::PUT,
+                &format!("/v1/registry/acme/prod/{service}/db-0"),
+                Some(body),
+                &[("authorization", as_operator.as_str())],
+            )
+            .await
+            .expect(StatusCode::OK);
+    }
+    let one_service = token(&["prod/x=read,watch"]).await;
+    let reads_billing = token(&["prod/*=deregister", "prod/billing=read"]).await;
+    let billing_only = token(&["prod/billing=deregister"]).await;
+    let before = server.revision().await;
+    const PLACE: &str = "?partition=acme&ns=prod";
+    let writes = [
+        format!("/v1/agent/service/deregister/db-0{PLACE}"),
+        format!("/v1/agent/service/maintenance/db-0{PLACE}&enable=true"),
+        format!("/v1/agent/check/pass/service:db-0{PLACE}"),
+    ];
+    let names_none = |reply: &ConsulReply| {
+        assert!(
+            !reply.text.contains("billing") && !reply.text.contains("payroll"),
+            "{}",
+            reply.text
+        );
+    };
+    for path in &writes {
+        for secret in [None, Some(one_service.as_str())] {
+            let refused = consul(&server, Method::PUT, path, None, secret)
+                .await
+                .expect(StatusCode::FORBIDDEN);
+            assert_eq!(refused.text, "Permission denied", "{path}");
+            names_none(&refused);
+        }
+    }
+    let ambiguous = consul(&server, Method::PUT, &writes[0], None, Some(&reads_billing))
+        .await
+        .expect(StatusCode::BAD_REQUEST);
+    assert!(ambiguous.text.contains("(billing)"), "{}", ambiguous.text);
+    assert!(!ambiguous.text.contains("payroll"), "{}", ambiguous.text);
+    assert_eq!(server.revision().await, before, "nothing changed");
+
+    consul(&server, Method::PUT, &writes[0], None, Some(&billing_only))
+        .await
+        .expect(StatusCode::OK);
+    let payroll = server
+        .send(
+            Method::GET,
+            "/v1/registry/acme/prod/payroll",
+            None,
+            &[("authorization", as_operator.as_str())],
+        )
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(payroll.body["endpoints"][0]["instance"], "db-0", "payroll's db-0 stays");
+}
+
 /// The py-consul and npm `consul` walk-through: register with a TTL check, pass it, and find
 /// the instance among the passing ones of the health endpoint.
 #[tokio::test]
