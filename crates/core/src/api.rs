@@ -42,6 +42,8 @@
 //! Then it streams `update`s live, `progress` every few seconds while idle, `resync` (and
 //! closes) if the consumer falls too far behind, and `closing` when the server stops.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::check::CheckStatus;
@@ -288,6 +290,29 @@ pub struct StatusReply {
     /// that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyStatus>,
+    /// What callers hold open against the admission budgets (SPEC W4, S6); only for a
+    /// caller that sees every tenant, and absent from servers that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<AdmissionStatus>,
+}
+
+/// The node's admission table: every stream and parked query, whichever listener it came
+/// in by, holds a slot against its principal's and its tenant's budgets.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdmissionStatus {
+    /// Open holds by kind: `watch`, `live`, `xds`, `parked`.
+    pub held: BTreeMap<String, u64>,
+    /// xDS resource names subscribed, every stream together.
+    pub xds_names: u64,
+    /// Principals holding anything.
+    pub principals: u64,
+    /// Tenants holding anything (the cluster-wide holder counts as one).
+    pub tenants: u64,
+    /// The budgets, by setting name (`max_watches_per_principal`, ...).
+    pub budgets: BTreeMap<String, u64>,
+    /// Refusals since the server started, by the budget that refused.
+    pub refused: BTreeMap<String, u64>,
 }
 
 /// How the registry policy in force (replicated: it judges every command) compares with the

@@ -106,6 +106,18 @@ pub struct Budgets {
     pub names_per_principal: usize,
 }
 
+impl Budgets {
+    /// The size of `budget`.
+    pub fn of(&self, budget: Budget) -> usize {
+        match budget {
+            Budget::PerPrincipal => self.per_principal,
+            Budget::PerTenant => self.per_tenant,
+            Budget::LivePerPrincipal => self.live_per_principal,
+            Budget::NamesPerPrincipal => self.names_per_principal,
+        }
+    }
+}
+
 /// Which budget refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Budget {
@@ -240,7 +252,9 @@ pub struct Admission {
 
 impl fmt::Debug for Admission {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Admission").field("budgets", &self.budgets).finish_non_exhaustive()
+        f.debug_struct("Admission")
+            .field("budgets", &self.budgets)
+            .finish_non_exhaustive()
     }
 }
 
@@ -338,8 +352,11 @@ impl Admission {
             }
             held.names += tenant.names;
         }
-        let mut tenants: Vec<(Option<Label>, Held)> =
-            table.tenants.iter().map(|(tenant, held)| (tenant.clone(), *held)).collect();
+        let mut tenants: Vec<(Option<Label>, Held)> = table
+            .tenants
+            .iter()
+            .map(|(tenant, held)| (tenant.clone(), *held))
+            .collect();
         tenants.sort_by(|a, b| a.0.cmp(&b.0));
         Report {
             held,
@@ -368,9 +385,9 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         let hold = self.hold.slot();
-        self.admission
-            .table()
-            .update(&self.holder, |held| held.holds[hold] = held.holds[hold].saturating_sub(1));
+        self.admission.table().update(&self.holder, |held| {
+            held.holds[hold] = held.holds[hold].saturating_sub(1)
+        });
     }
 }
 

@@ -29,17 +29,23 @@ fn every_kind_of_hold_counts_against_one_principal_budget_and_comes_back_on_drop
         .map(|hold| admission.acquire(&alice, *hold).unwrap())
         .collect();
     let refused = admission.acquire(&alice, Hold::Parked).unwrap_err();
-    assert_eq!((refused.budget, refused.held, refused.max), (Budget::PerPrincipal, 4, 4));
+    assert_eq!(
+        (refused.budget, refused.held, refused.max),
+        (Budget::PerPrincipal, 4, 4)
+    );
     assert!(refused.to_string().contains("max_watches_per_principal"), "{refused}");
     // Another principal of the tenant, and the same principal in another tenant, are not held up.
     assert!(admission.acquire(&holder(Some("acme"), "bob"), Hold::Watch).is_ok());
     assert!(admission.acquire(&holder(Some("globex"), "alice"), Hold::Xds).is_ok());
     drop(held);
     assert_eq!(admission.held_by(&alice), Held::default());
-    assert_eq!(admission.report(), Report {
-        refused: [1, 0, 0, 0],
-        ..Report::default()
-    });
+    assert_eq!(
+        admission.report(),
+        Report {
+            refused: [1, 0, 0, 0],
+            ..Report::default()
+        }
+    );
 }
 
 #[test]
@@ -80,7 +86,10 @@ fn names_are_counted_across_a_principals_streams_and_a_refused_resize_keeps_what
     let mut second = admission.names(&envoy);
     first.resize(6).unwrap();
     let refused = second.resize(5).unwrap_err();
-    assert_eq!((refused.budget, refused.held, refused.max), (Budget::NamesPerPrincipal, 11, 10));
+    assert_eq!(
+        (refused.budget, refused.held, refused.max),
+        (Budget::NamesPerPrincipal, 11, 10)
+    );
     assert_eq!((second.held(), admission.held_by(&envoy).names), (0, 6));
     second.resize(4).unwrap();
     first.resize(1).unwrap();

@@ -9,4 +9,4 @@
 
 pub mod admission;
 
-pub use admission::{Admission, Budgets, Hold, Holder, NameBudget, Permit, Refusal, Report};
+pub use admission::{Admission, Budget, Budgets, Held, Hold, Holder, NameBudget, Permit, Refusal, Report};

@@ -27,7 +27,6 @@ use crate::forward::ClusterLink;
 use crate::hub::WatchHub;
 use crate::metrics::{Metrics, denial};
 use crate::peer::Peer;
-use crate::watch_quota::WatchQuota;
 
 /// The engine the server drives: the checker's jitter from a seeded generator.
 pub(crate) type Engine = LeaderEngine<Xoshiro256PlusPlus>;
@@ -54,8 +53,9 @@ pub(crate) struct App {
     pub(crate) consul_stats: ConsulStats,
     /// The other members, in a cluster.
     pub(crate) cluster: Option<ClusterLink>,
-    /// Open watch streams by tenant and principal, with their caps (SPEC W4).
-    pub(crate) watch_quota: Arc<WatchQuota>,
+    /// What every caller holds open — watches, live views, xDS streams, parked queries —
+    /// against its budgets (SPEC W4, S6; `admit`).
+    pub(crate) admission: Arc<muster_gate::Admission>,
     ready: AtomicBool,
     /// Turns true when the server starts stopping: blocking queries return at once.
     stopping: watch::Receiver<bool>,
@@ -76,8 +76,6 @@ pub(crate) struct App {
     pub(crate) xds: Arc<crate::xds::XdsState>,
     /// Which revision every subscriber applied (SPEC O3).
     pub(crate) convergence: Arc<crate::convergence::Convergence>,
-    /// The open change streams' slots (`live::MAX_STREAMS`).
-    pub(crate) live_streams: Arc<tokio::sync::Semaphore>,
     /// Whole-set reads' endpoints, encoded once per service revision.
     pub(crate) read_cache: crate::read_cache::ReadCache,
     /// This region's federation, when configured (SPEC G2).
@@ -92,8 +90,8 @@ pub(crate) struct Background {
     pub(crate) checker: CheckerConfig,
     /// The other members, in a cluster.
     pub(crate) cluster: Option<ClusterLink>,
-    /// The caps on open watch streams.
-    pub(crate) watch_quota: Arc<WatchQuota>,
+    /// The admission budgets' table.
+    pub(crate) admission: Arc<muster_gate::Admission>,
     /// The audit trail, already feeding from the node's apply path.
     pub(crate) audit: Arc<AuditLog>,
     /// Whether requests must authenticate.
@@ -125,7 +123,7 @@ impl App {
             brakes,
             checker,
             cluster,
-            watch_quota,
+            admission,
             audit,
             auth,
             acl_changes,
@@ -152,7 +150,7 @@ impl App {
             metrics,
             consul_stats: ConsulStats::default(),
             cluster,
-            watch_quota,
+            admission,
             ready: AtomicBool::new(false),
             stopping,
             anonymous: Principal::new(ANONYMOUS).expect("'anonymous' is a valid principal"),
@@ -163,7 +161,6 @@ impl App {
             #[cfg(feature = "xds")]
             xds,
             convergence,
-            live_streams: Arc::new(tokio::sync::Semaphore::new(crate::live::MAX_STREAMS)),
             read_cache: crate::read_cache::ReadCache::default(),
             federation,
         }

@@ -74,11 +74,14 @@ pub struct ServerConfig {
     /// client trickling bodies cannot hold many connections for long. Later:
     /// `request_timeout`.
     pub body_read_timeout_ms: u64,
-    /// Open watch streams one principal may hold (SPEC W4); more: `too_many_watches`.
-    /// 16,384 leaves room for the 10,000-watcher fan-out bench on one (anonymous) principal.
+    /// Streams one principal may hold open in one tenant (SPEC W4): watches, dashboard live
+    /// views, xDS streams and parked blocking queries (native and Consul) together; more:
+    /// `too_many_watches` (xDS: `RESOURCE_EXHAUSTED`). 16,384 leaves room for the
+    /// 10,000-watcher fan-out bench on one (anonymous) principal.
     pub max_watches_per_principal: usize,
-    /// Open watch streams one tenant may hold, all its principals together: 65,536, four
-    /// principals at their cap, so one tenant cannot take every descriptor of the node.
+    /// Streams one tenant may hold open, all its principals together, counted as
+    /// `max_watches_per_principal` counts: 65,536, four principals at their cap, so one
+    /// tenant cannot take every descriptor of the node.
     pub max_watches_per_tenant: usize,
     /// The audit trail (SPEC S4).
     pub audit: AuditConfig,

@@ -22,8 +22,8 @@
 //!   browser guard (Origin, Host, JSON-only bodies, the body read deadline; SPEC S6).
 //! - `writes`, `lease_routes`, `reads`, `watch`, `status`, `policy`: the handlers (`policy`
 //!   also compares the replicated registry policy with this node's config file).
-//! - `hub`, `topic`, `subscription`, `frames`: the watch fan-out; `watch_quota`: the caps on
-//!   open watch streams per principal and per tenant.
+//! - `hub`, `topic`, `subscription`, `frames`: the watch fan-out; `admit`: every stream's
+//!   and parked query's slot from the one admission table (`muster-gate`; SPEC W4, S6).
 //! - `leader`: the task around the leader engine, and its feed from the apply path;
 //!   `forward`: the one way to the leader for leader-only requests; `cluster`: the
 //!   node-to-node listener; `join`: the proof a new member gives before the leader dials it;
@@ -52,6 +52,7 @@
 
 mod accept;
 mod acl;
+mod admit;
 mod app;
 mod audit;
 mod auth;
@@ -98,7 +99,6 @@ mod topic;
 mod ui;
 mod wait;
 mod watch;
-mod watch_quota;
 mod writes;
 mod xds;
 

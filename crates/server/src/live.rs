@@ -26,8 +26,10 @@
 //!   bytes; `serde_json` maps keep a stable order), so an idle view costs no bandwidth. A
 //!   value with ages in it (convergence's `behind_ms`) names its essence: a change of ages
 //!   alone is sent at most every [`AGES_EVERY`].
-//! - At most [`MAX_STREAMS`] streams are open; a token revoked meanwhile ends its stream
-//!   with an `unauthenticated` error line, as a watch ends.
+//! - Each stream holds a live-view slot of the node's admission table (`admit`): a
+//!   principal streams at most `admit::LIVE_PER_PRINCIPAL` views, and they count against its
+//!   and its tenant's watch budgets. A token revoked meanwhile ends its stream with an
+//!   `unauthenticated` error line, as a watch ends, and the end is on the audit trail.
 //! - A bare newline at least every [`KEEP_ALIVE`] keeps proxies and browsers from timing the
 //!   idle stream out; NDJSON readers skip empty lines.
 //! - The stream ends when the server starts stopping, so a graceful stop is not held up by
@@ -57,11 +59,6 @@ pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// dashboard change must take to show (SPEC U2), and one cheap read per open view.
 pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_millis(500);
 
-/// The most change streams one server keeps open: a dashboard tab holds one or two, so
-/// 1,024 is hundreds of open dashboards, while each stream's read every `interval` stays a
-/// bounded load (SPEC W4). More: `too_many_watches`.
-pub(crate) const MAX_STREAMS: usize = 1_024;
-
 /// How often a value whose only changes are ages (`*_ms` counting up) is sent anyway: the
 /// dashboard's "behind 3 s" moves without a line every 500 ms.
 pub(crate) const AGES_EVERY: Duration = Duration::from_secs(5);
@@ -80,12 +77,12 @@ pub(crate) fn changes_stream<F>(
 where
     F: FnMut() -> Result<serde_json::Value, ApiError> + Send + 'static,
 {
-    let Ok(permit) = Arc::clone(&app.live_streams).try_acquire_owned() else {
-        return ApiError::new(
-            ErrorCode::TooManyWatches,
-            format!("this server already streams {MAX_STREAMS} views; close one or read without stream=true"),
-        )
-        .into_response();
+    // A token confined to a tenant holds in its tenant; an operator's in the cluster's.
+    let permit = match app.admit(caller, caller.confined_to(), muster_gate::Hold::Live, None, || {
+        "live view (stream=true)".to_owned()
+    }) {
+        Ok(permit) => permit,
+        Err(error) => return error.into_response(),
     };
     let first = match f() {
         Ok(value) => value,
@@ -95,7 +92,13 @@ where
     let mut stopping = app.stopping();
     // A token revoked while the stream is open ends it, as it ends a watch (SPEC S1).
     let revoked: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match caller.token_ref() {
-        Some(token) => Box::pin(crate::auth::revoked(Arc::clone(app), Arc::clone(token))),
+        Some(token) => Box::pin(crate::auth::revoked_recorded(
+            Arc::clone(app),
+            Arc::clone(token),
+            muster_auth::Verb::Watch,
+            None,
+            "live view (stream=true)".to_owned(),
+        )),
         None => Box::pin(std::future::pending()),
     };
     tokio::spawn(async move {

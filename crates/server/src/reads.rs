@@ -127,6 +127,8 @@ fn read_at(query: &SnapshotQuery) -> Result<ReadAt, ApiError> {
 /// `GET /v1/registry/{tenant}/{namespace}/{service}`.
 pub(crate) async fn snapshot(
     State(app): State<Arc<App>>,
+    caller: Caller,
+    peer: Option<axum::Extension<crate::peer::Peer>>,
     segments: Segments,
     QueryParams(query): QueryParams<SnapshotQuery>,
 ) -> Result<Response, ApiError> {
@@ -149,6 +151,11 @@ pub(crate) async fn snapshot(
                     ))
                 })?,
             };
+            // Parked, it holds a slot of its principal's budget in the tenant (SPEC W4).
+            let source = peer.map(|peer| peer.addr);
+            let _permit = app.admit(&caller, Some(&key.tenant), muster_gate::Hold::Parked, source, || {
+                format!("GET /v1/registry/{key}?index={index}")
+            })?;
             wait_for_change(&app, &key, index, wait).await;
         }
         (None, Some(_)) => return Err(ApiError::bad_request("wait: only meaningful with index")),

@@ -39,7 +39,6 @@ use crate::listener::Listening;
 use crate::metrics::{Metrics, MetricsObserver};
 use crate::observers::Observers;
 use crate::policy::PolicyWatch;
-use crate::watch_quota::WatchQuota;
 use crate::{ServerConfig, ServerError, accept, cluster, consul, descriptors, dns, leader, routes};
 
 /// A server that is running; [`RunningServer::stop`] stops it gracefully.
@@ -90,6 +89,11 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
     if config.max_watches_per_principal == 0 || config.max_watches_per_tenant == 0 {
         return Err(ServerError::Config(
             "max_watches_per_principal and max_watches_per_tenant: must be at least 1".into(),
+        ));
+    }
+    if config.xds.max_names_per_principal == 0 {
+        return Err(ServerError::Config(
+            "xds.max_names_per_principal: must be at least 1".into(),
         ));
     }
     for origin in &config.allowed_origins {
@@ -308,7 +312,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
             brakes,
             checker: config.health.checker(),
             cluster: link,
-            watch_quota: WatchQuota::new(config.max_watches_per_principal, config.max_watches_per_tenant),
+            admission: muster_gate::Admission::new(crate::admit::budgets(&config)),
             audit,
             auth: config.auth.clone(),
             acl_changes,

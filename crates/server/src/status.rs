@@ -33,5 +33,7 @@ pub(crate) async fn status(State(app): State<Arc<App>>, caller: Caller) -> Json<
         last_leader_contact_ms: app.node.leader_contact_age_ms(),
         fatal: node.fatal.map(|fatal| format!("storage: {fatal}")),
         policy: Some(app.node.read(|registry| policy::status(registry, &app.config_policy))),
+        // Totals over every tenant: only for a caller that sees them all (SPEC S3).
+        admission: caller.sees_every_tenant().then(|| crate::admit::status(&app)),
     })
 }

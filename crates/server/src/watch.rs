@@ -35,7 +35,6 @@ use crate::error::ApiError;
 use crate::extract::{INDEX_HEADER, QueryParams, Segments};
 use crate::frames;
 use crate::peer::Peer;
-use crate::watch_quota::WatchPermit;
 
 /// The query of a watch.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
@@ -92,7 +91,9 @@ fn start(
         Scope::Service(key) => (key.tenant.clone(), format!("GET /v1/watch/{key}")),
         Scope::Namespace(namespace) => (namespace.tenant.clone(), format!("GET /v1/watch/{namespace}")),
     };
-    let permit = app.watch_quota.acquire(&tenant, caller.principal())?;
+    let permit = app.admit(caller, Some(&tenant), muster_gate::Hold::Watch, source, || {
+        resource.clone()
+    })?;
     // A namespace watch shows only the services the caller may watch (SPEC S3); the route's
     // gate judged only the namespace.
     let filtered = matches!(scope, Scope::Namespace(_)) && caller.token_ref().is_some();
@@ -252,7 +253,7 @@ fn stream_response(
     at: Revision,
     initial: Vec<Bytes>,
     live: impl Stream<Item = Bytes> + Send + 'static,
-    permit: WatchPermit,
+    permit: muster_gate::Permit,
 ) -> Response {
     let frames = futures_util::stream::iter(initial).chain(live).map(move |frame| {
         let _held = &permit;

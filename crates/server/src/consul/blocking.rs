@@ -40,6 +40,8 @@ use serde::Serialize;
 use super::ConsulView;
 use super::agent_duration::parse_go_duration;
 use super::error::ConsulError;
+use muster_gate::Hold;
+
 use super::token::{ConsulCaller, FILTERED_HEADER, query_pairs};
 use super::waiters::WaitScope;
 use crate::app::App;
@@ -193,6 +195,15 @@ pub(crate) async fn read<R>(
     let Some(want) = blocking.index else {
         return Ok(app.node.read(&read));
     };
+    // Parked, it holds a slot of its principal's budget in the tenant it reads (SPEC W4).
+    let tenant = match &scope {
+        WaitScope::Service(key) => &key.tenant,
+        WaitScope::Namespace(namespace) => &namespace.tenant,
+        WaitScope::Nothing => &view.tenant,
+    };
+    let _permit = app.admit(caller.caller(), Some(tenant), Hold::Parked, caller.source(), || {
+        "Consul blocking query".to_owned()
+    })?;
     app.consul_stats.blocking_query();
     let wait_for = if app.auth.enabled && caller.caller().is_nobody() {
         blocking.wait.min(NOBODY_MAX_WAIT)

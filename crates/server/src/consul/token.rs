@@ -78,6 +78,11 @@ impl ConsulCaller {
         &self.caller
     }
 
+    /// Where the request came from.
+    pub(crate) fn source(&self) -> Option<std::net::SocketAddr> {
+        self.peer.as_ref().map(|peer| peer.addr)
+    }
+
     /// Refuses with `403 Permission denied` unless the caller may use `verb` on `key`; the
     /// refusal is audited.
     pub(crate) fn require(&self, app: &App, key: &ServiceKey, verb: Verb) -> Result<(), ConsulError> {

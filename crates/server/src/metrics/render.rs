@@ -194,6 +194,31 @@ fn every_tenant(app: &App, registry: &mut Registry) {
         metrics.watch.compactions.clone(),
     );
 
+    // Admission (SPEC W4, S6): what every listener's callers hold, and what was refused.
+    let admission = app.admission.report();
+    registry.register_collector(Sorted::gauge(
+        "admission_held",
+        "Streams and parked queries open, by kind (watch, live, xds, parked)",
+        muster_gate::Hold::ALL
+            .into_iter()
+            .map(|hold| (vec![("kind", hold.as_str().to_owned())], admission.held.of(hold) as u64))
+            .collect(),
+    ));
+    registry.register(
+        "admission_xds_names",
+        "xDS resource names subscribed, every stream together",
+        gauge(admission.held.names as u64),
+    );
+    registry.register_collector(Sorted::counter(
+        "admission_refused",
+        "Streams, subscriptions and parked queries refused, by the budget that refused",
+        muster_gate::Budget::ALL
+            .into_iter()
+            .zip(admission.refused)
+            .map(|(budget, refused)| (vec![("budget", budget.as_str().to_owned())], refused))
+            .collect(),
+    ));
+
     // Convergence (SPEC O3): aggregates over every service, never a client id.
     let convergence = &app.convergence;
     let totals = app
@@ -335,6 +360,11 @@ fn xds(app: &App, visibility: &Visibility<'_>, registry: &mut Registry) {
     ));
     // Responses and NACKs are not per tenant: only callers who see every tenant see them.
     if visibility.sees_all() {
+        registry.register(
+            "xds_watched_services",
+            "Services some xDS stream watches or lists, each with its cached resources",
+            gauge(app.xds.hub.watched() as u64),
+        );
         let counts = app.xds.stats.counts();
         let rows = |pick: fn(&(muster_xds::Kind, u64, u64)) -> u64| {
             counts

@@ -15,6 +15,12 @@ pub struct XdsConfig {
     /// The tenant of a client whose node names none (`node.metadata.tenant`) and whose token
     /// is not confined to one.
     pub tenant: Label,
+    /// The xDS resource names one principal may subscribe to in one tenant, all its streams
+    /// together (SPEC W4, S6); more: the stream ends with `RESOURCE_EXHAUSTED`. Each name is
+    /// a watched service and part of every refresh: 50,000 is five full streams
+    /// (`MAX_NAMES` per type) or 500 Envoys following 100 services, and keeps one
+    /// principal's share of the hub to tens of megabytes.
+    pub max_names_per_principal: usize,
 }
 
 impl Default for XdsConfig {
@@ -22,6 +28,7 @@ impl Default for XdsConfig {
         XdsConfig {
             addr: None,
             tenant: Label::new("tenant", "default").expect("a valid label"),
+            max_names_per_principal: 50_000,
         }
     }
 }

@@ -233,8 +233,7 @@ impl XdsHub {
         self.lock().wake(key);
     }
 
-    /// How many services some stream watches (for tests).
-    #[cfg(test)]
+    /// How many services some stream watches or pins (each an entry with its cache).
     pub(crate) fn watched(&self) -> usize {
         self.lock().services.len()
     }

@@ -173,6 +173,12 @@ mod imp {
     /// is never cut off.
     const KEEPALIVE: Duration = Duration::from_secs(30);
 
+    /// The most streams one HTTP/2 connection may open at once. tonic leaves it unset, and
+    /// then a client may open hundreds on one connection, past every per-connection bound;
+    /// an Envoy opens one ADS stream per connection, so 100 (HTTP/2's recommended minimum,
+    /// RFC 9113 section 5.1.2) leaves room for any real client (SPEC W4, S6).
+    const MAX_STREAMS_PER_CONNECTION: u32 = 100;
+
     /// Serves ADS on `listener` until `stop` fires. Connections share `budget` with the HTTP
     /// API; TLS (with ALPN `h2`, which gRPC clients require) when `listening.tls` is set.
     pub(crate) fn serve(
@@ -197,6 +203,7 @@ mod imp {
         let serve = tokio::spawn(async move {
             let server = tonic::transport::Server::builder()
                 .http2_keepalive_interval(Some(KEEPALIVE))
+                .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
                 .add_service(AdsService(Arc::new(service)))
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = stop_rx.await;

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use futures_util::Stream;
 use muster_auth::Verb;
 use muster_core::{Label, Revision, ServiceKey, ServiceSnapshot};
+use muster_gate::{Hold, NameBudget, Permit};
 use muster_xds::pb::envoy::config::core::v3::Node;
 use muster_xds::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryService;
 use muster_xds::pb::envoy::service::discovery::v3::{
@@ -181,6 +182,10 @@ struct Known {
     cohort: Cohort,
     node_id: String,
     registered: Registered,
+    /// The stream's slot in the admission table (SPEC W4, S6).
+    _permit: Permit,
+    /// The names it subscribes to, every type together, against its principal's budget.
+    names: NameBudget,
 }
 
 /// One open stream.
@@ -251,6 +256,10 @@ impl<M: Machine> Session<M> {
                 {
                     Some(caller) => self.caller = caller,
                     None => {
+                        if let Some(token) = self.caller.token_ref() {
+                            let source = self.peer.as_ref().map(|peer| peer.addr);
+                            crate::auth::record_revoked(&self.app, token, Verb::Watch, source, "xDS stream".to_owned());
+                        }
                         self.ended = true;
                         return Some(Err(Status::unauthenticated("the stream's token was revoked")));
                     }
@@ -297,6 +306,23 @@ impl<M: Machine> Session<M> {
             return Err(Status::resource_exhausted(format!(
                 "more than {MAX_NAMES} {kind} resources on one stream"
             )));
+        }
+        if heard.subscribed
+            && let Some(known) = &mut self.known
+        {
+            // Counted before any name reaches the hub (SPEC W4).
+            let names = Kind::ALL
+                .into_iter()
+                .filter_map(|kind| self.machine.subscription(kind))
+                .map(|subscription| subscription.names().len())
+                .sum();
+            if let Err(refusal) = known.names.resize(names) {
+                let source = self.peer.as_ref().map(|peer| peer.addr);
+                let error = self
+                    .app
+                    .refused(&refusal, Hold::Xds, source, "xDS subscription".to_owned());
+                return Err(Status::resource_exhausted(error.message));
+            }
         }
         if !heard.subscribed
             && let Some(known) = &self.known
@@ -364,6 +390,17 @@ impl<M: Machine> Session<M> {
             (None, Some(named)) => named,
             (None, None) => self.state.tenant.clone(),
         };
+        let source = self.peer.as_ref().map(|peer| peer.addr);
+        let permit = self
+            .app
+            .admit(&self.caller, Some(&tenant), Hold::Xds, source, || {
+                "xDS stream".to_owned()
+            })
+            .map_err(|error| Status::resource_exhausted(error.message))?;
+        let names = self
+            .app
+            .admission
+            .names(&crate::admit::holder(&self.caller, Some(&tenant)));
         let node_id = node.map(|node| node.id.clone()).unwrap_or_default();
         let registered = self.state.clients.register(
             Identity {
@@ -381,6 +418,8 @@ impl<M: Machine> Session<M> {
             tenant,
             node_id,
             registered,
+            _permit: permit,
+            names,
         })
     }
 
@@ -391,14 +430,18 @@ impl<M: Machine> Session<M> {
         };
         let mut keys = HashSet::new();
         let mut wildcard = false;
+        let caller = &self.caller;
         for kind in Kind::ALL {
             if let Some(subscription) = self.machine.subscription(kind) {
+                // Only names the token may watch reach the hub (SPEC S3): the others are
+                // neither watched nor answered.
                 keys.extend(
                     subscription
                         .names()
                         .iter()
                         .filter_map(|name| ServiceName::parse(name))
-                        .map(|name| name.key(&known.tenant)),
+                        .map(|name| name.key(&known.tenant))
+                        .filter(|key| caller.may(key, Verb::Watch)),
                 );
                 wildcard |= kind == Kind::Cluster && subscription.is_wildcard();
             }
@@ -412,12 +455,10 @@ impl<M: Machine> Session<M> {
             self.watched = keys;
             self.watching_tenant = wildcard;
         }
-        let caller = &self.caller;
         let (revision, snapshots, every) = self.app.node.read(|registry| {
             let snapshots: Vec<Arc<ServiceSnapshot>> = self
                 .watched
                 .iter()
-                .filter(|key| caller.may(key, Verb::Watch))
                 .filter_map(|key| self.app.served(registry, key))
                 .collect();
             let every: Vec<Arc<ServiceSnapshot>> = if wildcard {

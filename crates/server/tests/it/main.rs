@@ -4,6 +4,7 @@
 //! Every wait is bounded ([`support::STEP`]) so a failing test fails instead of hanging; no
 //! test asserts on timing.
 
+mod admission;
 mod audit;
 mod auth;
 mod cluster;

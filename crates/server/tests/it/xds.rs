@@ -1401,3 +1401,118 @@ async fn revoking_a_token_ends_its_open_stream() {
     let ended = ads.try_next().await.expect_err("the stream ends");
     assert_eq!(ended.code(), Code::Unauthenticated, "{ended:?}");
 }
+
+/// An operator's view of one metric's value (`name` with its labels, as exposed).
+async fn metric(server: &TestServer, operator: Option<&str>, name: &str) -> Option<f64> {
+    let auth = operator.map(|secret| format!("Bearer {secret}"));
+    let headers: Vec<(&str, &str)> = auth.iter().map(|auth| ("authorization", auth.as_str())).collect();
+    let (status, text) = server.get_text_with("/v1/metrics", &headers).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Trace (one front door, SPEC S3, W4): a token allowed `read,watch` on one service asked
+/// for 10,000 names of other services on each of 200 streams, and every name entered the
+/// hub (an entry and a cache each) before its watch right was checked. Now only the names
+/// the token may watch are watched; the others are neither watched nor answered.
+#[tokio::test]
+async fn names_a_token_may_not_watch_never_reach_the_hub() {
+    let server = xds_server_with(|config| config.auth.enabled = true).await;
+    let operator = operator(&server).await;
+    for service in ["x", "y"] {
+        put(
+            &server,
+            Some(&operator),
+            "acme",
+            service,
+            "a",
+            record("10.1.0.1", json!({})),
+        )
+        .await;
+    }
+    let auth = format!("Bearer {operator}");
+    let one_service = server
+        .send(
+            Method::POST,
+            "/v1/acl/tokens",
+            Some(serde_json::to_vec(&json!({"tenant": "acme", "allow": ["prod/x=read,watch"]})).unwrap()),
+            &[("authorization", auth.as_str())],
+        )
+        .await
+        .expect(StatusCode::CREATED)
+        .body["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut names: Vec<String> = (0..50).map(|n| format!("made-up-{n}.prod")).collect();
+    names.extend(["x.prod".to_owned(), "y.prod".to_owned()]);
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut ads = Sotw::open(server.xds_addr(), node("narrow", None, None), Some(&one_service))
+        .await
+        .expect("the token opens a stream");
+    let response = ads.fetch(ENDPOINT, &names).await;
+    let sent: Vec<String> = response
+        .resources
+        .iter()
+        .map(|any| unpack::<ClusterLoadAssignment>(any).cluster_name)
+        .collect();
+    assert_eq!(sent, ["x.prod"], "only the service the token may watch is answered");
+    assert_eq!(
+        metric(&server, Some(&operator), "muster_xds_watched_services").await,
+        Some(1.0),
+        "only x entered the hub"
+    );
+}
+
+/// Trace (one front door, SPEC W4, S6): xDS streams counted against no cap. Now each
+/// stream holds a slot of its principal's `max_watches_per_principal` (shared with watches
+/// and parked queries), and the names its streams subscribe to count against
+/// `[xds] max_names_per_principal`; a refusal is RESOURCE_EXHAUSTED naming the budget, and
+/// a slot comes back when its stream ends.
+#[tokio::test]
+async fn xds_streams_and_names_count_against_the_principals_budgets() {
+    let server = xds_server_with(|config| {
+        config.max_watches_per_principal = 2;
+        config.xds.max_names_per_principal = 3;
+    })
+    .await;
+    let addr = server.xds_addr();
+    let mut first = Sotw::connect(addr, node("first", None, None)).await;
+    first.fetch(ENDPOINT, &["a.prod", "b.prod"]).await;
+    let mut second = Sotw::connect(addr, node("second", None, None)).await;
+    second.fetch(ENDPOINT, &["c.prod"]).await;
+
+    // A third stream is over the stream budget.
+    let refused = refusal(addr, node("third", None, None), None).await;
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("max_watches_per_principal"), "{refused:?}");
+
+    // One more name would make four: over the names budget, and the stream ends.
+    first.subscribe(ENDPOINT, &["a.prod", "b.prod", "d.prod"]);
+    let over = first.try_next().await.expect_err("four names are one too many");
+    assert_eq!(over.code(), Code::ResourceExhausted, "{over:?}");
+    assert!(over.message().contains("max_names_per_principal"), "{over:?}");
+
+    // Its slot and names come back with its end.
+    drop(first);
+    let reopened = poll(Duration::from_millis(50), || async {
+        let mut again = Sotw::open(addr, node("again", None, None), None).await.ok()?;
+        again.subscribe(ENDPOINT, &["d.prod", "e.prod"]);
+        again.try_next().await.ok()
+    })
+    .await;
+    assert!(reopened.is_some(), "the first stream's slot and names came back");
+    let status = server.get("/v1/status").await.expect(StatusCode::OK);
+    let refusals = &status.body["admission"]["refused"];
+    assert!(
+        refusals["max_names_per_principal"].as_u64().unwrap() >= 1,
+        "{}",
+        status.body
+    );
+    assert!(
+        refusals["max_watches_per_principal"].as_u64().unwrap() >= 1,
+        "{}",
+        status.body
+    );
+}
