@@ -1,11 +1,14 @@
-//! Muster's front door (SPEC S1–S6, W4): what every way in — the native API, watch streams,
-//! the Consul API, xDS, the dashboard's live views, convergence reports — goes through
-//! before it reaches the registry.
+//! Muster's front door (SPEC S1–S6, W4): the parts every way in — the native API, watch
+//! streams, the Consul API, xDS, the dashboard's live views — shares before it reaches the
+//! registry.
 //!
-//! This crate holds the gate's pure parts; the server wires them:
+//! This crate holds the gate's pure parts; the server wires them. So far:
 //! - [`admission`]: one table of budgets, per principal and per tenant, for everything a
 //!   caller can hold open (watch streams, live views, xDS streams and their names, parked
 //!   blocking queries). Each held thing is a permit that gives its slot back on drop.
+//!
+//! Convergence subscribers are not held open by a caller's connection; the convergence
+//! ledger caps them per tenant itself (`[convergence] max_subscribers_per_tenant`).
 
 pub mod admission;
 
