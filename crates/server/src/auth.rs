@@ -1,7 +1,7 @@
 //! Authentication and authorisation of every API request (SPEC S1–S3).
 //!
 //! ```text
-//!  request ─▶ route matched ─▶ need(method, route) ─┬─ open ───────────────────────▶ handler
+//!  request ─▶ route matched ─▶ the route's need ─┬─ open ───────────────────────▶ handler
 //!                                                   └─ else: who? ─┬─ none ─▶ 401 unauthenticated
 //!     Authorization: Bearer <secret>  ─┐                           │
 //!     client certificate SAN (mTLS)  ──┴─▶ the registry's tokens ──┴─ token ─▶ verdict(tenant, scope, verb)
@@ -9,10 +9,10 @@
 //!                                                                        └─ allow ─▶ handler (with its Caller)
 //! ```
 //!
-//! The need of every route is one table ([`need`]), keyed by the route's template, so a route
-//! cannot be added without saying what it needs (a test walks the router). Tokens live in the
-//! replicated registry, so every node gives the same verdict from the same log position, and
-//! a revocation holds on a node from the moment it applies there. Every refusal is recorded
+//! Every route is declared once, with its need, in the route table (`routes::ROUTES`): a
+//! route cannot be added without saying what it needs, and its auth layer carries that
+//! need. Tokens live in the replicated registry, so every node gives the same verdict from
+//! the same log position, and a revocation holds on a node from the moment it applies there. Every refusal is recorded
 //! in the audit trail with the caller's address (SPEC S4).
 //!
 //! With `[auth] enabled = false` (the default) every caller is the unrestricted `anonymous`
@@ -22,8 +22,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, State};
+use axum::http::header;
 use axum::http::request::Parts;
-use axum::http::{Method, header};
 use axum::response::{IntoResponse, Response};
 use muster_auth::{Denial, Request, Scope, Token, Verb};
 use muster_core::{ErrorCode, Label, Principal, ServiceKey};
@@ -60,53 +60,12 @@ pub(crate) enum Need {
     Cluster(Verb),
 }
 
-/// The need of each route, by method and route template. `None`: a route this table does not
-/// know, refused (a test asserts every routed path is here).
-pub(crate) fn need(method: &Method, route: &str) -> Option<Need> {
-    const INSTANCE: &str = "/v1/registry/{tenant}/{namespace}/{service}/{instance}";
-    // axum answers HEAD with the GET handler: it needs what GET needs.
-    let method = if method == Method::HEAD { "GET" } else { method.as_str() };
-    let need = match (method, route) {
-        ("GET", "/v1/status" | "/v1/openapi.json") | ("POST", "/v1/acl/bootstrap") => Need::Open,
-        // The dashboard's files hold no data: its views read the API with the user's token.
-        ("GET", "/ui" | "/ui/" | "/ui/{asset}") => Need::Open,
-        // The overview lists only what the token may read (the handler filters); a lab run
-        // reads no registry state, but costs CPU, so it needs a token.
-        ("GET", "/v1/overview" | "/v1/lab/run") => Need::Authenticated,
-        ("GET", "/v1/deadlines/{tenant}/{namespace}/{service}") => Need::Service(Verb::Read),
-        // `/v1/xds/clients` lists only the streams whose every name the token may read, and
-        // `/v1/metrics` only the rows it may read (SPEC S3).
-        // `/v1/prometheus/sd` lists only the services the token may read (the handler
-        // filters, as a namespace listing does).
-        (
-            "GET",
-            "/v1/metrics" | "/metrics" | "/v1/prometheus/sd" | "/v1/xds/clients" | "/v1/audit" | "/v1/acl/tokens"
-            | "/v1/acl/self",
-        )
-        | ("POST", "/v1/acl/tokens" | "/v1/convergence/report")
-        | ("DELETE", "/v1/acl/tokens/{accessor}") => Need::Authenticated,
-        ("PUT", INSTANCE) => Need::Service(Verb::Register),
-        ("DELETE", INSTANCE) => Need::Service(Verb::Deregister),
-        ("PUT", r) if r == format!("{INSTANCE}/serving") => Need::Service(Verb::SetState),
-        ("POST", r) if r == format!("{INSTANCE}/drain") => Need::Service(Verb::SetState),
-        ("PUT", r) if r == format!("{INSTANCE}/check") || r == format!("{INSTANCE}/in-flight") => {
-            Need::Service(Verb::Renew)
-        }
-        ("GET", "/v1/registry/{tenant}/{namespace}/{service}") => Need::Service(Verb::Read),
-        ("GET", "/v1/registry/{tenant}/{namespace}") => Need::Namespace(Verb::Read),
-        ("GET", "/v1/watch/{tenant}/{namespace}/{service}") => Need::Service(Verb::Watch),
-        ("GET", "/v1/watch/{tenant}/{namespace}") => Need::Namespace(Verb::Watch),
-        ("GET", "/v1/convergence/{tenant}/{namespace}/{service}") => Need::Service(Verb::Read),
-        ("POST", "/v1/leases/{tenant}") => Need::AnyService(Verb::Register),
-        ("DELETE", "/v1/leases/{tenant}/{id}") => Need::AnyService(Verb::Deregister),
-        ("PUT", "/v1/leases/{tenant}/{id}/renew") => Need::AnyService(Verb::Renew),
-        ("GET", "/v1/policy" | "/v1/cluster" | "/v1/federation/status") => Need::Cluster(Verb::Read),
-        ("PUT", "/v1/policy") | ("POST", "/v1/cluster/members") | ("DELETE", "/v1/cluster/members/{id}") => {
-            Need::Cluster(Verb::Admin)
-        }
-        _ => return None,
-    };
-    Some(need)
+/// What the auth layer of one route judges with: the app, and the route's need (from the
+/// route table, `routes::ROUTES`).
+#[derive(Clone)]
+pub(crate) struct RouteGate {
+    pub(crate) app: Arc<App>,
+    pub(crate) need: Need,
 }
 
 /// Whose authority a request carries.
@@ -255,10 +214,10 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     }
 }
 
-/// The auth layer: decides the caller and the route's need before the handler runs (and
-/// before any body is read).
+/// The auth layer of one route: decides the caller and judges the route's need before the
+/// handler runs (and before any body is read).
 pub(crate) async fn authenticate(
-    State(app): State<Arc<App>>,
+    State(RouteGate { app, need }): State<RouteGate>,
     mut request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
@@ -267,9 +226,6 @@ pub(crate) async fn authenticate(
         .get::<MatchedPath>()
         .map(|path| path.as_str().to_owned())
         .unwrap_or_default();
-    let Some(need) = need(request.method(), &route) else {
-        return ApiError::new(ErrorCode::Internal, format!("route {route} has no access rule")).into_response();
-    };
     let peer = request.extensions().get::<Peer>().cloned();
     let caller = match identify(&app, &request, peer.as_ref()) {
         Ok(caller) => caller,

@@ -21,10 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Json;
-use axum::Router;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::routing::get;
 use muster_core::ErrorCode;
 use serde::{Deserialize, Serialize};
 
@@ -168,11 +166,6 @@ pub(crate) struct LabQuery {
     /// The seed of every random draw.
     #[serde(default)]
     seed: Option<u64>,
-}
-
-/// The routes of the lab runner.
-pub(crate) fn router<S: Clone + Send + Sync + 'static>(state: Arc<LabState>) -> Router<S> {
-    Router::new().route("/v1/lab/run", get(run)).with_state(state)
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {

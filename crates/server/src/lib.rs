@@ -135,3 +135,12 @@ pub enum ServerError {
     #[error("serving HTTP: {0}")]
     Serve(std::io::Error),
 }
+
+/// Every (method, path template) the HTTP API routes, from its one route table: what the
+/// API document must describe (its drift test compares the two).
+pub fn api_routes() -> Vec<(String, &'static str)> {
+    routes::ROUTES
+        .iter()
+        .map(|route| (route.method.to_string(), route.path))
+        .collect()
+}

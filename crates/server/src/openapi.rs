@@ -565,7 +565,7 @@ fn with_errors(document: &mut Value) {
 }
 
 /// Declares the bearer token (SPEC S1) and, from the auth layer's own table
-/// ([`crate::auth::need`]), which operations need one: all but the open ones. A route that
+/// ([`crate::routes::need`]), which operations need one: all but the open ones. A route that
 /// table does not know is refused by the server, and is marked as needing a token here.
 fn with_security(document: &mut Value) {
     document["components"]["securitySchemes"] = json!({
@@ -580,7 +580,7 @@ fn with_security(document: &mut Value) {
             let Ok(method) = method.to_uppercase().parse::<axum::http::Method>() else {
                 continue;
             };
-            let open = matches!(crate::auth::need(&method, path), Some(crate::auth::Need::Open));
+            let open = matches!(crate::routes::need(&method, path), Some(crate::auth::Need::Open));
             if !open {
                 operation["security"] = json!([{"bearer": []}]);
             }

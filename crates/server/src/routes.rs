@@ -8,11 +8,14 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
+use axum::http::Method;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
+use axum::routing::{MethodRouter, delete, get, post, put};
+use muster_auth::Verb;
 
 use crate::app::App;
+use crate::auth::Need;
 use crate::error::{ApiError, code_for_status};
 use crate::guard::{self, RequestGuard};
 use crate::lab_run::{self, LabState};
@@ -25,60 +28,229 @@ use crate::{
 /// texts from axum and hyper are one line; 1 KiB keeps a surprise from growing the reply.
 const STRAY_ERROR_QUOTE_BYTES: usize = 1024;
 
-/// The API's routes.
+/// The path of one instance; its sub-resources follow it.
+const INSTANCE: &str = "/v1/registry/{tenant}/{namespace}/{service}/{instance}";
+
+/// What handlers share besides the [`App`]: the dashboard's page and the lab runner.
+pub(crate) struct Shared {
+    page: Arc<ui::Page>,
+    lab: Arc<LabState>,
+}
+
+/// One route, declared once: its method and path template, the right it needs (SPEC S1,
+/// S2), and its handler. The router, the auth layer and the API document
+/// (`openapi::with_security`) all read [`ROUTES`].
+pub(crate) struct Route {
+    pub(crate) method: Method,
+    pub(crate) path: &'static str,
+    pub(crate) need: Need,
+    handler: fn(&Shared) -> MethodRouter<Arc<App>>,
+}
+
+const fn route(
+    method: Method,
+    path: &'static str,
+    need: Need,
+    handler: fn(&Shared) -> MethodRouter<Arc<App>>,
+) -> Route {
+    Route {
+        method,
+        path,
+        need,
+        handler,
+    }
+}
+
+/// Every route of the HTTP API. A handler serves `HEAD` as it serves `GET`, with the same
+/// need. Services, namespaces and tenants are the path's `tenant`, `namespace` and `service`
+/// segments.
+pub(crate) static ROUTES: &[Route] = &[
+    route(Method::PUT, INSTANCE, Need::Service(Verb::Register), |_| {
+        put(writes::register)
+    }),
+    route(Method::DELETE, INSTANCE, Need::Service(Verb::Deregister), |_| {
+        delete(writes::deregister)
+    }),
+    route(
+        Method::PUT,
+        "/v1/registry/{tenant}/{namespace}/{service}/{instance}/serving",
+        Need::Service(Verb::SetState),
+        |_| put(writes::set_serving),
+    ),
+    route(
+        Method::POST,
+        "/v1/registry/{tenant}/{namespace}/{service}/{instance}/drain",
+        Need::Service(Verb::SetState),
+        |_| post(writes::drain),
+    ),
+    route(
+        Method::PUT,
+        "/v1/registry/{tenant}/{namespace}/{service}/{instance}/check",
+        Need::Service(Verb::Renew),
+        |_| put(writes::check_report),
+    ),
+    route(
+        Method::PUT,
+        "/v1/registry/{tenant}/{namespace}/{service}/{instance}/in-flight",
+        Need::Service(Verb::Renew),
+        |_| put(writes::in_flight),
+    ),
+    route(
+        Method::GET,
+        "/v1/registry/{tenant}/{namespace}/{service}",
+        Need::Service(Verb::Read),
+        |_| get(reads::snapshot),
+    ),
+    // A namespace listing shows only the services the token may read (the handler filters).
+    route(
+        Method::GET,
+        "/v1/registry/{tenant}/{namespace}",
+        Need::Namespace(Verb::Read),
+        |_| get(reads::services),
+    ),
+    route(
+        Method::GET,
+        "/v1/watch/{tenant}/{namespace}/{service}",
+        Need::Service(Verb::Watch),
+        |_| get(watch::watch_service),
+    ),
+    route(
+        Method::GET,
+        "/v1/watch/{tenant}/{namespace}",
+        Need::Namespace(Verb::Watch),
+        |_| get(watch::watch_namespace),
+    ),
+    route(
+        Method::POST,
+        "/v1/leases/{tenant}",
+        Need::AnyService(Verb::Register),
+        |_| post(lease_routes::grant),
+    ),
+    route(
+        Method::DELETE,
+        "/v1/leases/{tenant}/{id}",
+        Need::AnyService(Verb::Deregister),
+        |_| delete(lease_routes::revoke),
+    ),
+    route(
+        Method::PUT,
+        "/v1/leases/{tenant}/{id}/renew",
+        Need::AnyService(Verb::Renew),
+        |_| put(lease_routes::renew),
+    ),
+    route(Method::GET, "/v1/status", Need::Open, |_| get(status::status)),
+    route(Method::GET, "/v1/policy", Need::Cluster(Verb::Read), |_| {
+        get(policy::get)
+    }),
+    route(Method::PUT, "/v1/policy", Need::Cluster(Verb::Admin), |_| {
+        put(policy::put)
+    }),
+    // `/v1/metrics` shows only the rows the token may read (SPEC S3).
+    route(Method::GET, "/v1/metrics", Need::Authenticated, |_| {
+        get(metrics::metrics)
+    }),
+    // The path Prometheus scrapes by default (`metrics_path`), the same handler.
+    route(Method::GET, "/metrics", Need::Authenticated, |_| get(metrics::metrics)),
+    // Lists only the services the token may read (the handler filters).
+    route(Method::GET, prometheus_sd::PATH, Need::Authenticated, |_| {
+        get(prometheus_sd::targets)
+    }),
+    route(Method::GET, "/v1/audit", Need::Authenticated, |_| get(audit::list)),
+    route(Method::GET, "/v1/cluster", Need::Cluster(Verb::Read), |_| {
+        get(membership::status)
+    }),
+    route(Method::GET, "/v1/federation/status", Need::Cluster(Verb::Read), |_| {
+        get(crate::federation::status)
+    }),
+    route(Method::POST, "/v1/cluster/members", Need::Cluster(Verb::Admin), |_| {
+        post(membership::add)
+    }),
+    route(
+        Method::DELETE,
+        "/v1/cluster/members/{id}",
+        Need::Cluster(Verb::Admin),
+        |_| delete(membership::remove),
+    ),
+    route(Method::GET, openapi::PATH, Need::Open, |_| get(openapi::document)),
+    route(Method::POST, "/v1/acl/bootstrap", Need::Open, |_| post(acl::bootstrap)),
+    // Token management, the audit trail: the handler judges the rest.
+    route(Method::GET, "/v1/acl/tokens", Need::Authenticated, |_| get(acl::list)),
+    route(Method::POST, "/v1/acl/tokens", Need::Authenticated, |_| {
+        post(acl::create)
+    }),
+    route(Method::DELETE, "/v1/acl/tokens/{accessor}", Need::Authenticated, |_| {
+        delete(acl::revoke)
+    }),
+    route(Method::GET, "/v1/acl/self", Need::Authenticated, |_| get(acl::whoami)),
+    // Convergence telemetry (SPEC O3).
+    route(Method::POST, "/v1/convergence/report", Need::Authenticated, |_| {
+        post(crate::convergence::report)
+    }),
+    route(
+        Method::GET,
+        "/v1/convergence/{tenant}/{namespace}/{service}",
+        Need::Service(Verb::Read),
+        |_| get(crate::convergence::summary),
+    ),
+    // The xDS control plane's clients and their acknowledged revisions (SPEC D5): only the
+    // streams whose every name the token may read.
+    route(Method::GET, "/v1/xds/clients", Need::Authenticated, |_| {
+        get(crate::xds::clients)
+    }),
+    // The web dashboard (SPEC U2): its views besides the API's. The overview lists only what
+    // the token may read (the handler filters).
+    route(Method::GET, "/v1/overview", Need::Authenticated, |_| {
+        get(overview::overview)
+    }),
+    route(
+        Method::GET,
+        "/v1/deadlines/{tenant}/{namespace}/{service}",
+        Need::Service(Verb::Read),
+        |_| get(lease_deadlines::deadlines),
+    ),
+    // The dashboard's files hold no data: its views read the API with the user's token.
+    route(Method::GET, "/ui", Need::Open, |_| get(ui::redirect)),
+    route(Method::GET, "/ui/", Need::Open, |shared| {
+        get(ui::index_page).with_state(Arc::clone(&shared.page))
+    }),
+    route(Method::GET, "/ui/{asset}", Need::Open, |shared| {
+        get(ui::asset).with_state(Arc::clone(&shared.page))
+    }),
+    // A lab run reads no registry state, but costs CPU, so it needs a token.
+    route(Method::GET, "/v1/lab/run", Need::Authenticated, |shared| {
+        get(lab_run::run).with_state(Arc::clone(&shared.lab))
+    }),
+];
+
+/// The need of `method` on the route template `path` (`HEAD` needs what `GET` needs);
+/// `None`: no such route.
+pub(crate) fn need(method: &Method, path: &str) -> Option<Need> {
+    let method = if method == Method::HEAD { &Method::GET } else { method };
+    ROUTES
+        .iter()
+        .find(|route| route.method == method && route.path == path)
+        .map(|route| route.need)
+}
+
+/// The API's router: [`ROUTES`], each behind the auth layer with its own need, then the
+/// fallbacks and the layers every request passes.
 pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard, lab: Arc<LabState>) -> Router {
-    const INSTANCE: &str = "/v1/registry/{tenant}/{namespace}/{service}/{instance}";
-    Router::new()
-        .route(INSTANCE, put(writes::register).delete(writes::deregister))
-        .route(&format!("{INSTANCE}/serving"), put(writes::set_serving))
-        .route(&format!("{INSTANCE}/drain"), post(writes::drain))
-        .route(&format!("{INSTANCE}/check"), put(writes::check_report))
-        .route(&format!("{INSTANCE}/in-flight"), put(writes::in_flight))
-        .route("/v1/registry/{tenant}/{namespace}/{service}", get(reads::snapshot))
-        .route("/v1/registry/{tenant}/{namespace}", get(reads::services))
-        .route("/v1/watch/{tenant}/{namespace}/{service}", get(watch::watch_service))
-        .route("/v1/watch/{tenant}/{namespace}", get(watch::watch_namespace))
-        .route("/v1/leases/{tenant}", post(lease_routes::grant))
-        .route("/v1/leases/{tenant}/{id}", delete(lease_routes::revoke))
-        .route("/v1/leases/{tenant}/{id}/renew", put(lease_routes::renew))
-        .route("/v1/status", get(status::status))
-        .route("/v1/policy", get(policy::get).put(policy::put))
-        .route("/v1/metrics", get(metrics::metrics))
-        // The path Prometheus scrapes by default (`metrics_path`), the same handler.
-        .route("/metrics", get(metrics::metrics))
-        .route(prometheus_sd::PATH, get(prometheus_sd::targets))
-        .route("/v1/audit", get(audit::list))
-        .route("/v1/cluster", get(membership::status))
-        .route("/v1/federation/status", get(crate::federation::status))
-        .route("/v1/cluster/members", post(membership::add))
-        .route("/v1/cluster/members/{id}", delete(membership::remove))
-        .route(openapi::PATH, get(openapi::document))
-        .route("/v1/acl/bootstrap", post(acl::bootstrap))
-        .route("/v1/acl/tokens", get(acl::list).post(acl::create))
-        .route("/v1/acl/tokens/{accessor}", delete(acl::revoke))
-        .route("/v1/acl/self", get(acl::whoami))
-        // Convergence telemetry (SPEC O3).
-        .route("/v1/convergence/report", post(crate::convergence::report))
-        .route(
-            "/v1/convergence/{tenant}/{namespace}/{service}",
-            get(crate::convergence::summary),
-        )
-        // The xDS control plane's clients and their acknowledged revisions (SPEC D5).
-        .route("/v1/xds/clients", get(crate::xds::clients))
-        // The web dashboard (SPEC U2): its files, and the views it reads besides the API's.
-        .route("/v1/overview", get(overview::overview))
-        .route(
-            "/v1/deadlines/{tenant}/{namespace}/{service}",
-            get(lease_deadlines::deadlines),
-        )
-        .merge(ui::router(app.auth.enabled))
-        .merge(lab_run::router(lab))
-        // Every matched route passes the auth layer first (SPEC S1, S2): `auth::need` says
-        // what each one needs.
-        .route_layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&app),
-            auth::authenticate,
-        ))
+    let shared = Shared {
+        page: ui::Page::new(app.auth.enabled),
+        lab,
+    };
+    let mut router = Router::new();
+    for route in ROUTES {
+        // The auth layer runs before the handler and before any body is read (SPEC S1, S2).
+        let gate = auth::RouteGate {
+            app: Arc::clone(&app),
+            need: route.need,
+        };
+        let handler =
+            (route.handler)(&shared).route_layer(axum::middleware::from_fn_with_state(gate, auth::authenticate));
+        router = router.route(route.path, handler);
+    }
+    router
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(max_body_bytes))

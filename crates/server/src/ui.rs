@@ -25,11 +25,9 @@
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::get;
 
 use crate::error::ApiError;
 
@@ -41,35 +39,36 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; conn
                    img-src 'self' blob: data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// The page as served: `index.html` saying whether the server asks for tokens, so the page
-/// asks for one before its first request instead of after a refusal.
-struct Page {
+/// asks for one before its first request instead of after a refusal. The dashboard's routes
+/// are in the route table (`routes`).
+pub(crate) struct Page {
     index: Arc<str>,
 }
 
-/// The dashboard's routes.
-pub(crate) fn router<S: Clone + Send + Sync + 'static>(auth_enabled: bool) -> Router<S> {
-    let index = if auth_enabled {
-        INDEX_HTML.replacen(r#"data-auth="off""#, r#"data-auth="on""#, 1)
-    } else {
-        INDEX_HTML.to_owned()
-    };
-    let page = Arc::new(Page { index: index.into() });
-    Router::new()
-        .route("/ui", get(redirect))
-        .route("/ui/", get(index_page))
-        .route("/ui/{asset}", get(asset))
-        .with_state(page)
+impl Page {
+    /// The page for a server with authentication on or off.
+    pub(crate) fn new(auth_enabled: bool) -> Arc<Page> {
+        let index = if auth_enabled {
+            INDEX_HTML.replacen(r#"data-auth="off""#, r#"data-auth="on""#, 1)
+        } else {
+            INDEX_HTML.to_owned()
+        };
+        Arc::new(Page { index: index.into() })
+    }
 }
 
-async fn redirect() -> Redirect {
+/// `GET /ui`.
+pub(crate) async fn redirect() -> Redirect {
     Redirect::permanent("/ui/")
 }
 
-async fn index_page(State(page): State<Arc<Page>>) -> Response {
+/// `GET /ui/`.
+pub(crate) async fn index_page(State(page): State<Arc<Page>>) -> Response {
     file(Arc::clone(&page.index), "text/html; charset=utf-8")
 }
 
-async fn asset(State(page): State<Arc<Page>>, Path(name): Path<String>) -> Response {
+/// `GET /ui/{asset}`.
+pub(crate) async fn asset(State(page): State<Arc<Page>>, Path(name): Path<String>) -> Response {
     match name.as_str() {
         "index.html" => file(Arc::clone(&page.index), "text/html; charset=utf-8"),
         "app.js" => file(Arc::from(APP_JS), "text/javascript; charset=utf-8"),

@@ -1,16 +1,13 @@
 //! `GET /v1/openapi.json` (SPEC S5): the document cannot drift from the router, and real
 //! replies validate against its schemas.
 //!
-//! Drift is caught two ways. The router's routes are read from the source of
-//! `src/routes.rs` (and of every module whose router it merges), because axum cannot list a
-//! router's routes; any `.route(...)` this reading cannot resolve fails the test, naming the
-//! line, so a route is never skipped quietly. The two sets of (method, path) must be equal.
-//! Then every documented operation is sent to a live server, which must not answer with
-//! its `no such route` or wrong-method fallback: that checks the reading of the source
-//! against the real router.
+//! Drift is caught two ways. The routes of the one route table (`muster_server::api_routes`,
+//! which the router is built from) and the document's operations must be the same sets of
+//! (method, path). Then every documented operation is sent to a live server, which must not
+//! answer with its `no such route` or wrong-method fallback: that checks the table against
+//! the real router.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
 
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -45,147 +42,11 @@ fn documented(document: &Value) -> BTreeSet<(String, String)> {
     out
 }
 
-/// Every (METHOD, path) the API router registers, read from its source.
+/// Every (METHOD, path) the API router registers, from its one route table.
 fn routed() -> BTreeSet<(String, String)> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut out = BTreeSet::new();
-    let mut files = vec![src.join("routes.rs")];
-    let mut read = BTreeSet::new();
-    while let Some(file) = files.pop() {
-        if !read.insert(file.clone()) {
-            continue;
-        }
-        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let code = strip_comments(&text);
-        let consts = string_consts(&src);
-        for (line, call) in calls(&code, ".route(") {
-            let (path, methods) = split_top_level(&call)
-                .unwrap_or_else(|| panic!("{}:{line}: cannot read .route({call})", file.display()));
-            let path = resolve_path(path.trim(), &consts)
-                .unwrap_or_else(|| panic!("{}:{line}: cannot resolve the path of .route({call})", file.display()));
-            let methods = methods_of(methods);
-            assert!(
-                !methods.is_empty(),
-                "{}:{line}: cannot read the methods of .route({call})",
-                file.display()
-            );
-            for method in methods {
-                out.insert((method, path.clone()));
-            }
-        }
-        if let Some((line, call)) = calls(&code, ".nest(").first() {
-            panic!(
-                "{}:{line}: .nest({call}): the drift test reads only .route(); list the routes with .route() or teach it nest",
-                file.display()
-            );
-        }
-        for (line, call) in calls(&code, ".merge(") {
-            let module = call.trim().split("::").next().unwrap_or("").trim();
-            let candidates = [src.join(format!("{module}.rs")), src.join(module).join("mod.rs")];
-            let found = candidates.into_iter().find(|path| path.exists()).unwrap_or_else(|| {
-                panic!(
-                    "{}:{line}: .merge({call}): cannot find the module whose routes it merges",
-                    file.display()
-                )
-            });
-            files.push(found);
-        }
-    }
-    out
-}
-
-/// The text with `//` comments blanked (line numbers kept).
-fn strip_comments(text: &str) -> String {
-    text.lines()
-        .map(|line| match line.find("//") {
-            Some(at) if !line[..at].contains('"') => &line[..at],
-            _ => line,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// `const NAME: &str = "...";` of every source file, by `NAME` and by `module::NAME`.
-fn string_consts(src: &Path) -> BTreeMap<String, String> {
-    let pattern = regex::Regex::new(r#"const\s+([A-Z_][A-Z0-9_]*)\s*:\s*&str\s*=\s*"([^"]*)"\s*;"#).unwrap();
-    let mut out = BTreeMap::new();
-    for entry in std::fs::read_dir(src).unwrap() {
-        let path: PathBuf = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
-        let module = path.file_stem().unwrap().to_string_lossy().into_owned();
-        let text = std::fs::read_to_string(&path).unwrap();
-        for found in pattern.captures_iter(&text) {
-            out.insert(found[1].to_owned(), found[2].to_owned());
-            out.insert(format!("{module}::{}", &found[1]), found[2].to_owned());
-        }
-    }
-    out
-}
-
-/// The argument text of every `name...)` call, with its line number.
-fn calls(code: &str, name: &str) -> Vec<(usize, String)> {
-    let mut out = Vec::new();
-    let mut from = 0;
-    while let Some(offset) = code[from..].find(name) {
-        let start = from + offset + name.len();
-        let mut depth = 1;
-        let mut end = start;
-        for (i, c) in code[start..].char_indices() {
-            match c {
-                '(' => depth += 1,
-                ')' => depth -= 1,
-                _ => {}
-            }
-            if depth == 0 {
-                end = start + i;
-                break;
-            }
-        }
-        let line = code[..start].matches('\n').count() + 1;
-        out.push((line, code[start..end].to_owned()));
-        from = end.max(start);
-    }
-    out
-}
-
-/// `path, methods` at the first comma outside parentheses.
-fn split_top_level(call: &str) -> Option<(&str, &str)> {
-    let mut depth = 0;
-    for (i, c) in call.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => return Some((&call[..i], &call[i + 1..])),
-            _ => {}
-        }
-    }
-    None
-}
-
-/// A literal, a constant, or `&format!("{CONST}/rest")`.
-fn resolve_path(expr: &str, consts: &BTreeMap<String, String>) -> Option<String> {
-    if let Some(literal) = expr.strip_prefix('"').and_then(|e| e.strip_suffix('"')) {
-        return Some(literal.to_owned());
-    }
-    if let Some(template) = expr.strip_prefix("&format!(\"").and_then(|e| e.strip_suffix("\")")) {
-        let mut out = template.to_owned();
-        for (name, value) in consts {
-            out = out.replace(&format!("{{{name}}}"), value);
-        }
-        let unresolved = regex::Regex::new(r"\{[A-Z_][A-Z0-9_]*\}").unwrap();
-        return (!unresolved.is_match(&out)).then_some(out);
-    }
-    consts.get(expr).cloned()
-}
-
-/// The methods of a `MethodRouter` expression: `put(a).delete(b)`.
-fn methods_of(expr: &str) -> Vec<String> {
-    let pattern = regex::Regex::new(r"(?:^|[\s.:])(get|put|post|delete|patch|head|options)\s*\(").unwrap();
-    pattern
-        .captures_iter(expr)
-        .map(|found| found[1].to_uppercase())
+    muster_server::api_routes()
+        .into_iter()
+        .map(|(method, path)| (method, path.to_owned()))
         .collect()
 }
 
