@@ -25,6 +25,7 @@ pub mod sotw;
 pub mod subscription;
 #[cfg(test)]
 mod test_support;
+pub mod wire;
 
 pub use assignment::Cohort;
 pub use delta::DeltaStream;

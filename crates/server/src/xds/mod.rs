@@ -250,15 +250,7 @@ mod imp {
             let first_bytes = listening.header_read_timeout;
             tokio::spawn(async move {
                 let (transport, certificate) = match tls {
-                    None => {
-                        // A client that connects and says nothing gives its place in the
-                        // budget back, as an HTTP client that sends no request head does.
-                        let mut first = [0_u8; 1];
-                        if !matches!(tokio::time::timeout(first_bytes, tcp.peek(&mut first)).await, Ok(Ok(1))) {
-                            return tracing::debug!(%addr, "xDS: nothing sent within the header read timeout");
-                        }
-                        (Transport::Plain(tcp), None)
-                    }
+                    None => (Transport::Plain(tcp), None),
                     Some(acceptor) => match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
                         Ok(Ok(tls)) => {
                             let certificate = tls
@@ -274,12 +266,16 @@ mod imp {
                         Err(_) => return tracing::debug!(%addr, "xDS: no TLS handshake within the timeout"),
                     },
                 };
-                let io = XdsIo {
-                    transport,
-                    peer: Peer { addr, certificate },
-                    _permit: permit,
-                };
-                let _ = accepted.send(io).await;
+                let mut io = XdsIo::new(transport, Peer { addr, certificate }, permit);
+                // A client that sends no HTTP/2 preface and SETTINGS in time gives its place
+                // in the budget back, as an HTTP client that sends no request head does.
+                match tokio::time::timeout(first_bytes, io.preface()).await {
+                    Ok(Ok(())) => {
+                        let _ = accepted.send(io).await;
+                    }
+                    Ok(Err(error)) => tracing::debug!(%addr, %error, "xDS: not an HTTP/2 client"),
+                    Err(_) => tracing::debug!(%addr, "xDS: no HTTP/2 preface within the header read timeout"),
+                }
             });
         }
     }

@@ -5,7 +5,8 @@
 //! when the stream opens and held while it idles. xDS requests are a few hundred bytes and
 //! responses are written as they come, so this service routes the same two methods through
 //! [`Grpc`] with 1 KiB buffers (they grow for a larger message); everything else is what the
-//! generated server does.
+//! generated server does. Requests are bounded before they are decoded: at most
+//! [`MAX_REQUEST`] bytes, and no more names than a stream may hold (`muster_xds::wire`).
 
 use std::convert::Infallible;
 use std::marker::PhantomData;
@@ -18,12 +19,18 @@ use muster_xds::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
 use tonic::body::Body;
-use tonic::codec::{BufferSettings, Codec};
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 
-use super::stream::Ads;
+use super::stream::{Ads, MAX_NAMES};
+
+/// The largest request taken in, encoded. A stream's partial request is buffered up to it,
+/// so it bounds what each of a connection's streams can make the server hold: 10,000 names
+/// (the most a stream may subscribe to) of the longest form, `<63>.<63>`, are 1.3 MB; the
+/// rest of a request (node, nonce, version) is small. tonic's default is 4 MiB.
+const MAX_REQUEST: usize = 2 * 1024 * 1024;
 
 /// Each stream's initial codec buffers, 1 KiB; tonic's yield threshold (32 KiB) is kept.
 fn buffers() -> BufferSettings {
@@ -41,14 +48,34 @@ where
     type Encode = E;
     type Decode = D;
     type Encoder = ProstEncoder<E>;
-    type Decoder = ProstDecoder<D>;
+    type Decoder = Counted<D>;
 
     fn encoder(&mut self) -> ProstEncoder<E> {
         ProstCodec::<E, D>::raw_encoder(buffers())
     }
 
-    fn decoder(&mut self) -> ProstDecoder<D> {
-        ProstCodec::<E, D>::raw_decoder(buffers())
+    fn decoder(&mut self) -> Counted<D> {
+        Counted(ProstCodec::<E, D>::raw_decoder(buffers()))
+    }
+}
+
+/// Prost decoding after a count of the request's names: one naming more than a stream may
+/// hold is refused (`RESOURCE_EXHAUSTED`) before a string of it is made (SPEC W4).
+struct Counted<D>(ProstDecoder<D>);
+
+impl<D: prost::Message + Default> Decoder for Counted<D> {
+    type Item = D;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<D>, Status> {
+        use bytes::Buf;
+        muster_xds::wire::within(src.chunk(), MAX_NAMES)
+            .map_err(|_| Status::resource_exhausted(format!("more than {MAX_NAMES} resources in one request")))?;
+        self.0.decode(src)
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        self.0.buffer_settings()
     }
 }
 
@@ -104,12 +131,14 @@ where
         match request.uri().path() {
             "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources" => {
                 Box::pin(async move {
-                    let mut grpc = Grpc::new(SmallCodec::<DiscoveryResponse, DiscoveryRequest>(PhantomData));
+                    let mut grpc = Grpc::new(SmallCodec::<DiscoveryResponse, DiscoveryRequest>(PhantomData))
+                        .max_decoding_message_size(MAX_REQUEST);
                     Ok(grpc.streaming(Sotw(ads), request).await)
                 })
             }
             "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources" => Box::pin(async move {
-                let mut grpc = Grpc::new(SmallCodec::<DeltaDiscoveryResponse, DeltaDiscoveryRequest>(PhantomData));
+                let mut grpc = Grpc::new(SmallCodec::<DeltaDiscoveryResponse, DeltaDiscoveryRequest>(PhantomData))
+                    .max_decoding_message_size(MAX_REQUEST);
                 Ok(grpc.streaming(Delta(ads), request).await)
             }),
             _ => Box::pin(async move { Ok(Status::unimplemented("not an ADS method").into_http()) }),

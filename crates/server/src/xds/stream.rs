@@ -57,6 +57,11 @@ pub(crate) trait Machine: Default + Send + 'static {
     const PROTOCOL: Protocol;
     fn node(request: &Self::Request) -> Option<&Node>;
     fn on_request(&mut self, request: &Self::Request, now_ms: u64) -> Result<Heard, UnknownType>;
+    /// The kind `request` is about and, at most, how many names of it the stream would
+    /// subscribe to after it: read from the request before the machine copies a name, so a
+    /// request over a bound is refused at the cost of its decoding alone (SPEC W4). `None`
+    /// for a type not served.
+    fn asks(&self, request: &Self::Request) -> Option<(Kind, usize)>;
     fn subscription(&self, kind: Kind) -> Option<&Subscription>;
     fn respond(&mut self, kind: Kind, resources: &[Arc<Versioned>], revision: Revision) -> Option<Self::Response>;
     fn ledger(&self) -> &Ledger;
@@ -71,6 +76,10 @@ impl Machine for SotwStream {
     }
     fn on_request(&mut self, request: &DiscoveryRequest, now_ms: u64) -> Result<Heard, UnknownType> {
         SotwStream::on_request(self, request, now_ms)
+    }
+    fn asks(&self, request: &DiscoveryRequest) -> Option<(Kind, usize)> {
+        // A state-of-the-world request replaces the kind's names.
+        Some((Kind::from_type_url(&request.type_url)?, request.resource_names.len()))
     }
     fn subscription(&self, kind: Kind) -> Option<&Subscription> {
         SotwStream::subscription(self, kind)
@@ -92,6 +101,19 @@ impl Machine for DeltaStream {
     }
     fn on_request(&mut self, request: &DeltaDiscoveryRequest, now_ms: u64) -> Result<Heard, UnknownType> {
         DeltaStream::on_request(self, request, now_ms)
+    }
+    fn asks(&self, request: &DeltaDiscoveryRequest) -> Option<(Kind, usize)> {
+        // A Delta request adds to the kind's names; a reconnecting client's cache
+        // (`initial_resource_versions`) is kept per name as well.
+        let kind = Kind::from_type_url(&request.type_url)?;
+        let held = DeltaStream::subscription(self, kind).map(Subscription::names);
+        let added = request
+            .resource_names_subscribe
+            .iter()
+            .filter(|name| held.is_none_or(|held| !held.contains(*name)))
+            .count();
+        let after = held.map_or(0, std::collections::BTreeSet::len) + added;
+        Some((kind, after.max(request.initial_resource_versions.len())))
     }
     fn subscription(&self, kind: Kind) -> Option<&Subscription> {
         DeltaStream::subscription(self, kind)
@@ -137,6 +159,7 @@ impl Ads {
             watched: HashSet::new(),
             pinned: HashSet::new(),
             watching_tenant: false,
+            rewatch: true,
             outbox: VecDeque::new(),
             ended: false,
         })
@@ -207,6 +230,9 @@ struct Session<M: Machine> {
     pinned: HashSet<ServiceKey>,
     /// Whether the hub wakes this stream when its tenant gains or loses a service.
     watching_tenant: bool,
+    /// Whether the subscriptions or the token changed since the watched set was made: a
+    /// wake-up of a stream naming 10,000 services reads them, it does not parse them again.
+    rewatch: bool,
     outbox: VecDeque<M::Response>,
     ended: bool,
 }
@@ -237,7 +263,7 @@ impl<M: Machine> Session<M> {
             };
             match event {
                 Event::Message(Ok(Some(request))) => match self.on_request(&request) {
-                    Ok(true) => {}
+                    Ok(true) => self.rewatch = true,
                     Ok(false) => continue,
                     Err(status) => {
                         self.ended = true;
@@ -245,6 +271,14 @@ impl<M: Machine> Session<M> {
                     }
                 },
                 Event::Message(Ok(None)) | Event::Stopping => return None,
+                // A request refused before it was decoded (`service::Counted`, or past the
+                // size limit): the client is told why.
+                Event::Message(Err(status))
+                    if matches!(status.code(), tonic::Code::ResourceExhausted | tonic::Code::OutOfRange) =>
+                {
+                    self.ended = true;
+                    return Some(Err(status));
+                }
                 Event::Message(Err(status)) => {
                     tracing::debug!(%status, "xDS stream ended by the client");
                     return None;
@@ -254,7 +288,10 @@ impl<M: Machine> Session<M> {
                     .then(|| resolve(&self.app, &self.credential, self.peer.as_ref()))
                     .flatten()
                 {
-                    Some(caller) => self.caller = caller,
+                    Some(caller) => {
+                        self.caller = caller;
+                        self.rewatch = true;
+                    }
                     None => {
                         if let Some(token) = self.caller.token_ref() {
                             let source = self.peer.as_ref().map(|peer| peer.addr);
@@ -273,6 +310,22 @@ impl<M: Machine> Session<M> {
     fn on_request(&mut self, request: &M::Request) -> Result<bool, Status> {
         if self.known.is_none() {
             self.known = Some(self.introduce(M::node(request))?);
+        }
+        if let Some((kind, names)) = self.machine.asks(request) {
+            if names > MAX_NAMES {
+                return Err(Status::resource_exhausted(format!(
+                    "more than {MAX_NAMES} {kind} resources on one stream"
+                )));
+            }
+            // Reserved before any name is copied or reaches the hub (SPEC W4); set to what
+            // the stream subscribes to once the machine took the request in.
+            let others: usize = Kind::ALL
+                .into_iter()
+                .filter(|other| *other != kind)
+                .filter_map(|other| self.machine.subscription(other))
+                .map(|subscription| subscription.names().len())
+                .sum();
+            self.hold_names(others + names)?;
         }
         let now = self.app.clock.now_ms();
         let node = self.known.as_ref().map_or("", |known| known.node_id.as_str());
@@ -299,31 +352,12 @@ impl<M: Machine> Session<M> {
             Answer::Acked if kind == Kind::Endpoint => self.report_applied(),
             Answer::None | Answer::Acked => {}
         }
-        if heard.subscribed
-            && let Some(subscription) = self.machine.subscription(kind)
-            && subscription.names().len() > MAX_NAMES
-        {
-            return Err(Status::resource_exhausted(format!(
-                "more than {MAX_NAMES} {kind} resources on one stream"
-            )));
-        }
-        if heard.subscribed
-            && let Some(known) = &mut self.known
-        {
-            // Counted before any name reaches the hub (SPEC W4).
-            let names = Kind::ALL
-                .into_iter()
-                .filter_map(|kind| self.machine.subscription(kind))
-                .map(|subscription| subscription.names().len())
-                .sum();
-            if let Err(refusal) = known.names.resize(names) {
-                let source = self.peer.as_ref().map(|peer| peer.addr);
-                let error = self
-                    .app
-                    .refused(&refusal, Hold::Xds, source, "xDS subscription".to_owned());
-                return Err(Status::resource_exhausted(error.message));
-            }
-        }
+        let names = Kind::ALL
+            .into_iter()
+            .filter_map(|kind| self.machine.subscription(kind))
+            .map(|subscription| subscription.names().len())
+            .sum();
+        self.hold_names(names)?;
         if !heard.subscribed
             && let Some(known) = &self.known
         {
@@ -331,6 +365,21 @@ impl<M: Machine> Session<M> {
             known.registered.record.update(self.machine.ledger());
         }
         Ok(heard.subscribed)
+    }
+
+    /// Holds `names` subscribed names against the principal's budget, or ends the stream
+    /// with `RESOURCE_EXHAUSTED` naming it (the refusal audited as a denial).
+    fn hold_names(&mut self, names: usize) -> Result<(), Status> {
+        let Some(known) = &mut self.known else {
+            return Ok(());
+        };
+        known.names.resize(names).map_err(|refusal| {
+            let source = self.peer.as_ref().map(|peer| peer.addr);
+            let error = self
+                .app
+                .refused(&refusal, Hold::Xds, source, "xDS subscription".to_owned());
+            Status::resource_exhausted(error.message)
+        })
     }
 
     /// An endpoint ACK: the client applied those services at the revisions it acknowledged
@@ -428,33 +477,31 @@ impl<M: Machine> Session<M> {
         let Some(known) = &self.known else {
             return;
         };
-        let mut keys = HashSet::new();
-        let mut wildcard = false;
-        let caller = &self.caller;
-        for kind in Kind::ALL {
-            if let Some(subscription) = self.machine.subscription(kind) {
-                // Only names the token may watch reach the hub (SPEC S3): the others are
-                // neither watched nor answered.
-                keys.extend(
-                    subscription
-                        .names()
-                        .iter()
-                        .filter_map(|name| ServiceName::parse(name))
-                        .map(|name| name.key(&known.tenant))
-                        .filter(|key| caller.may(key, Verb::Watch)),
-                );
-                wildcard |= kind == Kind::Cluster && subscription.is_wildcard();
-            }
-        }
         let hub = &self.state.hub;
         let id = known.registered.record.stream;
-        let tenant = wildcard.then_some(&known.tenant);
-        // Most refreshes are wake-ups of a stream whose subscriptions did not move.
-        if keys != self.watched || wildcard != self.watching_tenant {
-            hub.watch(id, &self.wake, &keys, tenant, &self.watched);
-            self.watched = keys;
-            self.watching_tenant = wildcard;
+        let wildcard = self
+            .machine
+            .subscription(Kind::Cluster)
+            .is_some_and(Subscription::is_wildcard);
+        if std::mem::take(&mut self.rewatch) {
+            // Only names the token may watch reach the hub (SPEC S3): the others are
+            // neither watched nor answered.
+            let caller = &self.caller;
+            let keys: HashSet<ServiceKey> = Kind::ALL
+                .into_iter()
+                .filter_map(|kind| self.machine.subscription(kind))
+                .flat_map(|subscription| subscription.names())
+                .filter_map(|name| ServiceName::parse(name))
+                .map(|name| name.key(&known.tenant))
+                .filter(|key| caller.may(key, Verb::Watch))
+                .collect();
+            if keys != self.watched || wildcard != self.watching_tenant {
+                hub.watch(id, &self.wake, &keys, wildcard.then_some(&known.tenant), &self.watched);
+                self.watched = keys;
+                self.watching_tenant = wildcard;
+            }
         }
+        let caller = &self.caller;
         let (revision, snapshots, every) = self.app.node.read(|registry| {
             let snapshots: Vec<Arc<ServiceSnapshot>> = self
                 .watched

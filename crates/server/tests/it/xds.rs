@@ -1516,3 +1516,43 @@ async fn xds_streams_and_names_count_against_the_principals_budgets() {
         status.body
     );
 }
+
+/// SPEC W4: a Delta stream's first request carries the client's cache, kept per name; more
+/// entries than a stream may subscribe to (10,000) are refused before they are decoded, and
+/// the stream holds no names.
+#[tokio::test]
+async fn a_delta_cache_larger_than_a_stream_may_hold_is_refused() {
+    let server = xds_server().await;
+    let mut delta = Delta::connect(server.xds_addr(), node("cache", None, None)).await;
+    let cache: Vec<(String, String)> = (0..10_001).map(|i| (format!("s{i}.prod"), "7".to_owned())).collect();
+    let cache: Vec<(&str, &str)> = cache.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    delta.subscribe(ENDPOINT, &[API], &cache);
+    let refused = tokio::time::timeout(STEP, delta.responses.message())
+        .await
+        .expect("an answer in time")
+        .expect_err("10,001 cached names are refused");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("more than 10000"), "{refused:?}");
+    let status = server.get("/v1/status").await.expect(StatusCode::OK);
+    assert_eq!(status.body["admission"]["xds_names"], 0, "{}", status.body);
+}
+
+/// SPEC S6: an xDS connection that has not sent HTTP/2's preface and SETTINGS within the
+/// header read timeout is closed, as an HTTP request head that does not come is; one that
+/// sends them in time is served.
+#[tokio::test]
+async fn an_xds_connection_that_trickles_its_preface_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = xds_server_with(|config| config.limits.http.header_read_timeout_ms = 300).await;
+    let mut slow = tokio::net::TcpStream::connect(server.xds_addr()).await.unwrap();
+    slow.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    let mut buf = [0_u8; 64];
+    let closed = tokio::time::timeout(STEP, slow.read(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0) | Err(_))),
+        "the server closes a connection whose preface does not come: {closed:?}"
+    );
+    // A real client on a fresh connection is served.
+    let mut ads = Sotw::connect(server.xds_addr(), node("after", None, None)).await;
+    ads.fetch(ENDPOINT, &[API]).await;
+}
