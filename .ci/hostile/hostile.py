@@ -47,7 +47,7 @@ BYSTANDER_GAP_S = 0.005
 # The server's settings for the run: small budgets so the floods are small (SPEC W4).
 MAX_WATCHES_PER_PRINCIPAL = 200
 LIVE_PER_PRINCIPAL = 64  # crates/server/src/admit.rs LIVE_PER_PRINCIPAL
-MAX_NAMES_PER_PRINCIPAL = 50_000  # [xds] max_names_per_principal, the default
+MAX_NAMES_PER_PRINCIPAL = 10_000  # [xds] max_names_per_principal, the default
 HEADER_TIMEOUT_S = 3.0
 DNS_TCP_IDLE_S = 10.0  # crates/dns/src/listener.rs TCP_IDLE
 AUDIT_RETENTION = 50

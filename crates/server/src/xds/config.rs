@@ -17,9 +17,11 @@ pub struct XdsConfig {
     pub tenant: Label,
     /// The xDS resource names one principal may subscribe to in one tenant, all its streams
     /// together (SPEC W4, S6); more: the stream ends with `RESOURCE_EXHAUSTED`. Each name is
-    /// a watched service and part of every refresh: 50,000 is five full streams
-    /// (`MAX_NAMES` per type) or 500 Envoys following 100 services, and keeps one
-    /// principal's share of the hub to tens of megabytes.
+    /// a watched service and part of every refresh, about 500 bytes live (its stream's
+    /// subscription and watched set, its hub entry) and as much again the allocator keeps
+    /// after a burst: 10,000 is one full stream (`MAX_NAMES` per type), 100 Envoys
+    /// following 100 services or 2,500 gRPC clients following one, and keeps one
+    /// principal's share of the node to about 10 MiB.
     pub max_names_per_principal: usize,
 }
 
@@ -28,7 +30,7 @@ impl Default for XdsConfig {
         XdsConfig {
             addr: None,
             tenant: Label::new("tenant", "default").expect("a valid label"),
-            max_names_per_principal: 50_000,
+            max_names_per_principal: 10_000,
         }
     }
 }

@@ -174,10 +174,15 @@ mod imp {
     const KEEPALIVE: Duration = Duration::from_secs(30);
 
     /// The most streams one HTTP/2 connection may open at once. tonic leaves it unset, and
-    /// then a client may open hundreds on one connection, past every per-connection bound;
-    /// an Envoy opens one ADS stream per connection, so 100 (HTTP/2's recommended minimum,
-    /// RFC 9113 section 5.1.2) leaves room for any real client (SPEC W4, S6).
-    const MAX_STREAMS_PER_CONNECTION: u32 = 100;
+    /// then a client may open hundreds on one connection, past every per-connection bound.
+    /// Each open stream may buffer a request of up to 2 MiB (`service::MAX_REQUEST`) before
+    /// it is decoded and judged, so this bounds what one connection can make the node hold
+    /// before any budget sees it. Envoy and gRPC's xDS client open one ADS stream per
+    /// connection; 16 leaves room for any real client, and a client that opens more waits
+    /// for a slot (HTTP/2's own flow) rather than failing (SPEC W4, S6). RFC 9113 section
+    /// 6.5.2 recommends 100 for general-purpose servers; this one serves one long-lived
+    /// stream per client.
+    const MAX_STREAMS_PER_CONNECTION: u32 = 16;
 
     /// Serves ADS on `listener` until `stop` fires. Connections share `budget` with the HTTP
     /// API; TLS (with ALPN `h2`, which gRPC clients require) when `listening.tls` is set.

@@ -239,9 +239,15 @@ struct Session<M: Machine> {
 
 impl<M: Machine> Session<M> {
     fn run(self) -> impl Stream<Item = Result<M::Response, Status>> + Send {
-        futures_util::stream::unfold(self, |mut session| async move {
+        // A stream ended with an error lets go of the session at once: tonic sends the status
+        // and never polls again, and the response body (with this stream in it) lives until
+        // the client closes its side, so a refused stream would otherwise keep its request
+        // buffer, its subscriptions and its admission slot (SPEC W4).
+        futures_util::stream::unfold(Some(self), |session| async move {
+            let mut session = session?;
             let item = session.next().await?;
-            Some((item, session))
+            let open = item.is_ok();
+            Some((item, open.then_some(session)))
         })
     }
 
