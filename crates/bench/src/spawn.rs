@@ -347,7 +347,12 @@ pub(crate) async fn spawn_muster_with(
         client_tls = Some(pki.client_config().map_err(fail)?);
     }
     let config = match (tls, config) {
-        (true, extra) => format!("{extra}\n[auth]\nenabled = true\n"),
+        // One bootstrapped token drives every request, past the default write rate of one
+        // principal (`write_rate_per_principal`): raised, so the bench measures the server,
+        // not the rate.
+        (true, extra) => format!(
+            "write_rate_per_principal = 1000000000\nwrite_burst_per_principal = 1000000000\n{extra}\n[auth]\nenabled = true\n"
+        ),
         (false, "") => String::new(),
         (false, extra) => extra.to_owned(),
     };

@@ -140,6 +140,9 @@ codes! {
     RequestTimeout = "request_timeout", 408, true;
     /// Too many open watches for this token or tenant (SPEC W4); retry once some close.
     TooManyWatches = "too_many_watches", 429, true;
+    /// Writes from this principal past its write rate (SPEC W4, S6); retry after the reply's
+    /// `Retry-After`.
+    RateLimited = "rate_limited", 429, true;
     /// A dashboard lab run's parameters are out of range or name no known setup (SPEC U2).
     InvalidLabRequest = "invalid_lab_request", 400, false;
     /// A lab run is already running on this node (one at a time, SPEC U2); retry after it.
@@ -207,6 +210,7 @@ mod tests {
             [
                 &ErrorCode::RequestTimeout,
                 &ErrorCode::TooManyWatches,
+                &ErrorCode::RateLimited,
                 &ErrorCode::LabBusy,
                 &ErrorCode::NoQuorum,
                 &ErrorCode::LeaderUnreachable,

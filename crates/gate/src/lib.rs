@@ -6,10 +6,13 @@
 //! - [`admission`]: one table of budgets, per principal and per tenant, for everything a
 //!   caller can hold open (watch streams, live views, xDS streams and their names, parked
 //!   blocking queries). Each held thing is a permit that gives its slot back on drop.
+//! - [`rate`]: each principal's write rate, a token bucket (with authentication on).
 //!
 //! Convergence subscribers are not held open by a caller's connection; the convergence
 //! ledger caps them per tenant itself (`[convergence] max_subscribers_per_tenant`).
 
 pub mod admission;
+pub mod rate;
 
 pub use admission::{Admission, Budget, Budgets, Held, Hold, Holder, NameBudget, Permit, Refusal, Report};
+pub use rate::{Rate, Throttled, WriteRates};

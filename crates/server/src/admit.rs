@@ -95,6 +95,76 @@ impl App {
     }
 }
 
+/// A write refused for its principal's rate: `429 rate_limited`, with `Retry-After` in whole
+/// seconds (at least 1).
+#[derive(Debug)]
+pub(crate) struct RateLimited {
+    pub(crate) error: ApiError,
+    pub(crate) retry_after_s: u64,
+}
+
+impl RateLimited {
+    /// The `Retry-After` header's value.
+    pub(crate) fn retry_after(&self) -> axum::http::HeaderValue {
+        axum::http::HeaderValue::from(self.retry_after_s)
+    }
+}
+
+impl axum::response::IntoResponse for RateLimited {
+    fn into_response(self) -> axum::response::Response {
+        let retry_after = self.retry_after();
+        let mut response = self.error.into_response();
+        response
+            .headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, retry_after);
+        response
+    }
+}
+
+/// Whether `method` changes something: what the write rate counts.
+pub(crate) fn is_write(method: &axum::http::Method) -> bool {
+    !matches!(
+        *method,
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+    )
+}
+
+impl App {
+    /// Takes one write from `caller`'s rate (SPEC W4, S6), or refuses it; the refusal is on
+    /// the audit trail (aggregated per source, as every denial is). Without authentication
+    /// there is no rate: every caller is the one anonymous principal.
+    pub(crate) fn throttle(
+        &self,
+        caller: &Caller,
+        tenant: Option<&Label>,
+        source: Option<SocketAddr>,
+        resource: impl FnOnce() -> String,
+    ) -> Result<(), RateLimited> {
+        if !self.auth.enabled {
+            return Ok(());
+        }
+        let Err(throttled) = self.write_rates.take(caller.principal(), self.clock.now_ms()) else {
+            return Ok(());
+        };
+        let message = throttled.to_string();
+        self.audit.denied(AuditDenial {
+            principal: Some(throttled.principal.clone()),
+            tenant: tenant.cloned(),
+            key: None,
+            verb: "write".to_owned(),
+            resource: resource(),
+            code: ErrorCode::RateLimited,
+            reason: message.clone(),
+            source,
+            at_ms: self.clock.unix_now_ms(),
+        });
+        Err(RateLimited {
+            error: ApiError::new(ErrorCode::RateLimited, message),
+            retry_after_s: throttled.retry_after_ms.div_ceil(1_000).max(1),
+        })
+    }
+}
+
 /// The admission table for `/v1/status`: totals only, no tenant or principal names.
 pub(crate) fn status(app: &App) -> AdmissionStatus {
     let report = app.admission.report();

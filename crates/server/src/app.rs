@@ -56,6 +56,8 @@ pub(crate) struct App {
     /// What every caller holds open — watches, live views, xDS streams, parked queries —
     /// against its budgets (SPEC W4, S6; `admit`).
     pub(crate) admission: Arc<muster_gate::Admission>,
+    /// Each principal's write rate, with authentication on (SPEC W4, S6; `admit`).
+    pub(crate) write_rates: muster_gate::WriteRates,
     ready: AtomicBool,
     /// Turns true when the server starts stopping: blocking queries return at once.
     stopping: watch::Receiver<bool>,
@@ -92,6 +94,8 @@ pub(crate) struct Background {
     pub(crate) cluster: Option<ClusterLink>,
     /// The admission budgets' table.
     pub(crate) admission: Arc<muster_gate::Admission>,
+    /// Each principal's write rate.
+    pub(crate) write_rates: muster_gate::WriteRates,
     /// The audit trail, already feeding from the node's apply path.
     pub(crate) audit: Arc<AuditLog>,
     /// Whether requests must authenticate.
@@ -124,6 +128,7 @@ impl App {
             checker,
             cluster,
             admission,
+            write_rates,
             audit,
             auth,
             acl_changes,
@@ -151,6 +156,7 @@ impl App {
             consul_stats: ConsulStats::default(),
             cluster,
             admission,
+            write_rates,
             ready: AtomicBool::new(false),
             stopping,
             anonymous: Principal::new(ANONYMOUS).expect("'anonymous' is a valid principal"),

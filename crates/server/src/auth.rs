@@ -250,6 +250,15 @@ pub(crate) async fn authenticate(
         if let Err(error) = judge(&app, &caller, peer.as_ref(), need, &params) {
             return error.into_response();
         }
+        if crate::admit::is_write(request.method()) {
+            let tenant = params.first().and_then(|tenant| Label::new("tenant", tenant).ok());
+            let method = request.method().clone();
+            if let Err(limited) = app.throttle(&caller, tenant.as_ref(), peer.as_ref().map(|peer| peer.addr), || {
+                format!("{method} {route}")
+            }) {
+                return limited.into_response();
+            }
+        }
     }
     request.extensions_mut().insert(caller);
     next.run(request).await

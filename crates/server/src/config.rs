@@ -83,6 +83,19 @@ pub struct ServerConfig {
     /// `max_watches_per_principal` counts: 65,536, four principals at their cap, so one
     /// tenant cannot take every descriptor of the node.
     pub max_watches_per_tenant: usize,
+    /// Writes one principal may make a second, sustained, with authentication on (SPEC W4,
+    /// S6): registrations, renewals, serving-state reports, drains and deregistrations
+    /// through the native and Consul APIs, each a Raft entry and a fan-out to every
+    /// watcher. More: `429 rate_limited` with `Retry-After`. 10,000 a second registers a
+    /// 100,000-endpoint fleet in ten seconds from one registrar (or renews 10,000 leases a
+    /// second), about half of what one node commits durably, so one looping client or
+    /// stolen token cannot take the whole write path from the others. Without
+    /// authentication every caller is one principal, and no rate applies.
+    pub write_rate_per_principal: u64,
+    /// Writes one principal may make at once above `write_rate_per_principal`, after an
+    /// idle spell: 20,000, two seconds' worth, so a registrar's start-up burst is taken
+    /// whole.
+    pub write_burst_per_principal: u64,
     /// The audit trail (SPEC S4).
     pub audit: AuditConfig,
     /// Authentication and authorisation (SPEC S1, S2): off by default, and then the API
@@ -419,6 +432,8 @@ impl Default for ServerConfig {
             body_read_timeout_ms: 10_000,
             max_watches_per_principal: 16_384,
             max_watches_per_tenant: 65_536,
+            write_rate_per_principal: 10_000,
+            write_burst_per_principal: 20_000,
             audit: AuditConfig::default(),
             auth: AuthConfig::default(),
             tls: TlsConfig::default(),

@@ -86,6 +86,11 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
     if config.body_read_timeout_ms == 0 {
         return Err(ServerError::Config("body_read_timeout_ms: must be at least 1".into()));
     }
+    if config.write_rate_per_principal == 0 || config.write_burst_per_principal == 0 {
+        return Err(ServerError::Config(
+            "write_rate_per_principal and write_burst_per_principal: must be at least 1".into(),
+        ));
+    }
     if config.max_watches_per_principal == 0 || config.max_watches_per_tenant == 0 {
         return Err(ServerError::Config(
             "max_watches_per_principal and max_watches_per_tenant: must be at least 1".into(),
@@ -313,6 +318,10 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
             checker: config.health.checker(),
             cluster: link,
             admission: muster_gate::Admission::new(crate::admit::budgets(&config)),
+            write_rates: muster_gate::WriteRates::new(muster_gate::Rate {
+                per_second: config.write_rate_per_principal,
+                burst: config.write_burst_per_principal,
+            }),
             audit,
             auth: config.auth.clone(),
             acl_changes,

@@ -9,7 +9,7 @@
 //! `resource_names_subscribe` and `_unsubscribe`, `initial_resource_versions`, the
 //! locators), so the count is per field number, of length-delimited fields, at the top level.
 
-/// A message with more than the allowed number of one length-delimited field.
+/// A message with more than the allowed number of one length-delimited field (or a group).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("more than {max} entries of field {field} in one request")]
 pub struct TooMany {
@@ -23,8 +23,9 @@ pub struct TooMany {
 const FIELDS: usize = 16;
 
 /// Checks that no top-level length-delimited field of `message` occurs more than `max`
-/// times. A malformed encoding passes: the decoder that follows refuses it with its own
-/// error.
+/// times. A truncated encoding passes (the decoder that follows refuses it); a group (wire
+/// types 3 and 4, which no ADS request holds, and which prost would skip as an unknown
+/// field) is refused, so nothing can hide the count from this pass.
 pub fn within(message: &[u8], max: usize) -> Result<(), TooMany> {
     let mut counts = [0_usize; FIELDS];
     let mut rest = message;
@@ -49,7 +50,12 @@ pub fn within(message: &[u8], max: usize) -> Result<(), TooMany> {
                 varint(&mut rest).and_then(|len| usize::try_from(len).ok())
             }
             5 => Some(4),
-            _ => None,
+            _ => {
+                return Err(TooMany {
+                    field: u32::try_from(field).unwrap_or(u32::MAX),
+                    max,
+                });
+            }
         };
         match skip {
             Some(skip) if skip <= rest.len() => rest = &rest[skip..],
@@ -121,7 +127,10 @@ mod tests {
         message.truncate(message.len() - 2);
         assert_eq!(within(&message, 3), Ok(()));
         assert_eq!(within(&[0xff; 12], 0), Ok(()), "a varint past ten bytes");
-        assert_eq!(within(&[0x0b], 0), Ok(()), "a group (wire type 3) is not ours to judge");
+        // A group hides nothing: an empty one (field 15) before 3 names is refused.
+        let mut grouped = vec![0x7b, 0x7c];
+        grouped.extend(sotw(3));
+        assert_eq!(within(&grouped, 100).map_err(|e| e.field), Err(15));
         assert!(DiscoveryRequest::decode(&message[..]).is_err());
     }
 }

@@ -135,6 +135,7 @@ pub(crate) fn router(app: Arc<App>, view: Arc<ConsulView>, guard: RequestGuard, 
         .method_not_allowed_fallback(wrong_method)
         .layer(Extension(view))
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&app), write_rate))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&app),
             refuse_when_failed,
@@ -155,6 +156,32 @@ async fn consul_guard(State(guard): State<Arc<RequestGuard>>, mut request: Reque
         .extensions_mut()
         .insert(BodyReadTimeout(guard.body_read_timeout()));
     next.run(request).await
+}
+
+/// Each principal's write rate (SPEC W4, S6), as on the native API: over it, `429` with
+/// `Retry-After` and the reason as the body, as Consul's own rate limiter answers.
+async fn write_rate(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    if !app.auth.enabled || !crate::admit::is_write(request.method()) {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    if let Some(caller) = token::known_caller(&app, &parts) {
+        let source = parts.extensions.get::<crate::peer::Peer>().map(|peer| peer.addr);
+        let resource = || format!("{} {} (Consul)", parts.method, parts.uri.path());
+        if let Err(limited) = app.throttle(&caller, None, source, resource) {
+            let retry_after = limited.retry_after();
+            let mut response = ConsulError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("rate_limited: {}", limited.error.message),
+            )
+            .into_response();
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, retry_after);
+            return response;
+        }
+    }
+    next.run(Request::from_parts(parts, body)).await
 }
 
 /// A node whose storage failed answers nothing but `500`s: its registry is frozen at the

@@ -168,6 +168,24 @@ pub(crate) fn identify(app: &App, parts: &Parts) -> Result<ConsulCaller, ConsulE
     Ok(ConsulCaller { caller, peer })
 }
 
+/// The caller of a request whose credentials are known, recording nothing (an unknown token
+/// is refused and recorded by the handler's [`identify`]); `None` without credentials, with
+/// unknown ones, or with authentication off.
+pub(crate) fn known_caller(app: &App, parts: &Parts) -> Option<Caller> {
+    if !app.auth.enabled {
+        return None;
+    }
+    let peer = parts.extensions.get::<Peer>();
+    let query = query_pairs(parts.uri.query());
+    match secret(&parts.headers, &query) {
+        Some(secret) => app
+            .node
+            .read(|registry| registry.acl().authenticate(secret))
+            .map(Caller::token),
+        None => crate::auth::certificate_token(app, peer).map(Caller::token),
+    }
+}
+
 /// A query string's pairs, percent-decoded, in order (`tag` may repeat; a bare `stale` is
 /// `("stale", "")`).
 pub(crate) fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {

@@ -218,6 +218,11 @@ fn every_tenant(app: &App, registry: &mut Registry) {
             .map(|(budget, refused)| (vec![("budget", budget.as_str().to_owned())], refused))
             .collect(),
     ));
+    registry.register(
+        "write_rate_refused",
+        "Writes refused for their principal's rate (write_rate_per_principal), with authentication on",
+        counter(app.write_rates.refused()),
+    );
 
     // Convergence (SPEC O3): aggregates over every service, never a client id.
     let convergence = &app.convergence;

@@ -21,7 +21,8 @@ pub struct XdsConfig {
     /// subscription and watched set, its hub entry) and as much again the allocator keeps
     /// after a burst: 10,000 is one full stream (`MAX_NAMES` per type), 100 Envoys
     /// following 100 services or 2,500 gRPC clients following one, and keeps one
-    /// principal's share of the node to about 10 MiB.
+    /// principal's share of the node to about 10 MiB. A fleet that shares one token across
+    /// more proxies raises it, or gives each group of proxies a token of its own.
     pub max_names_per_principal: usize,
 }
 

@@ -42,8 +42,9 @@ const HEAD: usize = PREFACE.len() + 9;
 /// SETTINGS' frame type.
 const SETTINGS: u8 = 4;
 
-/// The largest first SETTINGS frame taken: six bytes per setting, and HTTP/2 defines seven.
-const MAX_SETTINGS: usize = 16 * 6;
+/// The largest first SETTINGS frame taken: HTTP/2's smallest maximum frame size (RFC 9113
+/// section 4.2), room for any client's settings, its own extensions included.
+const MAX_SETTINGS: usize = 16_384;
 
 /// Why a connection's first bytes are not an HTTP/2 client's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +61,7 @@ pub(crate) fn settings_len(head: &[u8; HEAD]) -> Result<usize, NotHttp2> {
     }
     let frame = &head[PREFACE.len()..];
     let len = usize::from(frame[0]) << 16 | usize::from(frame[1]) << 8 | usize::from(frame[2]);
-    if frame[3] != SETTINGS || len > MAX_SETTINGS {
+    if frame[3] != SETTINGS || len > MAX_SETTINGS || len % 6 != 0 {
         return Err(NotHttp2::Settings);
     }
     Ok(len)
@@ -174,6 +175,10 @@ mod tests {
     fn a_client_preface_and_its_settings_are_taken() {
         assert_eq!(settings_len(&head([0, 0, 12, SETTINGS, 0, 0, 0, 0, 0])), Ok(12));
         assert_eq!(settings_len(&head([0, 0, 0, SETTINGS, 0, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(
+            settings_len(&head([0, 0x3f, 0xfc, SETTINGS, 0, 0, 0, 0, 0])),
+            Ok(16_380)
+        );
     }
 
     #[test]
@@ -187,7 +192,11 @@ mod tests {
             Err(NotHttp2::Settings)
         );
         assert_eq!(
-            settings_len(&head([0, 1, 0, SETTINGS, 0, 0, 0, 0, 0])),
+            settings_len(&head([0, 0x40, 6, SETTINGS, 0, 0, 0, 0, 0])),
+            Err(NotHttp2::Settings)
+        );
+        assert_eq!(
+            settings_len(&head([0, 0, 7, SETTINGS, 0, 0, 0, 0, 0])),
             Err(NotHttp2::Settings)
         );
     }

@@ -78,8 +78,15 @@ impl Machine for SotwStream {
         SotwStream::on_request(self, request, now_ms)
     }
     fn asks(&self, request: &DiscoveryRequest) -> Option<(Kind, usize)> {
-        // A state-of-the-world request replaces the kind's names.
-        Some((Kind::from_type_url(&request.type_url)?, request.resource_names.len()))
+        // A state-of-the-world request replaces the kind's names (`*` is the wildcard).
+        let kind = Kind::from_type_url(&request.type_url)?;
+        let names: HashSet<&str> = request
+            .resource_names
+            .iter()
+            .map(String::as_str)
+            .filter(|name| *name != muster_xds::subscription::WILDCARD)
+            .collect();
+        Some((kind, names.len()))
     }
     fn subscription(&self, kind: Kind) -> Option<&Subscription> {
         SotwStream::subscription(self, kind)
@@ -105,14 +112,24 @@ impl Machine for DeltaStream {
     fn asks(&self, request: &DeltaDiscoveryRequest) -> Option<(Kind, usize)> {
         // A Delta request adds to the kind's names; a reconnecting client's cache
         // (`initial_resource_versions`) is kept per name as well.
+        // Subscriptions are applied before unsubscriptions, so a name in both ends
+        // unsubscribed.
         let kind = Kind::from_type_url(&request.type_url)?;
         let held = DeltaStream::subscription(self, kind).map(Subscription::names);
-        let added = request
+        let is_held = |name: &str| held.is_some_and(|held| held.contains(name));
+        let added: HashSet<&str> = request
             .resource_names_subscribe
             .iter()
-            .filter(|name| held.is_none_or(|held| !held.contains(*name)))
-            .count();
-        let after = held.map_or(0, std::collections::BTreeSet::len) + added;
+            .map(String::as_str)
+            .filter(|name| *name != muster_xds::subscription::WILDCARD && !is_held(name))
+            .collect();
+        let dropped: HashSet<&str> = request
+            .resource_names_unsubscribe
+            .iter()
+            .map(String::as_str)
+            .filter(|name| is_held(name) || added.contains(name))
+            .collect();
+        let after = held.map_or(0, std::collections::BTreeSet::len) + added.len() - dropped.len();
         Some((kind, after.max(request.initial_resource_versions.len())))
     }
     fn subscription(&self, kind: Kind) -> Option<&Subscription> {
@@ -323,15 +340,19 @@ impl<M: Machine> Session<M> {
                     "more than {MAX_NAMES} {kind} resources on one stream"
                 )));
             }
-            // Reserved before any name is copied or reaches the hub (SPEC W4); set to what
-            // the stream subscribes to once the machine took the request in.
+            // A growth is reserved before any name is copied or reaches the hub (SPEC W4);
+            // the hold is set to what the stream subscribes to once the machine took the
+            // request in (a stale request changes nothing, and never shrinks it first).
             let others: usize = Kind::ALL
                 .into_iter()
                 .filter(|other| *other != kind)
                 .filter_map(|other| self.machine.subscription(other))
                 .map(|subscription| subscription.names().len())
                 .sum();
-            self.hold_names(others + names)?;
+            let held = self.known.as_ref().map_or(0, |known| known.names.held());
+            if others + names > held {
+                self.hold_names(others + names)?;
+            }
         }
         let now = self.app.clock.now_ms();
         let node = self.known.as_ref().map_or("", |known| known.node_id.as_str());

@@ -154,3 +154,147 @@ async fn one_principals_live_views_leave_the_operators_dashboard_its_room() {
     // The totals are the operator's to see, not a tenant's.
     assert_eq!(admission(&server, Some(&tenant)).await, Value::Null);
 }
+
+/// A Consul-API write as `secret` (`X-Consul-Token`): the status, the `Retry-After` header
+/// and the body.
+async fn consul_put(
+    server: &TestServer,
+    path: &str,
+    secret: &str,
+    body: Value,
+) -> (StatusCode, Option<String>, String) {
+    let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let request = Request::builder()
+        .method(Method::PUT)
+        .uri(format!("http://{}{path}", server.consul_addr()))
+        .header("x-consul-token", secret)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(serde_json::to_vec(&body).unwrap())))
+        .unwrap();
+    let response = tokio::time::timeout(STEP, client.request(request))
+        .await
+        .expect("a reply head in time")
+        .expect("a reply");
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .map(|value| value.to_str().unwrap().to_owned());
+    (response.status(), retry_after, text(response.into_body()).await)
+}
+
+/// SPEC W4, S6 (one front door, rates): with authentication on, one principal's writes are
+/// paced by `write_rate_per_principal` / `write_burst_per_principal`. Past them a write is
+/// refused `429 rate_limited` with `Retry-After`, on the native and the Consul API alike;
+/// the refused write changes nothing, is counted and audited, and another principal's
+/// writes are untouched.
+#[tokio::test]
+async fn one_principals_writes_are_paced_and_the_others_are_not() {
+    let server = TestServer::start_with(|config| {
+        config.auth.enabled = true;
+        config.write_rate_per_principal = 1;
+        config.write_burst_per_principal = 2;
+    })
+    .await;
+    let operator = bootstrap(&server).await;
+    let registrar = as_token(
+        &server,
+        &operator,
+        Method::POST,
+        "/v1/acl/tokens",
+        Some(json!({"tenant": "acme", "allow": ["*/*=*"]})),
+    )
+    .await
+    .expect(StatusCode::CREATED)
+    .body["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let body = || Some(json!({"incarnation": 1, "endpoint": crate::support::endpoint("10.0.0.1")}));
+    // Two at once are the burst; one a second after. Ten in a row meet the limit.
+    let mut refused = None;
+    let mut accepted = 0;
+    for i in 0..10 {
+        let reply = as_token(
+            &server,
+            &registrar,
+            Method::PUT,
+            &crate::support::instance_path("api", &format!("api-{i}")),
+            body(),
+        )
+        .await;
+        if reply.status == StatusCode::TOO_MANY_REQUESTS {
+            refused = Some((i, reply));
+            break;
+        }
+        reply.expect(StatusCode::OK);
+        accepted += 1;
+    }
+    let (i, refused) = refused.expect("ten writes in a row meet a rate of one a second");
+    assert!(accepted >= 2, "the burst is taken whole");
+    assert_eq!(refused.code(), "rate_limited", "{}", refused.body);
+    assert!(
+        refused.message().contains("write_rate_per_principal"),
+        "the refusal names the setting: {}",
+        refused.body
+    );
+    let retry_after: u64 = refused.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(retry_after >= 1, "Retry-After in whole seconds");
+    let set = as_token(&server, &operator, Method::GET, "/v1/registry/acme/prod/api", None)
+        .await
+        .expect(StatusCode::OK)
+        .body
+        .to_string();
+    assert!(set.contains("\"api-0\""), "{set}");
+    assert!(
+        !set.contains(&format!("\"api-{i}\"")),
+        "the refused write changed nothing: {set}"
+    );
+
+    // The same principal through the Consul API: its rate is the same one.
+    let (status, retry_after, text) = consul_put(
+        &server,
+        "/v1/agent/service/register?partition=acme&ns=prod",
+        &registrar,
+        json!({"Name": "web", "ID": "web-1", "Port": 80, "Address": "10.0.0.2"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{text}");
+    assert!(text.starts_with("rate_limited"), "{text}");
+    assert!(retry_after.is_some(), "Retry-After on the Consul API too");
+
+    // Another principal writes at once.
+    as_token(
+        &server,
+        &operator,
+        Method::PUT,
+        &crate::support::instance_path("api", "api-operator"),
+        body(),
+    )
+    .await
+    .expect(StatusCode::OK);
+    let (status, metrics) = server
+        .get_text_with("/v1/metrics", &[("authorization", &format!("Bearer {operator}"))])
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        metrics.contains("muster_write_rate_refused_total 2"),
+        "both refusals counted: {}",
+        metrics
+            .lines()
+            .filter(|line| line.contains("write_rate"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let audit = as_token(&server, &operator, Method::GET, "/v1/audit?limit=100", None)
+        .await
+        .expect(StatusCode::OK)
+        .body;
+    let denials: u64 = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|record| record["outcome"] == "denied:rate_limited")
+        .map(|record| record["count"].as_u64().unwrap_or(1))
+        .sum();
+    assert_eq!(denials, 2, "the refusals are on the audit trail: {audit}");
+}
