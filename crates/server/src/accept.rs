@@ -8,6 +8,7 @@
 //!  accept ──▶ within budget? ─yes─▶ TCP_NODELAY ──▶ spawn: [TLS handshake, bounded] ──▶
 //!    │            │                      http1 connection(router, Peer{addr, SANs}) ──┬─▶ done
 //!    │            │ no                                                              └─ stop: graceful_shutdown
+//!    │            ├─▶ a connection still silent (no request head yet)? ─▶ evict the oldest, take its slot
 //!    │            └─▶ refusal slot? ─yes─▶ [TLS handshake] answer one request 503
 //!    │                      │                 too_many_connections, close (all bounded)
 //!    │                      └─ no ──▶ close at once
@@ -48,6 +49,7 @@ use crate::descriptors::ConnectionBudget;
 use crate::error::ApiError;
 use crate::listener::Listening;
 use crate::peer::{Peer, PeerCertificate};
+use crate::silent::{Silent, SilentSlot};
 
 /// hyper's smallest allowed read/write buffer bound (its default is ~400 KiB): requests are
 /// small JSON bodies (capped by `max_body_bytes`, read in chunks anyway) and responses are
@@ -62,6 +64,10 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_secs(1);
 /// answer: a well-behaved client sends at once; a slow one is cut off so refusals cannot
 /// hold descriptors for long.
 pub(crate) const REFUSAL_TIME: Duration = Duration::from_secs(2);
+
+/// How long the accept loop waits for an evicted silent connection to give its slot back
+/// (it closes at once; this only bounds a connection task that is slow to be polled).
+const EVICTION_WAIT: Duration = Duration::from_millis(100);
 
 /// The accept queue asked of the kernel for client-facing listeners (capped there by
 /// `net.core.somaxconn`, 4096 by default). Tokio's `TcpListener::bind` asks for 128: when
@@ -102,6 +108,7 @@ pub(crate) async fn serve(
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(listening.header_read_timeout);
     let (stopping, stopping_rx) = watch::channel(false);
+    let silent = Silent::default();
     let mut connections = JoinSet::new();
     let mut stop = std::pin::pin!(stop);
     loop {
@@ -118,8 +125,15 @@ pub(crate) async fn serve(
                 }
             },
         };
-        match Arc::clone(&budget.open).try_acquire_owned() {
-            Ok(permit) => {
+        let mut permit = Arc::clone(&budget.open).try_acquire_owned().ok();
+        // A full budget: the oldest connection that has sent no request yet makes room
+        // (`silent`), so slow heads cannot keep real callers out (SPEC S6).
+        if permit.is_none() && silent.evict_oldest() {
+            let freed = tokio::time::timeout(EVICTION_WAIT, Arc::clone(&budget.open).acquire_owned());
+            permit = freed.await.ok().and_then(Result::ok);
+        }
+        match permit {
+            Some(permit) => {
                 connections.spawn(connection(
                     builder.clone(),
                     tcp,
@@ -127,10 +141,10 @@ pub(crate) async fn serve(
                     addr,
                     listening.clone(),
                     stopping_rx.clone(),
-                    permit,
+                    (permit, silent.enter()),
                 ));
             }
-            Err(_) => match Arc::clone(&budget.refusing).try_acquire_owned() {
+            None => match Arc::clone(&budget.refusing).try_acquire_owned() {
                 Ok(permit) => {
                     connections.spawn(refuse(tcp, listening.tls.clone(), permit));
                 }
@@ -144,8 +158,8 @@ pub(crate) async fn serve(
     Ok(())
 }
 
-/// Serves one connection, after its TLS handshake on a TLS listener; `_permit` is its place
-/// in the budget, given back when it ends.
+/// Serves one connection, after its TLS handshake on a TLS listener; `held` is its place in
+/// the budget (given back when it ends) and among the silent connections until it speaks.
 async fn connection(
     builder: http1::Builder,
     tcp: TcpStream,
@@ -153,8 +167,10 @@ async fn connection(
     addr: std::net::SocketAddr,
     listening: Listening,
     mut stopping: watch::Receiver<bool>,
-    _permit: OwnedSemaphorePermit,
+    held: (OwnedSemaphorePermit, SilentSlot),
 ) {
+    let (_permit, slot) = held;
+    let slot = Arc::new(slot);
     // Watch frames are small writes that must leave at once: no Nagle delay.
     if let Err(error) = tcp.set_nodelay(true) {
         tracing::debug!(%error, "cannot set TCP_NODELAY");
@@ -164,7 +180,7 @@ async fn connection(
             addr,
             certificate: None,
         };
-        return serve_http(builder, TokioIo::new(tcp), router, peer, stopping).await;
+        return serve_http(builder, TokioIo::new(tcp), router, peer, stopping, slot).await;
     };
     let handshake = tokio::time::timeout(listening.handshake_timeout, acceptor.accept(tcp));
     let tls = tokio::select! {
@@ -174,6 +190,7 @@ async fn connection(
             Err(_) => return tracing::debug!(%addr, "no TLS handshake within the timeout"),
         },
         _ = stopping.wait_for(|stopping| *stopping) => return,
+        () = slot.evicted().notified() => return tracing::debug!(%addr, "evicted before its handshake"),
     };
     let certificate = tls
         .get_ref()
@@ -183,16 +200,25 @@ async fn connection(
         .and_then(CertificateNames::of)
         .map(|names| Arc::new(PeerCertificate::from(names)));
     let peer = Peer { addr, certificate };
-    serve_http(builder, TokioIo::new(tls), router, peer, stopping).await;
+    serve_http(builder, TokioIo::new(tls), router, peer, stopping, slot).await;
 }
 
-/// Serves HTTP/1.1 on `io` until the client is done or the server stops.
-async fn serve_http<I>(builder: http1::Builder, io: I, router: Router, peer: Peer, mut stopping: watch::Receiver<bool>)
-where
+/// Serves HTTP/1.1 on `io` until the client is done, the server stops, or (before its first
+/// request) a newcomer evicts it.
+async fn serve_http<I>(
+    builder: http1::Builder,
+    io: I,
+    router: Router,
+    peer: Peer,
+    mut stopping: watch::Receiver<bool>,
+    slot: Arc<SilentSlot>,
+) where
     I: Read + Write + Unpin + Send + 'static,
 {
+    let spoke = Arc::clone(&slot);
     // Every request of the connection carries who sent it ([`Peer`]).
     let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+        spoke.spoke();
         request.extensions_mut().insert(peer.clone());
         // One span per request (SPEC O2), at debug under `muster::http`: off, and free, at
         // the default level; the OTLP export (the binary's `otel` feature) turns it on.
@@ -221,6 +247,7 @@ where
     let finished = tokio::select! {
         result = connection.as_mut() => Some(result),
         _ = stopping.wait_for(|stopping| *stopping) => None,
+        () = slot.evicted().notified() => return tracing::debug!("evicted before its first request"),
     };
     let result = match finished {
         Some(result) => result,

@@ -93,6 +93,7 @@ mod read_cache;
 mod reads;
 mod routes;
 mod server;
+mod silent;
 mod status;
 mod subscription;
 mod topic;
