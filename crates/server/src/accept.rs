@@ -415,16 +415,26 @@ mod tests {
             (addr, stop, server)
         }
 
+        fn client(ca: &TestCa, identity: Option<&Leaf>) -> Client<Connector, Full<Bytes>> {
+            let roots = Roots::from_pem(ca.pem().as_bytes()).unwrap();
+            let identity = identity.map(|l| Identity::from_pem(l.cert.as_bytes(), l.key.as_bytes()).unwrap());
+            let config = muster_tls::client_config(&roots, identity.as_ref()).unwrap();
+            Client::builder(TokioExecutor::new()).build(Connector::new(Some(config), Duration::from_secs(5)))
+        }
+
         async fn get(
             ca: &TestCa,
             identity: Option<&Leaf>,
             addr: std::net::SocketAddr,
         ) -> Result<(u16, String), String> {
-            let roots = Roots::from_pem(ca.pem().as_bytes()).unwrap();
-            let identity = identity.map(|l| Identity::from_pem(l.cert.as_bytes(), l.key.as_bytes()).unwrap());
-            let config = muster_tls::client_config(&roots, identity.as_ref()).unwrap();
-            let client: Client<Connector, Full<Bytes>> =
-                Client::builder(TokioExecutor::new()).build(Connector::new(Some(config), Duration::from_secs(5)));
+            get_on(&client(ca, identity), addr).await
+        }
+
+        /// A request on `client`, whose pool keeps the connection open afterwards.
+        async fn get_on(
+            client: &Client<Connector, Full<Bytes>>,
+            addr: std::net::SocketAddr,
+        ) -> Result<(u16, String), String> {
             let uri = format!("https://localhost:{}/v1/anything", addr.port());
             let reply = tokio::time::timeout(Duration::from_secs(10), client.get(uri.parse().unwrap()))
                 .await
@@ -456,8 +466,10 @@ mod tests {
         async fn over_the_budget_a_tls_client_is_answered_too_many_connections_over_tls() {
             let ca = TestCa::new("muster test CA");
             let (addr, stop, server) = listen(&ca, 1, 60_000).await;
-            // Takes the only place and never handshakes (the timeout is far off).
-            let _silent = TcpStream::connect(addr).await.unwrap();
+            // Takes the only place with a request, and keeps its connection open (a silent
+            // one would make room for the newcomer: `silent`).
+            let holder = client(&ca, None);
+            assert_eq!(get_on(&holder, addr).await.unwrap().0, 200);
             let mut refused = (0, String::new());
             for _ in 0..100 {
                 refused = get(&ca, None, addr).await.unwrap();
@@ -477,17 +489,16 @@ mod tests {
             let ca = TestCa::new("muster test CA");
             let (addr, stop, server) = listen(&ca, 1, 200).await;
             // Takes the only place and sends nothing: without the handshake timeout it would
-            // hold it for as long as it stays connected.
-            let _silent = TcpStream::connect(addr).await.unwrap();
-            let mut served = (0, String::new());
-            for _ in 0..200 {
-                served = get(&ca, None, addr).await.unwrap();
-                if served.0 == 200 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            assert_eq!(served, (200, "None".to_owned()));
+            // hold it for as long as it stays connected. Nobody else comes (a newcomer would
+            // evict it at once): the timeout alone closes it.
+            let mut silent = TcpStream::connect(addr).await.unwrap();
+            let mut rest = Vec::new();
+            let closed = tokio::time::timeout(Duration::from_secs(10), silent.read_to_end(&mut rest)).await;
+            assert!(
+                matches!(closed, Ok(Ok(0))),
+                "closed by the handshake timeout: {closed:?}"
+            );
+            assert_eq!(get(&ca, None, addr).await.unwrap(), (200, "None".to_owned()));
             stop.send(()).unwrap();
             server.await.unwrap().unwrap();
         }

@@ -217,32 +217,26 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         clock,
         dns_subscriber,
     ));
-    let mut observers: Vec<Arc<dyn muster_consensus::ApplyObserver>> = vec![
-        Arc::new(DnsFeed::new(
-            Arc::clone(&dns_zone),
-            federation.as_ref().map(|f| (Arc::clone(f), clock)),
-        )),
-        // Before the hub: a change is in the ledger before any watcher can hear of it, so a
-        // fast subscriber's report always finds the change it measures.
-        Arc::clone(&convergence) as Arc<dyn muster_consensus::ApplyObserver>,
-        hub.clone(),
-        leader_feed,
-        Arc::new(PolicyWatch::new(config.registry.clone())),
-        Arc::clone(&audit) as Arc<dyn muster_consensus::ApplyObserver>,
-        Arc::new(token_watch),
-        Arc::new(MetricsObserver(Arc::clone(&metrics))),
-        Arc::new(crate::endpoint_log::EndpointLog::default()),
-    ];
-    if config.consul.enabled {
-        observers.push(Arc::clone(&consul_waiters) as Arc<dyn muster_consensus::ApplyObserver>);
-    }
     // The xDS streams wake on the apply path, each on the services it subscribes to.
     #[cfg(feature = "xds")]
     let xds_state = Arc::new(crate::xds::XdsState::new(config.xds.tenant.clone()));
-    #[cfg(feature = "xds")]
-    if config.xds.addr.is_some() {
-        observers.push(Arc::new(XdsObserver(Arc::clone(&xds_state))));
-    }
+    let observers = Observers {
+        dns: DnsFeed::new(
+            Arc::clone(&dns_zone),
+            federation.as_ref().map(|f| (Arc::clone(f), clock)),
+        ),
+        convergence: Arc::clone(&convergence),
+        hub: Arc::clone(&hub),
+        leader: leader_feed,
+        policy: PolicyWatch::new(config.registry.clone()),
+        audit: Arc::clone(&audit),
+        tokens: token_watch,
+        metrics: MetricsObserver(Arc::clone(&metrics)),
+        endpoint_log: crate::endpoint_log::EndpointLog::default(),
+        consul: config.consul.enabled.then(|| Arc::clone(&consul_waiters)),
+        #[cfg(feature = "xds")]
+        xds: config.xds.addr.is_some().then(|| Arc::clone(&xds_state)),
+    };
     let node = Node::open(
         NodeConfig {
             registry: config.registry.clone(),
@@ -250,7 +244,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
             cluster,
             ..NodeConfig::new(config.data_dir.clone())
         },
-        Arc::new(Observers(observers)),
+        Arc::new(observers),
     )
     .await?;
     let listener = match crate::accept::bind(config.http) {
@@ -602,19 +596,4 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     start(config).await?.serve_until(shutdown).await
-}
-
-/// The xDS hub on the apply path (the state itself is shared with the App).
-#[cfg(feature = "xds")]
-struct XdsObserver(Arc<crate::xds::XdsState>);
-
-#[cfg(feature = "xds")]
-impl muster_consensus::ApplyObserver for XdsObserver {
-    fn applied(&self, registry: &muster_registry::Registry, applied: &muster_registry::Applied) {
-        self.0.hub.applied(registry, applied);
-    }
-
-    fn reset(&self, registry: &muster_registry::Registry) {
-        self.0.hub.reset(registry);
-    }
 }
