@@ -93,6 +93,7 @@ mod read_cache;
 mod reads;
 mod routes;
 mod server;
+mod server_error;
 mod silent;
 mod status;
 mod subscription;
@@ -112,30 +113,8 @@ pub use hub::WatchStats;
 pub use lab_run::{Hooks, LabPlot, LabRequest, LabRun, LabRunner};
 pub use listener::{ClientCertPolicy, ClusterTlsConfig, LimitsConfig, ListenerLimits, TlsConfig};
 pub use server::{RunningServer, run, start, start_with};
+pub use server_error::ServerError;
 pub use xds::config::XdsConfig;
-
-/// Why the server could not start or stopped abnormally.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ServerError {
-    /// The configuration is unusable (the message says which setting and why).
-    #[error("config: {0}")]
-    Config(String),
-    /// Binding a listener failed.
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: std::net::SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The consensus layer failed.
-    #[error(transparent)]
-    Consensus(#[from] muster_consensus::ConsensusError),
-    /// The HTTP server failed while serving.
-    #[error("serving HTTP: {0}")]
-    Serve(std::io::Error),
-}
 
 /// Every (method, path template) the HTTP API routes, from its one route table: what the
 /// API document must describe (its drift test compares the two).
