@@ -72,10 +72,18 @@ SERVER_USERS = {
     # The binary: `muster serve` runs the server.
     "muster",
     # A library crate, an explicit exception: the live lab (`muster lab --live`) starts an
-    # in-process server next to its callers (DESIGN X2, D3). muster-bench and
-    # muster-testkit do not depend on the server and may not start to.
+    # in-process server next to its callers (DESIGN X2, D3).
     "muster-lab",
+    # The in-process test server (`muster_testkit::server`, its optional `server` feature)
+    # that the server's, the client's, the proxy's and the command line's tests share: a
+    # test-only crate (TEST_ONLY), so the server reaches no shipped crate through it.
+    # muster-bench does not depend on the server and may not start to.
+    "muster-testkit",
 }
+
+# Crates that only tests and benchmarks may use: no crate lists them as a dependency (a
+# dev-dependency is what they are for).
+TEST_ONLY = {"muster-testkit"}
 
 # What the gate (the front door's pure parts) may not depend on.
 GATE = "muster-gate"
@@ -819,6 +827,8 @@ def dependency_violations(crates):
             for d in ADAPTERS - {name}:
                 forbidden.setdefault(d, "an adapter may not depend on another adapter")
             forbidden[SERVER] = "an adapter may not depend on " + SERVER
+        for d in sorted(TEST_ONLY & set(crates[name].deps)):
+            out.append(f"{name} depends on {d} (directly): {d} is for tests only (a dev-dependency)")
         for d in sorted(forbidden):
             if d in chains:
                 chain = chains[d]

@@ -1,6 +1,7 @@
 //! Shared test and benchmark support (dev-only): the endpoint record the memory and speed
 //! budgets are stated for, a counting allocator to measure live heap bytes, and test
-//! certificates ([`pki`]).
+//! certificates ([`pki`]), and (feature `server`) a registry started in-process for tests
+//! (`server`).
 //!
 //! This is the workspace's one crate that allows `unsafe` code: implementing `GlobalAlloc`
 //! requires it. Benchmarks install the allocator with
@@ -9,6 +10,8 @@
 #![allow(unsafe_code)]
 
 pub mod pki;
+#[cfg(feature = "server")]
+pub mod server;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;

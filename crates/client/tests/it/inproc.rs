@@ -9,9 +9,9 @@ use std::time::Duration;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use muster_client::{Client, Drain, Incarnation, InstanceId, Registration, Resolver, ResolverConfig, ServiceKey};
-use muster_server::{RunningServer, ServerConfig};
-use tempfile::TempDir;
+use muster_client::{Drain, Incarnation, InstanceId, Registration, Resolver, ResolverConfig, ServiceKey};
+use muster_server::ServerConfig;
+use muster_testkit::server::InProcess;
 use tokio::net::TcpListener;
 
 /// The longest any single step may take: generous for a loaded 2-core machine, reached only
@@ -36,10 +36,16 @@ pub(crate) fn key(service: &str) -> ServiceKey {
     ServiceKey::new("acme", "prod", service).unwrap()
 }
 
-/// A registry on a free loopback port with a scratch data dir.
-pub(crate) struct Registry {
-    server: RunningServer,
-    _dir: TempDir,
+/// A registry on a free loopback port with a scratch data dir (`muster_testkit::server`),
+/// with what the tower tests register in it.
+pub(crate) struct Registry(InProcess);
+
+impl std::ops::Deref for Registry {
+    type Target = InProcess;
+
+    fn deref(&self) -> &InProcess {
+        &self.0
+    }
 }
 
 impl Registry {
@@ -49,43 +55,12 @@ impl Registry {
 
     /// [`Registry::start`] with `configure` applied to the configuration.
     pub(crate) async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> Registry {
-        let dir = tempfile::tempdir().unwrap();
-        let mut config = ServerConfig {
-            data_dir: dir.path().to_path_buf(),
-            http: "127.0.0.1:0".parse().unwrap(),
-            dns: "127.0.0.1:0".parse().unwrap(),
-            // A free port: parallel tests would collide on Consul's 8500.
-            consul: muster_server::ConsulConfig {
-                addr: "127.0.0.1:0".parse().unwrap(),
-                ..muster_server::ConsulConfig::default()
-            },
-            progress_interval_ms: 200,
-            shutdown_grace_ms: 1_000,
-            ..ServerConfig::default()
-        };
-        configure(&mut config);
-        let server = tokio::time::timeout(STEP, muster_server::start(config))
-            .await
-            .expect("the registry starts in time")
-            .expect("the registry starts");
-        Registry { server, _dir: dir }
+        Registry(InProcess::start_with(configure).await)
     }
 
     /// Stops the server (a registry outage): watches are cut, reconnects are refused.
-    pub(crate) async fn stop(self) {
-        tokio::time::timeout(STEP, self.server.stop())
-            .await
-            .expect("the registry stops in time")
-            .expect("the registry stops");
-    }
-
-    /// Its HTTP API's address.
-    pub(crate) fn addr(&self) -> SocketAddr {
-        self.server.local_addr()
-    }
-
-    pub(crate) fn client(&self) -> Client {
-        Client::new(&format!("http://{}", self.server.local_addr())).unwrap()
+    pub(crate) async fn stop(mut self) {
+        self.0.stop().await;
     }
 
     /// A resolver of `service`, holding a view (bounded wait).

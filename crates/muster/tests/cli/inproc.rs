@@ -7,8 +7,8 @@ use std::time::Duration;
 use muster_client::Client;
 use muster_client::Registration;
 use muster_core::{Incarnation, InstanceId, ServiceKey};
-use muster_server::{RunningServer, ServerConfig};
-use tempfile::TempDir;
+use muster_server::ServerConfig;
+use muster_testkit::server::InProcess;
 
 /// The longest any single step may take: generous for a loaded 2-core machine, reached only
 /// when something is broken.
@@ -40,11 +40,23 @@ pub(crate) async fn register(client: &Client, key: &ServiceKey, instance: &str, 
         .unwrap();
 }
 
-/// A registry on a free loopback port with a scratch data dir.
-pub(crate) struct Registry {
-    server: Option<RunningServer>,
-    config: ServerConfig,
-    _dir: TempDir,
+/// A registry on a free loopback port with a scratch data dir (`muster_testkit::server`):
+/// stop it, restart it on the same port, or open it on another port while clients cannot
+/// reach it (`away`).
+pub(crate) struct Registry(InProcess);
+
+impl std::ops::Deref for Registry {
+    type Target = InProcess;
+
+    fn deref(&self) -> &InProcess {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Registry {
+    fn deref_mut(&mut self) -> &mut InProcess {
+        &mut self.0
+    }
 }
 
 impl Registry {
@@ -54,78 +66,11 @@ impl Registry {
 
     /// Starts with a configuration adjusted by `adjust` (e.g. a short history).
     pub(crate) async fn start_with(adjust: impl FnOnce(ServerConfig) -> ServerConfig) -> Registry {
-        let dir = tempfile::tempdir().unwrap();
-        let config = adjust(ServerConfig {
-            data_dir: dir.path().to_path_buf(),
-            http: "127.0.0.1:0".parse().unwrap(),
-            dns: "127.0.0.1:0".parse().unwrap(),
-            // A free port: parallel tests would collide on Consul's 8500.
-            consul: muster_server::ConsulConfig {
-                addr: "127.0.0.1:0".parse().unwrap(),
-                ..muster_server::ConsulConfig::default()
-            },
-            progress_interval_ms: 200,
-            shutdown_grace_ms: 1_000,
-            ..ServerConfig::default()
-        });
-        let server = tokio::time::timeout(STEP, muster_server::start(config.clone()))
-            .await
-            .expect("the registry starts in time")
-            .expect("the registry starts");
-        Registry {
-            // A restart comes back on the same port, where the clients point.
-            config: ServerConfig {
-                http: server.local_addr(),
-                ..config
-            },
-            server: Some(server),
-            _dir: dir,
-        }
+        Registry(InProcess::start_with(|config| *config = adjust(config.clone())).await)
     }
 
-    pub(crate) fn client(&self) -> Client {
-        Client::new(&format!("http://{}", self.config.http)).unwrap()
-    }
-
-    /// The watch streams the server holds open now (its hub's subscribed watchers).
-    pub(crate) fn watchers(&self) -> usize {
-        self.server.as_ref().expect("running").watch_stats().watchers
-    }
-
-    pub(crate) async fn stop(&mut self) {
-        let server = self.server.take().expect("running");
-        tokio::time::timeout(STEP, server.stop())
-            .await
-            .expect("the registry stops in time")
-            .expect("the registry stops");
-    }
-
+    /// Starts again on the same port after [`InProcess::stop`].
     pub(crate) async fn restart(&mut self) {
-        let server = tokio::time::timeout(STEP, muster_server::start(self.config.clone()))
-            .await
-            .expect("the registry restarts in time")
-            .expect("the registry restarts");
-        self.server = Some(server);
-    }
-
-    /// Runs `while_away` against the registry reopened on another port, so that clients of
-    /// the usual port are disconnected meanwhile; then brings it back on the usual port.
-    pub(crate) async fn away<F, Fut>(&mut self, while_away: F)
-    where
-        F: FnOnce(Client) -> Fut,
-        Fut: std::future::Future<Output = ()>,
-    {
-        self.stop().await;
-        let elsewhere = ServerConfig {
-            http: "127.0.0.1:0".parse().unwrap(),
-            ..self.config.clone()
-        };
-        let server = tokio::time::timeout(STEP, muster_server::start(elsewhere))
-            .await
-            .unwrap()
-            .unwrap();
-        while_away(Client::new(&format!("http://{}", server.local_addr())).unwrap()).await;
-        tokio::time::timeout(STEP, server.stop()).await.unwrap().unwrap();
-        self.restart().await;
+        self.0.start_again().await;
     }
 }

@@ -14,11 +14,11 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use muster_client::{Client, Drain, Incarnation, InstanceId, Protocol, Registration, ServiceKey};
+use muster_client::{Drain, Incarnation, InstanceId, Protocol, Registration, ServiceKey};
 use muster_proxy::RunningProxy;
 use muster_proxy::config::{ListenerConfig, ListenerProtocol, ProxyConfig};
-use muster_server::{RunningServer, ServerConfig};
-use tempfile::TempDir;
+use muster_server::ServerConfig;
+use muster_testkit::server::InProcess;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -42,12 +42,22 @@ pub(crate) fn key() -> ServiceKey {
     ServiceKey::new("default", "prod", "api").unwrap()
 }
 
-/// A registry on a free loopback port with a scratch data dir; stoppable and restartable on
-/// the same port.
-pub(crate) struct Registry {
-    server: Option<RunningServer>,
-    config: ServerConfig,
-    _dir: TempDir,
+/// A registry on a free loopback port with a scratch data dir (`muster_testkit::server`);
+/// stoppable and restartable on the same port.
+pub(crate) struct Registry(InProcess);
+
+impl std::ops::Deref for Registry {
+    type Target = InProcess;
+
+    fn deref(&self) -> &InProcess {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Registry {
+    fn deref_mut(&mut self) -> &mut InProcess {
+        &mut self.0
+    }
 }
 
 impl Registry {
@@ -57,47 +67,12 @@ impl Registry {
 
     /// [`Registry::start`] with `configure` applied to the configuration.
     pub(crate) async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> Registry {
-        let dir = tempfile::tempdir().unwrap();
-        let mut config = ServerConfig {
-            data_dir: dir.path().to_path_buf(),
-            http: "127.0.0.1:0".parse().unwrap(),
-            dns: "127.0.0.1:0".parse().unwrap(),
-            consul: muster_server::ConsulConfig {
-                addr: "127.0.0.1:0".parse().unwrap(),
-                ..muster_server::ConsulConfig::default()
-            },
-            progress_interval_ms: 200,
-            shutdown_grace_ms: 1_000,
-            ..ServerConfig::default()
-        };
-        configure(&mut config);
-        let server = muster_server::start(config.clone()).await.expect("the registry starts");
-        Registry {
-            config: ServerConfig {
-                http: server.local_addr(),
-                ..config
-            },
-            server: Some(server),
-            _dir: dir,
-        }
+        Registry(InProcess::start_with(configure).await)
     }
 
-    /// Its HTTP API's address.
-    pub(crate) fn addr(&self) -> SocketAddr {
-        self.config.http
-    }
-
-    pub(crate) fn client(&self) -> Client {
-        Client::new(&format!("http://{}", self.config.http)).unwrap()
-    }
-
-    pub(crate) async fn stop(&mut self) {
-        let server = self.server.take().expect("running");
-        tokio::time::timeout(STEP, server.stop()).await.unwrap().unwrap();
-    }
-
+    /// Starts again on the same port after [`InProcess::stop`].
     pub(crate) async fn restart(&mut self) {
-        self.server = Some(muster_server::start(self.config.clone()).await.expect("restarts"));
+        self.0.start_again().await;
     }
 
     /// Registers `backend` as `instance` (incarnation 1, its port named `http` speaking

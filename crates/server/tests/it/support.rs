@@ -10,7 +10,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use muster_core::api::Frame;
-use muster_server::{RunningServer, ServerConfig, WatchStats};
+use muster_server::{ServerConfig, WatchStats};
+use muster_testkit::server::InProcess;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -66,31 +67,35 @@ impl Reply {
     }
 }
 
-/// A running test server with its data directory.
+/// A running test server (`muster_testkit::server::InProcess`) with an HTTP/1.1 client for
+/// its API.
 pub(crate) struct TestServer {
-    server: Option<RunningServer>,
-    /// Where the HTTP API listens (kept when the server is handed to a task).
-    addr: std::net::SocketAddr,
-    config: ServerConfig,
-    /// Kept so the data directory lives as long as the server.
-    _dir: TempDir,
+    inner: InProcess,
     client: Client<HttpConnector, Full<Bytes>>,
 }
 
-/// A configuration for tests: a temporary data dir, a free loopback port, short progress.
+impl std::ops::Deref for TestServer {
+    type Target = InProcess;
+
+    fn deref(&self) -> &InProcess {
+        &self.inner
+    }
+}
+
+impl std::ops::DerefMut for TestServer {
+    fn deref_mut(&mut self) -> &mut InProcess {
+        &mut self.inner
+    }
+}
+
+/// The server tree's shutdown grace: its drain tests outlast the kit's one second.
+const SHUTDOWN_GRACE_MS: u64 = 5_000;
+
+/// A configuration for tests: a temporary data dir, free loopback ports, short progress.
 pub(crate) fn test_config(dir: &TempDir) -> ServerConfig {
     ServerConfig {
-        data_dir: dir.path().to_path_buf(),
-        http: "127.0.0.1:0".parse().unwrap(),
-        dns: "127.0.0.1:0".parse().unwrap(),
-        // A free port: parallel tests would collide on Consul's 8500.
-        consul: muster_server::ConsulConfig {
-            addr: "127.0.0.1:0".parse().unwrap(),
-            ..muster_server::ConsulConfig::default()
-        },
-        progress_interval_ms: 200,
-        shutdown_grace_ms: 5_000,
-        ..ServerConfig::default()
+        shutdown_grace_ms: SHUTDOWN_GRACE_MS,
+        ..muster_testkit::server::test_config(dir.path())
     }
 }
 
@@ -108,54 +113,18 @@ impl TestServer {
         configure: impl FnOnce(&mut ServerConfig),
         hooks: muster_server::Hooks,
     ) -> TestServer {
-        let dir = tempfile::tempdir().unwrap();
-        let mut config = test_config(&dir);
-        configure(&mut config);
-        let server = tokio::time::timeout(STEP, muster_server::start_with(config.clone(), hooks))
-            .await
-            .expect("the server starts in time")
-            .expect("the server starts");
+        let inner = InProcess::start_hooked(
+            |config| {
+                config.shutdown_grace_ms = SHUTDOWN_GRACE_MS;
+                configure(config);
+            },
+            hooks,
+        )
+        .await;
         TestServer {
-            addr: server.local_addr(),
-            server: Some(server),
-            config,
-            _dir: dir,
+            inner,
             client: Client::builder(TokioExecutor::new()).build_http(),
         }
-    }
-
-    fn running(&self) -> &RunningServer {
-        self.server.as_ref().expect("the server is running")
-    }
-
-    /// The node-to-node listener's address (cluster tests).
-    pub(crate) fn cluster_addr(&self) -> std::net::SocketAddr {
-        self.config.cluster_addr.expect("a cluster member")
-    }
-
-    /// The node-to-node listener's base URL (cluster tests).
-    pub(crate) fn cluster_url(&self) -> String {
-        format!("http://{}", self.config.cluster_addr.expect("a cluster member"))
-    }
-
-    pub(crate) fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
-    }
-
-    /// Where the DNS listener answers.
-    pub(crate) fn dns_addr(&self) -> std::net::SocketAddr {
-        self.running().dns_addr().expect("DNS is enabled")
-    }
-
-    /// Where the Consul-compatible API listens.
-    pub(crate) fn consul_addr(&self) -> std::net::SocketAddr {
-        self.consul_listener().expect("the Consul API is enabled")
-    }
-
-    /// Where the xDS gRPC listener answers.
-    #[cfg(feature = "xds")]
-    pub(crate) fn xds_addr(&self) -> std::net::SocketAddr {
-        self.running().xds_addr().expect("the xDS listener is enabled")
     }
 
     /// Where the Consul-compatible API listens, if it is on.
@@ -172,36 +141,24 @@ impl TestServer {
         self.running().watch_stats()
     }
 
-    /// Stops the server gracefully.
-    pub(crate) async fn stop(&mut self) {
-        let server = self.server.take().expect("running");
-        tokio::time::timeout(STEP, server.stop())
-            .await
-            .expect("the server stops in time")
-            .expect("the server stops cleanly");
-    }
-
     /// Stops and starts again on the same data directory (and a new port).
     pub(crate) async fn restart(&mut self) {
         self.restart_with(|_| {}).await;
     }
 
-    /// Stops, changes the configuration, and starts again on the same data directory.
+    /// Stops, changes the configuration, and starts again on the same data directory (and a
+    /// new port).
     pub(crate) async fn restart_with(&mut self, configure: impl FnOnce(&mut ServerConfig)) {
-        configure(&mut self.config);
-        self.stop().await;
+        self.inner.stop().await;
+        let mut config = self.inner.config().clone();
+        configure(&mut config);
+        self.inner.reconfigure(config);
         self.start_again().await;
     }
 
     /// Starts again on the same data directory (and a new port) after the server stopped.
     pub(crate) async fn start_again(&mut self) {
-        assert!(self.server.is_none(), "the server is stopped");
-        let server = tokio::time::timeout(STEP, muster_server::start(self.config.clone()))
-            .await
-            .expect("the server restarts in time")
-            .expect("the server restarts");
-        self.addr = server.local_addr();
-        self.server = Some(server);
+        self.inner.start_again_on_any_port().await;
     }
 
     /// Sends a request with raw body bytes and extra headers.
@@ -347,23 +304,6 @@ impl TestServer {
             buffer: Vec::new(),
             _connection: None,
         }
-    }
-
-    /// The server's address.
-    pub(crate) fn addr(&self) -> std::net::SocketAddr {
-        self.addr
-    }
-
-    /// The data directory.
-    pub(crate) fn data_dir(&self) -> &std::path::Path {
-        &self.config.data_dir
-    }
-
-    /// Hands the server to a task that serves it until the test ends or the node fails
-    /// ([`RunningServer::serve_until`]); requests still reach it at [`TestServer::addr`].
-    pub(crate) fn serve_in_background(&mut self) -> tokio::task::JoinHandle<Result<(), muster_server::ServerError>> {
-        let server = self.server.take().expect("running");
-        tokio::spawn(server.serve_until(std::future::pending()))
     }
 }
 
