@@ -328,6 +328,23 @@ impl Admission {
         })
     }
 
+    /// Whether `holder` has room for a stream to hold `names` xDS names, the stream holding
+    /// `own` of the holder's names already: what [`NameBudget::resize`] would answer for a
+    /// stream alone in its kind, asked before a request is decoded. It errs only towards
+    /// room (a stream's other kinds are not counted), so it refuses nothing the resize
+    /// would take. Holds nothing.
+    pub fn room_for_names(&self, holder: &Holder, own: usize, names: usize) -> Result<(), Refusal> {
+        let table = self.table();
+        let mine = table.principals.get(holder).map_or(0, |held| held.names);
+        let would = mine.saturating_sub(own) + names;
+        let max = self.budgets.names_per_principal;
+        drop(table);
+        if would > max {
+            return Err(self.refuse(Budget::NamesPerPrincipal, holder, would, max));
+        }
+        Ok(())
+    }
+
     /// A budget of xDS names for one stream of `holder`, holding none yet.
     pub fn names(self: &Arc<Self>, holder: &Holder) -> NameBudget {
         NameBudget {

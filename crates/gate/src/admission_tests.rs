@@ -164,3 +164,29 @@ proptest! {
         prop_assert_eq!(admission.report().principals, 0);
     }
 }
+
+/// The early check a stream's decoder asks before decoding a request: room counts the
+/// holder's names held by its other streams, never the asking stream's own, holds nothing,
+/// and refuses (counted) exactly when the resize that follows would.
+#[test]
+fn room_for_names_is_asked_before_decoding_and_holds_nothing() {
+    let admission = Admission::new(budgets(4, 100));
+    let alice = holder(Some("acme"), "alice");
+    let mut first = admission.names(&alice);
+    first.resize(8).unwrap();
+    // The first stream re-asking for its own 8 (a state-of-the-world ACK), or 10.
+    assert!(admission.room_for_names(&alice, 8, 8).is_ok());
+    assert!(admission.room_for_names(&alice, 8, 10).is_ok());
+    // A second stream (holding none) asking for 3: 8 + 3 > 10.
+    let refused = admission.room_for_names(&alice, 0, 3).unwrap_err();
+    assert_eq!(
+        (refused.budget, refused.held, refused.max),
+        (Budget::NamesPerPrincipal, 11, 10)
+    );
+    assert!(refused.to_string().contains("max_names_per_principal"), "{refused}");
+    assert_eq!(admission.held_by(&alice).names, 8, "asking holds nothing");
+    assert_eq!(admission.report().refused[Budget::NamesPerPrincipal as usize], 1);
+    // What the early check takes, the resize takes too.
+    assert!(admission.room_for_names(&alice, 0, 2).is_ok());
+    assert!(admission.names(&alice).resize(2).is_ok());
+}

@@ -22,11 +22,15 @@ pub struct TooMany {
 /// The field numbers counted: every field of both ADS requests is below it.
 const FIELDS: usize = 16;
 
+/// The field both ADS requests name their resources in (`resource_names`,
+/// `resource_names_subscribe`).
+pub const NAMES: usize = 3;
+
 /// Checks that no top-level length-delimited field of `message` occurs more than `max`
 /// times. A truncated encoding passes (the decoder that follows refuses it); a group (wire
 /// types 3 and 4, which no ADS request holds, and which prost would skip as an unknown
 /// field) is refused, so nothing can hide the count from this pass.
-pub fn within(message: &[u8], max: usize) -> Result<(), TooMany> {
+pub fn within(message: &[u8], max: usize) -> Result<[usize; FIELDS], TooMany> {
     let mut counts = [0_usize; FIELDS];
     let mut rest = message;
     while let Some(key) = varint(&mut rest) {
@@ -36,7 +40,7 @@ pub fn within(message: &[u8], max: usize) -> Result<(), TooMany> {
             1 => Some(8),
             2 => {
                 let Ok(slot) = usize::try_from(field) else {
-                    return Ok(());
+                    return Ok(counts);
                 };
                 if let Some(count) = counts.get_mut(slot) {
                     *count += 1;
@@ -59,10 +63,10 @@ pub fn within(message: &[u8], max: usize) -> Result<(), TooMany> {
         };
         match skip {
             Some(skip) if skip <= rest.len() => rest = &rest[skip..],
-            _ => return Ok(()),
+            _ => return Ok(counts),
         }
     }
-    Ok(())
+    Ok(counts)
 }
 
 /// Reads one base-128 varint off the front of `bytes`.
@@ -98,7 +102,7 @@ mod tests {
 
     #[test]
     fn counts_the_names_of_a_state_of_the_world_request() {
-        assert_eq!(within(&sotw(10), 10), Ok(()));
+        assert_eq!(within(&sotw(10), 10).map(|counts| counts[NAMES]), Ok(10));
         assert_eq!(within(&sotw(11), 10), Err(TooMany { field: 3, max: 10 }));
         assert_eq!(
             within(&sotw(0), 0).map_err(|e| e.field),
@@ -117,7 +121,7 @@ mod tests {
             ..Default::default()
         }
         .encode_to_vec();
-        assert_eq!(within(&request, 10), Ok(()));
+        assert!(within(&request, 10).is_ok());
         assert_eq!(within(&request, 9).map_err(|e| e.max), Err(9));
     }
 
@@ -125,8 +129,8 @@ mod tests {
     fn a_malformed_message_is_left_to_the_decoder() {
         let mut message = sotw(3);
         message.truncate(message.len() - 2);
-        assert_eq!(within(&message, 3), Ok(()));
-        assert_eq!(within(&[0xff; 12], 0), Ok(()), "a varint past ten bytes");
+        assert!(within(&message, 3).is_ok());
+        assert!(within(&[0xff; 12], 0).is_ok(), "a varint past ten bytes");
         // A group hides nothing: an empty one (field 15) before 3 names is refused.
         let mut grouped = vec![0x7b, 0x7c];
         grouped.extend(sotw(3));

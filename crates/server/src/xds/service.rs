@@ -25,6 +25,9 @@ use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 
 use super::stream::{Ads, MAX_NAMES};
+use crate::app::App;
+use muster_gate::{Hold, Holder};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The largest request taken in, encoded. A stream's partial request is buffered up to it,
 /// so it bounds what each of a connection's streams can make the server hold: 10,000 names
@@ -37,8 +40,62 @@ fn buffers() -> BufferSettings {
     BufferSettings::new(1024, 32 * 1024)
 }
 
-/// Prost encoding with [`buffers`].
-struct SmallCodec<E, D>(PhantomData<fn() -> (E, D)>);
+/// The names a stream holds now, shared by its session (which sets it) and its decoder
+/// (which reads it): put in the request's extensions for the session to find.
+#[derive(Clone, Default)]
+pub(crate) struct OwnNames(pub(crate) Arc<AtomicUsize>);
+
+/// What a stream's decoder needs to refuse a request its principal has no room for before
+/// the request is decoded (SPEC W4): a flood of streams each naming 10,000 services is then
+/// refused at the cost of one pass over each request's bytes, not 10,000 strings each. The
+/// session's reservation (`stream.rs`) stays the judgment; this only refuses early what it
+/// would refuse.
+#[derive(Clone)]
+struct Room {
+    app: Arc<App>,
+    holder: Holder,
+    own: OwnNames,
+}
+
+impl Room {
+    /// The room of the caller `request` carries, when it is a bearer token confined to one
+    /// tenant (its holder is known before the first request names a tenant); `None`
+    /// otherwise, and then only the session judges.
+    fn of<B>(app: &Arc<App>, request: &http::Request<B>, own: &OwnNames) -> Option<Room> {
+        if !app.auth.enabled {
+            return None;
+        }
+        let secret = request
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(crate::auth::bearer_secret)?;
+        let token = app.node.read(|registry| registry.acl().authenticate(secret))?;
+        let caller = crate::auth::Caller::token(token);
+        let tenant = caller.confined_to()?.clone();
+        Some(Room {
+            app: Arc::clone(app),
+            holder: crate::admit::holder(&caller, Some(&tenant)),
+            own: own.clone(),
+        })
+    }
+
+    fn fits(&self, names: usize) -> Result<(), Status> {
+        let own = self.own.0.load(Ordering::Relaxed);
+        self.app
+            .admission
+            .room_for_names(&self.holder, own, names)
+            .map_err(|refusal| {
+                let error = self
+                    .app
+                    .refused(&refusal, Hold::Xds, None, "xDS subscription".to_owned());
+                Status::resource_exhausted(error.message)
+            })
+    }
+}
+
+/// Prost encoding with [`buffers`], its requests counted first ([`Counted`]).
+struct SmallCodec<E, D>(Option<Room>, PhantomData<fn() -> (E, D)>);
 
 impl<E, D> Codec for SmallCodec<E, D>
 where
@@ -55,13 +112,14 @@ where
     }
 
     fn decoder(&mut self) -> Counted<D> {
-        Counted(ProstCodec::<E, D>::raw_decoder(buffers()))
+        Counted(ProstCodec::<E, D>::raw_decoder(buffers()), self.0.clone())
     }
 }
 
 /// Prost decoding after a count of the request's names: one naming more than a stream may
-/// hold is refused (`RESOURCE_EXHAUSTED`) before a string of it is made (SPEC W4).
-struct Counted<D>(ProstDecoder<D>);
+/// hold, or more than its principal has room for ([`Room`]), is refused
+/// (`RESOURCE_EXHAUSTED`) before a string of it is made (SPEC W4).
+struct Counted<D>(ProstDecoder<D>, Option<Room>);
 
 impl<D: prost::Message + Default> Decoder for Counted<D> {
     type Item = D;
@@ -69,8 +127,11 @@ impl<D: prost::Message + Default> Decoder for Counted<D> {
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<D>, Status> {
         use bytes::Buf;
-        muster_xds::wire::within(src.chunk(), MAX_NAMES)
+        let counts = muster_xds::wire::within(src.chunk(), MAX_NAMES)
             .map_err(|_| Status::resource_exhausted(format!("more than {MAX_NAMES} resources in one request")))?;
+        if let Some(room) = &self.1 {
+            room.fits(counts[muster_xds::wire::NAMES])?;
+        }
         self.0.decode(src)
     }
 
@@ -126,19 +187,25 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         let ads = Arc::clone(&self.0);
+        let own = OwnNames::default();
+        let room = Room::of(&ads.app, &request, &own);
+        request.extensions_mut().insert(own);
         match request.uri().path() {
             "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources" => {
                 Box::pin(async move {
-                    let mut grpc = Grpc::new(SmallCodec::<DiscoveryResponse, DiscoveryRequest>(PhantomData))
+                    let mut grpc = Grpc::new(SmallCodec::<DiscoveryResponse, DiscoveryRequest>(room, PhantomData))
                         .max_decoding_message_size(MAX_REQUEST);
                     Ok(grpc.streaming(Sotw(ads), request).await)
                 })
             }
             "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources" => Box::pin(async move {
-                let mut grpc = Grpc::new(SmallCodec::<DeltaDiscoveryResponse, DeltaDiscoveryRequest>(PhantomData))
-                    .max_decoding_message_size(MAX_REQUEST);
+                let mut grpc = Grpc::new(SmallCodec::<DeltaDiscoveryResponse, DeltaDiscoveryRequest>(
+                    room,
+                    PhantomData,
+                ))
+                .max_decoding_message_size(MAX_REQUEST);
                 Ok(grpc.streaming(Delta(ads), request).await)
             }),
             _ => Box::pin(async move { Ok(Status::unimplemented("not an ADS method").into_http()) }),

@@ -37,6 +37,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::XdsState;
 use super::caller::{Credential, identify, resolve};
 use super::clients::{Identity, Registered};
+use super::service::OwnNames;
 use super::view::Protocol;
 use crate::app::App;
 use crate::auth::Caller;
@@ -161,6 +162,7 @@ impl Ads {
         let mut acl = self.app.acl_changes.clone();
         acl.mark_unchanged();
         let (caller, credential, peer) = identify(&self.app, &request)?;
+        let own = request.extensions().get::<OwnNames>().cloned().unwrap_or_default();
         Ok(Session {
             app: Arc::clone(&self.app),
             state: Arc::clone(&self.state),
@@ -177,6 +179,7 @@ impl Ads {
             pinned: HashSet::new(),
             watching_tenant: false,
             rewatch: true,
+            own,
             outbox: VecDeque::new(),
             ended: false,
         })
@@ -250,6 +253,8 @@ struct Session<M: Machine> {
     /// Whether the subscriptions or the token changed since the watched set was made: a
     /// wake-up of a stream naming 10,000 services reads them, it does not parse them again.
     rewatch: bool,
+    /// The names this stream holds, for its decoder's early refusal (`service::Room`).
+    own: OwnNames,
     outbox: VecDeque<M::Response>,
     ended: bool,
 }
@@ -400,13 +405,17 @@ impl<M: Machine> Session<M> {
         let Some(known) = &mut self.known else {
             return Ok(());
         };
-        known.names.resize(names).map_err(|refusal| {
+        if let Err(refusal) = known.names.resize(names) {
             let source = self.peer.as_ref().map(|peer| peer.addr);
             let error = self
                 .app
                 .refused(&refusal, Hold::Xds, source, "xDS subscription".to_owned());
-            Status::resource_exhausted(error.message)
-        })
+            return Err(Status::resource_exhausted(error.message));
+        }
+        self.own
+            .0
+            .store(known.names.held(), std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// An endpoint ACK: the client applied those services at the revisions it acknowledged
