@@ -244,10 +244,16 @@ async fn serve_http<I>(
     });
     let connection = builder.serve_connection(io, service);
     let mut connection = std::pin::pin!(connection);
-    let finished = tokio::select! {
-        result = connection.as_mut() => Some(result),
-        _ = stopping.wait_for(|stopping| *stopping) => None,
-        () = slot.evicted().notified() => return tracing::debug!("evicted before its first request"),
+    let finished = loop {
+        tokio::select! {
+            result = connection.as_mut() => break Some(result),
+            _ = stopping.wait_for(|stopping| *stopping) => break None,
+            // An eviction that raced with the first request is ignored: a caller keeps its
+            // place (`silent`).
+            () = slot.evicted().notified() => if !slot.has_spoken() {
+                return tracing::debug!("evicted before its first request");
+            },
+        }
     };
     let result = match finished {
         Some(result) => result,

@@ -251,7 +251,11 @@ pub(crate) async fn authenticate(
             return error.into_response();
         }
         if crate::admit::is_write(request.method()) {
-            let tenant = params.first().and_then(|tenant| Label::new("tenant", tenant).ok());
+            let tenant = route
+                .contains("{tenant}")
+                .then(|| params.first())
+                .flatten()
+                .and_then(|tenant| Label::new("tenant", tenant).ok());
             let method = request.method().clone();
             if let Err(limited) = app.throttle(&caller, tenant.as_ref(), peer.as_ref().map(|peer| peer.addr), || {
                 format!("{method} {route}")

@@ -80,6 +80,12 @@ impl SilentSlot {
     pub(crate) fn evicted(&self) -> &Notify {
         &self.evict
     }
+
+    /// Whether the connection has sent a request: an eviction that raced with it (taken
+    /// from the table just before the request came) is then ignored.
+    pub(crate) fn has_spoken(&self) -> bool {
+        self.spoke.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for SilentSlot {

@@ -130,7 +130,9 @@ impl<D: prost::Message + Default> Decoder for Counted<D> {
         let counts = muster_xds::wire::within(src.chunk(), MAX_NAMES)
             .map_err(|_| Status::resource_exhausted(format!("more than {MAX_NAMES} resources in one request")))?;
         if let Some(room) = &self.1 {
-            room.fits(counts[muster_xds::wire::NAMES])?;
+            // One of the names may be the wildcard `*`, which holds no name: the early
+            // check errs towards room.
+            room.fits(counts[muster_xds::wire::NAMES].saturating_sub(1))?;
         }
         self.0.decode(src)
     }
