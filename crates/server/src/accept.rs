@@ -428,16 +428,8 @@ mod tests {
             Client::builder(TokioExecutor::new()).build(Connector::new(Some(config), Duration::from_secs(5)))
         }
 
+        /// A request on `client` (whose pool keeps the connection open afterwards).
         async fn get(
-            ca: &TestCa,
-            identity: Option<&Leaf>,
-            addr: std::net::SocketAddr,
-        ) -> Result<(u16, String), String> {
-            get_on(&client(ca, identity), addr).await
-        }
-
-        /// A request on `client`, whose pool keeps the connection open afterwards.
-        async fn get_on(
             client: &Client<Connector, Full<Bytes>>,
             addr: std::net::SocketAddr,
         ) -> Result<(u16, String), String> {
@@ -456,14 +448,14 @@ mod tests {
             let ca = TestCa::new("muster test CA");
             let (addr, stop, server) = listen(&ca, 8, 10_000).await;
             let api = ca.leaf(&["api.acme.internal"], &[], &["spiffe://acme.internal/ns/prod/sa/api"]);
-            let (status, body) = get(&ca, Some(&api), addr).await.unwrap();
+            let (status, body) = get(&client(&ca, Some(&api)), addr).await.unwrap();
             assert_eq!(status, 200);
             assert_eq!(
                 body,
                 r#"Some((["spiffe://acme.internal/ns/prod/sa/api"], ["api.acme.internal"]))"#
             );
             // Optional client certificates: one without is served, and names nobody.
-            assert_eq!(get(&ca, None, addr).await.unwrap(), (200, "None".to_owned()));
+            assert_eq!(get(&client(&ca, None), addr).await.unwrap(), (200, "None".to_owned()));
             stop.send(()).unwrap();
             server.await.unwrap().unwrap();
         }
@@ -475,10 +467,10 @@ mod tests {
             // Takes the only place with a request, and keeps its connection open (a silent
             // one would make room for the newcomer: `silent`).
             let holder = client(&ca, None);
-            assert_eq!(get_on(&holder, addr).await.unwrap().0, 200);
+            assert_eq!(get(&holder, addr).await.unwrap().0, 200);
             let mut refused = (0, String::new());
             for _ in 0..100 {
-                refused = get(&ca, None, addr).await.unwrap();
+                refused = get(&client(&ca, None), addr).await.unwrap();
                 if refused.0 == 503 {
                     break;
                 }
@@ -504,7 +496,7 @@ mod tests {
                 matches!(closed, Ok(Ok(0))),
                 "closed by the handshake timeout: {closed:?}"
             );
-            assert_eq!(get(&ca, None, addr).await.unwrap(), (200, "None".to_owned()));
+            assert_eq!(get(&client(&ca, None), addr).await.unwrap(), (200, "None".to_owned()));
             stop.send(()).unwrap();
             server.await.unwrap().unwrap();
         }
