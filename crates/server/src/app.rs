@@ -24,9 +24,9 @@ use crate::clock::ServerClock;
 use crate::consul::stats::ConsulStats;
 use crate::error::ApiError;
 use crate::forward::ClusterLink;
-use crate::hub::WatchHub;
 use crate::metrics::{Metrics, denial};
 use crate::peer::Peer;
+use muster_hub::WatchHub;
 
 /// The engine the server drives: the checker's jitter from a seeded generator.
 pub(crate) type Engine = LeaderEngine<Xoshiro256PlusPlus>;

@@ -22,7 +22,7 @@
 //!   browser guard (Origin, Host, JSON-only bodies, the body read deadline; SPEC S6).
 //! - `writes`, `lease_routes`, `reads`, `watch`, `status`, `policy`: the handlers (`policy`
 //!   also compares the replicated registry policy with this node's config file).
-//! - `hub`, `topic`, `subscription`, `frames`: the watch fan-out; `admit`: every stream's
+//! - the watch fan-out is `muster-hub`; `admit`: every stream's
 //!   and parked query's slot from the one admission table (`muster-gate`; SPEC W4, S6).
 //! - `leader`: the task around the leader engine, and its feed from the apply path;
 //!   `forward`: the one way to the leader for leader-only requests; `cluster`: the
@@ -58,7 +58,6 @@ mod audit;
 mod auth;
 mod clock;
 mod cluster;
-mod coalesce;
 mod config;
 mod consistency;
 mod consul;
@@ -70,9 +69,7 @@ mod error;
 mod extract;
 mod federation;
 mod forward;
-mod frames;
 mod guard;
-mod hub;
 mod join;
 mod lab_run;
 mod leader;
@@ -96,8 +93,6 @@ mod server;
 mod server_error;
 mod silent;
 mod status;
-mod subscription;
-mod topic;
 mod ui;
 mod wait;
 mod watch;
@@ -109,9 +104,9 @@ pub use config::{AuditConfig, ConvergenceConfig, HealthConfig, ServerConfig};
 pub use consul::config::ConsulConfig;
 pub use consul::stats::ConsulCounts;
 pub use federation::{FederationConfig, PeerConfig};
-pub use hub::WatchStats;
 pub use lab_run::{Hooks, LabPlot, LabRequest, LabRun, LabRunner};
 pub use listener::{ClientCertPolicy, ClusterTlsConfig, LimitsConfig, ListenerLimits, TlsConfig};
+pub use muster_hub::WatchStats;
 pub use server::{RunningServer, run, start, start_with};
 pub use server_error::ServerError;
 pub use xds::config::XdsConfig;

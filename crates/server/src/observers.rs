@@ -22,10 +22,10 @@ use crate::consul::waiters::Waiters;
 use crate::convergence::Convergence;
 use crate::dns::DnsFeed;
 use crate::endpoint_log::EndpointLog;
-use crate::hub::WatchHub;
 use crate::leader::LeaderFeed;
 use crate::metrics::MetricsObserver;
 use crate::policy::PolicyWatch;
+use muster_hub::WatchHub;
 
 /// The apply path's stages, in the order they run.
 pub(crate) struct Observers {

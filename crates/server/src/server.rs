@@ -32,7 +32,6 @@ use crate::consul::waiters::Waiters;
 use crate::dns::DnsFeed;
 use crate::forward::ClusterLink;
 use crate::guard::RequestGuard;
-use crate::hub::{WatchHub, WatchStats};
 use crate::join::JoinKey;
 use crate::lab_run::Hooks;
 use crate::listener::Listening;
@@ -40,6 +39,7 @@ use crate::metrics::{Metrics, MetricsObserver};
 use crate::observers::Observers;
 use crate::policy::PolicyWatch;
 use crate::{ServerConfig, ServerError, accept, cluster, consul, descriptors, dns, leader, routes};
+use muster_hub::{WatchHub, WatchStats};
 
 /// A server that is running; [`RunningServer::stop`] stops it gracefully.
 pub struct RunningServer {

@@ -33,8 +33,8 @@ use crate::app::App;
 use crate::auth::{self, Caller};
 use crate::error::ApiError;
 use crate::extract::{INDEX_HEADER, QueryParams, Segments};
-use crate::frames;
 use crate::peer::Peer;
+use muster_hub::frames;
 
 /// The query of a watch.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
@@ -177,12 +177,12 @@ fn frame_key(frame: &Bytes) -> Option<ServiceKey> {
 struct Revocable<S> {
     frames: S,
     revoked: Pin<Box<dyn Future<Output = ()> + Send>>,
-    hub: Arc<crate::hub::WatchHub>,
+    hub: Arc<muster_hub::WatchHub>,
     done: bool,
 }
 
 impl<S> Revocable<S> {
-    fn new(frames: S, revoked: Pin<Box<dyn Future<Output = ()> + Send>>, hub: Arc<crate::hub::WatchHub>) -> Self {
+    fn new(frames: S, revoked: Pin<Box<dyn Future<Output = ()> + Send>>, hub: Arc<muster_hub::WatchHub>) -> Self {
         Revocable {
             frames,
             revoked,

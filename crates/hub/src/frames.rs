@@ -14,32 +14,32 @@ enum UpdateFrame<'a> {
 }
 
 /// One frame as an NDJSON line.
-pub(crate) fn encode(frame: &Frame) -> Bytes {
+pub fn encode(frame: &Frame) -> Bytes {
     line(frame)
 }
 
 /// An `update` frame as an NDJSON line.
-pub(crate) fn encode_update(update: &ServiceUpdate) -> Bytes {
+pub fn encode_update(update: &ServiceUpdate) -> Bytes {
     line(&UpdateFrame::Update(update))
 }
 
 /// A `progress` frame.
-pub(crate) fn progress(revision: Revision) -> Bytes {
+pub fn progress(revision: Revision) -> Bytes {
     encode(&Frame::Progress { revision })
 }
 
 /// A `resync` frame.
-pub(crate) fn resync(revision: Revision) -> Bytes {
+pub fn resync(revision: Revision) -> Bytes {
     encode(&Frame::Resync { revision })
 }
 
 /// A `closing` frame.
-pub(crate) fn closing(revision: Revision) -> Bytes {
+pub fn closing(revision: Revision) -> Bytes {
     encode(&Frame::Closing { revision })
 }
 
 /// An `error` frame.
-pub(crate) fn error(code: &str, message: String, revision: Revision) -> Bytes {
+pub fn error(code: &str, message: String, revision: Revision) -> Bytes {
     encode(&Frame::Error {
         error: ErrorDetail {
             code: code.to_owned(),

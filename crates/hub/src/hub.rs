@@ -32,18 +32,22 @@
 //!   [`WatchHub::stats`]) and gets a single `resync` frame.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use bytes::Bytes;
+use futures_util::Stream;
 use muster_consensus::ApplyObserver;
 use muster_core::{NamespaceKey, Revision, ServiceKey};
 use muster_registry::{Applied, Registry, Scope};
 use tokio::sync::watch;
 
+use crate::coalesce::coalesce;
 use crate::frames;
-use crate::subscription::Subscription;
-use crate::topic::{CutCounts, Topic};
+use crate::topic::{CutCounts, Read, Topic};
 
 /// What the hub holds, for tests, metrics and the dashboard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -81,7 +85,7 @@ impl Topics {
 }
 
 /// Fans applied updates out to watchers.
-pub(crate) struct WatchHub {
+pub struct WatchHub {
     topics: Mutex<Topics>,
     /// The last applied revision: blocking queries and `progress` frames read it.
     revision: watch::Sender<Revision>,
@@ -94,7 +98,7 @@ pub(crate) struct WatchHub {
 
 impl WatchHub {
     /// A hub whose watchers may fall `queue_frames` frames behind.
-    pub(crate) fn new(queue_frames: usize) -> Arc<WatchHub> {
+    pub fn new(queue_frames: usize) -> Arc<WatchHub> {
         Arc::new(WatchHub {
             topics: Mutex::new(Topics::default()),
             revision: watch::Sender::new(Revision::ZERO),
@@ -110,7 +114,7 @@ impl WatchHub {
 
     /// Subscribes to a service or a namespace; `None` once the hub is closed. Call it inside
     /// `Node::read`, together with the read that starts the watch (see "Correctness").
-    pub(crate) fn subscribe(self: &Arc<Self>, scope: Scope) -> Option<Subscription> {
+    pub fn subscribe(self: &Arc<Self>, scope: Scope) -> Option<Subscription> {
         let mut topics = self.lock();
         if topics.closed {
             return None;
@@ -128,7 +132,7 @@ impl WatchHub {
     }
 
     /// A watcher leaves; its topic goes when it was the last one.
-    pub(crate) fn leave(&self, scope: &Scope, topic: &Arc<Topic>, id: u64) {
+    fn leave(&self, scope: &Scope, topic: &Arc<Topic>, id: u64) {
         let mut topics = self.lock();
         if !topic.leave(id) {
             return;
@@ -146,17 +150,17 @@ impl WatchHub {
     }
 
     /// The last applied revision.
-    pub(crate) fn revision(&self) -> Revision {
+    pub fn revision(&self) -> Revision {
         *self.revision.borrow()
     }
 
     /// Follows the last applied revision.
-    pub(crate) fn revisions(&self) -> watch::Receiver<Revision> {
+    pub fn revisions(&self) -> watch::Receiver<Revision> {
         self.revision.subscribe()
     }
 
     /// Progress ticks so far.
-    pub(crate) fn tick(&self) -> u64 {
+    pub fn tick(&self) -> u64 {
         self.ticks.load(Ordering::Acquire)
     }
 
@@ -165,7 +169,7 @@ impl WatchHub {
     /// The wakes happen after the hub's lock is released: `applied` needs that lock while it
     /// holds the registry's write lock, so waking 10,000 idle watchers under it would stall
     /// commits for the whole tick.
-    pub(crate) fn progress_tick(&self) -> bool {
+    pub fn progress_tick(&self) -> bool {
         let topics: Vec<Arc<Topic>> = {
             let topics = self.lock();
             if topics.closed {
@@ -182,7 +186,7 @@ impl WatchHub {
 
     /// Ticks every `interval` until the hub closes: one timer for all watchers, instead of
     /// one per stream re-armed after every frame.
-    pub(crate) async fn run_progress_ticker(self: Arc<Self>, interval: Duration) {
+    pub async fn run_progress_ticker(self: Arc<Self>, interval: Duration) {
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         // A late tick (a busy machine) is not worth a burst of progress frames.
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -196,7 +200,7 @@ impl WatchHub {
 
     /// The server is stopping: every watcher gets `closing` after what it has left to read,
     /// and no new watcher is accepted.
-    pub(crate) fn close(&self) {
+    pub fn close(&self) {
         let mut topics = self.lock();
         topics.closed = true;
         let closing = frames::closing(self.revision());
@@ -207,7 +211,7 @@ impl WatchHub {
     }
 
     /// What the hub holds; watchers found lagged are cut off (and counted) here.
-    pub(crate) fn stats(&self) -> WatchStats {
+    pub fn stats(&self) -> WatchStats {
         let topics = self.lock();
         let mut stats = WatchStats::default();
         for topic in topics.all() {
@@ -224,7 +228,7 @@ impl WatchHub {
 
     /// How many watchers follow one service's topic and its namespace's (the dashboard's
     /// overview, SPEC U2); lagged watchers are cut off here, as in [`WatchHub::stats`].
-    pub(crate) fn watchers(&self, scope: &Scope) -> usize {
+    pub fn watchers(&self, scope: &Scope) -> usize {
         let topics = self.lock();
         let topic = match scope {
             Scope::Service(key) => topics.services.get(key),
@@ -275,6 +279,155 @@ impl ApplyObserver for WatchHub {
         topics.clear();
         drop(topics);
         self.revision.send_replace(registry.revision());
+    }
+}
+
+// --- a watcher's place in the hub -------------------------------------------------------
+//
+// A subscription: its topic, its id there (the cursor lives in the topic), and the loop that
+// turns them into the stream's live frames (updates, `progress` on the hub's ticks, a final `resync` or
+// `closing`).
+//
+// ```text
+//  poll: read log at cursor ─┬─ frame ─────────────▶ send
+//                            ├─ ≥ 8 behind ────────▶ coalesce the backlog (one update per
+//                            │                       service, shared by watchers at the same
+//                            │                       place) ──▶ send each
+//                            ├─ lagged ────────────▶ resync, end
+//                            ├─ ended ─────────────▶ resync | closing, end
+//                            └─ empty (waker registered) ─┬─ new tick ─▶ progress(revision)
+//                                                         └─ else ────▶ Pending
+// ```
+//
+// The subscription is itself the [`Stream`] of live frames: no future, timer or channel per
+// watcher, only its cursor in the topic.
+
+/// What the watcher has next, without waiting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// A frame to send.
+    Frame(Bytes),
+    /// Nothing yet.
+    Empty,
+    /// The stream is over (its last frame was returned before).
+    Done,
+}
+
+/// A watcher's place in the hub; dropping it unsubscribes.
+pub struct Subscription {
+    hub: Arc<WatchHub>,
+    scope: Scope,
+    topic: Arc<Topic>,
+    /// The watcher's id in its topic.
+    id: u64,
+    /// The last progress tick this watcher answered.
+    seen_tick: u64,
+    /// Coalesced frames still to send, and the next one's index. They are sent before
+    /// anything else, even a `resync` end that came meanwhile: they are a consistent prefix of
+    /// the old state, which the resync then replaces.
+    pending: Option<(Arc<[Bytes]>, usize)>,
+    done: bool,
+}
+
+impl Subscription {
+    fn new(hub: Arc<WatchHub>, scope: Scope, topic: Arc<Topic>, id: u64, tick: u64) -> Self {
+        Subscription {
+            hub,
+            scope,
+            topic,
+            id,
+            seen_tick: tick,
+            pending: None,
+            done: false,
+        }
+    }
+
+    /// The next frame if there is one now: an update, or a last `resync`/`closing`.
+    #[cfg(test)]
+    pub fn try_next(&mut self) -> Next {
+        self.next_now(None)
+    }
+
+    /// Queues a coalesced backlog and returns its first frame (a backlog of updates always
+    /// coalesces to at least one).
+    fn send_coalesced(&mut self, frames: Arc<[Bytes]>, waker: Option<&Waker>) -> Next {
+        if frames.is_empty() {
+            return self.next_now(waker);
+        }
+        self.pending = Some((frames, 0));
+        self.next_now(waker)
+    }
+
+    fn next_now(&mut self, waker: Option<&Waker>) -> Next {
+        if let Some((frames, next)) = &mut self.pending {
+            let frame = frames[*next].clone();
+            *next += 1;
+            if *next == frames.len() {
+                self.pending = None;
+            }
+            return Next::Frame(frame);
+        }
+        if self.done {
+            return Next::Done;
+        }
+        match self.topic.read(self.id, waker) {
+            Read::Frame(frame) => Next::Frame(frame),
+            Read::Coalesced(frames) => self.send_coalesced(frames, waker),
+            Read::Behind { from, to, updates } => {
+                let frames: Arc<[Bytes]> = coalesce(&updates).iter().map(frames::encode_update).collect();
+                match self.topic.take_coalesced(self.id, from, to, frames) {
+                    Some(frames) => self.send_coalesced(frames, waker),
+                    None => {
+                        self.done = true;
+                        Next::Frame(frames::resync(self.hub.revision()))
+                    }
+                }
+            }
+            Read::Empty => Next::Empty,
+            Read::Last(last) => {
+                self.done = true;
+                Next::Frame(last)
+            }
+            Read::Lagged => {
+                self.done = true;
+                Next::Frame(frames::resync(self.hub.revision()))
+            }
+        }
+    }
+}
+
+/// The live frames: updates, `progress` when the hub ticks and nothing is pending, and a
+/// last `resync` or `closing`.
+impl Stream for Subscription {
+    type Item = Bytes;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        let this = self.get_mut();
+        match this.next_now(Some(cx.waker())) {
+            Next::Frame(frame) => return Poll::Ready(Some(frame)),
+            Next::Done => return Poll::Ready(None),
+            Next::Empty => {}
+        }
+        let tick = this.hub.tick();
+        if tick == this.seen_tick {
+            return Poll::Pending;
+        }
+        this.seen_tick = tick;
+        // Read the revision before looking at the log again: frames of a revision are
+        // appended before it is published, so an empty log now means everything up to
+        // `revision` has been sent.
+        let revision = this.hub.revision();
+        Poll::Ready(match this.next_now(Some(cx.waker())) {
+            Next::Frame(frame) => Some(frame),
+            Next::Done => None,
+            Next::Empty => Some(frames::progress(revision)),
+        })
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.hub.leave(&self.scope, &self.topic, self.id);
     }
 }
 

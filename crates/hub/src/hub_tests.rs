@@ -5,7 +5,6 @@ use muster_registry::{CommandMeta, LeaseSpec, Register, RegistryConfig, Target};
 use futures_util::StreamExt;
 
 use super::*;
-use crate::subscription::Next;
 
 fn key(service: &str) -> ServiceKey {
     ServiceKey::new("acme", "prod", service).unwrap()
