@@ -59,7 +59,7 @@ from collections import defaultdict, deque
 # split out of muster-server joins this set (DECISIONS "Structure"); a crate added later is
 # strict in effect as well, since the baseline never gains an entry (--write-baseline
 # refuses to add one).
-STRICT = {"muster-gate", "muster-hub"}
+STRICT = {"muster-gate", "muster-hub", "muster-http"}
 
 # The adapters: ways in that turn a protocol into calls on the server's parts. None may
 # depend on another, nor on muster-server.
@@ -88,6 +88,11 @@ TEST_ONLY = {"muster-testkit"}
 # What the gate (the front door's pure parts) may not depend on.
 GATE = "muster-gate"
 GATE_FORBIDDEN = {SERVER, "muster-xds", "muster-dns", "muster-proxy", "muster-client"}
+
+# Shared plumbing split out of muster-server, below the adapters (DECISIONS "Structure"): the
+# watch hub and the HTTP transport. None may depend on an adapter, the client or the gate's
+# forbidden set.
+PLUMBING = {"muster-hub", "muster-http"}
 
 BASELINE_HEADER = """\
 # Module cycles that muster's crates have today (.ci/modules.py; DECISIONS "Structure").
@@ -823,6 +828,9 @@ def dependency_violations(crates):
         if name == GATE:
             for d in GATE_FORBIDDEN:
                 forbidden.setdefault(d, "the gate may not depend on the server or a transport")
+        if name in PLUMBING:
+            for d in GATE_FORBIDDEN:
+                forbidden.setdefault(d, "shared plumbing may not depend on the server, an adapter or the client")
         if name in ADAPTERS:
             for d in ADAPTERS - {name}:
                 forbidden.setdefault(d, "an adapter may not depend on another adapter")
@@ -986,7 +994,7 @@ def check(root, baseline_path, graph=False, verbose=False):
         failures += 1
     if not violations:
         print("ok: adapters (" + ", ".join(sorted(ADAPTERS)) + ") depend on no adapter nor the server; "
-              f"{GATE} on none of {', '.join(sorted(GATE_FORBIDDEN))}; only {', '.join(sorted(SERVER_USERS))} on {SERVER}")
+              f"{GATE}, {', '.join(sorted(PLUMBING))} on none of {', '.join(sorted(GATE_FORBIDDEN))}; only {', '.join(sorted(SERVER_USERS))} on {SERVER}")
     if failures:
         print(f"structure check failed: {failures} problem(s)")
         return 1

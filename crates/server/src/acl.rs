@@ -20,9 +20,9 @@ use ring::rand::{SecureRandom, SystemRandom};
 
 use crate::app::App;
 use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::extract::{JsonBody, Segments};
-use crate::peer::Peer;
+use muster_http::error::ApiError;
+use muster_http::extract::{JsonBody, Segments};
+use muster_http::peer::Peer;
 
 /// `POST /v1/acl/bootstrap`: the first operator token (`*/*=*` everywhere). Works once per
 /// cluster: after it commits, `409 already_bootstrapped`.

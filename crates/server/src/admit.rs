@@ -22,7 +22,7 @@ use crate::app::App;
 use crate::audit::Denial as AuditDenial;
 use crate::auth::Caller;
 use crate::config::ServerConfig;
-use crate::error::ApiError;
+use muster_http::error::ApiError;
 
 /// The live views one principal may stream in one tenant: a dashboard tab holds one or two,
 /// so 64 is a team's open tabs, while one principal can no longer take every view of the

@@ -22,10 +22,10 @@ use crate::audit::{AuditLog, Denial as AuditDenial};
 use crate::auth::{AuthConfig, Caller};
 use crate::clock::ServerClock;
 use crate::consul::stats::ConsulStats;
-use crate::error::ApiError;
 use crate::forward::ClusterLink;
 use crate::metrics::{Metrics, denial};
-use crate::peer::Peer;
+use muster_http::error::ApiError;
+use muster_http::peer::Peer;
 use muster_hub::WatchHub;
 
 /// The engine the server drives: the checker's jitter from a seeded generator.

@@ -31,8 +31,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::App;
 use crate::audit::Denial as AuditDenial;
-use crate::error::ApiError;
-use crate::peer::Peer;
+use muster_http::error::ApiError;
+use muster_http::peer::Peer;
 
 /// The `[auth]` section of the server's configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

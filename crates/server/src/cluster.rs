@@ -29,12 +29,12 @@ use muster_consensus::{Rpc, SECRET_HEADER, SNAPSHOT_CHUNK_BYTES};
 
 use crate::app::App;
 use crate::audit::Denial;
-use crate::error::ApiError;
 use crate::forward::{LEADER_PATH, LeaderCall};
 use crate::join::{self, JoinKey, PROOF_PATH};
 use crate::lease_routes::renew_here;
-use crate::peer::Peer;
 use crate::writes::{in_flight_here, report_here};
+use muster_http::error::ApiError;
+use muster_http::peer::Peer;
 
 /// The largest node-to-node request (`muster_consensus::append_pacer`): an append of many
 /// batched entries, which the sender keeps to an eighth of it, or a snapshot chunk, which

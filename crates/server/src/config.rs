@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::consul::config::ConsulConfig;
 use crate::federation::FederationConfig;
-use crate::listener::{ClusterTlsConfig, LimitsConfig, TlsConfig};
 use crate::xds::config::XdsConfig;
+use muster_http::listener::{ClusterTlsConfig, LimitsConfig, TlsConfig};
 
 /// Everything `muster serve` can be told. Every field has a default that makes a working
 /// single-node registry on loopback.
@@ -248,7 +248,7 @@ impl ServerConfig {
             node_id: self.node_id,
             members: self.peers.clone(),
             secret,
-            // Loaded from `cluster_tls` when the server starts (`crate::listener`).
+            // Loaded from `cluster_tls` when the server starts (`muster_http::listener`).
             tls: None,
         }))
     }

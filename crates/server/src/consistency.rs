@@ -24,7 +24,7 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use crate::app::App;
-use crate::error::ApiError;
+use muster_http::error::ApiError;
 
 /// The header with the age of this node's last contact with a leader, in ms.
 pub(crate) const LAST_CONTACT_HEADER: &str = "x-muster-last-contact";

@@ -45,8 +45,8 @@ use serde::Deserialize;
 use crate::app::App;
 use crate::auth::Caller;
 use crate::clock::ServerClock;
-use crate::error::ApiError;
-use crate::extract::{JsonBody, QueryParams, Segments};
+use muster_http::error::ApiError;
+use muster_http::extract::{JsonBody, QueryParams, Segments};
 
 /// How often long-silent subscribers are forgotten: a sweep walks every subscriber under
 /// the ledger's lock (which the apply path also takes), and forgetting is due only after

@@ -23,8 +23,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::app::App;
-use crate::error::ApiError;
 use crate::join::JoinKey;
+use muster_http::error::ApiError;
 
 /// How long a forwarded request may take: well inside any TTL (at least 1 s).
 const FORWARD_TIMEOUT: Duration = Duration::from_millis(800);

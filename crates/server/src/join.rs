@@ -49,8 +49,8 @@ use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 use serde::{Deserialize, Serialize};
 
-use crate::error::ApiError;
-use crate::extract::QueryParams;
+use muster_http::error::ApiError;
+use muster_http::extract::QueryParams;
 
 /// The candidate's route on its cluster listener: the only one that needs no secret.
 pub(crate) const PROOF_PATH: &str = "/join/proof";

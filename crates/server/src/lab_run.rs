@@ -26,7 +26,7 @@ use axum::extract::{Query, State};
 use muster_core::ErrorCode;
 use serde::{Deserialize, Serialize};
 
-use crate::error::ApiError;
+use muster_http::error::ApiError;
 
 /// The most instances a dashboard run simulates: 2,000, four times the reference fleet.
 const MAX_INSTANCES: u32 = 2_000;

@@ -31,7 +31,7 @@ use muster_registry::{Applied, Registry};
 use tokio::sync::{mpsc, watch};
 
 use crate::app::{App, Engine};
-use crate::error::ApiError;
+use muster_http::error::ApiError;
 
 /// The longest the task sleeps: a tick is due every `TICK_MS` anyway; this bounds a sleep
 /// computed from a far checker turn.

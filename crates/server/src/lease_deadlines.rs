@@ -27,9 +27,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::App;
 use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::extract::{QueryParams, Segments};
 use crate::live;
+use muster_http::error::ApiError;
+use muster_http::extract::{QueryParams, Segments};
 
 /// The query of `GET /v1/deadlines/{tenant}/{namespace}/{service}`.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]

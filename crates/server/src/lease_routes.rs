@@ -14,11 +14,11 @@ use serde::Deserialize;
 
 use crate::app::App;
 use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::extract::{JsonBody, QueryParams, Segments, actor};
 use crate::forward::{LeaderCall, on_leader};
 use crate::metrics::renewal;
-use crate::peer::Peer;
+use muster_http::error::ApiError;
+use muster_http::extract::{JsonBody, QueryParams, Segments, actor};
+use muster_http::peer::Peer;
 
 /// The query of `DELETE /v1/leases/{tenant}/{id}`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

@@ -49,7 +49,7 @@ use muster_core::ErrorCode;
 
 use crate::app::App;
 use crate::auth::Caller;
-use crate::error::ApiError;
+use muster_http::error::ApiError;
 
 /// The longest an idle stream stays silent: 15 s, under the 30–60 s idle timeouts of common
 /// proxies and load balancers, and rare enough to cost nothing.

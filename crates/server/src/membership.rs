@@ -10,9 +10,9 @@ use muster_core::address::host_port;
 use muster_core::api::{AddMemberRequest, ClusterMember, ClusterReply};
 
 use crate::app::App;
-use crate::error::ApiError;
-use crate::extract::{JsonBody, QueryParams};
 use crate::join;
+use muster_http::error::ApiError;
+use muster_http::extract::{JsonBody, QueryParams};
 
 fn reply(app: &App) -> ClusterReply {
     let status = app.node.status();

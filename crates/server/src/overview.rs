@@ -31,9 +31,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::App;
 use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::extract::QueryParams;
 use crate::live;
+use muster_http::error::ApiError;
+use muster_http::extract::QueryParams;
 
 /// The query of `GET /v1/overview`.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]

@@ -26,8 +26,8 @@ use serde_json::Value;
 
 use crate::app::App;
 use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::extract::{JsonBody, actor};
+use muster_http::error::ApiError;
+use muster_http::extract::{JsonBody, actor};
 
 /// `GET /v1/policy`: the policy in force and the revision it was committed at.
 pub(crate) async fn get(State(app): State<Arc<App>>) -> Json<PolicyReply<RegistryConfig>> {

@@ -35,9 +35,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::App;
 use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::extract::QueryParams;
 use crate::metrics::{ALL_STATES, state_name};
+use muster_http::error::ApiError;
+use muster_http::extract::QueryParams;
 
 /// The route.
 pub(crate) const PATH: &str = "/v1/prometheus/sd";

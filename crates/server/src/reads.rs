@@ -18,12 +18,12 @@ use serde::{Deserialize, Serialize};
 use crate::app::App;
 use crate::auth::Caller;
 use crate::consistency::{self, Consistency};
-use crate::error::ApiError;
-use crate::extract::{INDEX_HEADER, QueryParams, Segments};
 use crate::metrics::Woken;
 use crate::page_token::PageToken;
 use crate::read_cache::{ReplyHead, reply_body};
 use crate::wait::{DEFAULT_WAIT, parse_wait};
+use muster_http::error::ApiError;
+use muster_http::extract::{INDEX_HEADER, QueryParams, Segments};
 
 /// The query of `GET /v1/registry/{tenant}/{namespace}/{service}`.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
@@ -128,7 +128,7 @@ fn read_at(query: &SnapshotQuery) -> Result<ReadAt, ApiError> {
 pub(crate) async fn snapshot(
     State(app): State<Arc<App>>,
     caller: Caller,
-    peer: Option<axum::Extension<crate::peer::Peer>>,
+    peer: Option<axum::Extension<muster_http::peer::Peer>>,
     segments: Segments,
     QueryParams(query): QueryParams<SnapshotQuery>,
 ) -> Result<Response, ApiError> {

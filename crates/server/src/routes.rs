@@ -16,13 +16,13 @@ use muster_auth::Verb;
 
 use crate::app::App;
 use crate::auth::Need;
-use crate::error::{ApiError, code_for_status};
-use crate::guard::{self, RequestGuard};
 use crate::lab_run::{self, LabState};
 use crate::{
     acl, audit, auth, lease_deadlines, lease_routes, membership, metrics, openapi, overview, policy, prometheus_sd,
     reads, status, ui, watch, writes,
 };
+use muster_http::error::{ApiError, code_for_status};
+use muster_http::guard::{self, RequestGuard};
 
 /// How much of a stray plain-text error body the safety net quotes in its message: error
 /// texts from axum and hyper are one line; 1 KiB keeps a surprise from growing the reply.

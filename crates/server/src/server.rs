@@ -31,14 +31,15 @@ use crate::consul::stats::ConsulCounts;
 use crate::consul::waiters::Waiters;
 use crate::dns::DnsFeed;
 use crate::forward::ClusterLink;
-use crate::guard::RequestGuard;
 use crate::join::JoinKey;
 use crate::lab_run::Hooks;
-use crate::listener::Listening;
 use crate::metrics::{Metrics, MetricsObserver};
 use crate::observers::Observers;
 use crate::policy::PolicyWatch;
-use crate::{ServerConfig, ServerError, accept, cluster, consul, descriptors, dns, leader, routes};
+use crate::{ServerConfig, ServerError, cluster, consul, dns, leader, routes};
+use muster_http::guard::RequestGuard;
+use muster_http::listener::Listening;
+use muster_http::{accept, descriptors};
 use muster_hub::{WatchHub, WatchStats};
 
 /// A server that is running; [`RunningServer::stop`] stops it gracefully.
@@ -102,7 +103,7 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
         ));
     }
     for origin in &config.allowed_origins {
-        crate::guard::check_origin(origin).map_err(ServerError::Config)?;
+        muster_http::guard::check_origin(origin).map_err(ServerError::Config)?;
     }
     let convergence = &config.convergence;
     if convergence.report_every_ms == 0 || convergence.silent_after_ms < 2 * convergence.report_every_ms {
@@ -247,7 +248,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         Arc::new(observers),
     )
     .await?;
-    let listener = match crate::accept::bind(config.http) {
+    let listener = match muster_http::accept::bind(config.http) {
         Ok(listener) => listener,
         Err(source) => {
             let _ = node.shutdown().await;
@@ -262,7 +263,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         source,
     })?;
     let consul_listener = if config.consul.enabled {
-        let bound = match crate::accept::bind(config.consul.addr) {
+        let bound = match muster_http::accept::bind(config.consul.addr) {
             Ok(listener) => listener.local_addr().map(|addr| (listener, addr)),
             Err(source) => Err(source),
         };
@@ -283,7 +284,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     #[cfg(feature = "xds")]
     let xds_listener = match config.xds.addr {
         None => None,
-        Some(addr) => match crate::accept::bind(addr).and_then(|l| l.local_addr().map(|a| (l, a))) {
+        Some(addr) => match muster_http::accept::bind(addr).and_then(|l| l.local_addr().map(|a| (l, a))) {
             Ok(bound) => Some(bound),
             Err(source) => {
                 let _ = node.shutdown().await;
@@ -334,7 +335,10 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         !config.auth.enabled,
         Duration::from_millis(config.body_read_timeout_ms),
     )
-    .audited(Arc::clone(&app.audit), app.clock);
+    .audited(Arc::new(crate::audit::GuardRefusals {
+        log: Arc::clone(&app.audit),
+        clock: app.clock,
+    }));
     let router = routes::router(
         Arc::clone(&app),
         config.max_body_bytes,

@@ -31,9 +31,9 @@ use serde::Deserialize;
 
 use crate::app::App;
 use crate::auth::{self, Caller};
-use crate::error::ApiError;
-use crate::extract::{INDEX_HEADER, QueryParams, Segments};
-use crate::peer::Peer;
+use muster_http::error::ApiError;
+use muster_http::extract::{INDEX_HEADER, QueryParams, Segments};
+use muster_http::peer::Peer;
 use muster_hub::frames;
 
 /// The query of a watch.

@@ -18,10 +18,10 @@ use muster_registry::{Deregister, Drain, LeaseSpec, Register, SetServing, Target
 
 use crate::app::App;
 use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::extract::{JsonBody, QueryParams, Segments, actor};
 use crate::forward::{LeaderCall, on_leader};
 use crate::leader::ask;
+use muster_http::error::ApiError;
+use muster_http::extract::{JsonBody, QueryParams, Segments, actor};
 
 fn target(key: ServiceKey, instance: InstanceId, incarnation: muster_core::Incarnation) -> Target {
     Target {

@@ -59,7 +59,7 @@ pub(crate) struct Denial {
     pub(crate) code: ErrorCode,
     /// Why, for people.
     pub(crate) reason: String,
-    /// Where the request came from ([`crate::peer::Peer::addr`]; the accept loop gives every
+    /// Where the request came from ([`muster_http::peer::Peer::addr`]; the accept loop gives every
     /// request one, so `None` only for a request that did not come through it).
     pub(crate) source: Option<SocketAddr>,
     /// When: this node's clock, Unix milliseconds.

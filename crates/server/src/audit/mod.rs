@@ -38,15 +38,18 @@
 //! - `aggregate`: which denials one record counts, and the bounded index of open records.
 //! - `filter`: the query's filters and cursor, parsed and matched.
 //! - `mutation`: a judged command as records; the one `match` over every command kind.
+//! - `guard`: the browser guard's refusals as denials.
 //! - `route`: `GET /v1/audit`, and what a caller's rules let it read there.
 
 mod aggregate;
 mod filter;
+mod guard;
 mod log;
 #[cfg(test)]
 mod log_tests;
 mod mutation;
 mod route;
 
+pub(crate) use guard::GuardRefusals;
 pub(crate) use log::{AuditLog, Denial};
 pub(crate) use route::list;

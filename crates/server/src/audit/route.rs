@@ -17,9 +17,9 @@ use crate::app::App;
 use crate::audit::filter::{Parsed, QueryError};
 use crate::audit::log::{AuditLog, Denial};
 use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::extract::QueryParams;
-use crate::peer::Peer;
+use muster_http::error::ApiError;
+use muster_http::extract::QueryParams;
+use muster_http::peer::Peer;
 
 /// `GET /v1/audit`: an operator (or, with auth off, anyone on loopback) sees every record; a
 /// tenant's token with `admin` on the whole tenant sees that tenant's records only. Every

@@ -74,11 +74,11 @@ use super::error::ConsulError;
 use super::token::{ConsulCaller, query_pairs};
 use super::{ConsulView, agent_read};
 use crate::app::App;
-use crate::error::ApiError;
 use crate::forward::{LeaderCall, on_leader};
-use crate::guard::BodyReadTimeout;
-use crate::peer::Peer;
 use crate::writes::report_here;
+use muster_http::error::ApiError;
+use muster_http::guard::BodyReadTimeout;
+use muster_http::peer::Peer;
 
 /// The body read deadline of a request that came without the guard's (as `extract`'s).
 const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);

@@ -7,7 +7,7 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::error::ApiError;
+use muster_http::error::ApiError;
 
 /// The body of a 403 for a known caller without the right, word for word Consul's
 /// (`acl.ErrPermissionDenied`).

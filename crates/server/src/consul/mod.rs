@@ -113,7 +113,7 @@ use axum::{Extension, Router};
 
 use self::error::ConsulError;
 use crate::app::App;
-use crate::guard::{BodyReadTimeout, RequestGuard};
+use muster_http::guard::{BodyReadTimeout, RequestGuard};
 
 /// The Consul-compatible API's routes over `app`, shown as `view`; `guard` is the native
 /// API's (its Origin and Host checks apply, not its JSON-only bodies: Consul clients send
@@ -166,7 +166,7 @@ async fn write_rate(State(app): State<Arc<App>>, request: Request, next: Next) -
     }
     let (parts, body) = request.into_parts();
     if let Some(caller) = token::known_caller(&app, &parts) {
-        let source = parts.extensions.get::<crate::peer::Peer>().map(|peer| peer.addr);
+        let source = parts.extensions.get::<muster_http::peer::Peer>().map(|peer| peer.addr);
         let resource = || format!("{} {} (Consul)", parts.method, parts.uri.path());
         if let Err(limited) = app.throttle(&caller, None, source, resource) {
             let retry_after = limited.retry_after();
@@ -188,9 +188,9 @@ async fn write_rate(State(app): State<Arc<App>>, request: Request, next: Next) -
 /// failure (as the native API's `refuse_when_failed`).
 async fn refuse_when_failed(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
     if let Some(fatal) = app.node.fatal() {
-        return ConsulError::from(crate::error::ApiError::from(muster_consensus::ConsensusError::Failed(
-            fatal,
-        )))
+        return ConsulError::from(muster_http::error::ApiError::from(
+            muster_consensus::ConsensusError::Failed(fatal),
+        ))
         .into_response();
     }
     next.run(request).await

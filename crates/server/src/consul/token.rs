@@ -37,7 +37,7 @@ use super::agent_map::Placement;
 use super::error::ConsulError;
 use crate::app::App;
 use crate::auth::Caller;
-use crate::peer::Peer;
+use muster_http::peer::Peer;
 
 /// The header Consul clients send their token in.
 pub(crate) const TOKEN_HEADER: &str = "x-consul-token";

@@ -14,7 +14,7 @@ use muster_registry::{MirrorImport, Registry};
 
 use super::Federation;
 use crate::app::App;
-use crate::error::ApiError;
+use muster_http::error::ApiError;
 
 /// A service's mirrored sets and failover decision at `now_ms` (unix ms), from the registry
 /// as it is. `local` is the local set (absent: not registered here).

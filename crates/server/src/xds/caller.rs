@@ -8,7 +8,7 @@ use tonic::{Request, Status};
 
 use crate::app::App;
 use crate::auth::Caller;
-use crate::peer::Peer;
+use muster_http::peer::Peer;
 
 /// The method prefix the audit trail names for xDS refusals.
 const METHOD: &str = "/envoy.service.discovery.v3.AggregatedDiscoveryService";

@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tonic::transport::server::Connected;
 
-use crate::peer::Peer;
+use muster_http::peer::Peer;
 
 /// The transport under one connection.
 pub(crate) enum Transport {

@@ -69,9 +69,9 @@ mod imp {
     use super::view::ClientsPage;
     use crate::app::App;
     use crate::auth::Caller;
-    use crate::descriptors::ConnectionBudget;
-    use crate::listener::Listening;
-    use crate::peer::{Peer, PeerCertificate};
+    use muster_http::descriptors::ConnectionBudget;
+    use muster_http::listener::Listening;
+    use muster_http::peer::{Peer, PeerCertificate};
 
     /// Responses sent and refused, by kind.
     #[derive(Debug, Default)]

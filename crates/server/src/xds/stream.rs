@@ -41,7 +41,7 @@ use super::service::OwnNames;
 use super::view::Protocol;
 use crate::app::App;
 use crate::auth::Caller;
-use crate::peer::Peer;
+use muster_http::peer::Peer;
 
 /// The most resource names of one type a stream may subscribe to: each is a watched service
 /// (a hub entry) and part of every refresh; a client asking for more is refused

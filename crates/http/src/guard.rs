@@ -57,14 +57,11 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use muster_core::ErrorCode;
 
-use crate::audit::{AuditLog, Denial};
-use crate::clock::ServerClock;
 use crate::error::ApiError;
-use crate::peer::Peer;
 
 /// What the guard enforces; built from the server config.
 #[derive(Debug, Clone)]
-pub(crate) struct RequestGuard {
+pub struct RequestGuard {
     /// Origins allowed to call (`scheme://host[:port]`, lower case): empty refuses every
     /// browser.
     allowed_origins: Vec<String>,
@@ -73,29 +70,29 @@ pub(crate) struct RequestGuard {
     /// How long a request body may take to arrive.
     body_read_timeout: Duration,
     /// Where refusals are recorded: `None` only for a guard built without the server (tests).
-    audit: Option<GuardAudit>,
+    audit: Option<Arc<dyn Refusals>>,
 }
 
-/// The audit trail the guard records its refusals in, and the clock that times them.
-#[derive(Clone)]
-struct GuardAudit {
-    log: Arc<AuditLog>,
-    clock: ServerClock,
+/// Where the guard records what it refused (SPEC S4): the server's audit trail, as a denial
+/// with no principal (nobody was authenticated yet) whose resource is the method and path.
+pub trait Refusals: Send + Sync {
+    /// `refused` is the guard's answer to `request`.
+    fn refused(&self, refused: &ApiError, request: &Request);
 }
 
-impl fmt::Debug for GuardAudit {
+impl fmt::Debug for dyn Refusals {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("GuardAudit")
+        f.write_str("Refusals")
     }
 }
 
 /// How long a request body may take to arrive, attached to every request by the guard.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct BodyReadTimeout(pub(crate) Duration);
+pub struct BodyReadTimeout(pub Duration);
 
 impl RequestGuard {
     /// A guard; `allowed_origins` must have passed [`check_origin`].
-    pub(crate) fn new(allowed_origins: &[String], require_loopback_host: bool, body_read_timeout: Duration) -> Self {
+    pub fn new(allowed_origins: &[String], require_loopback_host: bool, body_read_timeout: Duration) -> Self {
         RequestGuard {
             allowed_origins: allowed_origins.iter().map(|o| o.to_ascii_lowercase()).collect(),
             require_loopback_host,
@@ -105,34 +102,22 @@ impl RequestGuard {
     }
 
     /// The same guard, recording each refusal in `log` (SPEC S4).
-    pub(crate) fn audited(self, log: Arc<AuditLog>, clock: ServerClock) -> Self {
+    pub fn audited(self, log: Arc<dyn Refusals>) -> Self {
         RequestGuard {
-            audit: Some(GuardAudit { log, clock }),
+            audit: Some(log),
             ..self
         }
     }
 
-    /// Records `refused`, the guard's answer to `request`, as a denial: nobody was
-    /// authenticated yet, so no principal; the resource is the method and path.
-    pub(crate) fn record(&self, refused: &ApiError, request: &Request) {
-        let Some(audit) = &self.audit else {
-            return;
-        };
-        audit.log.denied(Denial {
-            principal: None,
-            tenant: None,
-            key: None,
-            verb: "guard".to_owned(),
-            resource: format!("{} {}", request.method(), request.uri().path()),
-            code: refused.code,
-            reason: refused.message.clone(),
-            source: request.extensions().get::<Peer>().map(|peer| peer.addr),
-            at_ms: audit.clock.unix_now_ms(),
-        });
+    /// Records `refused`, the guard's answer to `request`.
+    pub fn record(&self, refused: &ApiError, request: &Request) {
+        if let Some(audit) = &self.audit {
+            audit.refused(refused, request);
+        }
     }
 
     /// The guard's verdict on a request's headers: `Err` is the refusal to send.
-    pub(crate) fn admit(&self, headers: &HeaderMap, authority: Option<&str>) -> Result<(), ApiError> {
+    pub fn admit(&self, headers: &HeaderMap, authority: Option<&str>) -> Result<(), ApiError> {
         self.admit_caller(headers, authority)?;
         if announces_body(headers) && !is_json(headers) {
             return Err(unsupported_media_type(headers));
@@ -143,7 +128,7 @@ impl RequestGuard {
     /// The Origin and Host checks alone, for a listener whose clients send bodies without a
     /// JSON content type (the Consul-compatible API: `crate::consul`). A page cannot use
     /// that to deliver a body: a cross-origin `PUT` or `POST` always carries `Origin`.
-    pub(crate) fn admit_caller(&self, headers: &HeaderMap, authority: Option<&str>) -> Result<(), ApiError> {
+    pub fn admit_caller(&self, headers: &HeaderMap, authority: Option<&str>) -> Result<(), ApiError> {
         if let Some(origin) = headers.get(header::ORIGIN) {
             let text = origin.to_str().unwrap_or("").to_ascii_lowercase();
             if !self.allowed_origins.contains(&text) {
@@ -175,13 +160,13 @@ impl RequestGuard {
     }
 
     /// How long a request body may take to arrive.
-    pub(crate) fn body_read_timeout(&self) -> Duration {
+    pub fn body_read_timeout(&self) -> Duration {
         self.body_read_timeout
     }
 }
 
 /// The guard as a middleware layer (`routes`).
-pub(crate) async fn guard(State(guard): State<Arc<RequestGuard>>, mut request: Request, next: Next) -> Response {
+pub async fn guard(State(guard): State<Arc<RequestGuard>>, mut request: Request, next: Next) -> Response {
     let authority = request.uri().authority().map(|a| a.as_str().to_owned());
     if let Err(refused) = guard.admit(request.headers(), authority.as_deref()) {
         guard.record(&refused, &request);
@@ -195,7 +180,7 @@ pub(crate) async fn guard(State(guard): State<Arc<RequestGuard>>, mut request: R
 
 /// Checks a configured origin: `http://` or `https://`, a host, an optional port, nothing
 /// else (browsers send exactly that form).
-pub(crate) fn check_origin(origin: &str) -> Result<(), String> {
+pub fn check_origin(origin: &str) -> Result<(), String> {
     let rest = origin
         .strip_prefix("http://")
         .or_else(|| origin.strip_prefix("https://"))
@@ -218,7 +203,7 @@ fn announces_body(headers: &HeaderMap) -> bool {
 
 /// Whether the content type is `application/json`, optionally `; charset=utf-8` (any case,
 /// quoted or not). Other parameters are refused: none changes what JSON means.
-pub(crate) fn is_json(headers: &HeaderMap) -> bool {
+pub fn is_json(headers: &HeaderMap) -> bool {
     let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
         return false;
     };
@@ -241,7 +226,7 @@ pub(crate) fn is_json(headers: &HeaderMap) -> bool {
 }
 
 /// 415 `unsupported_media_type`, naming what was sent.
-pub(crate) fn unsupported_media_type(headers: &HeaderMap) -> ApiError {
+pub fn unsupported_media_type(headers: &HeaderMap) -> ApiError {
     let sent = headers.get(header::CONTENT_TYPE).map_or_else(
         || "none".to_owned(),
         |v| format!("'{}'", String::from_utf8_lossy(v.as_bytes())),
@@ -254,7 +239,7 @@ pub(crate) fn unsupported_media_type(headers: &HeaderMap) -> ApiError {
 
 /// Whether a `Host` value names loopback: `127.0.0.0/8`, `[::1]` (or an IPv4-mapped
 /// loopback) or `localhost`, with any port or none.
-pub(crate) fn is_loopback_host(host: &str) -> bool {
+pub fn is_loopback_host(host: &str) -> bool {
     if let Some(rest) = host.strip_prefix('[') {
         let Some((inside, after)) = rest.split_once(']') else {
             return false;

@@ -63,7 +63,7 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_secs(1);
 /// How long a connection refused for the budget may take to send its request and read the
 /// answer: a well-behaved client sends at once; a slow one is cut off so refusals cannot
 /// hold descriptors for long.
-pub(crate) const REFUSAL_TIME: Duration = Duration::from_secs(2);
+pub const REFUSAL_TIME: Duration = Duration::from_secs(2);
 
 /// How long the accept loop waits for an evicted silent connection to give its slot back
 /// (it closes at once; this only bounds a connection task that is slow to be polled).
@@ -78,7 +78,7 @@ const LISTEN_BACKLOG: u32 = 4096;
 
 /// Binds a client-facing TCP listener on `addr` with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR`,
 /// as `TcpListener::bind` sets it, so a restarted server can bind at once).
-pub(crate) fn bind(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
+pub fn bind(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
@@ -91,7 +91,7 @@ pub(crate) fn bind(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
 
 /// Serves `router` on `listener` until `stop` fires, then shuts down gracefully and returns
 /// once every connection has finished. Dropping the future aborts the connections left.
-pub(crate) async fn serve(
+pub async fn serve(
     listener: TcpListener,
     router: Router,
     stop: oneshot::Receiver<()>,

@@ -115,7 +115,7 @@ impl ListenerLimits {
 
 impl LimitsConfig {
     /// An error names the setting.
-    pub(crate) fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), String> {
         self.http.check("http")?;
         self.cluster.check("cluster")
     }
@@ -123,18 +123,18 @@ impl LimitsConfig {
 
 /// What the accept loop needs to serve one listener.
 #[derive(Clone)]
-pub(crate) struct Listening {
+pub struct Listening {
     /// TLS, when configured.
-    pub(crate) tls: Option<TlsAcceptor>,
+    pub tls: Option<TlsAcceptor>,
     /// hyper's header read timeout.
-    pub(crate) header_read_timeout: Duration,
+    pub header_read_timeout: Duration,
     /// The TLS handshake's bound.
-    pub(crate) handshake_timeout: Duration,
+    pub handshake_timeout: Duration,
 }
 
 impl Listening {
     /// A listener with `limits`, speaking TLS when `tls` is set.
-    pub(crate) fn new(limits: &ListenerLimits, tls: Option<Arc<muster_tls::ServerConfig>>) -> Listening {
+    pub fn new(limits: &ListenerLimits, tls: Option<Arc<muster_tls::ServerConfig>>) -> Listening {
         Listening {
             tls: tls.map(TlsAcceptor::from),
             header_read_timeout: Duration::from_millis(limits.header_read_timeout_ms),
@@ -146,7 +146,7 @@ impl Listening {
 impl TlsConfig {
     /// The HTTP API's server config; `None` when TLS is not configured. An error names the
     /// setting.
-    pub(crate) fn server_config(&self) -> Result<Option<Arc<muster_tls::ServerConfig>>, String> {
+    pub fn server_config(&self) -> Result<Option<Arc<muster_tls::ServerConfig>>, String> {
         let (cert, key) = match (&self.cert, &self.key) {
             (None, None) if self.client_ca.is_none() => return Ok(None),
             (Some(cert), Some(key)) => (cert, key),
@@ -170,17 +170,17 @@ impl TlsConfig {
 }
 
 /// The cluster's mutual TLS, both ends.
-pub(crate) struct ClusterTls {
+pub struct ClusterTls {
     /// The cluster listener's: client certificates required, signed by the cluster CA.
-    pub(crate) server: Arc<muster_tls::ServerConfig>,
+    pub server: Arc<muster_tls::ServerConfig>,
     /// The peer client's: verifies against the cluster CA, presents this node's certificate.
-    pub(crate) client: Arc<muster_tls::ClientConfig>,
+    pub client: Arc<muster_tls::ClientConfig>,
 }
 
 impl ClusterTlsConfig {
     /// Both ends of the cluster's mutual TLS; `None` when not configured. An error names the
     /// setting.
-    pub(crate) fn load(&self) -> Result<Option<ClusterTls>, String> {
+    pub fn load(&self) -> Result<Option<ClusterTls>, String> {
         let (cert, key, ca) = match (&self.cert, &self.key, &self.ca) {
             (None, None, None) => return Ok(None),
             (Some(cert), Some(key), Some(ca)) => (cert, key, ca),

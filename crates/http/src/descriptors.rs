@@ -37,20 +37,20 @@ const CLUSTER_CONNECTIONS: usize = 64;
 
 /// `too_many_connections` answers in flight at most: each holds its descriptor for at most
 /// [`REFUSAL_TIME`](crate::accept::REFUSAL_TIME); more at once are closed without an answer.
-pub(crate) const REFUSALS: usize = 16;
+pub const REFUSALS: usize = 16;
 
 /// How many connections each listener may hold, from the process's descriptor limit.
 #[derive(Debug, Clone)]
-pub(crate) struct ConnectionBudget {
+pub struct ConnectionBudget {
     /// Permits for open connections.
-    pub(crate) open: Arc<Semaphore>,
+    pub open: Arc<Semaphore>,
     /// Permits for refusals being answered.
-    pub(crate) refusing: Arc<Semaphore>,
+    pub refusing: Arc<Semaphore>,
 }
 
 impl ConnectionBudget {
     /// A budget of `connections` open at once.
-    pub(crate) fn of(connections: usize) -> ConnectionBudget {
+    pub fn of(connections: usize) -> ConnectionBudget {
         ConnectionBudget {
             open: Arc::new(Semaphore::new(connections)),
             refusing: Arc::new(Semaphore::new(REFUSALS)),
@@ -62,7 +62,7 @@ impl ConnectionBudget {
 /// (`[limits.*] max_connections`). Raises the soft descriptor limit to the hard one first (as
 /// Go's runtime does): the soft default of 1,024 is far below what a registry with thousands
 /// of watchers needs, and the hard limit is the operator's choice.
-pub(crate) fn budgets(limits: &LimitsConfig) -> (ConnectionBudget, ConnectionBudget) {
+pub fn budgets(limits: &LimitsConfig) -> (ConnectionBudget, ConnectionBudget) {
     let limit = raise_soft_limit();
     let (http, cluster) = split(limit, limits.http.max_connections, limits.cluster.max_connections);
     // Debug: `muster serve` prints one line at startup (SPEC O2); a budget too small for the

@@ -7,22 +7,21 @@ use std::sync::Arc;
 
 /// The connection a request arrived on.
 #[derive(Debug, Clone)]
-#[allow(dead_code)] // read by the auth layer and the audit trail as they land
-pub(crate) struct Peer {
+pub struct Peer {
     /// The remote address.
-    pub(crate) addr: SocketAddr,
+    pub addr: SocketAddr,
     /// The client certificate's identities, when the listener runs mutual TLS and the client
     /// presented a certificate the configured CA signed.
-    pub(crate) certificate: Option<Arc<PeerCertificate>>,
+    pub certificate: Option<Arc<PeerCertificate>>,
 }
 
 /// The subject alternative names of a verified client certificate.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct PeerCertificate {
+pub struct PeerCertificate {
     /// URI names (e.g. `spiffe://acme.internal/ns/prod/sa/api`).
-    pub(crate) uris: Vec<String>,
+    pub uris: Vec<String>,
     /// DNS names.
-    pub(crate) dns_names: Vec<String>,
+    pub dns_names: Vec<String>,
 }
 
 impl From<muster_tls::CertificateNames> for PeerCertificate {

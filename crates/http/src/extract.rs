@@ -17,11 +17,11 @@ use crate::guard::{BodyReadTimeout, is_json, unsupported_media_type};
 /// orchestrator: may lift a drain), `app` or `checker`. Without it, drain speaks as the
 /// owner and everything else as the app. Until authentication exists (SPEC S1) it is taken
 /// on trust.
-pub(crate) const ACTOR_HEADER: &str = "x-muster-actor";
+pub const ACTOR_HEADER: &str = "x-muster-actor";
 
 /// The header carrying the revision a read was made at, for blocking queries
 /// (`?index=<this>`), as Consul's `X-Consul-Index`.
-pub(crate) const INDEX_HEADER: &str = "x-muster-index";
+pub const INDEX_HEADER: &str = "x-muster-index";
 
 /// A JSON body (SPEC S6): sent as anything but `Content-Type: application/json` (with at
 /// most `; charset=utf-8`), or with none, it is 415 `unsupported_media_type`, unread;
@@ -32,7 +32,7 @@ pub(crate) const INDEX_HEADER: &str = "x-muster-index";
 /// Every body of the API is a JSON object: serde would also read a struct from an array of
 /// its fields in order (so `PUT /v1/policy` with `[]` reset the policy to its defaults), and
 /// that is refused.
-pub(crate) struct JsonBody<T>(pub(crate) T);
+pub struct JsonBody<T>(pub T);
 
 /// The body read deadline of a request that came without the guard's (a router built
 /// without it, in tests): the same as the config's default.
@@ -81,7 +81,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
 }
 
 /// A query string: unknown or malformed parameters are 400 `bad_request`.
-pub(crate) struct QueryParams<T>(pub(crate) T);
+pub struct QueryParams<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T> {
     type Rejection = ApiError;
@@ -95,7 +95,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T>
 }
 
 /// The path segments of a route, as text; each handler validates them into typed keys.
-pub(crate) struct Segments(pub(crate) Vec<String>);
+pub struct Segments(pub Vec<String>);
 
 impl<S: Send + Sync> FromRequestParts<S> for Segments {
     type Rejection = ApiError;
@@ -114,29 +114,29 @@ impl Segments {
     }
 
     /// Segments 0 and 1 as a namespace key.
-    pub(crate) fn namespace(&self) -> Result<NamespaceKey, ApiError> {
+    pub fn namespace(&self) -> Result<NamespaceKey, ApiError> {
         NamespaceKey::new(self.get(0), self.get(1)).map_err(|r| ApiError::path(&r))
     }
 
     /// Segments 0 to 2 as a service key.
-    pub(crate) fn service(&self) -> Result<ServiceKey, ApiError> {
+    pub fn service(&self) -> Result<ServiceKey, ApiError> {
         ServiceKey::new(self.get(0), self.get(1), self.get(2)).map_err(|r| ApiError::path(&r))
     }
 
     /// Segments 0 to 3 as a service key and an instance.
-    pub(crate) fn instance(&self) -> Result<(ServiceKey, InstanceId), ApiError> {
+    pub fn instance(&self) -> Result<(ServiceKey, InstanceId), ApiError> {
         let key = self.service()?;
         let instance = InstanceId::new(self.get(3)).map_err(|r| ApiError::path(&r))?;
         Ok((key, instance))
     }
 
     /// Segment 0 as a tenant.
-    pub(crate) fn tenant(&self) -> Result<Label, ApiError> {
+    pub fn tenant(&self) -> Result<Label, ApiError> {
         Label::new("tenant", self.get(0)).map_err(|r| ApiError::path(&r))
     }
 
     /// Segment 1 as a lease id.
-    pub(crate) fn lease(&self) -> Result<LeaseId, ApiError> {
+    pub fn lease(&self) -> Result<LeaseId, ApiError> {
         let text = self.get(1);
         text.parse().map(LeaseId).map_err(|_| {
             ApiError::bad_request(format!(
@@ -148,7 +148,7 @@ impl Segments {
 }
 
 /// The caller's authority from [`ACTOR_HEADER`], or `default`.
-pub(crate) fn actor(headers: &HeaderMap, default: Actor) -> Result<Actor, ApiError> {
+pub fn actor(headers: &HeaderMap, default: Actor) -> Result<Actor, ApiError> {
     let Some(value) = headers.get(ACTOR_HEADER) else {
         return Ok(default);
     };

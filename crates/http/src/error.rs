@@ -14,10 +14,13 @@ use muster_registry::ReadError;
 /// An error reply: a code of the shared vocabulary ([`ErrorCode`]), the status (the code's
 /// usual one unless a route says otherwise) and a message for people.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ApiError {
-    pub(crate) status: StatusCode,
-    pub(crate) code: ErrorCode,
-    pub(crate) message: String,
+pub struct ApiError {
+    /// The reply's status.
+    pub status: StatusCode,
+    /// The stable code callers branch on.
+    pub code: ErrorCode,
+    /// What went wrong, for people.
+    pub message: String,
 }
 
 /// The status a code usually has.
@@ -27,12 +30,12 @@ fn usual_status(code: ErrorCode) -> StatusCode {
 
 impl ApiError {
     /// An error with its code's usual status.
-    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
         ApiError::with_status(usual_status(code), code, message)
     }
 
     /// An error with a status other than its code's usual one.
-    pub(crate) fn with_status(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> ApiError {
+    pub fn with_status(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             code,
@@ -41,17 +44,17 @@ impl ApiError {
     }
 
     /// 400 `bad_request`: the request itself is malformed.
-    pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(ErrorCode::BadRequest, message)
     }
 
     /// A path segment refused by name validation: 400 with the rejection's code.
-    pub(crate) fn path(rejection: &Rejection) -> ApiError {
+    pub fn path(rejection: &Rejection) -> ApiError {
         ApiError::with_status(StatusCode::BAD_REQUEST, rejection.error_code(), rejection.to_string())
     }
 
     /// 503 `no_quorum`: no leader or no majority to commit with now (SPEC R2); retry.
-    pub(crate) fn no_quorum(message: impl Into<String>) -> ApiError {
+    pub fn no_quorum(message: impl Into<String>) -> ApiError {
         ApiError::new(ErrorCode::NoQuorum, message)
     }
 
@@ -59,7 +62,7 @@ impl ApiError {
     /// (one vocabulary: no list of codes allowed through). A code this build does not know
     /// (a newer peer's) is named by its status class, never turned into a transient one
     /// unless the status says so.
-    pub(crate) fn relayed(status: StatusCode, body: ErrorBody) -> ApiError {
+    pub fn relayed(status: StatusCode, body: ErrorBody) -> ApiError {
         let code = body
             .error
             .code
@@ -69,17 +72,17 @@ impl ApiError {
     }
 
     /// 503 `unavailable`: the server cannot do it now (e.g. it is stopping).
-    pub(crate) fn unavailable(message: impl Into<String>) -> ApiError {
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
         ApiError::new(ErrorCode::Unavailable, message)
     }
 
     /// 404 `not_found` for something that is not there.
-    pub(crate) fn not_found(message: impl Into<String>) -> ApiError {
+    pub fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(ErrorCode::NotFound, message)
     }
 
     /// The JSON body.
-    pub(crate) fn body(&self) -> ErrorBody {
+    pub fn body(&self) -> ErrorBody {
         ErrorBody {
             error: ErrorDetail {
                 code: self.code.as_str().to_owned(),
@@ -157,7 +160,7 @@ impl IntoResponse for ApiError {
 
 /// The code for an error status the API did not produce itself (the safety net in
 /// [`crate::routes`], and a relayed code this build does not know).
-pub(crate) fn code_for_status(status: StatusCode) -> ErrorCode {
+pub fn code_for_status(status: StatusCode) -> ErrorCode {
     match status {
         StatusCode::NOT_FOUND => ErrorCode::NotFound,
         StatusCode::METHOD_NOT_ALLOWED => ErrorCode::MethodNotAllowed,

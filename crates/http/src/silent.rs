@@ -23,7 +23,7 @@ struct Table {
 
 /// One listener's silent connections, oldest first.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Silent(Arc<Mutex<Table>>);
+pub struct Silent(Arc<Mutex<Table>>);
 
 impl Silent {
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -31,7 +31,7 @@ impl Silent {
     }
 
     /// A new connection, silent until [`SilentSlot::spoke`].
-    pub(crate) fn enter(&self) -> SilentSlot {
+    pub fn enter(&self) -> SilentSlot {
         let evict = Arc::new(Notify::new());
         let mut table = self.table();
         let id = table.next;
@@ -46,7 +46,7 @@ impl Silent {
     }
 
     /// Tells the oldest silent connection to close, and forgets it; `false` when none is.
-    pub(crate) fn evict_oldest(&self) -> bool {
+    pub fn evict_oldest(&self) -> bool {
         let oldest = self.table().waiting.pop_first();
         oldest.map(|(_, evict)| evict.notify_one()).is_some()
     }
@@ -60,7 +60,7 @@ impl Silent {
 
 /// One connection's place among the silent ones; dropping it (the connection ended) leaves.
 #[derive(Debug)]
-pub(crate) struct SilentSlot {
+pub struct SilentSlot {
     silent: Silent,
     id: u64,
     evict: Arc<Notify>,
@@ -70,20 +70,20 @@ pub(crate) struct SilentSlot {
 
 impl SilentSlot {
     /// The connection sent a request head: it is no longer evicted for a newcomer.
-    pub(crate) fn spoke(&self) {
+    pub fn spoke(&self) {
         if !self.spoke.swap(true, Ordering::Relaxed) {
             self.silent.table().waiting.remove(&self.id);
         }
     }
 
     /// Fires when the connection is evicted.
-    pub(crate) fn evicted(&self) -> &Notify {
+    pub fn evicted(&self) -> &Notify {
         &self.evict
     }
 
     /// Whether the connection has sent a request: an eviction that raced with it (taken
     /// from the table just before the request came) is then ignored.
-    pub(crate) fn has_spoken(&self) -> bool {
+    pub fn has_spoken(&self) -> bool {
         self.spoke.load(Ordering::Relaxed)
     }
 }
