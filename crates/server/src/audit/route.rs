@@ -14,9 +14,9 @@ use muster_core::api::{AuditQuery, AuditRecord, AuditReply};
 use muster_core::{ErrorCode, Label, ServiceKey};
 
 use crate::app::App;
-use crate::audit::filter::{Parsed, QueryError};
-use crate::audit::log::{AuditLog, Denial};
 use crate::auth::Caller;
+use muster_gate::audit::filter::{Parsed, QueryError};
+use muster_gate::audit::{AuditLog, Denial};
 use muster_http::error::ApiError;
 use muster_http::extract::QueryParams;
 use muster_http::peer::Peer;

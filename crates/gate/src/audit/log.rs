@@ -43,32 +43,32 @@ use crate::audit::filter::{AuditFilter, Cursor};
 
 /// A request refused before it reached the log, as the node that refused it saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Denial {
+pub struct Denial {
     /// Who asked: `None` when the caller could not be authenticated.
-    pub(crate) principal: Option<Principal>,
+    pub principal: Option<Principal>,
     /// The tenant the request addressed, when it named one.
-    pub(crate) tenant: Option<Label>,
+    pub tenant: Option<Label>,
     /// The service the request addressed, when it named one.
-    pub(crate) key: Option<ServiceKey>,
+    pub key: Option<ServiceKey>,
     /// What it asked to do: the auth verb (`read`, `register`, `admin`, ...), or `cluster` for
     /// a node-to-node request.
-    pub(crate) verb: String,
+    pub verb: String,
     /// The method and path asked for, e.g. `PUT /v1/registry/acme/prod/api/api-0`.
-    pub(crate) resource: String,
+    pub resource: String,
     /// The code the request was answered with (`unauthenticated`, `permission_denied`, ...).
-    pub(crate) code: ErrorCode,
+    pub code: ErrorCode,
     /// Why, for people.
-    pub(crate) reason: String,
+    pub reason: String,
     /// Where the request came from ([`muster_http::peer::Peer::addr`]; the accept loop gives every
     /// request one, so `None` only for a request that did not come through it).
-    pub(crate) source: Option<SocketAddr>,
+    pub source: Option<SocketAddr>,
     /// When: this node's clock, Unix milliseconds.
-    pub(crate) at_ms: u64,
+    pub at_ms: u64,
 }
 
 /// The audit rings (see the module docs). Shared: the apply path and the request handlers
 /// push, the route reads.
-pub(crate) struct AuditLog {
+pub struct AuditLog {
     /// Mutation records kept at most (`audit.retention`).
     retention: usize,
     /// Denial records kept at most (`audit.denial_retention`).
@@ -147,7 +147,7 @@ impl Trail {
 impl AuditLog {
     /// An empty log keeping the newest `retention` mutations and `denial_retention` denials
     /// (each at least 1); `epoch` must differ between starts and nodes (a random number).
-    pub(crate) fn new(retention: usize, denial_retention: usize, epoch: u64) -> AuditLog {
+    pub fn new(retention: usize, denial_retention: usize, epoch: u64) -> AuditLog {
         AuditLog {
             retention: retention.max(1),
             denial_retention: denial_retention.max(1),
@@ -165,7 +165,7 @@ impl AuditLog {
     /// that ring's oldest beyond its retention. The apply path pushes mutations here; a
     /// denial pushed here is kept as it is, not counted into another ([`AuditLog::denied`]
     /// counts).
-    pub(crate) fn push(&self, record: AuditRecord) {
+    pub fn push(&self, record: AuditRecord) {
         let mut trail = self.trail.lock().unwrap_or_else(PoisonError::into_inner);
         trail.push(record, self.retention, self.denial_retention);
     }
@@ -176,7 +176,7 @@ impl AuditLog {
     /// auth layer calls this for every `unauthenticated` or `permission_denied` answer; the
     /// browser guard for its refusals; the cluster listener for a wrong secret; a stream for
     /// its token's revocation.
-    pub(crate) fn denied(&self, denial: Denial) {
+    pub fn denied(&self, denial: Denial) {
         let Denial {
             principal,
             tenant,
@@ -229,18 +229,13 @@ impl AuditLog {
     /// without one) that `filter` admits, at most `limit` (at least 1), and a cursor for the
     /// rest when more match.
     #[cfg(test)]
-    pub(crate) fn page(
-        &self,
-        filter: &AuditFilter,
-        cursor: Option<Cursor>,
-        limit: usize,
-    ) -> Result<AuditReply, StaleCursor> {
+    pub fn page(&self, filter: &AuditFilter, cursor: Option<Cursor>, limit: usize) -> Result<AuditReply, StaleCursor> {
         self.page_visible(filter, cursor, limit, &|_| true)
     }
 
     /// [`AuditLog::page`] of the records `visible` also admits: what the caller's rules let
     /// it read (SPEC S3).
-    pub(crate) fn page_visible(
+    pub fn page_visible(
         &self,
         filter: &AuditFilter,
         cursor: Option<Cursor>,
@@ -285,7 +280,7 @@ impl AuditLog {
 
     /// Denial keys indexed for counting: at most `denial_retention`.
     #[cfg(test)]
-    pub(crate) fn open_aggregates(&self) -> usize {
+    pub fn open_aggregates(&self) -> usize {
         self.trail.lock().unwrap_or_else(PoisonError::into_inner).open.len()
     }
 }
@@ -325,7 +320,7 @@ const MAX_DENIAL_TEXT: usize = 512;
 /// A cursor this log did not issue since it started (another node's, or from before a
 /// restart).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct StaleCursor;
+pub struct StaleCursor;
 
 /// Records allocated up front at most, per ring: a large retention grows as records come
 /// instead of reserving memory a quiet node never uses.

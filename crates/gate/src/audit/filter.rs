@@ -5,15 +5,15 @@ use muster_core::api::{AuditQuery, AuditRecord};
 use muster_core::{Label, NamespaceKey, ServiceKey};
 
 /// Records a page holds when the query names no `limit`.
-pub(crate) const DEFAULT_LIMIT: usize = 100;
+pub const DEFAULT_LIMIT: usize = 100;
 
 /// The most records one page holds (a larger `limit` gets this many): a page of 1,000 records
 /// is a few hundred KiB of JSON, and the ring's lock is held while it is copied.
-pub(crate) const MAX_LIMIT: usize = 1000;
+pub const MAX_LIMIT: usize = 1000;
 
 /// What a record must be to be listed: every filter given must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct AuditFilter {
+pub struct AuditFilter {
     tenant: Option<Label>,
     principal: Option<String>,
     key: Option<KeyFilter>,
@@ -41,17 +41,21 @@ enum OutcomeFilter {
 /// Where a page continues: below `before`, in the log started as `epoch`. Text:
 /// `<epoch>.<before>`; clients treat it as opaque.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Cursor {
-    pub(crate) epoch: u64,
-    pub(crate) before: u64,
+pub struct Cursor {
+    /// The log's start, so a cursor of a restarted node's log is refused, not misread.
+    pub epoch: u64,
+    /// The sequence number the page continues below.
+    pub before: u64,
 }
 
 impl Cursor {
-    pub(crate) fn encode(self) -> String {
+    /// The cursor as text.
+    pub fn encode(self) -> String {
         format!("{}.{}", self.epoch, self.before)
     }
 
-    pub(crate) fn decode(text: &str) -> Option<Cursor> {
+    /// A cursor from its text; `None` when it is malformed.
+    pub fn decode(text: &str) -> Option<Cursor> {
         let (epoch, before) = text.split_once('.')?;
         let number = |part: &str| {
             (!part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
@@ -67,15 +71,18 @@ impl Cursor {
 
 /// A query, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Parsed {
-    pub(crate) filter: AuditFilter,
-    pub(crate) cursor: Option<Cursor>,
-    pub(crate) limit: usize,
+pub struct Parsed {
+    /// Which records match.
+    pub filter: AuditFilter,
+    /// Where the page continues, if not at the newest record.
+    pub cursor: Option<Cursor>,
+    /// At most this many records.
+    pub limit: usize,
 }
 
 /// Why a query cannot be answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum QueryError {
+pub enum QueryError {
     /// A parameter is malformed (400 `bad_request`); the message names it.
     Malformed(String),
     /// The caller may see only `scope`'s records and asked for another tenant's (403
@@ -86,7 +93,7 @@ pub(crate) enum QueryError {
 impl Parsed {
     /// Parses `query`; with a `scope` (a tenant admin's own tenant), only that tenant's records
     /// are listed, and asking for another tenant's is refused.
-    pub(crate) fn new(query: &AuditQuery, scope: Option<&Label>) -> Result<Parsed, QueryError> {
+    pub fn new(query: &AuditQuery, scope: Option<&Label>) -> Result<Parsed, QueryError> {
         let malformed = |message: String| QueryError::Malformed(message);
         let tenant = query
             .tenant
@@ -194,7 +201,7 @@ fn parse_outcome(text: &str) -> Result<OutcomeFilter, String> {
 
 impl AuditFilter {
     /// Whether `record` passes every filter.
-    pub(crate) fn admits(&self, record: &AuditRecord) -> bool {
+    pub fn admits(&self, record: &AuditRecord) -> bool {
         let tenant = self.tenant.as_ref().is_none_or(|t| record.tenant.as_ref() == Some(t));
         let principal = self
             .principal
