@@ -200,7 +200,11 @@ mod tests {
         term.store(9, Ordering::SeqCst);
         settle().await;
         assert_eq!(*probe.started.lock().unwrap(), vec![4, 6, 9]);
-        assert_eq!(probe.alive.load(Ordering::SeqCst), 1, "term 6's loop aborted before term 9's started");
+        assert_eq!(
+            probe.alive.load(Ordering::SeqCst),
+            1,
+            "term 6's loop aborted before term 9's started"
+        );
 
         stop.send(true).unwrap();
         runner.await.unwrap();

@@ -39,6 +39,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod duties;
 mod engine;
 mod expiry;
 mod io;

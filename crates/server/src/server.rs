@@ -41,6 +41,11 @@ use muster_http::guard::RequestGuard;
 use muster_http::listener::Listening;
 use muster_http::{accept, descriptors};
 use muster_hub::{WatchHub, WatchStats};
+use muster_leader::duties::Duties;
+
+/// How often the leader duties' runner looks at leadership: a new leader's reaper and
+/// mirrors start within this of its election, small beside the election itself.
+const LEADERSHIP_POLL: Duration = Duration::from_millis(200);
 
 /// A server that is running; [`RunningServer::stop`] stops it gracefully.
 pub struct RunningServer {
@@ -374,6 +379,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     });
     // The Consul listener shares the HTTP API's connection budget, limits and TLS: one
     // budget keeps the two from taking, together, the descriptors storage needs.
+    let mut duties = Duties::new();
     let consul = consul_listener.map(|(listener, addr)| {
         let view = Arc::new(ConsulView {
             tenant: config.consul.tenant.clone(),
@@ -387,6 +393,11 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
             jitter: Jitter::new(app.clock.unix_now_ms()),
         });
         let router = consul::router(Arc::clone(&app), view, guard, config.max_body_bytes);
+        // `DeregisterCriticalServiceAfter`: the Consul API's reaper, a leader duty.
+        let reaping = Arc::clone(&app);
+        duties.add("consul reaper", move |_term| {
+            Box::pin(consul::reap(Arc::clone(&reaping)))
+        });
         let (stop_accepting, stop_rx) = oneshot::channel::<()>();
         let serve = tokio::spawn(accept::serve(
             listener,
@@ -431,12 +442,18 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
             Arc::clone(&tier_zone),
             stopping_rx.clone(),
         ));
-        tokio::spawn(crate::federation::run(
-            Arc::clone(&app),
-            federation,
-            stopping_rx.clone(),
-        ));
+        let (app, federation) = (Arc::clone(&app), Arc::clone(&federation));
+        duties.add("federation mirrors", move |_term| {
+            Box::pin(crate::federation::lead(Arc::clone(&app), Arc::clone(&federation)))
+        });
     }
+    // The leader-only loops run while this node leads, and only then (DESIGN "Third wave").
+    let leading = Arc::clone(&app);
+    tokio::spawn(duties.run(
+        move || leading.is_ready().then(|| leading.node.leading_term()).flatten(),
+        LEADERSHIP_POLL,
+        stopping_rx.clone(),
+    ));
     let leader = tokio::spawn(leader::run(Arc::clone(&app), leader_messages, stopping_rx));
     // Ends when the server starts stopping (or the node stops).
     tokio::spawn(crate::metrics::follow_leader(Arc::clone(&app)));

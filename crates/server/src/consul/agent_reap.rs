@@ -77,23 +77,14 @@ pub(crate) fn due(registry: &Registry, now_unix_ms: u64, protected: impl Fn(&Ser
     due
 }
 
-/// The reaper: runs until the server stops, acting only while this node leads.
-pub(crate) async fn run(app: Arc<App>) {
+/// The reaper for one term of leadership (a leader duty, `muster_leader::duties`): looks
+/// every [`REAP_EVERY`] until the runner aborts it when the term ends.
+pub(crate) async fn reap(app: Arc<App>) {
     let principal = Principal::new(REAPER_PRINCIPAL).expect("a valid principal");
-    let mut stopping = app.stopping();
     let mut ticks = tokio::time::interval(REAP_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            _ = stopping.changed() => return,
-        }
-        if *stopping.borrow() {
-            return;
-        }
-        if !app.is_ready() || !app.node.is_leader() {
-            continue;
-        }
+        ticks.tick().await;
         let now = app.clock.unix_now_ms();
         for removal in app
             .node

@@ -100,6 +100,7 @@ pub(crate) mod token;
 mod view;
 pub(crate) mod waiters;
 
+pub(crate) use agent_reap::reap;
 pub(crate) use view::ConsulView;
 
 use std::sync::Arc;
@@ -119,8 +120,6 @@ use muster_http::guard::{BodyReadTimeout, RequestGuard};
 /// API's (its Origin and Host checks apply, not its JSON-only bodies: Consul clients send
 /// bodies without a content type).
 pub(crate) fn router(app: Arc<App>, view: Arc<ConsulView>, guard: RequestGuard, max_body_bytes: usize) -> Router {
-    // `DeregisterCriticalServiceAfter` (`agent_reap`): acts on the leader, ends with the server.
-    tokio::spawn(agent_reap::run(Arc::clone(&app)));
     Router::new()
         .merge(agent::routes())
         .route("/v1/catalog/services", get(catalog::services))

@@ -23,16 +23,13 @@ use muster_core::api::Frame;
 use muster_core::federation::ImportScope;
 use muster_core::{Actor, ErrorCode, Label, Principal, Revision, ServiceKey, ServiceSnapshot, ServiceUpdate};
 use muster_registry::{Command, Mirror, MirrorChange};
-use tokio::sync::watch;
+
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::{Federation, Peer};
 use crate::app::App;
 
-/// How often leadership is checked: a new leader's mirrors start within this of its election,
-/// small beside the election itself.
-const LEADERSHIP_POLL: Duration = Duration::from_millis(200);
 /// The most frames one proposal carries: a burst of a busy peer becomes a few log entries
 /// of bounded size, not one per frame nor one unbounded entry.
 const MAX_BATCH: usize = 512;
@@ -42,46 +39,36 @@ const BACKOFF: (Duration, Duration) = (Duration::from_millis(200), Duration::fro
 /// A watch silent this long is lost: three of a peer's default 5 s `progress` frames.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Runs the mirrors while this node leads, until the server stops.
-pub(crate) async fn run(app: Arc<App>, federation: Arc<Federation>, mut stopping: watch::Receiver<bool>) {
-    loop {
-        let term = loop {
-            if *stopping.borrow() {
-                return;
+/// The mirrors for one term of leadership (a leader duty, `muster_leader::duties`): one
+/// follower per import, until the runner aborts this when the term ends; the links then read
+/// disconnected.
+pub(crate) async fn lead(app: Arc<App>, federation: Arc<Federation>) {
+    /// Marks every link disconnected when the term's mirrors end.
+    struct Disconnect(Arc<Federation>);
+    impl Drop for Disconnect {
+        fn drop(&mut self) {
+            for link in self
+                .0
+                .links
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .values_mut()
+            {
+                link.connected = false;
             }
-            if let Some(term) = app.node.leading_term() {
-                break term;
-            }
-            tokio::select! {
-                () = tokio::time::sleep(LEADERSHIP_POLL) => {}
-                _ = stopping.changed() => {}
-            }
-        };
-        forget_unconfigured(&app, &federation).await;
-        let mut tasks = JoinSet::new();
-        for peer in &federation.peers {
-            for import in &peer.imports {
-                let (app, federation) = (Arc::clone(&app), Arc::clone(&federation));
-                let (peer, import) = (peer.clone(), import.clone());
-                tasks.spawn(async move { follow(&app, &federation, &peer, &import).await });
-            }
-        }
-        while app.node.leading_term() == Some(term) && !*stopping.borrow() {
-            tokio::select! {
-                () = tokio::time::sleep(LEADERSHIP_POLL) => {}
-                _ = stopping.changed() => {}
-            }
-        }
-        tasks.abort_all();
-        for link in federation
-            .links
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .values_mut()
-        {
-            link.connected = false;
         }
     }
+    let _disconnect = Disconnect(Arc::clone(&federation));
+    forget_unconfigured(&app, &federation).await;
+    let mut tasks = JoinSet::new();
+    for peer in &federation.peers {
+        for import in &peer.imports {
+            let (app, federation) = (Arc::clone(&app), Arc::clone(&federation));
+            let (peer, import) = (peer.clone(), import.clone());
+            tasks.spawn(async move { follow(&app, &federation, &peer, &import).await });
+        }
+    }
+    while tasks.join_next().await.is_some() {}
 }
 
 /// Forgets every held import the configuration no longer names (a peer or an import

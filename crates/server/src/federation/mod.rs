@@ -22,7 +22,7 @@ use muster_core::federation::{FailoverDecision, FailoverPolicy, ImportScope, Mir
 use muster_core::{Label, Revision, ServiceKey};
 use serde::{Deserialize, Serialize};
 
-pub(crate) use mirror::run;
+pub(crate) use mirror::lead;
 pub(crate) use read::{decision, federated_parts, status};
 pub(crate) use tiers::run_ticker;
 
