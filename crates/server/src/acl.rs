@@ -19,7 +19,7 @@ use muster_registry::{AclBootstrap, CreateToken, RevokeToken};
 use ring::rand::{SecureRandom, SystemRandom};
 
 use crate::app::App;
-use crate::auth::Caller;
+use muster_gate::Caller;
 use muster_http::error::ApiError;
 use muster_http::extract::{JsonBody, Segments};
 use muster_http::peer::Peer;
@@ -38,7 +38,11 @@ pub(crate) async fn bootstrap(
         "bootstrap operator token".into(),
     )?;
     let accessor = spec.accessor.to_string();
-    app.propose(AclBootstrap { token: spec }.into(), app.meta(Actor::Owner, &caller))
+    app.gate
+        .propose(
+            AclBootstrap { token: spec }.into(),
+            app.gate.meta(Actor::Owner, &caller),
+        )
         .await?;
     tracing::info!(%accessor, "acl bootstrapped: the first operator token was made");
     Ok((
@@ -77,7 +81,8 @@ pub(crate) async fn create(
     spec.validate()
         .map_err(|e| ApiError::new(muster_core::ErrorCode::InvalidField, e))?;
     let accessor = spec.accessor.to_string();
-    app.propose(CreateToken { token: spec }.into(), app.meta(Actor::Owner, &caller))
+    app.gate
+        .propose(CreateToken { token: spec }.into(), app.gate.meta(Actor::Owner, &caller))
         .await?;
     Ok((
         StatusCode::CREATED,
@@ -96,7 +101,7 @@ pub(crate) async fn list(
 ) -> Result<Json<TokenListReply>, ApiError> {
     let scope = caller.confined_to().cloned();
     require_admin(&app, &caller, peer.as_deref(), scope.as_ref())?;
-    let tokens = app.node.read(|registry| {
+    let tokens = app.gate.read(|registry| {
         registry
             .acl()
             .tokens()
@@ -126,7 +131,7 @@ pub(crate) async fn revoke(
     let text = segments.0.first().map_or("", String::as_str);
     let accessor = Accessor::parse(text).map_err(ApiError::bad_request)?;
     let owner = app
-        .node
+        .gate
         .read(|registry| registry.acl().get(&accessor).map(|token| token.tenant().cloned()));
     // A token outside the caller's reach is answered as absent: a probe learns nothing of it.
     let absent = || ApiError::not_found(format!("token {accessor} does not exist"));
@@ -138,7 +143,8 @@ pub(crate) async fn revoke(
     }
     require_admin(&app, &caller, peer.as_deref(), tenant.as_ref())?;
     let applied = app
-        .propose(RevokeToken { accessor }.into(), app.meta(Actor::Owner, &caller))
+        .gate
+        .propose(RevokeToken { accessor }.into(), app.gate.meta(Actor::Owner, &caller))
         .await?;
     Ok(Json(TokenRevokeReply {
         revision: applied.revision,
@@ -148,7 +154,7 @@ pub(crate) async fn revoke(
 /// Tokens are made only with authentication on: made while it is off (when anyone on the
 /// host could), a token would outlive that and hold power once it is turned on.
 fn require_auth_on(app: &App) -> Result<(), ApiError> {
-    if app.auth.enabled {
+    if app.gate.auth.enabled {
         return Ok(());
     }
     Err(ApiError::new(
@@ -160,8 +166,8 @@ fn require_auth_on(app: &App) -> Result<(), ApiError> {
 /// Managing `tenant`'s tokens needs `admin` on the whole tenant; operator tokens (`None`)
 /// need an operator's `admin`.
 fn require_admin(app: &App, caller: &Caller, peer: Option<&Peer>, tenant: Option<&Label>) -> Result<(), ApiError> {
-    caller.require(
-        app,
+    app.gate.require(
+        caller,
         peer,
         &Request {
             tenant,

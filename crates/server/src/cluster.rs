@@ -29,10 +29,10 @@ use muster_consensus::{Rpc, SECRET_HEADER, SNAPSHOT_CHUNK_BYTES};
 
 use crate::app::App;
 use crate::audit::Denial;
-use crate::forward::{LEADER_PATH, LeaderCall};
 use crate::join::{self, JoinKey, PROOF_PATH};
 use crate::lease_routes::renew_here;
 use crate::writes::{in_flight_here, report_here};
+use muster_gate::forward::{LEADER_PATH, LeaderCall};
 use muster_http::error::ApiError;
 use muster_http::peer::Peer;
 
@@ -81,7 +81,7 @@ fn authenticate(app: &App, peer: Option<&Peer>, resource: &str, headers: &Header
         return Ok(());
     }
     let reason = format!("node-to-node requests need the cluster secret in {SECRET_HEADER}");
-    app.audit.denied(Denial {
+    app.gate.audit.denied(Denial {
         principal: None,
         tenant: None,
         key: None,
@@ -94,7 +94,7 @@ fn authenticate(app: &App, peer: Option<&Peer>, resource: &str, headers: &Header
             format!("a wrong cluster secret in {SECRET_HEADER}")
         },
         source: peer.map(|peer| peer.addr),
-        at_ms: app.clock.unix_now_ms(),
+        at_ms: app.gate.clock.unix_now_ms(),
     });
     Err(ApiError::new(muster_core::ErrorCode::Unauthenticated, reason))
 }
@@ -106,7 +106,7 @@ async fn leader_call(State(app): State<Arc<App>>, body: Bytes) -> Response {
         Ok(call) => call,
         Err(error) => return ApiError::bad_request(format!("not a leader call: {error}")).into_response(),
     };
-    if !app.node.is_leader() {
+    if !app.gate.is_leader() {
         return ApiError::no_quorum("this node no longer leads; retry").into_response();
     }
     let answer = match call {

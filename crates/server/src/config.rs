@@ -6,10 +6,10 @@ use std::path::PathBuf;
 
 use muster_consensus::ClusterConfig;
 
-use crate::auth::AuthConfig;
 use muster_core::ServiceKey;
 use muster_core::address::host_port;
 use muster_dns::ZoneConfig;
+use muster_gate::AuthConfig;
 use muster_health::checker::CheckerConfig;
 use muster_health::preservation::{Brakes, PreservationConfig};
 use muster_health::target::TargetPolicy;

@@ -43,8 +43,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde::Deserialize;
 
 use crate::app::App;
-use crate::auth::Caller;
-use crate::clock::ServerClock;
+use muster_gate::Caller;
+use muster_gate::clock::ServerClock;
 use muster_http::error::ApiError;
 use muster_http::extract::{JsonBody, QueryParams, Segments};
 
@@ -243,7 +243,7 @@ pub(crate) async fn report(
     caller: Caller,
     JsonBody(report): JsonBody<ConvergenceReport>,
 ) -> Result<Json<ReportReply>, ApiError> {
-    let current = app.hub.revision();
+    let current = app.gate.hub.revision();
     if let Some(ahead) = report.applied.iter().find(|entry| entry.revision > current) {
         app.convergence.refused.inc();
         return Err(ApiError::new(
@@ -327,7 +327,7 @@ pub(crate) async fn summary(
 ) -> Result<Response, ApiError> {
     let key = segments.service()?;
     let query = params.parse()?;
-    let current = |app: &App, key: &ServiceKey| app.node.read(|registry| registry.snapshot(key).map(|s| s.revision()));
+    let current = |app: &App, key: &ServiceKey| app.gate.read(|registry| registry.snapshot(key).map(|s| s.revision()));
     if current(&app, &key).is_none() && !app.convergence.knows(&key) {
         return Err(ApiError::not_found(format!(
             "service {key} is not registered and no subscriber reported it"

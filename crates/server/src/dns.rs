@@ -17,9 +17,9 @@ use muster_core::{ServiceKey, ServiceSnapshot};
 use muster_dns::{DnsListener, LiveZone, Zone};
 use muster_registry::{Applied, Registry};
 
-use crate::clock::ServerClock;
 use crate::federation::Federation;
 use crate::{ServerConfig, ServerError};
+use muster_gate::clock::ServerClock;
 
 /// Stages every change of the zone's tenant into the live DNS zone: in a federated region, a
 /// service a failover policy covers as served with its failover tier (`federation::tiers`).

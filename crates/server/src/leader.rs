@@ -30,7 +30,9 @@ use muster_leader::{Note, Now, Outcome, Output, Proposal, Reply, ReplyTo};
 use muster_registry::{Applied, Registry};
 use tokio::sync::{mpsc, watch};
 
-use crate::app::{App, Engine};
+use muster_gate::leader::Engine;
+
+use crate::app::App;
 use muster_http::error::ApiError;
 
 /// The longest the task sleeps: a tick is due every `TICK_MS` anyway; this bounds a sleep
@@ -106,7 +108,7 @@ pub(crate) async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
-        let (outputs, wake_in) = app.with_engine(|engine, registry, now| {
+        let (outputs, wake_in) = app.gate.with_engine(|engine, registry, now| {
             let outputs = engine.tick(registry, now);
             (outputs, engine.wake_at(now).saturating_sub(now.monotonic_ms))
         });
@@ -115,8 +117,8 @@ pub(crate) async fn run(
         tokio::select! {
             _ = stop.wait_for(|stopping| *stopping) => return,
             Some(message) = messages.recv() => match message {
-                Message::Updates(updates) => app.with_engine(|engine, _, now| engine.applied(&updates, now)),
-                Message::Reset => app.with_engine(|engine, registry, now| engine.reset(registry, now)),
+                Message::Updates(updates) => app.gate.with_engine(|engine, _, now| engine.applied(&updates, now)),
+                Message::Reset => app.gate.with_engine(|engine, registry, now| engine.reset(registry, now)),
             },
             () = tokio::time::sleep(sleep) => {}
         }
@@ -133,7 +135,9 @@ pub(crate) fn perform(app: &Arc<App>, outputs: Vec<Output>) {
                 tokio::spawn(async move {
                     let tag = proposal.tag;
                     let outcome = propose(&app, proposal).await;
-                    let outputs = app.with_engine(|engine, registry, _| engine.settled(registry, tag, outcome));
+                    let outputs = app
+                        .gate
+                        .with_engine(|engine, registry, _| engine.settled(registry, tag, outcome));
                     perform(&app, outputs);
                 });
             }
@@ -142,16 +146,17 @@ pub(crate) fn perform(app: &Arc<App>, outputs: Vec<Output>) {
                 let app = Arc::clone(app);
                 tokio::spawn(async move {
                     let result = probe(&task.kind, task.timeout).await;
-                    let outputs =
-                        app.with_engine(|engine, registry, now| engine.probe_result(registry, task.id, result, now));
+                    let outputs = app
+                        .gate
+                        .with_engine(|engine, registry, now| engine.probe_result(registry, task.id, result, now));
                     perform(&app, outputs);
                 });
             }
-            Output::Reply { to, reply } => app.answer(to, reply),
+            Output::Reply { to, reply } => app.gate.answer(to, reply),
             Output::Note(note) => log(app, note),
         }
     }
-    let (in_flight, endpoints) = app.checker_load();
+    let (in_flight, endpoints) = app.gate.checker_load();
     let stats = &app.metrics.checker;
     stats.in_flight.store(in_flight as u64, Ordering::Relaxed);
     stats.endpoints.store(endpoints as u64, Ordering::Relaxed);
@@ -163,8 +168,10 @@ pub(crate) async fn ask(
     app: &Arc<App>,
     event: impl FnOnce(&mut Engine, &Registry, Now, ReplyTo) -> Vec<Output>,
 ) -> Result<Reply, ApiError> {
-    let (to, answer) = app.reply_slot();
-    let outputs = app.with_engine(|engine, registry, now| event(engine, registry, now, to));
+    let (to, answer) = app.gate.reply_slot();
+    let outputs = app
+        .gate
+        .with_engine(|engine, registry, now| event(engine, registry, now, to));
     perform(app, outputs);
     answer
         .await
@@ -182,8 +189,8 @@ async fn propose(app: &App, proposal: Proposal) -> Outcome {
     // after a partition heals, a deposed leader's expiry would land after renewals the new
     // leader accepted and expire leases a majority kept alive (SPEC R4).
     match app
-        .node
-        .propose_as_leader(command, app.meta_as(duty.actor(), &principal))
+        .gate
+        .propose_as_leader(command, app.gate.meta_as(duty.actor(), &principal))
         .await
     {
         Ok(Ok(applied)) => {
@@ -195,7 +202,7 @@ async fn propose(app: &App, proposal: Proposal) -> Outcome {
         }
         Ok(Err(rejection)) => {
             // A replaced, removed or lifted endpoint: the registry explains it.
-            let revision = app.node.read(Registry::revision);
+            let revision = app.gate.read(Registry::revision);
             match &target {
                 Some((key, instance, incarnation)) => crate::endpoint_log::endpoint_event!(
                     tracing::Level::DEBUG, key, instance, incarnation, revision,
@@ -206,7 +213,7 @@ async fn propose(app: &App, proposal: Proposal) -> Outcome {
             Outcome::Refused
         }
         Err(error) => {
-            let revision = app.node.read(Registry::revision);
+            let revision = app.gate.read(Registry::revision);
             match &target {
                 Some((key, instance, incarnation)) => crate::endpoint_log::endpoint_event!(
                     tracing::Level::WARN, key, instance, incarnation, revision,
@@ -226,7 +233,7 @@ fn log(app: &App, note: Note) {
     // serving state are the record's as the decision saw it (SPEC O2); the committed change
     // is logged by `endpoint_log::duty_committed`.
     let record = |key: &ServiceKey, instance: &muster_core::InstanceId| {
-        app.node.read(|registry| {
+        app.gate.read(|registry| {
             let endpoint = registry
                 .snapshot(key)
                 .and_then(|snapshot| snapshot.get(instance).cloned());

@@ -26,8 +26,8 @@ use muster_core::{ErrorCode, InstanceId, LeaseId, ServiceKey};
 use serde::{Deserialize, Serialize};
 
 use crate::app::App;
-use crate::auth::Caller;
 use crate::live;
+use muster_gate::Caller;
 use muster_http::error::ApiError;
 use muster_http::extract::{QueryParams, Segments};
 
@@ -88,7 +88,7 @@ pub(crate) async fn deadlines(
 
 /// The deadlines of `key`'s leased endpoints now.
 pub(crate) fn read(app: &App, key: &ServiceKey) -> DeadlinesReply {
-    app.with_engine(|engine, registry, _| {
+    app.gate.with_engine(|engine, registry, _| {
         let endpoints = registry
             .snapshot(key)
             .map(|snapshot| {
@@ -101,7 +101,7 @@ pub(crate) fn read(app: &App, key: &ServiceKey) -> DeadlinesReply {
                             instance: endpoint.instance.clone(),
                             lease,
                             ttl_ms,
-                            deadline_unix_ms: engine.leases().deadline(lease).map(|at| app.clock.unix_ms(at)),
+                            deadline_unix_ms: engine.leases().deadline(lease).map(|at| app.gate.clock.unix_ms(at)),
                         })
                     })
                     .collect()

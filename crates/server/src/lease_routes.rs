@@ -13,9 +13,9 @@ use muster_registry::{GrantLease, RevokeLease};
 use serde::Deserialize;
 
 use crate::app::App;
-use crate::auth::Caller;
-use crate::forward::{LeaderCall, on_leader};
 use crate::metrics::renewal;
+use muster_gate::Caller;
+use muster_gate::forward::LeaderCall;
 use muster_http::error::ApiError;
 use muster_http::extract::{JsonBody, QueryParams, Segments, actor};
 use muster_http::peer::Peer;
@@ -44,8 +44,8 @@ pub(crate) async fn grant(
         tenant,
         ttl_ms: request.ttl_ms,
     };
-    let applied = app.propose(command.into(), app.meta(actor, &caller)).await?;
-    Ok(Json(app.write_reply(&applied)))
+    let applied = app.gate.propose(command.into(), app.gate.meta(actor, &caller)).await?;
+    Ok(Json(app.gate.write_reply(&applied)))
 }
 
 /// `PUT /v1/leases/{tenant}/{id}/renew`: no log write. In a cluster the deadline lives on the
@@ -57,7 +57,8 @@ pub(crate) async fn renew(State(app): State<Arc<App>>, segments: Segments) -> Re
         tenant: tenant.clone(),
         id,
     };
-    on_leader(&app, call, async { renew_here(&app, &tenant, id) })
+    app.gate
+        .on_leader(call, async { renew_here(&app, &tenant, id) })
         .await
         .map(Json)
 }
@@ -70,13 +71,15 @@ const RENEW_QUORUM_MS: u64 = 1_000;
 
 /// Renews on this node, which leads (or is the only node).
 pub(crate) fn renew_here(app: &App, tenant: &muster_core::Label, id: LeaseId) -> Result<LeaseReply, ApiError> {
-    if app.cluster.is_some() && app.node.leader_contact_age_ms().is_none_or(|age| age > RENEW_QUORUM_MS) {
+    if app.gate.cluster.is_some() && app.gate.leader_contact_age_ms().is_none_or(|age| age > RENEW_QUORUM_MS) {
         app.metrics.renewals.add(Some(tenant), renewal::NO_QUORUM, 1);
         return Err(ApiError::no_quorum(
             "this node cannot confirm it still leads a quorum; the lease was not extended: retry",
         ));
     }
-    let renewed = app.with_engine(|engine, registry, now| engine.renew(registry, tenant, id, now));
+    let renewed = app
+        .gate
+        .with_engine(|engine, registry, now| engine.renew(registry, tenant, id, now));
     let outcome = match &renewed {
         Ok(_) => renewal::OK,
         Err(RenewRefused::NotFound) => renewal::LEASE_NOT_FOUND,
@@ -102,15 +105,15 @@ pub(crate) async fn revoke(
 ) -> Result<Json<WriteReply>, ApiError> {
     let tenant = segments.tenant()?;
     let id = segments.lease()?;
-    let attached = app.node.read(|registry| {
+    let attached = app.gate.read(|registry| {
         let mut keys: Vec<_> = registry.lease_endpoints(id).into_iter().map(|(key, _)| key).collect();
         keys.sort();
         keys.dedup();
         keys
     });
     for key in attached.iter().filter(|key| key.tenant == tenant) {
-        caller.require(
-            &app,
+        app.gate.require(
+            &caller,
             peer.as_deref(),
             &muster_auth::Request {
                 tenant: Some(&key.tenant),
@@ -128,7 +131,7 @@ pub(crate) async fn revoke(
         lease: id,
         expected_revision: query.expected_revision,
     };
-    let applied = app.propose(command.into(), app.meta(actor, &caller)).await?;
-    app.lease_revoked(id);
-    Ok(Json(app.write_reply(&applied)))
+    let applied = app.gate.propose(command.into(), app.gate.meta(actor, &caller)).await?;
+    app.gate.lease_revoked(id);
+    Ok(Json(app.gate.write_reply(&applied)))
 }

@@ -48,7 +48,7 @@ use muster_core::api::{ErrorBody, ErrorDetail};
 use muster_core::ErrorCode;
 
 use crate::app::App;
-use crate::auth::Caller;
+use muster_gate::Caller;
 use muster_http::error::ApiError;
 
 /// The longest an idle stream stays silent: 15 s, under the 30–60 s idle timeouts of common
@@ -78,9 +78,11 @@ where
     F: FnMut() -> Result<serde_json::Value, ApiError> + Send + 'static,
 {
     // A token confined to a tenant holds in its tenant; an operator's in the cluster's.
-    let permit = match app.admit(caller, caller.confined_to(), muster_gate::Hold::Live, None, || {
-        "live view (stream=true)".to_owned()
-    }) {
+    let permit = match app
+        .gate
+        .admit(caller, caller.confined_to(), muster_gate::Hold::Live, None, || {
+            "live view (stream=true)".to_owned()
+        }) {
         Ok(permit) => permit,
         Err(error) => return error.into_response(),
     };
@@ -89,11 +91,11 @@ where
         Err(error) => return error.into_response(),
     };
     let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(1);
-    let mut stopping = app.stopping();
+    let mut stopping = app.gate.stopping();
     // A token revoked while the stream is open ends it, as it ends a watch (SPEC S1).
     let revoked: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match caller.token_ref() {
-        Some(token) => Box::pin(crate::auth::revoked_recorded(
-            Arc::clone(app),
+        Some(token) => Box::pin(muster_gate::revoked_recorded(
+            Arc::clone(&app.gate),
             Arc::clone(token),
             muster_auth::Verb::Watch,
             None,

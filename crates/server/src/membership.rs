@@ -15,7 +15,7 @@ use muster_http::error::ApiError;
 use muster_http::extract::{JsonBody, QueryParams};
 
 fn reply(app: &App) -> ClusterReply {
-    let status = app.node.status();
+    let status = app.gate.status();
     ClusterReply {
         node_id: status.node_id,
         leader: status.leader,
@@ -47,7 +47,7 @@ pub(crate) struct ClusterQuery {
 /// `GET /v1/cluster[?stream=true]`.
 pub(crate) async fn status(
     State(app): State<Arc<App>>,
-    caller: crate::auth::Caller,
+    caller: muster_gate::Caller,
     QueryParams(query): QueryParams<ClusterQuery>,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
@@ -88,17 +88,18 @@ pub(crate) async fn add(
     // The candidate proves it holds the cluster secret before the leader sends it anything
     // that carries it (SPEC S6; see `join`). A node that does not lead refuses before
     // dialling anyone: asking openraft on a node about to lead would add the learner unproven.
-    if !app.node.is_leader() {
-        return Err(muster_consensus::ConsensusError::NotLeader(app.node.status().leader).into());
+    if !app.gate.is_leader() {
+        return Err(muster_consensus::ConsensusError::NotLeader(app.gate.status().leader).into());
     }
-    let Some(link) = &app.cluster else {
+    let Some(link) = &app.gate.cluster else {
         return Err(ApiError::new(
             muster_core::ErrorCode::MembershipRefused,
             "a single node has no cluster secret, so no member can prove it belongs; \
              start a cluster with --peers and --cluster-secret",
         ));
     };
-    join::challenge(&link.join, link.tls.clone(), request.id, &request.addr).await?;
+    let join = app.join.as_ref().expect("a cluster has a join key");
+    join::challenge(join, link.tls.clone(), request.id, &request.addr).await?;
     app.node.add_member(request.id, &request.addr).await?;
     Ok(Json(reply(&app)))
 }

@@ -17,7 +17,6 @@ use muster_consensus::{ApplyObserver, Judged};
 use muster_registry::{Applied, Registry};
 
 use crate::audit::AuditLog;
-use crate::auth::TokenWatch;
 use crate::consul::waiters::Waiters;
 use crate::convergence::Convergence;
 use crate::dns::DnsFeed;
@@ -25,6 +24,7 @@ use crate::endpoint_log::EndpointLog;
 use crate::leader::LeaderFeed;
 use crate::metrics::MetricsObserver;
 use crate::policy::PolicyWatch;
+use muster_gate::TokenWatch;
 use muster_hub::WatchHub;
 
 /// The apply path's stages, in the order they run.

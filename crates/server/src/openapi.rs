@@ -124,7 +124,7 @@ pub(crate) fn build() -> Value {
         LeaseId,
         muster_core::Revision,
         muster_core::Actor,
-        crate::consistency::Consistency
+        muster_gate::consistency::Consistency
     )),
     tags(
         (name = "registry", description = "Endpoint records (SPEC M, L)."),

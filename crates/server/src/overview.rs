@@ -30,8 +30,8 @@ use muster_registry::Scope;
 use serde::{Deserialize, Serialize};
 
 use crate::app::App;
-use crate::auth::Caller;
 use crate::live;
+use muster_gate::Caller;
 use muster_http::error::ApiError;
 use muster_http::extract::QueryParams;
 
@@ -123,8 +123,8 @@ pub(crate) async fn overview(
 
 /// The overview as `caller` may see it now.
 pub(crate) fn read(app: &App, caller: &Caller) -> OverviewReply {
-    let protected: BTreeSet<ServiceKey> = app.protected().into_iter().collect();
-    let (revision, mut namespaces) = app.node.read(|registry| {
+    let protected: BTreeSet<ServiceKey> = app.gate.protected().into_iter().collect();
+    let (revision, mut namespaces) = app.gate.read(|registry| {
         let namespaces: Vec<NamespaceOverview> = registry
             .namespace_keys()
             .filter_map(|namespace| {
@@ -162,14 +162,14 @@ pub(crate) fn read(app: &App, caller: &Caller) -> OverviewReply {
             tenant: namespace.tenant.clone(),
             namespace: namespace.namespace.clone(),
         };
-        namespace.watchers = app.hub.watchers(&Scope::Namespace(key));
+        namespace.watchers = app.gate.hub.watchers(&Scope::Namespace(key));
         for service in &mut namespace.services {
             let key = ServiceKey {
                 tenant: namespace.tenant.clone(),
                 namespace: namespace.namespace.clone(),
                 service: service.service.clone(),
             };
-            service.watchers = app.hub.watchers(&Scope::Service(key));
+            service.watchers = app.gate.hub.watchers(&Scope::Service(key));
         }
     }
     OverviewReply { revision, namespaces }

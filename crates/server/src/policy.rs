@@ -25,13 +25,13 @@ use muster_registry::{Applied, Registry, RegistryConfig, SetPolicy};
 use serde_json::Value;
 
 use crate::app::App;
-use crate::auth::Caller;
+use muster_gate::Caller;
 use muster_http::error::ApiError;
 use muster_http::extract::{JsonBody, actor};
 
 /// `GET /v1/policy`: the policy in force and the revision it was committed at.
 pub(crate) async fn get(State(app): State<Arc<App>>) -> Json<PolicyReply<RegistryConfig>> {
-    Json(app.node.read(|registry| PolicyReply {
+    Json(app.gate.read(|registry| PolicyReply {
         revision: registry.policy_revision(),
         policy: registry.policy().clone(),
     }))
@@ -48,7 +48,11 @@ pub(crate) async fn put(
 ) -> Result<Json<PolicySetReply>, ApiError> {
     let actor = actor(&headers, Actor::Owner)?;
     let applied = app
-        .propose(SetPolicy { policy, initial: false }.into(), app.meta(actor, &caller))
+        .gate
+        .propose(
+            SetPolicy { policy, initial: false }.into(),
+            app.gate.meta(actor, &caller),
+        )
         .await?;
     Ok(Json(PolicySetReply {
         revision: applied.revision,

@@ -34,8 +34,8 @@ use muster_core::{Endpoint, Label, ServiceKey, ServiceSnapshot, ServingState};
 use serde::{Deserialize, Serialize};
 
 use crate::app::App;
-use crate::auth::Caller;
 use crate::metrics::{ALL_STATES, state_name};
+use muster_gate::Caller;
 use muster_http::error::ApiError;
 use muster_http::extract::QueryParams;
 
@@ -155,7 +155,7 @@ pub(crate) async fn targets(
 ) -> Result<Json<Vec<TargetGroup>>, ApiError> {
     let filter = Filter::parse(&query)?;
     // Take the matching snapshots (shared) under the read lock; build the groups after it.
-    let snapshots: Vec<Arc<ServiceSnapshot>> = app.node.read(|registry| {
+    let snapshots: Vec<Arc<ServiceSnapshot>> = app.gate.read(|registry| {
         registry
             .all_services()
             .filter(|snapshot| filter.matches(snapshot.key()) && caller.may(snapshot.key(), Verb::Read))

@@ -16,12 +16,12 @@ use muster_registry::Page;
 use serde::{Deserialize, Serialize};
 
 use crate::app::App;
-use crate::auth::Caller;
-use crate::consistency::{self, Consistency};
 use crate::metrics::Woken;
 use crate::page_token::PageToken;
 use crate::read_cache::{ReplyHead, reply_body};
 use crate::wait::{DEFAULT_WAIT, parse_wait};
+use muster_gate::Caller;
+use muster_gate::consistency::Consistency;
 use muster_http::error::ApiError;
 use muster_http::extract::{INDEX_HEADER, QueryParams, Segments};
 
@@ -134,7 +134,7 @@ pub(crate) async fn snapshot(
 ) -> Result<Response, ApiError> {
     let key = segments.service()?;
     let start = read_at(&query)?;
-    consistency::ready(&app, query.consistency).await?;
+    app.gate.ready_for(query.consistency).await?;
     match (query.index, &query.wait) {
         (Some(index), wait) => {
             if start.at.is_some() {
@@ -153,9 +153,11 @@ pub(crate) async fn snapshot(
             };
             // Parked, it holds a slot of its principal's budget in the tenant (SPEC W4).
             let source = peer.map(|peer| peer.addr);
-            let _permit = app.admit(&caller, Some(&key.tenant), muster_gate::Hold::Parked, source, || {
-                format!("GET /v1/registry/{key}?index={index}")
-            })?;
+            let _permit = app
+                .gate
+                .admit(&caller, Some(&key.tenant), muster_gate::Hold::Parked, source, || {
+                    format!("GET /v1/registry/{key}?index={index}")
+                })?;
             wait_for_change(&app, &key, index, wait).await;
         }
         (None, Some(_)) => return Err(ApiError::bad_request("wait: only meaningful with index")),
@@ -165,26 +167,26 @@ pub(crate) async fn snapshot(
         && let Some(federation) = &app.federation
     {
         let mut response = federated_page(&app, federation, &key, &start, query.limit.unwrap_or(usize::MAX))?;
-        consistency::annotate(&app, &mut response);
+        app.gate.annotate(&mut response);
         return Ok(response);
     }
     if start.at.is_none() && start.after.is_none() && query.limit.is_none() {
         let mut response = whole_set(&app, &key)?;
-        consistency::annotate(&app, &mut response);
+        app.gate.annotate(&mut response);
         return Ok(response);
     }
     let limit = query.limit.unwrap_or(usize::MAX);
     // Take the page (shared records) under the read lock; encode it after releasing it, so a
     // large set never holds up a write.
     let page = app
-        .node
+        .gate
         .read(|registry| registry.page(&key, start.at, start.after.as_ref(), limit))?
         .ok_or_else(|| match start.at {
             Some(at) => ApiError::not_found(format!("service {key} did not exist at revision {at}")),
             None => ApiError::not_found(format!("service {key} is not registered")),
         })?;
-    let mut response = page_response(&page, app.protection_active(&key), &[], None);
-    consistency::annotate(&app, &mut response);
+    let mut response = page_response(&page, app.gate.protection_active(&key), &[], None);
+    app.gate.annotate(&mut response);
     Ok(response)
 }
 
@@ -197,9 +199,9 @@ fn federated_page(
     start: &ReadAt,
     limit: usize,
 ) -> Result<Response, ApiError> {
-    let now_ms = app.clock.unix_now_ms();
+    let now_ms = app.gate.clock.unix_now_ms();
     let first_current = start.at.is_none() && start.after.is_none();
-    let (page, at, (mirrors, failover)) = app.node.read(|registry| {
+    let (page, at, (mirrors, failover)) = app.gate.read(|registry| {
         let page = registry.page(key, start.at, start.after.as_ref(), limit)?;
         let parts = if first_current {
             let local = registry.snapshot(key);
@@ -223,7 +225,7 @@ fn federated_page(
     };
     Ok(page_response(
         &page,
-        app.protection_active(key),
+        app.gate.protection_active(key),
         &mirrors,
         failover.as_ref(),
     ))
@@ -232,7 +234,7 @@ fn federated_page(
 /// The whole current set, its endpoints encoded once per service revision (`read_cache`).
 /// Only the snapshot's `Arc` is taken under the read lock; the encoding happens after.
 fn whole_set(app: &App, key: &ServiceKey) -> Result<Response, ApiError> {
-    let (at, snapshot) = app.node.read(|registry| (registry.revision(), registry.snapshot(key)));
+    let (at, snapshot) = app.gate.read(|registry| (registry.revision(), registry.snapshot(key)));
     let snapshot = snapshot.ok_or_else(|| ApiError::not_found(format!("service {key} is not registered")))?;
     let endpoints = match app.read_cache.get(key, snapshot.revision()) {
         Some(json) => json,
@@ -251,7 +253,7 @@ fn whole_set(app: &App, key: &ServiceKey) -> Result<Response, ApiError> {
         service_revision: snapshot.revision(),
         digest: snapshot.digest(),
         total: snapshot.len(),
-        protection_active: app.protection_active(key),
+        protection_active: app.gate.protection_active(key),
     };
     let mut response = (
         [(
@@ -298,12 +300,12 @@ async fn wait_for_change(app: &App, key: &ServiceKey, index: Revision, wait: Dur
 
 async fn wait_for_change_inner(app: &App, key: &ServiceKey, index: Revision, wait: Duration) -> Woken {
     let deadline = tokio::time::Instant::now() + wait;
-    let mut revisions = app.hub.revisions();
-    let mut stopping = app.stopping();
+    let mut revisions = app.gate.hub.revisions();
+    let mut stopping = app.gate.stopping();
     loop {
         revisions.borrow_and_update();
         let service_revision = app
-            .node
+            .gate
             .read(|registry| registry.snapshot(key).map_or(Revision::ZERO, |s| s.revision()));
         if service_revision > index {
             return Woken::Changed;
@@ -327,9 +329,9 @@ pub(crate) async fn services(
     QueryParams(query): QueryParams<ServicesQuery>,
 ) -> Result<Response, ApiError> {
     let namespace = segments.namespace()?;
-    consistency::ready(&app, query.consistency).await?;
+    app.gate.ready_for(query.consistency).await?;
     let (revision, snapshots) = app
-        .node
+        .gate
         .read(|registry| (registry.revision(), registry.services(&namespace)));
     // Only the services the caller may read (SPEC S3): the route's gate let it into the
     // namespace, each service is judged on its own.
@@ -341,14 +343,14 @@ pub(crate) async fn services(
             revision: snapshot.revision(),
             digest: snapshot.digest(),
             endpoints: snapshot.len(),
-            protection_active: app.protection_active(snapshot.key()),
+            protection_active: app.gate.protection_active(snapshot.key()),
         })
         .collect();
     let mut response = Json(ServicesReply { revision, services }).into_response();
     response
         .headers_mut()
         .insert(INDEX_HEADER, HeaderValue::from(revision.0));
-    consistency::annotate(&app, &mut response);
+    app.gate.annotate(&mut response);
     Ok(response)
 }
 

@@ -236,7 +236,7 @@ pub(crate) fn need(method: &Method, path: &str) -> Option<Need> {
 /// fallbacks and the layers every request passes.
 pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard, lab: Arc<LabState>) -> Router {
     let shared = Shared {
-        page: ui::Page::new(app.auth.enabled),
+        page: ui::Page::new(app.gate.auth.enabled),
         lab,
     };
     let mut router = Router::new();
@@ -277,7 +277,7 @@ async fn refuse_when_failed(
     if path != "/v1/status"
         && path != "/v1/metrics"
         && path != "/metrics"
-        && let Some(fatal) = app.node.fatal()
+        && let Some(fatal) = app.gate.fatal()
     {
         return ApiError::from(muster_consensus::ConsensusError::Failed(fatal)).into_response();
     }

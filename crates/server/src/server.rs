@@ -21,22 +21,24 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::app::{App, Background};
+use crate::app::App;
 use crate::audit::AuditLog;
-use crate::auth::TokenWatch;
-use crate::clock::ServerClock;
 use crate::consul::ConsulView;
 use crate::consul::blocking::Jitter;
 use crate::consul::stats::ConsulCounts;
 use crate::consul::waiters::Waiters;
 use crate::dns::DnsFeed;
-use crate::forward::ClusterLink;
 use crate::join::JoinKey;
 use crate::lab_run::Hooks;
 use crate::metrics::{Metrics, MetricsObserver};
 use crate::observers::Observers;
 use crate::policy::PolicyWatch;
 use crate::{ServerConfig, ServerError, cluster, consul, dns, leader, routes};
+use muster_gate::TokenWatch;
+use muster_gate::clock::ServerClock;
+use muster_gate::forward::ClusterLink;
+use muster_gate::leader::LeaderLink;
+use muster_gate::{Gate, Parts};
 use muster_http::guard::RequestGuard;
 use muster_http::listener::Listening;
 use muster_http::{accept, descriptors};
@@ -207,7 +209,10 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     let link = cluster.as_ref().map(|c| {
         let advertised = c.members.get(&c.node_id).cloned().unwrap_or_default();
         let join = Arc::new(JoinKey::new(c.node_id, advertised, &c.secret));
-        ClusterLink::new(c.members.clone(), c.secret.clone(), join, c.tls.clone())
+        (
+            join,
+            ClusterLink::new(c.members.clone(), c.secret.clone(), c.tls.clone()),
+        )
     });
     // The Consul API's blocking queries wake on the apply path, each on its own service
     // (`consul::waiters`).
@@ -307,15 +312,14 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         }
     };
     let (stopping, stopping_rx) = watch::channel(false);
-    let app = Arc::new(App::new(
-        node,
-        hub,
-        clock,
-        Duration::from_millis(config.progress_interval_ms),
-        stopping_rx.clone(),
-        Background {
-            brakes,
-            checker: config.health.checker(),
+    let (join, link) = link.unzip();
+    let app = Arc::new(App {
+        gate: Arc::new(Gate::new(Parts {
+            node: node.clone(),
+            hub,
+            clock,
+            // Jitter only has to differ between servers and runs.
+            leader: LeaderLink::new(config.health.checker(), brakes, clock.unix_now_ms()),
             cluster: link,
             admission: muster_gate::Admission::new(crate::admit::budgets(&config)),
             write_rates: muster_gate::WriteRates::new(muster_gate::Rate {
@@ -325,14 +329,21 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
             audit,
             auth: config.auth.clone(),
             acl_changes,
-            metrics,
-            #[cfg(feature = "xds")]
-            xds: xds_state,
-            convergence,
-            federation: federation.clone(),
-        },
-        config.registry.clone(),
-    ));
+            stopping: stopping_rx.clone(),
+            meter: Arc::clone(&metrics) as Arc<dyn muster_gate::Meter>,
+        })),
+        node,
+        progress_interval: Duration::from_millis(config.progress_interval_ms),
+        metrics,
+        consul_stats: crate::consul::stats::ConsulStats::default(),
+        join,
+        config_policy: config.registry.clone(),
+        #[cfg(feature = "xds")]
+        xds: xds_state,
+        convergence,
+        read_cache: crate::read_cache::ReadCache::default(),
+        federation: federation.clone(),
+    });
     // Without authentication the API binds loopback only, and a genuine caller names a
     // loopback Host; anything else is DNS rebinding (SPEC S6, `guard`).
     let guard = RequestGuard::new(
@@ -341,8 +352,8 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         Duration::from_millis(config.body_read_timeout_ms),
     )
     .audited(Arc::new(crate::audit::GuardRefusals {
-        log: Arc::clone(&app.audit),
-        clock: app.clock,
+        log: Arc::clone(&app.gate.audit),
+        clock: app.gate.clock,
     }));
     let router = routes::router(
         Arc::clone(&app),
@@ -362,7 +373,8 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         dns.as_ref().map(muster_dns::DnsListener::local_addr),
         config.cluster_addr,
     ];
-    app.set_check_targets(check_targets.with_listeners(own_listeners.into_iter().flatten()));
+    app.gate
+        .set_check_targets(check_targets.with_listeners(own_listeners.into_iter().flatten()));
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
     let (http_budget, cluster_budget) = descriptors::budgets(&config.limits);
     let http_listening = Listening::new(&config.limits.http, http_tls);
@@ -390,7 +402,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
             node_address: config.consul.node_address(addr),
             port: addr.port(),
             waiters: Arc::clone(&consul_waiters),
-            jitter: Jitter::new(app.clock.unix_now_ms()),
+            jitter: Jitter::new(app.gate.clock.unix_now_ms()),
         });
         let router = consul::router(Arc::clone(&app), view, guard, config.max_body_bytes);
         // `DeregisterCriticalServiceAfter`: the Consul API's reaper, a leader duty.
@@ -420,7 +432,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         http_listening,
     ));
     let cluster_listening = Listening::new(&config.limits.cluster, cluster_tls.map(|tls| tls.server));
-    let join = app.cluster.as_ref().map(|link| Arc::clone(&link.join));
+    let join = app.join.clone();
     let cluster_serve = cluster_listener.zip(join).map(|(listener, join)| {
         let (stop, stop_rx) = oneshot::channel::<()>();
         let task = tokio::spawn(accept::serve(
@@ -433,7 +445,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         (stop, task)
     });
     // One timer for every watch stream's `progress` frames; it ends when the hub closes.
-    tokio::spawn(Arc::clone(&app.hub).run_progress_ticker(app.progress_interval));
+    tokio::spawn(Arc::clone(&app.gate.hub).run_progress_ticker(app.progress_interval));
     tokio::spawn(crate::convergence::run_sweeper(Arc::clone(&app), stopping_rx.clone()));
     if let Some(federation) = federation {
         tokio::spawn(crate::federation::run_ticker(
@@ -450,7 +462,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     // The leader-only loops run while this node leads, and only then (DESIGN "Third wave").
     let leading = Arc::clone(&app);
     tokio::spawn(duties.run(
-        move || leading.is_ready().then(|| leading.node.leading_term()).flatten(),
+        move || leading.gate.is_ready().then(|| leading.gate.leading_term()).flatten(),
         LEADERSHIP_POLL,
         stopping_rx.clone(),
     ));
@@ -458,7 +470,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     // Ends when the server starts stopping (or the node stops).
     tokio::spawn(crate::metrics::follow_leader(Arc::clone(&app)));
 
-    app.set_ready(true);
+    app.gate.set_ready(true);
     // Debug: `muster serve` prints the one startup line, with every listener (SPEC O2).
     tracing::debug!(%local_addr, consul = ?consul.as_ref().map(|c| c.addr), "muster serving");
     Ok(RunningServer {
@@ -508,7 +520,7 @@ impl RunningServer {
 
     /// What the watch hub holds.
     pub fn watch_stats(&self) -> WatchStats {
-        self.app.hub.stats()
+        self.app.gate.hub.stats()
     }
 
     /// Serves until `shutdown` resolves or the node fails, then stops gracefully. A node
@@ -528,11 +540,11 @@ impl RunningServer {
             return self.stop().await;
         };
         tracing::error!(error = %failure, grace = ?self.shutdown_grace, "the node's storage failed: stopping");
-        self.app.set_ready(false);
+        self.app.gate.set_ready(false);
         if let Some(dns) = self.dns.take() {
             dns.stop().await;
         }
-        self.app.hub.close();
+        self.app.gate.hub.close();
         tokio::select! {
             () = tokio::time::sleep(self.shutdown_grace) => {}
             () = &mut shutdown => {}
@@ -546,7 +558,7 @@ impl RunningServer {
     /// Stops gracefully: stop accepting, tell watchers `closing`, let in-flight requests
     /// finish (up to `shutdown_grace_ms`), stop the leader task, shut the node down.
     pub async fn stop(mut self) -> Result<(), ServerError> {
-        self.app.set_ready(false);
+        self.app.gate.set_ready(false);
         if let Some(dns) = self.dns.take() {
             dns.stop().await;
         }
@@ -555,7 +567,7 @@ impl RunningServer {
             let _ = consul.stop_accepting.send(());
             consul.serve
         });
-        self.app.hub.close();
+        self.app.gate.hub.close();
         let _ = self.stopping.send(true);
         let deadline = tokio::time::Instant::now() + self.shutdown_grace;
         // xDS streams end when `stopping` turns (clients reconnect elsewhere); the listener

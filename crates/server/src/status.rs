@@ -9,31 +9,32 @@ use axum::extract::State;
 use muster_core::api::StatusReply;
 
 use crate::app::App;
-use crate::auth::Caller;
 use crate::policy;
+use muster_gate::Caller;
 
 /// `GET /v1/status`.
 /// Open (readiness probes need no token), so it names only the services the caller may
 /// read: none for an anonymous caller when authentication is on (SPEC S3).
 pub(crate) async fn status(State(app): State<Arc<App>>, caller: Caller) -> Json<StatusReply> {
-    let node = app.node.status();
+    let node = app.gate.status();
     Json(StatusReply {
         node_id: node.node_id,
         leader: node.leader,
         revision: node.revision,
         applied_index: node.applied_index,
-        uptime_ms: app.clock.now_ms(),
-        ready: app.is_ready() && node.fatal.is_none(),
+        uptime_ms: app.gate.clock.now_ms(),
+        ready: app.gate.is_ready() && node.fatal.is_none(),
         protected_services: app
+            .gate
             .protected()
             .iter()
             .filter(|key| caller.sees_every_tenant() || caller.may(key, muster_auth::Verb::Read))
             .map(ToString::to_string)
             .collect(),
-        last_leader_contact_ms: app.node.leader_contact_age_ms(),
+        last_leader_contact_ms: app.gate.leader_contact_age_ms(),
         fatal: node.fatal.map(|fatal| format!("storage: {fatal}")),
-        policy: Some(app.node.read(|registry| policy::status(registry, &app.config_policy))),
+        policy: Some(app.gate.read(|registry| policy::status(registry, &app.config_policy))),
         // Totals over every tenant: only for a caller that sees them all (SPEC S3).
-        admission: caller.sees_every_tenant().then(|| crate::admit::status(&app)),
+        admission: caller.sees_every_tenant().then(|| app.gate.admission_status()),
     })
 }

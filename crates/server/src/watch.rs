@@ -30,7 +30,7 @@ use muster_registry::{ReadError, Scope};
 use serde::Deserialize;
 
 use crate::app::App;
-use crate::auth::{self, Caller};
+use muster_gate::Caller;
 use muster_http::error::ApiError;
 use muster_http::extract::{INDEX_HEADER, QueryParams, Segments};
 use muster_http::peer::Peer;
@@ -91,21 +91,23 @@ fn start(
         Scope::Service(key) => (key.tenant.clone(), format!("GET /v1/watch/{key}")),
         Scope::Namespace(namespace) => (namespace.tenant.clone(), format!("GET /v1/watch/{namespace}")),
     };
-    let permit = app.admit(caller, Some(&tenant), muster_gate::Hold::Watch, source, || {
-        resource.clone()
-    })?;
+    let permit = app
+        .gate
+        .admit(caller, Some(&tenant), muster_gate::Hold::Watch, source, || {
+            resource.clone()
+        })?;
     // A namespace watch shows only the services the caller may watch (SPEC S3); the route's
     // gate judged only the namespace.
     let filtered = matches!(scope, Scope::Namespace(_)) && caller.token_ref().is_some();
     let visible = |key: &ServiceKey| !filtered || caller.may(key, Verb::Watch);
-    let (at, beginning, subscription) = app.node.read(|registry| {
+    let (at, beginning, subscription) = app.gate.read(|registry| {
         // Judged at the same read as the first frames: a token revoked since the auth layer
         // saw it gets nothing.
         if let Some(token) = caller.token_ref()
             && registry.acl().get(token.accessor()).is_none()
         {
-            auth::record_revoked(app, token, Verb::Watch, source, resource.clone());
-            return Err(ApiError::new(ErrorCode::Unauthenticated, auth::REVOKED));
+            app.gate.record_revoked(token, Verb::Watch, source, resource.clone());
+            return Err(ApiError::new(ErrorCode::Unauthenticated, muster_gate::REVOKED));
         }
         let at = registry.revision();
         let beginning = match from {
@@ -131,7 +133,7 @@ fn start(
                 }
             }),
         };
-        Ok((at, beginning, app.hub.subscribe(scope)))
+        Ok((at, beginning, app.gate.hub.subscribe(scope)))
     })?;
 
     let counters = &app.metrics.watch;
@@ -156,8 +158,9 @@ fn start(
                 )
             });
             // The revocation that ends the stream is on record (SPEC S4).
-            let revoked = auth::revoked_recorded(Arc::clone(app), Arc::clone(token), Verb::Watch, source, resource);
-            Revocable::new(live, Box::pin(revoked), app.hub.clone()).boxed()
+            let revoked =
+                muster_gate::revoked_recorded(Arc::clone(&app.gate), Arc::clone(token), Verb::Watch, source, resource);
+            Revocable::new(live, Box::pin(revoked), app.gate.hub.clone()).boxed()
         }
     };
     Ok(stream_response(at, initial, live, permit))
@@ -204,7 +207,7 @@ impl<S: Stream<Item = Bytes> + Unpin> Stream for Revocable<S> {
             let revision = self.hub.revision();
             return Poll::Ready(Some(frames::error(
                 ErrorCode::Unauthenticated.as_str(),
-                auth::REVOKED.to_owned(),
+                muster_gate::REVOKED.to_owned(),
                 revision,
             )));
         }

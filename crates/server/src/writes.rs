@@ -17,9 +17,9 @@ use muster_leader::{InFlightReply, Reply};
 use muster_registry::{Deregister, Drain, LeaseSpec, Register, SetServing, Target};
 
 use crate::app::App;
-use crate::auth::Caller;
-use crate::forward::{LeaderCall, on_leader};
 use crate::leader::ask;
+use muster_gate::Caller;
+use muster_gate::forward::LeaderCall;
 use muster_http::error::ApiError;
 use muster_http::extract::{JsonBody, QueryParams, Segments, actor};
 
@@ -52,8 +52,8 @@ pub(crate) async fn register(
         lease,
         expected_revision: request.expected_revision,
     };
-    let applied = app.propose(command.into(), app.meta(actor, &caller)).await?;
-    Ok(Json(app.write_reply(&applied)))
+    let applied = app.gate.propose(command.into(), app.gate.meta(actor, &caller)).await?;
+    Ok(Json(app.gate.write_reply(&applied)))
 }
 
 /// `PUT .../{instance}/serving`.
@@ -72,8 +72,8 @@ pub(crate) async fn set_serving(
         reason: request.reason,
         expected_revision: request.expected_revision,
     };
-    let applied = app.propose(command.into(), app.meta(actor, &caller)).await?;
-    Ok(Json(app.write_reply(&applied)))
+    let applied = app.gate.propose(command.into(), app.gate.meta(actor, &caller)).await?;
+    Ok(Json(app.gate.write_reply(&applied)))
 }
 
 /// `POST .../{instance}/drain`: speaks as the owner unless the caller says otherwise. A grace
@@ -94,8 +94,8 @@ pub(crate) async fn drain(
         grace_ms: request.grace_ms,
         expected_revision: request.expected_revision,
     };
-    let applied = app.propose(command.into(), app.meta(actor, &caller)).await?;
-    Ok(Json(app.write_reply(&applied)))
+    let applied = app.gate.propose(command.into(), app.gate.meta(actor, &caller)).await?;
+    Ok(Json(app.gate.write_reply(&applied)))
 }
 
 /// `PUT .../{instance}/check`: a TTL check's report, answered after any change it caused.
@@ -110,7 +110,8 @@ pub(crate) async fn check_report(
         instance: instance.clone(),
         request: request.clone(),
     };
-    on_leader(&app, call, report_here(&app, key, instance, request))
+    app.gate
+        .on_leader(call, report_here(&app, key, instance, request))
         .await
         .map(Json)
 }
@@ -151,7 +152,8 @@ pub(crate) async fn in_flight(
         instance: instance.clone(),
         request: request.clone(),
     };
-    on_leader(&app, call, in_flight_here(&app, key, instance, request))
+    app.gate
+        .on_leader(call, in_flight_here(&app, key, instance, request))
         .await
         .map(Json)
 }
@@ -206,6 +208,6 @@ pub(crate) async fn deregister(
         target: target(key, instance, query.incarnation),
         expected_revision: query.expected_revision,
     };
-    let applied = app.propose(command.into(), app.meta(actor, &caller)).await?;
-    Ok(Json(app.write_reply(&applied)))
+    let applied = app.gate.propose(command.into(), app.gate.meta(actor, &caller)).await?;
+    Ok(Json(app.gate.write_reply(&applied)))
 }

@@ -8,8 +8,8 @@ use muster_http::error::ApiError;
 use muster_http::guard::Refusals;
 use muster_http::peer::Peer;
 
-use crate::clock::ServerClock;
 use muster_gate::audit::{AuditLog, Denial};
+use muster_gate::clock::ServerClock;
 
 /// The audit trail the guard records its refusals in, and the clock that times them.
 pub(crate) struct GuardRefusals {

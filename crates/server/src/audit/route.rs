@@ -14,7 +14,7 @@ use muster_core::api::{AuditQuery, AuditRecord, AuditReply};
 use muster_core::{ErrorCode, Label, ServiceKey};
 
 use crate::app::App;
-use crate::auth::Caller;
+use muster_gate::Caller;
 use muster_gate::audit::filter::{Parsed, QueryError};
 use muster_gate::audit::{AuditLog, Denial};
 use muster_http::error::ApiError;
@@ -36,24 +36,26 @@ pub(crate) async fn list(
         scope: Scope::Whole,
         verb: Verb::Admin,
     };
-    caller.require(&app, peer.as_deref(), &admin)?;
-    answer(&app.audit, scope.as_ref(), &query, &|record| may_read(&caller, record))
-        .inspect_err(|refusal| {
-            if refusal.code == ErrorCode::PermissionDenied {
-                app.audit.denied(Denial {
-                    principal: Some(caller.principal().clone()),
-                    tenant: scope.clone(),
-                    key: None,
-                    verb: Verb::Admin.to_string(),
-                    resource: "GET /v1/audit".to_owned(),
-                    code: ErrorCode::PermissionDenied,
-                    reason: refusal.message.clone(),
-                    source: peer.as_ref().map(|p| p.addr),
-                    at_ms: app.clock.unix_now_ms(),
-                });
-            }
-        })
-        .map(Json)
+    app.gate.require(&caller, peer.as_deref(), &admin)?;
+    answer(&app.gate.audit, scope.as_ref(), &query, &|record| {
+        may_read(&caller, record)
+    })
+    .inspect_err(|refusal| {
+        if refusal.code == ErrorCode::PermissionDenied {
+            app.gate.audit.denied(Denial {
+                principal: Some(caller.principal().clone()),
+                tenant: scope.clone(),
+                key: None,
+                verb: Verb::Admin.to_string(),
+                resource: "GET /v1/audit".to_owned(),
+                code: ErrorCode::PermissionDenied,
+                reason: refusal.message.clone(),
+                source: peer.as_ref().map(|p| p.addr),
+                at_ms: app.gate.clock.unix_now_ms(),
+            });
+        }
+    })
+    .map(Json)
 }
 
 /// One page for a caller who may see `scope`'s records only (`None`: every record, tenants'

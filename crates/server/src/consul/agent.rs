@@ -74,8 +74,8 @@ use super::error::ConsulError;
 use super::token::{ConsulCaller, query_pairs};
 use super::{ConsulView, agent_read};
 use crate::app::App;
-use crate::forward::{LeaderCall, on_leader};
 use crate::writes::report_here;
+use muster_gate::forward::LeaderCall;
 use muster_http::error::ApiError;
 use muster_http::guard::BodyReadTimeout;
 use muster_http::peer::Peer;
@@ -170,7 +170,7 @@ async fn register(
     let mut mapped = agent_map::map(&registration, &place, named, caller_ip).map_err(bad)?;
     caller.require(&app, &mapped.key, Verb::Register)?;
     if let Some(other) = app
-        .node
+        .gate
         .read(|registry| agent_lookup::held_elsewhere(registry, &mapped.key, &mapped.instance))
     {
         let id = registration
@@ -201,7 +201,8 @@ async fn register(
         lease: LeaseSpec::None,
         expected_revision: None,
     });
-    app.propose(command, app.meta(Actor::App, caller.caller()))
+    app.gate
+        .propose(command, app.gate.meta(Actor::App, caller.caller()))
         .await
         .map_err(refused)?;
     Ok(())
@@ -223,7 +224,7 @@ fn keep_check_verdicts(app: &App, mapped: &mut Mapped) {
     else {
         return;
     };
-    let kept = app.node.read(|registry| {
+    let kept = app.gate.read(|registry| {
         let live = registry.snapshot(&mapped.key)?.get(&mapped.instance).cloned()?;
         (*live.checks == checks[..] && matches!(live.serving, ServingState::Ready | ServingState::Degraded))
             .then_some(live.serving)
@@ -261,7 +262,7 @@ fn find_service(
 ) -> Result<Found, ConsulError> {
     let (place, _) = agent_lookup::placement(view, &query_pairs(query));
     caller.require_in(app, &place, verb)?;
-    app.node
+    app.gate
         .read(|registry| {
             agent_lookup::service(
                 registry,
@@ -297,7 +298,11 @@ async fn deregister(
         target: target_of(&found),
         expected_revision: None,
     };
-    match app.propose(command.into(), app.meta(Actor::App, caller.caller())).await {
+    match app
+        .gate
+        .propose(command.into(), app.gate.meta(Actor::App, caller.caller()))
+        .await
+    {
         Ok(_) => Ok(()),
         // Gone (or replaced) since it was looked up.
         Err(error) if error.code == ErrorCode::NotFound => Err(agent_lookup::unknown_service(&id)),
@@ -363,7 +368,8 @@ async fn maintenance(
         }
         .into()
     };
-    app.propose(command, app.meta(Actor::Owner, caller.caller()))
+    app.gate
+        .propose(command, app.gate.meta(Actor::Owner, caller.caller()))
         .await
         .map_err(refused)?;
     Ok(())
@@ -381,7 +387,7 @@ async fn report(
     let (place, _) = agent_lookup::placement(view, &query_pairs(query));
     caller.require_in(&app, &place, Verb::Renew)?;
     let (found, index) = app
-        .node
+        .gate
         .read(|registry| agent_lookup::check(registry, &place, id, |key| caller.may(key, Verb::Renew)))
         .map_err(|miss| missed(&app, &caller, Verb::Renew, miss))?;
     caller.require(&app, &found.key, Verb::Renew)?;
@@ -402,7 +408,11 @@ async fn report(
         instance: instance.clone(),
         request: request.clone(),
     };
-    match on_leader(&app, call, report_here(&app, key, instance, request)).await {
+    match app
+        .gate
+        .on_leader(call, report_here(&app, key, instance, request))
+        .await
+    {
         Ok(_) => Ok(()),
         Err(error) if matches!(error.code, ErrorCode::NotFound | ErrorCode::StaleIncarnation) => {
             Err(agent_lookup::unknown_check(id))

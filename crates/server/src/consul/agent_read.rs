@@ -169,7 +169,7 @@ fn readable(app: &App, view: &ConsulView, caller: &ConsulCaller, query: Option<&
     let Some(namespace) = agent_lookup::namespace_of(&place) else {
         return Vec::new();
     };
-    app.node.read(|registry| {
+    app.gate.read(|registry| {
         registry
             .services(&namespace)
             .into_iter()
@@ -217,7 +217,7 @@ pub(super) async fn service(
     // may not read behind the same 404 (ACL filtering).
     let readable = |key: &ServiceKey| caller.may(key, Verb::Read);
     let found = app
-        .node
+        .gate
         .read(|registry| agent_lookup::service(registry, &place, &id, readable, readable))
         .map_err(|_| unknown())?;
     Ok(Json(agent_service(&view, &found)))
@@ -250,7 +250,7 @@ pub(super) async fn agent_self(
     Extension(view): Extension<Arc<ConsulView>>,
     caller: ConsulCaller,
 ) -> Result<Json<Value>, ConsulError> {
-    if app.auth.enabled && caller.caller().is_nobody() {
+    if app.gate.auth.enabled && caller.caller().is_nobody() {
         return Err(ConsulError::permission_denied());
     }
     // The node's UUID as catalog and health answers name it (`ConsulView::node_id`).

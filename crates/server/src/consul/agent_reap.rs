@@ -85,14 +85,14 @@ pub(crate) async fn reap(app: Arc<App>) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let now = app.clock.unix_now_ms();
+        let now = app.gate.clock.unix_now_ms();
         for removal in app
-            .node
-            .read(|registry| due(registry, now, |key| app.protection_active(key)))
+            .gate
+            .read(|registry| due(registry, now, |key| app.gate.protection_active(key)))
         {
             let target = removal.target.clone();
-            let meta = app.meta_as(Actor::Owner, &principal);
-            match app.propose(removal.into(), meta).await {
+            let meta = app.gate.meta_as(Actor::Owner, &principal);
+            match app.gate.propose(removal.into(), meta).await {
                 Ok(applied) => tracing::info!(
                     tenant = %target.key.tenant,
                     namespace = %target.key.namespace,

@@ -22,7 +22,7 @@
 //!   started together do not come back together (Consul's `JitterFraction`). The jitter's
 //!   randomness is drawn by the caller and passed in ([`with_jitter`]; STYLE rule 3).
 //! - `stale` / default / `consistent` are the native read modes
-//!   ([`Consistency`](crate::consistency::Consistency)): a default read on a node cut off from
+//!   ([`Consistency`](muster_gate::consistency::Consistency)): a default read on a node cut off from
 //!   its leader is refused (503 `stale`, where Consul answers 500 `No cluster leader`) rather
 //!   than served stale; `stale` is always served. Replies say `X-Consul-KnownLeader`,
 //!   `X-Consul-LastContact` (ms since this node heard from its leader; 0 on the leader) and
@@ -45,8 +45,8 @@ use muster_gate::Hold;
 use super::token::{ConsulCaller, FILTERED_HEADER, query_pairs};
 use super::waiters::WaitScope;
 use crate::app::App;
-use crate::consistency::{self, Consistency};
 use crate::metrics::Woken;
+use muster_gate::consistency::Consistency;
 
 /// A wait that names none (or 0): 5 minutes, Consul's `defaultQueryTime`.
 pub(crate) const DEFAULT_WAIT: Duration = Duration::from_secs(5 * 60);
@@ -191,9 +191,9 @@ pub(crate) async fn read<R>(
     scope: WaitScope,
     read: impl Fn(&Registry) -> Indexed<R>,
 ) -> Result<Indexed<R>, ConsulError> {
-    consistency::ready(app, blocking.consistency).await?;
+    app.gate.ready_for(blocking.consistency).await?;
     let Some(want) = blocking.index else {
-        return Ok(app.node.read(&read));
+        return Ok(app.gate.read(&read));
     };
     // Parked, it holds a slot of its principal's budget in the tenant it reads (SPEC W4).
     let tenant = match &scope {
@@ -201,11 +201,13 @@ pub(crate) async fn read<R>(
         WaitScope::Namespace(namespace) => &namespace.tenant,
         WaitScope::Nothing => &view.tenant,
     };
-    let _permit = app.admit(caller.caller(), Some(tenant), Hold::Parked, caller.source(), || {
-        "Consul blocking query".to_owned()
-    })?;
+    let _permit = app
+        .gate
+        .admit(caller.caller(), Some(tenant), Hold::Parked, caller.source(), || {
+            "Consul blocking query".to_owned()
+        })?;
     app.consul_stats.blocking_query();
-    let wait_for = if app.auth.enabled && caller.caller().is_nobody() {
+    let wait_for = if app.gate.auth.enabled && caller.caller().is_nobody() {
         blocking.wait.min(NOBODY_MAX_WAIT)
     } else {
         blocking.wait
@@ -227,13 +229,13 @@ async fn wait<R>(
 ) -> (Woken, Indexed<R>) {
     let deadline = tokio::time::Instant::now() + with_jitter(wait_for, view.random());
     let waiter = view.waiters.join(scope);
-    let mut stopping = app.stopping();
+    let mut stopping = app.gate.stopping();
     loop {
         let notified = waiter.notify().notified();
         let mut notified = std::pin::pin!(notified);
         // Enabled before the read: a change applied after the read still wakes it.
         notified.as_mut().enable();
-        let found = app.node.read(&read);
+        let found = app.gate.read(&read);
         if consul_index(found.index) > want {
             return (Woken::Changed, found);
         }
@@ -270,15 +272,15 @@ pub(crate) fn respond<T: Serialize>(app: &App, blocking: &Blocking, index: u64, 
 pub(crate) fn annotate(app: &App, blocking: &Blocking, index: u64, response: &mut Response) {
     let headers = response.headers_mut();
     headers.insert(INDEX_HEADER, HeaderValue::from(consul_index(index)));
-    let known_leader = app.node.status().leader.is_some();
+    let known_leader = app.gate.status().leader.is_some();
     headers.insert(
         KNOWN_LEADER_HEADER,
         HeaderValue::from_static(if known_leader { "true" } else { "false" }),
     );
-    let last_contact = if app.node.is_leader() {
+    let last_contact = if app.gate.is_leader() {
         0
     } else {
-        app.node.leader_contact_age_ms().unwrap_or(0)
+        app.gate.leader_contact_age_ms().unwrap_or(0)
     };
     headers.insert(LAST_CONTACT_HEADER, HeaderValue::from(last_contact));
     headers.insert(

@@ -160,14 +160,14 @@ async fn consul_guard(State(guard): State<Arc<RequestGuard>>, mut request: Reque
 /// Each principal's write rate (SPEC W4, S6), as on the native API: over it, `429` with
 /// `Retry-After` and the reason as the body, as Consul's own rate limiter answers.
 async fn write_rate(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
-    if !app.auth.enabled || !crate::admit::is_write(request.method()) {
+    if !app.gate.auth.enabled || !muster_gate::is_write(request.method()) {
         return next.run(request).await;
     }
     let (parts, body) = request.into_parts();
     if let Some(caller) = token::known_caller(&app, &parts) {
         let source = parts.extensions.get::<muster_http::peer::Peer>().map(|peer| peer.addr);
         let resource = || format!("{} {} (Consul)", parts.method, parts.uri.path());
-        if let Err(limited) = app.throttle(&caller, None, source, resource) {
+        if let Err(limited) = app.gate.throttle(&caller, None, source, resource) {
             let retry_after = limited.retry_after();
             let mut response = ConsulError::new(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -186,7 +186,7 @@ async fn write_rate(State(app): State<Arc<App>>, request: Request, next: Next) -
 /// A node whose storage failed answers nothing but `500`s: its registry is frozen at the
 /// failure (as the native API's `refuse_when_failed`).
 async fn refuse_when_failed(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
-    if let Some(fatal) = app.node.fatal() {
+    if let Some(fatal) = app.gate.fatal() {
         return ConsulError::from(muster_http::error::ApiError::from(
             muster_consensus::ConsensusError::Failed(fatal),
         ))

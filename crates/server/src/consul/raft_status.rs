@@ -34,12 +34,12 @@ pub(super) async fn leader(
     params: Params,
 ) -> Result<Response, ConsulError> {
     let blocking = Blocking::parse(&params)?;
-    let leader = app.node.status().leader.map_or_else(String::new, |leader| {
-        let members = app.node.members();
+    let leader = app.gate.status().leader.map_or_else(String::new, |leader| {
+        let members = app.gate.members();
         let addr = members.iter().find(|m| m.id == leader).map_or("", |m| m.addr.as_str());
         shown(&view, addr)
     });
-    let index = app.hub.revision().0;
+    let index = app.gate.hub.revision().0;
     Ok(blocking::respond(&app, &blocking, index, &leader, false))
 }
 
@@ -51,17 +51,17 @@ pub(super) async fn peers(
 ) -> Result<Response, ConsulError> {
     let blocking = Blocking::parse(&params)?;
     let mut peers: Vec<String> = app
-        .node
+        .gate
         .members()
         .iter()
         .filter(|member| member.voter)
         .map(|member| shown(&view, &member.addr))
         .collect();
-    if peers.is_empty() && app.node.is_leader() {
+    if peers.is_empty() && app.gate.is_leader() {
         // A single node knows no member list: it is the one peer.
         peers.push(shown(&view, ""));
     }
     peers.sort();
-    let index = app.hub.revision().0;
+    let index = app.gate.hub.revision().0;
     Ok(blocking::respond(&app, &blocking, index, &peers, false))
 }

@@ -36,7 +36,7 @@ use muster_core::{NamespaceKey, ServiceKey};
 use super::agent_map::Placement;
 use super::error::ConsulError;
 use crate::app::App;
-use crate::auth::Caller;
+use muster_gate::Caller;
 use muster_http::peer::Peer;
 
 /// The header Consul clients send their token in.
@@ -56,7 +56,7 @@ pub(crate) fn secret<'a>(headers: &'a HeaderMap, query: &'a [(String, String)]) 
             .filter(|value| !value.is_empty())
     };
     header_value(header::HeaderName::from_static(TOKEN_HEADER))
-        .or_else(|| header_value(header::AUTHORIZATION).and_then(crate::auth::bearer_secret))
+        .or_else(|| header_value(header::AUTHORIZATION).and_then(muster_gate::caller::bearer_secret))
         .or_else(|| {
             query
                 .iter()
@@ -94,8 +94,8 @@ impl ConsulCaller {
             },
             verb,
         };
-        self.caller
-            .require(app, self.peer.as_ref(), &request)
+        app.gate
+            .require(&self.caller, self.peer.as_ref(), &request)
             .map_err(|_| ConsulError::permission_denied())
     }
 
@@ -106,7 +106,7 @@ impl ConsulCaller {
         if !self.caller.is_nobody() {
             return Ok(());
         }
-        let _ = app.unauthenticated(
+        let _ = app.gate.unauthenticated(
             self.peer.as_ref(),
             path,
             "no credentials: send X-Consul-Token or Authorization: Bearer <secret>",
@@ -127,8 +127,8 @@ impl ConsulCaller {
             scope: Scope::Namespace(namespace.namespace.as_str()),
             verb,
         };
-        self.caller
-            .require(app, self.peer.as_ref(), &request)
+        app.gate
+            .require(&self.caller, self.peer.as_ref(), &request)
             .map_err(|_| ConsulError::permission_denied())
     }
 
@@ -141,29 +141,31 @@ impl ConsulCaller {
 /// Resolves the caller of a request to `app`'s Consul listener.
 pub(crate) fn identify(app: &App, parts: &Parts) -> Result<ConsulCaller, ConsulError> {
     let peer = parts.extensions.get::<Peer>().cloned();
-    if !app.auth.enabled {
+    if !app.gate.auth.enabled {
         return Ok(ConsulCaller {
-            caller: Caller::unrestricted(app.anonymous.clone()),
+            caller: Caller::unrestricted(app.gate.anonymous.clone()),
             peer,
         });
     }
     let query = query_pairs(parts.uri.query());
     if let Some(secret) = secret(&parts.headers, &query) {
-        return match app.node.read(|registry| registry.acl().authenticate(secret)) {
+        return match app.gate.read(|registry| registry.acl().authenticate(secret)) {
             Some(token) => Ok(ConsulCaller {
                 caller: Caller::token(token),
                 peer,
             }),
             None => {
                 // Recorded as the native API records an unknown token (SPEC S4).
-                let _ = app.unauthenticated(peer.as_ref(), parts.uri.path(), "unknown or revoked token");
+                let _ = app
+                    .gate
+                    .unauthenticated(peer.as_ref(), parts.uri.path(), "unknown or revoked token");
                 Err(ConsulError::acl_not_found())
             }
         };
     }
-    let caller = match crate::auth::certificate_token(app, peer.as_ref()) {
+    let caller = match app.gate.certificate_token(peer.as_ref()) {
         Some(token) => Caller::token(token),
-        None => Caller::nobody(app.anonymous.clone()),
+        None => Caller::nobody(app.gate.anonymous.clone()),
     };
     Ok(ConsulCaller { caller, peer })
 }
@@ -172,17 +174,17 @@ pub(crate) fn identify(app: &App, parts: &Parts) -> Result<ConsulCaller, ConsulE
 /// is refused and recorded by the handler's [`identify`]); `None` without credentials, with
 /// unknown ones, or with authentication off.
 pub(crate) fn known_caller(app: &App, parts: &Parts) -> Option<Caller> {
-    if !app.auth.enabled {
+    if !app.gate.auth.enabled {
         return None;
     }
     let peer = parts.extensions.get::<Peer>();
     let query = query_pairs(parts.uri.query());
     match secret(&parts.headers, &query) {
         Some(secret) => app
-            .node
+            .gate
             .read(|registry| registry.acl().authenticate(secret))
             .map(Caller::token),
-        None => crate::auth::certificate_token(app, peer).map(Caller::token),
+        None => app.gate.certificate_token(peer).map(Caller::token),
     }
 }
 

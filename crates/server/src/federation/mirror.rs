@@ -74,7 +74,7 @@ pub(crate) async fn lead(app: Arc<App>, federation: Arc<Federation>) {
 /// Forgets every held import the configuration no longer names (a peer or an import
 /// removed): proposed once per leadership; one that fails is tried at the next.
 async fn forget_unconfigured(app: &App, federation: &Federation) {
-    let stale: Vec<(Label, ImportScope, Revision)> = app.node.read(|registry| {
+    let stale: Vec<(Label, ImportScope, Revision)> = app.gate.read(|registry| {
         registry
             .mirrors()
             .filter(|held| {
@@ -95,8 +95,8 @@ async fn forget_unconfigured(app: &App, federation: &Federation) {
             change: MirrorChange::Forget,
         });
         match app
-            .node
-            .propose_as_leader(command, app.meta_as(Actor::Owner, &principal))
+            .gate
+            .propose_as_leader(command, app.gate.meta_as(Actor::Owner, &principal))
             .await
         {
             Ok(Ok(_)) => tracing::info!(%region, %import, "mirror: an import no longer configured is forgotten"),
@@ -130,7 +130,7 @@ async fn follow(app: &App, federation: &Federation, peer: &Peer, import: &Import
     };
     let mut fresh = false;
     let mut backoff = BACKOFF.0;
-    let cursor = || app.node.read(|r| r.mirror(&peer.name, import).map(|m| m.cursor));
+    let cursor = || app.gate.read(|r| r.mirror(&peer.name, import).map(|m| m.cursor));
     loop {
         let before = cursor();
         let ended = follow_once(app, federation, peer, import, &client, &mut fresh).await;
@@ -166,7 +166,7 @@ async fn follow(app: &App, federation: &Federation, peer: &Peer, import: &Import
         };
         if pause {
             // Jitter from the clock's low bits: reconnecting mirrors do not move in step.
-            let jitter = u64::from(app.clock.unix_now_ms().to_le_bytes()[0]) % 100;
+            let jitter = u64::from(app.gate.clock.unix_now_ms().to_le_bytes()[0]) % 100;
             tokio::time::sleep(backoff.mul_f64(0.5 + jitter as f64 / 200.0)).await;
             backoff = (backoff * 2).min(BACKOFF.1);
         }
@@ -181,7 +181,7 @@ async fn follow_once(
     client: &Client,
     fresh: &mut bool,
 ) -> Ended {
-    let held = app.node.read(|r| r.mirror(&peer.name, import).map(|m| m.cursor));
+    let held = app.gate.read(|r| r.mirror(&peer.name, import).map(|m| m.cursor));
     let from = held.filter(|c| !*fresh && *c > Revision::ZERO);
     let opened = match &import.service {
         Some(service) => {
@@ -355,8 +355,8 @@ impl Mirroring<'_> {
         let principal = Principal::new(&format!("muster-mirror:{}", self.peer.name)).expect("a valid principal");
         match self
             .app
-            .node
-            .propose_as_leader(command, self.app.meta_as(Actor::Owner, &principal))
+            .gate
+            .propose_as_leader(command, self.app.gate.meta_as(Actor::Owner, &principal))
             .await
         {
             Ok(Ok(_)) => {

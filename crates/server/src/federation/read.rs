@@ -98,14 +98,14 @@ pub(crate) async fn status(State(app): State<Arc<App>>) -> Result<Json<Federatio
         .federation
         .as_ref()
         .ok_or_else(|| ApiError::not_found("this node is not federated: no [federation] region is configured"))?;
-    let now_ms = app.clock.unix_now_ms();
-    let leader = app.node.leading_term().is_some();
+    let now_ms = app.gate.clock.unix_now_ms();
+    let leader = app.gate.leading_term().is_some();
     let links = federation
         .links
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone();
-    app.node.read(|registry| {
+    app.gate.read(|registry| {
         let peers = federation
             .peers
             .iter()

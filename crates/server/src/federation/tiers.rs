@@ -142,8 +142,8 @@ pub(crate) async fn run_ticker(
         }
         // Staged under the read lock, with the time read there: the apply path stages under
         // the write lock, so a newer set staged there is never overwritten by an older one.
-        app.node.read(|registry| {
-            let now_ms = app.clock.unix_now_ms();
+        app.gate.read(|registry| {
+            let now_ms = app.gate.clock.unix_now_ms();
             let covered = federation.covered(registry);
             published.retain(|key, _| covered.binary_search(key).is_ok());
             for key in covered {

@@ -52,7 +52,7 @@ use sorted::Row;
 pub(crate) use tenants::TenantCounters;
 
 use crate::app::App;
-use crate::auth::Caller;
+use muster_gate::Caller;
 
 /// The checker's counters (kept by the leader task), shared with the metrics handler.
 #[derive(Debug, Default)]
@@ -166,6 +166,20 @@ pub(crate) mod expiry {
     /// A lease expiry held back by self-preservation.
     pub(crate) const HELD: usize = 1;
     pub(super) const NAMES: [&str; 2] = ["expired", "held"];
+}
+
+impl muster_gate::Meter for Metrics {
+    fn denied(&self, tenant: Option<&muster_core::Label>, code: ErrorCode) {
+        let kind = match code {
+            ErrorCode::Unauthenticated => denial::UNAUTHENTICATED,
+            _ => denial::PERMISSION_DENIED,
+        };
+        self.denials.add(tenant, kind, 1);
+    }
+
+    fn committed(&self, seconds: f64) {
+        self.commit_latency.observe(seconds);
+    }
 }
 
 /// Kinds of denial, in [`Metrics::denials`].
@@ -319,8 +333,8 @@ pub(crate) async fn metrics(State(app): State<Arc<App>>, caller: Caller) -> impl
 
 /// Counts leader changes until the node stops (a task of its own, started with the server).
 pub(crate) async fn follow_leader(app: Arc<App>) {
-    let mut known = app.node.status().leader;
-    let mut stopping = app.stopping();
+    let mut known = app.gate.status().leader;
+    let mut stopping = app.gate.stopping();
     loop {
         tokio::select! {
             changed = app.node.leader_change(known) => match changed {

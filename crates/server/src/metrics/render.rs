@@ -21,7 +21,7 @@ use prometheus_client::registry::Registry;
 use super::TenantCounters;
 use super::sorted::{Row, Sorted};
 use crate::app::App;
-use crate::auth::Caller;
+use muster_gate::Caller;
 
 /// Who may see which rows of a scrape.
 struct Visibility<'a> {
@@ -70,7 +70,7 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
     let mut registry = Registry::with_prefix("muster");
 
     // Consensus.
-    let node = app.node.status();
+    let node = app.gate.status();
     registry.register("revision", "The registry's revision", gauge(node.revision.0));
     registry.register(
         "applied_index",
@@ -139,6 +139,7 @@ pub(crate) fn render(app: &App, caller: &Caller) -> String {
     // Service names only of the services the caller may read (SPEC S3); `protected` is
     // sorted.
     let protected = app
+        .gate
         .protected()
         .into_iter()
         .filter(|key| visibility.reads(key))
@@ -164,7 +165,7 @@ fn every_tenant(app: &App, registry: &mut Registry) {
     let metrics = &app.metrics;
     let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
     // Watches.
-    let watch = app.hub.stats();
+    let watch = app.gate.hub.stats();
     registry.register("watchers", "Watch streams open", gauge(watch.watchers as u64));
     registry.register(
         "watch_queued_frames",
@@ -195,7 +196,7 @@ fn every_tenant(app: &App, registry: &mut Registry) {
     );
 
     // Admission (SPEC W4, S6): what every listener's callers hold, and what was refused.
-    let admission = app.admission.report();
+    let admission = app.gate.admission.report();
     registry.register_collector(Sorted::gauge(
         "admission_held",
         "Streams and parked queries open, by kind (watch, live, xds, parked)",
@@ -221,13 +222,13 @@ fn every_tenant(app: &App, registry: &mut Registry) {
     registry.register(
         "write_rate_refused",
         "Writes refused for their principal's rate (write_rate_per_principal), with authentication on",
-        counter(app.write_rates.refused()),
+        counter(app.gate.writes_rate_limited()),
     );
 
     // Convergence (SPEC O3): aggregates over every service, never a client id.
     let convergence = &app.convergence;
     let totals = app
-        .node
+        .gate
         .read(|registry| convergence.totals(|key| registry.snapshot(key).map(|s| s.revision())));
     registry.register(
         "convergence_subscribers",

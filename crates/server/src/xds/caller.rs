@@ -7,7 +7,7 @@ use muster_auth::Token;
 use tonic::{Request, Status};
 
 use crate::app::App;
-use crate::auth::Caller;
+use muster_gate::Caller;
 use muster_http::peer::Peer;
 
 /// The method prefix the audit trail names for xDS refusals.
@@ -27,19 +27,23 @@ pub(crate) enum Credential {
 /// The caller of a stream opening with `request`, its credential and its connection.
 pub(crate) fn identify<T>(app: &App, request: &Request<T>) -> Result<(Caller, Credential, Option<Peer>), Status> {
     let peer = request.extensions().get::<Peer>().cloned();
-    if !app.auth.enabled {
-        return Ok((Caller::unrestricted(app.anonymous.clone()), Credential::Anonymous, peer));
+    if !app.gate.auth.enabled {
+        return Ok((
+            Caller::unrestricted(app.gate.anonymous.clone()),
+            Credential::Anonymous,
+            peer,
+        ));
     }
     let authorization = request.metadata().get("authorization");
     let secret = authorization
         .and_then(|value| value.to_str().ok())
-        .and_then(crate::auth::bearer_secret)
+        .and_then(muster_gate::caller::bearer_secret)
         .map(str::to_owned);
     if authorization.is_some() && secret.is_none() {
         // As the HTTP API does: a malformed header is refused, not ignored for the
         // certificate.
         let why = "authorization metadata: expected `Bearer <secret>`";
-        let _ = app.unauthenticated(peer.as_ref(), METHOD, why);
+        let _ = app.gate.unauthenticated(peer.as_ref(), METHOD, why);
         return Err(Status::unauthenticated(why));
     }
     let credential = secret.map_or(Credential::Certificate, Credential::Secret);
@@ -50,7 +54,7 @@ pub(crate) fn identify<T>(app: &App, request: &Request<T>) -> Result<(Caller, Cr
                 Credential::Secret(_) => "unknown or revoked token",
                 _ => "no credentials: send `authorization: Bearer <secret>` metadata",
             };
-            let _ = app.unauthenticated(peer.as_ref(), METHOD, why);
+            let _ = app.gate.unauthenticated(peer.as_ref(), METHOD, why);
             Err(Status::unauthenticated(why))
         }
     }
@@ -60,9 +64,9 @@ pub(crate) fn identify<T>(app: &App, request: &Request<T>) -> Result<(Caller, Cr
 /// longer does.
 pub(crate) fn resolve(app: &App, credential: &Credential, peer: Option<&Peer>) -> Option<Caller> {
     let token: Option<std::sync::Arc<Token>> = match credential {
-        Credential::Anonymous => return Some(Caller::unrestricted(app.anonymous.clone())),
-        Credential::Secret(secret) => app.node.read(|registry| registry.acl().authenticate(secret)),
-        Credential::Certificate => crate::auth::certificate_token(app, peer),
+        Credential::Anonymous => return Some(Caller::unrestricted(app.gate.anonymous.clone())),
+        Credential::Secret(secret) => app.gate.read(|registry| registry.acl().authenticate(secret)),
+        Credential::Certificate => app.gate.certificate_token(peer),
     };
     token.map(Caller::token)
 }

@@ -40,7 +40,7 @@ pub(crate) async fn clients(
     axum::extract::State(app): axum::extract::State<std::sync::Arc<crate::app::App>>,
 ) -> axum::Json<view::ClientsPage> {
     axum::Json(view::ClientsPage {
-        revision: app.node.read(muster_registry::Registry::revision).0,
+        revision: app.gate.read(muster_registry::Registry::revision).0,
         clients: Vec::new(),
     })
 }
@@ -68,7 +68,7 @@ mod imp {
     use super::stream::Ads;
     use super::view::ClientsPage;
     use crate::app::App;
-    use crate::auth::Caller;
+    use muster_gate::Caller;
     use muster_http::descriptors::ConnectionBudget;
     use muster_http::listener::Listening;
     use muster_http::peer::{Peer, PeerCertificate};
@@ -135,9 +135,9 @@ mod imp {
     /// `GET /v1/xds/clients`: every open stream whose every name the caller may read, and
     /// per resource what it was sent and acknowledged.
     pub(crate) async fn clients(State(app): State<Arc<App>>, caller: Caller) -> Json<ClientsPage> {
-        let now = app.clock.now_ms();
+        let now = app.gate.clock.now_ms();
         // One read of the registry for the whole page, not one per resource.
-        Json(app.node.read(|registry| {
+        Json(app.gate.read(|registry| {
             app.xds.clients.page(
                 registry.revision(),
                 now,
@@ -151,7 +151,7 @@ mod imp {
 
     /// Per service: (subscribers, subscribers at its latest revision), for the metrics.
     pub(crate) fn convergence(app: &App) -> std::collections::BTreeMap<ServiceKey, (u64, u64)> {
-        app.node
+        app.gate
             .read(|registry| app.xds.clients.convergence(|key| latest(registry, key)))
     }
 

@@ -62,20 +62,20 @@ impl Room {
     /// tenant (its holder is known before the first request names a tenant); `None`
     /// otherwise, and then only the session judges.
     fn of<B>(app: &Arc<App>, request: &http::Request<B>, own: &OwnNames) -> Option<Room> {
-        if !app.auth.enabled {
+        if !app.gate.auth.enabled {
             return None;
         }
         let secret = request
             .headers()
             .get(http::header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
-            .and_then(crate::auth::bearer_secret)?;
-        let token = app.node.read(|registry| registry.acl().authenticate(secret))?;
-        let caller = crate::auth::Caller::token(token);
+            .and_then(muster_gate::caller::bearer_secret)?;
+        let token = app.gate.read(|registry| registry.acl().authenticate(secret))?;
+        let caller = muster_gate::Caller::token(token);
         let tenant = caller.confined_to()?.clone();
         Some(Room {
             app: Arc::clone(app),
-            holder: crate::admit::holder(&caller, Some(&tenant)),
+            holder: muster_gate::holder(&caller, Some(&tenant)),
             own: own.clone(),
         })
     }
@@ -83,11 +83,13 @@ impl Room {
     fn fits(&self, names: usize) -> Result<(), Status> {
         let own = self.own.0.load(Ordering::Relaxed);
         self.app
+            .gate
             .admission
             .room_for_names(&self.holder, own, names)
             .map_err(|refusal| {
                 let error = self
                     .app
+                    .gate
                     .refused(&refusal, Hold::Xds, None, "xDS subscription".to_owned());
                 Status::resource_exhausted(error.message)
             })

@@ -40,7 +40,7 @@ use super::clients::{Identity, Registered};
 use super::service::OwnNames;
 use super::view::Protocol;
 use crate::app::App;
-use crate::auth::Caller;
+use muster_gate::Caller;
 use muster_http::peer::Peer;
 
 /// The most resource names of one type a stream may subscribe to: each is a watched service
@@ -159,7 +159,7 @@ impl Ads {
     fn open<M: Machine>(&self, request: Request<Streaming<M::Request>>) -> Result<Session<M>, Status> {
         // Marked before the token is checked: a revocation applied after this point wakes
         // the stream, one applied before it is seen by the check.
-        let mut acl = self.app.acl_changes.clone();
+        let mut acl = self.app.gate.acl_changes.clone();
         acl.mark_unchanged();
         let (caller, credential, peer) = identify(&self.app, &request)?;
         let own = request.extensions().get::<OwnNames>().cloned().unwrap_or_default();
@@ -172,7 +172,7 @@ impl Ads {
             credential,
             peer,
             acl,
-            stopping: self.app.stopping(),
+            stopping: self.app.gate.stopping(),
             wake: Arc::new(Notify::new()),
             known: None,
             watched: HashSet::new(),
@@ -282,7 +282,7 @@ impl<M: Machine> Session<M> {
             if self.ended {
                 return None;
             }
-            let auth = self.app.auth.enabled;
+            let auth = self.app.gate.auth.enabled;
             let event = tokio::select! {
                 message = self.inbound.message() => Event::Message(message),
                 () = self.wake.notified() => Event::Changed,
@@ -323,7 +323,9 @@ impl<M: Machine> Session<M> {
                     None => {
                         if let Some(token) = self.caller.token_ref() {
                             let source = self.peer.as_ref().map(|peer| peer.addr);
-                            crate::auth::record_revoked(&self.app, token, Verb::Watch, source, "xDS stream".to_owned());
+                            self.app
+                                .gate
+                                .record_revoked(token, Verb::Watch, source, "xDS stream".to_owned());
                         }
                         self.ended = true;
                         return Some(Err(Status::unauthenticated("the stream's token was revoked")));
@@ -359,7 +361,7 @@ impl<M: Machine> Session<M> {
                 self.hold_names(others + names)?;
             }
         }
-        let now = self.app.clock.now_ms();
+        let now = self.app.gate.clock.now_ms();
         let node = self.known.as_ref().map_or("", |known| known.node_id.as_str());
         let heard = match self.machine.on_request(request, now) {
             Ok(heard) => heard,
@@ -409,6 +411,7 @@ impl<M: Machine> Session<M> {
             let source = self.peer.as_ref().map(|peer| peer.addr);
             let error = self
                 .app
+                .gate
                 .refused(&refusal, Hold::Xds, source, "xDS subscription".to_owned());
             return Err(Status::resource_exhausted(error.message));
         }
@@ -478,14 +481,16 @@ impl<M: Machine> Session<M> {
         let source = self.peer.as_ref().map(|peer| peer.addr);
         let permit = self
             .app
+            .gate
             .admit(&self.caller, Some(&tenant), Hold::Xds, source, || {
                 "xDS stream".to_owned()
             })
             .map_err(|error| Status::resource_exhausted(error.message))?;
         let names = self
             .app
+            .gate
             .admission
-            .names(&crate::admit::holder(&self.caller, Some(&tenant)));
+            .names(&muster_gate::holder(&self.caller, Some(&tenant)));
         let node_id = node.map(|node| node.id.clone()).unwrap_or_default();
         let registered = self.state.clients.register(
             Identity {
@@ -495,7 +500,7 @@ impl<M: Machine> Session<M> {
                 protocol: M::PROTOCOL,
                 peer: self.peer.as_ref().map(|peer| peer.addr),
             },
-            self.app.clock.now_ms(),
+            self.app.gate.clock.now_ms(),
         );
         tracing::debug!(node = node_id, %tenant, protocol = M::PROTOCOL.as_str(), "xDS stream opened");
         Ok(Known {
@@ -538,7 +543,7 @@ impl<M: Machine> Session<M> {
             }
         }
         let caller = &self.caller;
-        let (revision, snapshots, every) = self.app.node.read(|registry| {
+        let (revision, snapshots, every) = self.app.gate.read(|registry| {
             let snapshots: Vec<Arc<ServiceSnapshot>> = self
                 .watched
                 .iter()

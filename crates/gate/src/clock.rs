@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 /// Monotonic and Unix time for the server.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct ServerClock {
+pub struct ServerClock {
     started: Instant,
     started_unix_ms: u64,
 }
@@ -20,7 +20,7 @@ impl ServerClock {
         clippy::disallowed_methods,
         reason = "the daemon's I/O shell: the wall clock is read once, at start, and passed on as a value"
     )]
-    pub(crate) fn start() -> ServerClock {
+    pub fn start() -> ServerClock {
         let started_unix_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -31,17 +31,17 @@ impl ServerClock {
     }
 
     /// Milliseconds since the server started, on the monotonic clock.
-    pub(crate) fn now_ms(&self) -> u64 {
+    pub fn now_ms(&self) -> u64 {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     /// A monotonic time as Unix milliseconds.
-    pub(crate) fn unix_ms(&self, monotonic_ms: u64) -> u64 {
+    pub fn unix_ms(&self, monotonic_ms: u64) -> u64 {
         self.started_unix_ms.saturating_add(monotonic_ms)
     }
 
     /// Now, in Unix milliseconds.
-    pub(crate) fn unix_now_ms(&self) -> u64 {
+    pub fn unix_now_ms(&self) -> u64 {
         self.unix_ms(self.now_ms())
     }
 }

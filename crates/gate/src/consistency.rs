@@ -23,11 +23,11 @@ use axum::http::HeaderValue;
 use axum::response::Response;
 use serde::Deserialize;
 
-use crate::app::App;
+use muster_consensus::Node;
 use muster_http::error::ApiError;
 
 /// The header with the age of this node's last contact with a leader, in ms.
-pub(crate) const LAST_CONTACT_HEADER: &str = "x-muster-last-contact";
+pub const LAST_CONTACT_HEADER: &str = "x-muster-last-contact";
 
 /// How stale a `default` read on a follower may be: a leader sends heartbeats every 100 ms,
 /// so 5 s of silence means this node is cut off, not merely behind.
@@ -36,7 +36,7 @@ const DEFAULT_MAX_STALENESS_MS: u64 = 5_000;
 /// What a read asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum Consistency {
+pub enum Consistency {
     /// Whatever this node has applied.
     Stale,
     /// This node's state, if it is in touch with a leader.
@@ -47,12 +47,12 @@ pub(crate) enum Consistency {
     Consistent,
 }
 
-/// Waits until a read of `consistency` may be served here, or says why not.
-pub(crate) async fn ready(app: &App, consistency: Consistency) -> Result<(), ApiError> {
+/// Waits until a read of `consistency` may be served by `node`, or says why not.
+pub async fn ready(node: &Node, consistency: Consistency) -> Result<(), ApiError> {
     match consistency {
         Consistency::Stale => Ok(()),
-        Consistency::Consistent => app.node.linearizable().await.map(drop).map_err(ApiError::from),
-        Consistency::Default => match app.node.leader_contact_age_ms() {
+        Consistency::Consistent => node.linearizable().await.map(drop).map_err(ApiError::from),
+        Consistency::Default => match node.leader_contact_age_ms() {
             Some(age) if age <= DEFAULT_MAX_STALENESS_MS => Ok(()),
             age => Err(ApiError::new(
                 muster_core::ErrorCode::Stale,
@@ -70,9 +70,9 @@ pub(crate) async fn ready(app: &App, consistency: Consistency) -> Result<(), Api
     }
 }
 
-/// Adds the freshness header to a read's reply.
-pub(crate) fn annotate(app: &App, response: &mut Response) {
-    if let Some(age) = app.node.leader_contact_age_ms() {
+/// Adds `node`'s freshness header to a read's reply.
+pub fn annotate(node: &Node, response: &mut Response) {
+    if let Some(age) = node.leader_contact_age_ms() {
         response
             .headers_mut()
             .insert(LAST_CONTACT_HEADER, HeaderValue::from(age));

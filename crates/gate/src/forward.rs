@@ -7,11 +7,10 @@
 //!         leader's cluster listener ──▶ the same handler the leader runs for its own clients
 //! ```
 //!
-//! [`on_leader`] is the one decision point: on the leader (or a single node) the request is
+//! [`Gate::on_leader`](crate::Gate::on_leader) is the one decision point: on the leader (or a single node) the request is
 //! answered here; on a follower it is sent, as a [`LeaderCall`], to the leader it knows.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,20 +21,18 @@ use muster_core::{InstanceId, Label, LeaseId, ServiceKey};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::app::App;
-use crate::join::JoinKey;
 use muster_http::error::ApiError;
 
 /// How long a forwarded request may take: well inside any TTL (at least 1 s).
 const FORWARD_TIMEOUT: Duration = Duration::from_millis(800);
 
 /// The cluster listener's path for every [`LeaderCall`].
-pub(crate) const LEADER_PATH: &str = "/app/leader";
+pub const LEADER_PATH: &str = "/app/leader";
 
 /// A request only the leader answers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum LeaderCall {
+pub enum LeaderCall {
     /// Renew a lease: its deadline is the leader's.
     Renew {
         /// The tenant that owns the lease.
@@ -63,43 +60,30 @@ pub(crate) enum LeaderCall {
     },
 }
 
-/// Answers `call` here when this node leads (or is alone), else on the leader.
-pub(crate) async fn on_leader<R: DeserializeOwned>(
-    app: &App,
-    call: LeaderCall,
-    here: impl Future<Output = Result<R, ApiError>>,
-) -> Result<R, ApiError> {
-    match &app.cluster {
-        Some(link) if !app.node.is_leader() => link.to_leader(app.node.status().leader, &call).await,
-        _ => here.await,
-    }
-}
-
 /// The way to the other members' cluster listeners (the consensus layer's peer client).
-pub(crate) struct ClusterLink {
+pub struct ClusterLink {
     client: PeerClient,
-    /// What this node proves membership with, and checks a join candidate's proof against.
-    pub(crate) join: Arc<JoinKey>,
     /// The cluster's mutual TLS, when configured: a join challenge goes over it too.
-    pub(crate) tls: Option<Arc<muster_tls::ClientConfig>>,
+    pub tls: Option<Arc<muster_tls::ClientConfig>>,
 }
 
 impl ClusterLink {
-    pub(crate) fn new(
+    /// A link to `peers` (id to address), proving membership with `secret`, over `tls`
+    /// when the cluster runs mutual TLS.
+    #[must_use]
+    pub fn new(
         peers: BTreeMap<u64, String>,
         secret: String,
-        join: Arc<JoinKey>,
         tls: Option<Arc<muster_tls::ClientConfig>>,
     ) -> ClusterLink {
         ClusterLink {
             client: PeerClient::new(secret, peers, tls.clone()),
-            join,
             tls,
         }
     }
 
     /// Sends `call` to the leader `leader`.
-    async fn to_leader<R: DeserializeOwned>(&self, leader: Option<u64>, call: &LeaderCall) -> Result<R, ApiError> {
+    pub async fn to_leader<R: DeserializeOwned>(&self, leader: Option<u64>, call: &LeaderCall) -> Result<R, ApiError> {
         let no_leader = || ApiError::no_quorum("no leader is known to hand this to; retry");
         let addr = leader
             .and_then(|id| self.client.dial_address(id))

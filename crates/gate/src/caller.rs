@@ -1,0 +1,188 @@
+//! Who a caller is and what it may do (SPEC S1–S3): a token, a certificate bound to one,
+//! nobody (authentication on, no credentials) or the unrestricted anonymous caller
+//! (authentication off). The verdicts are `muster_auth`'s; this is how every way in asks.
+
+use std::sync::Arc;
+
+use muster_auth::{Denial, Request, Scope, Token, Verb};
+use muster_core::{Label, Principal, ServiceKey};
+use serde::{Deserialize, Serialize};
+
+/// The principal of every request while authentication is off (SPEC S1).
+pub const ANONYMOUS: &str = "anonymous";
+
+/// The `[auth]` section of the server's configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Every route but `/v1/status`, `/v1/openapi.json` and `/v1/acl/bootstrap` needs a token
+    /// (or a client certificate bound to one); non-loopback binds are allowed.
+    pub enabled: bool,
+}
+
+/// Whose authority a request carries.
+#[derive(Debug, Clone)]
+enum Authority {
+    /// Authentication is off: everything is allowed.
+    Unrestricted,
+    /// Authentication is on and the request carried no credentials (an open route).
+    Nobody,
+    /// A token, by its secret or a certificate bound to it.
+    Token(Arc<Token>),
+}
+
+/// The caller of a request, as the handlers see it: its principal (recorded with what it
+/// writes) and what it may do.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    principal: Principal,
+    authority: Authority,
+}
+
+impl Caller {
+    /// The caller when authentication is off.
+    pub fn unrestricted(principal: Principal) -> Caller {
+        Caller {
+            principal,
+            authority: Authority::Unrestricted,
+        }
+    }
+
+    /// The caller of a request without credentials while authentication is on: every check
+    /// is denied.
+    pub fn nobody(principal: Principal) -> Caller {
+        Caller {
+            principal,
+            authority: Authority::Nobody,
+        }
+    }
+
+    /// Whether this is [`Caller::nobody`]: authentication is on and the request carried no
+    /// credentials.
+    pub fn is_nobody(&self) -> bool {
+        matches!(self.authority, Authority::Nobody)
+    }
+
+    /// The caller holding `token`.
+    pub fn token(token: Arc<Token>) -> Caller {
+        Caller {
+            principal: token.principal(),
+            authority: Authority::Token(token),
+        }
+    }
+
+    /// The principal its writes are recorded under.
+    pub fn principal(&self) -> &Principal {
+        &self.principal
+    }
+
+    /// Its token, when it has one.
+    pub fn token_ref(&self) -> Option<&Arc<Token>> {
+        match &self.authority {
+            Authority::Token(token) => Some(token),
+            _ => None,
+        }
+    }
+
+    /// The verdict for `request`.
+    pub fn check(&self, request: &Request<'_>) -> Result<(), Denial> {
+        match &self.authority {
+            Authority::Unrestricted => Ok(()),
+            Authority::Nobody => Err(Denial::NoRule),
+            Authority::Token(token) => token.authorize(request),
+        }
+    }
+
+    /// Whether it may use `verb` on `key`: what filters lists and namespace watches.
+    pub fn may(&self, key: &ServiceKey, verb: Verb) -> bool {
+        self.check(&Request {
+            tenant: Some(&key.tenant),
+            scope: Scope::Service {
+                namespace: key.namespace.as_str(),
+                service: key.service.as_str(),
+            },
+            verb,
+        })
+        .is_ok()
+    }
+
+    /// Whether it may read all of `tenant`, what a tenant-wide figure (a metrics row by
+    /// tenant, an xDS stream that names no service yet) needs (SPEC S3): an operator or
+    /// unrestricted caller may; a tenant's token when a `*/*` rule allows read and no deny
+    /// rule takes read back from any of the tenant's services.
+    pub fn reads_tenant(&self, tenant: &Label) -> bool {
+        match &self.authority {
+            Authority::Unrestricted => true,
+            Authority::Nobody => false,
+            Authority::Token(token) if token.tenant().is_none() => true,
+            Authority::Token(token) => {
+                let whole = Request {
+                    tenant: Some(tenant),
+                    scope: Scope::Whole,
+                    verb: Verb::Read,
+                };
+                token.authorize(&whole).is_ok()
+                    && !token
+                        .spec
+                        .rules
+                        .iter()
+                        .any(|rule| rule.effect == muster_auth::Effect::Deny && rule.verbs.contains(Verb::Read))
+            }
+        }
+    }
+
+    /// Whether it sees every tenant: an operator or unrestricted caller.
+    pub fn sees_every_tenant(&self) -> bool {
+        match &self.authority {
+            Authority::Unrestricted => true,
+            Authority::Nobody => false,
+            Authority::Token(token) => token.tenant().is_none(),
+        }
+    }
+
+    /// The tenant a tenant's token is confined to (`None`: every tenant).
+    pub fn confined_to(&self) -> Option<&Label> {
+        self.token_ref().and_then(|token| token.tenant())
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
+    type Rejection = muster_http::error::ApiError;
+
+    /// The caller the auth layer decided on; a request that did not pass it (none should)
+    /// is nobody.
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Caller, muster_http::error::ApiError> {
+        Ok(parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .unwrap_or_else(|| Caller::nobody(Principal::new(ANONYMOUS).expect("a valid principal"))))
+    }
+}
+
+/// The secret of an `Authorization: Bearer <secret>` value; the scheme is case-insensitive
+/// (RFC 9110 section 11.1), so `bearer` and `BEARER` are accepted too. `None`: another
+/// scheme, or no secret.
+pub fn bearer_secret(value: &str) -> Option<&str> {
+    let (scheme, secret) = value.split_once(' ')?;
+    let secret = secret.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !secret.is_empty()).then_some(secret)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_secret;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive_and_needs_a_secret() {
+        assert_eq!(bearer_secret("Bearer s3cret"), Some("s3cret"));
+        assert_eq!(bearer_secret("bearer s3cret"), Some("s3cret"));
+        assert_eq!(bearer_secret("BEARER  s3cret "), Some("s3cret"));
+        for refused in ["Basic dXNlcjpwYXNz", "Bearer", "Bearer   ", "Bearers3cret", ""] {
+            assert_eq!(bearer_secret(refused), None, "{refused:?}");
+        }
+    }
+}
