@@ -59,11 +59,11 @@ from collections import defaultdict, deque
 # split out of muster-server joins this set (DECISIONS "Structure"); a crate added later is
 # strict in effect as well, since the baseline never gains an entry (--write-baseline
 # refuses to add one).
-STRICT = {"muster-gate", "muster-hub", "muster-http"}
+STRICT = {"muster-gate", "muster-hub", "muster-http", "muster-dashboard"}
 
 # The adapters: ways in that turn a protocol into calls on the server's parts. None may
 # depend on another, nor on muster-server.
-ADAPTERS = {"muster-xds", "muster-dns", "muster-proxy"}
+ADAPTERS = {"muster-xds", "muster-dns", "muster-proxy", "muster-dashboard"}
 
 SERVER = "muster-server"
 
@@ -87,7 +87,7 @@ TEST_ONLY = {"muster-testkit"}
 
 # What the gate (the front door's pure parts) may not depend on.
 GATE = "muster-gate"
-GATE_FORBIDDEN = {SERVER, "muster-xds", "muster-dns", "muster-proxy", "muster-client"}
+GATE_FORBIDDEN = {SERVER, "muster-client"} | ADAPTERS
 
 # Shared plumbing split out of muster-server, below the adapters (DECISIONS "Structure"): the
 # watch hub and the HTTP transport. None may depend on an adapter, the client or the gate's

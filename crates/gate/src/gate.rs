@@ -8,7 +8,7 @@
 //!          ──admit(caller, hold)──▶ Permit | 429 (audited)      ──throttle(caller)──▶ ok | 429
 //!          ──propose(command, meta)──▶ Node ──▶ Raft log ──▶ Registry::apply
 //!          ──read(f) / ready(consistency)──▶ the applied registry
-//!          ──subscribe(scope) (inside read)──▶ WatchHub
+//!          ──subscribe(scope), inside read──▶ WatchHub
 //!          ──on_leader(call, here)──▶ here (leading) | the leader's cluster listener
 //!          ──with_engine(event)──▶ the leader engine
 //! ```
@@ -163,18 +163,12 @@ impl Gate {
         consistency::annotate(&self.node, response);
     }
 
-    /// Reads the registry and subscribes to `scope` at the same revision: a watch's initial
-    /// frames and its live updates, with no gap and no duplicate between them (the hub is
-    /// told of applies under the registry's write lock). `None` once the hub is closed.
-    pub fn read_and_subscribe<R>(
-        &self,
-        scope: WatchScope,
-        f: impl FnOnce(&Registry) -> R,
-    ) -> (R, Option<Subscription>) {
-        self.node.read(|registry| {
-            let read = f(registry);
-            (read, self.hub.subscribe(scope))
-        })
+    /// Subscribes to `scope`'s live updates; `None` once the hub is closed. Call it inside
+    /// [`Gate::read`], together with the read that starts the watch: the hub is told of
+    /// applies under the registry's write lock, so the watch's first frames and its live
+    /// updates have no gap and no duplicate between them.
+    pub fn subscribe(&self, scope: WatchScope) -> Option<Subscription> {
+        self.hub.subscribe(scope)
     }
 
     /// Proposes a command; a refusal or a node failure becomes an [`ApiError`]. A committed

@@ -339,8 +339,8 @@ pub(crate) async fn summary(
         serde_json::to_value(read.convergence.summary(&key, revision, &query))
             .map_err(|error| ApiError::new(ErrorCode::Internal, format!("cannot encode the summary: {error}")))
     };
-    Ok(crate::live::once_or_stream(
-        &app,
+    Ok(muster_dashboard::live::once_or_stream(
+        &app.gate,
         &caller,
         params.stream,
         summarise,

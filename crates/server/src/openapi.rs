@@ -222,17 +222,17 @@ struct ActorHeader {
 /// revision, watchers, protection. With `stream=true`, NDJSON: a line at once, then one
 /// whenever the overview changed.
 #[utoipa::path(get, path = "/v1/overview", tag = "dashboard",
-    params(crate::overview::OverviewQuery),
+    params(muster_dashboard::overview::OverviewQuery),
     responses((status = 200, description = "The overview (with `stream=true`, one per line as `application/x-ndjson`).",
-        body = crate::overview::OverviewReply)))]
+        body = muster_dashboard::overview::OverviewReply)))]
 #[allow(dead_code, reason = "read by the OpenAPI derive only")]
 fn overview() {}
 
 /// When each of a service's leased endpoints expires unless renewed (known on the leader).
 /// With `stream=true`, NDJSON: a line at once, then one whenever a deadline moved.
 #[utoipa::path(get, path = "/v1/deadlines/{tenant}/{namespace}/{service}", tag = "dashboard",
-    params(ServicePath, crate::lease_deadlines::DeadlinesQuery),
-    responses((status = 200, description = "The deadlines.", body = crate::lease_deadlines::DeadlinesReply)))]
+    params(ServicePath, muster_dashboard::lease_deadlines::DeadlinesQuery),
+    responses((status = 200, description = "The deadlines.", body = muster_dashboard::lease_deadlines::DeadlinesReply)))]
 #[allow(dead_code, reason = "read by the OpenAPI derive only")]
 fn deadlines() {}
 

@@ -18,9 +18,9 @@ use crate::app::App;
 use crate::auth::Need;
 use crate::lab_run::{self, LabState};
 use crate::{
-    acl, audit, auth, lease_deadlines, lease_routes, membership, metrics, openapi, overview, policy, prometheus_sd,
-    reads, status, ui, watch, writes,
+    acl, audit, auth, lease_routes, membership, metrics, openapi, policy, prometheus_sd, reads, status, watch, writes,
 };
+use muster_dashboard::{lease_deadlines, overview, ui};
 use muster_http::error::{ApiError, code_for_status};
 use muster_http::guard::{self, RequestGuard};
 
@@ -31,8 +31,10 @@ const STRAY_ERROR_QUOTE_BYTES: usize = 1024;
 /// The path of one instance; its sub-resources follow it.
 const INSTANCE: &str = "/v1/registry/{tenant}/{namespace}/{service}/{instance}";
 
-/// What handlers share besides the [`App`]: the dashboard's page and the lab runner.
+/// What handlers share besides the [`App`]: the gate (the state of the adapters split out
+/// of this crate), the dashboard's page and the lab runner.
 pub(crate) struct Shared {
+    gate: Arc<muster_gate::Gate>,
     page: Arc<ui::Page>,
     lab: Arc<LabState>,
 }
@@ -199,14 +201,14 @@ pub(crate) static ROUTES: &[Route] = &[
     }),
     // The web dashboard (SPEC U2): its views besides the API's. The overview lists only what
     // the token may read (the handler filters).
-    route(Method::GET, "/v1/overview", Need::Authenticated, |_| {
-        get(overview::overview)
+    route(Method::GET, "/v1/overview", Need::Authenticated, |shared| {
+        get(overview::overview).with_state(Arc::clone(&shared.gate))
     }),
     route(
         Method::GET,
         "/v1/deadlines/{tenant}/{namespace}/{service}",
         Need::Service(Verb::Read),
-        |_| get(lease_deadlines::deadlines),
+        |shared| get(lease_deadlines::deadlines).with_state(Arc::clone(&shared.gate)),
     ),
     // The dashboard's files hold no data: its views read the API with the user's token.
     route(Method::GET, "/ui", Need::Open, |_| get(ui::redirect)),
@@ -236,6 +238,7 @@ pub(crate) fn need(method: &Method, path: &str) -> Option<Need> {
 /// fallbacks and the layers every request passes.
 pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard, lab: Arc<LabState>) -> Router {
     let shared = Shared {
+        gate: Arc::clone(&app.gate),
         page: ui::Page::new(app.gate.auth.enabled),
         lab,
     };

@@ -133,7 +133,7 @@ fn start(
                 }
             }),
         };
-        Ok((at, beginning, app.gate.hub.subscribe(scope)))
+        Ok((at, beginning, app.gate.subscribe(scope)))
     })?;
 
     let counters = &app.metrics.watch;

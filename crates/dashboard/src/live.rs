@@ -47,28 +47,28 @@ use muster_core::api::{ErrorBody, ErrorDetail};
 
 use muster_core::ErrorCode;
 
-use crate::app::App;
 use muster_gate::Caller;
+use muster_gate::Gate;
 use muster_http::error::ApiError;
 
 /// The longest an idle stream stays silent: 15 s, under the 30–60 s idle timeouts of common
 /// proxies and load balancers, and rare enough to cost nothing.
-pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(15);
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// How often the dashboard's streams re-read their value: 500 ms, well inside the 2 s a
 /// dashboard change must take to show (SPEC U2), and one cheap read per open view.
-pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_millis(500);
+pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(500);
 
 /// How often a value whose only changes are ages (`*_ms` counting up) is sent anyway: the
 /// dashboard's "behind 3 s" moves without a line every 500 ms.
-pub(crate) const AGES_EVERY: Duration = Duration::from_secs(5);
+pub const AGES_EVERY: Duration = Duration::from_secs(5);
 
 /// A stream of `f()`'s value as NDJSON: at once, then on change (see the module docs).
 /// An error from the first call is the reply itself. `essence` gives the part of a value
 /// that counts as a change (`None`: all of it); a value that differs only outside it is sent
 /// at most every [`AGES_EVERY`].
-pub(crate) fn changes_stream<F>(
-    app: &Arc<App>,
+pub fn changes_stream<F>(
+    gate: &Arc<Gate>,
     caller: &Caller,
     interval: Duration,
     mut f: F,
@@ -78,11 +78,9 @@ where
     F: FnMut() -> Result<serde_json::Value, ApiError> + Send + 'static,
 {
     // A token confined to a tenant holds in its tenant; an operator's in the cluster's.
-    let permit = match app
-        .gate
-        .admit(caller, caller.confined_to(), muster_gate::Hold::Live, None, || {
-            "live view (stream=true)".to_owned()
-        }) {
+    let permit = match gate.admit(caller, caller.confined_to(), muster_gate::Hold::Live, None, || {
+        "live view (stream=true)".to_owned()
+    }) {
         Ok(permit) => permit,
         Err(error) => return error.into_response(),
     };
@@ -91,11 +89,11 @@ where
         Err(error) => return error.into_response(),
     };
     let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(1);
-    let mut stopping = app.gate.stopping();
+    let mut stopping = gate.stopping();
     // A token revoked while the stream is open ends it, as it ends a watch (SPEC S1).
     let revoked: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match caller.token_ref() {
         Some(token) => Box::pin(muster_gate::revoked_recorded(
-            Arc::clone(&app.gate),
+            Arc::clone(gate),
             Arc::clone(token),
             muster_auth::Verb::Watch,
             None,
@@ -167,8 +165,8 @@ where
 
 /// A reply that is either the value once (JSON) or its change stream (`stream`), with
 /// [`changes_stream`]'s `essence`.
-pub(crate) fn once_or_stream<F>(
-    app: &Arc<App>,
+pub fn once_or_stream<F>(
+    gate: &Arc<Gate>,
     caller: &Caller,
     stream: bool,
     mut f: F,
@@ -178,7 +176,7 @@ where
     F: FnMut() -> Result<serde_json::Value, ApiError> + Send + 'static,
 {
     if stream {
-        return changes_stream(app, caller, DEFAULT_INTERVAL, f, essence);
+        return changes_stream(gate, caller, DEFAULT_INTERVAL, f, essence);
     }
     match f() {
         Ok(value) => axum::Json(value).into_response(),

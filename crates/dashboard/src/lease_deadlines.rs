@@ -16,7 +16,7 @@
 //! within `live::DEFAULT_INTERVAL`.
 //!
 //! # Lock order
-//! `App::with_engine` takes the engine's lock, then reads the registry: the one order.
+//! `Gate::with_engine` takes the engine's lock, then reads the registry: the one order.
 
 use std::sync::Arc;
 
@@ -25,9 +25,9 @@ use axum::response::Response;
 use muster_core::{ErrorCode, InstanceId, LeaseId, ServiceKey};
 use serde::{Deserialize, Serialize};
 
-use crate::app::App;
 use crate::live;
 use muster_gate::Caller;
+use muster_gate::Gate;
 use muster_http::error::ApiError;
 use muster_http::extract::{QueryParams, Segments};
 
@@ -35,7 +35,7 @@ use muster_http::extract::{QueryParams, Segments};
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct DeadlinesQuery {
+pub struct DeadlinesQuery {
     /// Stream as NDJSON: a line at once, then one whenever a deadline moved.
     #[serde(default)]
     stream: bool,
@@ -43,40 +43,40 @@ pub(crate) struct DeadlinesQuery {
 
 /// The reply of `GET /v1/deadlines/{tenant}/{namespace}/{service}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub(crate) struct DeadlinesReply {
+pub struct DeadlinesReply {
     /// Whether this node leads, so its deadlines are the ones in force.
-    pub(crate) leader: bool,
+    pub leader: bool,
     /// The service's endpoints that hold a lease, by instance.
-    pub(crate) endpoints: Vec<EndpointDeadline>,
+    pub endpoints: Vec<EndpointDeadline>,
 }
 
 /// One endpoint's lease and its deadline.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub(crate) struct EndpointDeadline {
+pub struct EndpointDeadline {
     /// The instance.
     #[schema(value_type = String)]
-    pub(crate) instance: InstanceId,
+    pub instance: InstanceId,
     /// Its lease.
     #[schema(value_type = u64)]
-    pub(crate) lease: LeaseId,
+    pub lease: LeaseId,
     /// The lease's TTL.
-    pub(crate) ttl_ms: u64,
+    pub ttl_ms: u64,
     /// When it expires unless renewed, in Unix milliseconds on the server's clock; `null` on
     /// a node that does not lead.
-    pub(crate) deadline_unix_ms: Option<u64>,
+    pub deadline_unix_ms: Option<u64>,
 }
 
 /// `GET /v1/deadlines/{tenant}/{namespace}/{service}`.
-pub(crate) async fn deadlines(
-    State(app): State<Arc<App>>,
+pub async fn deadlines(
+    State(gate): State<Arc<Gate>>,
     caller: Caller,
     segments: Segments,
     QueryParams(query): QueryParams<DeadlinesQuery>,
 ) -> Result<Response, ApiError> {
     let key = segments.service()?;
-    let reader = Arc::clone(&app);
+    let reader = Arc::clone(&gate);
     Ok(live::once_or_stream(
-        &app,
+        &gate,
         &caller,
         query.stream,
         move || {
@@ -87,8 +87,8 @@ pub(crate) async fn deadlines(
 }
 
 /// The deadlines of `key`'s leased endpoints now.
-pub(crate) fn read(app: &App, key: &ServiceKey) -> DeadlinesReply {
-    app.gate.with_engine(|engine, registry, _| {
+pub fn read(gate: &Gate, key: &ServiceKey) -> DeadlinesReply {
+    gate.with_engine(|engine, registry, _| {
         let endpoints = registry
             .snapshot(key)
             .map(|snapshot| {
@@ -101,7 +101,7 @@ pub(crate) fn read(app: &App, key: &ServiceKey) -> DeadlinesReply {
                             instance: endpoint.instance.clone(),
                             lease,
                             ttl_ms,
-                            deadline_unix_ms: engine.leases().deadline(lease).map(|at| app.gate.clock.unix_ms(at)),
+                            deadline_unix_ms: engine.leases().deadline(lease).map(|at| gate.clock.unix_ms(at)),
                         })
                     })
                     .collect()

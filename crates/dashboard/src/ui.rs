@@ -41,13 +41,13 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; conn
 /// The page as served: `index.html` saying whether the server asks for tokens, so the page
 /// asks for one before its first request instead of after a refusal. The dashboard's routes
 /// are in the route table (`routes`).
-pub(crate) struct Page {
+pub struct Page {
     index: Arc<str>,
 }
 
 impl Page {
     /// The page for a server with authentication on or off.
-    pub(crate) fn new(auth_enabled: bool) -> Arc<Page> {
+    pub fn new(auth_enabled: bool) -> Arc<Page> {
         let index = if auth_enabled {
             INDEX_HTML.replacen(r#"data-auth="off""#, r#"data-auth="on""#, 1)
         } else {
@@ -58,17 +58,17 @@ impl Page {
 }
 
 /// `GET /ui`.
-pub(crate) async fn redirect() -> Redirect {
+pub async fn redirect() -> Redirect {
     Redirect::permanent("/ui/")
 }
 
 /// `GET /ui/`.
-pub(crate) async fn index_page(State(page): State<Arc<Page>>) -> Response {
+pub async fn index_page(State(page): State<Arc<Page>>) -> Response {
     file(Arc::clone(&page.index), "text/html; charset=utf-8")
 }
 
 /// `GET /ui/{asset}`.
-pub(crate) async fn asset(State(page): State<Arc<Page>>, Path(name): Path<String>) -> Response {
+pub async fn asset(State(page): State<Arc<Page>>, Path(name): Path<String>) -> Response {
     match name.as_str() {
         "index.html" => file(Arc::clone(&page.index), "text/html; charset=utf-8"),
         "app.js" => file(Arc::from(APP_JS), "text/javascript; charset=utf-8"),

@@ -16,7 +16,7 @@
 //!
 //! # Lock order
 //! The protected set is read from the leader engine first, then the registry: the engine's
-//! lock is never taken under the registry's (see `App::with_engine`). Watchers are counted
+//! lock is never taken under the registry's (see `Gate::with_engine`). Watchers are counted
 //! after the registry read, from the hub's own lock.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,9 +29,9 @@ use muster_core::{Label, Revision, ServiceKey, ServingState};
 use muster_registry::Scope;
 use serde::{Deserialize, Serialize};
 
-use crate::app::App;
 use crate::live;
 use muster_gate::Caller;
+use muster_gate::Gate;
 use muster_http::error::ApiError;
 use muster_http::extract::QueryParams;
 
@@ -39,7 +39,7 @@ use muster_http::extract::QueryParams;
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct OverviewQuery {
+pub struct OverviewQuery {
     /// Stream the overview as NDJSON: a line at once, then one whenever it changed.
     #[serde(default)]
     stream: bool,
@@ -47,52 +47,52 @@ pub(crate) struct OverviewQuery {
 
 /// The reply of `GET /v1/overview`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub(crate) struct OverviewReply {
+pub struct OverviewReply {
     /// The registry's revision the overview was read at.
     #[schema(value_type = u64)]
-    pub(crate) revision: Revision,
+    pub revision: Revision,
     /// The namespaces holding services the caller may read, sorted.
-    pub(crate) namespaces: Vec<NamespaceOverview>,
+    pub namespaces: Vec<NamespaceOverview>,
 }
 
 /// One namespace in the overview.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub(crate) struct NamespaceOverview {
+pub struct NamespaceOverview {
     /// The tenant.
     #[schema(value_type = String)]
-    pub(crate) tenant: Label,
+    pub tenant: Label,
     /// The namespace.
     #[schema(value_type = String)]
-    pub(crate) namespace: Label,
+    pub namespace: Label,
     /// Watch streams open on the whole namespace.
-    pub(crate) watchers: usize,
+    pub watchers: usize,
     /// Its services the caller may read, sorted by name.
-    pub(crate) services: Vec<ServiceOverview>,
+    pub services: Vec<ServiceOverview>,
 }
 
 /// One service in the overview.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub(crate) struct ServiceOverview {
+pub struct ServiceOverview {
     /// The service.
     #[schema(value_type = String)]
-    pub(crate) service: Label,
+    pub service: Label,
     /// The revision of its last change.
     #[schema(value_type = u64)]
-    pub(crate) revision: Revision,
+    pub revision: Revision,
     /// Its endpoints.
-    pub(crate) endpoints: usize,
+    pub endpoints: usize,
     /// Its endpoints per serving state; every state is present, zeros included.
     #[schema(value_type = BTreeMap<String, usize>)]
-    pub(crate) states: BTreeMap<ServingState, usize>,
+    pub states: BTreeMap<ServingState, usize>,
     /// Watch streams open on this service alone (namespace watches are counted on the
     /// namespace).
-    pub(crate) watchers: usize,
+    pub watchers: usize,
     /// Whether self-preservation holds removals from it now (SPEC H5).
-    pub(crate) protection_active: bool,
+    pub protection_active: bool,
 }
 
 /// Every serving state, in the order the overview's columns show them.
-pub(crate) const STATES: [ServingState; 6] = [
+pub const STATES: [ServingState; 6] = [
     ServingState::Ready,
     ServingState::Degraded,
     ServingState::Starting,
@@ -102,15 +102,15 @@ pub(crate) const STATES: [ServingState; 6] = [
 ];
 
 /// `GET /v1/overview`.
-pub(crate) async fn overview(
-    State(app): State<Arc<App>>,
+pub async fn overview(
+    State(gate): State<Arc<Gate>>,
     caller: Caller,
     QueryParams(query): QueryParams<OverviewQuery>,
 ) -> Response {
-    let reader = Arc::clone(&app);
+    let reader = Arc::clone(&gate);
     let streamed = caller.clone();
     live::once_or_stream(
-        &app,
+        &gate,
         &streamed,
         query.stream,
         move || {
@@ -122,9 +122,9 @@ pub(crate) async fn overview(
 }
 
 /// The overview as `caller` may see it now.
-pub(crate) fn read(app: &App, caller: &Caller) -> OverviewReply {
-    let protected: BTreeSet<ServiceKey> = app.gate.protected().into_iter().collect();
-    let (revision, mut namespaces) = app.gate.read(|registry| {
+pub fn read(gate: &Gate, caller: &Caller) -> OverviewReply {
+    let protected: BTreeSet<ServiceKey> = gate.protected().into_iter().collect();
+    let (revision, mut namespaces) = gate.read(|registry| {
         let namespaces: Vec<NamespaceOverview> = registry
             .namespace_keys()
             .filter_map(|namespace| {
@@ -162,14 +162,14 @@ pub(crate) fn read(app: &App, caller: &Caller) -> OverviewReply {
             tenant: namespace.tenant.clone(),
             namespace: namespace.namespace.clone(),
         };
-        namespace.watchers = app.gate.hub.watchers(&Scope::Namespace(key));
+        namespace.watchers = gate.hub.watchers(&Scope::Namespace(key));
         for service in &mut namespace.services {
             let key = ServiceKey {
                 tenant: namespace.tenant.clone(),
                 namespace: namespace.namespace.clone(),
                 service: service.service.clone(),
             };
-            service.watchers = app.gate.hub.watchers(&Scope::Service(key));
+            service.watchers = gate.hub.watchers(&Scope::Service(key));
         }
     }
     OverviewReply { revision, namespaces }
