@@ -25,16 +25,19 @@ use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use muster_auth::{Denial, Request, Scope, Token, Verb};
 use muster_consensus::{ConsensusError, Member, Node, NodeStatus};
-use muster_core::api::{AdmissionStatus, LeaseReply, WriteReply};
-use muster_core::{Actor, ErrorCode, Label, LeaseId, Principal, Rejection, ServiceKey};
+use muster_core::api::{
+    AdmissionStatus, CheckReportReply, CheckReportRequest, InFlightRequest, LeaseReply, WriteReply,
+};
+use muster_core::{Actor, ErrorCode, InstanceId, Label, LeaseId, Principal, Rejection, ServiceKey};
+use muster_health::checker::TtlReport;
 use muster_health::target::TargetPolicy;
 use muster_http::error::ApiError;
 use muster_http::peer::Peer;
 use muster_hub::{Subscription, WatchHub};
-use muster_leader::{Now, Reply, ReplyTo};
-use muster_registry::{Applied, Command, CommandMeta, LeaseGrant, Registry, Scope as WatchScope};
+use muster_leader::{InFlightReply, Now, Output, Reply, ReplyTo};
+use muster_registry::{Applied, Command, CommandMeta, LeaseGrant, Registry, Scope as WatchScope, Target};
 use serde::de::DeserializeOwned;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::admission::{Admission, Budget, Hold, Holder, Permit, Refusal};
 use crate::audit::{AuditLog, Denial as AuditDenial};
@@ -80,6 +83,9 @@ pub struct Parts {
     pub stopping: watch::Receiver<bool>,
     /// The metrics' counters of what the gate decides.
     pub meter: Arc<dyn Meter>,
+    /// Where the engine's outputs other than replies go: the leader task carries them out
+    /// (proposals, probes, notes).
+    pub outputs: mpsc::UnboundedSender<Vec<Output>>,
 }
 
 /// The front door: see the module's documentation.
@@ -108,6 +114,7 @@ pub struct Gate {
     ready: AtomicBool,
     stopping: watch::Receiver<bool>,
     meter: Arc<dyn Meter>,
+    outputs: mpsc::UnboundedSender<Vec<Output>>,
 }
 
 impl Gate {
@@ -127,6 +134,7 @@ impl Gate {
             acl_changes,
             stopping,
             meter,
+            outputs,
         } = parts;
         Gate {
             node,
@@ -143,6 +151,7 @@ impl Gate {
             ready: AtomicBool::new(false),
             stopping,
             meter,
+            outputs,
         }
     }
 
@@ -304,6 +313,87 @@ impl Gate {
         match &self.cluster {
             Some(link) if !self.node.is_leader() => link.to_leader(self.node.status().leader, &call).await,
             _ => here.await,
+        }
+    }
+
+    /// Hands an event that answers a caller to the engine and waits for the answer (which
+    /// may come only once a proposal it caused has settled). Replies are handed over here;
+    /// every other output goes to the leader task, which carries it out.
+    pub async fn ask(
+        &self,
+        event: impl FnOnce(&mut Engine, &Registry, Now, ReplyTo) -> Vec<Output>,
+    ) -> Result<Reply, ApiError> {
+        let stopped = || ApiError::unavailable("the leader's duties are not running (the server is stopping)");
+        let (to, answer) = self.reply_slot();
+        let outputs = self.with_engine(|engine, registry, now| event(engine, registry, now, to));
+        let mut rest = Vec::new();
+        for output in outputs {
+            match output {
+                Output::Reply { to, reply } => self.answer(to, reply),
+                other => rest.push(other),
+            }
+        }
+        if !rest.is_empty() && self.outputs.send(rest).is_err() {
+            // Nobody would carry out what the answer waits for.
+            self.leader.forget(to);
+            return Err(stopped());
+        }
+        answer.await.map_err(|_| stopped())
+    }
+
+    /// A TTL check's report on this node, which leads: the engine's checker holds the TTL
+    /// deadlines. Answered after any change it caused.
+    pub async fn ttl_report(
+        &self,
+        key: ServiceKey,
+        instance: InstanceId,
+        request: CheckReportRequest,
+    ) -> Result<CheckReportReply, ApiError> {
+        let report = TtlReport {
+            key,
+            instance,
+            incarnation: request.incarnation,
+            status: request.status,
+        };
+        match self
+            .ask(|engine, registry, now, to| engine.ttl_report(registry, &report, to, now))
+            .await?
+        {
+            Reply::Report(Ok(reply)) => Ok(reply),
+            Reply::Report(Err(refused)) => Err(ApiError::new(refused.error_code(), refused.to_string())),
+            other => Err(not_answered(other)),
+        }
+    }
+
+    /// An in-flight report on this node, which leads: zero requests in flight ends a pending
+    /// drain's grace now, with a deregistration fenced by the record's revision, so a lifted
+    /// drain stays lifted.
+    pub async fn in_flight(
+        &self,
+        key: ServiceKey,
+        instance: InstanceId,
+        request: InFlightRequest,
+    ) -> Result<WriteReply, ApiError> {
+        let target = Target {
+            key,
+            instance,
+            incarnation: request.incarnation,
+        };
+        let reply = self
+            .ask(|engine, registry, _, to| engine.in_flight(registry, target, request.in_flight, to))
+            .await?;
+        match reply {
+            Reply::InFlight(InFlightReply::Ended { revision }) => Ok(WriteReply {
+                revision,
+                lease: None,
+                unchanged: None,
+            }),
+            Reply::InFlight(InFlightReply::NothingEnded { revision }) => Ok(WriteReply {
+                revision,
+                lease: None,
+                unchanged: Some("no_drain_ended".into()),
+            }),
+            other => Err(not_answered(other)),
         }
     }
 
@@ -626,6 +716,14 @@ impl Gate {
             source,
             at_ms: self.clock.unix_now_ms(),
         });
+    }
+}
+
+/// A reply that is no answer: this node stopped leading, or the change did not commit.
+fn not_answered(reply: Reply) -> ApiError {
+    match reply {
+        Reply::NotLeading => ApiError::no_quorum("this node no longer leads; retry"),
+        _ => ApiError::no_quorum("the change this report caused did not commit; retry"),
     }
 }
 

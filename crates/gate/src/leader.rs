@@ -105,6 +105,11 @@ impl LeaderLink {
         (to, rx)
     }
 
+    /// Forgets a reply slot nobody will answer.
+    pub fn forget(&self, to: ReplyTo) {
+        self.replies.lock().unwrap_or_else(PoisonError::into_inner).remove(&to);
+    }
+
     /// Hands the engine's reply to its caller (gone callers are skipped).
     pub fn answer(&self, to: ReplyTo, reply: Reply) {
         let waiting = self.replies.lock().unwrap_or_else(PoisonError::into_inner).remove(&to);

@@ -24,6 +24,7 @@
 //! - [`leader`]: the leader engine and the callers waiting on it; [`forward`]: the way to
 //!   the leader from a follower.
 //! - [`tokens`]: the token table's changes, for streams already open.
+//! - [`parked`]: how blocking queries ended, for the metrics.
 //! - [`clock`]: the server's clock, the one place the daemon reads time.
 //!
 //! Convergence subscribers are not held open by a caller's connection; the convergence
@@ -39,6 +40,7 @@ pub mod consistency;
 pub mod forward;
 mod gate;
 pub mod leader;
+pub mod parked;
 pub mod rate;
 pub mod tokens;
 

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use muster_consensus::Node;
+use muster_consul::stats::ConsulStats;
 use muster_gate::Gate;
 use muster_registry::RegistryConfig;
 
-use crate::consul::stats::ConsulStats;
 use crate::join::JoinKey;
 use crate::metrics::Metrics;
 
@@ -24,7 +24,7 @@ pub(crate) struct App {
     /// What `/v1/metrics` reports (the checker's counters among them).
     pub(crate) metrics: Arc<Metrics>,
     /// The Consul-compatible API's blocking-query counters (SPEC E1, O1).
-    pub(crate) consul_stats: ConsulStats,
+    pub(crate) consul_stats: Arc<ConsulStats>,
     /// What this node proves membership with, and checks a join candidate's proof against
     /// (in a cluster).
     pub(crate) join: Option<Arc<JoinKey>>,

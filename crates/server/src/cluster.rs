@@ -31,7 +31,6 @@ use crate::app::App;
 use crate::audit::Denial;
 use crate::join::{self, JoinKey, PROOF_PATH};
 use crate::lease_routes::renew_here;
-use crate::writes::{in_flight_here, report_here};
 use muster_gate::forward::{LEADER_PATH, LeaderCall};
 use muster_http::error::ApiError;
 use muster_http::peer::Peer;
@@ -111,10 +110,14 @@ async fn leader_call(State(app): State<Arc<App>>, body: Bytes) -> Response {
     }
     let answer = match call {
         LeaderCall::Renew { tenant, id } => renew_here(&app, &tenant, id).map(|r| axum::Json(r).into_response()),
-        LeaderCall::Report { key, instance, request } => report_here(&app, key, instance, request)
+        LeaderCall::Report { key, instance, request } => app
+            .gate
+            .ttl_report(key, instance, request)
             .await
             .map(|r| axum::Json(r).into_response()),
-        LeaderCall::InFlight { key, instance, request } => in_flight_here(&app, key, instance, request)
+        LeaderCall::InFlight { key, instance, request } => app
+            .gate
+            .in_flight(key, instance, request)
             .await
             .map(|r| axum::Json(r).into_response()),
     };

@@ -26,14 +26,11 @@ use std::time::Duration;
 use muster_consensus::ApplyObserver;
 use muster_core::{Event, Principal, ServiceKey, ServiceUpdate};
 use muster_health::probe::probe;
-use muster_leader::{Note, Now, Outcome, Output, Proposal, Reply, ReplyTo};
+use muster_leader::{Note, Outcome, Output, Proposal};
 use muster_registry::{Applied, Registry};
 use tokio::sync::{mpsc, watch};
 
-use muster_gate::leader::Engine;
-
 use crate::app::App;
-use muster_http::error::ApiError;
 
 /// The longest the task sleeps: a tick is due every `TICK_MS` anyway; this bounds a sleep
 /// computed from a far checker turn.
@@ -105,6 +102,7 @@ impl ApplyObserver for LeaderFeed {
 pub(crate) async fn run(
     app: Arc<App>,
     mut messages: mpsc::UnboundedReceiver<Message>,
+    mut asked: mpsc::UnboundedReceiver<Vec<Output>>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
@@ -120,6 +118,8 @@ pub(crate) async fn run(
                 Message::Updates(updates) => app.gate.with_engine(|engine, _, now| engine.applied(&updates, now)),
                 Message::Reset => app.gate.with_engine(|engine, registry, now| engine.reset(registry, now)),
             },
+            // What a caller's question to the engine (`Gate::ask`) left to carry out.
+            Some(outputs) = asked.recv() => perform(&app, outputs),
             () = tokio::time::sleep(sleep) => {}
         }
     }
@@ -160,22 +160,6 @@ pub(crate) fn perform(app: &Arc<App>, outputs: Vec<Output>) {
     let stats = &app.metrics.checker;
     stats.in_flight.store(in_flight as u64, Ordering::Relaxed);
     stats.endpoints.store(endpoints as u64, Ordering::Relaxed);
-}
-
-/// Hands an event that answers a caller to the engine, carries out its outputs, and waits
-/// for the answer (which may come only once a proposal it caused has settled).
-pub(crate) async fn ask(
-    app: &Arc<App>,
-    event: impl FnOnce(&mut Engine, &Registry, Now, ReplyTo) -> Vec<Output>,
-) -> Result<Reply, ApiError> {
-    let (to, answer) = app.gate.reply_slot();
-    let outputs = app
-        .gate
-        .with_engine(|engine, registry, now| event(engine, registry, now, to));
-    perform(app, outputs);
-    answer
-        .await
-        .map_err(|_| ApiError::unavailable("the leader's duties are not running (the server is stopping)"))
 }
 
 async fn propose(app: &App, proposal: Proposal) -> Outcome {

@@ -17,13 +17,13 @@ use muster_consensus::{ApplyObserver, Judged};
 use muster_registry::{Applied, Registry};
 
 use crate::audit::AuditLog;
-use crate::consul::waiters::Waiters;
 use crate::convergence::Convergence;
 use crate::dns::DnsFeed;
 use crate::endpoint_log::EndpointLog;
 use crate::leader::LeaderFeed;
 use crate::metrics::MetricsObserver;
 use crate::policy::PolicyWatch;
+use muster_consul::waiters::Waiters;
 use muster_gate::TokenWatch;
 use muster_hub::WatchHub;
 

@@ -16,12 +16,12 @@ use muster_registry::Page;
 use serde::{Deserialize, Serialize};
 
 use crate::app::App;
-use crate::metrics::Woken;
 use crate::page_token::PageToken;
 use crate::read_cache::{ReplyHead, reply_body};
 use crate::wait::{DEFAULT_WAIT, parse_wait};
 use muster_gate::Caller;
 use muster_gate::consistency::Consistency;
+use muster_gate::parked::Woken;
 use muster_http::error::ApiError;
 use muster_http::extract::{INDEX_HEADER, QueryParams, Segments};
 

@@ -23,17 +23,18 @@ use tokio::task::JoinHandle;
 
 use crate::app::App;
 use crate::audit::AuditLog;
-use crate::consul::ConsulView;
-use crate::consul::blocking::Jitter;
-use crate::consul::stats::ConsulCounts;
-use crate::consul::waiters::Waiters;
 use crate::dns::DnsFeed;
 use crate::join::JoinKey;
 use crate::lab_run::Hooks;
 use crate::metrics::{Metrics, MetricsObserver};
 use crate::observers::Observers;
 use crate::policy::PolicyWatch;
-use crate::{ServerConfig, ServerError, cluster, consul, dns, leader, routes};
+use crate::{ServerConfig, ServerError, cluster, dns, leader, routes};
+use muster_consul as consul;
+use muster_consul::ConsulView;
+use muster_consul::Jitter;
+use muster_consul::stats::ConsulCounts;
+use muster_consul::waiters::Waiters;
 use muster_gate::TokenWatch;
 use muster_gate::clock::ServerClock;
 use muster_gate::forward::ClusterLink;
@@ -179,6 +180,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     let hub = WatchHub::new(config.watch_queue_frames);
     let federation = config.federation.resolve().map_err(ServerError::Config)?;
     let (leader_feed, leader_messages) = leader::channel();
+    let (asked_tx, asked) = tokio::sync::mpsc::unbounded_channel();
     let (token_watch, acl_changes) = TokenWatch::new();
     let audit = Arc::new(AuditLog::new(
         config.audit.retention,
@@ -331,11 +333,12 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
             acl_changes,
             stopping: stopping_rx.clone(),
             meter: Arc::clone(&metrics) as Arc<dyn muster_gate::Meter>,
+            outputs: asked_tx,
         })),
         node,
         progress_interval: Duration::from_millis(config.progress_interval_ms),
         metrics,
-        consul_stats: crate::consul::stats::ConsulStats::default(),
+        consul_stats: Arc::default(),
         join,
         config_policy: config.registry.clone(),
         #[cfg(feature = "xds")]
@@ -404,9 +407,14 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
             waiters: Arc::clone(&consul_waiters),
             jitter: Jitter::new(app.gate.clock.unix_now_ms()),
         });
-        let router = consul::router(Arc::clone(&app), view, guard, config.max_body_bytes);
+        let consul_app = Arc::new(consul::ConsulApp {
+            gate: Arc::clone(&app.gate),
+            stats: Arc::clone(&app.consul_stats),
+            blocking: Arc::clone(&app.metrics.blocking_consul),
+        });
+        let router = consul::router(Arc::clone(&consul_app), view, guard, config.max_body_bytes);
         // `DeregisterCriticalServiceAfter`: the Consul API's reaper, a leader duty.
-        let reaping = Arc::clone(&app);
+        let reaping = consul_app;
         duties.add("consul reaper", move |_term| {
             Box::pin(consul::reap(Arc::clone(&reaping)))
         });
@@ -466,7 +474,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         LEADERSHIP_POLL,
         stopping_rx.clone(),
     ));
-    let leader = tokio::spawn(leader::run(Arc::clone(&app), leader_messages, stopping_rx));
+    let leader = tokio::spawn(leader::run(Arc::clone(&app), leader_messages, asked, stopping_rx));
     // Ends when the server starts stopping (or the node stops).
     tokio::spawn(crate::metrics::follow_leader(Arc::clone(&app)));
 

@@ -12,12 +12,9 @@ use muster_core::api::{
     RegisterRequest, SetServingRequest, WriteReply,
 };
 use muster_core::{Actor, InstanceId, ServiceKey};
-use muster_health::checker::TtlReport;
-use muster_leader::{InFlightReply, Reply};
 use muster_registry::{Deregister, Drain, LeaseSpec, Register, SetServing, Target};
 
 use crate::app::App;
-use crate::leader::ask;
 use muster_gate::Caller;
 use muster_gate::forward::LeaderCall;
 use muster_http::error::ApiError;
@@ -111,33 +108,9 @@ pub(crate) async fn check_report(
         request: request.clone(),
     };
     app.gate
-        .on_leader(call, report_here(&app, key, instance, request))
+        .on_leader(call, app.gate.ttl_report(key, instance, request))
         .await
         .map(Json)
-}
-
-/// A TTL report on this node, which leads: the engine's checker holds the TTL deadlines.
-pub(crate) async fn report_here(
-    app: &Arc<App>,
-    key: ServiceKey,
-    instance: InstanceId,
-    request: CheckReportRequest,
-) -> Result<CheckReportReply, ApiError> {
-    let report = TtlReport {
-        key,
-        instance,
-        incarnation: request.incarnation,
-        status: request.status,
-    };
-    match ask(app, |engine, registry, now, to| {
-        engine.ttl_report(registry, &report, to, now)
-    })
-    .await?
-    {
-        Reply::Report(Ok(reply)) => Ok(reply),
-        Reply::Report(Err(refused)) => Err(ApiError::new(refused.error_code(), refused.to_string())),
-        other => Err(not_answered(other)),
-    }
 }
 
 /// `PUT .../{instance}/in-flight`: zero requests in flight ends a pending drain grace now.
@@ -153,45 +126,9 @@ pub(crate) async fn in_flight(
         request: request.clone(),
     };
     app.gate
-        .on_leader(call, in_flight_here(&app, key, instance, request))
+        .on_leader(call, app.gate.in_flight(key, instance, request))
         .await
         .map(Json)
-}
-
-/// An in-flight report on this node, which leads: the engine ends the drain with a
-/// deregistration fenced by the record's revision, so a lifted drain stays lifted.
-pub(crate) async fn in_flight_here(
-    app: &Arc<App>,
-    key: ServiceKey,
-    instance: InstanceId,
-    request: InFlightRequest,
-) -> Result<WriteReply, ApiError> {
-    let target = target(key, instance, request.incarnation);
-    let reply = ask(app, |engine, registry, _, to| {
-        engine.in_flight(registry, target, request.in_flight, to)
-    })
-    .await?;
-    match reply {
-        Reply::InFlight(InFlightReply::Ended { revision }) => Ok(WriteReply {
-            revision,
-            lease: None,
-            unchanged: None,
-        }),
-        Reply::InFlight(InFlightReply::NothingEnded { revision }) => Ok(WriteReply {
-            revision,
-            lease: None,
-            unchanged: Some("no_drain_ended".into()),
-        }),
-        other => Err(not_answered(other)),
-    }
-}
-
-/// A reply that is no answer: this node stopped leading, or the change did not commit.
-fn not_answered(reply: Reply) -> ApiError {
-    match reply {
-        Reply::NotLeading => ApiError::no_quorum("this node no longer leads; retry"),
-        _ => ApiError::no_quorum("the change this report caused did not commit; retry"),
-    }
 }
 
 /// `DELETE .../{instance}?incarnation=N[&expected_revision=R]`.

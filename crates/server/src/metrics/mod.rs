@@ -53,6 +53,7 @@ pub(crate) use tenants::TenantCounters;
 
 use crate::app::App;
 use muster_gate::Caller;
+use muster_gate::parked::BlockingStats;
 
 /// The checker's counters (kept by the leader task), shared with the metrics handler.
 #[derive(Debug, Default)]
@@ -67,74 +68,6 @@ pub(crate) struct CheckerStats {
     pub(crate) proposals: AtomicU64,
     /// Removals held by self-preservation.
     pub(crate) held: AtomicU64,
-}
-
-/// Blocking queries of one API: how they ended and how many wait now.
-#[derive(Debug, Default)]
-pub(crate) struct BlockingStats {
-    /// Returned because what they watch changed.
-    pub(crate) changed: AtomicU64,
-    /// Returned when their wait ran out with nothing changed.
-    pub(crate) timed_out: AtomicU64,
-    /// Returned early because the server is stopping.
-    pub(crate) stopped: AtomicU64,
-    /// Ended because the client went away (its connection closed while it waited).
-    pub(crate) gone: AtomicU64,
-    /// Waiting now.
-    pub(crate) waiting: AtomicU64,
-}
-
-/// How a blocking query ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Woken {
-    /// What it watches changed.
-    Changed,
-    /// Its wait ran out.
-    TimedOut,
-    /// The server is stopping.
-    Stopped,
-    /// The client went away while it waited: the request was dropped, not answered.
-    Gone,
-}
-
-impl BlockingStats {
-    /// Counts a query that starts waiting, until the guard returned says how it ended: by
-    /// [`Waiting::end`], or by being dropped unanswered (the client hung up and hyper dropped
-    /// the request's future), which counts as [`Woken::Gone`] so `waiting` never drifts up.
-    pub(crate) fn begin(&self) -> Waiting<'_> {
-        self.waiting.fetch_add(1, Ordering::Relaxed);
-        Waiting {
-            stats: self,
-            woken: Woken::Gone,
-        }
-    }
-}
-
-/// A blocking query counted as waiting; see [`BlockingStats::begin`].
-#[derive(Debug)]
-pub(crate) struct Waiting<'s> {
-    stats: &'s BlockingStats,
-    woken: Woken,
-}
-
-impl Waiting<'_> {
-    /// Counts how the query ended.
-    pub(crate) fn end(mut self, woken: Woken) {
-        self.woken = woken;
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
-        let counter = match self.woken {
-            Woken::Changed => &self.stats.changed,
-            Woken::TimedOut => &self.stats.timed_out,
-            Woken::Stopped => &self.stats.stopped,
-            Woken::Gone => &self.stats.gone,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
 /// Watch streams' events that the hub does not count itself.
@@ -243,7 +176,7 @@ pub(crate) struct Metrics {
     pub(crate) blocking_native: BlockingStats,
     /// The Consul-compatible listener's blocking queries: the Consul handlers count here
     /// (`begin`/`end`), reported with `api="consul"`.
-    pub(crate) blocking_consul: BlockingStats,
+    pub(crate) blocking_consul: Arc<BlockingStats>,
     /// Serving states the checker proposed, by the state it found ([`FROM_STATES`]) and the
     /// state it proposed ([`ALL_STATES`]).
     transitions: [[AtomicU64; ALL_STATES.len()]; FROM_STATES],
@@ -266,7 +199,7 @@ impl Metrics {
             denials: TenantCounters::new(denial::NAMES),
             watch: WatchCounters::default(),
             blocking_native: BlockingStats::default(),
-            blocking_consul: BlockingStats::default(),
+            blocking_consul: Arc::default(),
             transitions: Default::default(),
             checker: CheckerStats::default(),
             dns,

@@ -30,8 +30,6 @@
 
 use std::time::Duration;
 
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use muster_registry::Registry;
@@ -40,13 +38,14 @@ use serde::Serialize;
 use super::ConsulView;
 use super::agent_duration::parse_go_duration;
 use super::error::ConsulError;
+use crate::params::Params;
 use muster_gate::Hold;
 
-use super::token::{ConsulCaller, FILTERED_HEADER, query_pairs};
+use super::token::{ConsulCaller, FILTERED_HEADER};
 use super::waiters::WaitScope;
-use crate::app::App;
-use crate::metrics::Woken;
+use crate::app::ConsulApp;
 use muster_gate::consistency::Consistency;
+use muster_gate::parked::Woken;
 
 /// A wait that names none (or 0): 5 minutes, Consul's `defaultQueryTime`.
 pub(crate) const DEFAULT_WAIT: Duration = Duration::from_secs(5 * 60);
@@ -72,45 +71,6 @@ pub(crate) const INDEX_HEADER: &str = "x-consul-index";
 const KNOWN_LEADER_HEADER: &str = "x-consul-knownleader";
 const LAST_CONTACT_HEADER: &str = "x-consul-lastcontact";
 const CONSISTENCY_HEADER: &str = "x-consul-effective-consistency";
-
-/// A request's query string, pairs in order: Consul's parameters repeat (`tag`) and come as
-/// bare flags (`stale`, `passing`). Parameters a route does not know are ignored, as Consul
-/// ignores them.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Params(Vec<(String, String)>);
-
-impl Params {
-    /// The first value of `name`.
-    pub(crate) fn get(&self, name: &str) -> Option<&str> {
-        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-    }
-
-    /// Every value of `name`, in order.
-    pub(crate) fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.0.iter().filter(move |(k, _)| k == name).map(|(_, v)| v.as_str())
-    }
-
-    /// A flag: absent is false, a bare `?name` true, else Go's `strconv.ParseBool` words.
-    pub(crate) fn flag(&self, name: &str) -> Result<bool, ConsulError> {
-        match self.get(name) {
-            None => Ok(false),
-            Some("" | "1" | "t" | "T" | "true" | "TRUE" | "True") => Ok(true),
-            Some("0" | "f" | "F" | "false" | "FALSE" | "False") => Ok(false),
-            Some(other) => Err(ConsulError::bad_request(format!(
-                "Invalid value for ?{name}: '{}' is not a boolean",
-                other.escape_debug()
-            ))),
-        }
-    }
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for Params {
-    type Rejection = ConsulError;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Params, ConsulError> {
-        Ok(Params(query_pairs(parts.uri.query())))
-    }
-}
 
 /// What a read asks of its freshness and whether it blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,7 +144,7 @@ pub(crate) struct Indexed<R> {
 /// Reads with `read` (under the registry's read lock: keep it to cloning `Arc`s), blocking
 /// as `blocking` asks on changes of `scope`. Returns what was read last.
 pub(crate) async fn read<R>(
-    app: &App,
+    app: &ConsulApp,
     view: &ConsulView,
     caller: &ConsulCaller,
     blocking: &Blocking,
@@ -206,13 +166,13 @@ pub(crate) async fn read<R>(
         .admit(caller.caller(), Some(tenant), Hold::Parked, caller.source(), || {
             "Consul blocking query".to_owned()
         })?;
-    app.consul_stats.blocking_query();
+    app.stats.blocking_query();
     let wait_for = if app.gate.auth.enabled && caller.caller().is_nobody() {
         blocking.wait.min(NOBODY_MAX_WAIT)
     } else {
         blocking.wait
     };
-    let waiting = app.metrics.blocking_consul.begin();
+    let waiting = app.blocking.begin();
     let (woken, found) = wait(app, view, wait_for, want, scope, read).await;
     waiting.end(woken);
     Ok(found)
@@ -220,7 +180,7 @@ pub(crate) async fn read<R>(
 
 /// The waiting of [`read`]: what it read last, and why it stopped waiting.
 async fn wait<R>(
-    app: &App,
+    app: &ConsulApp,
     view: &ConsulView,
     wait_for: Duration,
     want: u64,
@@ -243,7 +203,7 @@ async fn wait<R>(
             return (Woken::Stopped, found);
         }
         tokio::select! {
-            () = notified => app.consul_stats.wakeup(),
+            () = notified => app.stats.wakeup(),
             () = tokio::time::sleep_until(deadline) => return (Woken::TimedOut, found),
             _ = stopping.changed() => return (Woken::Stopped, found),
         }
@@ -252,7 +212,13 @@ async fn wait<R>(
 
 /// A JSON reply with the read headers; `filtered` says the caller's rights left something
 /// out.
-pub(crate) fn respond<T: Serialize>(app: &App, blocking: &Blocking, index: u64, body: &T, filtered: bool) -> Response {
+pub(crate) fn respond<T: Serialize>(
+    app: &ConsulApp,
+    blocking: &Blocking,
+    index: u64,
+    body: &T,
+    filtered: bool,
+) -> Response {
     let bytes = serde_json::to_vec(body).expect("Consul replies always serialise");
     let mut response = bytes.into_response();
     response
@@ -269,7 +235,7 @@ pub(crate) fn respond<T: Serialize>(app: &App, blocking: &Blocking, index: u64, 
 
 /// Adds `X-Consul-Index` ([`consul_index`] of the result's revision `index`), `X-Consul-KnownLeader`, `X-Consul-LastContact` and
 /// `X-Consul-Effective-Consistency` to a reply.
-pub(crate) fn annotate(app: &App, blocking: &Blocking, index: u64, response: &mut Response) {
+pub(crate) fn annotate(app: &ConsulApp, blocking: &Blocking, index: u64, response: &mut Response) {
     let headers = response.headers_mut();
     headers.insert(INDEX_HEADER, HeaderValue::from(consul_index(index)));
     let known_leader = app.gate.status().leader.is_some();
@@ -293,41 +259,12 @@ pub(crate) fn annotate(app: &App, blocking: &Blocking, index: u64, response: &mu
     );
 }
 
-/// What a view needs to draw jitter: shared by every blocking query of the listener.
-pub(crate) struct Jitter(std::sync::Mutex<rand_xoshiro::Xoshiro256PlusPlus>);
-
-impl Jitter {
-    /// A generator seeded with `seed` (the server's start time: jitter only has to differ
-    /// between servers and runs).
-    pub(crate) fn new(seed: u64) -> Jitter {
-        use rand_core::SeedableRng;
-        Jitter(std::sync::Mutex::new(rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(
-            seed,
-        )))
-    }
-
-    /// The next random number.
-    pub(crate) fn next(&self) -> u64 {
-        use rand_core::RngCore;
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .next_u64()
-    }
-}
-
-impl std::fmt::Debug for Jitter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Jitter")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn params(query: &str) -> Params {
-        Params(query_pairs(Some(query)))
+        Params::of(Some(query))
     }
 
     #[test]

@@ -21,14 +21,15 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 
 use super::ConsulView;
-use super::blocking::{self, Blocking, Params};
+use super::blocking::{self, Blocking};
 use super::error::ConsulError;
 use super::token::ConsulCaller;
-use crate::app::App;
+use crate::app::ConsulApp;
+use crate::params::Params;
 
 /// `GET /v1/catalog/services`.
 pub(super) async fn services(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ConsulApp>>,
     Extension(view): Extension<Arc<ConsulView>>,
     caller: ConsulCaller,
     params: Params,
@@ -53,7 +54,7 @@ pub(super) async fn services(
 
 /// `GET /v1/catalog/service/<name>`.
 pub(super) async fn service(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ConsulApp>>,
     Extension(view): Extension<Arc<ConsulView>>,
     caller: ConsulCaller,
     Path(name): Path<String>,

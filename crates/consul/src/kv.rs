@@ -13,15 +13,16 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::ConsulView;
-use super::blocking::{self, Blocking, Indexed, Params};
+use super::blocking::{self, Blocking, Indexed};
 use super::error::ConsulError;
 use super::token::ConsulCaller;
 use super::waiters::WaitScope;
-use crate::app::App;
+use crate::app::ConsulApp;
+use crate::params::Params;
 
 /// `GET /v1/kv/<key>`: absent, after blocking if asked.
 pub(super) async fn get(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ConsulApp>>,
     Extension(view): Extension<Arc<ConsulView>>,
     caller: ConsulCaller,
     params: Params,

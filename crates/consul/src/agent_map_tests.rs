@@ -4,7 +4,7 @@ use muster_core::{Actor, Incarnation, Principal};
 use muster_registry::{Command, CommandMeta, LeaseSpec, Register, Registry, RegistryConfig, Target};
 
 use super::*;
-use crate::consul::agent_body::registration;
+use crate::agent_body::registration;
 
 fn place() -> Placement {
     Placement {

@@ -28,7 +28,7 @@ use super::agent_map::{WARNING_WEIGHT_LABEL, check_ids, check_label, meta, servi
 use super::error::ConsulError;
 use super::status::{CheckStatus, MAINTENANCE_NAME, check_status, in_maintenance, maintenance_check_id};
 use super::token::{ConsulCaller, query_pairs};
-use crate::app::App;
+use crate::app::ConsulApp;
 
 /// The Consul version `/v1/agent/self` reports: the API level this adapter follows (clients
 /// such as Nomad compare it with the features they need).
@@ -164,7 +164,7 @@ fn agent_checks(view: &ConsulView, key: &ServiceKey, endpoint: &Endpoint) -> Vec
 }
 
 /// Every endpoint of the request's namespace the caller may read.
-fn readable(app: &App, view: &ConsulView, caller: &ConsulCaller, query: Option<&str>) -> Vec<Found> {
+fn readable(app: &ConsulApp, view: &ConsulView, caller: &ConsulCaller, query: Option<&str>) -> Vec<Found> {
     let (place, _) = agent_lookup::placement(view, &query_pairs(query));
     let Some(namespace) = agent_lookup::namespace_of(&place) else {
         return Vec::new();
@@ -189,7 +189,7 @@ fn readable(app: &App, view: &ConsulView, caller: &ConsulCaller, query: Option<&
 
 /// `GET /v1/agent/services`: service ID → `AgentService`.
 pub(super) async fn services(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ConsulApp>>,
     caller: ConsulCaller,
     Extension(view): Extension<Arc<ConsulView>>,
     RawQuery(query): RawQuery,
@@ -205,7 +205,7 @@ pub(super) async fn services(
 
 /// `GET /v1/agent/service/<id>`.
 pub(super) async fn service(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ConsulApp>>,
     caller: ConsulCaller,
     Extension(view): Extension<Arc<ConsulView>>,
     Path(id): Path<String>,
@@ -225,7 +225,7 @@ pub(super) async fn service(
 
 /// `GET /v1/agent/checks`: check ID → `AgentCheck`.
 pub(super) async fn checks(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ConsulApp>>,
     caller: ConsulCaller,
     Extension(view): Extension<Arc<ConsulView>>,
     RawQuery(query): RawQuery,
@@ -246,7 +246,7 @@ pub(super) async fn checks(
 /// `Member.Addr` the node's address. With authentication on it needs a token (Consul asks
 /// `agent:read`; any token here): without one, `403 Permission denied`.
 pub(super) async fn agent_self(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ConsulApp>>,
     Extension(view): Extension<Arc<ConsulView>>,
     caller: ConsulCaller,
 ) -> Result<Json<Value>, ConsulError> {

@@ -1,43 +1,19 @@
-//! [`ConsulView`]: which part of the registry a Consul listener shows and how it names
-//! itself, and the lookups every read route shares (names, `ns` / `partition`, one service
-//! read with its rights).
+//! The reads every Consul read route shares: one service, or a namespace's services, read
+//! for a caller with its rights, blocking as asked.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use muster_auth::Verb;
-use muster_core::{Label, NamespaceKey, ServiceKey, ServiceSnapshot};
+use muster_core::ServiceSnapshot;
 
-use super::blocking::{self, Blocking, Indexed, Jitter, Params};
-use super::error::ConsulError;
-use super::shape::Instance;
-use super::token::ConsulCaller;
-use super::waiters::{WaitScope, Waiters};
-use crate::app::App;
-
-/// What every Consul handler needs besides the [`App`]. Handlers take it as
-/// `Extension<Arc<ConsulView>>`.
-#[derive(Debug)]
-pub(crate) struct ConsulView {
-    /// The tenant requests read and write without `?partition=`.
-    pub(crate) tenant: Label,
-    /// The namespace requests read and write without `?ns=`.
-    pub(crate) namespace: Label,
-    /// The datacenter name.
-    pub(crate) datacenter: String,
-    /// The node name.
-    pub(crate) node: String,
-    /// The node's id, UUID-shaped as Consul's are: the Muster node id in the last group.
-    pub(crate) node_id: String,
-    /// The node's address.
-    pub(crate) node_address: IpAddr,
-    /// The listener's port: the leader's address when this node leads alone.
-    pub(crate) port: u16,
-    /// The waiting blocking queries (fed by the apply path).
-    pub(crate) waiters: Arc<Waiters>,
-    /// The blocking queries' jitter.
-    pub(crate) jitter: Jitter,
-}
+use crate::app::ConsulApp;
+use crate::blocking::{self, Blocking, Indexed};
+use crate::error::ConsulError;
+use crate::params::Params;
+use crate::shape::Instance;
+use crate::token::ConsulCaller;
+use crate::view::ConsulView;
+use crate::waiters::WaitScope;
 
 /// One service read for a route: its snapshot, unless unknown or not the caller's to read.
 pub(crate) struct ServiceRead {
@@ -80,7 +56,7 @@ impl ConsulView {
     /// services (catalog/services, health/state).
     pub(crate) async fn read_namespace(
         &self,
-        app: &App,
+        app: &ConsulApp,
         caller: &ConsulCaller,
         blocking: &Blocking,
         params: &Params,
@@ -112,46 +88,12 @@ impl ConsulView {
         })
     }
 
-    /// A random number for a blocking query's jitter.
-    pub(crate) fn random(&self) -> u64 {
-        self.jitter.next()
-    }
-
-    /// The namespace a request reads: `?partition=` names the tenant, `?ns=` the namespace,
-    /// each defaulting to the view's.
-    pub(crate) fn namespace(&self, params: &Params) -> Result<NamespaceKey, ConsulError> {
-        let pick = |what: &str, param: &str, default: &Label| match params.get(param).filter(|v| !v.is_empty()) {
-            None => Ok(default.clone()),
-            Some(value) => Label::new(what, value).map_err(|_| {
-                ConsulError::bad_request(format!(
-                    "Invalid ?{param}: '{}' is not a Muster {what} (a DNS label: a-z, 0-9 and '-')",
-                    value.escape_debug()
-                ))
-            }),
-        };
-        Ok(NamespaceKey {
-            tenant: pick("tenant", "partition", &self.tenant)?,
-            namespace: pick("namespace", "ns", &self.namespace)?,
-        })
-    }
-
-    /// The service a Consul service name names; `None` when the name is no Muster name (no
-    /// such service can exist).
-    pub(crate) fn service(&self, params: &Params, name: &str) -> Result<Option<ServiceKey>, ConsulError> {
-        let namespace = self.namespace(params)?;
-        Ok(Label::new("service", name).ok().map(|service| ServiceKey {
-            tenant: namespace.tenant,
-            namespace: namespace.namespace,
-            service,
-        }))
-    }
-
     /// Reads service `name` for `caller`, blocking as asked: on the service's own changes, or
     /// on nothing when it cannot exist or the caller may not read it (its answer is then
     /// `[]` whatever happens, and waiting on its changes would tell the caller they happen).
     pub(crate) async fn read_service(
         &self,
-        app: &App,
+        app: &ConsulApp,
         caller: &ConsulCaller,
         blocking: &Blocking,
         params: &Params,
@@ -191,27 +133,6 @@ impl ConsulView {
             index: found.index,
             result: found.result,
             filtered: false,
-        })
-    }
-
-    /// Refuses `?filter=`: Muster does not evaluate Consul's filter expressions, and
-    /// answering unfiltered would hand the client what it asked to leave out.
-    pub(crate) fn refuse_filter(&self, params: &Params) -> Result<(), ConsulError> {
-        match params.get("filter") {
-            Some(filter) if !filter.is_empty() => Err(ConsulError::bad_request(
-                "?filter expressions are not supported by Muster's Consul API; filter on the client, \
-                 or use ?tag= and ?passing",
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// Whether every `?node-meta=key:value` matches the node's meta (it has one key,
-    /// `consul-network-segment`, empty): a filter the node fails leaves every answer empty.
-    pub(crate) fn node_meta_matches(&self, params: &Params) -> bool {
-        params.all("node-meta").all(|pair| {
-            let (key, value) = pair.split_once(':').unwrap_or((pair, ""));
-            key == super::shape::NETWORK_SEGMENT && value.is_empty()
         })
     }
 }

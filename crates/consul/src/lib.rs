@@ -79,6 +79,8 @@
 //!   `X-Consul-*` headers; `waiters`: who waits on which service; `shape`: the Go-shaped
 //!   replies; `catalog`, `health`, `raft_status`, `kv`: the read routes.
 
+#![forbid(unsafe_code)]
+
 mod agent;
 mod agent_body;
 mod agent_duration;
@@ -86,22 +88,26 @@ mod agent_lookup;
 mod agent_map;
 mod agent_read;
 mod agent_reap;
-pub(crate) mod blocking;
+mod app;
+pub mod blocking;
 mod catalog;
-pub(crate) mod config;
-pub(crate) mod error;
+pub mod config;
+pub mod error;
 mod health;
 mod kv;
+mod params;
 mod raft_status;
+mod reads;
 mod shape;
-pub(crate) mod stats;
-pub(crate) mod status;
-pub(crate) mod token;
+pub mod stats;
+pub mod status;
+pub mod token;
 mod view;
-pub(crate) mod waiters;
+pub mod waiters;
 
-pub(crate) use agent_reap::reap;
-pub(crate) use view::ConsulView;
+pub use agent_reap::reap;
+pub use app::ConsulApp;
+pub use view::{ConsulView, Jitter};
 
 use std::sync::Arc;
 
@@ -113,13 +119,12 @@ use axum::routing::get;
 use axum::{Extension, Router};
 
 use self::error::ConsulError;
-use crate::app::App;
 use muster_http::guard::{BodyReadTimeout, RequestGuard};
 
 /// The Consul-compatible API's routes over `app`, shown as `view`; `guard` is the native
 /// API's (its Origin and Host checks apply, not its JSON-only bodies: Consul clients send
 /// bodies without a content type).
-pub(crate) fn router(app: Arc<App>, view: Arc<ConsulView>, guard: RequestGuard, max_body_bytes: usize) -> Router {
+pub fn router(app: Arc<ConsulApp>, view: Arc<ConsulView>, guard: RequestGuard, max_body_bytes: usize) -> Router {
     Router::new()
         .merge(agent::routes())
         .route("/v1/catalog/services", get(catalog::services))
@@ -159,7 +164,7 @@ async fn consul_guard(State(guard): State<Arc<RequestGuard>>, mut request: Reque
 
 /// Each principal's write rate (SPEC W4, S6), as on the native API: over it, `429` with
 /// `Retry-After` and the reason as the body, as Consul's own rate limiter answers.
-async fn write_rate(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+async fn write_rate(State(app): State<Arc<ConsulApp>>, request: Request, next: Next) -> Response {
     if !app.gate.auth.enabled || !muster_gate::is_write(request.method()) {
         return next.run(request).await;
     }
@@ -185,7 +190,7 @@ async fn write_rate(State(app): State<Arc<App>>, request: Request, next: Next) -
 
 /// A node whose storage failed answers nothing but `500`s: its registry is frozen at the
 /// failure (as the native API's `refuse_when_failed`).
-async fn refuse_when_failed(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+async fn refuse_when_failed(State(app): State<Arc<ConsulApp>>, request: Request, next: Next) -> Response {
     if let Some(fatal) = app.gate.fatal() {
         return ConsulError::from(muster_http::error::ApiError::from(
             muster_consensus::ConsensusError::Failed(fatal),

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Blocking queries and their wake-ups since the server started.
 #[derive(Debug, Default)]
-pub(crate) struct ConsulStats {
+pub struct ConsulStats {
     blocking_queries: AtomicU64,
     wakeups: AtomicU64,
 }
@@ -32,7 +32,7 @@ impl ConsulStats {
     }
 
     /// The counts now.
-    pub(crate) fn counts(&self) -> ConsulCounts {
+    pub fn counts(&self) -> ConsulCounts {
         ConsulCounts {
             blocking_queries: self.blocking_queries.load(Ordering::Relaxed),
             wakeups: self.wakeups.load(Ordering::Relaxed),

@@ -36,7 +36,7 @@ use muster_core::{Actor, Principal, ServiceKey, ServingState};
 use muster_registry::{Deregister, Registry, Target};
 
 use super::agent_map::{DEREGISTER_AFTER_LABEL, deregister_after};
-use crate::app::App;
+use crate::app::ConsulApp;
 
 /// How often the leader looks: 1 s, so a removal is at most a second late; one look reads
 /// every record's labels, well under a millisecond per 10,000 endpoints.
@@ -79,7 +79,7 @@ pub(crate) fn due(registry: &Registry, now_unix_ms: u64, protected: impl Fn(&Ser
 
 /// The reaper for one term of leadership (a leader duty, `muster_leader::duties`): looks
 /// every [`REAP_EVERY`] until the runner aborts it when the term ends.
-pub(crate) async fn reap(app: Arc<App>) {
+pub async fn reap(app: Arc<ConsulApp>) {
     let principal = Principal::new(REAPER_PRINCIPAL).expect("a valid principal");
     let mut ticks = tokio::time::interval(REAP_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

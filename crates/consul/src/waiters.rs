@@ -50,7 +50,7 @@ struct Maps {
 
 /// The waiting blocking queries, by what they wait on; an [`ApplyObserver`] of the node.
 #[derive(Default)]
-pub(crate) struct Waiters {
+pub struct Waiters {
     maps: Mutex<Maps>,
 }
 
@@ -105,7 +105,7 @@ impl Waiters {
 
     /// How many services and namespaces have waiters now.
     #[cfg(test)]
-    pub(crate) fn watched(&self) -> (usize, usize) {
+    pub fn watched(&self) -> (usize, usize) {
         let maps = self.lock();
         (maps.services.len(), maps.namespaces.len())
     }

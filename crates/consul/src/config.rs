@@ -56,7 +56,7 @@ const MAX_NAME_BYTES: usize = 63;
 impl ConsulConfig {
     /// Refuses an unusable setting; `auth_enabled` allows non-loopback addresses. An error
     /// names the setting.
-    pub(crate) fn check(&self, auth_enabled: bool) -> Result<(), String> {
+    pub fn check(&self, auth_enabled: bool) -> Result<(), String> {
         if !self.enabled {
             return Ok(());
         }
@@ -75,13 +75,13 @@ impl ConsulConfig {
     }
 
     /// The node name: `node`, or `muster-<node_id>`.
-    pub(crate) fn node_name(&self, node_id: u64) -> String {
+    pub fn node_name(&self, node_id: u64) -> String {
         self.node.clone().unwrap_or_else(|| format!("muster-{node_id}"))
     }
 
     /// The node's address as Consul clients see it: the listener's IP, or loopback when it
     /// binds every interface (an unspecified address names no host a client could reach).
-    pub(crate) fn node_address(&self, bound: SocketAddr) -> IpAddr {
+    pub fn node_address(&self, bound: SocketAddr) -> IpAddr {
         match bound.ip() {
             ip if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
             ip => ip,

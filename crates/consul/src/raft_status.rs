@@ -13,9 +13,10 @@ use axum::extract::State;
 use axum::response::Response;
 
 use super::ConsulView;
-use super::blocking::{self, Blocking, Params};
+use super::blocking::{self, Blocking};
 use super::error::ConsulError;
-use crate::app::App;
+use crate::app::ConsulApp;
+use crate::params::Params;
 
 /// The address a member is shown by: its cluster address, or this listener's for a node
 /// without one (a single node).
@@ -29,7 +30,7 @@ fn shown(view: &ConsulView, addr: &str) -> String {
 
 /// `GET /v1/status/leader`.
 pub(super) async fn leader(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ConsulApp>>,
     Extension(view): Extension<Arc<ConsulView>>,
     params: Params,
 ) -> Result<Response, ConsulError> {
@@ -45,7 +46,7 @@ pub(super) async fn leader(
 
 /// `GET /v1/status/peers`: the voters.
 pub(super) async fn peers(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ConsulApp>>,
     Extension(view): Extension<Arc<ConsulView>>,
     params: Params,
 ) -> Result<Response, ConsulError> {

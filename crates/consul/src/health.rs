@@ -20,16 +20,17 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 
 use super::ConsulView;
-use super::blocking::{self, Blocking, Params};
+use super::blocking::{self, Blocking};
 use super::error::ConsulError;
 use super::shape::{self, HealthCheck, Instance};
 use super::status::{CheckStatus, StateFilter};
 use super::token::ConsulCaller;
-use crate::app::App;
+use crate::app::ConsulApp;
+use crate::params::Params;
 
 /// `GET /v1/health/service/<name>`.
 pub(super) async fn service(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ConsulApp>>,
     Extension(view): Extension<Arc<ConsulView>>,
     caller: ConsulCaller,
     Path(name): Path<String>,
@@ -56,7 +57,7 @@ pub(super) async fn service(
 
 /// `GET /v1/health/checks/<name>`.
 pub(super) async fn checks(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ConsulApp>>,
     Extension(view): Extension<Arc<ConsulView>>,
     caller: ConsulCaller,
     Path(name): Path<String>,
@@ -74,7 +75,7 @@ pub(super) async fn checks(
 
 /// `GET /v1/health/state/<state>`.
 pub(super) async fn state(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ConsulApp>>,
     Extension(view): Extension<Arc<ConsulView>>,
     caller: ConsulCaller,
     Path(state): Path<String>,

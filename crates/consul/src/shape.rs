@@ -20,9 +20,7 @@ use serde::Serialize;
 use super::ConsulView;
 use super::agent_map;
 use super::status::{self, CheckStatus};
-
-/// Consul's node meta of every agent (`consul-network-segment`, empty: the default segment).
-pub(crate) const NETWORK_SEGMENT: &str = "consul-network-segment";
+use crate::view::NETWORK_SEGMENT;
 
 /// `api.Node`.
 #[derive(Debug, Clone, Serialize)]

@@ -73,8 +73,7 @@ use super::agent_map::{self, Mapped};
 use super::error::ConsulError;
 use super::token::{ConsulCaller, query_pairs};
 use super::{ConsulView, agent_read};
-use crate::app::App;
-use crate::writes::report_here;
+use crate::app::ConsulApp;
 use muster_gate::forward::LeaderCall;
 use muster_http::error::ApiError;
 use muster_http::guard::BodyReadTimeout;
@@ -88,7 +87,7 @@ const DEFAULT_MAINTENANCE_REASON: &str =
     "Maintenance mode is enabled for this service, but no reason was provided. This is a default message.";
 
 /// The agent routes, merged into the Consul router ([`super::router`]).
-pub(super) fn routes() -> Router<Arc<App>> {
+pub(super) fn routes() -> Router<Arc<ConsulApp>> {
     Router::new()
         .route("/v1/agent/service/register", put(register))
         .route("/v1/agent/service/deregister/{id}", put(deregister))
@@ -152,7 +151,7 @@ async fn body(request: Request) -> Result<Bytes, ConsulError> {
 
 /// `PUT /v1/agent/service/register`.
 async fn register(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ConsulApp>>,
     caller: ConsulCaller,
     Extension(view): Extension<Arc<ConsulView>>,
     request: Request,
@@ -211,7 +210,7 @@ async fn register(
 /// A re-registration whose checks are those of the live record keeps its `ready` or
 /// `degraded` state (as a Consul agent keeps check status across re-registration) instead of
 /// starting over; one that says its own initial status keeps that.
-fn keep_check_verdicts(app: &App, mapped: &mut Mapped) {
+fn keep_check_verdicts(app: &ConsulApp, mapped: &mut Mapped) {
     if mapped.spec.serving.is_some() || mapped.spec.checks.is_empty() {
         return;
     }
@@ -235,7 +234,7 @@ fn keep_check_verdicts(app: &App, mapped: &mut Mapped) {
 /// A lookup that found nothing the caller may act on, as the reply: the lookup's own error,
 /// or a `Permission denied` audited against the service found (named in the audit trail
 /// only).
-fn missed(app: &App, caller: &ConsulCaller, verb: Verb, miss: Miss) -> ConsulError {
+fn missed(app: &ConsulApp, caller: &ConsulCaller, verb: Verb, miss: Miss) -> ConsulError {
     match miss {
         Miss::Error(error) => error,
         Miss::Denied(key) => denied(app, caller, &key, verb),
@@ -243,7 +242,7 @@ fn missed(app: &App, caller: &ConsulCaller, verb: Verb, miss: Miss) -> ConsulErr
 }
 
 /// The audited refusal of `verb` on `key` (the rights changed in between: refused anyway).
-fn denied(app: &App, caller: &ConsulCaller, key: &ServiceKey, verb: Verb) -> ConsulError {
+fn denied(app: &ConsulApp, caller: &ConsulCaller, key: &ServiceKey, verb: Verb) -> ConsulError {
     caller
         .require(app, key, verb)
         .err()
@@ -253,7 +252,7 @@ fn denied(app: &App, caller: &ConsulCaller, key: &ServiceKey, verb: Verb) -> Con
 /// The endpoint of a service ID in the request's placement that the caller may use `verb`
 /// on: judged in the namespace first, then looked for among those services only.
 fn find_service(
-    app: &App,
+    app: &ConsulApp,
     caller: &ConsulCaller,
     view: &ConsulView,
     query: Option<&str>,
@@ -285,7 +284,7 @@ fn target_of(found: &Found) -> Target {
 
 /// `PUT /v1/agent/service/deregister/<id>`.
 async fn deregister(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ConsulApp>>,
     caller: ConsulCaller,
     Extension(view): Extension<Arc<ConsulView>>,
     Path(id): Path<String>,
@@ -321,7 +320,7 @@ fn parse_bool(text: &str) -> Option<bool> {
 
 /// `PUT /v1/agent/service/maintenance/<id>?enable=&reason=`.
 async fn maintenance(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ConsulApp>>,
     caller: ConsulCaller,
     Extension(view): Extension<Arc<ConsulView>>,
     Path(id): Path<String>,
@@ -377,7 +376,7 @@ async fn maintenance(
 
 /// A TTL check's report for check `id`.
 async fn report(
-    app: Arc<App>,
+    app: Arc<ConsulApp>,
     caller: ConsulCaller,
     view: &ConsulView,
     query: Option<&str>,
@@ -410,7 +409,7 @@ async fn report(
     };
     match app
         .gate
-        .on_leader(call, report_here(&app, key, instance, request))
+        .on_leader(call, app.gate.ttl_report(key, instance, request))
         .await
     {
         Ok(_) => Ok(()),
@@ -424,7 +423,7 @@ async fn report(
 /// `PUT /v1/agent/check/pass|warn|fail/<id>`: a TTL report of `status`.
 async fn report_as(
     status: TtlStatus,
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ConsulApp>>,
     caller: ConsulCaller,
     Extension(view): Extension<Arc<ConsulView>>,
     Path(id): Path<String>,
@@ -436,7 +435,7 @@ async fn report_as(
 
 /// `PUT /v1/agent/check/update/<id>` with `{"Status": ..., "Output": ...}`.
 async fn update(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ConsulApp>>,
     caller: ConsulCaller,
     Extension(view): Extension<Arc<ConsulView>>,
     Path(id): Path<String>,

@@ -35,7 +35,7 @@ use muster_core::{NamespaceKey, ServiceKey};
 
 use super::agent_map::Placement;
 use super::error::ConsulError;
-use crate::app::App;
+use crate::app::ConsulApp;
 use muster_gate::Caller;
 use muster_http::peer::Peer;
 
@@ -85,7 +85,7 @@ impl ConsulCaller {
 
     /// Refuses with `403 Permission denied` unless the caller may use `verb` on `key`; the
     /// refusal is audited.
-    pub(crate) fn require(&self, app: &App, key: &ServiceKey, verb: Verb) -> Result<(), ConsulError> {
+    pub(crate) fn require(&self, app: &ConsulApp, key: &ServiceKey, verb: Verb) -> Result<(), ConsulError> {
         let request = Request {
             tenant: Some(&key.tenant),
             scope: Scope::Service {
@@ -102,7 +102,7 @@ impl ConsulCaller {
     /// Refuses a request without credentials while authentication is on (to `path`), before
     /// anything is read or looked up: `403 Permission denied`, what Consul answers its
     /// anonymous token, audited as unauthenticated (SPEC S1, S4).
-    pub(crate) fn authenticated(&self, app: &App, path: &str) -> Result<(), ConsulError> {
+    pub(crate) fn authenticated(&self, app: &ConsulApp, path: &str) -> Result<(), ConsulError> {
         if !self.caller.is_nobody() {
             return Ok(());
         }
@@ -118,7 +118,7 @@ impl ConsulCaller {
     /// in `place`'s namespace: checked before an ID is looked up there, so a caller with no
     /// right there learns nothing of what it holds (SPEC S2). A placement that names no
     /// Muster namespace holds nothing, and passes (the lookup then finds nothing).
-    pub(crate) fn require_in(&self, app: &App, place: &Placement, verb: Verb) -> Result<(), ConsulError> {
+    pub(crate) fn require_in(&self, app: &ConsulApp, place: &Placement, verb: Verb) -> Result<(), ConsulError> {
         let Ok(namespace) = NamespaceKey::new(&place.tenant, &place.namespace) else {
             return Ok(());
         };
@@ -139,7 +139,7 @@ impl ConsulCaller {
 }
 
 /// Resolves the caller of a request to `app`'s Consul listener.
-pub(crate) fn identify(app: &App, parts: &Parts) -> Result<ConsulCaller, ConsulError> {
+pub(crate) fn identify(app: &ConsulApp, parts: &Parts) -> Result<ConsulCaller, ConsulError> {
     let peer = parts.extensions.get::<Peer>().cloned();
     if !app.gate.auth.enabled {
         return Ok(ConsulCaller {
@@ -173,7 +173,7 @@ pub(crate) fn identify(app: &App, parts: &Parts) -> Result<ConsulCaller, ConsulE
 /// The caller of a request whose credentials are known, recording nothing (an unknown token
 /// is refused and recorded by the handler's [`identify`]); `None` without credentials, with
 /// unknown ones, or with authentication off.
-pub(crate) fn known_caller(app: &App, parts: &Parts) -> Option<Caller> {
+pub(crate) fn known_caller(app: &ConsulApp, parts: &Parts) -> Option<Caller> {
     if !app.gate.auth.enabled {
         return None;
     }
@@ -196,10 +196,10 @@ pub(crate) fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
     })
 }
 
-impl FromRequestParts<Arc<App>> for ConsulCaller {
+impl FromRequestParts<Arc<ConsulApp>> for ConsulCaller {
     type Rejection = ConsulError;
 
-    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<ConsulCaller, ConsulError> {
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<ConsulApp>) -> Result<ConsulCaller, ConsulError> {
         identify(app, parts)
     }
 }
