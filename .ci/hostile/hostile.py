@@ -1131,7 +1131,7 @@ async def flood_audit(ctx):
 async def flood_cluster(ctx):
     """Wrong-secret peers announcing 32 MiB appends: refused at once, bodies never read
     (crates/server/tests/it/hostile.rs does one). First paced within the listener's
-    connection budget (64, crates/server/src/descriptors.rs CLUSTER_CONNECTIONS): each is
+    connection budget (64, crates/http/src/descriptors.rs CLUSTER_CONNECTIONS): each is
     answered 401; then a burst past it: each is answered 401, or 503 too_many_connections, or
     closed at once (past the refusals in flight), and none is held; the budget comes back."""
     head = ("POST /raft/append HTTP/1.1\r\nhost: 127.0.0.1\r\nx-muster-cluster-secret: not-the-secret-xxxxx\r\n"
