@@ -41,8 +41,8 @@ gone fails too until the list is rewritten (--write-baseline), so the list only 
 The dependency rule. Each crate's `[dependencies]` (and `[target.*.dependencies]`; not
 dev- or build-dependencies; optional ones count) on `muster-*` crates, followed
 transitively, must keep: adapters (ADAPTERS) off one another and off muster-server;
-muster-gate off muster-server and the transports (GATE_FORBIDDEN); every crate off
-muster-server except SERVER_USERS.
+muster-gate and the plumbing (PLUMBING) off muster-server, the adapters and the client
+(GATE_FORBIDDEN); every crate off muster-server except SERVER_USERS.
 """
 
 import argparse
@@ -85,7 +85,7 @@ SERVER_USERS = {
 # dev-dependency is what they are for).
 TEST_ONLY = {"muster-testkit"}
 
-# What the gate (the front door's pure parts) may not depend on.
+# What the gate (the front door) may not depend on: it is below every adapter.
 GATE = "muster-gate"
 GATE_FORBIDDEN = {SERVER, "muster-client"} | ADAPTERS
 
@@ -827,7 +827,7 @@ def dependency_violations(crates):
             forbidden[SERVER] = "only " + ", ".join(sorted(SERVER_USERS)) + " may depend on " + SERVER
         if name == GATE:
             for d in GATE_FORBIDDEN:
-                forbidden.setdefault(d, "the gate may not depend on the server or a transport")
+                forbidden.setdefault(d, "the gate may not depend on the server, an adapter or the client")
         if name in PLUMBING:
             for d in GATE_FORBIDDEN:
                 forbidden.setdefault(d, "shared plumbing may not depend on the server, an adapter or the client")

@@ -7,7 +7,7 @@
 //! | `PUT /v1/agent/service/deregister/<id>` | `Deregister` of the live incarnation |
 //! | `PUT /v1/agent/service/maintenance/<id>?enable=true&reason=` | `Drain` as the owner (no grace): `draining`, shown as maintenance |
 //! | `PUT /v1/agent/service/maintenance/<id>?enable=false` | `SetServing` as the owner: `ready`, or `starting` for an endpoint with checks (its next pass makes it ready) |
-//! | `PUT /v1/agent/check/pass\|warn\|fail/<check-id>[?note=]` | a TTL report pass / warn / fail (`writes::report_here`, on the leader) |
+//! | `PUT /v1/agent/check/pass\|warn\|fail/<check-id>[?note=]` | a TTL report pass / warn / fail (`Gate::ttl_report`, on the leader) |
 //! | `PUT /v1/agent/check/update/<check-id>` `{Status, Output}` | the same, `passing` / `warning` / `critical` |
 //! | `GET /v1/agent/services`, `/v1/agent/service/<id>`, `/v1/agent/checks`, `/v1/agent/self` | `agent_read` |
 //!

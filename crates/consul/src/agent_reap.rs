@@ -86,9 +86,12 @@ pub async fn reap(app: Arc<ConsulApp>) {
     loop {
         ticks.tick().await;
         let now = app.gate.clock.unix_now_ms();
+        // Asked before the read: the engine's lock is never taken under the registry's (the
+        // leader task takes the engine's, then the registry's).
+        let protected = app.gate.protected();
         for removal in app
             .gate
-            .read(|registry| due(registry, now, |key| app.gate.protection_active(key)))
+            .read(|registry| due(registry, now, |key| protected.binary_search(key).is_ok()))
         {
             let target = removal.target.clone();
             let meta = app.gate.meta_as(Actor::Owner, &principal);

@@ -333,10 +333,12 @@ impl Gate {
                 other => rest.push(other),
             }
         }
+        let mut answer = answer;
         if !rest.is_empty() && self.outputs.send(rest).is_err() {
-            // Nobody would carry out what the answer waits for.
+            // Nobody carries out the rest (the server is gone): the answer counts only if it
+            // came already.
             self.leader.forget(to);
-            return Err(stopped());
+            return answer.try_recv().map_err(|_| stopped());
         }
         answer.await.map_err(|_| stopped())
     }
@@ -400,16 +402,12 @@ impl Gate {
     /// The time as the engine takes it.
     #[must_use]
     pub fn now(&self) -> Now {
-        let monotonic_ms = self.clock.now_ms();
-        Now {
-            monotonic_ms,
-            unix_ms: self.clock.unix_ms(monotonic_ms),
-        }
+        crate::leader::now(&self.clock)
     }
 
     /// Runs one leader-engine event over the registry as it is now ([`LeaderLink::with_engine`]).
     pub fn with_engine<T>(&self, event: impl FnOnce(&mut Engine, &Registry, Now) -> T) -> T {
-        self.leader.with_engine(&self.node, self.now(), event)
+        self.leader.with_engine(&self.node, &self.clock, event)
     }
 
     /// A fresh reply slot: the engine answers it through [`Gate::answer`].

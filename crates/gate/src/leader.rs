@@ -16,6 +16,18 @@ use rand_core::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use tokio::sync::oneshot;
 
+use crate::clock::ServerClock;
+
+/// The time as the engine takes it.
+#[must_use]
+pub fn now(clock: &ServerClock) -> Now {
+    let monotonic_ms = clock.now_ms();
+    Now {
+        monotonic_ms,
+        unix_ms: clock.unix_ms(monotonic_ms),
+    }
+}
+
 /// The engine a node drives: the checker's jitter from a seeded generator.
 pub type Engine = LeaderEngine<Xoshiro256PlusPlus>;
 
@@ -55,8 +67,16 @@ impl LeaderLink {
     /// Runs one engine event over `node`'s registry as it is now. The engine first learns
     /// whether this node leads: a node that just took over starts from the registry it reads
     /// here. Lock order: engine, then registry (the apply path never takes the engine's lock).
-    pub fn with_engine<T>(&self, node: &Node, now: Now, event: impl FnOnce(&mut Engine, &Registry, Now) -> T) -> T {
+    /// The time is read under the engine's lock, so events reach the engine in time order: a
+    /// renewal that read its time before a tick expired its lease cannot run after it.
+    pub fn with_engine<T>(
+        &self,
+        node: &Node,
+        clock: &ServerClock,
+        event: impl FnOnce(&mut Engine, &Registry, Now) -> T,
+    ) -> T {
         let mut engine = self.engine();
+        let now = now(clock);
         let term = node.leading_term();
         let leader = term.is_some();
         // The term the engine took over in (0: none), changed only under the engine's lock.

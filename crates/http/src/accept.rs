@@ -49,7 +49,7 @@ use crate::descriptors::ConnectionBudget;
 use crate::error::ApiError;
 use crate::listener::Listening;
 use crate::peer::{Peer, PeerCertificate};
-use crate::silent::{Silent, SilentSlot};
+use crate::silent::SilentSlot;
 
 /// hyper's smallest allowed read/write buffer bound (its default is ~400 KiB): requests are
 /// small JSON bodies (capped by `max_body_bytes`, read in chunks anyway) and responses are
@@ -64,10 +64,6 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_secs(1);
 /// answer: a well-behaved client sends at once; a slow one is cut off so refusals cannot
 /// hold descriptors for long.
 pub const REFUSAL_TIME: Duration = Duration::from_secs(2);
-
-/// How long the accept loop waits for an evicted silent connection to give its slot back
-/// (it closes at once; this only bounds a connection task that is slow to be polled).
-const EVICTION_WAIT: Duration = Duration::from_millis(100);
 
 /// The accept queue asked of the kernel for client-facing listeners (capped there by
 /// `net.core.somaxconn`, 4096 by default). Tokio's `TcpListener::bind` asks for 128: when
@@ -108,7 +104,6 @@ pub async fn serve(
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(listening.header_read_timeout);
     let (stopping, stopping_rx) = watch::channel(false);
-    let silent = Silent::default();
     let mut connections = JoinSet::new();
     let mut stop = std::pin::pin!(stop);
     loop {
@@ -125,14 +120,10 @@ pub async fn serve(
                 }
             },
         };
-        let mut permit = Arc::clone(&budget.open).try_acquire_owned().ok();
-        // A full budget: the oldest connection that has sent no request yet makes room
-        // (`silent`), so slow heads cannot keep real callers out (SPEC S6).
-        if permit.is_none() && silent.evict_oldest() {
-            let freed = tokio::time::timeout(EVICTION_WAIT, Arc::clone(&budget.open).acquire_owned());
-            permit = freed.await.ok().and_then(Result::ok);
-        }
-        match permit {
+        // A full budget: the oldest connection that has sent no request yet, on any listener
+        // of the budget, makes room (`silent`), so slow heads cannot keep real callers out
+        // (SPEC S6).
+        match budget.take().await {
             Some(permit) => {
                 connections.spawn(connection(
                     builder.clone(),
@@ -141,7 +132,7 @@ pub async fn serve(
                     addr,
                     listening.clone(),
                     stopping_rx.clone(),
-                    (permit, silent.enter()),
+                    (permit, budget.silent.enter()),
                 ));
             }
             None => match Arc::clone(&budget.refusing).try_acquire_owned() {
@@ -369,6 +360,53 @@ mod tests {
         assert!(served.ends_with("served"), "the budget is given back: {served}");
         stop.send(()).unwrap();
         server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_slow_head_on_one_listener_makes_room_for_a_caller_on_another_sharing_the_budget() {
+        // Trace (SPEC S6): trickling heads on the Consul port filled the budget the HTTP API
+        // shares with it, while each listener could evict only its own silent connections.
+        let budget = ConnectionBudget::of(1);
+        let router = Router::new().route("/v1/anything", axum::routing::get(|| async { "served" }));
+        let mut servers = Vec::new();
+        let mut addrs = Vec::new();
+        for _ in 0..2 {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            addrs.push(listener.local_addr().unwrap());
+            let (stop, stop_rx) = oneshot::channel();
+            // A long header read timeout: only an eviction can end the silent connection.
+            let limits = crate::listener::ListenerLimits {
+                header_read_timeout_ms: 60_000,
+                ..crate::listener::ListenerLimits::default()
+            };
+            let listening = Listening::new(&limits, None);
+            let server = tokio::spawn(serve(listener, router.clone(), stop_rx, budget.clone(), listening));
+            servers.push((stop, server));
+        }
+        // The budget's one place, taken on the first listener by a connection that sends half
+        // a request head and nothing more.
+        let mut slow = TcpStream::connect(addrs[0]).await.unwrap();
+        slow.write_all(b"GET /v1/anything HTTP/1.1\r\nHost: te").await.unwrap();
+        let mut taken = false;
+        for _ in 0..100 {
+            if budget.open.available_permits() == 0 {
+                taken = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(taken, "the slow head holds the budget's only place");
+
+        // A caller on the second listener is served in its place.
+        let served = exchange(addrs[1]).await;
+        assert!(served.ends_with("served"), "{served}");
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(10), slow.read_to_end(&mut rest)).await;
+        assert!(matches!(closed, Ok(Ok(_))), "the slow head was closed: {closed:?}");
+        for (stop, server) in servers {
+            stop.send(()).unwrap();
+            server.await.unwrap().unwrap();
+        }
     }
 
     mod tls {

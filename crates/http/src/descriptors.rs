@@ -18,10 +18,16 @@
 //! is closed at once, which costs its descriptor only for the moment of the accept.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::listener::LimitsConfig;
+use crate::silent::Silent;
+
+/// How long a full budget waits for an evicted silent connection to give its slot back (it
+/// closes at once; this only bounds a connection task that is slow to be polled).
+const EVICTION_WAIT: Duration = Duration::from_millis(100);
 
 /// Descriptors never given to connections: the log database, a snapshot's temporary file and
 /// the directory opened to fsync it, the DNS sockets, the runtime's epoll and event fds, and
@@ -46,6 +52,9 @@ pub struct ConnectionBudget {
     pub open: Arc<Semaphore>,
     /// Permits for refusals being answered.
     pub refusing: Arc<Semaphore>,
+    /// The connections of every listener sharing this budget that have not spoken yet,
+    /// oldest first: a slow head on one listener makes room for a caller on another.
+    pub silent: Silent,
 }
 
 impl ConnectionBudget {
@@ -54,7 +63,22 @@ impl ConnectionBudget {
         ConnectionBudget {
             open: Arc::new(Semaphore::new(connections)),
             refusing: Arc::new(Semaphore::new(REFUSALS)),
+            silent: Silent::default(),
         }
+    }
+
+    /// A place for a new connection: a free one, else the place of the oldest connection
+    /// that has not spoken yet (`silent`), on whichever listener of this budget; `None` when
+    /// every place holds a caller.
+    pub async fn take(&self) -> Option<OwnedSemaphorePermit> {
+        if let Ok(permit) = Arc::clone(&self.open).try_acquire_owned() {
+            return Some(permit);
+        }
+        if !self.silent.evict_oldest() {
+            return None;
+        }
+        let freed = tokio::time::timeout(EVICTION_WAIT, Arc::clone(&self.open).acquire_owned());
+        freed.await.ok().and_then(Result::ok)
     }
 }
 

@@ -159,7 +159,7 @@ impl IntoResponse for ApiError {
 }
 
 /// The code for an error status the API did not produce itself (the safety net in
-/// [`crate::routes`], and a relayed code this build does not know).
+/// the server's route table, and a relayed code this build does not know).
 pub fn code_for_status(status: StatusCode) -> ErrorCode {
     match status {
         StatusCode::NOT_FOUND => ErrorCode::NotFound,

@@ -126,7 +126,7 @@ impl RequestGuard {
     }
 
     /// The Origin and Host checks alone, for a listener whose clients send bodies without a
-    /// JSON content type (the Consul-compatible API: `crate::consul`). A page cannot use
+    /// JSON content type (the Consul-compatible API, `muster-consul`). A page cannot use
     /// that to deliver a body: a cross-origin `PUT` or `POST` always carries `Origin`.
     pub fn admit_caller(&self, headers: &HeaderMap, authority: Option<&str>) -> Result<(), ApiError> {
         if let Some(origin) = headers.get(header::ORIGIN) {

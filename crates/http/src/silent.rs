@@ -2,6 +2,8 @@
 //! head. Under a full connection budget a new connection takes the place of the oldest of
 //! them, so clients that connect and trickle (slowloris) cannot keep a listener's real
 //! callers — on the cluster listener, its peers — out for a header read timeout at a time.
+//! The table is the budget's (`descriptors::ConnectionBudget`), so the HTTP API, the Consul
+//! API and xDS, which share one budget, make room for each other's callers.
 //! A connection that has sent a request is never evicted this way: it is a caller.
 //!
 //! ```text
@@ -21,7 +23,7 @@ struct Table {
     waiting: BTreeMap<u64, Arc<Notify>>,
 }
 
-/// One listener's silent connections, oldest first.
+/// The silent connections of every listener sharing a connection budget, oldest first.
 #[derive(Debug, Clone, Default)]
 pub struct Silent(Arc<Mutex<Table>>);
 

@@ -76,8 +76,9 @@ impl Duties {
     }
 
     /// Looks at `leadership` every `poll` (`Some(term)` while this node leads in `term` and
-    /// may act) and runs the duties of the term it leads in, until `stopping` turns true;
-    /// then aborts them. A term's loops are aborted and dropped before the next term's start.
+    /// may act) and runs the duties of the term it leads in, until `stopping` turns true (or
+    /// its sender is dropped); then aborts them, and returns once they are dropped. A term's
+    /// loops are aborted and dropped before the next term's start.
     pub async fn run(
         self,
         mut leadership: impl FnMut() -> Option<u64> + Send,
@@ -112,7 +113,11 @@ impl Duties {
             while running.try_join_next().is_some() {}
             tokio::select! {
                 () = tokio::time::sleep(poll) => {}
-                _ = stopping.changed() => {}
+                changed = stopping.changed() => if changed.is_err() {
+                    // The server is gone without saying it stops: so are its duties.
+                    running.shutdown().await;
+                    return;
+                },
             }
         }
     }
@@ -209,5 +214,40 @@ mod tests {
         stop.send(true).unwrap();
         runner.await.unwrap();
         assert_eq!(probe.alive.load(Ordering::SeqCst), 0, "aborted when the server stops");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_runner_ends_with_its_duties_when_the_stop_signal_is_dropped() {
+        // A server dropped without `stop()`: the runner must not spin on a closed channel
+        // with its duties alive.
+        let alive = Arc::new(AtomicU64::new(0));
+        let mut duties = Duties::new();
+        let counted = Arc::clone(&alive);
+        duties.add("probe", move |_| {
+            let alive = Arc::clone(&counted);
+            alive.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                let _guard = Decrement(alive);
+                std::future::pending::<()>().await;
+            })
+        });
+        let (stop, stopping) = watch::channel(false);
+        let runner = tokio::spawn(duties.run(|| Some(1), Duration::from_millis(1), stopping));
+        settle().await;
+        assert_eq!(alive.load(Ordering::SeqCst), 1);
+        drop(stop);
+        tokio::time::timeout(Duration::from_secs(5), runner)
+            .await
+            .expect("the runner returns")
+            .unwrap();
+        assert_eq!(alive.load(Ordering::SeqCst), 0);
+    }
+
+    struct Decrement(Arc<AtomicU64>);
+
+    impl Drop for Decrement {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }

@@ -1,4 +1,5 @@
-//! The leader's duties as one pure engine (DESIGN "Leases off the log", SPEC R4, L6, H2–H5).
+//! The leader's duties (DESIGN "Leases off the log", SPEC R4, L6, H2–H5): one pure engine,
+//! and the runner of the leader-only loops ([`duties`], the crate's one I/O part).
 //!
 //! Whichever node leads keeps lease deadlines, ends drains whose grace passed, brakes removals
 //! when too many endpoints would leave at once, and decides what the health checks mean.

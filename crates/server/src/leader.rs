@@ -6,7 +6,8 @@
 //!  Node (registry write lock) ──applied──▶ LeaderFeed ──Updates / Reset──▶ ┐
 //!                                                                          ▼
 //!     leader task: every TICK_MS (or the checker's next turn) ──▶ engine.tick(registry, now)
-//!  renew, TTL report, in-flight (here or forwarded: `forward`) ──▶ engine.{renew, ttl_report, in_flight}
+//!  renew, TTL report, in-flight (here or forwarded: `Gate::on_leader`) ──▶ engine.{renew, ttl_report, in_flight}
+//!     (`Gate::ask` answers replies at once; the rest reaches `carry_out` ──▶ perform)
 //!                                                                          │ outputs
 //!                                                                          ▼
 //!   perform: Propose ──spawn: Node::propose_as_leader──▶ engine.settled(tag, outcome) ──▶ perform …
@@ -14,7 +15,7 @@
 //!            Reply   ──▶ the waiting caller      Note ──▶ log, metrics
 //! ```
 //!
-//! Every node runs the task; the engine acts only while the node leads (`App::with_engine`
+//! Every node runs the task; the engine acts only while the node leads (`Gate::with_engine`
 //! tells it when that changes). The feed only forwards updates of services that have (or
 //! had) checks, so a registry without checks costs one set lookup per applied update.
 
@@ -102,7 +103,6 @@ impl ApplyObserver for LeaderFeed {
 pub(crate) async fn run(
     app: Arc<App>,
     mut messages: mpsc::UnboundedReceiver<Message>,
-    mut asked: mpsc::UnboundedReceiver<Vec<Output>>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
@@ -118,10 +118,19 @@ pub(crate) async fn run(
                 Message::Updates(updates) => app.gate.with_engine(|engine, _, now| engine.applied(&updates, now)),
                 Message::Reset => app.gate.with_engine(|engine, registry, now| engine.reset(registry, now)),
             },
-            // What a caller's question to the engine (`Gate::ask`) left to carry out.
-            Some(outputs) = asked.recv() => perform(&app, outputs),
             () = tokio::time::sleep(sleep) => {}
         }
+    }
+}
+
+/// Carries out what callers' questions to the engine (`Gate::ask`) left to do, until the
+/// server is gone (its gate holds the only sender). Not tied to `stopping`: a TTL or
+/// in-flight report during the shutdown grace still gets its proposal, as the node serves
+/// until the grace ends. It holds the server weakly, so the server can be dropped.
+pub(crate) async fn carry_out(app: std::sync::Weak<App>, mut asked: mpsc::UnboundedReceiver<Vec<Output>>) {
+    while let Some(outputs) = asked.recv().await {
+        let Some(app) = app.upgrade() else { return };
+        perform(&app, outputs);
     }
 }
 

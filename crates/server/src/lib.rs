@@ -1,46 +1,43 @@
-//! The daemon (DESIGN "Crates": `muster-server`): HTTP API, watch hub, the leader task.
-//! Wiring only; logic lives in the pure crates.
+//! The daemon (DESIGN "Crates": `muster-server`): configuration, start-up and the wiring of
+//! the crates below, and the adapters not split out yet. Every adapter reaches the registry,
+//! the hub and the leader through the gate (`muster_gate::Gate`, `app.gate`).
 //!
 //! ```text
-//!  HTTP (hyper + axum) ──▶ routes ──▶ writes / lease_routes ──propose──▶ Node ──▶ Registry::apply
-//!                    │                                            │ ApplyObserver
-//!                    ├──▶ reads, status ──Node::read──────────────┤
-//!                    └──▶ watch ──read + subscribe──▶ WatchHub ◀──┘ (encode once, bounded queues)
-//!  leader (task) ──▶ LeaderEngine (muster-leader, pure: lease deadlines, committed drain
-//!                    deadlines, Brakes, Checker) ──▶ propose ExpireLeases / Deregister (CAS) /
-//!                    SetServing, run probes, answer renew / TTL / in-flight callers
-//!  follower ──renew, TTL report, in-flight──▶ forward (one route) ──▶ the leader's handler
-//!  DNS (UDP + TCP, muster-dns) ◀── LiveZone ◀── DnsFeed ◀── ApplyObserver (before the hub)
+//!  HTTP (muster-http: accept, guard) ──▶ routes ──▶ auth (the route's need: Gate::identify,
+//!      Gate::require) ──▶ writes / lease_routes ──Gate::propose──▶ Node ──▶ Registry::apply
+//!                    ├──▶ reads, status ──Gate::read──────────────┐     │ Observers
+//!                    └──▶ watch ──Gate::read + Gate::subscribe──▶ WatchHub (muster-hub)
+//!  Consul (muster-consul), dashboard (muster-dashboard), xDS ──▶ the same gate
+//!  leader (task) ──▶ LeaderEngine (muster-leader, pure) ──▶ propose ExpireLeases /
+//!                    Deregister (CAS) / SetServing, run probes, answer callers
+//!  leader duties (muster_leader::duties): the Consul reaper, the federation mirrors
+//!  follower ──renew, TTL report, in-flight──▶ Gate::on_leader ──▶ the leader's handler
+//!  DNS (UDP + TCP, muster-dns) ◀── LiveZone ◀── DnsFeed ◀── Observers (before the hub)
 //! ```
 //!
 //! # Layout
-//! - `server`: [`start`], [`run`], [`RunningServer`]; `accept`: the HTTP/1.1 accept loop
-//!   (plain or TLS), within the connection budget of `descriptors`; `listener`: each
-//!   listener's TLS and limits.
-//! - `routes`: the route table and the JSON error safety net; `error`: codes and statuses.
-//! - `extract`: body, query, path and header extraction with API errors; `guard`: the
-//!   browser guard (Origin, Host, JSON-only bodies, the body read deadline; SPEC S6).
-//! - `writes`, `lease_routes`, `reads`, `watch`, `status`, `policy`: the handlers (`policy`
-//!   also compares the replicated registry policy with this node's config file).
-//! - the watch fan-out is `muster-hub`; `admit`: every stream's
-//!   and parked query's slot from the one admission table (`muster-gate`; SPEC W4, S6).
-//! - `leader`: the task around the leader engine, and its feed from the apply path;
-//!   `forward`: the one way to the leader for leader-only requests; `cluster`: the
-//!   node-to-node listener; `join`: the proof a new member gives before the leader dials it;
-//!   `observers`: the apply fan-out.
-//! - `dns`: the DNS view's feed from the apply path.
-//! - `consul`: the Consul-compatible API (SPEC E1) on a listener of its own.
-//! - `metrics`: `/v1/metrics` (prometheus-client); `prometheus_sd`: Prometheus's `http_sd`.
-//! - `audit`: the audit trail (SPEC S4): mutations from the apply path, denials from the
-//!   handlers, `GET /v1/audit`.
-//! - `ui`: the web dashboard's files at `/ui/` (SPEC U2); `overview`, `lease_deadlines`:
-//!   the views it reads besides the API's; `live`: their NDJSON change streams; `lab_run`:
-//!   lab runs through the binary's [`LabRunner`] hook ([`start_with`]).
-//! - `clock`, `page_token`, `wait`: small pieces.
+//! - `server`: [`start`], [`run`], [`RunningServer`]: the listeners, the apply observers'
+//!   pipeline (`observers`), the leader task (`leader`), the duties runner; `config`: the
+//!   configuration; `app`: the gate and the state of the adapters still here.
+//! - `routes`: the one route table and the JSON error safety net; `auth`: each route's need,
+//!   judged through the gate before the handler; `admit`: the budgets a configuration sets;
+//!   `openapi`: the API document from the same table.
+//! - `writes`, `lease_routes`, `reads` (with `read_cache`, `page_token`, `wait`), `watch`,
+//!   `status`, `policy`, `acl`, `audit` (`GET /v1/audit`, the guard's refusals): the native
+//!   API's handlers.
+//! - `cluster`: the node-to-node listener (authenticated by the cluster secret, not the
+//!   gate); `join`: the proof a new member gives before the leader dials it; `membership`:
+//!   adding and removing members.
+//! - `dns`: the DNS view's feed from the apply path; `xds`: the gRPC shell around
+//!   `muster-xds`; `federation`: peer regions' mirrors and failover tiers; `convergence`:
+//!   the ledger's routes and sweeper.
+//! - `metrics`: `/v1/metrics` (prometheus-client); `prometheus_sd`: Prometheus's `http_sd`;
+//!   `endpoint_log`: every endpoint's changes in the log; `lab_run`: lab runs through the
+//!   binary's [`LabRunner`] hook ([`start_with`]).
 //!
 //! # HTTP conventions
 //! - Bodies and replies are the types of [`muster_core::api`]; every error is
-//!   `{"error":{"code":...,"message":...}}` (status table in the `error` module: content
+//!   `{"error":{"code":...,"message":...}}` (status table in `muster_http::error`: content
 //!   refusals are 422, fencing and CAS 409, quotas 403, compacted history 410, malformed
 //!   requests and bad path segments 400).
 //! - `X-Muster-Actor: owner|app|checker` says whose authority a write speaks with (SPEC L5);

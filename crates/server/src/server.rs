@@ -59,6 +59,8 @@ pub struct RunningServer {
     serve: JoinHandle<std::io::Result<()>>,
     /// The leader task (lease expiry, drain ends, checks; idle on a follower).
     leader: JoinHandle<()>,
+    /// The leader duties' runner, when there are duties: joined before the node stops.
+    duties: Option<JoinHandle<()>>,
     /// The node-to-node listener, in a cluster: stopped after the node.
     cluster_serve: Option<(oneshot::Sender<()>, JoinHandle<std::io::Result<()>>)>,
     shutdown_grace: Duration,
@@ -469,12 +471,15 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     }
     // The leader-only loops run while this node leads, and only then (DESIGN "Third wave").
     let leading = Arc::clone(&app);
-    tokio::spawn(duties.run(
-        move || leading.gate.is_ready().then(|| leading.gate.leading_term()).flatten(),
-        LEADERSHIP_POLL,
-        stopping_rx.clone(),
-    ));
-    let leader = tokio::spawn(leader::run(Arc::clone(&app), leader_messages, asked, stopping_rx));
+    let duties = (!duties.is_empty()).then(|| {
+        tokio::spawn(duties.run(
+            move || leading.gate.is_ready().then(|| leading.gate.leading_term()).flatten(),
+            LEADERSHIP_POLL,
+            stopping_rx.clone(),
+        ))
+    });
+    tokio::spawn(leader::carry_out(Arc::downgrade(&app), asked));
+    let leader = tokio::spawn(leader::run(Arc::clone(&app), leader_messages, stopping_rx));
     // Ends when the server starts stopping (or the node stops).
     tokio::spawn(crate::metrics::follow_leader(Arc::clone(&app)));
 
@@ -488,6 +493,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         stop_accepting,
         serve,
         leader,
+        duties,
         cluster_serve,
         shutdown_grace: Duration::from_millis(config.shutdown_grace_ms),
         dns,
@@ -618,6 +624,9 @@ impl RunningServer {
             }
         };
         let _ = self.leader.await;
+        if let Some(duties) = self.duties {
+            let _ = duties.await;
+        }
         self.app.node.shutdown().await?;
         if let Some((stop, task)) = self.cluster_serve {
             let _ = stop.send(());

@@ -7,7 +7,7 @@
 //!  F compacted:        error{compacted, current revision}            (stream ends)
 //! ```
 //!
-//! The initial frames and the subscription come from one `Node::read` (see [`crate::hub`]);
+//! The initial frames and the subscription come from one `Gate::read` (see `muster_hub`);
 //! they are encoded after the registry lock is released, so a large snapshot never holds up
 //! a write.
 

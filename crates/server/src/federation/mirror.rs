@@ -24,7 +24,6 @@ use muster_core::federation::ImportScope;
 use muster_core::{Actor, ErrorCode, Label, Principal, Revision, ServiceKey, ServiceSnapshot, ServiceUpdate};
 use muster_registry::{Command, Mirror, MirrorChange};
 
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::{Federation, Peer};
@@ -60,15 +59,14 @@ pub(crate) async fn lead(app: Arc<App>, federation: Arc<Federation>) {
     }
     let _disconnect = Disconnect(Arc::clone(&federation));
     forget_unconfigured(&app, &federation).await;
-    let mut tasks = JoinSet::new();
-    for peer in &federation.peers {
-        for import in &peer.imports {
-            let (app, federation) = (Arc::clone(&app), Arc::clone(&federation));
-            let (peer, import) = (peer.clone(), import.clone());
-            tasks.spawn(async move { follow(&app, &federation, &peer, &import).await });
-        }
-    }
-    while tasks.join_next().await.is_some() {}
+    // The followers are this future's own, not tasks: aborting the term's duty drops them
+    // with it, before `Disconnect` runs, so none outlives the term.
+    let followers = federation
+        .peers
+        .iter()
+        .flat_map(|peer| peer.imports.iter().map(move |import| (peer, import)))
+        .map(|(peer, import)| follow(&app, &federation, peer, import));
+    futures_util::future::join_all(followers).await;
 }
 
 /// Forgets every held import the configuration no longer names (a peer or an import

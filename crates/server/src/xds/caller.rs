@@ -1,5 +1,5 @@
 //! Who an xDS stream speaks for (SPEC S1): a token in the `authorization` call metadata, else
-//! a client certificate bound to a token ([`crate::auth::certificate_token`]), judged as the
+//! a client certificate bound to a token (`Gate::certificate_token`), judged as the
 //! HTTP API judges them; kept as a [`Credential`] so the stream can be checked again when the
 //! token table changes.
 

@@ -244,7 +244,9 @@ mod imp {
                     }
                 },
             };
-            let Ok(permit) = Arc::clone(&budget.open).try_acquire_owned() else {
+            // A full budget: the oldest connection that has not spoken yet, on any listener
+            // of the budget, makes room (`muster_http::silent`).
+            let Some(permit) = budget.take().await else {
                 tracing::debug!(%addr, "xDS connection refused: the connection budget is spent");
                 continue;
             };
@@ -253,33 +255,58 @@ mod imp {
             let tls = tls.clone();
             let timeout = listening.handshake_timeout;
             let first_bytes = listening.header_read_timeout;
+            // Silent until its HTTP/2 preface and SETTINGS arrive: a newcomer on any listener
+            // of the budget may take its place until then.
+            let slot = budget.silent.enter();
             tokio::spawn(async move {
-                let (transport, certificate) = match tls {
-                    None => (Transport::Plain(tcp), None),
-                    Some(acceptor) => match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
-                        Ok(Ok(tls)) => {
-                            let certificate = tls
-                                .get_ref()
-                                .1
-                                .peer_certificates()
-                                .and_then(|chain| chain.first())
-                                .and_then(CertificateNames::of)
-                                .map(|names| Arc::new(PeerCertificate::from(names)));
-                            (Transport::Tls(Box::new(tls)), certificate)
+                let spoken = async {
+                    let (transport, certificate) = match tls {
+                        None => (Transport::Plain(tcp), None),
+                        Some(acceptor) => match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
+                            Ok(Ok(tls)) => {
+                                let certificate = tls
+                                    .get_ref()
+                                    .1
+                                    .peer_certificates()
+                                    .and_then(|chain| chain.first())
+                                    .and_then(CertificateNames::of)
+                                    .map(|names| Arc::new(PeerCertificate::from(names)));
+                                (Transport::Tls(Box::new(tls)), certificate)
+                            }
+                            Ok(Err(error)) => {
+                                tracing::debug!(%addr, %error, "xDS TLS handshake failed");
+                                return None;
+                            }
+                            Err(_) => {
+                                tracing::debug!(%addr, "xDS: no TLS handshake within the timeout");
+                                return None;
+                            }
+                        },
+                    };
+                    let mut io = XdsIo::new(transport, Peer { addr, certificate }, permit);
+                    // A client that sends no HTTP/2 preface and SETTINGS in time gives its
+                    // place in the budget back, as an HTTP client that sends no request head
+                    // does.
+                    match tokio::time::timeout(first_bytes, io.preface()).await {
+                        Ok(Ok(())) => Some(io),
+                        Ok(Err(error)) => {
+                            tracing::debug!(%addr, %error, "xDS: not an HTTP/2 client");
+                            None
                         }
-                        Ok(Err(error)) => return tracing::debug!(%addr, %error, "xDS TLS handshake failed"),
-                        Err(_) => return tracing::debug!(%addr, "xDS: no TLS handshake within the timeout"),
-                    },
-                };
-                let mut io = XdsIo::new(transport, Peer { addr, certificate }, permit);
-                // A client that sends no HTTP/2 preface and SETTINGS in time gives its place
-                // in the budget back, as an HTTP client that sends no request head does.
-                match tokio::time::timeout(first_bytes, io.preface()).await {
-                    Ok(Ok(())) => {
-                        let _ = accepted.send(io).await;
+                        Err(_) => {
+                            tracing::debug!(%addr, "xDS: no HTTP/2 preface within the header read timeout");
+                            None
+                        }
                     }
-                    Ok(Err(error)) => tracing::debug!(%addr, %error, "xDS: not an HTTP/2 client"),
-                    Err(_) => tracing::debug!(%addr, "xDS: no HTTP/2 preface within the header read timeout"),
+                };
+                tokio::select! {
+                    io = spoken => if let Some(io) = io {
+                        slot.spoke();
+                        let _ = accepted.send(io).await;
+                    },
+                    () = slot.evicted().notified() => {
+                        tracing::debug!(%addr, "xDS: evicted before its HTTP/2 preface");
+                    }
                 }
             });
         }
