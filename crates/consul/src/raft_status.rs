@@ -40,7 +40,7 @@ pub(super) async fn leader(
         let addr = members.iter().find(|m| m.id == leader).map_or("", |m| m.addr.as_str());
         shown(&view, addr)
     });
-    let index = app.gate.hub.revision().0;
+    let index = app.gate.revision().0;
     Ok(blocking::respond(&app, &blocking, index, &leader, false))
 }
 
@@ -63,6 +63,6 @@ pub(super) async fn peers(
         peers.push(shown(&view, ""));
     }
     peers.sort();
-    let index = app.gate.hub.revision().0;
+    let index = app.gate.revision().0;
     Ok(blocking::respond(&app, &blocking, index, &peers, false))
 }

@@ -88,7 +88,7 @@ pub async fn deadlines(
 
 /// The deadlines of `key`'s leased endpoints now.
 pub fn read(gate: &Gate, key: &ServiceKey) -> DeadlinesReply {
-    gate.with_engine(|engine, registry, _| {
+    gate.inspect_engine(|engine, registry, _| {
         let endpoints = registry
             .snapshot(key)
             .map(|snapshot| {

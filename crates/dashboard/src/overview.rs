@@ -162,14 +162,14 @@ pub fn read(gate: &Gate, caller: &Caller) -> OverviewReply {
             tenant: namespace.tenant.clone(),
             namespace: namespace.namespace.clone(),
         };
-        namespace.watchers = gate.hub.watchers(&Scope::Namespace(key));
+        namespace.watchers = gate.watchers(&Scope::Namespace(key));
         for service in &mut namespace.services {
             let key = ServiceKey {
                 tenant: namespace.tenant.clone(),
                 namespace: namespace.namespace.clone(),
                 service: service.service.clone(),
             };
-            service.watchers = gate.hub.watchers(&Scope::Service(key));
+            service.watchers = gate.watchers(&Scope::Service(key));
         }
     }
     OverviewReply { revision, namespaces }

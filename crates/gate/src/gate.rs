@@ -28,18 +28,18 @@ use muster_consensus::{ConsensusError, Member, Node, NodeStatus};
 use muster_core::api::{
     AdmissionStatus, CheckReportReply, CheckReportRequest, InFlightRequest, LeaseReply, WriteReply,
 };
-use muster_core::{Actor, ErrorCode, InstanceId, Label, LeaseId, Principal, Rejection, ServiceKey};
+use muster_core::{Actor, ErrorCode, InstanceId, Label, LeaseId, Principal, Rejection, Revision, ServiceKey};
 use muster_health::checker::TtlReport;
 use muster_health::target::TargetPolicy;
 use muster_http::error::ApiError;
 use muster_http::peer::Peer;
-use muster_hub::{Subscription, WatchHub};
-use muster_leader::{InFlightReply, Now, Output, Reply, ReplyTo};
+use muster_hub::{Subscription, WatchHub, WatchStats};
+use muster_leader::{InFlightReply, Now, Output, RenewRefused, Reply, ReplyTo};
 use muster_registry::{Applied, Command, CommandMeta, LeaseGrant, Registry, Scope as WatchScope, Target};
 use serde::de::DeserializeOwned;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
-use crate::admission::{Admission, Budget, Hold, Holder, Permit, Refusal};
+use crate::admission::{Admission, Budget, Hold, Holder, NameBudget, Permit, Refusal, Report};
 use crate::audit::{AuditLog, Denial as AuditDenial};
 use crate::caller::{AuthConfig, Caller, bearer_secret};
 use crate::clock::ServerClock;
@@ -91,19 +91,14 @@ pub struct Parts {
 /// The front door: see the module's documentation.
 pub struct Gate {
     node: Node,
-    /// The watch fan-out (below the gate): its revision, statistics and subscriptions.
-    pub hub: Arc<WatchHub>,
+    hub: Arc<WatchHub>,
     /// The server's clock: the one place the daemon reads time.
     pub clock: ServerClock,
     leader: LeaderLink,
-    /// The other members, in a cluster.
-    pub cluster: Option<ClusterLink>,
-    /// What every caller holds open — watches, live views, xDS streams, parked queries —
-    /// against its budgets (SPEC W4, S6).
-    pub admission: Arc<Admission>,
+    cluster: Option<ClusterLink>,
+    admission: Arc<Admission>,
     write_rates: WriteRates,
-    /// The audit trail (SPEC S4).
-    pub audit: Arc<AuditLog>,
+    audit: Arc<AuditLog>,
     /// Whether requests must authenticate (SPEC S1).
     pub auth: AuthConfig,
     /// Bumped whenever the token table changes or is replaced: open streams re-check their
@@ -118,9 +113,10 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// A gate over `parts`; not ready until [`Gate::set_ready`].
+    /// A gate over `parts`, and the handle only the server's wiring keeps; not ready until
+    /// [`Wiring::set_ready`].
     #[must_use]
-    pub fn new(parts: Parts) -> Gate {
+    pub fn new(parts: Parts) -> (Arc<Gate>, Wiring) {
         let Parts {
             node,
             hub,
@@ -136,7 +132,7 @@ impl Gate {
             meter,
             outputs,
         } = parts;
-        Gate {
+        let gate = Arc::new(Gate {
             node,
             hub,
             clock,
@@ -152,7 +148,11 @@ impl Gate {
             stopping,
             meter,
             outputs,
-        }
+        });
+        let wiring = Wiring {
+            gate: Arc::clone(&gate),
+        };
+        (gate, wiring)
     }
 
     // --- the registry: read, propose, subscribe -------------------------------------------
@@ -196,9 +196,17 @@ impl Gate {
             .into());
         }
         // The I/O shell's clock: latency is measured, never decided on.
+        let revoked = match &command {
+            Command::RevokeLease(revoke) => Some(revoke.lease),
+            _ => None,
+        };
         let accepted = tokio::time::Instant::now();
         let applied = self.node.propose(command, meta).await??;
         self.meter.committed(accepted.elapsed().as_secs_f64());
+        if let Some(lease) = revoked {
+            // Its deadline goes with it (the engine would find it gone at expiry anyway).
+            self.leader.engine().revoked(lease);
+        }
         Ok(applied)
     }
 
@@ -284,15 +292,54 @@ impl Gate {
         self.node.leader_contact_age_ms()
     }
 
+    /// Whether this node is one of a cluster's members (not a single node).
+    #[must_use]
+    pub fn in_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// The last applied revision.
+    #[must_use]
+    pub fn revision(&self) -> Revision {
+        self.hub.revision()
+    }
+
+    /// Follows the last applied revision (blocking queries).
+    #[must_use]
+    pub fn revisions(&self) -> watch::Receiver<Revision> {
+        self.hub.revisions()
+    }
+
+    /// What the watch hub holds, for the metrics and status.
+    #[must_use]
+    pub fn watch_stats(&self) -> WatchStats {
+        self.hub.stats()
+    }
+
+    /// How many watchers follow `scope` (the dashboard's overview).
+    #[must_use]
+    pub fn watchers(&self, scope: &WatchScope) -> usize {
+        self.hub.watchers(scope)
+    }
+
+    /// The admission table's holds and refusals, for the metrics.
+    #[must_use]
+    pub fn admission_report(&self) -> Report {
+        self.admission.report()
+    }
+
+    /// The audit trail: its pages, and denials recorded by a way in the gate does not judge
+    /// (the cluster listener's secret, a caller asking for more of the trail than it may
+    /// read). Mutations come only from the apply path.
+    #[must_use]
+    pub fn audit(&self) -> &AuditLog {
+        &self.audit
+    }
+
     /// Whether the server serves (false while starting and stopping).
     #[must_use]
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
-    }
-
-    /// Marks the server serving, or not.
-    pub fn set_ready(&self, ready: bool) {
-        self.ready.store(ready, Ordering::Relaxed);
     }
 
     /// Follows whether the server is stopping.
@@ -324,12 +371,12 @@ impl Gate {
         event: impl FnOnce(&mut Engine, &Registry, Now, ReplyTo) -> Vec<Output>,
     ) -> Result<Reply, ApiError> {
         let stopped = || ApiError::unavailable("the leader's duties are not running (the server is stopping)");
-        let (to, answer) = self.reply_slot();
+        let (to, answer) = self.leader.reply_slot();
         let outputs = self.with_engine(|engine, registry, now| event(engine, registry, now, to));
         let mut rest = Vec::new();
         for output in outputs {
             match output {
-                Output::Reply { to, reply } => self.answer(to, reply),
+                Output::Reply { to, reply } => self.leader.answer(to, reply),
                 other => rest.push(other),
             }
         }
@@ -406,28 +453,19 @@ impl Gate {
     }
 
     /// Runs one leader-engine event over the registry as it is now ([`LeaderLink::with_engine`]).
-    pub fn with_engine<T>(&self, event: impl FnOnce(&mut Engine, &Registry, Now) -> T) -> T {
+    fn with_engine<T>(&self, event: impl FnOnce(&mut Engine, &Registry, Now) -> T) -> T {
         self.leader.with_engine(&self.node, &self.clock, event)
     }
 
-    /// A fresh reply slot: the engine answers it through [`Gate::answer`].
-    pub fn reply_slot(&self) -> (ReplyTo, oneshot::Receiver<Reply>) {
-        self.leader.reply_slot()
+    /// Looks at the leader engine as it is now (the dashboard's lease deadlines): read only.
+    pub fn inspect_engine<T>(&self, look: impl FnOnce(&Engine, &Registry, Now) -> T) -> T {
+        self.with_engine(|engine, registry, now| look(engine, registry, now))
     }
 
-    /// Hands the engine's reply to its caller (gone callers are skipped).
-    pub fn answer(&self, to: ReplyTo, reply: Reply) {
-        self.leader.answer(to, reply);
-    }
-
-    /// Tells the engine a lease was revoked.
-    pub fn lease_revoked(&self, id: LeaseId) {
-        self.leader.engine().revoked(id);
-    }
-
-    /// Sets what the checker may probe from this node (its listeners are known once bound).
-    pub fn set_check_targets(&self, targets: TargetPolicy) {
-        self.leader.engine().set_target_policy(targets);
+    /// Renews lease `id` of `tenant` on this node's engine (this node leads: see
+    /// [`Gate::on_leader`]); a renewal touches the leader's memory, not the log (SPEC R4).
+    pub fn renew(&self, tenant: &Label, id: LeaseId) -> Result<LeaseReply, RenewRefused> {
+        self.with_engine(|engine, registry, now| engine.renew(registry, tenant, id, now))
     }
 
     /// Whether self-preservation holds removals from `key` now.
@@ -585,6 +623,21 @@ impl Gate {
             .map_err(|refusal| self.refused(&refusal, hold, source, resource()))
     }
 
+    /// The names `holder` may subscribe to over xDS, held for as long as the stream lives
+    /// (`[xds] max_names_per_principal`).
+    #[must_use]
+    pub fn name_budget(&self, holder: &Holder) -> NameBudget {
+        self.admission.names(holder)
+    }
+
+    /// Whether `holder` has room for `names` more xDS names, counting `own` (what the asking
+    /// stream holds already) as its own; a refusal is audited (`resource` names the stream).
+    pub fn room_for_names(&self, holder: &Holder, own: usize, names: usize, resource: &str) -> Result<(), ApiError> {
+        self.admission
+            .room_for_names(holder, own, names)
+            .map_err(|refusal| self.refused(&refusal, Hold::Xds, None, resource.to_owned()))
+    }
+
     /// Records an admission `refusal` and turns it into the error reply.
     pub fn refused(&self, refusal: &Refusal, hold: Hold, source: Option<SocketAddr>, resource: String) -> ApiError {
         let message = refusal.to_string();
@@ -714,6 +767,60 @@ impl Gate {
             source,
             at_ms: self.clock.unix_now_ms(),
         });
+    }
+}
+
+/// What only the server's wiring does with the gate (`Gate::new` hands it out once): mark the
+/// server serving, drive the leader engine, hand its replies over, set what the checker may
+/// probe, and reach the hub, the audit trail and the cluster link it wires up. Adapters get
+/// the [`Gate`], never this.
+pub struct Wiring {
+    gate: Arc<Gate>,
+}
+
+impl Wiring {
+    /// The gate this handle wires.
+    #[must_use]
+    pub fn gate(&self) -> &Arc<Gate> {
+        &self.gate
+    }
+
+    /// Marks the server serving, or not.
+    pub fn set_ready(&self, ready: bool) {
+        self.gate.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// Runs one leader-engine event over the registry as it is now (the leader task).
+    pub fn with_engine<T>(&self, event: impl FnOnce(&mut Engine, &Registry, Now) -> T) -> T {
+        self.gate.with_engine(event)
+    }
+
+    /// Hands the engine's reply to its caller (gone callers are skipped).
+    pub fn answer(&self, to: ReplyTo, reply: Reply) {
+        self.gate.leader.answer(to, reply);
+    }
+
+    /// Sets what the checker may probe from this node (its listeners are known once bound).
+    pub fn set_check_targets(&self, targets: TargetPolicy) {
+        self.gate.leader.engine().set_target_policy(targets);
+    }
+
+    /// The watch hub: its progress ticker, and closing it when the server stops.
+    #[must_use]
+    pub fn hub(&self) -> &Arc<WatchHub> {
+        &self.gate.hub
+    }
+
+    /// The audit trail, shared with the browser guard's refusals.
+    #[must_use]
+    pub fn audit(&self) -> &Arc<AuditLog> {
+        &self.gate.audit
+    }
+
+    /// The link to the other members, in a cluster (membership changes use its TLS).
+    #[must_use]
+    pub fn cluster(&self) -> Option<&ClusterLink> {
+        self.gate.cluster.as_ref()
     }
 }
 

@@ -12,7 +12,9 @@
 //! ```
 //!
 //! # Layout
-//! - [`Gate`] (`gate`): the facade, and the only holder of the node.
+//! - [`Gate`] (`gate`): the facade, and the only holder of the node; [`Wiring`]: what only
+//!   the server's wiring does with it (readiness, driving the leader engine, the hub's
+//!   ticker and close).
 //! - [`caller`]: who a caller is ([`Caller`]) and what it may do; `[auth]`.
 //! - [`admission`]: one table of budgets, per principal and per tenant, for everything a
 //!   caller can hold open (watch streams, live views, xDS streams and their names, parked
@@ -46,6 +48,6 @@ pub mod tokens;
 
 pub use admission::{Admission, Budget, Budgets, Held, Hold, Holder, NameBudget, Permit, Refusal, Report};
 pub use caller::{AuthConfig, Caller};
-pub use gate::{Gate, Meter, Parts, REVOKED, RateLimited, holder, is_write, revoked_recorded};
+pub use gate::{Gate, Meter, Parts, REVOKED, RateLimited, Wiring, holder, is_write, revoked_recorded};
 pub use rate::{Rate, Throttled, WriteRates};
 pub use tokens::TokenWatch;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use muster_consensus::Node;
 use muster_consul::stats::ConsulStats;
-use muster_gate::Gate;
+use muster_gate::{Gate, Wiring};
 use muster_registry::RegistryConfig;
 
 use crate::join::JoinKey;
@@ -18,6 +18,8 @@ use crate::metrics::Metrics;
 pub(crate) struct App {
     /// The front door: every path's way to the registry, the hub and the leader.
     pub(crate) gate: Arc<Gate>,
+    /// What only this crate's wiring does with the gate (readiness, the leader task).
+    pub(crate) wiring: Wiring,
     /// The node itself, for the server's wiring only: cluster membership, start and stop.
     pub(crate) node: Node,
     pub(crate) progress_interval: Duration,

@@ -80,7 +80,7 @@ fn authenticate(app: &App, peer: Option<&Peer>, resource: &str, headers: &Header
         return Ok(());
     }
     let reason = format!("node-to-node requests need the cluster secret in {SECRET_HEADER}");
-    app.gate.audit.denied(Denial {
+    app.gate.audit().denied(Denial {
         principal: None,
         tenant: None,
         key: None,

@@ -243,7 +243,7 @@ pub(crate) async fn report(
     caller: Caller,
     JsonBody(report): JsonBody<ConvergenceReport>,
 ) -> Result<Json<ReportReply>, ApiError> {
-    let current = app.gate.hub.revision();
+    let current = app.gate.revision();
     if let Some(ahead) = report.applied.iter().find(|entry| entry.revision > current) {
         app.convergence.refused.inc();
         return Err(ApiError::new(

@@ -106,7 +106,7 @@ pub(crate) async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
-        let (outputs, wake_in) = app.gate.with_engine(|engine, registry, now| {
+        let (outputs, wake_in) = app.wiring.with_engine(|engine, registry, now| {
             let outputs = engine.tick(registry, now);
             (outputs, engine.wake_at(now).saturating_sub(now.monotonic_ms))
         });
@@ -115,8 +115,8 @@ pub(crate) async fn run(
         tokio::select! {
             _ = stop.wait_for(|stopping| *stopping) => return,
             Some(message) = messages.recv() => match message {
-                Message::Updates(updates) => app.gate.with_engine(|engine, _, now| engine.applied(&updates, now)),
-                Message::Reset => app.gate.with_engine(|engine, registry, now| engine.reset(registry, now)),
+                Message::Updates(updates) => app.wiring.with_engine(|engine, _, now| engine.applied(&updates, now)),
+                Message::Reset => app.wiring.with_engine(|engine, registry, now| engine.reset(registry, now)),
             },
             () = tokio::time::sleep(sleep) => {}
         }
@@ -145,7 +145,7 @@ pub(crate) fn perform(app: &Arc<App>, outputs: Vec<Output>) {
                     let tag = proposal.tag;
                     let outcome = propose(&app, proposal).await;
                     let outputs = app
-                        .gate
+                        .wiring
                         .with_engine(|engine, registry, _| engine.settled(registry, tag, outcome));
                     perform(&app, outputs);
                 });
@@ -156,12 +156,12 @@ pub(crate) fn perform(app: &Arc<App>, outputs: Vec<Output>) {
                 tokio::spawn(async move {
                     let result = probe(&task.kind, task.timeout).await;
                     let outputs = app
-                        .gate
+                        .wiring
                         .with_engine(|engine, registry, now| engine.probe_result(registry, task.id, result, now));
                     perform(&app, outputs);
                 });
             }
-            Output::Reply { to, reply } => app.gate.answer(to, reply),
+            Output::Reply { to, reply } => app.wiring.answer(to, reply),
             Output::Note(note) => log(app, note),
         }
     }

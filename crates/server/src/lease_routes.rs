@@ -71,15 +71,13 @@ const RENEW_QUORUM_MS: u64 = 1_000;
 
 /// Renews on this node, which leads (or is the only node).
 pub(crate) fn renew_here(app: &App, tenant: &muster_core::Label, id: LeaseId) -> Result<LeaseReply, ApiError> {
-    if app.gate.cluster.is_some() && app.gate.leader_contact_age_ms().is_none_or(|age| age > RENEW_QUORUM_MS) {
+    if app.gate.in_cluster() && app.gate.leader_contact_age_ms().is_none_or(|age| age > RENEW_QUORUM_MS) {
         app.metrics.renewals.add(Some(tenant), renewal::NO_QUORUM, 1);
         return Err(ApiError::no_quorum(
             "this node cannot confirm it still leads a quorum; the lease was not extended: retry",
         ));
     }
-    let renewed = app
-        .gate
-        .with_engine(|engine, registry, now| engine.renew(registry, tenant, id, now));
+    let renewed = app.gate.renew(tenant, id);
     let outcome = match &renewed {
         Ok(_) => renewal::OK,
         Err(RenewRefused::NotFound) => renewal::LEASE_NOT_FOUND,
@@ -132,6 +130,5 @@ pub(crate) async fn revoke(
         expected_revision: query.expected_revision,
     };
     let applied = app.gate.propose(command.into(), app.gate.meta(actor, &caller)).await?;
-    app.gate.lease_revoked(id);
     Ok(Json(app.gate.write_reply(&applied)))
 }

@@ -91,7 +91,7 @@ pub(crate) async fn add(
     if !app.gate.is_leader() {
         return Err(muster_consensus::ConsensusError::NotLeader(app.gate.status().leader).into());
     }
-    let Some(link) = &app.gate.cluster else {
+    let Some(link) = app.wiring.cluster() else {
         return Err(ApiError::new(
             muster_core::ErrorCode::MembershipRefused,
             "a single node has no cluster secret, so no member can prove it belongs; \

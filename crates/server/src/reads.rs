@@ -300,7 +300,7 @@ async fn wait_for_change(app: &App, key: &ServiceKey, index: Revision, wait: Dur
 
 async fn wait_for_change_inner(app: &App, key: &ServiceKey, index: Revision, wait: Duration) -> Woken {
     let deadline = tokio::time::Instant::now() + wait;
-    let mut revisions = app.gate.hub.revisions();
+    let mut revisions = app.gate.revisions();
     let mut stopping = app.gate.stopping();
     loop {
         revisions.borrow_and_update();

@@ -317,26 +317,28 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     };
     let (stopping, stopping_rx) = watch::channel(false);
     let (join, link) = link.unzip();
+    let (gate, wiring) = Gate::new(Parts {
+        node: node.clone(),
+        hub,
+        clock,
+        // Jitter only has to differ between servers and runs.
+        leader: LeaderLink::new(config.health.checker(), brakes, clock.unix_now_ms()),
+        cluster: link,
+        admission: muster_gate::Admission::new(crate::admit::budgets(&config)),
+        write_rates: muster_gate::WriteRates::new(muster_gate::Rate {
+            per_second: config.write_rate_per_principal,
+            burst: config.write_burst_per_principal,
+        }),
+        audit,
+        auth: config.auth.clone(),
+        acl_changes,
+        stopping: stopping_rx.clone(),
+        meter: Arc::clone(&metrics) as Arc<dyn muster_gate::Meter>,
+        outputs: asked_tx,
+    });
     let app = Arc::new(App {
-        gate: Arc::new(Gate::new(Parts {
-            node: node.clone(),
-            hub,
-            clock,
-            // Jitter only has to differ between servers and runs.
-            leader: LeaderLink::new(config.health.checker(), brakes, clock.unix_now_ms()),
-            cluster: link,
-            admission: muster_gate::Admission::new(crate::admit::budgets(&config)),
-            write_rates: muster_gate::WriteRates::new(muster_gate::Rate {
-                per_second: config.write_rate_per_principal,
-                burst: config.write_burst_per_principal,
-            }),
-            audit,
-            auth: config.auth.clone(),
-            acl_changes,
-            stopping: stopping_rx.clone(),
-            meter: Arc::clone(&metrics) as Arc<dyn muster_gate::Meter>,
-            outputs: asked_tx,
-        })),
+        gate,
+        wiring,
         node,
         progress_interval: Duration::from_millis(config.progress_interval_ms),
         metrics,
@@ -357,7 +359,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         Duration::from_millis(config.body_read_timeout_ms),
     )
     .audited(Arc::new(crate::audit::GuardRefusals {
-        log: Arc::clone(&app.gate.audit),
+        log: Arc::clone(app.wiring.audit()),
         clock: app.gate.clock,
     }));
     let router = routes::router(
@@ -378,7 +380,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         dns.as_ref().map(muster_dns::DnsListener::local_addr),
         config.cluster_addr,
     ];
-    app.gate
+    app.wiring
         .set_check_targets(check_targets.with_listeners(own_listeners.into_iter().flatten()));
     let (stop_accepting, stop_accepting_rx) = oneshot::channel::<()>();
     let (http_budget, cluster_budget) = descriptors::budgets(&config.limits);
@@ -455,7 +457,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         (stop, task)
     });
     // One timer for every watch stream's `progress` frames; it ends when the hub closes.
-    tokio::spawn(Arc::clone(&app.gate.hub).run_progress_ticker(app.progress_interval));
+    tokio::spawn(Arc::clone(app.wiring.hub()).run_progress_ticker(app.progress_interval));
     tokio::spawn(crate::convergence::run_sweeper(Arc::clone(&app), stopping_rx.clone()));
     if let Some(federation) = federation {
         tokio::spawn(crate::federation::run_ticker(
@@ -483,7 +485,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     // Ends when the server starts stopping (or the node stops).
     tokio::spawn(crate::metrics::follow_leader(Arc::clone(&app)));
 
-    app.gate.set_ready(true);
+    app.wiring.set_ready(true);
     // Debug: `muster serve` prints the one startup line, with every listener (SPEC O2).
     tracing::debug!(%local_addr, consul = ?consul.as_ref().map(|c| c.addr), "muster serving");
     Ok(RunningServer {
@@ -534,7 +536,7 @@ impl RunningServer {
 
     /// What the watch hub holds.
     pub fn watch_stats(&self) -> WatchStats {
-        self.app.gate.hub.stats()
+        self.app.gate.watch_stats()
     }
 
     /// Serves until `shutdown` resolves or the node fails, then stops gracefully. A node
@@ -554,11 +556,11 @@ impl RunningServer {
             return self.stop().await;
         };
         tracing::error!(error = %failure, grace = ?self.shutdown_grace, "the node's storage failed: stopping");
-        self.app.gate.set_ready(false);
+        self.app.wiring.set_ready(false);
         if let Some(dns) = self.dns.take() {
             dns.stop().await;
         }
-        self.app.gate.hub.close();
+        self.app.wiring.hub().close();
         tokio::select! {
             () = tokio::time::sleep(self.shutdown_grace) => {}
             () = &mut shutdown => {}
@@ -572,7 +574,7 @@ impl RunningServer {
     /// Stops gracefully: stop accepting, tell watchers `closing`, let in-flight requests
     /// finish (up to `shutdown_grace_ms`), stop the leader task, shut the node down.
     pub async fn stop(mut self) -> Result<(), ServerError> {
-        self.app.gate.set_ready(false);
+        self.app.wiring.set_ready(false);
         if let Some(dns) = self.dns.take() {
             dns.stop().await;
         }
@@ -581,7 +583,7 @@ impl RunningServer {
             let _ = consul.stop_accepting.send(());
             consul.serve
         });
-        self.app.gate.hub.close();
+        self.app.wiring.hub().close();
         let _ = self.stopping.send(true);
         let deadline = tokio::time::Instant::now() + self.shutdown_grace;
         // xDS streams end when `stopping` turns (clients reconnect elsewhere); the listener

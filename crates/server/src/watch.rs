@@ -160,7 +160,7 @@ fn start(
             // The revocation that ends the stream is on record (SPEC S4).
             let revoked =
                 muster_gate::revoked_recorded(Arc::clone(&app.gate), Arc::clone(token), Verb::Watch, source, resource);
-            Revocable::new(live, Box::pin(revoked), app.gate.hub.clone()).boxed()
+            Revocable::new(live, Box::pin(revoked), Arc::clone(&app.gate)).boxed()
         }
     };
     Ok(stream_response(at, initial, live, permit))
@@ -180,16 +180,16 @@ fn frame_key(frame: &Bytes) -> Option<ServiceKey> {
 struct Revocable<S> {
     frames: S,
     revoked: Pin<Box<dyn Future<Output = ()> + Send>>,
-    hub: Arc<muster_hub::WatchHub>,
+    gate: Arc<muster_gate::Gate>,
     done: bool,
 }
 
 impl<S> Revocable<S> {
-    fn new(frames: S, revoked: Pin<Box<dyn Future<Output = ()> + Send>>, hub: Arc<muster_hub::WatchHub>) -> Self {
+    fn new(frames: S, revoked: Pin<Box<dyn Future<Output = ()> + Send>>, gate: Arc<muster_gate::Gate>) -> Self {
         Revocable {
             frames,
             revoked,
-            hub,
+            gate,
             done: false,
         }
     }
@@ -204,7 +204,7 @@ impl<S: Stream<Item = Bytes> + Unpin> Stream for Revocable<S> {
         }
         if self.revoked.as_mut().poll(cx).is_ready() {
             self.done = true;
-            let revision = self.hub.revision();
+            let revision = self.gate.revision();
             return Poll::Ready(Some(frames::error(
                 ErrorCode::Unauthenticated.as_str(),
                 muster_gate::REVOKED.to_owned(),

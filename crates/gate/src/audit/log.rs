@@ -165,7 +165,7 @@ impl AuditLog {
     /// that ring's oldest beyond its retention. The apply path pushes mutations here; a
     /// denial pushed here is kept as it is, not counted into another ([`AuditLog::denied`]
     /// counts).
-    pub fn push(&self, record: AuditRecord) {
+    pub(crate) fn push(&self, record: AuditRecord) {
         let mut trail = self.trail.lock().unwrap_or_else(PoisonError::into_inner);
         trail.push(record, self.retention, self.denial_retention);
     }

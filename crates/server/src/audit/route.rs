@@ -37,12 +37,12 @@ pub(crate) async fn list(
         verb: Verb::Admin,
     };
     app.gate.require(&caller, peer.as_deref(), &admin)?;
-    answer(&app.gate.audit, scope.as_ref(), &query, &|record| {
+    answer(app.gate.audit(), scope.as_ref(), &query, &|record| {
         may_read(&caller, record)
     })
     .inspect_err(|refusal| {
         if refusal.code == ErrorCode::PermissionDenied {
-            app.gate.audit.denied(Denial {
+            app.gate.audit().denied(Denial {
                 principal: Some(caller.principal().clone()),
                 tenant: scope.clone(),
                 key: None,

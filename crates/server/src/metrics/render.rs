@@ -165,7 +165,7 @@ fn every_tenant(app: &App, registry: &mut Registry) {
     let metrics = &app.metrics;
     let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
     // Watches.
-    let watch = app.gate.hub.stats();
+    let watch = app.gate.watch_stats();
     registry.register("watchers", "Watch streams open", gauge(watch.watchers as u64));
     registry.register(
         "watch_queued_frames",
@@ -196,7 +196,7 @@ fn every_tenant(app: &App, registry: &mut Registry) {
     );
 
     // Admission (SPEC W4, S6): what every listener's callers hold, and what was refused.
-    let admission = app.gate.admission.report();
+    let admission = app.gate.admission_report();
     registry.register_collector(Sorted::gauge(
         "admission_held",
         "Streams and parked queries open, by kind (watch, live, xds, parked)",

@@ -26,7 +26,7 @@ use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 
 use super::stream::{Ads, MAX_NAMES};
 use crate::app::App;
-use muster_gate::{Hold, Holder};
+use muster_gate::Holder;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The largest request taken in, encoded. A stream's partial request is buffered up to it,
@@ -84,15 +84,8 @@ impl Room {
         let own = self.own.0.load(Ordering::Relaxed);
         self.app
             .gate
-            .admission
-            .room_for_names(&self.holder, own, names)
-            .map_err(|refusal| {
-                let error = self
-                    .app
-                    .gate
-                    .refused(&refusal, Hold::Xds, None, "xDS subscription".to_owned());
-                Status::resource_exhausted(error.message)
-            })
+            .room_for_names(&self.holder, own, names, "xDS subscription")
+            .map_err(|error| Status::resource_exhausted(error.message))
     }
 }
 

@@ -489,8 +489,7 @@ impl<M: Machine> Session<M> {
         let names = self
             .app
             .gate
-            .admission
-            .names(&muster_gate::holder(&self.caller, Some(&tenant)));
+            .name_budget(&muster_gate::holder(&self.caller, Some(&tenant)));
         let node_id = node.map(|node| node.id.clone()).unwrap_or_default();
         let registered = self.state.clients.register(
             Identity {
