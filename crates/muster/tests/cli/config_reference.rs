@@ -21,9 +21,9 @@ use muster_server::ServerConfig;
 /// section's struct here.
 const SOURCES: &[&str] = &[
     "../server/src/config.rs",
-    "../server/src/auth.rs",
-    "../server/src/listener.rs",
-    "../server/src/consul/config.rs",
+    "../gate/src/caller.rs",
+    "../http/src/listener.rs",
+    "../consul/src/config.rs",
     "../server/src/xds/config.rs",
     "../dns/src/config.rs",
     "../registry/src/config.rs",
