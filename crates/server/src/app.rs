@@ -41,7 +41,7 @@ pub(crate) struct App {
     /// Whole-set reads' endpoints, encoded once per service revision.
     pub(crate) read_cache: crate::read_cache::ReadCache,
     /// This region's federation, when configured (SPEC G2).
-    pub(crate) federation: Option<Arc<crate::federation::Federation>>,
+    pub(crate) federation: Option<Arc<muster_federation::Federation>>,
 }
 
 impl App {

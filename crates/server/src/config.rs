@@ -16,9 +16,9 @@ use muster_health::target::TargetPolicy;
 use muster_registry::RegistryConfig;
 use serde::{Deserialize, Serialize};
 
-use crate::federation::FederationConfig;
 use crate::xds::config::XdsConfig;
 use muster_consul::config::ConsulConfig;
+use muster_federation::FederationConfig;
 use muster_http::listener::{ClusterTlsConfig, LimitsConfig, TlsConfig};
 
 /// Everything `muster serve` can be told. Every field has a default that makes a working

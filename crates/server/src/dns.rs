@@ -17,8 +17,8 @@ use muster_core::{ServiceKey, ServiceSnapshot};
 use muster_dns::{DnsListener, LiveZone, Zone};
 use muster_registry::{Applied, Registry};
 
-use crate::federation::Federation;
 use crate::{ServerConfig, ServerError};
+use muster_federation::Federation;
 use muster_gate::clock::ServerClock;
 
 /// Stages every change of the zone's tenant into the live DNS zone: in a federated region, a

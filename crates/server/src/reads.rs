@@ -194,7 +194,7 @@ pub(crate) async fn snapshot(
 /// current read only: a mirror has no past revisions here).
 fn federated_page(
     app: &App,
-    federation: &crate::federation::Federation,
+    federation: &muster_federation::Federation,
     key: &ServiceKey,
     start: &ReadAt,
     limit: usize,
@@ -205,7 +205,7 @@ fn federated_page(
         let page = registry.page(key, start.at, start.after.as_ref(), limit)?;
         let parts = if first_current {
             let local = registry.snapshot(key);
-            crate::federation::federated_parts(federation, registry, key, local.as_deref(), now_ms)
+            muster_federation::federated_parts(federation, registry, key, local.as_deref(), now_ms)
         } else {
             (Vec::new(), None)
         };

@@ -35,6 +35,7 @@ const INSTANCE: &str = "/v1/registry/{tenant}/{namespace}/{service}/{instance}";
 /// of this crate), the dashboard's page and the lab runner.
 pub(crate) struct Shared {
     gate: Arc<muster_gate::Gate>,
+    federation: Arc<muster_federation::FederationRoutes>,
     page: Arc<ui::Page>,
     lab: Arc<LabState>,
 }
@@ -161,9 +162,12 @@ pub(crate) static ROUTES: &[Route] = &[
     route(Method::GET, "/v1/cluster", Need::Cluster(Verb::Read), |_| {
         get(membership::status)
     }),
-    route(Method::GET, "/v1/federation/status", Need::Cluster(Verb::Read), |_| {
-        get(crate::federation::status)
-    }),
+    route(
+        Method::GET,
+        "/v1/federation/status",
+        Need::Cluster(Verb::Read),
+        |shared| get(muster_federation::status).with_state(Arc::clone(&shared.federation)),
+    ),
     route(Method::POST, "/v1/cluster/members", Need::Cluster(Verb::Admin), |_| {
         post(membership::add)
     }),
@@ -239,6 +243,10 @@ pub(crate) fn need(method: &Method, path: &str) -> Option<Need> {
 pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard, lab: Arc<LabState>) -> Router {
     let shared = Shared {
         gate: Arc::clone(&app.gate),
+        federation: Arc::new(muster_federation::FederationRoutes {
+            gate: Arc::clone(&app.gate),
+            federation: app.federation.clone(),
+        }),
         page: ui::Page::new(app.gate.auth.enabled),
         lab,
     };

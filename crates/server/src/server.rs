@@ -460,15 +460,26 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     tokio::spawn(Arc::clone(app.wiring.hub()).run_progress_ticker(app.progress_interval));
     tokio::spawn(crate::convergence::run_sweeper(Arc::clone(&app), stopping_rx.clone()));
     if let Some(federation) = federation {
-        tokio::spawn(crate::federation::run_ticker(
-            Arc::clone(&app),
+        // A served set that changed with no command: staged in the DNS zone, and the xDS
+        // sessions that serve it woken (under the registry's read lock).
+        #[cfg(feature = "xds")]
+        let xds = Arc::clone(&app.xds);
+        let changed = move |key: &muster_core::ServiceKey,
+                            served: Option<Arc<muster_core::ServiceSnapshot>>,
+                            revision: muster_core::Revision| {
+            tier_zone.stage(key, served, revision);
+            #[cfg(feature = "xds")]
+            xds.hub.wake(key);
+        };
+        tokio::spawn(muster_federation::run_ticker(
+            Arc::clone(&app.gate),
             Arc::clone(&federation),
-            Arc::clone(&tier_zone),
+            changed,
             stopping_rx.clone(),
         ));
         let (app, federation) = (Arc::clone(&app), Arc::clone(&federation));
         duties.add("federation mirrors", move |_term| {
-            Box::pin(crate::federation::lead(Arc::clone(&app), Arc::clone(&federation)))
+            Box::pin(muster_federation::lead(Arc::clone(&app.gate), Arc::clone(&federation)))
         });
     }
     // The leader-only loops run while this node leads, and only then (DESIGN "Third wave").

@@ -29,7 +29,7 @@ const SOURCES: &[&str] = &[
     "../registry/src/config.rs",
     "../core/src/limits.rs",
     "../core/src/address.rs",
-    "../server/src/federation/mod.rs",
+    "../federation/src/region.rs",
     "../core/src/federation.rs",
 ];
 

@@ -26,8 +26,8 @@ use muster_registry::{Command, Mirror, MirrorChange};
 
 use tokio::time::Instant;
 
-use super::{Federation, Peer};
-use crate::app::App;
+use crate::region::{Federation, Peer};
+use muster_gate::Gate;
 
 /// The most frames one proposal carries: a burst of a busy peer becomes a few log entries
 /// of bounded size, not one per frame nor one unbounded entry.
@@ -41,7 +41,7 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
 /// The mirrors for one term of leadership (a leader duty, `muster_leader::duties`): one
 /// follower per import, until the runner aborts this when the term ends; the links then read
 /// disconnected.
-pub(crate) async fn lead(app: Arc<App>, federation: Arc<Federation>) {
+pub async fn lead(gate: Arc<Gate>, federation: Arc<Federation>) {
     /// Marks every link disconnected when the term's mirrors end.
     struct Disconnect(Arc<Federation>);
     impl Drop for Disconnect {
@@ -58,21 +58,21 @@ pub(crate) async fn lead(app: Arc<App>, federation: Arc<Federation>) {
         }
     }
     let _disconnect = Disconnect(Arc::clone(&federation));
-    forget_unconfigured(&app, &federation).await;
+    forget_unconfigured(&gate, &federation).await;
     // The followers are this future's own, not tasks: aborting the term's duty drops them
     // with it, before `Disconnect` runs, so none outlives the term.
     let followers = federation
         .peers
         .iter()
         .flat_map(|peer| peer.imports.iter().map(move |import| (peer, import)))
-        .map(|(peer, import)| follow(&app, &federation, peer, import));
+        .map(|(peer, import)| follow(&gate, &federation, peer, import));
     futures_util::future::join_all(followers).await;
 }
 
 /// Forgets every held import the configuration no longer names (a peer or an import
 /// removed): proposed once per leadership; one that fails is tried at the next.
-async fn forget_unconfigured(app: &App, federation: &Federation) {
-    let stale: Vec<(Label, ImportScope, Revision)> = app.gate.read(|registry| {
+async fn forget_unconfigured(gate: &Gate, federation: &Federation) {
+    let stale: Vec<(Label, ImportScope, Revision)> = gate.read(|registry| {
         registry
             .mirrors()
             .filter(|held| {
@@ -92,9 +92,8 @@ async fn forget_unconfigured(app: &App, federation: &Federation) {
             cursor,
             change: MirrorChange::Forget,
         });
-        match app
-            .gate
-            .propose_as_leader(command, app.gate.meta_as(Actor::Owner, &principal))
+        match gate
+            .propose_as_leader(command, gate.meta_as(Actor::Owner, &principal))
             .await
         {
             Ok(Ok(_)) => tracing::info!(%region, %import, "mirror: an import no longer configured is forgotten"),
@@ -114,7 +113,7 @@ enum Ended {
     Failed(String),
 }
 
-async fn follow(app: &App, federation: &Federation, peer: &Peer, import: &ImportScope) {
+async fn follow(gate: &Gate, federation: &Federation, peer: &Peer, import: &ImportScope) {
     let mut builder = Client::builder(peer.url.clone());
     if let Some(token) = &peer.token {
         builder = builder.token(token.clone());
@@ -128,10 +127,10 @@ async fn follow(app: &App, federation: &Federation, peer: &Peer, import: &Import
     };
     let mut fresh = false;
     let mut backoff = BACKOFF.0;
-    let cursor = || app.gate.read(|r| r.mirror(&peer.name, import).map(|m| m.cursor));
+    let cursor = || gate.read(|r| r.mirror(&peer.name, import).map(|m| m.cursor));
     loop {
         let before = cursor();
-        let ended = follow_once(app, federation, peer, import, &client, &mut fresh).await;
+        let ended = follow_once(gate, federation, peer, import, &client, &mut fresh).await;
         federation.with_link(&peer.name, import, |l| l.connected = false);
         // A watch that got somewhere was healthy: the next failure starts the backoff over.
         if cursor() > before {
@@ -164,7 +163,7 @@ async fn follow(app: &App, federation: &Federation, peer: &Peer, import: &Import
         };
         if pause {
             // Jitter from the clock's low bits: reconnecting mirrors do not move in step.
-            let jitter = u64::from(app.gate.clock.unix_now_ms().to_le_bytes()[0]) % 100;
+            let jitter = u64::from(gate.clock.unix_now_ms().to_le_bytes()[0]) % 100;
             tokio::time::sleep(backoff.mul_f64(0.5 + jitter as f64 / 200.0)).await;
             backoff = (backoff * 2).min(BACKOFF.1);
         }
@@ -172,14 +171,14 @@ async fn follow(app: &App, federation: &Federation, peer: &Peer, import: &Import
 }
 
 async fn follow_once(
-    app: &App,
+    gate: &Gate,
     federation: &Federation,
     peer: &Peer,
     import: &ImportScope,
     client: &Client,
     fresh: &mut bool,
 ) -> Ended {
-    let held = app.gate.read(|r| r.mirror(&peer.name, import).map(|m| m.cursor));
+    let held = gate.read(|r| r.mirror(&peer.name, import).map(|m| m.cursor));
     let from = held.filter(|c| !*fresh && *c > Revision::ZERO);
     let opened = match &import.service {
         Some(service) => {
@@ -201,7 +200,7 @@ async fn follow_once(
         l.last_error = None;
     });
     let mirror = Mirroring {
-        app,
+        gate,
         federation,
         peer,
         import,
@@ -311,7 +310,7 @@ async fn follow_once(
 
 /// One import's mirror, proposing.
 struct Mirroring<'a> {
-    app: &'a App,
+    gate: &'a Gate,
     federation: &'a Federation,
     peer: &'a Peer,
     import: &'a ImportScope,
@@ -352,9 +351,8 @@ impl Mirroring<'_> {
         });
         let principal = Principal::new(&format!("muster-mirror:{}", self.peer.name)).expect("a valid principal");
         match self
-            .app
             .gate
-            .propose_as_leader(command, self.app.gate.meta_as(Actor::Owner, &principal))
+            .propose_as_leader(command, self.gate.meta_as(Actor::Owner, &principal))
             .await
         {
             Ok(Ok(_)) => {

@@ -1,30 +1,17 @@
-//! Federation (SPEC G1, G2): this region mirrors what it imports from its peer regions, and
-//! reads carry the mirrored sets and a failover decision beside the local set.
-//!
-//! ```text
-//!  peer region's API ──watch (resume by revision)──▶ mirror task (leader only, `mirror.rs`)
-//!        ──Command::Mirror──▶ Raft log ──▶ registry's mirror table (every replica)
-//!  read (federation=true) ──▶ local set + mirrored sets (age, state) + failover decision
-//! ```
-//!
-//! The mirror table is replicated state; what only the leader knows (whether a watch is
-//! open, the newest peer revision seen) lives in [`Links`].
-
-mod mirror;
-mod read;
-mod tiers;
+//! This region's federation: its configuration, its peers, and what only the leader knows
+//! of each mirror ([`Links`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use muster_core::federation::{FailoverDecision, FailoverPolicy, ImportScope, MirrorState};
-use muster_core::{Label, Revision, ServiceKey};
+use muster_core::{Digest, Label, Revision, ServiceKey};
 use serde::{Deserialize, Serialize};
 
-pub(crate) use mirror::lead;
-pub(crate) use read::{decision, federated_parts, status};
-pub(crate) use tiers::run_ticker;
+/// The last served set per covered service (`tiers`): (digest, served revision, the
+/// registry's revision it was built at).
+pub(crate) type ServedMemo = Mutex<HashMap<ServiceKey, (Digest, Revision, Revision)>>;
 
 /// The `[federation]` section: this region's name, its peers and failover policies.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,7 +98,7 @@ pub(crate) type Links = Mutex<BTreeMap<(Label, ImportScope), Link>>;
 
 /// A federated node's configuration, checked, with its live state.
 #[derive(Debug)]
-pub(crate) struct Federation {
+pub struct Federation {
     pub(crate) region: Label,
     pub(crate) stale_budget_ms: u64,
     pub(crate) heartbeat: Duration,
@@ -121,12 +108,12 @@ pub(crate) struct Federation {
     /// The last decision per service: what hysteresis and stickiness start from.
     decisions: Mutex<HashMap<ServiceKey, FailoverDecision>>,
     /// What DNS and xDS were last served per covered service (`tiers`).
-    served: tiers::ServedMemo,
+    pub(crate) served: ServedMemo,
 }
 
 impl FederationConfig {
     /// Checks the section; `None` when the node is not federated.
-    pub(crate) fn resolve(&self) -> Result<Option<Arc<Federation>>, String> {
+    pub fn resolve(&self) -> Result<Option<Arc<Federation>>, String> {
         let Some(region) = &self.region else {
             if !self.peer.is_empty() || !self.policy.is_empty() {
                 return Err("federation: peers and policies need `region`, this region's name".into());
@@ -233,7 +220,7 @@ impl Federation {
     }
 
     /// Decides from the previous decision (hysteresis starts from it) and records the new one.
-    fn remember(
+    pub(crate) fn remember(
         &self,
         key: &ServiceKey,
         decide: impl FnOnce(Option<&FailoverDecision>) -> FailoverDecision,

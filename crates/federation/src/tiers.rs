@@ -24,21 +24,17 @@ use std::sync::{Arc, PoisonError};
 
 use muster_client::failover::Tiers;
 use muster_core::{Digest, Revision, ServiceKey, ServiceSnapshot};
-use muster_dns::LiveZone;
 use muster_registry::Registry;
 use tokio::sync::watch;
 
-use super::{Federation, decision};
-use crate::app::App;
-
-/// The last served set per covered service: (digest, served revision, the registry's
-/// revision it was built at).
-pub(crate) type ServedMemo = std::sync::Mutex<HashMap<ServiceKey, (Digest, Revision, Revision)>>;
+use crate::read::decision;
+use crate::region::Federation;
+use muster_gate::Gate;
 
 impl Federation {
     /// The set callers of `key` are served at `now_ms`: the registry's own set unless a
     /// policy covers the service.
-    pub(crate) fn served(&self, registry: &Registry, key: &ServiceKey, now_ms: u64) -> Option<Arc<ServiceSnapshot>> {
+    pub fn served(&self, registry: &Registry, key: &ServiceKey, now_ms: u64) -> Option<Arc<ServiceSnapshot>> {
         let local = registry.snapshot(key);
         if self.policy(key).is_none() {
             return local;
@@ -99,8 +95,7 @@ impl Federation {
     /// registry revision (for convergence, SPEC O3): `acked` for a service no tier covers; for
     /// a covered one at most the registry's revision its served set was built from, and
     /// `None` for an older served set than the last (nothing to say of it).
-    #[cfg(feature = "xds")]
-    pub(crate) fn acked_as(&self, key: &ServiceKey, acked: Revision) -> Option<Revision> {
+    pub fn acked_as(&self, key: &ServiceKey, acked: Revision) -> Option<Revision> {
         if self.policy(key).is_none() {
             return Some(acked);
         }
@@ -113,7 +108,7 @@ impl Federation {
     }
 
     /// Every service a policy covers that this region holds or mirrors, sorted.
-    pub(crate) fn covered(&self, registry: &Registry) -> Vec<ServiceKey> {
+    pub fn covered(&self, registry: &Registry) -> Vec<ServiceKey> {
         let mut keys: Vec<ServiceKey> = registry
             .mirrors()
             .flat_map(|m| m.sets.keys().cloned())
@@ -127,11 +122,12 @@ impl Federation {
 }
 
 /// Re-serves covered services whose served set changed with no command, every heartbeat,
-/// on every node, until the server stops.
-pub(crate) async fn run_ticker(
-    app: Arc<App>,
+/// on every node, until the server stops: `changed(key, served set, registry revision)` is
+/// told under the registry's read lock (the server stages it in the DNS zone and wakes xDS).
+pub async fn run_ticker(
+    gate: Arc<Gate>,
     federation: Arc<Federation>,
-    zone: Arc<LiveZone>,
+    changed: impl Fn(&ServiceKey, Option<Arc<ServiceSnapshot>>, Revision) + Send,
     mut stopping: watch::Receiver<bool>,
 ) {
     let mut published: HashMap<ServiceKey, Option<(Digest, Revision)>> = HashMap::new();
@@ -142,8 +138,8 @@ pub(crate) async fn run_ticker(
         }
         // Staged under the read lock, with the time read there: the apply path stages under
         // the write lock, so a newer set staged there is never overwritten by an older one.
-        app.gate.read(|registry| {
-            let now_ms = app.gate.clock.unix_now_ms();
+        gate.read(|registry| {
+            let now_ms = gate.clock.unix_now_ms();
             let covered = federation.covered(registry);
             published.retain(|key, _| covered.binary_search(key).is_ok());
             for key in covered {
@@ -152,9 +148,7 @@ pub(crate) async fn run_ticker(
                 if published.get(&key) == Some(&seen) {
                     continue;
                 }
-                zone.stage(&key, served, registry.revision());
-                #[cfg(feature = "xds")]
-                app.xds.hub.wake(&key);
+                changed(&key, served, registry.revision());
                 published.insert(key, seen);
             }
         });

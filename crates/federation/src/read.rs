@@ -12,13 +12,13 @@ use muster_core::federation::{
 use muster_core::{Endpoint, ServiceKey, ServiceSnapshot};
 use muster_registry::{MirrorImport, Registry};
 
-use super::Federation;
-use crate::app::App;
+use crate::region::Federation;
+use muster_gate::Gate;
 use muster_http::error::ApiError;
 
 /// A service's mirrored sets and failover decision at `now_ms` (unix ms), from the registry
 /// as it is. `local` is the local set (absent: not registered here).
-pub(crate) fn federated_parts(
+pub fn federated_parts(
     federation: &Federation,
     registry: &Registry,
     key: &ServiceKey,
@@ -35,7 +35,7 @@ pub(crate) fn federated_parts(
 /// `key`'s failover decision at `now_ms`, from the registry's sets as they are (no record is
 /// copied): `None` when no policy covers it, or when it is neither registered here nor
 /// mirrored (no service, so no decision is kept for it).
-pub(crate) fn decision(
+pub fn decision(
     federation: &Federation,
     registry: &Registry,
     key: &ServiceKey,
@@ -91,21 +91,30 @@ fn mirrored_set(federation: &Federation, import: &MirrorImport, set: &ServiceSna
     }
 }
 
+/// What the federation's route reads: the gate, and this region's federation (`None`: not
+/// federated).
+pub struct FederationRoutes {
+    /// The front door.
+    pub gate: Arc<Gate>,
+    /// This region's federation, when configured.
+    pub federation: Option<Arc<Federation>>,
+}
+
 /// `GET /v1/federation/status`: every peer's imports, their lag, and every policy-covered
 /// service's decision. `not_found` on a node that is not federated.
-pub(crate) async fn status(State(app): State<Arc<App>>) -> Result<Json<FederationStatusReply>, ApiError> {
-    let federation = app
+pub async fn status(State(routes): State<Arc<FederationRoutes>>) -> Result<Json<FederationStatusReply>, ApiError> {
+    let federation = routes
         .federation
         .as_ref()
         .ok_or_else(|| ApiError::not_found("this node is not federated: no [federation] region is configured"))?;
-    let now_ms = app.gate.clock.unix_now_ms();
-    let leader = app.gate.leading_term().is_some();
+    let now_ms = routes.gate.clock.unix_now_ms();
+    let leader = routes.gate.leading_term().is_some();
     let links = federation
         .links
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone();
-    app.gate.read(|registry| {
+    routes.gate.read(|registry| {
         let peers = federation
             .peers
             .iter()
