@@ -1,5 +1,5 @@
 //! The simulated mirror: a model of the server's mirror loop
-//! (`crates/server/src/federation/mirror.rs`) that runs on whichever node of region b
+//! (`crates/federation/src/mirror.rs`) that runs on whichever node of region b
 //! leads, follows region a's `acme/prod/*` over the [`Wan`], and proposes what it hears as
 //! [`Command::Mirror`]s on b's leader (`Node::propose_as_leader`, as the server does).
 //!
