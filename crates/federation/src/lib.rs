@@ -8,7 +8,7 @@
 //! ```
 //!
 //! The mirror table is replicated state; what only the leader knows (whether a watch is
-//! open, the newest peer revision seen) lives in [`Links`].
+//! open, the newest peer revision seen) lives in the region's links (`region::Links`).
 
 #![forbid(unsafe_code)]
 
@@ -18,6 +18,6 @@ mod region;
 mod tiers;
 
 pub use mirror::lead;
-pub use read::{FederationRoutes, decision, federated_parts, status};
+pub use read::{FederationRoutes, federated_parts, status};
 pub use region::{Federation, FederationConfig, PeerConfig};
 pub use tiers::run_ticker;

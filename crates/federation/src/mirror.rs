@@ -11,7 +11,7 @@
 //! ```
 //! The cursor lives in the replicated mirror table, so a new leader resumes where the old
 //! one's last committed mirror left off: no re-list while the peer's history covers it.
-//! Proposals go through [`Node::propose_as_leader`](muster_consensus::Node): a deposed
+//! Proposals go through [`Gate::propose_as_leader`](muster_gate::Gate::propose_as_leader): a deposed
 //! leader's mirror cannot commit, and the registry refuses a cursor that steps back.
 
 use std::sync::Arc;

@@ -35,7 +35,7 @@ pub fn federated_parts(
 /// `key`'s failover decision at `now_ms`, from the registry's sets as they are (no record is
 /// copied): `None` when no policy covers it, or when it is neither registered here nor
 /// mirrored (no service, so no decision is kept for it).
-pub fn decision(
+pub(crate) fn decision(
     federation: &Federation,
     registry: &Registry,
     key: &ServiceKey,

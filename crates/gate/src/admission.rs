@@ -419,8 +419,8 @@ pub struct NameBudget {
 impl NameBudget {
     /// Holds `names` names from now on (more or fewer than before), or refuses when the
     /// holder's names would pass [`Budgets::names_per_principal`]; a refusal keeps what was
-    /// held.
-    pub fn resize(&mut self, names: usize) -> Result<(), Refusal> {
+    /// held. Only the gate resizes ([`crate::Gate::hold_names`]), so every refusal is audited.
+    pub(crate) fn resize(&mut self, names: usize) -> Result<(), Refusal> {
         let admission = Arc::clone(&self.admission);
         let mut table = admission.table();
         if names > self.held {

@@ -10,7 +10,7 @@
 //!          ──read(f) / ready(consistency)──▶ the applied registry
 //!          ──subscribe(scope), inside read──▶ WatchHub
 //!          ──on_leader(call, here)──▶ here (leading) | the leader's cluster listener
-//!          ──with_engine(event)──▶ the leader engine
+//!          ──renew · ttl_report · in_flight──▶ the leader engine
 //! ```
 //!
 //! The node itself stays private: cluster membership, start and stop are the server's
@@ -40,7 +40,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 
 use crate::admission::{Admission, Budget, Hold, Holder, NameBudget, Permit, Refusal, Report};
-use crate::audit::{AuditLog, Denial as AuditDenial};
+use crate::audit::{AuditLog, AuditView, Denial as AuditDenial};
 use crate::caller::{AuthConfig, Caller, bearer_secret};
 use crate::clock::ServerClock;
 use crate::consistency::{self, Consistency};
@@ -248,7 +248,7 @@ impl Gate {
     }
 
     /// A lease in a reply, with its deadline (a new grant's starts now).
-    pub fn lease_reply(&self, grant: LeaseGrant) -> LeaseReply {
+    fn lease_reply(&self, grant: LeaseGrant) -> LeaseReply {
         self.with_engine(|engine, _, now| engine.granted(grant, now))
     }
 
@@ -328,12 +328,13 @@ impl Gate {
         self.admission.report()
     }
 
-    /// The audit trail: its pages, and denials recorded by a way in the gate does not judge
-    /// (the cluster listener's secret, a caller asking for more of the trail than it may
-    /// read). Mutations come only from the apply path.
+    /// The audit trail as a way in sees it: its pages, and denials recorded by a way in the
+    /// gate does not judge (the cluster listener's secret, a caller asking for more of the
+    /// trail than it may read). Mutations come only from the apply path (the wiring's
+    /// [`Wiring::audit`]).
     #[must_use]
-    pub fn audit(&self) -> &AuditLog {
-        &self.audit
+    pub fn audit(&self) -> AuditView<'_> {
+        AuditView::new(&self.audit)
     }
 
     /// Whether the server serves (false while starting and stopping).
@@ -366,7 +367,7 @@ impl Gate {
     /// Hands an event that answers a caller to the engine and waits for the answer (which
     /// may come only once a proposal it caused has settled). Replies are handed over here;
     /// every other output goes to the leader task, which carries it out.
-    pub async fn ask(
+    async fn ask(
         &self,
         event: impl FnOnce(&mut Engine, &Registry, Now, ReplyTo) -> Vec<Output>,
     ) -> Result<Reply, ApiError> {
@@ -630,6 +631,20 @@ impl Gate {
         self.admission.names(holder)
     }
 
+    /// Makes the stream holding `budget` hold `names` names from now on; a refusal keeps what
+    /// was held and is audited (`resource` names the subscription).
+    pub fn hold_names(
+        &self,
+        budget: &mut NameBudget,
+        names: usize,
+        source: Option<SocketAddr>,
+        resource: &str,
+    ) -> Result<(), ApiError> {
+        budget
+            .resize(names)
+            .map_err(|refusal| self.refused(&refusal, Hold::Xds, source, resource.to_owned()))
+    }
+
     /// Whether `holder` has room for `names` more xDS names, counting `own` (what the asking
     /// stream holds already) as its own; a refusal is audited (`resource` names the stream).
     pub fn room_for_names(&self, holder: &Holder, own: usize, names: usize, resource: &str) -> Result<(), ApiError> {
@@ -639,7 +654,7 @@ impl Gate {
     }
 
     /// Records an admission `refusal` and turns it into the error reply.
-    pub fn refused(&self, refusal: &Refusal, hold: Hold, source: Option<SocketAddr>, resource: String) -> ApiError {
+    fn refused(&self, refusal: &Refusal, hold: Hold, source: Option<SocketAddr>, resource: String) -> ApiError {
         let message = refusal.to_string();
         tracing::info!(
             principal = %refusal.holder.principal,
@@ -779,12 +794,6 @@ pub struct Wiring {
 }
 
 impl Wiring {
-    /// The gate this handle wires.
-    #[must_use]
-    pub fn gate(&self) -> &Arc<Gate> {
-        &self.gate
-    }
-
     /// Marks the server serving, or not.
     pub fn set_ready(&self, ready: bool) {
         self.gate.ready.store(ready, Ordering::Relaxed);

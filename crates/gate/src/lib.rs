@@ -5,7 +5,7 @@
 //! ```text
 //!   adapters (native API · Consul · xDS · dashboard · federation)
 //!        │ each calls only ▼
-//!   Gate: propose · read(consistency) · subscribe · on_leader · with_engine
+//!   Gate: propose · read(consistency) · subscribe · on_leader · renew · ttl_report · in_flight
 //!         + identify · require (before any lookup) · admit · throttle · audit the denial
 //!        │
 //!   below: WatchHub (muster-hub) · Node (muster-consensus) · LeaderEngine (muster-leader)

@@ -8,7 +8,7 @@
 //! from a fresh snapshot. Nothing here expires, evicts or times out: a mirrored endpoint's
 //! lease is its own region's business. Mirrored sets live apart from local services, so
 //! local reads and watches never mix another region's endpoints in; only a failover policy's
-//! decision adds them to what DNS and xDS serve (SPEC G1; the server's `federation::tiers`).
+//! decision adds them to what DNS and xDS serve (SPEC G1; `muster_federation`'s `tiers`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -46,7 +46,7 @@ pub(crate) struct App {
 
 impl App {
     /// The set xDS serves for `key`: the registry's, or with its failover tier in a
-    /// federated region (`federation::tiers`).
+    /// federated region (`muster_federation`'s `tiers`).
     #[cfg(feature = "xds")]
     pub(crate) fn served(
         &self,

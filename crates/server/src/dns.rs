@@ -22,7 +22,7 @@ use muster_federation::Federation;
 use muster_gate::clock::ServerClock;
 
 /// Stages every change of the zone's tenant into the live DNS zone: in a federated region, a
-/// service a failover policy covers as served with its failover tier (`federation::tiers`).
+/// service a failover policy covers as served with its failover tier (`muster_federation`'s `tiers`).
 pub(crate) struct DnsFeed {
     zone: Arc<LiveZone>,
     federation: Option<(Arc<Federation>, ServerClock)>,

@@ -15,7 +15,7 @@
 //!            Reply   ──▶ the waiting caller      Note ──▶ log, metrics
 //! ```
 //!
-//! Every node runs the task; the engine acts only while the node leads (`Gate::with_engine`
+//! Every node runs the task; the engine acts only while the node leads (`Wiring::with_engine`
 //! tells it when that changes). The feed only forwards updates of services that have (or
 //! had) checks, so a registry without checks costs one set lookup per applied update.
 

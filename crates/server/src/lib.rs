@@ -29,7 +29,7 @@
 //!   gate); `join`: the proof a new member gives before the leader dials it; `membership`:
 //!   adding and removing members.
 //! - `dns`: the DNS view's feed from the apply path; `xds`: the gRPC shell around
-//!   `muster-xds`; `federation`: peer regions' mirrors and failover tiers; `convergence`:
+//!   `muster-xds`; `convergence`:
 //!   the ledger's routes and sweeper.
 //! - `metrics`: `/v1/metrics` (prometheus-client); `prometheus_sd`: Prometheus's `http_sd`;
 //!   `endpoint_log`: every endpoint's changes in the log; `lab_run`: lab runs through the

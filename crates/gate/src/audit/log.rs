@@ -285,6 +285,34 @@ impl AuditLog {
     }
 }
 
+/// What a way in may do with the trail (SPEC S4): read it as its rules allow and record a
+/// denial. Mutations come only from the apply path, which holds the log itself, so no
+/// adapter can write one.
+#[derive(Clone, Copy)]
+pub struct AuditView<'a>(&'a AuditLog);
+
+impl<'a> AuditView<'a> {
+    pub(crate) fn new(log: &'a AuditLog) -> AuditView<'a> {
+        AuditView(log)
+    }
+
+    /// Records a denial ([`AuditLog::denied`]).
+    pub fn denied(self, denial: Denial) {
+        self.0.denied(denial);
+    }
+
+    /// A page of what `visible` admits ([`AuditLog::page_visible`]).
+    pub fn page_visible(
+        self,
+        filter: &AuditFilter,
+        cursor: Option<Cursor>,
+        limit: usize,
+        visible: &dyn Fn(&AuditRecord) -> bool,
+    ) -> Result<AuditReply, StaleCursor> {
+        self.0.page_visible(filter, cursor, limit, visible)
+    }
+}
+
 /// Two sequences each newest first (decreasing `seq`), merged into one newest first.
 fn newest_first<'a>(
     a: impl Iterator<Item = &'a AuditRecord>,

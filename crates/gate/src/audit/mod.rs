@@ -49,4 +49,4 @@ pub mod log;
 mod log_tests;
 mod mutation;
 
-pub use log::{AuditLog, Denial};
+pub use log::{AuditLog, AuditView, Denial};

@@ -16,7 +16,7 @@ use muster_core::{ErrorCode, Label, ServiceKey};
 use crate::app::App;
 use muster_gate::Caller;
 use muster_gate::audit::filter::{Parsed, QueryError};
-use muster_gate::audit::{AuditLog, Denial};
+use muster_gate::audit::{AuditView, Denial};
 use muster_http::error::ApiError;
 use muster_http::extract::QueryParams;
 use muster_http::peer::Peer;
@@ -62,7 +62,7 @@ pub(crate) async fn list(
 /// and the cluster's own). Errors: 400 `bad_request` for a malformed parameter or a cursor
 /// this node did not issue since it started; 403 `permission_denied` for another tenant's.
 pub(crate) fn answer(
-    log: &AuditLog,
+    log: AuditView<'_>,
     scope: Option<&Label>,
     query: &AuditQuery,
     visible: &dyn Fn(&AuditRecord) -> bool,

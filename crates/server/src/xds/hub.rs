@@ -248,7 +248,7 @@ impl ApplyObserver for XdsHub {
         if maps.services.is_empty() && maps.tenants.is_empty() {
             return;
         }
-        // A mirrored set feeds a covered service's failover tier (`federation::tiers`).
+        // A mirrored set feeds a covered service's failover tier (`muster_federation`'s `tiers`).
         for key in &applied.mirrored {
             maps.wake(key);
         }

@@ -407,14 +407,11 @@ impl<M: Machine> Session<M> {
         let Some(known) = &mut self.known else {
             return Ok(());
         };
-        if let Err(refusal) = known.names.resize(names) {
-            let source = self.peer.as_ref().map(|peer| peer.addr);
-            let error = self
-                .app
-                .gate
-                .refused(&refusal, Hold::Xds, source, "xDS subscription".to_owned());
-            return Err(Status::resource_exhausted(error.message));
-        }
+        let source = self.peer.as_ref().map(|peer| peer.addr);
+        self.app
+            .gate
+            .hold_names(&mut known.names, names, source, "xDS subscription")
+            .map_err(|error| Status::resource_exhausted(error.message))?;
         self.own
             .0
             .store(known.names.held(), std::sync::atomic::Ordering::Relaxed);
@@ -436,7 +433,7 @@ impl<M: Machine> Session<M> {
             if let (Some(name), Some((revision, _))) = (ServiceName::parse(name), state.acked) {
                 let key = name.key(&known.tenant);
                 // A failover tier's served revision can run past the registry's
-                // (`federation::tiers`): what the client holds is what it was built from.
+                // (`muster_federation`'s `tiers`): what the client holds is what it was built from.
                 let held = match &self.app.federation {
                     Some(federation) => federation.acked_as(&key, revision),
                     None => Some(revision),
