@@ -22,7 +22,7 @@
 //! - [`ids`]: revisions, incarnations, lease ids, digests.
 //! - [`event`]: events, per-service updates and snapshots.
 //! - [`error`]: [`Rejection`], every refusal with its stable code.
-//! - [`api`]: the HTTP/JSON bodies and watch frames.
+//! - [`api`]: the HTTP/JSON bodies and watch frames; [`xds_view`]: `GET /v1/xds/clients`'s.
 //! - `schema` (feature `openapi`): the OpenAPI schemas of the types with hand-written serde.
 //!
 //! Nothing here does I/O, reads a clock or draws a random number.
@@ -45,6 +45,7 @@ pub mod name;
 #[cfg(feature = "openapi")]
 pub mod schema;
 pub mod spec;
+pub mod xds_view;
 
 pub use address::{Address, Cidr, NetworkPolicy};
 pub use check::{Check, CheckKind, CheckSpec, Signal};

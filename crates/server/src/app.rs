@@ -35,27 +35,11 @@ pub(crate) struct App {
     pub(crate) config_policy: RegistryConfig,
     /// The xDS control plane's streams and resource cache (SPEC D5).
     #[cfg(feature = "xds")]
-    pub(crate) xds: Arc<crate::xds::XdsState>,
+    pub(crate) xds: Arc<muster_xds::server::XdsState>,
     /// Which revision every subscriber applied (SPEC O3).
     pub(crate) convergence: Arc<crate::convergence::Convergence>,
     /// Whole-set reads' endpoints, encoded once per service revision.
     pub(crate) read_cache: crate::read_cache::ReadCache,
     /// This region's federation, when configured (SPEC G2).
     pub(crate) federation: Option<Arc<muster_federation::Federation>>,
-}
-
-impl App {
-    /// The set xDS serves for `key`: the registry's, or with its failover tier in a
-    /// federated region (`muster_federation`'s `tiers`).
-    #[cfg(feature = "xds")]
-    pub(crate) fn served(
-        &self,
-        registry: &muster_registry::Registry,
-        key: &muster_core::ServiceKey,
-    ) -> Option<Arc<muster_core::ServiceSnapshot>> {
-        match &self.federation {
-            Some(federation) => federation.served(registry, key, self.gate.clock.unix_now_ms()),
-            None => registry.snapshot(key),
-        }
-    }
 }

@@ -190,7 +190,7 @@ pub(crate) async fn run_sweeper(app: Arc<App>, mut stopping: tokio::sync::watch:
             _ = stopping.wait_for(|stopping| *stopping) => return,
         }
         #[cfg(feature = "xds")]
-        convergence.xds_alive(app.xds.clients.followed());
+        convergence.xds_alive(app.xds.followed());
         convergence.lock().sweep(convergence.clock.unix_now_ms());
     }
 }

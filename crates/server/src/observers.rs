@@ -52,7 +52,7 @@ pub(crate) struct Observers {
     pub(crate) consul: Option<Arc<Waiters>>,
     /// The xDS streams, when xDS is enabled.
     #[cfg(feature = "xds")]
-    pub(crate) xds: Option<Arc<crate::xds::XdsState>>,
+    pub(crate) xds: Option<Arc<muster_xds::server::XdsHub>>,
 }
 
 impl Observers {
@@ -72,7 +72,7 @@ impl Observers {
         }
         #[cfg(feature = "xds")]
         if let Some(xds) = &self.xds {
-            stage(&xds.hub);
+            stage(&**xds);
         }
     }
 }

@@ -412,7 +412,7 @@ fn prometheus_sd() {}
 /// and acknowledged, and the last refusal. Empty when xDS is off.
 #[utoipa::path(get, path = "/v1/xds/clients", tag = "node",
     responses((status = 200, description = "The streams of the tenants the caller sees.",
-        body = crate::xds::view::ClientsPage)))]
+        body = muster_core::xds_view::ClientsPage)))]
 #[allow(dead_code, reason = "read by the OpenAPI derive only")]
 fn xds_clients() {}
 

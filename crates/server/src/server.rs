@@ -68,7 +68,7 @@ pub struct RunningServer {
     /// The Consul-compatible listener, when enabled: its address, stop and accept loop.
     consul: Option<ConsulServe>,
     #[cfg(feature = "xds")]
-    xds: Option<crate::xds::XdsServe>,
+    xds: Option<muster_xds::server::XdsServe>,
 }
 
 /// The Consul-compatible listener's accept loop (SPEC E1), stopped with the HTTP API's.
@@ -234,7 +234,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     ));
     // The xDS streams wake on the apply path, each on the services it subscribes to.
     #[cfg(feature = "xds")]
-    let xds_state = Arc::new(crate::xds::XdsState::new(config.xds.tenant.clone()));
+    let xds_hub = Arc::new(muster_xds::server::XdsHub::default());
     let observers = Observers {
         dns: DnsFeed::new(
             Arc::clone(&dns_zone),
@@ -250,7 +250,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         endpoint_log: crate::endpoint_log::EndpointLog::default(),
         consul: config.consul.enabled.then(|| Arc::clone(&consul_waiters)),
         #[cfg(feature = "xds")]
-        xds: config.xds.addr.is_some().then(|| Arc::clone(&xds_state)),
+        xds: config.xds.addr.is_some().then(|| Arc::clone(&xds_hub)),
     };
     let node = Node::open(
         NodeConfig {
@@ -336,6 +336,17 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         meter: Arc::clone(&metrics) as Arc<dyn muster_gate::Meter>,
         outputs: asked_tx,
     });
+    // The xDS control plane, an adapter over the gate (SPEC D5).
+    #[cfg(feature = "xds")]
+    let xds = Arc::new(muster_xds::server::XdsState::new(
+        Arc::clone(&gate),
+        Arc::new(crate::xds::Serving {
+            federation: federation.clone(),
+            convergence: Arc::clone(&convergence),
+        }),
+        Arc::clone(&xds_hub),
+        config.xds.tenant.clone(),
+    ));
     let app = Arc::new(App {
         gate,
         wiring,
@@ -346,7 +357,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         join,
         config_policy: config.registry.clone(),
         #[cfg(feature = "xds")]
-        xds: xds_state,
+        xds,
         convergence,
         read_cache: crate::read_cache::ReadCache::default(),
         federation: federation.clone(),
@@ -388,10 +399,10 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     // The xDS listener shares the HTTP API's budget, limits and TLS (with ALPN h2).
     #[cfg(feature = "xds")]
     let xds = xds_listener.map(|(listener, addr)| {
-        crate::xds::serve(
+        muster_xds::server::serve(
             listener,
             addr,
-            Arc::clone(&app),
+            Arc::clone(&app.xds),
             http_budget.clone(),
             http_listening.clone(),
         )
@@ -463,13 +474,13 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         // A served set that changed with no command: staged in the DNS zone, and the xDS
         // sessions that serve it woken (under the registry's read lock).
         #[cfg(feature = "xds")]
-        let xds = Arc::clone(&app.xds);
+        let xds = Arc::clone(&xds_hub);
         let changed = move |key: &muster_core::ServiceKey,
                             served: Option<Arc<muster_core::ServiceSnapshot>>,
                             revision: muster_core::Revision| {
             tier_zone.stage(key, served, revision);
             #[cfg(feature = "xds")]
-            xds.hub.wake(key);
+            xds.wake(key);
         };
         tokio::spawn(muster_federation::run_ticker(
             Arc::clone(&app.gate),

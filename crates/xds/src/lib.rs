@@ -9,8 +9,9 @@
 //!                              └──▶ Ledger: per resource sent / acked revision, last NACK
 //! ```
 //!
-//! Pure: no I/O, no clock (times come in as milliseconds). The server crate runs the gRPC
-//! service, watches the registry and feeds these machines.
+//! Pure: no I/O, no clock (times come in as milliseconds). The [`server`] module (feature
+//! `server`) runs the gRPC service over the gate, watches the registry and feeds these
+//! machines.
 
 #![forbid(unsafe_code)]
 
@@ -21,6 +22,8 @@ pub mod kind;
 pub mod ledger;
 pub mod name;
 pub mod resources;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod sotw;
 pub mod subscription;
 #[cfg(test)]

@@ -349,13 +349,10 @@ fn every_tenant(app: &App, registry: &mut Registry) {
 /// many subscribers acknowledged its latest revision. No client ids as labels.
 #[cfg(feature = "xds")]
 fn xds(app: &App, visibility: &Visibility<'_>, registry: &mut Registry) {
-    let mut streams = [0_u64; 2];
-    for record in app.xds.clients.records() {
-        // The streams `/v1/xds/clients` lists to this caller.
-        if record.shown(|tenant| visibility.sees(tenant), |key| visibility.reads(key)) {
-            streams[usize::from(matches!(record.protocol, crate::xds::view::Protocol::Delta))] += 1;
-        }
-    }
+    // The streams `/v1/xds/clients` lists to this caller.
+    let streams = app
+        .xds
+        .streams(|tenant| visibility.sees(tenant), |key| visibility.reads(key));
     registry.register_collector(Sorted::gauge(
         "xds_streams",
         "Open xDS (ADS) streams, by protocol variant",
@@ -369,9 +366,9 @@ fn xds(app: &App, visibility: &Visibility<'_>, registry: &mut Registry) {
         registry.register(
             "xds_watched_services",
             "Services some xDS stream watches or lists, each with its cached resources",
-            gauge(app.xds.hub.watched() as u64),
+            gauge(app.xds.watched() as u64),
         );
-        let counts = app.xds.stats.counts();
+        let counts = app.xds.counts();
         let rows = |pick: fn(&(muster_xds::Kind, u64, u64)) -> u64| {
             counts
                 .iter()
@@ -391,7 +388,7 @@ fn xds(app: &App, visibility: &Visibility<'_>, registry: &mut Registry) {
     }
     let mut subscribers = Vec::new();
     let mut at_latest = Vec::new();
-    for (key, (all, latest)) in crate::xds::convergence(app) {
+    for (key, (all, latest)) in app.xds.convergence() {
         if !visibility.reads(&key) {
             continue;
         }

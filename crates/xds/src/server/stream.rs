@@ -1,5 +1,5 @@
 //! The ADS service (SPEC D5): one session per gRPC stream, driving the pure state machine of
-//! its variant (`muster_xds::SotwStream` or `DeltaStream`) from the client's requests and the
+//! its variant (`crate::SotwStream` or `DeltaStream`) from the client's requests and the
 //! registry's changes.
 //!
 //! ```text
@@ -18,35 +18,29 @@ use std::collections::{HashSet, VecDeque};
 use std::pin::Pin;
 use std::sync::Arc;
 
+use crate::pb::envoy::config::core::v3::Node;
+use crate::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryService;
+use crate::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use crate::pb::google::protobuf::value::Kind as ValueKind;
+use crate::{
+    Answer, Cohort, DeltaStream, Heard, Kind, Ledger, ServiceName, SotwStream, Subscription, UnknownType, Versioned,
+};
 use futures_util::Stream;
 use muster_auth::Verb;
 use muster_core::{Label, Revision, ServiceKey, ServiceSnapshot};
 use muster_gate::{Hold, NameBudget, Permit};
-use muster_xds::pb::envoy::config::core::v3::Node;
-use muster_xds::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryService;
-use muster_xds::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
-};
-use muster_xds::pb::google::protobuf::value::Kind as ValueKind;
-use muster_xds::{
-    Answer, Cohort, DeltaStream, Heard, Kind, Ledger, ServiceName, SotwStream, Subscription, UnknownType, Versioned,
-};
 use tokio::sync::{Notify, watch};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::XdsState;
 use super::caller::{Credential, identify, resolve};
 use super::clients::{Identity, Registered};
-use super::service::OwnNames;
-use super::view::Protocol;
-use crate::app::App;
+use super::state::XdsState;
+use super::state::{MAX_NAMES, OwnNames};
+use muster_core::xds_view::Protocol;
 use muster_gate::Caller;
 use muster_http::peer::Peer;
-
-/// The most resource names of one type a stream may subscribe to: each is a watched service
-/// (a hub entry) and part of every refresh; a client asking for more is refused
-/// (`RESOURCE_EXHAUSTED`) rather than growing the server without bound.
-pub(crate) const MAX_NAMES: usize = 10_000;
 
 /// The node metadata key that names a client's tenant.
 pub(crate) const TENANT_METADATA: &str = "tenant";
@@ -85,7 +79,7 @@ impl Machine for SotwStream {
             .resource_names
             .iter()
             .map(String::as_str)
-            .filter(|name| *name != muster_xds::subscription::WILDCARD)
+            .filter(|name| *name != crate::subscription::WILDCARD)
             .collect();
         Some((kind, names.len()))
     }
@@ -122,7 +116,7 @@ impl Machine for DeltaStream {
             .resource_names_subscribe
             .iter()
             .map(String::as_str)
-            .filter(|name| *name != muster_xds::subscription::WILDCARD && !is_held(name))
+            .filter(|name| *name != crate::subscription::WILDCARD && !is_held(name))
             .collect();
         let dropped: HashSet<&str> = request
             .resource_names_unsubscribe
@@ -151,7 +145,6 @@ impl Machine for DeltaStream {
 
 /// The ADS service.
 pub(crate) struct Ads {
-    pub(crate) app: Arc<App>,
     pub(crate) state: Arc<XdsState>,
 }
 
@@ -159,12 +152,11 @@ impl Ads {
     fn open<M: Machine>(&self, request: Request<Streaming<M::Request>>) -> Result<Session<M>, Status> {
         // Marked before the token is checked: a revocation applied after this point wakes
         // the stream, one applied before it is seen by the check.
-        let mut acl = self.app.gate.acl_changes.clone();
+        let mut acl = self.state.gate.acl_changes.clone();
         acl.mark_unchanged();
-        let (caller, credential, peer) = identify(&self.app, &request)?;
+        let (caller, credential, peer) = identify(&self.state.gate, &request)?;
         let own = request.extensions().get::<OwnNames>().cloned().unwrap_or_default();
         Ok(Session {
-            app: Arc::clone(&self.app),
             state: Arc::clone(&self.state),
             inbound: request.into_inner(),
             machine: M::default(),
@@ -172,7 +164,7 @@ impl Ads {
             credential,
             peer,
             acl,
-            stopping: self.app.gate.stopping(),
+            stopping: self.state.gate.stopping(),
             wake: Arc::new(Notify::new()),
             known: None,
             watched: HashSet::new(),
@@ -233,7 +225,6 @@ struct Known {
 
 /// One open stream.
 struct Session<M: Machine> {
-    app: Arc<App>,
     state: Arc<XdsState>,
     inbound: Streaming<M::Request>,
     machine: M,
@@ -282,7 +273,7 @@ impl<M: Machine> Session<M> {
             if self.ended {
                 return None;
             }
-            let auth = self.app.gate.auth.enabled;
+            let auth = self.state.gate.auth.enabled;
             let event = tokio::select! {
                 message = self.inbound.message() => Event::Message(message),
                 () = self.wake.notified() => Event::Changed,
@@ -313,7 +304,7 @@ impl<M: Machine> Session<M> {
                 }
                 Event::Changed => {}
                 Event::Tokens(open) => match open
-                    .then(|| resolve(&self.app, &self.credential, self.peer.as_ref()))
+                    .then(|| resolve(&self.state.gate, &self.credential, self.peer.as_ref()))
                     .flatten()
                 {
                     Some(caller) => {
@@ -323,7 +314,7 @@ impl<M: Machine> Session<M> {
                     None => {
                         if let Some(token) = self.caller.token_ref() {
                             let source = self.peer.as_ref().map(|peer| peer.addr);
-                            self.app
+                            self.state
                                 .gate
                                 .record_revoked(token, Verb::Watch, source, "xDS stream".to_owned());
                         }
@@ -361,7 +352,7 @@ impl<M: Machine> Session<M> {
                 self.hold_names(others + names)?;
             }
         }
-        let now = self.app.gate.clock.now_ms();
+        let now = self.state.gate.clock.now_ms();
         let node = self.known.as_ref().map_or("", |known| known.node_id.as_str());
         let heard = match self.machine.on_request(request, now) {
             Ok(heard) => heard,
@@ -408,7 +399,7 @@ impl<M: Machine> Session<M> {
             return Ok(());
         };
         let source = self.peer.as_ref().map(|peer| peer.addr);
-        self.app
+        self.state
             .gate
             .hold_names(&mut known.names, names, source, "xDS subscription")
             .map_err(|error| Status::resource_exhausted(error.message))?;
@@ -434,19 +425,16 @@ impl<M: Machine> Session<M> {
                 let key = name.key(&known.tenant);
                 // A failover tier's served revision can run past the registry's
                 // (`muster_federation`'s `tiers`): what the client holds is what it was built from.
-                let held = match &self.app.federation {
-                    Some(federation) => federation.acked_as(&key, revision),
-                    None => Some(revision),
-                };
+                let held = self.state.serving.acked_as(&key, revision);
                 if let Some(held) = held {
                     by_revision.entry(held).or_default().push(key);
                 }
             }
         }
         for (revision, services) in by_revision {
-            self.app
-                .convergence
-                .xds_acked(&known.node_id, known.cohort.zone.as_deref(), services, revision);
+            self.state
+                .serving
+                .converged(&known.node_id, known.cohort.zone.as_deref(), services, revision);
         }
     }
 
@@ -477,14 +465,14 @@ impl<M: Machine> Session<M> {
         };
         let source = self.peer.as_ref().map(|peer| peer.addr);
         let permit = self
-            .app
+            .state
             .gate
             .admit(&self.caller, Some(&tenant), Hold::Xds, source, || {
                 "xDS stream".to_owned()
             })
             .map_err(|error| Status::resource_exhausted(error.message))?;
         let names = self
-            .app
+            .state
             .gate
             .name_budget(&muster_gate::holder(&self.caller, Some(&tenant)));
         let node_id = node.map(|node| node.id.clone()).unwrap_or_default();
@@ -496,7 +484,7 @@ impl<M: Machine> Session<M> {
                 protocol: M::PROTOCOL,
                 peer: self.peer.as_ref().map(|peer| peer.addr),
             },
-            self.app.gate.clock.now_ms(),
+            self.state.gate.clock.now_ms(),
         );
         tracing::debug!(node = node_id, %tenant, protocol = M::PROTOCOL.as_str(), "xDS stream opened");
         Ok(Known {
@@ -539,11 +527,13 @@ impl<M: Machine> Session<M> {
             }
         }
         let caller = &self.caller;
-        let (revision, snapshots, every) = self.app.gate.read(|registry| {
+        // A failover tier's choice is made at wall-clock time (`Serving::served`).
+        let now = self.state.gate.clock.unix_now_ms();
+        let (revision, snapshots, every) = self.state.gate.read(|registry| {
             let snapshots: Vec<Arc<ServiceSnapshot>> = self
                 .watched
                 .iter()
-                .filter_map(|key| self.app.served(registry, key))
+                .filter_map(|key| self.state.serving.served(registry, key, now))
                 .collect();
             let every: Vec<Arc<ServiceSnapshot>> = if wildcard {
                 registry

@@ -6,28 +6,28 @@
 //! responses are written as they come, so this service routes the same two methods through
 //! [`Grpc`] with 1 KiB buffers (they grow for a larger message); everything else is what the
 //! generated server does. Requests are bounded before they are decoded: at most
-//! [`MAX_REQUEST`] bytes, and no more names than a stream may hold (`muster_xds::wire`).
+//! [`MAX_REQUEST`] bytes, and no more names than a stream may hold (`crate::wire`).
 
 use std::convert::Infallible;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use axum::http;
-use muster_xds::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryService;
-use muster_xds::pb::envoy::service::discovery::v3::{
+use crate::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryService;
+use crate::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
 use tonic::body::Body;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
+use tonic::codegen::http;
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 
-use super::stream::{Ads, MAX_NAMES};
-use crate::app::App;
+use super::state::{MAX_NAMES, OwnNames, XdsState};
+use super::stream::Ads;
 use muster_gate::Holder;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 /// The largest request taken in, encoded. A stream's partial request is buffered up to it,
 /// so it bounds what each of a connection's streams can make the server hold: 10,000 names
@@ -40,11 +40,6 @@ fn buffers() -> BufferSettings {
     BufferSettings::new(1024, 32 * 1024)
 }
 
-/// The names a stream holds now, shared by its session (which sets it) and its decoder
-/// (which reads it): put in the request's extensions for the session to find.
-#[derive(Clone, Default)]
-pub(crate) struct OwnNames(pub(crate) Arc<AtomicUsize>);
-
 /// What a stream's decoder needs to refuse a request its principal has no room for before
 /// the request is decoded (SPEC W4): a flood of streams each naming 10,000 services is then
 /// refused at the cost of one pass over each request's bytes, not 10,000 strings each. The
@@ -52,7 +47,7 @@ pub(crate) struct OwnNames(pub(crate) Arc<AtomicUsize>);
 /// would refuse.
 #[derive(Clone)]
 struct Room {
-    app: Arc<App>,
+    state: Arc<XdsState>,
     holder: Holder,
     own: OwnNames,
 }
@@ -61,8 +56,8 @@ impl Room {
     /// The room of the caller `request` carries, when it is a bearer token confined to one
     /// tenant (its holder is known before the first request names a tenant); `None`
     /// otherwise, and then only the session judges.
-    fn of<B>(app: &Arc<App>, request: &http::Request<B>, own: &OwnNames) -> Option<Room> {
-        if !app.gate.auth.enabled {
+    fn of<B>(state: &Arc<XdsState>, request: &http::Request<B>, own: &OwnNames) -> Option<Room> {
+        if !state.gate.auth.enabled {
             return None;
         }
         let secret = request
@@ -70,11 +65,11 @@ impl Room {
             .get(http::header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
             .and_then(muster_gate::caller::bearer_secret)?;
-        let token = app.gate.read(|registry| registry.acl().authenticate(secret))?;
+        let token = state.gate.read(|registry| registry.acl().authenticate(secret))?;
         let caller = muster_gate::Caller::token(token);
         let tenant = caller.confined_to()?.clone();
         Some(Room {
-            app: Arc::clone(app),
+            state: Arc::clone(state),
             holder: muster_gate::holder(&caller, Some(&tenant)),
             own: own.clone(),
         })
@@ -82,7 +77,7 @@ impl Room {
 
     fn fits(&self, names: usize) -> Result<(), Status> {
         let own = self.own.0.load(Ordering::Relaxed);
-        self.app
+        self.state
             .gate
             .room_for_names(&self.holder, own, names, "xDS subscription")
             .map_err(|error| Status::resource_exhausted(error.message))
@@ -122,12 +117,12 @@ impl<D: prost::Message + Default> Decoder for Counted<D> {
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<D>, Status> {
         use bytes::Buf;
-        let counts = muster_xds::wire::within(src.chunk(), MAX_NAMES)
+        let counts = crate::wire::within(src.chunk(), MAX_NAMES)
             .map_err(|_| Status::resource_exhausted(format!("more than {MAX_NAMES} resources in one request")))?;
         if let Some(room) = &self.1 {
             // One of the names may be the wildcard `*`, which holds no name: the early
             // check errs towards room.
-            room.fits(counts[muster_xds::wire::NAMES].saturating_sub(1))?;
+            room.fits(counts[crate::wire::NAMES].saturating_sub(1))?;
         }
         self.0.decode(src)
     }
@@ -187,7 +182,7 @@ where
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         let ads = Arc::clone(&self.0);
         let own = OwnNames::default();
-        let room = Room::of(&ads.app, &request, &own);
+        let room = Room::of(&ads.state, &request, &own);
         request.extensions_mut().insert(own);
         match request.uri().path() {
             "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources" => {

@@ -6,8 +6,7 @@
 use muster_auth::Token;
 use tonic::{Request, Status};
 
-use crate::app::App;
-use muster_gate::Caller;
+use muster_gate::{Caller, Gate};
 use muster_http::peer::Peer;
 
 /// The method prefix the audit trail names for xDS refusals.
@@ -25,11 +24,11 @@ pub(crate) enum Credential {
 }
 
 /// The caller of a stream opening with `request`, its credential and its connection.
-pub(crate) fn identify<T>(app: &App, request: &Request<T>) -> Result<(Caller, Credential, Option<Peer>), Status> {
+pub(crate) fn identify<T>(gate: &Gate, request: &Request<T>) -> Result<(Caller, Credential, Option<Peer>), Status> {
     let peer = request.extensions().get::<Peer>().cloned();
-    if !app.gate.auth.enabled {
+    if !gate.auth.enabled {
         return Ok((
-            Caller::unrestricted(app.gate.anonymous.clone()),
+            Caller::unrestricted(gate.anonymous.clone()),
             Credential::Anonymous,
             peer,
         ));
@@ -43,18 +42,18 @@ pub(crate) fn identify<T>(app: &App, request: &Request<T>) -> Result<(Caller, Cr
         // As the HTTP API does: a malformed header is refused, not ignored for the
         // certificate.
         let why = "authorization metadata: expected `Bearer <secret>`";
-        let _ = app.gate.unauthenticated(peer.as_ref(), METHOD, why);
+        let _ = gate.unauthenticated(peer.as_ref(), METHOD, why);
         return Err(Status::unauthenticated(why));
     }
     let credential = secret.map_or(Credential::Certificate, Credential::Secret);
-    match resolve(app, &credential, peer.as_ref()) {
+    match resolve(gate, &credential, peer.as_ref()) {
         Some(caller) => Ok((caller, credential, peer)),
         None => {
             let why = match credential {
                 Credential::Secret(_) => "unknown or revoked token",
                 _ => "no credentials: send `authorization: Bearer <secret>` metadata",
             };
-            let _ = app.gate.unauthenticated(peer.as_ref(), METHOD, why);
+            let _ = gate.unauthenticated(peer.as_ref(), METHOD, why);
             Err(Status::unauthenticated(why))
         }
     }
@@ -62,11 +61,11 @@ pub(crate) fn identify<T>(app: &App, request: &Request<T>) -> Result<(Caller, Cr
 
 /// The caller `credential` (on `peer`'s connection) stands for now; `None` when it no
 /// longer does.
-pub(crate) fn resolve(app: &App, credential: &Credential, peer: Option<&Peer>) -> Option<Caller> {
+pub(crate) fn resolve(gate: &Gate, credential: &Credential, peer: Option<&Peer>) -> Option<Caller> {
     let token: Option<std::sync::Arc<Token>> = match credential {
-        Credential::Anonymous => return Some(Caller::unrestricted(app.gate.anonymous.clone())),
-        Credential::Secret(secret) => app.gate.read(|registry| registry.acl().authenticate(secret)),
-        Credential::Certificate => app.gate.certificate_token(peer),
+        Credential::Anonymous => return Some(Caller::unrestricted(gate.anonymous.clone())),
+        Credential::Secret(secret) => gate.read(|registry| registry.acl().authenticate(secret)),
+        Credential::Certificate => gate.certificate_token(peer),
     };
     token.map(Caller::token)
 }

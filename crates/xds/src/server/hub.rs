@@ -22,10 +22,10 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use crate::{Cohort, Kind, Versioned};
 use muster_consensus::ApplyObserver;
 use muster_core::{Label, Revision, ServiceKey, ServiceSnapshot};
 use muster_registry::{Applied, Registry};
-use muster_xds::{Cohort, Kind, Versioned};
 use tokio::sync::Notify;
 
 /// A stream's wake-up: notified once per batch of changes it has not yet looked at.
@@ -87,9 +87,9 @@ impl Maps {
     }
 }
 
-/// The xDS side of the apply path, and the shared resource cache.
+/// The xDS side of the apply path (an [`ApplyObserver`]), and the shared resource cache.
 #[derive(Default)]
-pub(crate) struct XdsHub {
+pub struct XdsHub {
     maps: Mutex<Maps>,
 }
 
@@ -193,7 +193,7 @@ impl XdsHub {
             }) {
                 return found;
             }
-            let built = Arc::new(muster_xds::build(kind, name, revision, snapshot, cohort));
+            let built = Arc::new(crate::build(kind, name, revision, snapshot, cohort));
             let mut maps = self.lock();
             if let Some(entry) = maps.services.get_mut(key) {
                 let slot = &mut entry.cache.assignments;
@@ -218,7 +218,7 @@ impl XdsHub {
         }
         // Built outside the lock: the apply path waits on it under the registry's.
         let statics = [Kind::Listener, Kind::Route, Kind::Cluster]
-            .map(|kind| Arc::new(muster_xds::build(kind, name, revision, snapshot, cohort)));
+            .map(|kind| Arc::new(crate::build(kind, name, revision, snapshot, cohort)));
         let mut maps = self.lock();
         if let Some(found) = cached(&maps) {
             return found;
@@ -232,7 +232,7 @@ impl XdsHub {
 
     /// Wakes the streams of `key`: its served set changed with no command (a failover tier
     /// whose mirror passed its stale budget).
-    pub(crate) fn wake(&self, key: &ServiceKey) {
+    pub fn wake(&self, key: &ServiceKey) {
         self.lock().wake(key);
     }
 

@@ -13,10 +13,10 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use crate::{Kind, Ledger, ServiceName};
 use muster_core::{Label, Revision, ServiceKey};
-use muster_xds::{Kind, Ledger, ServiceName};
 
-use super::view::{ClientView, ClientsPage, NackView, Protocol, ResourceView};
+use muster_core::xds_view::{ClientView, ClientsPage, NackView, Protocol, ResourceView};
 
 /// One open stream.
 #[derive(Debug)]
@@ -155,8 +155,8 @@ impl XdsClients {
                 let resources = ledger
                     .iter()
                     .map(|(kind, name, state)| ResourceView {
-                        kind: kind.as_str(),
-                        type_url: kind.type_url(),
+                        kind: kind.as_str().to_owned(),
+                        type_url: kind.type_url().to_owned(),
                         resource: name.to_owned(),
                         sent_revision: state.sent.map(|r| r.0),
                         acked_revision: state.acked.map(|(r, _)| r.0),
