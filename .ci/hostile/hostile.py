@@ -888,7 +888,7 @@ async def callers(ctx):
 
 async def flood_xds(ctx, label, token, expect_exhausted, per_stream=10_000):
     """(a), (b): 100 ADS streams on one connection (per HOSTILE_SCALE), each subscribing to
-    10,000 EDS names (crates/server/src/xds/stream.rs MAX_NAMES, the most one stream may);
+    10,000 EDS names (crates/xds/src/server/state.rs MAX_NAMES, the most one stream may);
     (a+) the same with 10,001, one past it: every stream is refused, and refusing must not
     cost memory either."""
     names = [f"svc-{j}.prod" for j in range(per_stream)]

@@ -7,7 +7,7 @@
 //!      Gate::require) ──▶ writes / lease_routes ──Gate::propose──▶ Node ──▶ Registry::apply
 //!                    ├──▶ reads, status ──Gate::read──────────────┐     │ Observers
 //!                    └──▶ watch ──Gate::read + Gate::subscribe──▶ WatchHub (muster-hub)
-//!  Consul (muster-consul), dashboard (muster-dashboard), xDS ──▶ the same gate
+//!  Consul (muster-consul), dashboard (muster-dashboard), xDS (muster-xds) ──▶ the same gate
 //!  leader (task) ──▶ LeaderEngine (muster-leader, pure) ──▶ propose ExpireLeases /
 //!                    Deregister (CAS) / SetServing, run probes, answer callers
 //!  leader duties (muster_leader::duties): the Consul reaper, the federation mirrors
@@ -28,9 +28,9 @@
 //! - `cluster`: the node-to-node listener (authenticated by the cluster secret, not the
 //!   gate); `join`: the proof a new member gives before the leader dials it; `membership`:
 //!   adding and removing members.
-//! - `dns`: the DNS view's feed from the apply path; `xds`: the gRPC shell around
-//!   `muster-xds`; `convergence`:
-//!   the ledger's routes and sweeper.
+//! - `dns`: the DNS view's feed from the apply path; `xds`: the `[xds]` section,
+//!   `GET /v1/xds/clients` and what `muster_xds::server` serves beside the registry;
+//!   `convergence`: the ledger's routes and sweeper.
 //! - `metrics`: `/v1/metrics` (prometheus-client); `prometheus_sd`: Prometheus's `http_sd`;
 //!   `endpoint_log`: every endpoint's changes in the log; `lab_run`: lab runs through the
 //!   binary's [`LabRunner`] hook ([`start_with`]).
