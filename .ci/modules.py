@@ -59,11 +59,20 @@ from collections import defaultdict, deque
 # split out of muster-server joins this set (DECISIONS "Structure"); a crate added later is
 # strict in effect as well, since the baseline never gains an entry (--write-baseline
 # refuses to add one).
-STRICT = {"muster-gate", "muster-hub", "muster-http", "muster-dashboard", "muster-consul", "muster-federation", "muster-xds"}
+STRICT = {
+    "muster-gate",
+    "muster-hub",
+    "muster-http",
+    "muster-api",
+    "muster-dashboard",
+    "muster-consul",
+    "muster-federation",
+    "muster-xds",
+}
 
 # The adapters: ways in that turn a protocol into calls on the server's parts. None may
 # depend on another, nor on muster-server.
-ADAPTERS = {"muster-xds", "muster-dns", "muster-proxy", "muster-dashboard", "muster-consul", "muster-federation"}
+ADAPTERS = {"muster-api", "muster-xds", "muster-dns", "muster-proxy", "muster-dashboard", "muster-consul", "muster-federation"}
 
 SERVER = "muster-server"
 

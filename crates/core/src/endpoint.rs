@@ -30,6 +30,28 @@ pub enum ServingState {
 }
 
 impl ServingState {
+    /// Every serving state, in the API's order.
+    pub const ALL: [ServingState; 6] = [
+        ServingState::Starting,
+        ServingState::Ready,
+        ServingState::Degraded,
+        ServingState::Draining,
+        ServingState::NotServing,
+        ServingState::Unknown,
+    ];
+
+    /// The state as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServingState::Starting => "starting",
+            ServingState::Ready => "ready",
+            ServingState::Degraded => "degraded",
+            ServingState::Draining => "draining",
+            ServingState::NotServing => "not_serving",
+            ServingState::Unknown => "unknown",
+        }
+    }
+
     /// Whether new work may be assigned: `Ready` always, `Degraded` when the caller accepts it.
     pub fn is_eligible(self, accept_degraded: bool) -> bool {
         match self {

@@ -9,7 +9,6 @@ use std::time::Duration;
 use muster_consensus::Node;
 use muster_consul::stats::ConsulStats;
 use muster_gate::{Gate, Wiring};
-use muster_registry::RegistryConfig;
 
 use crate::join::JoinKey;
 use crate::metrics::Metrics;
@@ -30,16 +29,13 @@ pub(crate) struct App {
     /// What this node proves membership with, and checks a join candidate's proof against
     /// (in a cluster).
     pub(crate) join: Option<Arc<JoinKey>>,
-    /// This node's config file's `[registry]` section: only the initial policy; `status`
-    /// reports how the replicated policy differs from it.
-    pub(crate) config_policy: RegistryConfig,
     /// The xDS control plane's streams and resource cache (SPEC D5).
     #[cfg(feature = "xds")]
     pub(crate) xds: Arc<muster_xds::server::XdsState>,
     /// Which revision every subscriber applied (SPEC O3).
     pub(crate) convergence: Arc<crate::convergence::Convergence>,
-    /// Whole-set reads' endpoints, encoded once per service revision.
-    pub(crate) read_cache: crate::read_cache::ReadCache,
+    /// The native API's handlers' state (`muster_api`).
+    pub(crate) native: Arc<muster_api::Native>,
     /// This region's federation, when configured (SPEC G2).
     pub(crate) federation: Option<Arc<muster_federation::Federation>>,
 }

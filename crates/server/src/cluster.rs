@@ -28,9 +28,9 @@ use std::sync::Arc;
 use muster_consensus::{Rpc, SECRET_HEADER, SNAPSHOT_CHUNK_BYTES};
 
 use crate::app::App;
-use crate::audit::Denial;
 use crate::join::{self, JoinKey, PROOF_PATH};
-use crate::lease_routes::renew_here;
+use muster_api::renew_here;
+use muster_gate::audit::Denial;
 use muster_gate::forward::{LEADER_PATH, LeaderCall};
 use muster_http::error::ApiError;
 use muster_http::peer::Peer;
@@ -109,7 +109,7 @@ async fn leader_call(State(app): State<Arc<App>>, body: Bytes) -> Response {
         return ApiError::no_quorum("this node no longer leads; retry").into_response();
     }
     let answer = match call {
-        LeaderCall::Renew { tenant, id } => renew_here(&app, &tenant, id).map(|r| axum::Json(r).into_response()),
+        LeaderCall::Renew { tenant, id } => renew_here(&app.native, &tenant, id).map(|r| axum::Json(r).into_response()),
         LeaderCall::Report { key, instance, request } => app
             .gate
             .ttl_report(key, instance, request)

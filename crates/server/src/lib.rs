@@ -1,10 +1,11 @@
 //! The daemon (DESIGN "Crates": `muster-server`): configuration, start-up and the wiring of
-//! the crates below, and the adapters not split out yet. Every adapter reaches the registry,
-//! the hub and the leader through the gate (`muster_gate::Gate`, `app.gate`).
+//! the crates below: which adapter is mounted where, and what one adapter needs of another.
+//! Every adapter reaches the registry, the hub and the leader through the gate
+//! (`muster_gate::Gate`, `app.gate`).
 //!
 //! ```text
 //!  HTTP (muster-http: accept, guard) ──▶ routes ──▶ auth (the route's need: Gate::identify,
-//!      Gate::require) ──▶ writes / lease_routes ──Gate::propose──▶ Node ──▶ Registry::apply
+//!      Gate::require) ──▶ muster-api: writes / lease_routes ──Gate::propose──▶ Node ──▶ Registry::apply
 //!                    ├──▶ reads, status ──Gate::read──────────────┐     │ Observers
 //!                    └──▶ watch ──Gate::read + Gate::subscribe──▶ WatchHub (muster-hub)
 //!  Consul (muster-consul), dashboard (muster-dashboard), xDS (muster-xds) ──▶ the same gate
@@ -18,20 +19,19 @@
 //! # Layout
 //! - `server`: [`start`], [`run`], [`RunningServer`]: the listeners, the apply observers'
 //!   pipeline (`observers`), the leader task (`leader`), the duties runner; `config`: the
-//!   configuration; `app`: the gate and the state of the adapters still here.
-//! - `routes`: the one route table and the JSON error safety net; `auth`: each route's need,
-//!   judged through the gate before the handler; `admit`: the budgets a configuration sets;
-//!   `openapi`: the API document from the same table.
-//! - `writes`, `lease_routes`, `reads` (with `read_cache`, `page_token`, `wait`), `watch`,
-//!   `status`, `policy`, `acl`, `audit` (`GET /v1/audit`, the guard's refusals): the native
-//!   API's handlers.
+//!   configuration; `app`: the gate and the adapters' state.
+//! - `routes`: the one route table (every adapter's HTTP handlers, the native API's from
+//!   `muster_api`) and the JSON error safety net; `auth`: each route's need, judged through
+//!   the gate before the handler; `admit`: the budgets a configuration sets; `openapi`: the
+//!   API document from the same table; `audit_guard`: the browser guard's refusals.
+//! - `bridges`: what one adapter needs of another (federated reads for the native API, the
+//!   served set and the convergence ledger for xDS).
 //! - `cluster`: the node-to-node listener (authenticated by the cluster secret, not the
 //!   gate); `join`: the proof a new member gives before the leader dials it; `membership`:
 //!   adding and removing members.
-//! - `dns`: the DNS view's feed from the apply path; `xds`: the `[xds]` section,
-//!   `GET /v1/xds/clients` and what `muster_xds::server` serves beside the registry;
-//!   `convergence`: the ledger's routes and sweeper.
-//! - `metrics`: `/v1/metrics` (prometheus-client); `prometheus_sd`: Prometheus's `http_sd`;
+//! - `dns`: the DNS view's feed from the apply path; `xds`: the `[xds]` section and
+//!   `GET /v1/xds/clients`; `convergence`: the ledger's routes and sweeper.
+//! - `metrics`: `/v1/metrics` (prometheus-client), every adapter's counters;
 //!   `endpoint_log`: every endpoint's changes in the log; `lab_run`: lab runs through the
 //!   binary's [`LabRunner`] hook ([`start_with`]).
 //!
@@ -47,11 +47,11 @@
 
 #![forbid(unsafe_code)]
 
-mod acl;
 mod admit;
 mod app;
-mod audit;
+mod audit_guard;
 mod auth;
+mod bridges;
 mod cluster;
 mod config;
 mod convergence;
@@ -60,23 +60,13 @@ mod endpoint_log;
 mod join;
 mod lab_run;
 mod leader;
-mod lease_routes;
 mod membership;
 mod metrics;
 mod observers;
 mod openapi;
-mod page_token;
-mod policy;
-mod prometheus_sd;
-mod read_cache;
-mod reads;
 mod routes;
 mod server;
 mod server_error;
-mod status;
-mod wait;
-mod watch;
-mod writes;
 mod xds;
 
 pub use config::{AuditConfig, ConvergenceConfig, HealthConfig, ServerConfig};

@@ -16,15 +16,15 @@ use std::sync::Arc;
 use muster_consensus::{ApplyObserver, Judged};
 use muster_registry::{Applied, Registry};
 
-use crate::audit::AuditLog;
 use crate::convergence::Convergence;
 use crate::dns::DnsFeed;
 use crate::endpoint_log::EndpointLog;
 use crate::leader::LeaderFeed;
 use crate::metrics::MetricsObserver;
-use crate::policy::PolicyWatch;
+use muster_api::PolicyWatch;
 use muster_consul::waiters::Waiters;
 use muster_gate::TokenWatch;
+use muster_gate::audit::AuditLog;
 use muster_hub::WatchHub;
 
 /// The apply path's stages, in the order they run.

@@ -34,9 +34,9 @@ use muster_core::{ErrorCode, InstanceId, Label, LeaseId};
 use serde_json::{Map, Value, json};
 use utoipa::{IntoParams, OpenApi};
 
-use crate::lease_routes::RevokeQuery;
-use crate::reads::{ServicesQuery, SnapshotQuery};
-use crate::watch::WatchQuery;
+use muster_api::lease_routes::RevokeQuery;
+use muster_api::reads::{ServicesQuery, SnapshotQuery};
+use muster_api::watch::WatchQuery;
 
 /// Where the document is served.
 pub(crate) const PATH: &str = "/v1/openapi.json";
@@ -402,9 +402,9 @@ fn metrics_root() {}
 /// Prometheus HTTP service discovery (`http_sd_configs`): the target groups of the services the
 /// caller may read; by default only `ready` endpoints, one group per named port.
 #[utoipa::path(get, path = "/v1/prometheus/sd", tag = "node",
-    params(crate::prometheus_sd::SdQuery),
+    params(muster_api::prometheus_sd::SdQuery),
     responses((status = 200, description = "Every matching target group, in a stable order.",
-        body = Vec<crate::prometheus_sd::TargetGroup>)))]
+        body = Vec<muster_api::prometheus_sd::TargetGroup>)))]
 #[allow(dead_code, reason = "read by the OpenAPI derive only")]
 fn prometheus_sd() {}
 

@@ -17,9 +17,8 @@ use muster_auth::Verb;
 use crate::app::App;
 use crate::auth::Need;
 use crate::lab_run::{self, LabState};
-use crate::{
-    acl, audit, auth, lease_routes, membership, metrics, openapi, policy, prometheus_sd, reads, status, watch, writes,
-};
+use crate::{auth, membership, metrics, openapi};
+use muster_api::{Native, acl, audit, lease_routes, policy, prometheus_sd, reads, status, watch, writes};
 use muster_dashboard::{lease_deadlines, overview, ui};
 use muster_http::error::{ApiError, code_for_status};
 use muster_http::guard::{self, RequestGuard};
@@ -31,13 +30,21 @@ const STRAY_ERROR_QUOTE_BYTES: usize = 1024;
 /// The path of one instance; its sub-resources follow it.
 const INSTANCE: &str = "/v1/registry/{tenant}/{namespace}/{service}/{instance}";
 
-/// What handlers share besides the [`App`]: the gate (the state of the adapters split out
-/// of this crate), the dashboard's page and the lab runner.
+/// What handlers share besides the [`App`]: the state of the adapters split out of this
+/// crate (the native API's, the gate, federation's), the dashboard's page and the lab runner.
 pub(crate) struct Shared {
     gate: Arc<muster_gate::Gate>,
+    native: Arc<Native>,
     federation: Arc<muster_federation::FederationRoutes>,
     page: Arc<ui::Page>,
     lab: Arc<LabState>,
+}
+
+impl Shared {
+    /// A native API handler (`muster_api`), on its own state.
+    fn native(&self, handler: MethodRouter<Arc<Native>>) -> MethodRouter<Arc<App>> {
+        handler.with_state(Arc::clone(&self.native))
+    }
 }
 
 /// One route, declared once: its method and path template, the right it needs (SPEC S1,
@@ -68,85 +75,87 @@ const fn route(
 /// need. Services, namespaces and tenants are the path's `tenant`, `namespace` and `service`
 /// segments.
 pub(crate) static ROUTES: &[Route] = &[
-    route(Method::PUT, INSTANCE, Need::Service(Verb::Register), |_| {
-        put(writes::register)
+    route(Method::PUT, INSTANCE, Need::Service(Verb::Register), |shared| {
+        shared.native(put(writes::register))
     }),
-    route(Method::DELETE, INSTANCE, Need::Service(Verb::Deregister), |_| {
-        delete(writes::deregister)
+    route(Method::DELETE, INSTANCE, Need::Service(Verb::Deregister), |shared| {
+        shared.native(delete(writes::deregister))
     }),
     route(
         Method::PUT,
         "/v1/registry/{tenant}/{namespace}/{service}/{instance}/serving",
         Need::Service(Verb::SetState),
-        |_| put(writes::set_serving),
+        |shared| shared.native(put(writes::set_serving)),
     ),
     route(
         Method::POST,
         "/v1/registry/{tenant}/{namespace}/{service}/{instance}/drain",
         Need::Service(Verb::SetState),
-        |_| post(writes::drain),
+        |shared| shared.native(post(writes::drain)),
     ),
     route(
         Method::PUT,
         "/v1/registry/{tenant}/{namespace}/{service}/{instance}/check",
         Need::Service(Verb::Renew),
-        |_| put(writes::check_report),
+        |shared| shared.native(put(writes::check_report)),
     ),
     route(
         Method::PUT,
         "/v1/registry/{tenant}/{namespace}/{service}/{instance}/in-flight",
         Need::Service(Verb::Renew),
-        |_| put(writes::in_flight),
+        |shared| shared.native(put(writes::in_flight)),
     ),
     route(
         Method::GET,
         "/v1/registry/{tenant}/{namespace}/{service}",
         Need::Service(Verb::Read),
-        |_| get(reads::snapshot),
+        |shared| shared.native(get(reads::snapshot)),
     ),
     // A namespace listing shows only the services the token may read (the handler filters).
     route(
         Method::GET,
         "/v1/registry/{tenant}/{namespace}",
         Need::Namespace(Verb::Read),
-        |_| get(reads::services),
+        |shared| shared.native(get(reads::services)),
     ),
     route(
         Method::GET,
         "/v1/watch/{tenant}/{namespace}/{service}",
         Need::Service(Verb::Watch),
-        |_| get(watch::watch_service),
+        |shared| shared.native(get(watch::watch_service)),
     ),
     route(
         Method::GET,
         "/v1/watch/{tenant}/{namespace}",
         Need::Namespace(Verb::Watch),
-        |_| get(watch::watch_namespace),
+        |shared| shared.native(get(watch::watch_namespace)),
     ),
     route(
         Method::POST,
         "/v1/leases/{tenant}",
         Need::AnyService(Verb::Register),
-        |_| post(lease_routes::grant),
+        |shared| shared.native(post(lease_routes::grant)),
     ),
     route(
         Method::DELETE,
         "/v1/leases/{tenant}/{id}",
         Need::AnyService(Verb::Deregister),
-        |_| delete(lease_routes::revoke),
+        |shared| shared.native(delete(lease_routes::revoke)),
     ),
     route(
         Method::PUT,
         "/v1/leases/{tenant}/{id}/renew",
         Need::AnyService(Verb::Renew),
-        |_| put(lease_routes::renew),
+        |shared| shared.native(put(lease_routes::renew)),
     ),
-    route(Method::GET, "/v1/status", Need::Open, |_| get(status::status)),
-    route(Method::GET, "/v1/policy", Need::Cluster(Verb::Read), |_| {
-        get(policy::get)
+    route(Method::GET, "/v1/status", Need::Open, |shared| {
+        shared.native(get(status::status))
     }),
-    route(Method::PUT, "/v1/policy", Need::Cluster(Verb::Admin), |_| {
-        put(policy::put)
+    route(Method::GET, "/v1/policy", Need::Cluster(Verb::Read), |shared| {
+        shared.native(get(policy::get))
+    }),
+    route(Method::PUT, "/v1/policy", Need::Cluster(Verb::Admin), |shared| {
+        shared.native(put(policy::put))
     }),
     // `/v1/metrics` shows only the rows the token may read (SPEC S3).
     route(Method::GET, "/v1/metrics", Need::Authenticated, |_| {
@@ -155,10 +164,12 @@ pub(crate) static ROUTES: &[Route] = &[
     // The path Prometheus scrapes by default (`metrics_path`), the same handler.
     route(Method::GET, "/metrics", Need::Authenticated, |_| get(metrics::metrics)),
     // Lists only the services the token may read (the handler filters).
-    route(Method::GET, prometheus_sd::PATH, Need::Authenticated, |_| {
-        get(prometheus_sd::targets)
+    route(Method::GET, prometheus_sd::PATH, Need::Authenticated, |shared| {
+        shared.native(get(prometheus_sd::targets))
     }),
-    route(Method::GET, "/v1/audit", Need::Authenticated, |_| get(audit::list)),
+    route(Method::GET, "/v1/audit", Need::Authenticated, |shared| {
+        shared.native(get(audit::list))
+    }),
     route(Method::GET, "/v1/cluster", Need::Cluster(Verb::Read), |_| {
         get(membership::status)
     }),
@@ -178,16 +189,25 @@ pub(crate) static ROUTES: &[Route] = &[
         |_| delete(membership::remove),
     ),
     route(Method::GET, openapi::PATH, Need::Open, |_| get(openapi::document)),
-    route(Method::POST, "/v1/acl/bootstrap", Need::Open, |_| post(acl::bootstrap)),
+    route(Method::POST, "/v1/acl/bootstrap", Need::Open, |shared| {
+        shared.native(post(acl::bootstrap))
+    }),
     // Token management, the audit trail: the handler judges the rest.
-    route(Method::GET, "/v1/acl/tokens", Need::Authenticated, |_| get(acl::list)),
-    route(Method::POST, "/v1/acl/tokens", Need::Authenticated, |_| {
-        post(acl::create)
+    route(Method::GET, "/v1/acl/tokens", Need::Authenticated, |shared| {
+        shared.native(get(acl::list))
     }),
-    route(Method::DELETE, "/v1/acl/tokens/{accessor}", Need::Authenticated, |_| {
-        delete(acl::revoke)
+    route(Method::POST, "/v1/acl/tokens", Need::Authenticated, |shared| {
+        shared.native(post(acl::create))
     }),
-    route(Method::GET, "/v1/acl/self", Need::Authenticated, |_| get(acl::whoami)),
+    route(
+        Method::DELETE,
+        "/v1/acl/tokens/{accessor}",
+        Need::Authenticated,
+        |shared| shared.native(delete(acl::revoke)),
+    ),
+    route(Method::GET, "/v1/acl/self", Need::Authenticated, |shared| {
+        shared.native(get(acl::whoami))
+    }),
     // Convergence telemetry (SPEC O3).
     route(Method::POST, "/v1/convergence/report", Need::Authenticated, |_| {
         post(crate::convergence::report)
@@ -243,6 +263,7 @@ pub(crate) fn need(method: &Method, path: &str) -> Option<Need> {
 pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard, lab: Arc<LabState>) -> Router {
     let shared = Shared {
         gate: Arc::clone(&app.gate),
+        native: Arc::clone(&app.native),
         federation: Arc::new(muster_federation::FederationRoutes {
             gate: Arc::clone(&app.gate),
             federation: app.federation.clone(),

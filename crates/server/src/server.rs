@@ -22,20 +22,20 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::app::App;
-use crate::audit::AuditLog;
 use crate::dns::DnsFeed;
 use crate::join::JoinKey;
 use crate::lab_run::Hooks;
 use crate::metrics::{Metrics, MetricsObserver};
 use crate::observers::Observers;
-use crate::policy::PolicyWatch;
 use crate::{ServerConfig, ServerError, cluster, dns, leader, routes};
+use muster_api::PolicyWatch;
 use muster_consul as consul;
 use muster_consul::ConsulView;
 use muster_consul::Jitter;
 use muster_consul::stats::ConsulCounts;
 use muster_consul::waiters::Waiters;
 use muster_gate::TokenWatch;
+use muster_gate::audit::AuditLog;
 use muster_gate::clock::ServerClock;
 use muster_gate::forward::ClusterLink;
 use muster_gate::leader::LeaderLink;
@@ -340,12 +340,21 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     #[cfg(feature = "xds")]
     let xds = Arc::new(muster_xds::server::XdsState::new(
         Arc::clone(&gate),
-        Arc::new(crate::xds::Serving {
+        Arc::new(crate::bridges::XdsServing {
             federation: federation.clone(),
             convergence: Arc::clone(&convergence),
         }),
         Arc::clone(&xds_hub),
         config.xds.tenant.clone(),
+    ));
+    let native = Arc::new(muster_api::Native::new(
+        Arc::clone(&gate),
+        Arc::clone(&metrics) as Arc<dyn muster_api::Meter>,
+        Arc::clone(&metrics.blocking_native),
+        federation
+            .clone()
+            .map(|federation| Arc::new(crate::bridges::FederatedReads(federation)) as Arc<dyn muster_api::Federated>),
+        config.registry.clone(),
     ));
     let app = Arc::new(App {
         gate,
@@ -355,11 +364,10 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         metrics,
         consul_stats: Arc::default(),
         join,
-        config_policy: config.registry.clone(),
         #[cfg(feature = "xds")]
         xds,
         convergence,
-        read_cache: crate::read_cache::ReadCache::default(),
+        native,
         federation: federation.clone(),
     });
     // Without authentication the API binds loopback only, and a genuine caller names a
@@ -369,7 +377,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         !config.auth.enabled,
         Duration::from_millis(config.body_read_timeout_ms),
     )
-    .audited(Arc::new(crate::audit::GuardRefusals {
+    .audited(Arc::new(crate::audit_guard::GuardRefusals {
         log: Arc::clone(app.wiring.audit()),
         clock: app.gate.clock,
     }));

@@ -101,6 +101,32 @@ pub(crate) mod expiry {
     pub(super) const NAMES: [&str; 2] = ["expired", "held"];
 }
 
+impl muster_api::Meter for Metrics {
+    fn renewed(&self, tenant: &muster_core::Label, outcome: muster_api::Renewal) {
+        let outcome = match outcome {
+            muster_api::Renewal::Ok => renewal::OK,
+            muster_api::Renewal::LeaseNotFound => renewal::LEASE_NOT_FOUND,
+            muster_api::Renewal::NoQuorum => renewal::NO_QUORUM,
+        };
+        self.renewals.add(Some(tenant), outcome, 1);
+    }
+
+    fn watch_began(&self, began: muster_api::WatchBegan) {
+        match began {
+            muster_api::WatchBegan::Connected => {
+                self.watch.connects.inc();
+            }
+            muster_api::WatchBegan::Resumed => {
+                self.watch.connects.inc();
+                self.watch.resumes.inc();
+            }
+            muster_api::WatchBegan::Compacted => {
+                self.watch.compactions.inc();
+            }
+        }
+    }
+}
+
 impl muster_gate::Meter for Metrics {
     fn denied(&self, tenant: Option<&muster_core::Label>, code: ErrorCode) {
         let kind = match code {
@@ -173,13 +199,13 @@ pub(crate) struct Metrics {
     /// Watch stream events.
     pub(crate) watch: WatchCounters,
     /// The native API's blocking queries (`?index=`).
-    pub(crate) blocking_native: BlockingStats,
+    pub(crate) blocking_native: Arc<BlockingStats>,
     /// The Consul-compatible listener's blocking queries: the Consul handlers count here
     /// (`begin`/`end`), reported with `api="consul"`.
     pub(crate) blocking_consul: Arc<BlockingStats>,
     /// Serving states the checker proposed, by the state it found ([`FROM_STATES`]) and the
-    /// state it proposed ([`ALL_STATES`]).
-    transitions: [[AtomicU64; ALL_STATES.len()]; FROM_STATES],
+    /// state it proposed ([`ServingState::ALL`]).
+    transitions: [[AtomicU64; ServingState::ALL.len()]; FROM_STATES],
     /// The checker's load.
     pub(crate) checker: CheckerStats,
     /// DNS answers, from the live zone (counted whether or not DNS listens).
@@ -198,7 +224,7 @@ impl Metrics {
             fenced: TenantCounters::new(fenced::NAMES),
             denials: TenantCounters::new(denial::NAMES),
             watch: WatchCounters::default(),
-            blocking_native: BlockingStats::default(),
+            blocking_native: Arc::default(),
             blocking_consul: Arc::default(),
             transitions: Default::default(),
             checker: CheckerStats::default(),
@@ -208,8 +234,8 @@ impl Metrics {
 
     /// Counts a serving state the checker proposed over the one the registry holds.
     pub(crate) fn transition(&self, from: Option<ServingState>, to: ServingState) {
-        let index = |state: ServingState| ALL_STATES.iter().position(|s| *s == state).unwrap_or(0);
-        let from = from.map_or(ALL_STATES.len(), index);
+        let index = |state: ServingState| ServingState::ALL.iter().position(|s| *s == state).unwrap_or(0);
+        let from = from.map_or(ServingState::ALL.len(), index);
         self.transitions[from][index(to)].fetch_add(1, Ordering::Relaxed);
     }
 
@@ -217,14 +243,11 @@ impl Metrics {
     fn transition_rows(&self) -> Vec<Row> {
         let mut rows = Vec::new();
         for (from, row) in self.transitions.iter().enumerate() {
-            let from = ALL_STATES.get(from).map_or("absent", |state| state_name(*state));
-            for (to, count) in ALL_STATES.iter().zip(row) {
+            let from = ServingState::ALL.get(from).map_or("absent", |state| state.as_str());
+            for (to, count) in ServingState::ALL.iter().zip(row) {
                 let count = count.load(Ordering::Relaxed);
                 if count > 0 {
-                    rows.push((
-                        vec![("from", from.to_owned()), ("to", state_name(*to).to_owned())],
-                        count,
-                    ));
+                    rows.push((vec![("from", from.to_owned()), ("to", to.as_str().to_owned())], count));
                 }
             }
         }
@@ -232,31 +255,9 @@ impl Metrics {
     }
 }
 
-/// Every serving state, in the API's order.
-pub(crate) const ALL_STATES: [ServingState; 6] = [
-    ServingState::Starting,
-    ServingState::Ready,
-    ServingState::Degraded,
-    ServingState::Draining,
-    ServingState::NotServing,
-    ServingState::Unknown,
-];
-
 /// The states a transition can start from: every state, then `absent` (the endpoint was gone
 /// from the registry when the checker proposed).
-const FROM_STATES: usize = ALL_STATES.len() + 1;
-
-/// A serving state as the API spells it.
-pub(crate) fn state_name(state: ServingState) -> &'static str {
-    match state {
-        ServingState::Starting => "starting",
-        ServingState::Ready => "ready",
-        ServingState::Degraded => "degraded",
-        ServingState::Draining => "draining",
-        ServingState::NotServing => "not_serving",
-        ServingState::Unknown => "unknown",
-    }
-}
+const FROM_STATES: usize = ServingState::ALL.len() + 1;
 
 /// `GET /v1/metrics` and `GET /metrics`.
 pub(crate) async fn metrics(State(app): State<Arc<App>>, caller: Caller) -> impl IntoResponse {

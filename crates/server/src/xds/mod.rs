@@ -1,6 +1,6 @@
-//! The xDS control plane's wiring (SPEC D5): its `[xds]` section, `GET /v1/xds/clients`, and
-//! what this node serves beside the registry. The server itself is `muster_xds::server`
-//! (feature `xds`), an adapter over the gate.
+//! The xDS control plane's wiring (SPEC D5): its `[xds]` section and `GET /v1/xds/clients`.
+//! The server itself is `muster_xds::server` (feature `xds`), an adapter over the gate; what
+//! it serves beside the registry is `bridges::XdsServing`.
 
 pub(crate) mod config;
 
@@ -27,44 +27,4 @@ pub(crate) async fn clients(State(app): State<Arc<App>>, _caller: Caller) -> Jso
         revision: app.gate.read(muster_registry::Registry::revision).0,
         clients: Vec::new(),
     })
-}
-
-/// What this node serves beside the registry (`muster_xds::server::Serving`): a federated
-/// region's failover tiers (`muster_federation`'s `tiers`), and the convergence ledger.
-#[cfg(feature = "xds")]
-pub(crate) struct Serving {
-    pub(crate) federation: Option<Arc<muster_federation::Federation>>,
-    pub(crate) convergence: Arc<crate::convergence::Convergence>,
-}
-
-#[cfg(feature = "xds")]
-impl muster_xds::server::Serving for Serving {
-    fn served(
-        &self,
-        registry: &muster_registry::Registry,
-        key: &muster_core::ServiceKey,
-        now_ms: u64,
-    ) -> Option<Arc<muster_core::ServiceSnapshot>> {
-        match &self.federation {
-            Some(federation) => federation.served(registry, key, now_ms),
-            None => registry.snapshot(key),
-        }
-    }
-
-    fn acked_as(&self, key: &muster_core::ServiceKey, acked: muster_core::Revision) -> Option<muster_core::Revision> {
-        match &self.federation {
-            Some(federation) => federation.acked_as(key, acked),
-            None => Some(acked),
-        }
-    }
-
-    fn converged(
-        &self,
-        node: &str,
-        zone: Option<&str>,
-        services: Vec<muster_core::ServiceKey>,
-        revision: muster_core::Revision,
-    ) {
-        self.convergence.xds_acked(node, zone, services, revision);
-    }
 }

@@ -24,13 +24,13 @@ use muster_core::{Actor, Revision};
 use muster_registry::{Applied, Registry, RegistryConfig, SetPolicy};
 use serde_json::Value;
 
-use crate::app::App;
+use crate::Native;
 use muster_gate::Caller;
 use muster_http::error::ApiError;
 use muster_http::extract::{JsonBody, actor};
 
 /// `GET /v1/policy`: the policy in force and the revision it was committed at.
-pub(crate) async fn get(State(app): State<Arc<App>>) -> Json<PolicyReply<RegistryConfig>> {
+pub async fn get(State(app): State<Arc<Native>>) -> Json<PolicyReply<RegistryConfig>> {
     Json(app.gate.read(|registry| PolicyReply {
         revision: registry.policy_revision(),
         policy: registry.policy().clone(),
@@ -40,8 +40,8 @@ pub(crate) async fn get(State(app): State<Arc<App>>) -> Json<PolicyReply<Registr
 /// `PUT /v1/policy`: replaces the whole policy (the `[registry]` section's shape; omitted
 /// settings take their defaults). Malformed JSON or an unknown setting is 400 `bad_request`;
 /// an unusable policy is 422 `invalid_field`; either way nothing changes. Speaks as the owner.
-pub(crate) async fn put(
-    State(app): State<Arc<App>>,
+pub async fn put(
+    State(app): State<Arc<Native>>,
     caller: Caller,
     headers: HeaderMap,
     JsonBody(policy): JsonBody<RegistryConfig>,
@@ -60,7 +60,7 @@ pub(crate) async fn put(
 }
 
 /// The policy in force against this node's config file.
-pub(crate) fn status(registry: &Registry, file: &RegistryConfig) -> PolicyStatus {
+pub fn status(registry: &Registry, file: &RegistryConfig) -> PolicyStatus {
     let differences = differences(registry.policy(), file);
     PolicyStatus {
         revision: registry.policy_revision(),
@@ -72,7 +72,7 @@ pub(crate) fn status(registry: &Registry, file: &RegistryConfig) -> PolicyStatus
 /// The settings in which two policies differ, as sorted dotted paths of the config file's
 /// `[registry]` section (`quotas.services_per_tenant`, `network.permitted`). Lists compare
 /// whole. Works on the serialised form, so a setting added later is compared too.
-pub(crate) fn differences(a: &RegistryConfig, b: &RegistryConfig) -> Vec<String> {
+pub fn differences(a: &RegistryConfig, b: &RegistryConfig) -> Vec<String> {
     let (Ok(a), Ok(b)) = (serde_json::to_value(a), serde_json::to_value(b)) else {
         return vec!["(unserialisable policy)".to_owned()];
     };
@@ -105,14 +105,15 @@ fn diff(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {
 
 /// Logs a warning whenever the policy in force comes to differ from this node's config file:
 /// at start (after the snapshot loads or the log replays a `SetPolicy`) and after a change.
-pub(crate) struct PolicyWatch {
+pub struct PolicyWatch {
     file: RegistryConfig,
     /// The policy revision last checked, so each is compared once.
     checked: Mutex<Option<(bool, Revision)>>,
 }
 
 impl PolicyWatch {
-    pub(crate) fn new(file: RegistryConfig) -> PolicyWatch {
+    /// A watch comparing the policy in force with `file`, this node's `[registry]` section.
+    pub fn new(file: RegistryConfig) -> PolicyWatch {
         PolicyWatch {
             file,
             checked: Mutex::new(None),

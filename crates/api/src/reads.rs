@@ -15,7 +15,7 @@ use muster_core::{Digest, Endpoint, Revision, ServiceKey};
 use muster_registry::Page;
 use serde::{Deserialize, Serialize};
 
-use crate::app::App;
+use crate::Native;
 use crate::page_token::PageToken;
 use crate::read_cache::{ReplyHead, reply_body};
 use crate::wait::{DEFAULT_WAIT, parse_wait};
@@ -29,7 +29,7 @@ use muster_http::extract::{INDEX_HEADER, QueryParams, Segments};
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct SnapshotQuery {
+pub struct SnapshotQuery {
     /// Read at this past revision (within retained history).
     #[serde(default)]
     revision: Option<Revision>,
@@ -61,7 +61,7 @@ pub(crate) struct SnapshotQuery {
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct ServicesQuery {
+pub struct ServicesQuery {
     /// `stale`, `default` or `consistent`.
     #[serde(default)]
     consistency: Consistency,
@@ -125,8 +125,8 @@ fn read_at(query: &SnapshotQuery) -> Result<ReadAt, ApiError> {
 }
 
 /// `GET /v1/registry/{tenant}/{namespace}/{service}`.
-pub(crate) async fn snapshot(
-    State(app): State<Arc<App>>,
+pub async fn snapshot(
+    State(app): State<Arc<Native>>,
     caller: Caller,
     peer: Option<axum::Extension<muster_http::peer::Peer>>,
     segments: Segments,
@@ -166,7 +166,13 @@ pub(crate) async fn snapshot(
     if query.federation
         && let Some(federation) = &app.federation
     {
-        let mut response = federated_page(&app, federation, &key, &start, query.limit.unwrap_or(usize::MAX))?;
+        let mut response = federated_page(
+            &app,
+            federation.as_ref(),
+            &key,
+            &start,
+            query.limit.unwrap_or(usize::MAX),
+        )?;
         app.gate.annotate(&mut response);
         return Ok(response);
     }
@@ -193,8 +199,8 @@ pub(crate) async fn snapshot(
 /// A page with the service's mirrored sets and failover decision (on the first page of a
 /// current read only: a mirror has no past revisions here).
 fn federated_page(
-    app: &App,
-    federation: &muster_federation::Federation,
+    app: &Native,
+    federation: &dyn crate::Federated,
     key: &ServiceKey,
     start: &ReadAt,
     limit: usize,
@@ -205,7 +211,7 @@ fn federated_page(
         let page = registry.page(key, start.at, start.after.as_ref(), limit)?;
         let parts = if first_current {
             let local = registry.snapshot(key);
-            muster_federation::federated_parts(federation, registry, key, local.as_deref(), now_ms)
+            federation.parts(registry, key, local.as_deref(), now_ms)
         } else {
             (Vec::new(), None)
         };
@@ -233,7 +239,7 @@ fn federated_page(
 
 /// The whole current set, its endpoints encoded once per service revision (`read_cache`).
 /// Only the snapshot's `Arc` is taken under the read lock; the encoding happens after.
-fn whole_set(app: &App, key: &ServiceKey) -> Result<Response, ApiError> {
+fn whole_set(app: &Native, key: &ServiceKey) -> Result<Response, ApiError> {
     let (at, snapshot) = app.gate.read(|registry| (registry.revision(), registry.snapshot(key)));
     let snapshot = snapshot.ok_or_else(|| ApiError::not_found(format!("service {key} is not registered")))?;
     let endpoints = match app.read_cache.get(key, snapshot.revision()) {
@@ -293,12 +299,12 @@ fn page_response(
 
 /// Waits until the service's last change is after `index`, `wait` passes, or the server
 /// starts stopping. An unknown service counts as revision 0.
-async fn wait_for_change(app: &App, key: &ServiceKey, index: Revision, wait: Duration) {
-    let waiting = app.metrics.blocking_native.begin();
+async fn wait_for_change(app: &Native, key: &ServiceKey, index: Revision, wait: Duration) {
+    let waiting = app.blocking.begin();
     waiting.end(wait_for_change_inner(app, key, index, wait).await);
 }
 
-async fn wait_for_change_inner(app: &App, key: &ServiceKey, index: Revision, wait: Duration) -> Woken {
+async fn wait_for_change_inner(app: &Native, key: &ServiceKey, index: Revision, wait: Duration) -> Woken {
     let deadline = tokio::time::Instant::now() + wait;
     let mut revisions = app.gate.revisions();
     let mut stopping = app.gate.stopping();
@@ -322,8 +328,8 @@ async fn wait_for_change_inner(app: &App, key: &ServiceKey, index: Revision, wai
 }
 
 /// `GET /v1/registry/{tenant}/{namespace}`: the namespace's services, sorted by name.
-pub(crate) async fn services(
-    State(app): State<Arc<App>>,
+pub async fn services(
+    State(app): State<Arc<Native>>,
     caller: Caller,
     segments: Segments,
     QueryParams(query): QueryParams<ServicesQuery>,

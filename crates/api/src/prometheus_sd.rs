@@ -33,20 +33,19 @@ use muster_auth::Verb;
 use muster_core::{Endpoint, Label, ServiceKey, ServiceSnapshot, ServingState};
 use serde::{Deserialize, Serialize};
 
-use crate::app::App;
-use crate::metrics::{ALL_STATES, state_name};
+use crate::Native;
 use muster_gate::Caller;
 use muster_http::error::ApiError;
 use muster_http::extract::QueryParams;
 
 /// The route.
-pub(crate) const PATH: &str = "/v1/prometheus/sd";
+pub const PATH: &str = "/v1/prometheus/sd";
 
 /// The query of `GET /v1/prometheus/sd`.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct SdQuery {
+pub struct SdQuery {
     /// Only this tenant's services (default: every tenant the caller may read).
     #[serde(default)]
     tenant: Option<String>,
@@ -66,7 +65,7 @@ pub(crate) struct SdQuery {
 
 /// One target group, as Prometheus's `http_sd` reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub(crate) struct TargetGroup {
+pub struct TargetGroup {
     /// `host:port`, one per group here.
     targets: Vec<String>,
     /// `__meta_muster_*` labels, for relabelling.
@@ -90,9 +89,9 @@ impl States {
         }
         text.split(',')
             .map(|name| {
-                ALL_STATES
+                ServingState::ALL
                     .into_iter()
-                    .find(|state| state_name(*state) == name)
+                    .find(|state| state.as_str() == name)
                     .ok_or_else(|| {
                         ApiError::bad_request(format!(
                             "state: '{}' is not a serving state (starting, ready, degraded, draining, \
@@ -148,8 +147,8 @@ impl Filter {
 }
 
 /// `GET /v1/prometheus/sd`.
-pub(crate) async fn targets(
-    State(app): State<Arc<App>>,
+pub async fn targets(
+    State(app): State<Arc<Native>>,
     caller: Caller,
     QueryParams(query): QueryParams<SdQuery>,
 ) -> Result<Json<Vec<TargetGroup>>, ApiError> {
@@ -197,7 +196,7 @@ fn endpoint_groups<'a>(
             meta("namespace", key.namespace.to_string());
             meta("service", key.service.to_string());
             meta("port", named.name.to_string());
-            meta("state", state_name(endpoint.serving).to_owned());
+            meta("state", endpoint.serving.as_str().to_owned());
             meta("instance", endpoint.instance.to_string());
             meta("incarnation", endpoint.incarnation.0.to_string());
             meta(

@@ -13,7 +13,7 @@ use muster_auth::{Request, Scope, Verb};
 use muster_core::api::{AuditQuery, AuditRecord, AuditReply};
 use muster_core::{ErrorCode, Label, ServiceKey};
 
-use crate::app::App;
+use crate::Native;
 use muster_gate::Caller;
 use muster_gate::audit::filter::{Parsed, QueryError};
 use muster_gate::audit::{AuditView, Denial};
@@ -24,8 +24,8 @@ use muster_http::peer::Peer;
 /// `GET /v1/audit`: an operator (or, with auth off, anyone on loopback) sees every record; a
 /// tenant's token with `admin` on the whole tenant sees that tenant's records only. Every
 /// refusal is itself recorded.
-pub(crate) async fn list(
-    State(app): State<Arc<App>>,
+pub async fn list(
+    State(app): State<Arc<Native>>,
     caller: Caller,
     peer: Option<Extension<Peer>>,
     QueryParams(query): QueryParams<AuditQuery>,
@@ -61,7 +61,7 @@ pub(crate) async fn list(
 /// One page for a caller who may see `scope`'s records only (`None`: every record, tenants'
 /// and the cluster's own). Errors: 400 `bad_request` for a malformed parameter or a cursor
 /// this node did not issue since it started; 403 `permission_denied` for another tenant's.
-pub(crate) fn answer(
+pub fn answer(
     log: AuditView<'_>,
     scope: Option<&Label>,
     query: &AuditQuery,

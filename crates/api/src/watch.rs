@@ -1,5 +1,5 @@
 //! Watch routes (SPEC W3, W4): a service's or a namespace's changes as newline-delimited JSON
-//! [`Frame`](muster_core::api::Frame)s.
+//! [`Frame`]s.
 //!
 //! ```text
 //!  no from_revision:   snapshot* progress(R) | update* progress* ... [resync | closing]
@@ -29,7 +29,7 @@ use muster_core::{ErrorCode, Revision, ServiceKey, ServiceSnapshot, ServiceUpdat
 use muster_registry::{ReadError, Scope};
 use serde::Deserialize;
 
-use crate::app::App;
+use crate::{Native, WatchBegan};
 use muster_gate::Caller;
 use muster_http::error::ApiError;
 use muster_http::extract::{INDEX_HEADER, QueryParams, Segments};
@@ -40,15 +40,15 @@ use muster_hub::frames;
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct WatchQuery {
+pub struct WatchQuery {
     /// Replay every update after this revision instead of starting with snapshots.
     #[serde(default)]
     from_revision: Option<Revision>,
 }
 
 /// `GET /v1/watch/{tenant}/{namespace}/{service}`.
-pub(crate) async fn watch_service(
-    State(app): State<Arc<App>>,
+pub async fn watch_service(
+    State(app): State<Arc<Native>>,
     caller: Caller,
     peer: Option<Extension<Peer>>,
     segments: Segments,
@@ -60,8 +60,8 @@ pub(crate) async fn watch_service(
 }
 
 /// `GET /v1/watch/{tenant}/{namespace}`.
-pub(crate) async fn watch_namespace(
-    State(app): State<Arc<App>>,
+pub async fn watch_namespace(
+    State(app): State<Arc<Native>>,
     caller: Caller,
     peer: Option<Extension<Peer>>,
     segments: Segments,
@@ -80,7 +80,7 @@ enum Beginning {
 }
 
 fn start(
-    app: &Arc<App>,
+    app: &Arc<Native>,
     caller: &Caller,
     source: Option<SocketAddr>,
     scope: Scope,
@@ -136,16 +136,12 @@ fn start(
         Ok((at, beginning, app.gate.subscribe(scope)))
     })?;
 
-    let counters = &app.metrics.watch;
     match &beginning {
-        Beginning::Refused(ReadError::Compacted { .. }) => counters.compactions.inc(),
-        Beginning::Refused(_) => 0,
-        Beginning::Replay(_) => {
-            counters.connects.inc();
-            counters.resumes.inc()
-        }
-        Beginning::Snapshots(_) => counters.connects.inc(),
-    };
+        Beginning::Refused(ReadError::Compacted { .. }) => app.meter.watch_began(WatchBegan::Compacted),
+        Beginning::Refused(_) => {}
+        Beginning::Replay(_) => app.meter.watch_began(WatchBegan::Resumed),
+        Beginning::Snapshots(_) => app.meter.watch_began(WatchBegan::Connected),
+    }
     let initial = initial_frames(at, beginning, subscription.is_some());
     let live = futures_util::stream::iter(subscription).flatten();
     let live = match caller.token_ref() {

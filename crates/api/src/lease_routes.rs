@@ -12,8 +12,7 @@ use muster_leader::RenewRefused;
 use muster_registry::{GrantLease, RevokeLease};
 use serde::Deserialize;
 
-use crate::app::App;
-use crate::metrics::renewal;
+use crate::{Native, Renewal};
 use muster_gate::Caller;
 use muster_gate::forward::LeaderCall;
 use muster_http::error::ApiError;
@@ -24,15 +23,15 @@ use muster_http::peer::Peer;
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RevokeQuery {
+pub struct RevokeQuery {
     /// Compare-and-swap on the revision the lease was granted at.
     #[serde(default)]
     expected_revision: Option<Revision>,
 }
 
 /// `POST /v1/leases/{tenant}`.
-pub(crate) async fn grant(
-    State(app): State<Arc<App>>,
+pub async fn grant(
+    State(app): State<Arc<Native>>,
     caller: Caller,
     segments: Segments,
     headers: HeaderMap,
@@ -50,7 +49,7 @@ pub(crate) async fn grant(
 
 /// `PUT /v1/leases/{tenant}/{id}/renew`: no log write. In a cluster the deadline lives on the
 /// leader: a follower forwards the renewal there (SPEC R4).
-pub(crate) async fn renew(State(app): State<Arc<App>>, segments: Segments) -> Result<Json<LeaseReply>, ApiError> {
+pub async fn renew(State(app): State<Arc<Native>>, segments: Segments) -> Result<Json<LeaseReply>, ApiError> {
     let tenant = segments.tenant()?;
     let id = segments.lease()?;
     let call = LeaderCall::Renew {
@@ -70,20 +69,20 @@ pub(crate) async fn renew(State(app): State<Arc<App>>, segments: Segments) -> Re
 const RENEW_QUORUM_MS: u64 = 1_000;
 
 /// Renews on this node, which leads (or is the only node).
-pub(crate) fn renew_here(app: &App, tenant: &muster_core::Label, id: LeaseId) -> Result<LeaseReply, ApiError> {
+pub fn renew_here(app: &Native, tenant: &muster_core::Label, id: LeaseId) -> Result<LeaseReply, ApiError> {
     if app.gate.in_cluster() && app.gate.leader_contact_age_ms().is_none_or(|age| age > RENEW_QUORUM_MS) {
-        app.metrics.renewals.add(Some(tenant), renewal::NO_QUORUM, 1);
+        app.meter.renewed(tenant, Renewal::NoQuorum);
         return Err(ApiError::no_quorum(
             "this node cannot confirm it still leads a quorum; the lease was not extended: retry",
         ));
     }
     let renewed = app.gate.renew(tenant, id);
     let outcome = match &renewed {
-        Ok(_) => renewal::OK,
-        Err(RenewRefused::NotFound) => renewal::LEASE_NOT_FOUND,
-        Err(RenewRefused::NotLeading) => renewal::NO_QUORUM,
+        Ok(_) => Renewal::Ok,
+        Err(RenewRefused::NotFound) => Renewal::LeaseNotFound,
+        Err(RenewRefused::NotLeading) => Renewal::NoQuorum,
     };
-    app.metrics.renewals.add(Some(tenant), outcome, 1);
+    app.meter.renewed(tenant, outcome);
     renewed.map_err(|refused| match refused {
         RenewRefused::NotFound => ApiError::from(Rejection::LeaseNotFound { lease: id }),
         RenewRefused::NotLeading => ApiError::no_quorum("this node no longer leads; retry"),
@@ -93,8 +92,8 @@ pub(crate) fn renew_here(app: &App, tenant: &muster_core::Label, id: LeaseId) ->
 /// `DELETE /v1/leases/{tenant}/{id}[?expected_revision=R]`: the lease's endpoints leave with
 /// reason `deregistered`. Revoking removes what is attached, so the caller needs
 /// `deregister` on every service the lease holds endpoints of (SPEC S2).
-pub(crate) async fn revoke(
-    State(app): State<Arc<App>>,
+pub async fn revoke(
+    State(app): State<Arc<Native>>,
     caller: Caller,
     peer: Option<axum::Extension<Peer>>,
     segments: Segments,

@@ -18,7 +18,7 @@ use muster_core::{Actor, Label};
 use muster_registry::{AclBootstrap, CreateToken, RevokeToken};
 use ring::rand::{SecureRandom, SystemRandom};
 
-use crate::app::App;
+use crate::Native;
 use muster_gate::Caller;
 use muster_http::error::ApiError;
 use muster_http::extract::{JsonBody, Segments};
@@ -26,8 +26,8 @@ use muster_http::peer::Peer;
 
 /// `POST /v1/acl/bootstrap`: the first operator token (`*/*=*` everywhere). Works once per
 /// cluster: after it commits, `409 already_bootstrapped`.
-pub(crate) async fn bootstrap(
-    State(app): State<Arc<App>>,
+pub async fn bootstrap(
+    State(app): State<Arc<Native>>,
     caller: Caller,
 ) -> Result<(StatusCode, Json<TokenSecretReply>), ApiError> {
     require_auth_on(&app)?;
@@ -55,8 +55,8 @@ pub(crate) async fn bootstrap(
 }
 
 /// `POST /v1/acl/tokens`.
-pub(crate) async fn create(
-    State(app): State<Arc<App>>,
+pub async fn create(
+    State(app): State<Arc<Native>>,
     caller: Caller,
     peer: Option<axum::Extension<Peer>>,
     JsonBody(request): JsonBody<TokenCreateRequest>,
@@ -94,8 +94,8 @@ pub(crate) async fn create(
 }
 
 /// `GET /v1/acl/tokens`: the tokens the caller may manage.
-pub(crate) async fn list(
-    State(app): State<Arc<App>>,
+pub async fn list(
+    State(app): State<Arc<Native>>,
     caller: Caller,
     peer: Option<axum::Extension<Peer>>,
 ) -> Result<Json<TokenListReply>, ApiError> {
@@ -113,7 +113,7 @@ pub(crate) async fn list(
 }
 
 /// `GET /v1/acl/self`: the caller's own token.
-pub(crate) async fn whoami(caller: Caller) -> Result<Json<TokenInfo>, ApiError> {
+pub async fn whoami(caller: Caller) -> Result<Json<TokenInfo>, ApiError> {
     caller
         .token_ref()
         .map(|token| Json(info(token)))
@@ -122,8 +122,8 @@ pub(crate) async fn whoami(caller: Caller) -> Result<Json<TokenInfo>, ApiError> 
 
 /// `DELETE /v1/acl/tokens/{accessor}`: from the revision it commits at, every node refuses the
 /// token, and streams it opened end with an error frame.
-pub(crate) async fn revoke(
-    State(app): State<Arc<App>>,
+pub async fn revoke(
+    State(app): State<Arc<Native>>,
     caller: Caller,
     peer: Option<axum::Extension<Peer>>,
     segments: Segments,
@@ -153,7 +153,7 @@ pub(crate) async fn revoke(
 
 /// Tokens are made only with authentication on: made while it is off (when anyone on the
 /// host could), a token would outlive that and hold power once it is turned on.
-fn require_auth_on(app: &App) -> Result<(), ApiError> {
+fn require_auth_on(app: &Native) -> Result<(), ApiError> {
     if app.gate.auth.enabled {
         return Ok(());
     }
@@ -165,7 +165,7 @@ fn require_auth_on(app: &App) -> Result<(), ApiError> {
 
 /// Managing `tenant`'s tokens needs `admin` on the whole tenant; operator tokens (`None`)
 /// need an operator's `admin`.
-fn require_admin(app: &App, caller: &Caller, peer: Option<&Peer>, tenant: Option<&Label>) -> Result<(), ApiError> {
+fn require_admin(app: &Native, caller: &Caller, peer: Option<&Peer>, tenant: Option<&Label>) -> Result<(), ApiError> {
     app.gate.require(
         caller,
         peer,

@@ -8,14 +8,14 @@ use axum::Json;
 use axum::extract::State;
 use muster_core::api::StatusReply;
 
-use crate::app::App;
+use crate::Native;
 use crate::policy;
 use muster_gate::Caller;
 
 /// `GET /v1/status`.
 /// Open (readiness probes need no token), so it names only the services the caller may
 /// read: none for an anonymous caller when authentication is on (SPEC S3).
-pub(crate) async fn status(State(app): State<Arc<App>>, caller: Caller) -> Json<StatusReply> {
+pub async fn status(State(app): State<Arc<Native>>, caller: Caller) -> Json<StatusReply> {
     let node = app.gate.status();
     Json(StatusReply {
         node_id: node.node_id,

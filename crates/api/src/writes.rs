@@ -14,7 +14,7 @@ use muster_core::api::{
 use muster_core::{Actor, InstanceId, ServiceKey};
 use muster_registry::{Deregister, Drain, LeaseSpec, Register, SetServing, Target};
 
-use crate::app::App;
+use crate::Native;
 use muster_gate::Caller;
 use muster_gate::forward::LeaderCall;
 use muster_http::error::ApiError;
@@ -29,8 +29,8 @@ fn target(key: ServiceKey, instance: InstanceId, incarnation: muster_core::Incar
 }
 
 /// `PUT /v1/registry/{tenant}/{namespace}/{service}/{instance}`.
-pub(crate) async fn register(
-    State(app): State<Arc<App>>,
+pub async fn register(
+    State(app): State<Arc<Native>>,
     caller: Caller,
     segments: Segments,
     headers: HeaderMap,
@@ -54,8 +54,8 @@ pub(crate) async fn register(
 }
 
 /// `PUT .../{instance}/serving`.
-pub(crate) async fn set_serving(
-    State(app): State<Arc<App>>,
+pub async fn set_serving(
+    State(app): State<Arc<Native>>,
     caller: Caller,
     segments: Segments,
     headers: HeaderMap,
@@ -76,8 +76,8 @@ pub(crate) async fn set_serving(
 /// `POST .../{instance}/drain`: speaks as the owner unless the caller says otherwise. A grace
 /// is committed with the drain (the registry records its deadline), so whichever node leads
 /// when it ends deregisters the instance (SPEC L6).
-pub(crate) async fn drain(
-    State(app): State<Arc<App>>,
+pub async fn drain(
+    State(app): State<Arc<Native>>,
     caller: Caller,
     segments: Segments,
     headers: HeaderMap,
@@ -96,8 +96,8 @@ pub(crate) async fn drain(
 }
 
 /// `PUT .../{instance}/check`: a TTL check's report, answered after any change it caused.
-pub(crate) async fn check_report(
-    State(app): State<Arc<App>>,
+pub async fn check_report(
+    State(app): State<Arc<Native>>,
     segments: Segments,
     JsonBody(request): JsonBody<CheckReportRequest>,
 ) -> Result<Json<CheckReportReply>, ApiError> {
@@ -114,8 +114,8 @@ pub(crate) async fn check_report(
 }
 
 /// `PUT .../{instance}/in-flight`: zero requests in flight ends a pending drain grace now.
-pub(crate) async fn in_flight(
-    State(app): State<Arc<App>>,
+pub async fn in_flight(
+    State(app): State<Arc<Native>>,
     segments: Segments,
     JsonBody(request): JsonBody<InFlightRequest>,
 ) -> Result<Json<WriteReply>, ApiError> {
@@ -132,8 +132,8 @@ pub(crate) async fn in_flight(
 }
 
 /// `DELETE .../{instance}?incarnation=N[&expected_revision=R]`.
-pub(crate) async fn deregister(
-    State(app): State<Arc<App>>,
+pub async fn deregister(
+    State(app): State<Arc<Native>>,
     caller: Caller,
     segments: Segments,
     headers: HeaderMap,
