@@ -18,6 +18,8 @@
 //! - `reads` (with `read_cache`, `page_token`, `wait`): a service's set (paged, at a
 //!   revision, blocking with `?index=`), a namespace's services.
 //! - `watch`: the NDJSON watch streams.
+//! - `convergence`: the convergence ledger's shell (SPEC O3): reports, summaries, the
+//!   apply path's changes, the sweeper.
 //! - `status`, `policy` (with the replicated policy's [`PolicyWatch`]), `acl` (tokens and
 //!   bootstrap), `audit` (`GET /v1/audit`), `prometheus_sd` (Prometheus's `http_sd`).
 //!
@@ -30,6 +32,7 @@
 
 pub mod acl;
 pub mod audit;
+pub mod convergence;
 pub mod lease_routes;
 mod page_token;
 pub mod policy;

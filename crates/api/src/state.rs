@@ -62,6 +62,8 @@ pub struct Native {
     /// This node's config file's `[registry]` section: only the initial policy; `status`
     /// reports how the replicated policy differs from it.
     pub(crate) config_policy: RegistryConfig,
+    /// Which revision every subscriber applied (SPEC O3).
+    pub(crate) convergence: Arc<crate::convergence::Convergence>,
     /// Whole-set reads' endpoints, encoded once per service revision.
     pub(crate) read_cache: crate::read_cache::ReadCache,
 }
@@ -74,6 +76,7 @@ impl Native {
         blocking: Arc<BlockingStats>,
         federation: Option<Arc<dyn Federated>>,
         config_policy: RegistryConfig,
+        convergence: Arc<crate::convergence::Convergence>,
     ) -> Native {
         Native {
             gate,
@@ -81,6 +84,7 @@ impl Native {
             blocking,
             federation,
             config_policy,
+            convergence,
             read_cache: crate::read_cache::ReadCache::default(),
         }
     }

@@ -25,9 +25,9 @@ use axum::response::Response;
 use muster_core::{ErrorCode, InstanceId, LeaseId, ServiceKey};
 use serde::{Deserialize, Serialize};
 
-use crate::live;
 use muster_gate::Caller;
 use muster_gate::Gate;
+use muster_gate::live;
 use muster_http::error::ApiError;
 use muster_http::extract::{QueryParams, Segments};
 

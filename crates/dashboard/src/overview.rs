@@ -29,9 +29,9 @@ use muster_core::{Label, Revision, ServiceKey, ServingState};
 use muster_registry::Scope;
 use serde::{Deserialize, Serialize};
 
-use crate::live;
 use muster_gate::Caller;
 use muster_gate::Gate;
+use muster_gate::live;
 use muster_http::error::ApiError;
 use muster_http::extract::QueryParams;
 

@@ -42,6 +42,7 @@ pub mod consistency;
 pub mod forward;
 mod gate;
 pub mod leader;
+pub mod live;
 pub mod parked;
 pub mod rate;
 pub mod tokens;

@@ -33,7 +33,7 @@ pub(crate) struct App {
     #[cfg(feature = "xds")]
     pub(crate) xds: Arc<muster_xds::server::XdsState>,
     /// Which revision every subscriber applied (SPEC O3).
-    pub(crate) convergence: Arc<crate::convergence::Convergence>,
+    pub(crate) convergence: Arc<muster_api::convergence::Convergence>,
     /// The native API's handlers' state (`muster_api`).
     pub(crate) native: Arc<muster_api::Native>,
     /// This region's federation, when configured (SPEC G2).

@@ -35,7 +35,7 @@ impl muster_api::Federated for FederatedReads {
 #[cfg(feature = "xds")]
 pub(crate) struct XdsServing {
     pub(crate) federation: Option<Arc<muster_federation::Federation>>,
-    pub(crate) convergence: Arc<crate::convergence::Convergence>,
+    pub(crate) convergence: Arc<muster_api::convergence::Convergence>,
 }
 
 #[cfg(feature = "xds")]

@@ -54,7 +54,6 @@ mod auth;
 mod bridges;
 mod cluster;
 mod config;
-mod convergence;
 mod dns;
 mod endpoint_log;
 mod join;

@@ -55,10 +55,10 @@ pub(crate) async fn status(
         return Json(reply(&app)).into_response();
     }
     let reader = Arc::clone(&app);
-    muster_dashboard::live::changes_stream(
+    muster_gate::live::changes_stream(
         &app.gate,
         &caller,
-        muster_dashboard::live::DEFAULT_INTERVAL,
+        muster_gate::live::DEFAULT_INTERVAL,
         move || {
             let mut line = serde_json::to_value(reply(&reader))
                 .map_err(|e| ApiError::new(muster_core::ErrorCode::Internal, e.to_string()))?;

@@ -16,12 +16,12 @@ use std::sync::Arc;
 use muster_consensus::{ApplyObserver, Judged};
 use muster_registry::{Applied, Registry};
 
-use crate::convergence::Convergence;
 use crate::dns::DnsFeed;
 use crate::endpoint_log::EndpointLog;
 use crate::leader::LeaderFeed;
 use crate::metrics::MetricsObserver;
 use muster_api::PolicyWatch;
+use muster_api::convergence::Convergence;
 use muster_consul::waiters::Waiters;
 use muster_gate::TokenWatch;
 use muster_gate::audit::AuditLog;

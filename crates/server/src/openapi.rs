@@ -428,7 +428,7 @@ fn convergence_report() {}
 /// A service's subscribers by applied revision, cohort and delivery path, its stragglers and
 /// silent clients, and the commit→applied latency of its last changes (SPEC O3).
 #[utoipa::path(get, path = "/v1/convergence/{tenant}/{namespace}/{service}", tag = "convergence",
-    params(ServicePath, crate::convergence::SummaryQuery),
+    params(ServicePath, muster_api::convergence::SummaryQuery),
     responses((status = 200, description = "This node's subscribers of the service.",
         body = muster_core::convergence::ConvergenceReply), (status = 404, body = ErrorBody)))]
 #[allow(dead_code, reason = "read by the OpenAPI derive only")]

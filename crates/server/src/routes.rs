@@ -18,7 +18,7 @@ use crate::app::App;
 use crate::auth::Need;
 use crate::lab_run::{self, LabState};
 use crate::{auth, membership, metrics, openapi};
-use muster_api::{Native, acl, audit, lease_routes, policy, prometheus_sd, reads, status, watch, writes};
+use muster_api::{Native, acl, audit, convergence, lease_routes, policy, prometheus_sd, reads, status, watch, writes};
 use muster_dashboard::{lease_deadlines, overview, ui};
 use muster_http::error::{ApiError, code_for_status};
 use muster_http::guard::{self, RequestGuard};
@@ -209,14 +209,14 @@ pub(crate) static ROUTES: &[Route] = &[
         shared.native(get(acl::whoami))
     }),
     // Convergence telemetry (SPEC O3).
-    route(Method::POST, "/v1/convergence/report", Need::Authenticated, |_| {
-        post(crate::convergence::report)
+    route(Method::POST, "/v1/convergence/report", Need::Authenticated, |shared| {
+        shared.native(post(convergence::report))
     }),
     route(
         Method::GET,
         "/v1/convergence/{tenant}/{namespace}/{service}",
         Need::Service(Verb::Read),
-        |_| get(crate::convergence::summary),
+        |shared| shared.native(get(convergence::summary)),
     ),
     // The xDS control plane's clients and their acknowledged revisions (SPEC D5): only the
     // streams whose every name the token may read.

@@ -227,7 +227,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
             .expect("a socket address is a valid client id");
         (id, config.dns_zone.tenant.clone())
     });
-    let convergence = Arc::new(crate::convergence::Convergence::new(
+    let convergence = Arc::new(muster_api::convergence::Convergence::new(
         config.convergence.ledger(),
         clock,
         dns_subscriber,
@@ -355,6 +355,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
             .clone()
             .map(|federation| Arc::new(crate::bridges::FederatedReads(federation)) as Arc<dyn muster_api::Federated>),
         config.registry.clone(),
+        Arc::clone(&convergence),
     ));
     let app = Arc::new(App {
         gate,
@@ -477,7 +478,19 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     });
     // One timer for every watch stream's `progress` frames; it ends when the hub closes.
     tokio::spawn(Arc::clone(app.wiring.hub()).run_progress_ticker(app.progress_interval));
-    tokio::spawn(crate::convergence::run_sweeper(Arc::clone(&app), stopping_rx.clone()));
+    // Open xDS streams are live subscribers of what they acknowledged (SPEC O3).
+    #[cfg(feature = "xds")]
+    let alive = {
+        let xds = Arc::clone(&app.xds);
+        move || xds.followed()
+    };
+    #[cfg(not(feature = "xds"))]
+    let alive = Vec::new;
+    tokio::spawn(muster_api::convergence::run_sweeper(
+        Arc::clone(&app.convergence),
+        alive,
+        stopping_rx.clone(),
+    ));
     if let Some(federation) = federation {
         // A served set that changed with no command: staged in the DNS zone, and the xDS
         // sessions that serve it woken (under the registry's read lock).

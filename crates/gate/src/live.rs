@@ -1,5 +1,6 @@
-//! Change streams for the dashboard's views (SPEC U2): a JSON value, re-read on a timer and
-//! sent as newline-delimited JSON whenever it changed.
+//! Change streams of live views (SPEC U2, O3): a JSON value, re-read on a timer and sent as
+//! newline-delimited JSON whenever it changed. The dashboard's views, the cluster's and
+//! convergence summaries use them; each stream is admitted here and ends on revocation.
 //!
 //! ```text
 //!  first line at once ─▶ every `interval`: value = f() ─┬─ same as last sent ─▶ nothing
@@ -47,8 +48,7 @@ use muster_core::api::{ErrorBody, ErrorDetail};
 
 use muster_core::ErrorCode;
 
-use muster_gate::Caller;
-use muster_gate::Gate;
+use crate::{Caller, Gate};
 use muster_http::error::ApiError;
 
 /// The longest an idle stream stays silent: 15 s, under the 30–60 s idle timeouts of common
@@ -78,7 +78,7 @@ where
     F: FnMut() -> Result<serde_json::Value, ApiError> + Send + 'static,
 {
     // A token confined to a tenant holds in its tenant; an operator's in the cluster's.
-    let permit = match gate.admit(caller, caller.confined_to(), muster_gate::Hold::Live, None, || {
+    let permit = match gate.admit(caller, caller.confined_to(), crate::Hold::Live, None, || {
         "live view (stream=true)".to_owned()
     }) {
         Ok(permit) => permit,
@@ -92,7 +92,7 @@ where
     let mut stopping = gate.stopping();
     // A token revoked while the stream is open ends it, as it ends a watch (SPEC S1).
     let revoked: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match caller.token_ref() {
-        Some(token) => Box::pin(muster_gate::revoked_recorded(
+        Some(token) => Box::pin(crate::revoked_recorded(
             Arc::clone(gate),
             Arc::clone(token),
             muster_auth::Verb::Watch,
