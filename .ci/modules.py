@@ -68,6 +68,8 @@ STRICT = {
     "muster-consul",
     "muster-federation",
     "muster-xds",
+    # The server itself, once its last cycle went with the split.
+    "muster-server",
 }
 
 # The adapters: ways in that turn a protocol into calls on the server's parts. None may
@@ -1015,7 +1017,18 @@ def check(root, baseline_path, graph=False, verbose=False):
 
 
 def self_test():
-    """Fake crates in a temporary directory, with known verdicts."""
+    """Fake crates in a temporary directory, with known verdicts. The fakes' muster-server
+    is a crate with listed cycles: the real one's strictness is set aside meanwhile."""
+    strict_server = SERVER in STRICT
+    STRICT.discard(SERVER)
+    try:
+        return self_test_fakes()
+    finally:
+        if strict_server:
+            STRICT.add(SERVER)
+
+
+def self_test_fakes():
     files = {
         # No cycle: a facade that re-exports, children using super:: and crate::, a test
         # module with a back-edge, paths in strings, comments and visibility.

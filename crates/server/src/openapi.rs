@@ -38,14 +38,20 @@ use muster_api::lease_routes::RevokeQuery;
 use muster_api::reads::{ServicesQuery, SnapshotQuery};
 use muster_api::watch::WatchQuery;
 
+use crate::auth::Need;
+
 /// Where the document is served.
 pub(crate) const PATH: &str = "/v1/openapi.json";
 
-/// `GET /v1/openapi.json`.
-pub(crate) async fn document() -> Response {
+/// What each route needs (the route table's `need`): the document marks the operations that
+/// need a token.
+pub(crate) type Needs = fn(&axum::http::Method, &str) -> Option<Need>;
+
+/// `GET /v1/openapi.json`'s reply, built once, with `needs` from the route table.
+pub(crate) fn document(needs: Needs) -> Response {
     static BYTES: OnceLock<Arc<[u8]>> = OnceLock::new();
     let bytes = BYTES.get_or_init(|| {
-        serde_json::to_vec(&build())
+        serde_json::to_vec(&build(needs))
             .expect("the document always serialises")
             .into()
     });
@@ -57,11 +63,11 @@ pub(crate) async fn document() -> Response {
 }
 
 /// The whole document.
-pub(crate) fn build() -> Value {
+pub(crate) fn build(needs: Needs) -> Value {
     let mut document = serde_json::to_value(ApiDoc::openapi()).expect("the document always serialises");
     with_errors(&mut document);
     unsigned_bounds(&mut document);
-    with_security(&mut document);
+    with_security(&mut document, needs);
     document
 }
 
@@ -564,10 +570,10 @@ fn with_errors(document: &mut Value) {
     }
 }
 
-/// Declares the bearer token (SPEC S1) and, from the auth layer's own table
-/// ([`crate::routes::need`]), which operations need one: all but the open ones. A route that
+/// Declares the bearer token (SPEC S1) and, from the auth layer's own table (`needs`: the
+/// route table's `need`), which operations need one: all but the open ones. A route that
 /// table does not know is refused by the server, and is marked as needing a token here.
-fn with_security(document: &mut Value) {
+fn with_security(document: &mut Value, needs: Needs) {
     document["components"]["securitySchemes"] = json!({
         "bearer": {"type": "http", "scheme": "bearer", "description": "A token's secret: `Authorization: Bearer <secret>`."}
     });
@@ -580,7 +586,7 @@ fn with_security(document: &mut Value) {
             let Ok(method) = method.to_uppercase().parse::<axum::http::Method>() else {
                 continue;
             };
-            let open = matches!(crate::routes::need(&method, path), Some(crate::auth::Need::Open));
+            let open = matches!(needs(&method, path), Some(Need::Open));
             if !open {
                 operation["security"] = json!([{"bearer": []}]);
             }
@@ -640,7 +646,7 @@ mod tests {
 
     #[test]
     fn every_operation_answers_errors_with_the_error_body() {
-        let document = build();
+        let document = build(crate::routes::need);
         let mut operations = 0;
         for (path, item) in document["paths"].as_object().unwrap() {
             for (method, operation) in item.as_object().unwrap() {
@@ -665,7 +671,7 @@ mod tests {
 
     #[test]
     fn watches_are_described_as_ndjson_frames() {
-        let document = build();
+        let document = build(crate::routes::need);
         let reply = &document["paths"]["/v1/watch/{tenant}/{namespace}"]["get"]["responses"]["200"];
         assert_eq!(reply["content"][NDJSON]["schema"]["$ref"], "#/components/schemas/Frame");
     }
@@ -687,7 +693,7 @@ mod tests {
                 _ => {}
             }
         }
-        let document = build();
+        let document = build(crate::routes::need);
         let mut missing = Vec::new();
         walk(&document, &document, &mut missing);
         assert!(missing.is_empty(), "unresolved references: {missing:?}");
@@ -697,7 +703,7 @@ mod tests {
     fn unsigned_integers_state_their_real_range() {
         // Found by schemathesis: `in_flight` is a u64, which utoipa spells `int64`, so
         // 2^63 looked out of range although the server rightly accepts it.
-        let document = build();
+        let document = build(crate::routes::need);
         let schemas = &document["components"]["schemas"];
         let in_flight = &schemas["InFlightRequest"]["properties"]["in_flight"];
         assert_eq!(in_flight["format"], "uint64");
@@ -715,7 +721,7 @@ mod tests {
 
     #[test]
     fn only_the_open_routes_go_without_a_token() {
-        let document = build();
+        let document = build(crate::routes::need);
         let paths = &document["paths"];
         assert!(paths["/v1/status"]["get"].get("security").is_none());
         assert!(paths["/v1/openapi.json"]["get"].get("security").is_none());
@@ -727,7 +733,7 @@ mod tests {
 
     #[test]
     fn names_carry_the_label_rules() {
-        let document = build();
+        let document = build(crate::routes::need);
         let label = &document["components"]["schemas"]["Label"];
         assert_eq!(label["pattern"], muster_core::schema::LABEL_PATTERN);
         assert_eq!(label["maxLength"], 63);

@@ -49,7 +49,7 @@ impl Shared {
 
 /// One route, declared once: its method and path template, the right it needs (SPEC S1,
 /// S2), and its handler. The router, the auth layer and the API document
-/// (`openapi::with_security`) all read [`ROUTES`].
+/// (`openapi::build`, given [`need`]) all read [`ROUTES`].
 pub(crate) struct Route {
     pub(crate) method: Method,
     pub(crate) path: &'static str,
@@ -188,7 +188,9 @@ pub(crate) static ROUTES: &[Route] = &[
         Need::Cluster(Verb::Admin),
         |_| delete(membership::remove),
     ),
-    route(Method::GET, openapi::PATH, Need::Open, |_| get(openapi::document)),
+    route(Method::GET, openapi::PATH, Need::Open, |_| {
+        get(async || openapi::document(need))
+    }),
     route(Method::POST, "/v1/acl/bootstrap", Need::Open, |shared| {
         shared.native(post(acl::bootstrap))
     }),

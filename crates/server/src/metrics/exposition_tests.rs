@@ -1,11 +1,17 @@
 //! The encoder's output for the families built per scrape, exactly: names with the
 //! `_total` suffix on counters, labels in the order given, zero rows left out.
 
-use muster_core::Label;
+use muster_core::{Label, Rejection, ServingState};
 use prometheus_client::registry::Registry;
 
 use super::sorted::Sorted;
-use super::*;
+use std::sync::Arc;
+
+use prometheus_client::encoding::prometheus_text;
+
+use super::counters::{Metrics, registration_outcomes, registration_refused, renewal};
+use super::sorted::Row;
+use super::tenants::TenantCounters;
 
 fn tenant(name: &str) -> Label {
     Label::new("tenant", name).unwrap()

@@ -11,7 +11,7 @@ use muster_consensus::{ApplyObserver, Judged};
 use muster_core::{DeleteReason, Event, Rejection};
 use muster_registry::{Applied, Command, Registry};
 
-use super::{Metrics, expiry, fenced, registration_refused};
+use super::counters::{Metrics, expiry, fenced, registration_refused};
 
 /// Counts applied commands' outcomes into [`Metrics`].
 pub(crate) struct MetricsObserver(pub(crate) Arc<Metrics>);

@@ -18,8 +18,8 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-use super::TenantCounters;
 use super::sorted::{Row, Sorted};
+use super::tenants::TenantCounters;
 use crate::app::App;
 use muster_gate::Caller;
 
