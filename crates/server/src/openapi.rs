@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  muster_core wire types ──derive / schema.rs──▶ components.schemas
-//!  operations below (one per route) ──utoipa::path──▶ paths
+//!  the route table (routes::ROUTES): each route's operation below ──utoipa::path──▶ paths
 //!                         └──with_errors──▶ every operation's error replies (ErrorBody)
 //! ```
 //!
@@ -14,11 +14,14 @@
 //! description lists the codes of [`ErrorCode`] with that status.
 //!
 //! # Correctness
-//! The operations are written here, not on the handlers, so the router could gain a route the
-//! document lacks. The integration test `openapi::every_route_is_documented_and_every_documented_route_is_routed`
-//! reads every `.route(...)` in this crate's source and compares it with the document both
-//! ways, then asks a live server for every documented operation and requires that none hits
-//! the router's `no such route` or wrong-method fallback.
+//! The document is assembled from the route table: a route names its operation where it
+//! names its handler and its need, so a route cannot be served undocumented, and only routed
+//! operations are in the document. `each_route_documents_its_own_method_and_path` checks that
+//! each route's operation is its own; the integration test
+//! `openapi::every_route_is_documented_and_every_documented_route_is_routed` still compares
+//! the router's routes with the document both ways, then asks a live server for every
+//! documented operation and requires that none hits the router's `no such route` or
+//! wrong-method fallback.
 
 use std::sync::{Arc, OnceLock};
 
@@ -47,11 +50,12 @@ pub(crate) const PATH: &str = "/v1/openapi.json";
 /// need a token.
 pub(crate) type Needs = fn(&axum::http::Method, &str) -> Option<Need>;
 
-/// `GET /v1/openapi.json`'s reply, built once, with `needs` from the route table.
-pub(crate) fn document(needs: Needs) -> Response {
+/// `GET /v1/openapi.json`'s reply, built once from the route table's `operations` and
+/// `needs`.
+pub(crate) fn document(operations: impl IntoIterator<Item = Operation>, needs: Needs) -> Response {
     static BYTES: OnceLock<Arc<[u8]>> = OnceLock::new();
     let bytes = BYTES.get_or_init(|| {
-        serde_json::to_vec(&build(needs))
+        serde_json::to_vec(&build(operations, needs))
             .expect("the document always serialises")
             .into()
     });
@@ -62,9 +66,39 @@ pub(crate) fn document(needs: Needs) -> Response {
     response
 }
 
-/// The whole document.
-pub(crate) fn build(needs: Needs) -> Value {
-    let mut document = serde_json::to_value(ApiDoc::openapi()).expect("the document always serialises");
+/// One route's part of the document (the route table's `operation`): its operation under its
+/// path and method, and the schemas it names.
+pub(crate) type Operation = fn(&mut utoipa::openapi::OpenApi);
+
+/// The [`Operation`] of the route `P` documents (the `__path_<fn>` struct `#[utoipa::path]`
+/// makes for a documented fn below). Its schemas are collected as `#[derive(OpenApi)]`'s
+/// `paths(...)` collects them.
+pub(crate) fn operation<P>(document: &mut utoipa::openapi::OpenApi)
+where
+    P: utoipa::Path + utoipa::__dev::SchemaReferences + for<'t> utoipa::__dev::Tags<'t>,
+{
+    let mut operation = P::operation();
+    operation
+        .tags
+        .get_or_insert_with(Vec::new)
+        .extend(P::tags().into_iter().map(str::to_owned));
+    document.paths.add_path_operation(P::path(), P::methods(), operation);
+    let mut schemas = Vec::new();
+    P::schemas(&mut schemas);
+    document
+        .components
+        .get_or_insert_with(utoipa::openapi::Components::new)
+        .schemas
+        .extend(schemas);
+}
+
+/// The whole document: every route's `operations`, and what each `needs`.
+pub(crate) fn build(operations: impl IntoIterator<Item = Operation>, needs: Needs) -> Value {
+    let mut api = ApiDoc::openapi();
+    for operation in operations {
+        operation(&mut api);
+    }
+    let mut document = serde_json::to_value(api).expect("the document always serialises");
     with_errors(&mut document);
     unsigned_bounds(&mut document);
     with_security(&mut document, needs);
@@ -78,47 +112,6 @@ pub(crate) fn build(needs: Needs) -> Value {
         description = "Muster's HTTP/JSON API: service registry, leases, watches, cluster. \
                        Requests refuse unknown fields; replies may grow fields.",
         version = "1"
-    ),
-    paths(
-        audit,
-        register,
-        deregister,
-        set_serving,
-        drain,
-        check_report,
-        in_flight,
-        snapshot,
-        services,
-        watch_service,
-        watch_namespace,
-        grant_lease,
-        revoke_lease,
-        renew_lease,
-        status,
-        get_policy,
-        put_policy,
-        metrics,
-        metrics_root,
-        prometheus_sd,
-        xds_clients,
-        convergence_report,
-        convergence_summary,
-        cluster,
-        federation_status,
-        add_member,
-        remove_member,
-        openapi_document,
-        acl_bootstrap,
-        acl_list,
-        acl_create,
-        acl_revoke,
-        acl_self,
-        overview,
-        deadlines,
-        lab_run,
-        ui_redirect,
-        ui_index,
-        ui_asset,
     ),
     // The schemas the operations' parameters name (utoipa collects only bodies' schemas).
     components(schemas(
@@ -641,12 +634,33 @@ fn error_response(status: u16) -> Value {
 mod tests {
     use super::*;
 
+    /// Each route's operation documents that route: its own method under its own path, and
+    /// nothing else (declared once, in the route table).
+    #[test]
+    fn each_route_documents_its_own_method_and_path() {
+        for route in crate::routes::ROUTES {
+            let mut api = utoipa::openapi::OpenApi::default();
+            (route.operation)(&mut api);
+            let paths: Vec<&String> = api.paths.paths.keys().collect();
+            assert_eq!(paths, [route.path], "{} {}", route.method, route.path);
+            let item = serde_json::to_value(&api.paths.paths[route.path]).unwrap();
+            let methods: Vec<String> = item
+                .as_object()
+                .unwrap()
+                .keys()
+                .filter(|key| !matches!(key.as_str(), "parameters" | "summary" | "description" | "servers"))
+                .cloned()
+                .collect();
+            assert_eq!(methods, [route.method.as_str().to_lowercase()], "{}", route.path);
+        }
+    }
+
     /// The content type a watch stream is sent with (`watch.rs`).
     const NDJSON: &str = "application/x-ndjson";
 
     #[test]
     fn every_operation_answers_errors_with_the_error_body() {
-        let document = build(crate::routes::need);
+        let document = build(crate::routes::operations(), crate::routes::need);
         let mut operations = 0;
         for (path, item) in document["paths"].as_object().unwrap() {
             for (method, operation) in item.as_object().unwrap() {
@@ -671,7 +685,7 @@ mod tests {
 
     #[test]
     fn watches_are_described_as_ndjson_frames() {
-        let document = build(crate::routes::need);
+        let document = build(crate::routes::operations(), crate::routes::need);
         let reply = &document["paths"]["/v1/watch/{tenant}/{namespace}"]["get"]["responses"]["200"];
         assert_eq!(reply["content"][NDJSON]["schema"]["$ref"], "#/components/schemas/Frame");
     }
@@ -693,7 +707,7 @@ mod tests {
                 _ => {}
             }
         }
-        let document = build(crate::routes::need);
+        let document = build(crate::routes::operations(), crate::routes::need);
         let mut missing = Vec::new();
         walk(&document, &document, &mut missing);
         assert!(missing.is_empty(), "unresolved references: {missing:?}");
@@ -703,7 +717,7 @@ mod tests {
     fn unsigned_integers_state_their_real_range() {
         // Found by schemathesis: `in_flight` is a u64, which utoipa spells `int64`, so
         // 2^63 looked out of range although the server rightly accepts it.
-        let document = build(crate::routes::need);
+        let document = build(crate::routes::operations(), crate::routes::need);
         let schemas = &document["components"]["schemas"];
         let in_flight = &schemas["InFlightRequest"]["properties"]["in_flight"];
         assert_eq!(in_flight["format"], "uint64");
@@ -721,7 +735,7 @@ mod tests {
 
     #[test]
     fn only_the_open_routes_go_without_a_token() {
-        let document = build(crate::routes::need);
+        let document = build(crate::routes::operations(), crate::routes::need);
         let paths = &document["paths"];
         assert!(paths["/v1/status"]["get"].get("security").is_none());
         assert!(paths["/v1/openapi.json"]["get"].get("security").is_none());
@@ -733,7 +747,7 @@ mod tests {
 
     #[test]
     fn names_carry_the_label_rules() {
-        let document = build(crate::routes::need);
+        let document = build(crate::routes::operations(), crate::routes::need);
         let label = &document["components"]["schemas"]["Label"];
         assert_eq!(label["pattern"], muster_core::schema::LABEL_PATTERN);
         assert_eq!(label["maxLength"], 63);
