@@ -18,7 +18,7 @@ import threading
 
 import schemathesis
 
-# `wait` as the document states it (reads.rs, `SnapshotQuery::wait`).
+# `wait` as the document states it (crates/api/src/reads.rs, `SnapshotQuery::wait`).
 VALID_WAIT = re.compile(r"^[0-9]{1,19}(ms|s|m)?$")
 
 
@@ -27,7 +27,7 @@ def before_call(context, case, kwargs):
     query = case.query
     if not isinstance(query, dict):
         return
-    # A change stream (`stream=true`: the dashboard's views, live.rs) ends only when the
+    # A change stream (`stream=true`: the dashboard's views, crates/gate/src/live.rs) ends only when the
     # server stops, as a watch does; it is fuzzed as its one-shot reply, the same object as
     # the stream's lines (tests/it/dashboard.rs reads a stream's first line).
     if query.get("stream") is True or query.get("stream") == "true":

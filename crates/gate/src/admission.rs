@@ -329,7 +329,7 @@ impl Admission {
     }
 
     /// Whether `holder` has room for a stream to hold `names` xDS names, the stream holding
-    /// `own` of the holder's names already: what [`NameBudget::resize`] would answer for a
+    /// `own` of the holder's names already: what `NameBudget::resize` would answer for a
     /// stream alone in its kind, asked before a request is decoded. It errs only towards
     /// room (a stream's other kinds are not counted), so it refuses nothing the resize
     /// would take. Holds nothing.

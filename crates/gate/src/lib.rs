@@ -27,6 +27,8 @@
 //!   the leader from a follower.
 //! - [`tokens`]: the token table's changes, for streams already open.
 //! - [`parked`]: how blocking queries ended, for the metrics.
+//! - [`live`]: the live views' change streams (the dashboard's, the cluster's, convergence
+//!   summaries), each admitted here and ended when its token is revoked.
 //! - [`clock`]: the server's clock, the one place the daemon reads time.
 //!
 //! Convergence subscribers are not held open by a caller's connection; the convergence

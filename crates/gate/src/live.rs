@@ -17,7 +17,7 @@
 //! per stream and sends nothing while nothing changes.
 //!
 //! # Use
-//! `changes_stream(&app, Duration::from_millis(500), move || Ok(serde_json::to_value(..)?))`
+//! `changes_stream(&gate, &caller, DEFAULT_INTERVAL, move || Ok(serde_json::to_value(..)?), None)`
 //! from a handler, after its own checks: `f` runs first on the handler's task (an error
 //! then is the handler's error reply, not a stream), then on the stream's task.
 //!
@@ -27,8 +27,8 @@
 //!   bytes; `serde_json` maps keep a stable order), so an idle view costs no bandwidth. A
 //!   value with ages in it (convergence's `behind_ms`) names its essence: a change of ages
 //!   alone is sent at most every [`AGES_EVERY`].
-//! - Each stream holds a live-view slot of the node's admission table (`admit`): a
-//!   principal streams at most `admit::LIVE_PER_PRINCIPAL` views, and they count against its
+//! - Each stream holds a live-view slot of the node's admission table (`Gate::admit`): a
+//!   principal streams at most the configured number of live views (the server's 64), and they count against its
 //!   and its tenant's watch budgets. A token revoked meanwhile ends its stream with an
 //!   `unauthenticated` error line, as a watch ends, and the end is on the audit trail.
 //! - A bare newline at least every [`KEEP_ALIVE`] keeps proxies and browsers from timing the

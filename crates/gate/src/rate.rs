@@ -14,7 +14,7 @@
 //!
 //! # Correctness
 //! - A bucket never holds more than `burst` writes, and a refused write takes nothing.
-//! - The table holds at most [`MAX_IDLE`] principals whose buckets are full: a full bucket
+//! - The table holds at most `MAX_IDLE` principals whose buckets are full: a full bucket
 //!   is what a principal never seen before gets, so dropping one changes no verdict.
 
 use std::collections::HashMap;

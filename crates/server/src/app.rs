@@ -1,7 +1,7 @@
-//! What every handler shares: the gate (`muster_gate::Gate`: the registry, the hub, the
-//! leader engine, who may do what, admission and audit), and what the adapters that still
-//! live in this crate keep beside it (metrics, the Consul API's counters, the xDS state, the
-//! convergence ledger, the read cache, the federation).
+//! What the server's own handlers and tasks share: the gate (`muster_gate::Gate`: the
+//! registry, the hub, the leader engine, who may do what, admission and audit), the
+//! `Wiring` handle, and each adapter's state (the native API's, the xDS server's, the
+//! convergence ledger, the federation) with the counters the metrics read.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -30,7 +30,7 @@
 //!   gate); `join`: the proof a new member gives before the leader dials it; `membership`:
 //!   adding and removing members.
 //! - `dns`: the DNS view's feed from the apply path; `xds`: the `[xds]` section and
-//!   `GET /v1/xds/clients`; `convergence`: the ledger's routes and sweeper.
+//!   `GET /v1/xds/clients`.
 //! - `metrics`: `/v1/metrics` (prometheus-client), every adapter's counters;
 //!   `endpoint_log`: every endpoint's changes in the log; `lab_run`: lab runs through the
 //!   binary's [`LabRunner`] hook ([`start_with`]).

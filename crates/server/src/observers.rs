@@ -50,7 +50,7 @@ pub(crate) struct Observers {
     pub(crate) endpoint_log: EndpointLog,
     /// The Consul API's blocking queries, when it is enabled.
     pub(crate) consul: Option<Arc<Waiters>>,
-    /// The xDS streams, when xDS is enabled.
+    /// The xDS hub (its resource cache and the streams' wake-ups), when xDS is enabled.
     #[cfg(feature = "xds")]
     pub(crate) xds: Option<Arc<muster_xds::server::XdsHub>>,
 }

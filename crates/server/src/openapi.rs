@@ -140,7 +140,10 @@ struct ApiDoc;
 /// The path parameters of a namespace.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 struct NamespacePath {
     /// The tenant.
     tenant: Label,
@@ -151,7 +154,10 @@ struct NamespacePath {
 /// The path parameters of a service.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 struct ServicePath {
     /// The tenant.
     tenant: Label,
@@ -164,7 +170,10 @@ struct ServicePath {
 /// The path parameters of an instance.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 struct InstancePath {
     /// The tenant.
     tenant: Label,
@@ -179,7 +188,10 @@ struct InstancePath {
 /// The path parameters of a tenant.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 struct TenantPath {
     /// The tenant.
     tenant: Label,
@@ -188,7 +200,10 @@ struct TenantPath {
 /// The path parameters of a lease.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 struct LeasePath {
     /// The tenant.
     tenant: Label,
@@ -199,7 +214,10 @@ struct LeasePath {
 /// The path parameter of a cluster member.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 struct MemberPath {
     /// The member's node id.
     id: u64,
@@ -208,7 +226,10 @@ struct MemberPath {
 /// The authority a caller speaks with (SPEC L5); see `extract::ACTOR_HEADER`.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Header)]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 struct ActorHeader {
     /// `owner` (may lift a drain), `app` or `checker`.
     #[param(rename = "X-Muster-Actor", value_type = Option<muster_core::Actor>)]
@@ -224,7 +245,10 @@ struct ActorHeader {
     params(muster_dashboard::overview::OverviewQuery),
     responses((status = 200, description = "The overview (with `stream=true`, one per line as `application/x-ndjson`).",
         body = muster_dashboard::overview::OverviewReply)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn overview() {}
 
 /// When each of a service's leased endpoints expires unless renewed (known on the leader).
@@ -232,7 +256,10 @@ fn overview() {}
 #[utoipa::path(get, path = "/v1/deadlines/{tenant}/{namespace}/{service}", tag = "dashboard",
     params(ServicePath, muster_dashboard::lease_deadlines::DeadlinesQuery),
     responses((status = 200, description = "The deadlines.", body = muster_dashboard::lease_deadlines::DeadlinesReply)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn deadlines() {}
 
 /// Run a `muster lab` simulation (SPEC X1) and return its report and SVG plots; one run at a
@@ -242,19 +269,28 @@ fn deadlines() {}
     responses((status = 200, description = "The run.", body = crate::lab_run::LabRun),
               (status = 429, description = "`lab_busy`: a run is under way.", body = ErrorBody),
               (status = 503, description = "`lab_unavailable`: no lab runner in this server.", body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn lab_run() {}
 
 /// The dashboard, at `/ui/`.
 #[utoipa::path(get, path = "/ui", tag = "dashboard",
     responses((status = 308, description = "To `/ui/`.")))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn ui_redirect() {}
 
 /// The dashboard's page.
 #[utoipa::path(get, path = "/ui/", tag = "dashboard",
     responses((status = 200, description = "The page.", content_type = "text/html", body = String)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn ui_index() {}
 
 /// One of the dashboard's files (`app.js`, `style.css`, `index.html`).
@@ -262,7 +298,10 @@ fn ui_index() {}
     params(("asset" = String, Path, description = "The file's name.")),
     responses((status = 200, description = "The file.", content_type = "text/javascript", body = String),
               (status = 404, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn ui_asset() {}
 
 /// Register or re-register an instance incarnation.
@@ -270,7 +309,10 @@ fn ui_asset() {}
     params(InstancePath, ActorHeader), request_body = RegisterRequest,
     responses((status = 200, description = "Committed.", body = WriteReply),
               (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn register() {}
 
 /// Deregister an instance, fenced by its incarnation.
@@ -278,7 +320,10 @@ fn register() {}
     params(InstancePath, DeregisterQuery, ActorHeader),
     responses((status = 200, description = "Committed.", body = WriteReply),
               (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn deregister() {}
 
 /// Set an instance's serving state.
@@ -286,7 +331,10 @@ fn deregister() {}
     params(InstancePath, ActorHeader), request_body = SetServingRequest,
     responses((status = 200, description = "Committed.", body = WriteReply),
               (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn set_serving() {}
 
 /// Drain an instance (SPEC L6), optionally deregistering it after a grace period.
@@ -294,7 +342,10 @@ fn set_serving() {}
     params(InstancePath, ActorHeader), request_body = DrainRequest,
     responses((status = 200, description = "Committed.", body = WriteReply),
               (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn drain() {}
 
 /// Report a TTL check's result.
@@ -302,7 +353,10 @@ fn drain() {}
     params(InstancePath), request_body = CheckReportRequest,
     responses((status = 200, description = "Recorded; any change it caused has committed.", body = CheckReportReply),
               (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn check_report() {}
 
 /// Report how many requests a draining instance still serves.
@@ -310,7 +364,10 @@ fn check_report() {}
     params(InstancePath), request_body = InFlightRequest,
     responses((status = 200, description = "Recorded.", body = WriteReply),
               (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn in_flight() {}
 
 /// One page of a service's endpoint set at one revision; with `index`, a blocking query.
@@ -319,14 +376,20 @@ fn in_flight() {}
     responses((status = 200, description = "The page. `X-Muster-Index` carries the revision read at.", body = SnapshotReply),
               (status = 404, description = "With `revision`: the service did not exist then.", body = ErrorBody),
               (status = 410, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn snapshot() {}
 
 /// The services of a namespace.
 #[utoipa::path(get, path = "/v1/registry/{tenant}/{namespace}", tag = "registry",
     params(NamespacePath, ServicesQuery),
     responses((status = 200, description = "The listing.", body = ServicesReply)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn services() {}
 
 /// Watch one service: newline-delimited JSON frames until the server or the consumer stops.
@@ -334,7 +397,10 @@ fn services() {}
     params(ServicePath, WatchQuery),
     responses((status = 200, description = "A stream of frames, one JSON object a line.", content_type = "application/x-ndjson", body = Frame),
               (status = 429, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn watch_service() {}
 
 /// Watch every service of a namespace.
@@ -342,14 +408,20 @@ fn watch_service() {}
     params(NamespacePath, WatchQuery),
     responses((status = 200, description = "A stream of frames, one JSON object a line.", content_type = "application/x-ndjson", body = Frame),
               (status = 429, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn watch_namespace() {}
 
 /// Grant a lease.
 #[utoipa::path(post, path = "/v1/leases/{tenant}", tag = "leases",
     params(TenantPath, ActorHeader), request_body = GrantLeaseRequest,
     responses((status = 200, description = "Committed, with the lease.", body = WriteReply)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn grant_lease() {}
 
 /// Revoke a lease and every record attached to it.
@@ -357,45 +429,66 @@ fn grant_lease() {}
     params(LeasePath, RevokeQuery, ActorHeader),
     responses((status = 200, description = "Committed.", body = WriteReply),
               (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn revoke_lease() {}
 
 /// Renew a lease (no log write).
 #[utoipa::path(put, path = "/v1/leases/{tenant}/{id}/renew", tag = "leases",
     params(LeasePath),
     responses((status = 200, description = "Renewed.", body = LeaseReply), (status = 404, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn renew_lease() {}
 
 /// This node's status.
 #[utoipa::path(get, path = "/v1/status", tag = "node",
     responses((status = 200, description = "The status.", body = StatusReply)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn status() {}
 
 /// The registry policy in force.
 #[utoipa::path(get, path = "/v1/policy", tag = "node",
     responses((status = 200, description = "The policy and the revision it was committed at.", body = PolicyReplyDoc)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn get_policy() {}
 
 /// Replace the registry policy (the config file's `[registry]` section, as JSON).
 #[utoipa::path(put, path = "/v1/policy", tag = "node",
     params(ActorHeader), request_body(content = Object, description = "The whole policy; omitted settings take their defaults, unknown ones are refused."),
     responses((status = 200, description = "Committed.", body = PolicySetReply)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn put_policy() {}
 
 /// Prometheus metrics.
 #[utoipa::path(get, path = "/v1/metrics", tag = "node",
     responses((status = 200, description = "Prometheus text exposition.", content_type = "text/plain", body = String)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn metrics() {}
 
 /// Prometheus metrics at the path Prometheus scrapes by default (the same as `/v1/metrics`).
 #[utoipa::path(get, path = "/metrics", tag = "node",
     responses((status = 200, description = "Prometheus text exposition.", content_type = "text/plain", body = String)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn metrics_root() {}
 
 /// Prometheus HTTP service discovery (`http_sd_configs`): the target groups of the services the
@@ -404,7 +497,10 @@ fn metrics_root() {}
     params(muster_api::prometheus_sd::SdQuery),
     responses((status = 200, description = "Every matching target group, in a stable order.",
         body = Vec<muster_api::prometheus_sd::TargetGroup>)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn prometheus_sd() {}
 
 /// The xDS control plane's open streams (SPEC D5): per client and resource, the revision sent
@@ -412,7 +508,10 @@ fn prometheus_sd() {}
 #[utoipa::path(get, path = "/v1/xds/clients", tag = "node",
     responses((status = 200, description = "The streams of the tenants the caller sees.",
         body = muster_core::xds_view::ClientsPage)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn xds_clients() {}
 
 /// A subscriber reports the revision it applied for each service it follows (SPEC O3); the
@@ -421,7 +520,10 @@ fn xds_clients() {}
     request_body = muster_core::convergence::ConvergenceReport,
     responses((status = 200, description = "Recorded.", body = muster_core::convergence::ReportReply),
         (status = 403, body = ErrorBody), (status = 429, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn convergence_report() {}
 
 /// A service's subscribers by applied revision, cohort and delivery path, its stragglers and
@@ -430,7 +532,10 @@ fn convergence_report() {}
     params(ServicePath, muster_api::convergence::SummaryQuery),
     responses((status = 200, description = "This node's subscribers of the service.",
         body = muster_core::convergence::ConvergenceReply), (status = 404, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn convergence_summary() {}
 
 /// The Raft group as this node knows it; with `stream=true`, NDJSON lines of the reply plus
@@ -438,7 +543,10 @@ fn convergence_summary() {}
 #[utoipa::path(get, path = "/v1/cluster", tag = "node",
     params(crate::membership::ClusterQuery),
     responses((status = 200, description = "The members.", body = ClusterReply)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn cluster() {}
 
 /// This region's mirrors of its peer regions and its failover decisions (SPEC G2);
@@ -446,53 +554,77 @@ fn cluster() {}
 #[utoipa::path(get, path = "/v1/federation/status", tag = "node",
     responses((status = 200, description = "Peers, imports, lag and decisions.",
         body = muster_core::federation::FederationStatusReply), (status = 404, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn federation_status() {}
 
 /// Add a node (leader only).
 #[utoipa::path(post, path = "/v1/cluster/members", tag = "node",
     request_body = AddMemberRequest,
     responses((status = 200, description = "Added.", body = ClusterReply), (status = 409, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn add_member() {}
 
 /// Remove a node (leader only).
 #[utoipa::path(delete, path = "/v1/cluster/members/{id}", tag = "node",
     params(MemberPath),
     responses((status = 200, description = "Removed.", body = ClusterReply), (status = 409, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn remove_member() {}
 
 /// This document.
 #[utoipa::path(get, path = "/v1/openapi.json", tag = "node",
     responses((status = 200, description = "The OpenAPI document.", body = Object)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn openapi_document() {}
 
 /// Make the first operator token; works once per cluster.
 #[utoipa::path(post, path = "/v1/acl/bootstrap", tag = "acl",
     responses((status = 201, description = "The token; its secret is shown only now.", body = TokenSecretReply),
               (status = 409, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn acl_bootstrap() {}
 
 /// The tokens the caller may see.
 #[utoipa::path(get, path = "/v1/acl/tokens", tag = "acl",
     responses((status = 200, description = "The tokens, by accessor.", body = TokenListReply)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn acl_list() {}
 
 /// Make a token.
 #[utoipa::path(post, path = "/v1/acl/tokens", tag = "acl", request_body = TokenCreateRequest,
     responses((status = 201, description = "The token; its secret is shown only now.", body = TokenSecretReply)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn acl_create() {}
 
 /// Revoke a token: from the revision it commits at, every node refuses it.
 #[utoipa::path(delete, path = "/v1/acl/tokens/{accessor}", tag = "acl",
     params(("accessor" = String, Path, description = "The token's accessor.")),
     responses((status = 200, description = "Committed.", body = TokenRevokeReply), (status = 404, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn acl_revoke() {}
 
 /// The audit trail (SPEC S4): committed mutations and denials, newest first; an operator
@@ -500,20 +632,29 @@ fn acl_revoke() {}
 #[utoipa::path(get, path = "/v1/audit", tag = "audit",
     params(muster_core::api::AuditQuery),
     responses((status = 200, description = "One page of records.", body = muster_core::api::AuditReply)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn audit() {}
 
 /// The caller's own token.
 #[utoipa::path(get, path = "/v1/acl/self", tag = "acl",
     responses((status = 200, description = "The token the request carried.", body = TokenInfo), (status = 404, body = ErrorBody)))]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 fn acl_self() {}
 
 /// `GET /v1/policy`'s reply: `muster_core::api::PolicyReply` with the policy as an object
 /// (its type lives in muster-registry, which the document does not describe field by field).
 #[derive(utoipa::ToSchema)]
 #[schema(as = PolicyReply)]
-#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+#[allow(
+    dead_code,
+    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
+)]
 struct PolicyReplyDoc {
     /// The revision it was committed at (0: the initial policy).
     revision: muster_core::Revision,

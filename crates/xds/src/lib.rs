@@ -9,7 +9,7 @@
 //!                              └──▶ Ledger: per resource sent / acked revision, last NACK
 //! ```
 //!
-//! Pure: no I/O, no clock (times come in as milliseconds). The [`server`] module (feature
+//! Pure: no I/O, no clock (times come in as milliseconds). The `server` module (feature
 //! `server`) runs the gRPC service over the gate, watches the registry and feeds these
 //! machines.
 

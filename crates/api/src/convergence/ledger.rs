@@ -148,7 +148,7 @@ impl Convergence {
 
 /// Forgets long-silent subscribers and keeps the subscribers `alive` names live (open xDS
 /// streams: each node id and the services it follows), until the server stops. Every
-/// `silent_after_ms / 3` (at most [`SWEEP_EVERY`]), so a calm xDS stream never looks silent.
+/// `silent_after_ms / 3` (at most `SWEEP_EVERY`, 10 s), so a calm xDS stream never looks silent.
 pub async fn run_sweeper(
     convergence: Arc<Convergence>,
     alive: impl Fn() -> Vec<(String, Vec<ServiceKey>)> + Send + 'static,

@@ -21,7 +21,7 @@
 //!
 //! State is per node: a client reports to the node it watches, and a node's summary counts
 //! the subscribers that report to it.
-
+//!
 //! # Layout
 //! - `ledger`: [`Convergence`], the ledger's shell, and the sweeper.
 //! - here: `POST /v1/convergence/report` and `GET /v1/convergence/{t}/{ns}/{svc}`.

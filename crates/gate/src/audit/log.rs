@@ -17,7 +17,7 @@
 //! - Sequence numbers increase along each ring (each pushes at the back with the next number
 //!   and drops at the front), so the records below a cursor are found in each by a binary
 //!   search, and merging the two by `seq` gives one order, newest first, for every page.
-//! - A denial counted into an open record ([`super::aggregate`]) changes that record's
+//! - A denial counted into an open record (`super::aggregate`) changes that record's
 //!   `count` and `last_at_ms`, never its `seq`: pages already begun stay where they were.
 //! - A cursor names the start of this log it was issued in (`epoch`): a cursor from another
 //!   node, or from before a restart (whose numbers mean other records), is refused rather
@@ -172,7 +172,7 @@ impl AuditLog {
 
     /// Records a denial (outcome `denied:<code>`): counted into the open record of its key
     /// (source IP, principal, tenant, verb, code, reason) when one was made within the last
-    /// [`DENIAL_INTERVAL_MS`](super::aggregate::DENIAL_INTERVAL_MS), else a new record. The
+    /// `DENIAL_INTERVAL_MS` (`aggregate`), else a new record. The
     /// auth layer calls this for every `unauthenticated` or `permission_denied` answer; the
     /// browser guard for its refusals; the cluster listener for a wrong secret; a stream for
     /// its token's revocation.
@@ -233,7 +233,7 @@ impl AuditLog {
         self.page_visible(filter, cursor, limit, &|_| true)
     }
 
-    /// [`AuditLog::page`] of the records `visible` also admits: what the caller's rules let
+    /// The page of the records `visible` also admits: what the caller's rules let
     /// it read (SPEC S3).
     pub fn page_visible(
         &self,

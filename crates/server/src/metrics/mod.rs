@@ -4,9 +4,9 @@
 //!
 //! ```text
 //!  apply path ──judged──▶ MetricsObserver ──▶ registrations, fenced, expiries   (by tenant)
-//!  handlers ──▶ renewals (lease_routes), denials (App::denied / unauthenticated),
-//!               commit latency (App::propose), watch connects/resumes/compactions (watch),
-//!               blocking queries (reads)
+//!  the native API (muster_api::Meter) ──▶ renewals, watch connects/resumes/compactions;
+//!               blocking queries (shared BlockingStats)
+//!  the gate (muster_gate::Meter) ──▶ denials, commit latency
 //!  leader task ──▶ health transitions, held expiries, checker load (CheckerStats)
 //!  scrape ──▶ a Registry built for this scrape: the live counters above, gauges read now
 //!             (revision, apply lag, leader, watch backlog, DNS answers), and only the
@@ -14,8 +14,8 @@
 //! ```
 //!
 //! # Why a registry per scrape
-//! The counters live here, as plain handles (`Counter`, `Histogram`: an `Arc` around
-//! atomics) or as [`TenantCounters`]; a scrape registers clones of them in a fresh
+//! The counters live in `counters`, as plain handles (`Counter`, `Histogram`: an `Arc` around
+//! atomics) or as `TenantCounters`; a scrape registers clones of them in a fresh
 //! `Registry` (no global state: several servers in one process, as in the tests and the
 //! simulation, never mix). Building it costs a few dozen small allocations per scrape; what
 //! it buys is that the rows by tenant and by service are filtered to what the caller may see,
