@@ -25,12 +25,20 @@ use muster_http::extract::{JsonBody, Segments};
 use muster_http::peer::Peer;
 
 /// `POST /v1/acl/bootstrap`: the first operator token (`*/*=*` everywhere). Works once per
-/// cluster: after it commits, `409 already_bootstrapped`.
+/// cluster: after it commits, `409 already_bootstrapped`. Only with the bootstrap secret
+/// (`X-Muster-Bootstrap-Secret`) when the server has one, else only from a loopback address
+/// (`Gate::admit_bootstrap`, SPEC S1).
 pub async fn bootstrap(
     State(app): State<Arc<Native>>,
     caller: Caller,
+    peer: Option<axum::Extension<Peer>>,
+    headers: axum::http::HeaderMap,
 ) -> Result<(StatusCode, Json<TokenSecretReply>), ApiError> {
     require_auth_on(&app)?;
+    let presented = headers
+        .get(muster_core::api::BOOTSTRAP_SECRET_HEADER)
+        .map(|value| value.to_str().unwrap_or_default());
+    app.gate.admit_bootstrap(peer.as_deref(), presented)?;
     let (spec, secret) = new_token(
         None,
         vec![Rule::parse("*/*=*", Effect::Allow).expect("a valid rule")],

@@ -93,7 +93,7 @@ pub struct PeerClient {
     transport: Transport,
     /// `http` or, over mutual TLS, `https`.
     scheme: &'static str,
-    secret: String,
+    secret: muster_core::Secret,
     /// Where this node dials each member: its own `--peers` (which may differ from the
     /// addresses in the membership, e.g. through a proxy); members added later are dialled
     /// at their membership address.
@@ -142,7 +142,7 @@ impl PeerClient {
     /// A client with the cluster `secret`, dialling member ids at the addresses of `dial`,
     /// over mutual TLS with `tls` (and then never in plain).
     pub fn new(
-        secret: String,
+        secret: muster_core::Secret,
         dial: std::collections::BTreeMap<u64, String>,
         tls: Option<std::sync::Arc<muster_tls::ClientConfig>>,
     ) -> PeerClient {
@@ -161,7 +161,7 @@ impl PeerClient {
 
     /// A client whose requests travel over `transport` instead of HTTP.
     pub fn with_transport(
-        secret: String,
+        secret: muster_core::Secret,
         dial: std::collections::BTreeMap<u64, String>,
         transport: std::sync::Arc<dyn PeerTransport>,
     ) -> PeerClient {
@@ -253,7 +253,7 @@ impl PeerClient {
             .method(Method::POST)
             .uri(format!("{}://{addr}{path}", self.scheme))
             .header(hyper::header::CONTENT_TYPE, body.content_type)
-            .header(SECRET_HEADER, &self.secret)
+            .header(SECRET_HEADER, self.secret.expose())
             .body(Full::new(Bytes::from(body.bytes)))
             .map_err(|e| CallError::Unreachable(e.to_string()))?;
         let response = client

@@ -74,7 +74,7 @@ pub struct ClusterConfig {
     /// Every voter: id → `host:port` of its cluster listener.
     pub members: BTreeMap<u64, String>,
     /// The shared secret.
-    pub secret: String,
+    pub secret: muster_core::Secret,
     /// Mutual TLS to the other members' cluster listeners (`https://`): verifies them
     /// against the cluster CA and presents this node's certificate. `None`: plain HTTP.
     pub tls: Option<std::sync::Arc<muster_tls::ClientConfig>>,
@@ -331,7 +331,7 @@ pub struct Node {
     opened: tokio::time::Instant,
     last_contact_ms: Arc<std::sync::atomic::AtomicU64>,
     /// The cluster secret (none for a group of one: it serves no peers).
-    secret: Option<Arc<str>>,
+    secret: Option<muster_core::Secret>,
     raft: Raft<TypeConfig>,
     shared: Arc<Shared>,
     /// The log's writer thread, joined by `shutdown` so the database is closed when it returns.
@@ -454,7 +454,7 @@ impl Node {
             opened: tokio::time::Instant::now(),
             last_contact_ms: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
             id: cluster.node_id,
-            secret: Some(Arc::from(cluster.secret.as_str())),
+            secret: Some(cluster.secret.clone()),
             raft,
             shared,
             log_writer,
@@ -725,9 +725,7 @@ impl Node {
     /// Whether `secret` is this cluster's secret (constant time in its length). A group of
     /// one has no secret and accepts no node-to-node request.
     pub fn accepts_secret(&self, secret: &str) -> bool {
-        let Some(expected) = &self.secret else { return false };
-        let (a, b) = (expected.as_bytes(), secret.as_bytes());
-        a.len() == b.len() && a.iter().zip(b).fold(0_u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        self.secret.as_ref().is_some_and(|expected| expected.matches(secret))
     }
 
     /// Serves one node-to-node request (the body of `POST /raft/{rpc}`: JSON, or for

@@ -44,6 +44,10 @@
 
 use std::collections::BTreeMap;
 
+/// The header `POST /v1/acl/bootstrap` carries the bootstrap secret in (`[auth]
+/// bootstrap_secret_file`, SPEC S1).
+pub const BOOTSTRAP_SECRET_HEADER: &str = "x-muster-bootstrap-secret";
+
 use serde::{Deserialize, Serialize};
 
 use crate::check::CheckStatus;

@@ -22,6 +22,7 @@
 //! - [`ids`]: revisions, incarnations, lease ids, digests.
 //! - [`event`]: events, per-service updates and snapshots.
 //! - [`error`]: [`Rejection`], every refusal with its stable code.
+//! - [`secret`]: [`Secret`], a secret's text that shows itself as `<redacted>`.
 //! - [`api`]: the HTTP/JSON bodies and watch frames; [`xds_view`]: `GET /v1/xds/clients`'s.
 //! - `schema` (feature `openapi`): the OpenAPI schemas of the types with hand-written serde.
 //!
@@ -44,6 +45,7 @@ pub mod limits;
 pub mod name;
 #[cfg(feature = "openapi")]
 pub mod schema;
+pub mod secret;
 pub mod spec;
 pub mod xds_view;
 
@@ -57,4 +59,5 @@ pub use ids::{Digest, Incarnation, LeaseId, Revision};
 pub use labels::Labels;
 pub use limits::Limits;
 pub use name::{DEFAULT_TENANT, InstanceId, Label, NamespaceKey, Principal, ServiceKey};
+pub use secret::Secret;
 pub use spec::{AddressSpec, Attributes, EndpointSpec, LocalitySpec, PortSpec};

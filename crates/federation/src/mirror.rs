@@ -116,7 +116,7 @@ enum Ended {
 async fn follow(gate: &Gate, federation: &Federation, peer: &Peer, import: &ImportScope) {
     let mut builder = Client::builder(peer.url.clone());
     if let Some(token) = &peer.token {
-        builder = builder.token(token.clone());
+        builder = builder.token(token.expose());
     }
     let client = match builder.build() {
         Ok(client) => client,

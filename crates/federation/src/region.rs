@@ -62,7 +62,7 @@ pub struct PeerConfig {
     pub tenant: String,
     /// A token of the peer with `watch` on what is imported, when the peer has auth on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token: Option<String>,
+    pub token: Option<muster_core::Secret>,
 }
 
 fn default_tenant() -> String {
@@ -74,7 +74,7 @@ fn default_tenant() -> String {
 pub(crate) struct Peer {
     pub(crate) name: Label,
     pub(crate) url: String,
-    pub(crate) token: Option<String>,
+    pub(crate) token: Option<muster_core::Secret>,
     pub(crate) imports: Vec<ImportScope>,
 }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use muster_auth::{Denial, Request, Scope, Token, Verb};
-use muster_core::{Label, Principal, ServiceKey};
+use muster_core::{Label, Principal, Secret, ServiceKey};
 use serde::{Deserialize, Serialize};
 
 /// The principal of every request while authentication is off (SPEC S1).
@@ -18,6 +18,13 @@ pub struct AuthConfig {
     /// Every route but `/v1/status`, `/v1/openapi.json` and `/v1/acl/bootstrap` needs a token
     /// (or a client certificate bound to one); non-loopback binds are allowed.
     pub enabled: bool,
+    /// A file holding the secret `POST /v1/acl/bootstrap` requires (header
+    /// `X-Muster-Bootstrap-Secret`, `muster acl bootstrap --bootstrap-secret`), at least 16
+    /// bytes, so that a stranger who reaches a fresh cluster first cannot make its operator
+    /// token. Unset, the server takes the secret from `MUSTER_BOOTSTRAP_SECRET` when that is
+    /// set; with neither, bootstrap is accepted only from a loopback address (SPEC S1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bootstrap_secret_file: Option<std::path::PathBuf>,
 }
 
 /// Whose authority a request carries.
@@ -172,9 +179,53 @@ pub fn bearer_secret(value: &str) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !secret.is_empty()).then_some(secret)
 }
 
+/// The verdict on a bootstrap (`POST /v1/acl/bootstrap`, SPEC S1), pure: with a bootstrap
+/// `secret` configured, only a request presenting it may make the first operator token,
+/// from anywhere; without one, only a request from a loopback `source` (the operator on the
+/// node itself), so that a stranger who reaches a fresh cluster first cannot win it. `Err`
+/// says why, for the refusal and the audit trail.
+pub fn bootstrap_verdict(
+    secret: Option<&Secret>,
+    source: Option<std::net::IpAddr>,
+    presented: Option<&str>,
+) -> Result<(), &'static str> {
+    match (secret, presented) {
+        (Some(secret), Some(presented)) if secret.matches(presented) => Ok(()),
+        (Some(_), Some(_)) => Err("the bootstrap secret (X-Muster-Bootstrap-Secret) is not this cluster's"),
+        (Some(_), None) => Err("bootstrap needs the bootstrap secret in X-Muster-Bootstrap-Secret \
+             (muster acl bootstrap --bootstrap-secret)"),
+        (None, _) if source.is_some_and(|ip| ip.is_loopback()) => Ok(()),
+        (None, _) => Err(
+            "bootstrap is accepted only from a loopback address when no bootstrap secret is set \
+             ([auth] bootstrap_secret_file or MUSTER_BOOTSTRAP_SECRET on the server)",
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::bearer_secret;
+    use super::{Secret, bearer_secret, bootstrap_verdict};
+
+    /// Trace (who may do what): with auth on and a network bind, the first caller to reach a
+    /// fresh cluster won `POST /v1/acl/bootstrap` and with it the operator token.
+    #[test]
+    fn a_bootstrap_needs_the_secret_or_a_loopback_source() {
+        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+        let secret = Secret::new("bootstrap-secret-0123456789");
+        let remote = Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7)));
+        let local = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let local6 = Some(IpAddr::V6(Ipv6Addr::LOCALHOST));
+        // No secret set: loopback only.
+        assert!(bootstrap_verdict(None, local, None).is_ok());
+        assert!(bootstrap_verdict(None, local6, None).is_ok());
+        assert!(bootstrap_verdict(None, remote, None).is_err());
+        assert!(bootstrap_verdict(None, None, None).is_err());
+        // A secret set: only with it, from anywhere; loopback alone is not enough.
+        assert!(bootstrap_verdict(Some(&secret), remote, Some("bootstrap-secret-0123456789")).is_ok());
+        assert!(bootstrap_verdict(Some(&secret), local, None).is_err());
+        assert!(bootstrap_verdict(Some(&secret), remote, Some("bootstrap-secret-012345678")).is_err());
+        assert!(bootstrap_verdict(Some(&secret), remote, None).is_err());
+    }
 
     #[test]
     fn the_bearer_scheme_is_case_insensitive_and_needs_a_secret() {

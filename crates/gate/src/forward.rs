@@ -73,7 +73,7 @@ impl ClusterLink {
     #[must_use]
     pub fn new(
         peers: BTreeMap<u64, String>,
-        secret: String,
+        secret: muster_core::Secret,
         tls: Option<Arc<muster_tls::ClientConfig>>,
     ) -> ClusterLink {
         ClusterLink {

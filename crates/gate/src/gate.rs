@@ -28,7 +28,7 @@ use muster_consensus::{ConsensusError, Member, Node, NodeStatus};
 use muster_core::api::{
     AdmissionStatus, CheckReportReply, CheckReportRequest, InFlightRequest, LeaseReply, WriteReply,
 };
-use muster_core::{Actor, ErrorCode, InstanceId, Label, LeaseId, Principal, Rejection, Revision, ServiceKey};
+use muster_core::{Actor, ErrorCode, InstanceId, Label, LeaseId, Principal, Rejection, Revision, Secret, ServiceKey};
 use muster_health::checker::TtlReport;
 use muster_health::target::TargetPolicy;
 use muster_http::error::ApiError;
@@ -77,6 +77,9 @@ pub struct Parts {
     pub audit: Arc<AuditLog>,
     /// Whether requests must authenticate.
     pub auth: AuthConfig,
+    /// The secret `POST /v1/acl/bootstrap` requires, read at start-up (`[auth]
+    /// bootstrap_secret_file` or `MUSTER_BOOTSTRAP_SECRET`); `None`: loopback only.
+    pub bootstrap_secret: Option<Secret>,
     /// The token table's changes (from [`crate::TokenWatch`]).
     pub acl_changes: watch::Receiver<u64>,
     /// Turns true when the server starts stopping.
@@ -101,6 +104,7 @@ pub struct Gate {
     audit: Arc<AuditLog>,
     /// Whether requests must authenticate (SPEC S1).
     pub auth: AuthConfig,
+    bootstrap_secret: Option<Secret>,
     /// Bumped whenever the token table changes or is replaced: open streams re-check their
     /// tokens on it.
     pub acl_changes: watch::Receiver<u64>,
@@ -127,6 +131,7 @@ impl Gate {
             write_rates,
             audit,
             auth,
+            bootstrap_secret,
             acl_changes,
             stopping,
             meter,
@@ -142,6 +147,7 @@ impl Gate {
             write_rates,
             audit,
             auth,
+            bootstrap_secret,
             acl_changes,
             anonymous: Principal::new(crate::caller::ANONYMOUS).expect("'anonymous' is a valid principal"),
             ready: AtomicBool::new(false),
@@ -532,6 +538,15 @@ impl Gate {
             .chain(&certificate.dns_names)
             .map(String::as_str);
         self.node.read(|registry| registry.acl().by_certificate(sans))
+    }
+
+    /// Whether `POST /v1/acl/bootstrap` from `peer`, presenting `presented` (its
+    /// `X-Muster-Bootstrap-Secret`), may make the first operator token (SPEC S1): see
+    /// [`crate::caller::bootstrap_verdict`]. A refusal is audited as `unauthenticated`.
+    pub fn admit_bootstrap(&self, peer: Option<&Peer>, presented: Option<&str>) -> Result<(), ApiError> {
+        let source = peer.map(|peer| peer.addr.ip());
+        crate::caller::bootstrap_verdict(self.bootstrap_secret.as_ref(), source, presented)
+            .map_err(|why| self.unauthenticated(peer, "/v1/acl/bootstrap", why))
     }
 
     /// A `401 unauthenticated`, recorded in the audit trail (SPEC S4).

@@ -29,10 +29,22 @@ use crate::table::Table;
 #[derive(Debug, Clone, Subcommand)]
 pub enum AclCommand {
     /// Make the first operator token of a fresh cluster and print it (works once).
-    Bootstrap(ServerArgs),
+    Bootstrap(BootstrapArgs),
     /// Create, list or revoke tokens (needs an admin token).
     #[command(subcommand)]
     Token(TokenCommand),
+}
+
+/// `muster acl bootstrap`.
+#[derive(Debug, Clone, Args)]
+pub struct BootstrapArgs {
+    /// The server, and how to reach it.
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// The server's bootstrap secret (`[auth] bootstrap_secret_file` there); without one the
+    /// server accepts a bootstrap only from its own host.
+    #[arg(long, env = "MUSTER_BOOTSTRAP_SECRET", value_name = "SECRET", hide_env_values = true)]
+    pub bootstrap_secret: Option<muster_core::Secret>,
 }
 
 /// `muster acl token ...`.
@@ -93,8 +105,9 @@ pub struct TokenRevokeArgs {
 pub async fn run(command: AclCommand, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     match command {
         AclCommand::Bootstrap(args) => {
-            let reply = connect_to(&args.server, args.token.as_deref(), &args.tls)?
-                .acl_bootstrap()
+            let server = &args.server;
+            let reply = connect_to(&server.server, server.token.as_deref(), &server.tls)?
+                .acl_bootstrap(args.bootstrap_secret.as_ref().map(muster_core::Secret::expose))
                 .await?;
             emit(out, json, &reply, || {
                 format!(

@@ -206,8 +206,8 @@ pub struct ServeArgs {
     #[arg(long, env = "MUSTER_PEERS", value_name = "ID=ADDR,...", value_parser = parse_peers)]
     pub peers: Option<std::collections::BTreeMap<u64, String>>,
     /// The secret every node-to-node request carries (at least 16 bytes).
-    #[arg(long, env = "MUSTER_CLUSTER_SECRET", value_name = "S")]
-    pub cluster_secret: Option<String>,
+    #[arg(long, env = "MUSTER_CLUSTER_SECRET", value_name = "S", hide_env_values = true)]
+    pub cluster_secret: Option<muster_core::Secret>,
     /// Serve the HTTP API over TLS with this certificate chain (PEM); needs --tls-key.
     #[arg(long, env = "MUSTER_TLS_CERT", value_name = "PATH")]
     pub tls_cert: Option<PathBuf>,

@@ -82,25 +82,23 @@ pub fn load_config(args: &ServeArgs) -> Result<ServerConfig, CliError> {
     Ok(config)
 }
 
-/// What `--print-config` shows instead of the cluster secret: the output is pasted into
-/// tickets and chats, and the secret admits a process to the cluster's Raft traffic.
-pub const REDACTED: &str = "<redacted>";
+/// What `--print-config` shows instead of a secret (the cluster secret, a federation peer's
+/// token): the output is pasted into tickets and chats. Every secret-bearing setting is a
+/// [`muster_core::Secret`], which serialises as this.
+pub use muster_core::secret::REDACTED;
 
 /// `--print-config`: the effective settings as TOML, every key present that has a value
-/// (unset optional ones, such as `cluster_addr` on a single node, are left out), with the
-/// cluster secret shown as [`REDACTED`].
+/// (unset optional ones, such as `cluster_addr` on a single node, are left out), with every
+/// secret shown as [`REDACTED`].
 pub fn print_config(config: &ServerConfig, out: &mut dyn Write) -> Result<(), CliError> {
-    let mut shown = config.clone();
-    if shown.cluster_secret.is_some() {
-        shown.cluster_secret = Some(REDACTED.to_owned());
-    }
-    let text = config_toml(&shown)?;
+    let text = config_toml(config)?;
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .map_err(|err| CliError::usage("stdout", format!("cannot print the configuration: {err}")))
 }
 
-/// The settings as a TOML document that [`read_config`] reads back into the same value.
+/// The settings as a TOML document that [`read_config`] reads back into the same value, save
+/// its secrets (each [`REDACTED`]).
 pub fn config_toml(config: &ServerConfig) -> Result<String, CliError> {
     toml::to_string(config).map_err(|err| CliError::usage("config", format!("cannot render as TOML: {err}")))
 }

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use muster_consensus::ClusterConfig;
 
-use muster_core::ServiceKey;
 use muster_core::address::host_port;
+use muster_core::{Secret, ServiceKey};
 use muster_dns::ZoneConfig;
 use muster_gate::AuthConfig;
 use muster_health::checker::CheckerConfig;
@@ -64,7 +64,7 @@ pub struct ServerConfig {
     pub peers: BTreeMap<u64, String>,
     /// The secret every node-to-node request carries; required in a cluster (and kept as a
     /// second factor over `cluster_tls`).
-    pub cluster_secret: Option<String>,
+    pub cluster_secret: Option<muster_core::Secret>,
     /// Browser origins (`scheme://host[:port]`) allowed to call the API (SPEC S6): a request
     /// carrying any other `Origin` is refused with `forbidden_origin`. Empty (the default):
     /// no browser may call it; native clients send no `Origin` and are unaffected.
@@ -206,7 +206,38 @@ impl ConvergenceConfig {
 /// option.
 pub(crate) const MIN_SECRET_BYTES: usize = 16;
 
+/// The environment variable that gives the bootstrap secret when `[auth]
+/// bootstrap_secret_file` is unset.
+pub(crate) const BOOTSTRAP_SECRET_ENV: &str = "MUSTER_BOOTSTRAP_SECRET";
+
 impl ServerConfig {
+    /// The secret `POST /v1/acl/bootstrap` requires (SPEC S1): the first line of `[auth]
+    /// bootstrap_secret_file`, else `from_env` (`MUSTER_BOOTSTRAP_SECRET`), else none (then
+    /// bootstrap is accepted from loopback only). At least [`MIN_SECRET_BYTES`]; an error
+    /// names the setting.
+    pub(crate) fn bootstrap_secret(&self, from_env: Option<String>) -> Result<Option<Secret>, String> {
+        let (text, setting) = match &self.auth.bootstrap_secret_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|err| format!("auth.bootstrap_secret_file: cannot read {}: {err}", path.display()))?;
+                (
+                    text.lines().next().unwrap_or_default().trim().to_owned(),
+                    "auth.bootstrap_secret_file",
+                )
+            }
+            None => match from_env {
+                Some(text) if !text.is_empty() => (text, BOOTSTRAP_SECRET_ENV),
+                _ => return Ok(None),
+            },
+        };
+        if text.len() < MIN_SECRET_BYTES {
+            return Err(format!(
+                "{setting}: the bootstrap secret must be at least {MIN_SECRET_BYTES} bytes"
+            ));
+        }
+        Ok(Some(Secret::new(text)))
+    }
+
     /// The consensus layer's view of the cluster settings; `None` for a single node. An error
     /// names the setting.
     pub(crate) fn cluster(&self) -> Result<Option<ClusterConfig>, String> {

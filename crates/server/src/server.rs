@@ -22,6 +22,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::app::App;
+use crate::config::BOOTSTRAP_SECRET_ENV;
 use crate::dns::DnsFeed;
 use crate::join::JoinKey;
 use crate::lab_run::Hooks;
@@ -170,6 +171,10 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
 /// [`start`] with what the binary plugs in: the dashboard's lab runner (SPEC U2).
 pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningServer, ServerError> {
     check(&config)?;
+    // The secret a bootstrap needs (SPEC S1): read before anything opens.
+    let bootstrap_secret = config
+        .bootstrap_secret(std::env::var(BOOTSTRAP_SECRET_ENV).ok())
+        .map_err(ServerError::Config)?;
     let dns_zone = dns::zone(&config)?;
     let clock = ServerClock::start();
     let brakes = config.health.brakes().map_err(ServerError::Config)?;
@@ -212,7 +217,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     };
     let link = cluster.as_ref().map(|c| {
         let advertised = c.members.get(&c.node_id).cloned().unwrap_or_default();
-        let join = Arc::new(JoinKey::new(c.node_id, advertised, &c.secret));
+        let join = Arc::new(JoinKey::new(c.node_id, advertised, c.secret.expose()));
         (
             join,
             ClusterLink::new(c.members.clone(), c.secret.clone(), c.tls.clone()),
@@ -331,6 +336,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         }),
         audit,
         auth: config.auth.clone(),
+        bootstrap_secret,
         acl_changes,
         stopping: stopping_rx.clone(),
         meter: Arc::clone(&metrics) as Arc<dyn muster_gate::Meter>,

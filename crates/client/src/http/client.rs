@@ -664,9 +664,12 @@ impl Client {
         self.call(Method::PUT, "/v1/policy", Some(policy)).await
     }
 
-    /// `POST /v1/acl/bootstrap`: the first operator token; works once per cluster.
-    pub async fn acl_bootstrap(&self) -> Result<TokenSecretReply, ClientError> {
-        self.call(Method::POST, "/v1/acl/bootstrap", None::<&()>).await
+    /// `POST /v1/acl/bootstrap`: the first operator token; works once per cluster, and only
+    /// with the server's bootstrap secret when it has one (else only from its own host).
+    pub async fn acl_bootstrap(&self, bootstrap_secret: Option<&str>) -> Result<TokenSecretReply, ClientError> {
+        let header = bootstrap_secret.map(|secret| (muster_core::api::BOOTSTRAP_SECRET_HEADER, secret));
+        self.call_with(Method::POST, "/v1/acl/bootstrap", None::<&()>, header)
+            .await
     }
 
     /// `POST /v1/acl/tokens`: a new token; its secret is in the reply only.
@@ -738,7 +741,7 @@ impl Client {
         // The opening and, for a refusal, its error body share the bound: a server that sends
         // headers and then stalls must not hang the caller.
         let opening = async {
-            let response = self.send(Method::GET, &path, None).await?;
+            let response = self.send(Method::GET, &path, None, None).await?;
             if response.status().is_success() {
                 return Ok(response);
             }
@@ -759,12 +762,23 @@ impl Client {
         path: &str,
         body: Option<&impl Serialize>,
     ) -> Result<T, ClientError> {
+        self.call_with(method, path, body, None).await
+    }
+
+    /// [`Client::call`] with one more header.
+    async fn call_with<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&impl Serialize>,
+        header: Option<(&'static str, &str)>,
+    ) -> Result<T, ClientError> {
         let body = body
             .map(|body| serde_json::to_vec(body).map(Bytes::from))
             .transpose()
             .map_err(|err| bad_reply(StatusCode::OK, &format!("cannot encode the request: {err}")))?;
         let exchange = async {
-            let response = self.send(method, path, body).await?;
+            let response = self.send(method, path, body, header).await?;
             let status = response.status();
             let bytes = self.read_body(response).await?;
             Ok::<_, ClientError>((status, bytes))
@@ -778,7 +792,13 @@ impl Client {
         serde_json::from_slice(&bytes).map_err(|err| bad_reply(status, &format!("{err} in {}", quote(&bytes))))
     }
 
-    async fn send(&self, method: Method, path: &str, body: Option<Bytes>) -> Result<Response<Body>, ClientError> {
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+        header: Option<(&'static str, &str)>,
+    ) -> Result<Response<Body>, ClientError> {
         let mut request = Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base))
@@ -791,6 +811,9 @@ impl Client {
         }
         if let Some(authorization) = &self.authorization {
             request = request.header(AUTHORIZATION, authorization.clone());
+        }
+        if let Some((name, value)) = header {
+            request = request.header(name, value);
         }
         let request =
             request

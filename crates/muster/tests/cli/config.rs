@@ -66,6 +66,27 @@ fn print_config_redacts_the_cluster_secret() {
     assert!(printed.contains("cluster_secret = \"<redacted>\""), "{printed}");
 }
 
+/// No secret is printed, wherever it is set: every secret-bearing setting (the cluster
+/// secret, a federation peer's token) shows `<redacted>` (SPEC S4).
+#[test]
+fn print_config_redacts_every_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("muster.toml");
+    std::fs::write(
+        &file,
+        "cluster_secret = \"file-cluster-secret-0123456789\"\n\n[federation]\nregion = \"east\"\n\n\
+         [[federation.peer]]\nname = \"west\"\nurl = \"http://127.0.0.1:9\"\nimport = [\"prod/*\"]\n\
+         token = \"peer-token-secret-abcdef\"\n",
+    )
+    .unwrap();
+    let printed = print_config(&["--config", file.to_str().unwrap()]);
+    for secret in ["file-cluster-secret-0123456789", "peer-token-secret-abcdef"] {
+        assert!(!printed.contains(secret), "{secret} printed:\n{printed}");
+    }
+    assert!(printed.contains("cluster_secret = \"<redacted>\""), "{printed}");
+    assert!(printed.contains("token = \"<redacted>\""), "{printed}");
+}
+
 /// Without a file or flags it prints the defaults, every section included, and starts
 /// nothing (it exits at once, with no data dir made).
 #[test]

@@ -359,3 +359,32 @@ fn config_reference_lists_every_default_key() {
         "{generated}"
     );
 }
+
+/// Every secret-bearing setting of every section is a `muster_core::Secret`, whose printing
+/// and serialisation redact (SPEC S4): a setting named for a secret, a token or a password
+/// (but not one naming the file that holds it) with another type would print in full in
+/// `--print-config`, which is pasted into tickets.
+#[test]
+fn every_secret_setting_is_a_redacting_secret() {
+    let mut seen = 0;
+    for (name, section) in structs() {
+        for field in &section.fields {
+            let named_secret = ["secret", "token", "password"]
+                .iter()
+                .any(|word| field.name.contains(word));
+            if !named_secret || field.name.ends_with("_file") {
+                continue;
+            }
+            seen += 1;
+            let ty = unwrap_option(&field.ty);
+            assert!(
+                ty == "Secret" || ty.ends_with("::Secret"),
+                "{name}.{}: a secret-bearing setting of type {} (make it a muster_core::Secret)",
+                field.name,
+                field.ty
+            );
+        }
+    }
+    // The cluster secret and a federation peer's token, at least: the walk saw the sections.
+    assert!(seen >= 2, "only {seen} secret settings found: is SOURCES complete?");
+}

@@ -430,3 +430,86 @@ async fn head_routes_tokens_only_with_auth_on_san_binding_and_revocation_probes(
     .expect(StatusCode::NOT_FOUND);
     assert!(!probe.message().contains("other"), "{}", probe.message());
 }
+
+/// Trace (who may do what): with auth on and a network bind, the first caller to reach a
+/// fresh cluster won `POST /v1/acl/bootstrap` and with it the operator token. With a
+/// bootstrap secret set, only a request carrying it bootstraps, and a refusal commits
+/// nothing and is on the audit trail.
+#[tokio::test]
+async fn with_a_bootstrap_secret_only_its_holder_bootstraps() {
+    const SECRET: &str = "a-bootstrap-secret-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bootstrap.secret");
+    std::fs::write(&file, format!("{SECRET}\n")).unwrap();
+    let server = TestServer::start_with(|config| {
+        config.auth.enabled = true;
+        config.auth.bootstrap_secret_file = Some(file.clone());
+    })
+    .await;
+    let revision = server.revision().await;
+    let without = server
+        .call(Method::POST, "/v1/acl/bootstrap", None)
+        .await
+        .expect(StatusCode::UNAUTHORIZED);
+    assert_eq!(without.code(), "unauthenticated");
+    assert!(
+        without.message().contains("X-Muster-Bootstrap-Secret"),
+        "{}",
+        without.message()
+    );
+    let wrong = server
+        .send(
+            Method::POST,
+            "/v1/acl/bootstrap",
+            None,
+            &[("x-muster-bootstrap-secret", "a-bootstrap-secret-012345678X")],
+        )
+        .await
+        .expect(StatusCode::UNAUTHORIZED);
+    assert_eq!(wrong.code(), "unauthenticated");
+    assert_eq!(server.revision().await, revision, "a refused bootstrap commits nothing");
+
+    let reply = server
+        .send(
+            Method::POST,
+            "/v1/acl/bootstrap",
+            None,
+            &[("x-muster-bootstrap-secret", SECRET)],
+        )
+        .await
+        .expect(StatusCode::CREATED);
+    let operator = reply.body["secret"].as_str().unwrap().to_owned();
+    let audit = as_token(&server, &operator, Method::GET, "/v1/audit?outcome=denied", None)
+        .await
+        .expect(StatusCode::OK);
+    let refused: u64 = audit.body["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|record| record["resource"] == "/v1/acl/bootstrap")
+        .map(|record| record["count"].as_u64().unwrap_or(1))
+        .sum();
+    assert_eq!(refused, 2, "both refusals are on the audit trail: {}", audit.body);
+}
+
+/// A bootstrap secret shorter than 16 bytes, or a file that cannot be read, stops the start
+/// with an error naming the setting.
+#[tokio::test]
+async fn a_short_or_missing_bootstrap_secret_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bootstrap.secret");
+    std::fs::write(&file, "short\n").unwrap();
+    for (path, expected) in [
+        (file.clone(), "at least 16 bytes"),
+        (dir.path().join("absent"), "cannot read"),
+    ] {
+        let mut config = crate::support::test_config(&dir);
+        config.auth.enabled = true;
+        config.auth.bootstrap_secret_file = Some(path);
+        let Err(muster_server::ServerError::Config(message)) = muster_server::start(config).await else {
+            panic!("started with an unusable bootstrap secret file");
+        };
+        assert!(message.contains("auth.bootstrap_secret_file"), "{message}");
+        assert!(message.contains(expected), "{message}");
+    }
+}
