@@ -140,10 +140,7 @@ struct ApiDoc;
 /// The path parameters of a namespace.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(
-    dead_code,
-    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
-)]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
 struct NamespacePath {
     /// The tenant.
     tenant: Label,
@@ -154,10 +151,7 @@ struct NamespacePath {
 /// The path parameters of a service.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(
-    dead_code,
-    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
-)]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
 struct ServicePath {
     /// The tenant.
     tenant: Label,
@@ -170,10 +164,7 @@ struct ServicePath {
 /// The path parameters of an instance.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(
-    dead_code,
-    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
-)]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
 struct InstancePath {
     /// The tenant.
     tenant: Label,
@@ -188,10 +179,7 @@ struct InstancePath {
 /// The path parameters of a tenant.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(
-    dead_code,
-    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
-)]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
 struct TenantPath {
     /// The tenant.
     tenant: Label,
@@ -200,10 +188,7 @@ struct TenantPath {
 /// The path parameters of a lease.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(
-    dead_code,
-    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
-)]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
 struct LeasePath {
     /// The tenant.
     tenant: Label,
@@ -214,10 +199,7 @@ struct LeasePath {
 /// The path parameter of a cluster member.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
-#[allow(
-    dead_code,
-    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
-)]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
 struct MemberPath {
     /// The member's node id.
     id: u64,
@@ -226,17 +208,25 @@ struct MemberPath {
 /// The authority a caller speaks with (SPEC L5); see `extract::ACTOR_HEADER`.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Header)]
-#[allow(
-    dead_code,
-    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
-)]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
 struct ActorHeader {
     /// `owner` (may lift a drain), `app` or `checker`.
     #[param(rename = "X-Muster-Actor", value_type = Option<muster_core::Actor>)]
     actor: Option<String>,
 }
 
-// The operations: one stub per route, read by the derive above and never called.
+/// The bootstrap secret (`[auth] bootstrap_secret_file` on the server, SPEC S1).
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
+struct BootstrapHeader {
+    /// Required when the server has a bootstrap secret; without one, a bootstrap is
+    /// accepted only from a loopback address.
+    #[param(rename = "X-Muster-Bootstrap-Secret")]
+    secret: Option<String>,
+}
+
+// The operations: one stub per route, named by the route table (`routes::ROUTES`) and never called.
 
 /// Every namespace the caller may read, with its services: endpoints per serving state,
 /// revision, watchers, protection. With `stream=true`, NDJSON: a line at once, then one
@@ -590,8 +580,9 @@ fn remove_member() {}
 fn openapi_document() {}
 
 /// Make the first operator token; works once per cluster.
-#[utoipa::path(post, path = "/v1/acl/bootstrap", tag = "acl",
+#[utoipa::path(post, path = "/v1/acl/bootstrap", tag = "acl", params(BootstrapHeader),
     responses((status = 201, description = "The token; its secret is shown only now.", body = TokenSecretReply),
+              (status = 401, body = ErrorBody),
               (status = 409, body = ErrorBody)))]
 #[allow(
     dead_code,
@@ -651,10 +642,7 @@ fn acl_self() {}
 /// (its type lives in muster-registry, which the document does not describe field by field).
 #[derive(utoipa::ToSchema)]
 #[schema(as = PolicyReply)]
-#[allow(
-    dead_code,
-    reason = "documents a route: only its `#[utoipa::path]` struct is read, by the route table"
-)]
+#[allow(dead_code, reason = "read by the OpenAPI derive only")]
 struct PolicyReplyDoc {
     /// The revision it was committed at (0: the initial policy).
     revision: muster_core::Revision,
