@@ -85,6 +85,18 @@ pub async fn create(
             );
         }
     }
+    // Minting stays within the minter (SPEC S2): every right the new rules grant, the
+    // creating token must hold itself, its deny rules included.
+    if let Some(minter) = caller.token_ref() {
+        muster_auth::mint::within(minter.tenant(), &minter.spec.rules, request.tenant.as_ref(), &rules).map_err(
+            |lacking| {
+                ApiError::new(
+                    muster_core::ErrorCode::PermissionDenied,
+                    format!("this token cannot create that token: {lacking}"),
+                )
+            },
+        )?;
+    }
     let (spec, secret) = new_token(request.tenant, rules, request.san, request.description)?;
     spec.validate()
         .map_err(|e| ApiError::new(muster_core::ErrorCode::InvalidField, e))?;

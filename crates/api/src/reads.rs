@@ -153,12 +153,20 @@ pub async fn snapshot(
             };
             // Parked, it holds a slot of its principal's budget in the tenant (SPEC W4).
             let source = peer.map(|peer| peer.addr);
+            let resource = || format!("GET /v1/registry/{key}?index={index}");
             let _permit = app
                 .gate
-                .admit(&caller, Some(&key.tenant), muster_gate::Hold::Parked, source, || {
-                    format!("GET /v1/registry/{key}?index={index}")
-                })?;
-            wait_for_change(&app, &key, index, wait).await;
+                .admit(&caller, Some(&key.tenant), muster_gate::Hold::Parked, source, resource)?;
+            // A revoked token ends the wait with 403 (SPEC S1), as it ends a watch.
+            app.gate
+                .unless_revoked(
+                    &caller,
+                    muster_auth::Verb::Read,
+                    source,
+                    resource,
+                    wait_for_change(&app, &key, index, wait),
+                )
+                .await?;
         }
         (None, Some(_)) => return Err(ApiError::bad_request("wait: only meaningful with index")),
         (None, None) => {}

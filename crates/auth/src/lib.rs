@@ -13,6 +13,7 @@
 //!   deny. The most specific matching rule decides (namespace first, then service; exact
 //!   beats a longer prefix beats a shorter prefix beats `*`); a deny wins a tie; no matching
 //!   rule denies.
+//! - A token creates only tokens within its own rights ([`mint::within`]).
 //! - Secrets are 256 random bits, stored only as SHA-256 hashes, compared in constant time.
 //!   The table is replicated state (the registry holds it; its commands go through the Raft
 //!   log), so every node judges alike.
@@ -22,6 +23,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod mint;
 mod rule;
 mod table;
 mod token;

@@ -39,6 +39,7 @@ use super::ConsulView;
 use super::agent_duration::parse_go_duration;
 use super::error::ConsulError;
 use crate::params::Params;
+use muster_auth::Verb;
 use muster_gate::Hold;
 
 use super::token::{ConsulCaller, FILTERED_HEADER};
@@ -173,7 +174,17 @@ pub(crate) async fn read<R>(
         blocking.wait
     };
     let waiting = app.blocking.begin();
-    let (woken, found) = wait(app, view, wait_for, want, scope, read).await;
+    // A revoked token ends the wait with 403 (SPEC S1); the wait then counts as gone.
+    let (woken, found) = app
+        .gate
+        .unless_revoked(
+            caller.caller(),
+            Verb::Read,
+            caller.source(),
+            || "Consul blocking query".to_owned(),
+            wait(app, view, wait_for, want, scope, read),
+        )
+        .await?;
     waiting.end(woken);
     Ok(found)
 }

@@ -154,9 +154,20 @@ pub(crate) struct Change {
     pub(crate) samples: Vec<u32>,
 }
 
+/// A subscriber: one client over one delivery path (SPEC O3). The same client id over
+/// another path is another subscriber, so no report moves a subscriber between the counted
+/// paths and the DNS listener's, which is not counted.
+pub(crate) type SubscriberId = (ClientId, DeliveryPath);
+
+/// Whether subscribers over `path` count against the bounds: every path but the DNS
+/// listener's (one per server, in the server itself).
+fn counted(path: DeliveryPath) -> bool {
+    path != DeliveryPath::Dns
+}
+
 #[derive(Debug, Default, Clone)]
 pub(crate) struct ServiceLedger {
-    pub(crate) subscribers: HashMap<ClientId, Subscriber>,
+    pub(crate) subscribers: HashMap<SubscriberId, Subscriber>,
     /// Oldest first.
     pub(crate) changes: VecDeque<Change>,
 }
@@ -182,16 +193,51 @@ impl ServiceCopy {
     }
 }
 
+/// How many counted subscribers there are, in all (against `max_subscribers`) and per
+/// tenant (against `max_subscribers_per_tenant`). It changes only where a counted
+/// subscriber enters or leaves a service's map, one for one, so it is the size of that set
+/// by construction; a model-based test checks it.
+#[derive(Debug, Default)]
+struct Census {
+    all: usize,
+    /// A tenant with none is absent.
+    per_tenant: HashMap<Label, usize>,
+}
+
+impl Census {
+    fn added(&mut self, tenant: &Label) {
+        self.all += 1;
+        *self.per_tenant.entry(tenant.clone()).or_default() += 1;
+    }
+
+    /// `n` counted subscribers of `tenant`'s services were forgotten.
+    fn forgotten(&mut self, tenant: &Label, n: usize) {
+        if n == 0 {
+            return;
+        }
+        debug_assert!(n <= self.all, "forgetting {n} of {} counted subscribers", self.all);
+        self.all = self.all.saturating_sub(n);
+        if let Some(count) = self.per_tenant.get_mut(tenant) {
+            debug_assert!(n <= *count, "forgetting {n} of {count} subscribers of {tenant}");
+            *count = count.saturating_sub(n);
+            if *count == 0 {
+                self.per_tenant.remove(tenant);
+            }
+        }
+    }
+
+    fn of(&self, tenant: &Label) -> usize {
+        self.per_tenant.get(tenant).copied().unwrap_or(0)
+    }
+}
+
 /// Subscribers and changes per service. See the crate docs.
 #[derive(Debug, Default)]
 pub struct Ledger {
     config: LedgerConfig,
     services: HashMap<ServiceKey, ServiceLedger>,
-    /// Subscribers counted against `max_subscribers` (the DNS listener is not).
-    subscribers: usize,
-    /// The same, per tenant, against `max_subscribers_per_tenant`; a tenant with none is
-    /// absent.
-    per_tenant: HashMap<Label, usize>,
+    /// The counted subscribers (the DNS listener is not).
+    census: Census,
 }
 
 impl Ledger {
@@ -242,12 +288,12 @@ impl Ledger {
     ) -> Result<ReportOutcome, ReportError> {
         self.admit(path, report)?;
         let mut outcome = ReportOutcome::default();
+        let id: SubscriberId = (report.client_id.clone(), path);
         for entry in &report.applied {
             let service = self.services.entry(entry.service.clone()).or_default();
-            let previous = service.subscribers.get(&report.client_id).map(|s| s.highest);
-            if previous.is_none() && path != DeliveryPath::Dns {
-                self.subscribers += 1;
-                *self.per_tenant.entry(entry.service.tenant.clone()).or_default() += 1;
+            let previous = service.subscribers.get(&id).map(|s| s.highest);
+            if previous.is_none() && counted(path) {
+                self.census.added(&entry.service.tenant);
             }
             let received = entry.received_unix_ms.min(now_ms);
             // The DNS listener applies at commit by construction (the live zone folds a
@@ -266,7 +312,7 @@ impl Ledger {
                 }
             }
             service.subscribers.insert(
-                report.client_id.clone(),
+                id.clone(),
                 Subscriber {
                     cohort: report.cohort.clone(),
                     path,
@@ -291,13 +337,14 @@ impl Ledger {
             });
         }
         // The tenant of each subscriber the report would add.
+        let id: SubscriberId = (report.client_id.clone(), path);
         let mut new: Vec<&Label> = Vec::new();
         for entry in &report.applied {
             let Some(service) = self.services.get(&entry.service) else {
                 new.push(&entry.service.tenant);
                 continue;
             };
-            let known = service.subscribers.get(&report.client_id);
+            let known = service.subscribers.get(&id);
             if known.is_none() {
                 new.push(&entry.service.tenant);
             }
@@ -317,7 +364,7 @@ impl Ledger {
                 }
             }
         }
-        if path == DeliveryPath::Dns {
+        if !counted(path) {
             return Ok(());
         }
         // The tenant's own bound first: a tenant at it is told so, and what it would add
@@ -329,14 +376,14 @@ impl Ledger {
                 continue;
             }
             let adding = new[i..].iter().filter(|t| *t == tenant).count();
-            if self.per_tenant.get(*tenant).copied().unwrap_or(0) + adding > max {
+            if self.census.of(tenant) + adding > max {
                 return Err(ReportError::TooManySubscribersInTenant {
                     tenant: tenant.to_string(),
                     max,
                 });
             }
         }
-        if self.subscribers + new.len() > self.config.max_subscribers {
+        if self.census.all + new.len() > self.config.max_subscribers {
             return Err(ReportError::TooManySubscribers {
                 max: self.config.max_subscribers,
             });
@@ -348,18 +395,26 @@ impl Ledger {
     /// Its clients' records stay until they stop reporting it.
     pub fn released(&mut self, key: &ServiceKey) {
         if let Some(service) = self.services.get_mut(key) {
-            service.subscribers.retain(|_, s| s.path != DeliveryPath::Dns);
+            // Only the DNS listener's records go, and they were never counted.
+            service.subscribers.retain(|(_, path), _| counted(*path));
             if service.subscribers.is_empty() {
                 self.services.remove(key);
             }
         }
     }
 
-    /// `client` is still connected and following `keys` (an xDS stream, which has nothing to
-    /// say between changes): it counts as having just reported them.
-    pub fn touch<'k>(&mut self, client: &ClientId, keys: impl IntoIterator<Item = &'k ServiceKey>, now_ms: u64) {
+    /// `client` is still connected over `path` and following `keys` (an xDS stream, which has
+    /// nothing to say between changes): it counts as having just reported them.
+    pub fn touch<'k>(
+        &mut self,
+        client: &ClientId,
+        path: DeliveryPath,
+        keys: impl IntoIterator<Item = &'k ServiceKey>,
+        now_ms: u64,
+    ) {
+        let id: SubscriberId = (client.clone(), path);
         for key in keys {
-            if let Some(subscriber) = self.services.get_mut(key).and_then(|s| s.subscribers.get_mut(client)) {
+            if let Some(subscriber) = self.services.get_mut(key).and_then(|s| s.subscribers.get_mut(&id)) {
                 subscriber.last_report_ms = now_ms;
             }
         }
@@ -373,28 +428,18 @@ impl Ledger {
     /// Forgets subscribers silent past `forget_after_ms`, and services left without any.
     pub fn sweep(&mut self, now_ms: u64) {
         let forget_after = self.config.forget_after_ms;
-        let per_tenant = &mut self.per_tenant;
-        let mut forgotten = 0;
+        let census = &mut self.census;
         self.services.retain(|key, service| {
-            let mut here = 0;
-            service.subscribers.retain(|_, s| {
+            let mut forgotten = 0;
+            service.subscribers.retain(|(_, path), s| {
                 let keep = s.quiet_ms(now_ms) < forget_after;
                 // Only what was counted is uncounted: the DNS listener never was.
-                here += usize::from(!keep && s.path != DeliveryPath::Dns);
+                forgotten += usize::from(!keep && counted(*path));
                 keep
             });
-            if here > 0
-                && let Some(count) = per_tenant.get_mut(&key.tenant)
-            {
-                *count = count.saturating_sub(here);
-                if *count == 0 {
-                    per_tenant.remove(&key.tenant);
-                }
-            }
-            forgotten += here;
+            census.forgotten(&key.tenant, forgotten);
             !service.subscribers.is_empty()
         });
-        self.subscribers = self.subscribers.saturating_sub(forgotten);
     }
 
     /// Everything known about `key`'s subscribers, against `query`; `current` is the

@@ -1,3 +1,5 @@
+use std::collections::BTreeMap;
+
 use muster_core::convergence::{AppliedRevision, ClientId, Cohort, ConvergenceReport, DeliveryPath};
 use muster_core::{Revision, ServiceKey};
 
@@ -397,7 +399,7 @@ fn an_xds_stream_that_stays_connected_stays_live() {
     ledger
         .report(DeliveryPath::Xds, &report("xds:envoy", None, 1, 0), 0)
         .unwrap();
-    ledger.touch(&ClientId::new("xds:envoy").unwrap(), [&api()], 2_500);
+    ledger.touch(&ClientId::new("xds:envoy").unwrap(), DeliveryPath::Xds, [&api()], 2_500);
     let reply = ledger.summary(&api(), Revision(1), &Query::default(), 5_000);
     assert_eq!((reply.live, reply.silent_total), (1, 0));
 }
@@ -411,4 +413,154 @@ fn the_needed_count_is_the_smallest_share_at_or_above_the_fraction() {
     assert_eq!(needed(0.99, 101), 100);
     assert_eq!(needed(1.0, 10), 10);
     assert_eq!(needed(0.5, 0), 0);
+}
+
+/// The subscribers a ledger holds, as (service, client, path).
+type LiveSet = BTreeSet<(ServiceKey, String, DeliveryPath)>;
+
+/// Every subscriber the ledger holds, as (service, client, path), and how many of them
+/// count (all but the DNS listener's) in all and per tenant.
+fn live_set(ledger: &Ledger) -> (LiveSet, usize, HashMap<Label, usize>) {
+    let mut set = BTreeSet::new();
+    let mut per_tenant: HashMap<Label, usize> = HashMap::new();
+    for (key, service) in &ledger.services {
+        for (client, path) in service.subscribers.keys() {
+            set.insert((key.clone(), client.to_string(), *path));
+            if *path != DeliveryPath::Dns {
+                *per_tenant.entry(key.tenant.clone()).or_default() += 1;
+            }
+        }
+    }
+    let all = per_tenant.values().sum();
+    (set, all, per_tenant)
+}
+
+/// Trace (who may do what): a report under the DNS listener's client id (`dns:<addr>`) over
+/// the watch path moved that id to another path; the subscriber count then wrapped below
+/// zero (release) when the sweep forgot it, and the cap no longer held (a debug build
+/// panicked and ended the sweeper). The same id over another path is another subscriber.
+#[test]
+fn a_report_under_the_dns_listeners_id_is_another_subscriber_and_counts_stay_right() {
+    let mut ledger = Ledger::new(config());
+    let dns = report("dns:127.0.0.1:7053", None, 1, 0);
+    ledger.report(DeliveryPath::Dns, &dns, 0).unwrap();
+    assert_eq!(ledger.census.all, 0, "the DNS listener is not counted");
+    ledger
+        .report(DeliveryPath::Watch, &report("dns:127.0.0.1:7053", None, 1, 0), 0)
+        .unwrap();
+    assert_eq!(ledger.census.all, 1);
+    let (set, all, _) = live_set(&ledger);
+    assert_eq!(set.len(), 2, "two subscribers: {set:?}");
+    assert_eq!(all, 1);
+    // The watch subscriber is forgotten; the DNS listener's record stays, uncounted.
+    ledger.sweep(1_000_000);
+    assert_eq!(ledger.census.all, 0);
+    assert!(ledger.census.per_tenant.is_empty());
+    assert_eq!(live_set(&ledger).0.len(), 1);
+    ledger.released(&api());
+    assert!(!ledger.tracks(&api()));
+    assert_eq!(ledger.census.all, 0);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Report {
+        client: usize,
+        path: DeliveryPath,
+        services: Vec<usize>,
+        revision: u64,
+    },
+    Released {
+        service: usize,
+    },
+    Touch {
+        client: usize,
+        service: usize,
+    },
+    Sweep,
+    Advance {
+        ms: u64,
+    },
+}
+
+const CLIENTS: [&str; 4] = ["app-1", "app-2", "xds:envoy", "dns:127.0.0.1:7053"];
+const PATHS: [DeliveryPath; 3] = [DeliveryPath::Watch, DeliveryPath::Xds, DeliveryPath::Dns];
+
+fn service(i: usize) -> ServiceKey {
+    let (tenant, name) = [("acme", "api"), ("acme", "db"), ("beta", "api")][i];
+    ServiceKey::new(tenant, "prod", name).unwrap()
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        4 => (0..CLIENTS.len(), 0..PATHS.len(), proptest::collection::vec(0..3_usize, 1..3), 1..6_u64)
+            .prop_map(|(client, path, services, revision)| Op::Report { client, path: PATHS[path], services, revision }),
+        1 => (0..3_usize).prop_map(|service| Op::Released { service }),
+        1 => (0..CLIENTS.len(), 0..3_usize).prop_map(|(client, service)| Op::Touch { client, service }),
+        1 => Just(Op::Sweep),
+        2 => (0..40_000_u64).prop_map(|ms| Op::Advance { ms }),
+    ]
+}
+
+proptest::proptest! {
+    /// The census is the size of the live set, in all and per tenant, after any sequence
+    /// of reports (over any path, under any id, the DNS listener's included), releases,
+    /// touches and sweeps; the live set is the model's; and the caps always hold.
+    #[test]
+    fn the_census_is_the_live_set_and_the_caps_hold(ops in proptest::collection::vec(op(), 1..60)) {
+        let config = LedgerConfig {
+            max_subscribers: 5,
+            max_subscribers_per_tenant: 3,
+            ..config()
+        };
+        let mut ledger = Ledger::new(config);
+        // The model: every subscriber, with when it last reported.
+        let mut model: BTreeMap<(ServiceKey, String, DeliveryPath), u64> = BTreeMap::new();
+        let mut now = 0_u64;
+        for op in ops {
+            match op {
+                Op::Report { client, path, services, revision } => {
+                    let report = ConvergenceReport {
+                        client_id: ClientId::new(CLIENTS[client]).unwrap(),
+                        cohort: None,
+                        applied: services.iter().map(|&s| AppliedRevision {
+                            service: service(s),
+                            revision: Revision(revision),
+                            received_unix_ms: now,
+                        }).collect(),
+                    };
+                    if ledger.report(path, &report, now).is_ok() {
+                        for &s in &services {
+                            model.insert((service(s), CLIENTS[client].to_owned(), path), now);
+                        }
+                    }
+                }
+                Op::Released { service: s } => {
+                    ledger.released(&service(s));
+                    model.retain(|(key, _, path), _| !(*key == service(s) && *path == DeliveryPath::Dns));
+                }
+                Op::Touch { client, service: s } => {
+                    ledger.touch(&ClientId::new(CLIENTS[client]).unwrap(), DeliveryPath::Xds, [&service(s)], now);
+                    if let Some(last) = model.get_mut(&(service(s), CLIENTS[client].to_owned(), DeliveryPath::Xds)) {
+                        *last = now;
+                    }
+                }
+                Op::Sweep => {
+                    ledger.sweep(now);
+                    model.retain(|(_, _, path), last| {
+                        *path == DeliveryPath::Dns || now.saturating_sub(*last) < config.forget_after_ms
+                    });
+                }
+                Op::Advance { ms } => now += ms,
+            }
+            let (set, all, per_tenant) = live_set(&ledger);
+            let expected: BTreeSet<_> = model.keys().cloned().collect();
+            proptest::prop_assert_eq!(&set, &expected);
+            proptest::prop_assert_eq!(ledger.census.all, all);
+            proptest::prop_assert_eq!(&ledger.census.per_tenant, &per_tenant);
+            proptest::prop_assert!(all <= config.max_subscribers);
+            proptest::prop_assert!(per_tenant.values().all(|n| *n <= config.max_subscribers_per_tenant));
+        }
+    }
 }

@@ -108,7 +108,7 @@ pub(crate) fn reply(
         let quiet_ms = subscriber.quiet_ms(now_ms);
         if quiet_ms >= config.silent_after_ms {
             silent.push(SilentClient {
-                client_id: id.to_string(),
+                client_id: id.0.to_string(),
                 cohort: subscriber.cohort.as_ref().map(ToString::to_string),
                 path: subscriber.path,
                 revision: subscriber.revision,
@@ -130,7 +130,7 @@ pub(crate) fn reply(
             // Behind since the first change it lacks was committed.
             let lacking = ledger.changes.iter().find(|c| c.revision > subscriber.revision);
             stragglers.push(Straggler {
-                client_id: id.to_string(),
+                client_id: id.0.to_string(),
                 cohort: subscriber.cohort.as_ref().map(ToString::to_string),
                 path: subscriber.path,
                 revision: subscriber.revision,

@@ -781,6 +781,33 @@ impl Gate {
         }
     }
 
+    /// Runs `parked` (a blocking query's wait) unless `caller`'s token is revoked first (SPEC
+    /// S1, W4): then the query ends at once with `403 permission_denied`, recorded as a
+    /// revocation under `resource`, as an open watch ends. A caller without a token waits
+    /// as it is.
+    pub async fn unless_revoked<T>(
+        &self,
+        caller: &Caller,
+        verb: Verb,
+        source: Option<SocketAddr>,
+        resource: impl FnOnce() -> String,
+        parked: impl Future<Output = T>,
+    ) -> Result<T, ApiError> {
+        let Some(token) = caller.token_ref() else {
+            return Ok(parked.await);
+        };
+        tokio::select! {
+            found = parked => Ok(found),
+            () = self.revoked(token) => {
+                self.record_revoked(token, verb, source, resource());
+                Err(ApiError::new(
+                    ErrorCode::PermissionDenied,
+                    "the token was revoked while the query waited",
+                ))
+            }
+        }
+    }
+
     /// Records a stream ended, or refused, because its token was revoked (SPEC S1, S4): a
     /// denial `unauthenticated`, [`REVOKED`], under the token's principal and tenant.
     /// `resource` names the stream (`GET /v1/watch/acme/prod/api`); every kind of stream

@@ -140,7 +140,7 @@ impl Convergence {
         let mut ledger = self.lock();
         for (node, services) in followed {
             if let Ok(client) = ClientId::new(format!("xds:{node}")) {
-                ledger.touch(&client, &services, now);
+                ledger.touch(&client, DeliveryPath::Xds, &services, now);
             }
         }
     }

@@ -513,3 +513,72 @@ async fn a_short_or_missing_bootstrap_secret_is_refused_at_start() {
         assert!(message.contains(expected), "{message}");
     }
 }
+
+/// Trace (who may do what): a query parked on a blocking read (up to 5 minutes) answered
+/// after its token was revoked. It now ends at once with 403, as an open watch does.
+#[tokio::test]
+async fn a_parked_query_ends_with_403_when_its_token_is_revoked() {
+    let server = secured().await;
+    let operator = bootstrap(&server).await;
+    let (accessor, secret) = token(&server, &operator, "acme", &["prod/*=read,watch"], &[]).await;
+    let index = server.revision().await;
+    let path = format!("/v1/registry/acme/prod/api?index={index}&wait=60s");
+    let parked = as_token(&server, &secret, Method::GET, &path, None);
+    let revoke = async {
+        // Revoked once the query is parked (the native API's waiting gauge shows it).
+        let operator_header = [("authorization", format!("Bearer {operator}"))];
+        let headers: Vec<(&str, &str)> = operator_header.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let waiting = crate::support::poll(std::time::Duration::from_millis(20), || async {
+            let (_, text) = server.get_text_with("/v1/metrics", &headers).await;
+            text.contains("muster_blocking_queries_waiting{api=\"native\"} 1")
+                .then_some(())
+        })
+        .await;
+        assert!(waiting.is_some(), "the query never parked");
+        as_token(
+            &server,
+            &operator,
+            Method::DELETE,
+            &format!("/v1/acl/tokens/{accessor}"),
+            None,
+        )
+        .await
+        .expect(StatusCode::OK);
+    };
+    let (reply, ()) = tokio::join!(parked, revoke);
+    let reply = reply.expect(StatusCode::FORBIDDEN);
+    assert_eq!(reply.code(), "permission_denied");
+    assert!(reply.message().contains("revoked"), "{}", reply.message());
+}
+
+/// Trace (who may do what): a token with `admin` on `*/*` but a deny rule minted a token
+/// broader than its own deny rules. Now a token creates only tokens within its rights.
+#[tokio::test]
+async fn a_token_creates_only_tokens_within_its_own_rights() {
+    let server = secured().await;
+    let operator = bootstrap(&server).await;
+    let (_, admin) = token(&server, &operator, "acme", &["*/*=*"], &["prod/payroll=*"]).await;
+    let revision = server.revision().await;
+    let broader = as_token(
+        &server,
+        &admin,
+        Method::POST,
+        "/v1/acl/tokens",
+        Some(json!({"tenant": "acme", "allow": ["prod/*=read"], "deny": []})),
+    )
+    .await
+    .expect(StatusCode::FORBIDDEN);
+    assert_eq!(broader.code(), "permission_denied");
+    assert!(broader.message().contains("prod/payroll"), "{}", broader.message());
+    assert_eq!(server.revision().await, revision, "nothing was created");
+    // Within its rights (the deny copied in), the same token may create it.
+    as_token(
+        &server,
+        &admin,
+        Method::POST,
+        "/v1/acl/tokens",
+        Some(json!({"tenant": "acme", "allow": ["prod/*=read"], "deny": ["prod/payroll=read"]})),
+    )
+    .await
+    .expect(StatusCode::CREATED);
+}

@@ -704,3 +704,62 @@ async fn the_listener_can_be_off_and_a_public_address_needs_authentication() {
     };
     assert!(message.starts_with("consul.addr:"), "{message}");
 }
+
+/// Trace (who may do what): a Consul blocking query parked up to 10 minutes answered after
+/// its token was revoked. It now ends at once with a Consul 403, as a native one does.
+#[tokio::test]
+async fn a_parked_consul_query_ends_with_403_when_its_token_is_revoked() {
+    let server = TestServer::start_with(|config| {
+        config.auth.enabled = true;
+        config.consul.tenant = muster_core::Label::new("tenant", "acme").unwrap();
+        config.consul.namespace = muster_core::Label::new("namespace", "prod").unwrap();
+    })
+    .await;
+    let operator = operator_token(&server).await;
+    let auth = format!("Bearer {operator}");
+    let created = server
+        .send(
+            Method::POST,
+            "/v1/acl/tokens",
+            Some(serde_json::to_vec(&json!({"tenant": "acme", "allow": ["prod/web=read,watch"], "deny": []})).unwrap()),
+            &[("authorization", auth.as_str())],
+        )
+        .await
+        .expect(StatusCode::CREATED);
+    let accessor = created.body["accessor"].as_str().unwrap().to_owned();
+    let reader = created.body["secret"].as_str().unwrap().to_owned();
+    let index = consul(
+        &server,
+        "/v1/health/service/web",
+        &[("x-consul-token", reader.as_str())],
+    )
+    .await
+    .index();
+    // Parked far longer than the helper waits for an answer: only the revocation answers.
+    let path = format!("/v1/health/service/web?index={index}&wait=60s");
+    let headers = [("x-consul-token", reader.as_str())];
+    let parked = consul(&server, &path, &headers);
+    let revoke = async {
+        let waiting = crate::support::poll(std::time::Duration::from_millis(20), || async {
+            let (_, text) = server
+                .get_text_with("/v1/metrics", &[("authorization", auth.as_str())])
+                .await;
+            text.contains("muster_blocking_queries_waiting{api=\"consul\"} 1")
+                .then_some(())
+        })
+        .await;
+        assert!(waiting.is_some(), "the query never parked");
+        server
+            .send(
+                Method::DELETE,
+                &format!("/v1/acl/tokens/{accessor}"),
+                None,
+                &[("authorization", auth.as_str())],
+            )
+            .await
+            .expect(StatusCode::OK);
+    };
+    let (answer, ()) = tokio::join!(parked, revoke);
+    assert_eq!(answer.status, StatusCode::FORBIDDEN, "{}", answer.text());
+    assert!(answer.text().contains("revoked"), "{}", answer.text());
+}
