@@ -41,11 +41,6 @@ impl fmt::Display for Lacking {
 /// The characters of a name (`Pattern::parse`).
 const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789-";
 
-/// The longest suffix tried for a representative: enough while a dimension holds fewer than
-/// 3 × 37 patterns (two tokens of `MAX_RULES` rules hold at most 128; a region the search
-/// cannot reach then needs more patterns than that to hide it).
-const MAX_SUFFIX: usize = 3;
-
 /// One name per region of `patterns`: every exact name, and per prefix (and for none) a
 /// name whose longest matching prefix it is and that is no exact name, when there is one.
 fn representatives<'a>(patterns: impl Iterator<Item = &'a Pattern>) -> Vec<String> {
@@ -63,29 +58,34 @@ fn representatives<'a>(patterns: impl Iterator<Item = &'a Pattern>) -> Vec<Strin
     }
     let mut names: Vec<String> = exacts.iter().cloned().collect();
     for base in std::iter::once(String::new()).chain(prefixes.iter().cloned()) {
-        let fits = |name: &str| {
-            !name.is_empty()
-                && !exacts.contains(name)
-                && !prefixes
-                    .iter()
-                    .any(|p| p.len() > base.len() && name.starts_with(p.as_str()))
-        };
-        let mut level = vec![base.clone()];
-        let mut found = fits(&base).then(|| base.clone());
-        for _ in 0..MAX_SUFFIX {
-            if found.is_some() {
-                break;
-            }
-            let next: Vec<String> = level
-                .iter()
-                .flat_map(|stem| ALPHABET.iter().map(move |c| format!("{stem}{}", char::from(*c))))
-                .collect();
-            found = next.iter().find(|name| fits(name)).cloned();
-            level = next;
-        }
-        names.extend(found);
+        names.extend(member(&base, &prefixes, &exacts));
     }
     names
+}
+
+/// A name whose longest matching prefix pattern is `base` (none: `""`) and that no exact
+/// pattern names, if there is one. Depth first from `base`: a name under a longer prefix
+/// pattern leaves the region with all its extensions; a name that is neither is a member;
+/// only the base and exact names are looked under. The search is complete: every proper
+/// prefix (from `base`) of the region's shortest member is exact or the empty base, so
+/// the search reaches it, and it looks under at most `exacts + 2` names.
+fn member(base: &str, prefixes: &BTreeSet<String>, exacts: &BTreeSet<String>) -> Option<String> {
+    let outside = |name: &str| {
+        prefixes
+            .iter()
+            .any(|p| p.len() > base.len() && name.starts_with(p.as_str()))
+    };
+    let mut stack = vec![base.to_owned()];
+    while let Some(name) = stack.pop() {
+        if outside(&name) {
+            continue;
+        }
+        if !name.is_empty() && !exacts.contains(&name) {
+            return Some(name);
+        }
+        stack.extend(ALPHABET.iter().rev().map(|c| format!("{name}{}", char::from(*c))));
+    }
+    None
 }
 
 /// Whether a token of `minter_tenant` with `minter` rules (sorted by precedence, as a
@@ -224,6 +224,28 @@ mod tests {
         let admin = rules(&[("*/*=admin", Effect::Allow)]);
         let lacking = within(None, &minter, Some(&acme()), &admin).unwrap_err();
         assert_eq!((lacking.verb, lacking.target.as_str()), (Verb::Admin, "*/*"));
+    }
+
+    /// A region found however deep its members lie: here every name of three characters
+    /// or fewer is exact or under a longer prefix, and the region of no prefix still has
+    /// members (111 patterns, within what two tokens of 64 rules can hold).
+    #[test]
+    fn a_region_is_found_however_deep_it_lies() {
+        let mut prefixes = BTreeSet::new();
+        let mut exacts = BTreeSet::new();
+        for stem in ["", "b", "bb"] {
+            for c in ALPHABET.iter().map(|c| char::from(*c)).filter(|c| *c != 'b') {
+                prefixes.insert(format!("{stem}{c}"));
+            }
+            exacts.insert(format!("{stem}b"));
+        }
+        assert_eq!(prefixes.len() + exacts.len(), 111);
+        assert_eq!(member("", &prefixes, &exacts).as_deref(), Some("bbba"));
+        // A region that is empty: every extension of `x` is under a longer prefix, and `x`
+        // itself is exact.
+        let prefixes: BTreeSet<String> = ALPHABET.iter().map(|c| format!("x{}", char::from(*c))).collect();
+        let exacts = BTreeSet::from(["x".to_owned()]);
+        assert_eq!(member("x", &prefixes, &exacts), None);
     }
 
     // The world of the property test: names over "ab" of length 1 or 2 in patterns; the
