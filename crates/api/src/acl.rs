@@ -85,10 +85,14 @@ pub async fn create(
             );
         }
     }
+    let (spec, secret) = new_token(request.tenant, rules, request.san, request.description)?;
+    // The bounds first: the judgment below is quadratic in the rules.
+    spec.validate()
+        .map_err(|e| ApiError::new(muster_core::ErrorCode::InvalidField, e))?;
     // Minting stays within the minter (SPEC S2): every right the new rules grant, the
     // creating token must hold itself, its deny rules included.
     if let Some(minter) = caller.token_ref() {
-        muster_auth::mint::within(minter.tenant(), &minter.spec.rules, request.tenant.as_ref(), &rules).map_err(
+        muster_auth::mint::within(minter.tenant(), &minter.spec.rules, spec.tenant.as_ref(), &spec.rules).map_err(
             |lacking| {
                 ApiError::new(
                     muster_core::ErrorCode::PermissionDenied,
@@ -97,9 +101,6 @@ pub async fn create(
             },
         )?;
     }
-    let (spec, secret) = new_token(request.tenant, rules, request.san, request.description)?;
-    spec.validate()
-        .map_err(|e| ApiError::new(muster_core::ErrorCode::InvalidField, e))?;
     let accessor = spec.accessor.to_string();
     app.gate
         .propose(CreateToken { token: spec }.into(), app.gate.meta(Actor::Owner, &caller))

@@ -22,7 +22,8 @@ pub struct AuthConfig {
     /// `X-Muster-Bootstrap-Secret`, `muster acl bootstrap --bootstrap-secret`), at least 16
     /// bytes, so that a stranger who reaches a fresh cluster first cannot make its operator
     /// token. Unset, the server takes the secret from `MUSTER_BOOTSTRAP_SECRET` when that is
-    /// set; with neither, bootstrap is accepted only from a loopback address (SPEC S1).
+    /// set; with neither, bootstrap is accepted only from a loopback address (SPEC S1), so
+    /// behind a proxy on the same host (every caller then arrives from loopback) set one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bootstrap_secret_file: Option<std::path::PathBuf>,
 }
@@ -220,6 +221,9 @@ mod tests {
         assert!(bootstrap_verdict(None, local6, None).is_ok());
         assert!(bootstrap_verdict(None, remote, None).is_err());
         assert!(bootstrap_verdict(None, None, None).is_err());
+        // An IPv4-mapped address is judged as the gate canonicalises it.
+        let mapped = IpAddr::V6(Ipv4Addr::LOCALHOST.to_ipv6_mapped()).to_canonical();
+        assert!(bootstrap_verdict(None, Some(mapped), None).is_ok());
         // A secret set: only with it, from anywhere; loopback alone is not enough.
         assert!(bootstrap_verdict(Some(&secret), remote, Some("bootstrap-secret-0123456789")).is_ok());
         assert!(bootstrap_verdict(Some(&secret), local, None).is_err());

@@ -544,7 +544,8 @@ impl Gate {
     /// `X-Muster-Bootstrap-Secret`), may make the first operator token (SPEC S1): see
     /// [`crate::caller::bootstrap_verdict`]. A refusal is audited as `unauthenticated`.
     pub fn admit_bootstrap(&self, peer: Option<&Peer>, presented: Option<&str>) -> Result<(), ApiError> {
-        let source = peer.map(|peer| peer.addr.ip());
+        // An IPv4 client of a dual-stack listener arrives as `::ffff:a.b.c.d`.
+        let source = peer.map(|peer| peer.addr.ip().to_canonical());
         crate::caller::bootstrap_verdict(self.bootstrap_secret.as_ref(), source, presented)
             .map_err(|why| self.unauthenticated(peer, "/v1/acl/bootstrap", why))
     }

@@ -225,8 +225,8 @@ impl ServerConfig {
                     "auth.bootstrap_secret_file",
                 )
             }
-            None => match from_env {
-                Some(text) if !text.is_empty() => (text, BOOTSTRAP_SECRET_ENV),
+            None => match from_env.as_deref().map(str::trim) {
+                Some(text) if !text.is_empty() => (text.to_owned(), BOOTSTRAP_SECRET_ENV),
                 _ => return Ok(None),
             },
         };

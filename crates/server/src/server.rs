@@ -172,9 +172,14 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
 pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningServer, ServerError> {
     check(&config)?;
     // The secret a bootstrap needs (SPEC S1): read before anything opens.
-    let bootstrap_secret = config
-        .bootstrap_secret(std::env::var(BOOTSTRAP_SECRET_ENV).ok())
-        .map_err(ServerError::Config)?;
+    // Without authentication there is no bootstrap, and no secret to read.
+    let bootstrap_secret = if config.auth.enabled {
+        config
+            .bootstrap_secret(std::env::var(BOOTSTRAP_SECRET_ENV).ok())
+            .map_err(ServerError::Config)?
+    } else {
+        None
+    };
     let dns_zone = dns::zone(&config)?;
     let clock = ServerClock::start();
     let brakes = config.health.brakes().map_err(ServerError::Config)?;
