@@ -16,6 +16,7 @@ use muster_health::target::TargetPolicy;
 use muster_registry::RegistryConfig;
 use serde::{Deserialize, Serialize};
 
+use crate::ServerError;
 use crate::xds::config::XdsConfig;
 use muster_consul::config::ConsulConfig;
 use muster_federation::FederationConfig;
@@ -215,11 +216,15 @@ impl ServerConfig {
     /// bootstrap_secret_file`, else `from_env` (`MUSTER_BOOTSTRAP_SECRET`), else none (then
     /// bootstrap is accepted from loopback only). At least [`MIN_SECRET_BYTES`]; an error
     /// names the setting.
-    pub(crate) fn bootstrap_secret(&self, from_env: Option<String>) -> Result<Option<Secret>, String> {
+    pub(crate) fn bootstrap_secret(&self, from_env: Option<String>) -> Result<Option<Secret>, ServerError> {
         let (text, setting) = match &self.auth.bootstrap_secret_file {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|err| format!("auth.bootstrap_secret_file: cannot read {}: {err}", path.display()))?;
+                let text = std::fs::read_to_string(path).map_err(|err| {
+                    ServerError::Config(format!(
+                        "auth.bootstrap_secret_file: cannot read {}: {err}",
+                        path.display()
+                    ))
+                })?;
                 (
                     text.lines().next().unwrap_or_default().trim().to_owned(),
                     "auth.bootstrap_secret_file",
@@ -231,9 +236,9 @@ impl ServerConfig {
             },
         };
         if text.len() < MIN_SECRET_BYTES {
-            return Err(format!(
+            return Err(ServerError::Config(format!(
                 "{setting}: the bootstrap secret must be at least {MIN_SECRET_BYTES} bytes"
-            ));
+            )));
         }
         Ok(Some(Secret::new(text)))
     }

@@ -174,9 +174,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     // The secret a bootstrap needs (SPEC S1): read before anything opens.
     // Without authentication there is no bootstrap, and no secret to read.
     let bootstrap_secret = if config.auth.enabled {
-        config
-            .bootstrap_secret(std::env::var(BOOTSTRAP_SECRET_ENV).ok())
-            .map_err(ServerError::Config)?
+        config.bootstrap_secret(std::env::var(BOOTSTRAP_SECRET_ENV).ok())?
     } else {
         None
     };
