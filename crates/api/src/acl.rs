@@ -39,12 +39,11 @@ pub async fn bootstrap(
         .get(muster_core::api::BOOTSTRAP_SECRET_HEADER)
         .map(|value| value.to_str().unwrap_or_default());
     app.gate.admit_bootstrap(peer.as_deref(), presented)?;
-    let (spec, secret) = new_token(
-        None,
+    let rules = for_format(
+        app.gate.format(),
         vec![Rule::parse("*/*=*", Effect::Allow).expect("a valid rule")],
-        None,
-        "bootstrap operator token".into(),
     )?;
+    let (spec, secret) = new_token(None, rules, None, "bootstrap operator token".into())?;
     let accessor = spec.accessor.to_string();
     app.gate
         .propose(
@@ -85,7 +84,14 @@ pub async fn create(
             );
         }
     }
-    let (spec, secret) = new_token(request.tenant, rules, request.san, request.description)?;
+    // An operator token speaks as any role already; `owner` names just that.
+    let role = match (request.role, &request.tenant) {
+        (Some(Actor::Owner), None) | (None, _) => Actor::App,
+        (Some(role), _) => role,
+    };
+    let rules = for_format(app.gate.format(), rules)?;
+    let (mut spec, secret) = new_token(request.tenant, rules, request.san, request.description)?;
+    spec.role = role;
     // The bounds first: the judgment below is quadratic in the rules.
     spec.validate()
         .map_err(|e| ApiError::new(muster_core::ErrorCode::InvalidField, e))?;
@@ -100,6 +106,21 @@ pub async fn create(
                 )
             },
         )?;
+        // Nor may a role widen: an app's token mints no owner (SPEC L5).
+        if !minter.may_speak_as(role) {
+            return Err(ApiError::new(
+                muster_core::ErrorCode::PermissionDenied,
+                format!(
+                    "this token cannot create that token: it speaks as {}, not as {}",
+                    minter.role(),
+                    role
+                ),
+            ));
+        }
+    }
+    // A role is written into the log only once every member knows the field.
+    if role != Actor::App {
+        app.gate.require_format(muster_core::FORMAT, "a token with a role")?;
     }
     let accessor = spec.accessor.to_string();
     app.gate
@@ -172,6 +193,30 @@ pub async fn revoke(
     }))
 }
 
+/// `rules` as the cluster's registry `format` can store them (DESIGN "Formats and
+/// versions"): below format 2 a member may not know the `metrics` verb, so `*` stands for the
+/// verbs it knows and a rule naming `metrics` waits for the upgrade (`409 upgrade_pending`).
+fn for_format(format: u32, rules: Vec<Rule>) -> Result<Vec<Rule>, ApiError> {
+    if format >= 2 {
+        return Ok(rules);
+    }
+    rules
+        .into_iter()
+        .map(|mut rule| {
+            if rule.verbs == muster_auth::Verbs::all() {
+                rule.verbs = rule.verbs.without(Verb::Metrics);
+            } else if rule.verbs.contains(Verb::Metrics) {
+                return Err(ApiError::from(muster_core::Rejection::UpgradePending {
+                    what: "the metrics right".into(),
+                    format,
+                    needed: 2,
+                }));
+            }
+            Ok(rule)
+        })
+        .collect()
+}
+
 /// Tokens are made only with authentication on: made while it is off (when anyone on the
 /// host could), a token would outlive that and hold power once it is turned on.
 fn require_auth_on(app: &Native) -> Result<(), ApiError> {
@@ -221,6 +266,7 @@ fn new_token(
             rules,
             san,
             description,
+            role: Actor::App,
         },
         secret,
     ))
@@ -243,8 +289,10 @@ fn info(token: &Token) -> TokenInfo {
         deny: rules(Effect::Deny),
         san: token.spec.san.clone(),
         description: token.spec.description.clone(),
+        role: token.role(),
         created_at_ms: token.created_at_ms,
         created_by: token.created_by.clone(),
         principal: token.principal(),
     }
 }
+

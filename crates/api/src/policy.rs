@@ -27,7 +27,8 @@ use serde_json::Value;
 use crate::Native;
 use muster_gate::Caller;
 use muster_http::error::ApiError;
-use muster_http::extract::{JsonBody, actor};
+use muster_http::extract::JsonBody;
+use muster_http::peer::Peer;
 
 /// `GET /v1/policy`: the policy in force and the revision it was committed at.
 pub async fn get(State(app): State<Arc<Native>>) -> Json<PolicyReply<RegistryConfig>> {
@@ -43,10 +44,11 @@ pub async fn get(State(app): State<Arc<Native>>) -> Json<PolicyReply<RegistryCon
 pub async fn put(
     State(app): State<Arc<Native>>,
     caller: Caller,
+    peer: Option<axum::Extension<Peer>>,
     headers: HeaderMap,
     JsonBody(policy): JsonBody<RegistryConfig>,
 ) -> Result<Json<PolicySetReply>, ApiError> {
-    let actor = actor(&headers, Actor::Owner)?;
+    let actor = app.speaking_as(&caller, peer.as_deref(), &headers, Actor::Owner, || "PUT /v1/policy".to_owned())?;
     let applied = app
         .gate
         .propose(

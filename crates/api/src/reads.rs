@@ -157,7 +157,7 @@ pub async fn snapshot(
             let _permit = app
                 .gate
                 .admit(&caller, Some(&key.tenant), muster_gate::Hold::Parked, source, resource)?;
-            // A revoked token ends the wait with 403 (SPEC S1), as it ends a watch.
+            // A revoked token ends the wait with 401 (SPEC S1), as it ends a watch.
             app.gate
                 .unless_revoked(
                     &caller,

@@ -88,4 +88,19 @@ impl Native {
             read_cache: crate::read_cache::ReadCache::default(),
         }
     }
+
+    /// The authority a write speaks with (SPEC L5): the caller's role, narrowed by
+    /// `X-Muster-Actor`, or the route's `default` capped at it; a widening header is a `403`
+    /// on the audit trail. `resource` names the request.
+    pub(crate) fn speaking_as(
+        &self,
+        caller: &muster_gate::Caller,
+        peer: Option<&muster_http::peer::Peer>,
+        headers: &axum::http::HeaderMap,
+        default: muster_core::Actor,
+        resource: impl FnOnce() -> String,
+    ) -> Result<muster_core::Actor, muster_http::error::ApiError> {
+        let asked = muster_http::extract::actor(headers)?;
+        self.gate.speaking_as(caller, peer, asked, default, resource)
+    }
 }

@@ -18,7 +18,8 @@ use crate::Native;
 use muster_gate::Caller;
 use muster_gate::forward::LeaderCall;
 use muster_http::error::ApiError;
-use muster_http::extract::{JsonBody, QueryParams, Segments, actor};
+use muster_http::extract::{JsonBody, QueryParams, Segments};
+use muster_http::peer::Peer;
 
 fn target(key: ServiceKey, instance: InstanceId, incarnation: muster_core::Incarnation) -> Target {
     Target {
@@ -32,16 +33,22 @@ fn target(key: ServiceKey, instance: InstanceId, incarnation: muster_core::Incar
 pub async fn register(
     State(app): State<Arc<Native>>,
     caller: Caller,
+    peer: Option<axum::Extension<Peer>>,
     segments: Segments,
     headers: HeaderMap,
     JsonBody(request): JsonBody<RegisterRequest>,
 ) -> Result<Json<WriteReply>, ApiError> {
     let (key, instance) = segments.instance()?;
-    let actor = actor(&headers, Actor::App)?;
+    let actor = app.speaking_as(&caller, peer.as_deref(), &headers, Actor::App, || {
+        format!("PUT /v1/registry/{key}/{instance}")
+    })?;
     let lease = match request.lease {
         None => LeaseSpec::None,
         Some(LeaseRequest::Grant { ttl_ms }) => LeaseSpec::Grant { ttl_ms },
-        Some(LeaseRequest::Attach { id }) => LeaseSpec::Attach(id),
+        Some(LeaseRequest::Attach { id }) => {
+            crate::lease_routes::judge_attach(&app, &caller, peer.as_deref(), &key, id)?;
+            LeaseSpec::Attach(id)
+        }
     };
     let command = Register {
         target: target(key, instance, request.incarnation),
@@ -57,12 +64,15 @@ pub async fn register(
 pub async fn set_serving(
     State(app): State<Arc<Native>>,
     caller: Caller,
+    peer: Option<axum::Extension<Peer>>,
     segments: Segments,
     headers: HeaderMap,
     JsonBody(request): JsonBody<SetServingRequest>,
 ) -> Result<Json<WriteReply>, ApiError> {
     let (key, instance) = segments.instance()?;
-    let actor = actor(&headers, Actor::App)?;
+    let actor = app.speaking_as(&caller, peer.as_deref(), &headers, Actor::App, || {
+        format!("PUT /v1/registry/{key}/{instance}/serving")
+    })?;
     let command = SetServing {
         target: target(key, instance, request.incarnation),
         state: request.state,
@@ -79,12 +89,15 @@ pub async fn set_serving(
 pub async fn drain(
     State(app): State<Arc<Native>>,
     caller: Caller,
+    peer: Option<axum::Extension<Peer>>,
     segments: Segments,
     headers: HeaderMap,
     JsonBody(request): JsonBody<DrainRequest>,
 ) -> Result<Json<WriteReply>, ApiError> {
     let (key, instance) = segments.instance()?;
-    let actor = actor(&headers, Actor::Owner)?;
+    let actor = app.speaking_as(&caller, peer.as_deref(), &headers, Actor::Owner, || {
+        format!("POST /v1/registry/{key}/{instance}/drain")
+    })?;
     let command = Drain {
         target: target(key, instance, request.incarnation),
         reason: request.reason,
@@ -135,12 +148,15 @@ pub async fn in_flight(
 pub async fn deregister(
     State(app): State<Arc<Native>>,
     caller: Caller,
+    peer: Option<axum::Extension<Peer>>,
     segments: Segments,
     headers: HeaderMap,
     QueryParams(query): QueryParams<DeregisterQuery>,
 ) -> Result<Json<WriteReply>, ApiError> {
     let (key, instance) = segments.instance()?;
-    let actor = actor(&headers, Actor::App)?;
+    let actor = app.speaking_as(&caller, peer.as_deref(), &headers, Actor::App, || {
+        format!("DELETE /v1/registry/{key}/{instance}")
+    })?;
     let command = Deregister {
         target: target(key, instance, query.incarnation),
         expected_revision: query.expected_revision,

@@ -110,23 +110,22 @@ pub fn within(
             .cloned()
     };
     for verb in Verb::ALL {
-        // The tenant as a whole (token management, the audit trail): only `*/*` rules count.
-        let whole = Request {
-            tenant,
-            scope: Scope::Whole,
-            verb,
-        };
-        if authorize(tenant, &sorted, &whole).is_ok() && authorize(minter_tenant, minter, &whole).is_err() {
-            let rule = sorted
-                .iter()
-                .find(|r| r.is_tenant_wide() && r.verbs.contains(verb))
-                .cloned()
-                .expect("an allowed whole-tenant request has its rule");
-            return Err(Lacking {
-                rule,
-                verb,
-                target: "*/*".to_owned(),
-            });
+        // The tenant as a whole (token management, the audit trail), and every service of
+        // it at once (a lease of the whole tenant): only `*/*` rules grant them.
+        for (scope, target) in [(Scope::Whole, "*/*"), (Scope::EveryService, "every service of the tenant")] {
+            let asked = Request { tenant, scope, verb };
+            if authorize(tenant, &sorted, &asked).is_ok() && authorize(minter_tenant, minter, &asked).is_err() {
+                let rule = sorted
+                    .iter()
+                    .find(|r| r.is_tenant_wide() && r.verbs.contains(verb))
+                    .cloned()
+                    .expect("an allowed whole-tenant request has its rule");
+                return Err(Lacking {
+                    rule,
+                    verb,
+                    target: target.to_owned(),
+                });
+            }
         }
         // The gates that pass on an allow rule alone, deny rules notwithstanding: some
         // service of the tenant (leases) and some service of a namespace (lists, namespace
@@ -333,10 +332,12 @@ mod tests {
             let world = world();
             let mut brute = true;
             'all: for verb in [Verb::Read, Verb::Watch, Verb::Admin] {
-                let whole = Request { tenant: Some(&tenant), scope: Scope::Whole, verb };
-                if authorize(None, &sorted, &whole).is_ok() && authorize(None, &minter, &whole).is_err() {
-                    brute = false;
-                    break 'all;
+                for scope in [Scope::Whole, Scope::EveryService] {
+                    let whole = Request { tenant: Some(&tenant), scope, verb };
+                    if authorize(None, &sorted, &whole).is_ok() && authorize(None, &minter, &whole).is_err() {
+                        brute = false;
+                        break 'all;
+                    }
                 }
                 let gates = std::iter::once(Scope::AnyService).chain(world.iter().map(|ns| Scope::Namespace(ns)));
                 for scope in gates {

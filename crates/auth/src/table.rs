@@ -162,6 +162,7 @@ mod tests {
             rules: vec![Rule::parse("prod/*=read", Effect::Allow).unwrap()],
             san: san.map(str::to_owned),
             description: String::new(),
+            role: muster_core::Actor::App,
         };
         (spec, secret)
     }

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use muster_core::{Label, Principal};
+use muster_core::{Actor, Label, Principal};
 use serde::{Deserialize, Serialize};
 use smol_str::SmolStr;
 
@@ -173,6 +173,19 @@ pub struct TokenSpec {
     /// What it is for, in words.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
+    /// The authority it speaks with (SPEC L5): the lifecycle owner, the application or its
+    /// checker. `app` unless given, and then not written, so a token without a role reads
+    /// as before; an operator token speaks as any role ([`Token::role`]).
+    #[serde(default = "app", skip_serializing_if = "is_app")]
+    pub role: Actor,
+}
+
+fn app() -> Actor {
+    Actor::App
+}
+
+fn is_app(role: &Actor) -> bool {
+    *role == Actor::App
 }
 
 impl TokenSpec {
@@ -193,6 +206,9 @@ impl TokenSpec {
             && (san.is_empty() || san.len() > MAX_SAN || !san.bytes().all(|b| b.is_ascii_graphic()))
         {
             return Err(format!("san: 1 to {MAX_SAN} printable ASCII characters"));
+        }
+        if self.tenant.is_none() && self.role != Actor::App {
+            return Err("role: an operator token speaks as any role; a role is for a tenant's token".into());
         }
         Ok(())
     }
@@ -236,6 +252,23 @@ impl Token {
     pub fn principal(&self) -> Principal {
         Principal::new(&format!("{TOKEN_PRINCIPAL}{}", self.spec.accessor))
             .expect("an accessor makes a valid principal")
+    }
+
+    /// The authority it speaks with when the request names none (SPEC L5): its role; the
+    /// owner's for an operator token, which may speak as any role.
+    pub fn role(&self) -> Actor {
+        if self.spec.tenant.is_none() {
+            Actor::Owner
+        } else {
+            self.spec.role
+        }
+    }
+
+    /// Whether it may speak as `actor`: a role may narrow (an owner speaks as the app or its
+    /// checker), never widen; the app and the checker speak only as themselves.
+    pub fn may_speak_as(&self, actor: Actor) -> bool {
+        let role = self.role();
+        role == actor || role == Actor::Owner
     }
 
     /// The verdict for `request`.

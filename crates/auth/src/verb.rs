@@ -23,11 +23,14 @@ pub enum Verb {
     /// Manage tokens, read the audit trail; for an operator token also the cluster-wide
     /// routes (policy, membership).
     Admin,
+    /// Scrape `/v1/metrics`: a tenant's series, with a `*/*` rule (operators see every
+    /// series). Needs registry format 2 (DESIGN "Formats and versions").
+    Metrics,
 }
 
 impl Verb {
     /// Every verb, in order.
-    pub const ALL: [Verb; 7] = [
+    pub const ALL: [Verb; 8] = [
         Verb::Read,
         Verb::Watch,
         Verb::Register,
@@ -35,6 +38,7 @@ impl Verb {
         Verb::SetState,
         Verb::Deregister,
         Verb::Admin,
+        Verb::Metrics,
     ];
 
     /// The wire spelling.
@@ -47,6 +51,7 @@ impl Verb {
             Verb::SetState => "set_state",
             Verb::Deregister => "deregister",
             Verb::Admin => "admin",
+            Verb::Metrics => "metrics",
         }
     }
 
@@ -80,6 +85,12 @@ impl Verbs {
     /// Whether `verb` is in the set.
     pub fn contains(self, verb: Verb) -> bool {
         self.0 & verb.bit() != 0
+    }
+
+    /// The set without `verb`.
+    #[must_use]
+    pub fn without(self, verb: Verb) -> Verbs {
+        Verbs(self.0 & !verb.bit())
     }
 
     /// Whether the set is empty.

@@ -34,6 +34,10 @@ pub enum Scope<'a> {
     AnyService,
     /// The tenant as a whole (token management, the audit trail): only `*/*` rules count.
     Whole,
+    /// Every service of the tenant at once: a lease granted without a service, which any
+    /// of the tenant's endpoints may hold (SPEC L4). A `*/*` rule must allow the verb and no
+    /// deny rule may name it, whatever it covers.
+    EveryService,
 }
 
 /// One request, as the verdict sees it.
@@ -102,6 +106,10 @@ pub(crate) fn authorize(tenant: Option<&Label>, rules: &[Rule], request: &Reques
             .iter()
             .find(|r| r.effect == Effect::Allow && r.verbs.contains(verb)),
         Scope::Whole => rules.iter().find(|r| r.is_tenant_wide() && r.verbs.contains(verb)),
+        Scope::EveryService => rules
+            .iter()
+            .find(|r| r.effect == Effect::Deny && r.verbs.contains(verb))
+            .or_else(|| rules.iter().find(|r| r.is_tenant_wide() && r.verbs.contains(verb))),
     };
     match decided {
         Some(rule) if rule.effect == Effect::Allow => Ok(()),
@@ -175,6 +183,21 @@ mod tests {
                 .iter()
                 .filter(|r| has_verb(r) && r.namespace == Pattern::Any && r.service == Pattern::Any)
                 .collect(),
+            // Any deny rule of the verb refuses; else as the whole tenant.
+            Scope::EveryService => {
+                let denies: Vec<Denial> = rules
+                    .iter()
+                    .filter(|r| r.effect == Effect::Deny && has_verb(r))
+                    .map(|r| Denial::DeniedBy(r.clone()))
+                    .collect();
+                if !denies.is_empty() {
+                    return Err(denies);
+                }
+                rules
+                    .iter()
+                    .filter(|r| has_verb(r) && r.namespace == Pattern::Any && r.service == Pattern::Any)
+                    .collect()
+            }
             // Only an allow rule opens these gates; no deny refuses them here.
             Scope::Namespace(namespace) => {
                 let allowed = rules
@@ -234,7 +257,7 @@ mod tests {
 
     fn scope() -> impl Strategy<Value = (u8, &'static str, &'static str)> {
         (
-            0u8..4,
+            0u8..5,
             proptest::sample::select(&NAMES[..]),
             proptest::sample::select(&NAMES[..]),
         )
@@ -258,6 +281,7 @@ mod tests {
                 0 => Scope::Service { namespace, service },
                 1 => Scope::Namespace(namespace),
                 2 => Scope::AnyService,
+                3 => Scope::EveryService,
                 _ => Scope::Whole,
             };
             let request = Request { tenant: asked, scope, verb };

@@ -86,6 +86,7 @@ impl Names {
     pub(crate) fn muster_grant(&self) -> (String, Bytes) {
         let body = GrantLeaseRequest {
             ttl_ms: LEASE_TTL_SECS * 1_000,
+            service: None,
         };
         (
             format!("/v1/leases/{}", self.tenant),

@@ -59,6 +59,9 @@ pub enum Rpc {
     Propose,
     /// `POST /raft/read_index`: a follower asks the leader for a read index (SPEC R3).
     ReadIndex,
+    /// `POST /raft/format`: the registry format the node's build applies (DESIGN "Formats
+    /// and versions"). A node of the second wave answers it `404`: format 1.
+    Format,
 }
 
 impl Rpc {
@@ -70,6 +73,7 @@ impl Rpc {
             "snapshot" => Some(Rpc::Snapshot),
             "propose" => Some(Rpc::Propose),
             "read_index" => Some(Rpc::ReadIndex),
+            "format" => Some(Rpc::Format),
             _ => None,
         }
     }
@@ -81,6 +85,7 @@ impl Rpc {
             Rpc::Snapshot => "snapshot",
             Rpc::Propose => "propose",
             Rpc::ReadIndex => "read_index",
+            Rpc::Format => "format",
         }
     }
 }

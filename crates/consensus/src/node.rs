@@ -757,7 +757,35 @@ impl Node {
                 decode::<()>(body)?;
                 encode(&crate::read_index::serve(&self.raft, crate::batcher::WRITE_TIMEOUT).await)
             }
+            Rpc::Format => {
+                decode::<()>(body)?;
+                encode(&muster_core::FORMAT)
+            }
         }
+    }
+
+    /// The registry format each member's build applies, by id (DESIGN "Formats and
+    /// versions"): this node's own; a member that answers `404` runs the second wave
+    /// (format 1); one that does not answer within `timeout`, `None`.
+    pub async fn member_formats(&self, timeout: std::time::Duration) -> Vec<(u64, Option<u32>)> {
+        let mut formats = Vec::new();
+        // One member at a time: a group has 3 or 5, and this runs every few seconds at most.
+        for member in self.members() {
+            let format = if member.id == self.id {
+                Some(muster_core::FORMAT)
+            } else if let Some(peers) = &self.peers {
+                let addr = peers.address_of(member.id, &member.addr);
+                match peers.call::<_, u32>(&addr, Rpc::Format, &(), timeout).await {
+                    Ok(format) => Some(format),
+                    Err(crate::network::CallError::Refused { status: 404, .. }) => Some(muster_core::FIRST_FORMAT),
+                    Err(_) => None,
+                }
+            } else {
+                None
+            };
+            formats.push((member.id, format));
+        }
+        formats
     }
 
     /// Writes a snapshot now and purges the log it covers; returns when it is on disk.

@@ -24,6 +24,7 @@ fn grant() -> Proposal {
         command: Command::GrantLease(GrantLease {
             tenant: muster_core::Label::new("tenant", "acme").unwrap(),
             ttl_ms: 10_000,
+            service: None,
         }),
         meta: CommandMeta {
             at_ms: 1,

@@ -367,8 +367,11 @@ async fn maintenance(
         }
         .into()
     };
+    // The owner's authority, capped at the token's role (SPEC L5): an app's token enters
+    // and leaves its own maintenance, never lifts an owner's drain.
+    let actor = muster_gate::role::capped(caller.caller().role(), Actor::Owner);
     app.gate
-        .propose(command, app.gate.meta(Actor::Owner, caller.caller()))
+        .propose(command, app.gate.meta(actor, caller.caller()))
         .await
         .map_err(refused)?;
     Ok(())

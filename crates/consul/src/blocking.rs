@@ -174,7 +174,8 @@ pub(crate) async fn read<R>(
         blocking.wait
     };
     let waiting = app.blocking.begin();
-    // A revoked token ends the wait with 403 (SPEC S1); the wait then counts as gone.
+    // A revoked token ends the wait as Consul answers any revoked token, 403 `ACL not found`
+    // (SPEC S1); the wait then counts as gone.
     let (woken, found) = app
         .gate
         .unless_revoked(
@@ -184,7 +185,8 @@ pub(crate) async fn read<R>(
             || "Consul blocking query".to_owned(),
             wait(app, view, wait_for, want, scope, read),
         )
-        .await?;
+        .await
+        .map_err(|_revoked| ConsulError::acl_not_found())?;
     waiting.end(woken);
     Ok(found)
 }

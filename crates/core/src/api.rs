@@ -177,6 +177,11 @@ pub struct DeregisterQuery {
 pub struct GrantLeaseRequest {
     /// The TTL asked for.
     pub ttl_ms: u64,
+    /// The service the lease is for, `namespace/service` (SPEC L4): renewals and revocation
+    /// are judged on that service's rules, and only its endpoints attach. Absent: a lease of
+    /// the whole tenant, which only a token with rights on every service of it can keep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
 }
 
 /// A lease in a reply.
@@ -616,6 +621,11 @@ pub struct TokenCreateRequest {
     /// What the token is for.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
+    /// The authority the token speaks with (SPEC L5): `owner` (the orchestrator: its drain
+    /// holds against the app), `app` (the default) or `checker`. An operator token speaks
+    /// as any role and takes none but `owner`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Actor>,
 }
 
 /// The reply of `POST /v1/acl/bootstrap` and `POST /v1/acl/tokens`: the only time the secret
@@ -648,6 +658,9 @@ pub struct TokenInfo {
     /// What it is for.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
+    /// The authority it speaks with (SPEC L5); an operator token's is `owner`, and it may
+    /// speak as any role. `X-Muster-Actor` may narrow it, never widen it.
+    pub role: Actor,
     /// When it was created (ms since the Unix epoch, the creating command's time).
     pub created_at_ms: u64,
     /// Who created it.

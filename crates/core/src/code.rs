@@ -75,6 +75,13 @@ codes! {
     NotFound = "not_found", 404, false;
     /// The lease does not exist.
     LeaseNotFound = "lease_not_found", 404, false;
+    /// An endpoint named a lease bound to another service (SPEC L4): a lease granted for one
+    /// service holds only that service's endpoints.
+    LeaseScopeMismatch = "lease_scope_mismatch", 409, false;
+    /// The request needs a registry format the cluster has not raised to yet: some member
+    /// still runs an older version (DESIGN "Formats and versions"); retry once every member
+    /// is upgraded.
+    UpgradePending = "upgrade_pending", 409, false;
     /// A name breaks the DNS-label rules (422 in a body, 400 in a path).
     InvalidName = "invalid_name", 422, false;
     /// An address does not parse or is unusable.

@@ -75,6 +75,23 @@ pub enum Actor {
     Checker,
 }
 
+impl Actor {
+    /// Its wire spelling: `owner`, `app` or `checker`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Actor::Owner => "owner",
+            Actor::App => "app",
+            Actor::Checker => "checker",
+        }
+    }
+}
+
+impl std::fmt::Display for Actor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Transport and application protocol of a named port.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]

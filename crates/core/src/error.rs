@@ -52,6 +52,27 @@ pub enum Rejection {
         /// The lease asked for.
         lease: LeaseId,
     },
+    /// An endpoint named a lease granted for another service (SPEC L4).
+    #[error("lease: lease {lease} belongs to {owner}, not to {key}")]
+    LeaseScopeMismatch {
+        /// The lease asked for.
+        lease: LeaseId,
+        /// The service the lease was granted for.
+        owner: Box<ServiceKey>,
+        /// The service of the endpoint that named it.
+        key: Box<ServiceKey>,
+    },
+    /// The command needs a newer registry format than the cluster runs (DESIGN "Formats and
+    /// versions"): some member has not been upgraded yet.
+    #[error("{what} needs registry format {needed}; the cluster is at format {format} until every member runs a version that knows it")]
+    UpgradePending {
+        /// What was asked for, e.g. `a lease bound to a service`.
+        what: String,
+        /// The format the cluster runs.
+        format: u32,
+        /// The format the command needs.
+        needed: u32,
+    },
     /// A name breaks the DNS-label rules or a length limit.
     #[error("{field}: {reason}")]
     InvalidName {
@@ -206,6 +227,8 @@ impl Rejection {
             Rejection::RevisionMismatch { .. } => ErrorCode::RevisionMismatch,
             Rejection::NotFound { .. } => ErrorCode::NotFound,
             Rejection::LeaseNotFound { .. } => ErrorCode::LeaseNotFound,
+            Rejection::LeaseScopeMismatch { .. } => ErrorCode::LeaseScopeMismatch,
+            Rejection::UpgradePending { .. } => ErrorCode::UpgradePending,
             Rejection::InvalidName { .. } => ErrorCode::InvalidName,
             Rejection::InvalidAddress { .. } => ErrorCode::InvalidAddress,
             Rejection::AddressOutOfScope { .. } => ErrorCode::AddressOutOfScope,
@@ -238,6 +261,8 @@ impl Rejection {
             | Rejection::RevisionMismatch { .. }
             | Rejection::NotFound { .. }
             | Rejection::LeaseNotFound { .. }
+            | Rejection::LeaseScopeMismatch { .. }
+            | Rejection::UpgradePending { .. }
             | Rejection::QuotaExceeded { .. }
             | Rejection::AlreadyBootstrapped
             | Rejection::TokenRevoked { .. }

@@ -58,6 +58,21 @@ pub use event::{DeleteReason, Event, GapError, ServiceSnapshot, ServiceUpdate};
 pub use ids::{Digest, Incarnation, LeaseId, Revision};
 pub use labels::Labels;
 pub use limits::Limits;
+
+/// The registry format this build writes and applies (DESIGN "Formats and versions"). A
+/// cluster runs at the format its registry records; the leader raises it only once every
+/// member reports this build's format or newer, so no member is ever asked to apply a
+/// command it does not know. Until then the old behaviour stays, and a downgrade is possible.
+///
+/// - 1: the second wave's registry (no format recorded).
+/// - 2: tokens carry a role (SPEC L5); leases may be bound to one service, and a lease
+///   granted with a registration is bound to its service (SPEC L4); an app or checker may
+///   lift a drain it set itself, never the owner's (SPEC L5).
+pub const FORMAT: u32 = 2;
+
+/// The format of a registry that records none: the second wave's.
+pub const FIRST_FORMAT: u32 = 1;
+
 pub use name::{DEFAULT_TENANT, InstanceId, Label, NamespaceKey, Principal, ServiceKey};
 pub use secret::Secret;
 pub use spec::{AddressSpec, Attributes, EndpointSpec, LocalitySpec, PortSpec};

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use muster_auth::{Denial, Request, Scope, Token, Verb};
-use muster_core::{Label, Principal, Secret, ServiceKey};
+use muster_core::{Actor, Label, Principal, Secret, ServiceKey};
 use serde::{Deserialize, Serialize};
 
 /// The principal of every request while authentication is off (SPEC S1).
@@ -84,6 +84,17 @@ impl Caller {
         &self.principal
     }
 
+    /// The role it speaks with (SPEC L5): its token's; the application's for a caller
+    /// without credentials while authentication is on; none (any role, as
+    /// `X-Muster-Actor` says) while authentication is off.
+    pub fn role(&self) -> Option<Actor> {
+        match &self.authority {
+            Authority::Unrestricted => None,
+            Authority::Nobody => Some(Actor::App),
+            Authority::Token(token) => Some(token.role()),
+        }
+    }
+
     /// Its token, when it has one.
     pub fn token_ref(&self) -> Option<&Arc<Token>> {
         match &self.authority {
@@ -114,29 +125,17 @@ impl Caller {
         .is_ok()
     }
 
-    /// Whether it may read all of `tenant`, what a tenant-wide figure (a metrics row by
-    /// tenant, an xDS stream that names no service yet) needs (SPEC S3): an operator or
-    /// unrestricted caller may; a tenant's token when a `*/*` rule allows read and no deny
-    /// rule takes read back from any of the tenant's services.
+    /// Whether it may read all of `tenant`, what a tenant-wide figure (an xDS stream that
+    /// names no service yet) needs (SPEC S3): an operator or unrestricted caller may; a
+    /// tenant's token when it may read every service of it ([`Scope::EveryService`]: a `*/*`
+    /// rule allows read and no deny rule takes read back from any service).
     pub fn reads_tenant(&self, tenant: &Label) -> bool {
-        match &self.authority {
-            Authority::Unrestricted => true,
-            Authority::Nobody => false,
-            Authority::Token(token) if token.tenant().is_none() => true,
-            Authority::Token(token) => {
-                let whole = Request {
-                    tenant: Some(tenant),
-                    scope: Scope::Whole,
-                    verb: Verb::Read,
-                };
-                token.authorize(&whole).is_ok()
-                    && !token
-                        .spec
-                        .rules
-                        .iter()
-                        .any(|rule| rule.effect == muster_auth::Effect::Deny && rule.verbs.contains(Verb::Read))
-            }
-        }
+        self.check(&Request {
+            tenant: Some(tenant),
+            scope: Scope::EveryService,
+            verb: Verb::Read,
+        })
+        .is_ok()
     }
 
     /// Whether it sees every tenant: an operator or unrestricted caller.

@@ -93,7 +93,7 @@ pub struct Parts {
 
 /// The front door: see the module's documentation.
 pub struct Gate {
-    node: Node,
+    pub(crate) node: Node,
     hub: Arc<WatchHub>,
     /// The server's clock: the one place the daemon reads time.
     pub clock: ServerClock,
@@ -101,7 +101,7 @@ pub struct Gate {
     cluster: Option<ClusterLink>,
     admission: Arc<Admission>,
     write_rates: WriteRates,
-    audit: Arc<AuditLog>,
+    pub(crate) audit: Arc<AuditLog>,
     /// Whether requests must authenticate (SPEC S1).
     pub auth: AuthConfig,
     bootstrap_secret: Option<Secret>,
@@ -112,7 +112,7 @@ pub struct Gate {
     pub anonymous: Principal,
     ready: AtomicBool,
     stopping: watch::Receiver<bool>,
-    meter: Arc<dyn Meter>,
+    pub(crate) meter: Arc<dyn Meter>,
     outputs: mpsc::UnboundedSender<Vec<Output>>,
 }
 
@@ -585,6 +585,7 @@ impl Gate {
             Scope::Namespace(namespace) => format!("{namespace}/*"),
             Scope::AnyService => "*/*".to_owned(),
             Scope::Whole => "the whole tenant".to_owned(),
+            Scope::EveryService => "every service".to_owned(),
         };
         let tenant = request.tenant.map_or_else(|| "cluster".to_owned(), ToString::to_string);
         tracing::info!(
@@ -802,7 +803,7 @@ impl Gate {
             () = self.revoked(token) => {
                 self.record_revoked(token, verb, source, resource());
                 Err(ApiError::new(
-                    ErrorCode::PermissionDenied,
+                    ErrorCode::Unauthenticated,
                     "the token was revoked while the query waited",
                 ))
             }

@@ -20,6 +20,8 @@
 //!   caller can hold open (watch streams, live views, xDS streams and their names, parked
 //!   blocking queries). Each held thing is a permit that gives its slot back on drop. Pure.
 //! - [`rate`]: each principal's write rate, a token bucket (with authentication on). Pure.
+//! - [`role`]: the authority a caller speaks with, capped at its token's role (SPEC L5),
+//!   and the registry format the cluster runs.
 //! - [`audit`]: the audit trail (SPEC S4): mutations from the apply path and denials from
 //!   every way in, kept apart so that no volume of denials evicts a mutation. Pure.
 //! - [`consistency`]: how fresh a read may be (SPEC R3).
@@ -47,6 +49,7 @@ pub mod leader;
 pub mod live;
 pub mod parked;
 pub mod rate;
+pub mod role;
 pub mod tokens;
 
 pub use admission::{Admission, Budget, Budgets, Held, Hold, Holder, NameBudget, Permit, Refusal, Report};

@@ -147,15 +147,16 @@ impl Segments {
     }
 }
 
-/// The caller's authority from [`ACTOR_HEADER`], or `default`.
-pub fn actor(headers: &HeaderMap, default: Actor) -> Result<Actor, ApiError> {
+/// The authority [`ACTOR_HEADER`] asks for, if it is there. What the caller may speak as
+/// is the gate's to judge (`Gate::speaking_as`): the header narrows a role, never widens it.
+pub fn actor(headers: &HeaderMap) -> Result<Option<Actor>, ApiError> {
     let Some(value) = headers.get(ACTOR_HEADER) else {
-        return Ok(default);
+        return Ok(None);
     };
     match value.to_str().unwrap_or("") {
-        "owner" => Ok(Actor::Owner),
-        "app" => Ok(Actor::App),
-        "checker" => Ok(Actor::Checker),
+        "owner" => Ok(Some(Actor::Owner)),
+        "app" => Ok(Some(Actor::App)),
+        "checker" => Ok(Some(Actor::Checker)),
         other => Err(ApiError::bad_request(format!(
             "X-Muster-Actor: expected owner, app or checker, got '{}'",
             other.escape_debug()

@@ -4,8 +4,10 @@
 //!  muster acl bootstrap [--json]                      first operator token (once per cluster)
 //!  muster acl token create --tenant T --allow 'NS/SVC=VERB,...' [--deny ...] [--san URI] [--json]
 //!  muster acl token create --operator --allow '*/*=*' an operator token
+//!  muster acl token create --tenant T --role owner|app|checker ...   the authority it speaks with
 //!  muster acl token list [--json]
 //!  muster acl token revoke ACCESSOR
+//!  muster acl self [--json]                            the token you hold
 //! ```
 //!
 //! Rules are checked here with the server's own parser (`muster-auth`), so a typo is refused
@@ -33,6 +35,30 @@ pub enum AclCommand {
     /// Create, list or revoke tokens (needs an admin token).
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Show the token you hold: its tenant, role and rules (never its secret).
+    #[command(name = "self")]
+    Whoami(ServerArgs),
+}
+
+/// A token's role (SPEC L5), as `--role` takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    /// The lifecycle owner (an orchestrator): its drain holds against the app.
+    Owner,
+    /// The application itself (the default): owns its readiness within the lifecycle.
+    App,
+    /// A health checker acting for the application.
+    Checker,
+}
+
+impl From<Role> for muster_core::Actor {
+    fn from(role: Role) -> muster_core::Actor {
+        match role {
+            Role::Owner => muster_core::Actor::Owner,
+            Role::App => muster_core::Actor::App,
+            Role::Checker => muster_core::Actor::Checker,
+        }
+    }
 }
 
 /// `muster acl bootstrap`.
@@ -86,6 +112,11 @@ pub struct TokenCreateArgs {
     /// What the token is for.
     #[arg(long, default_value = "", value_name = "TEXT")]
     pub description: String,
+    /// The authority it speaks with: `owner` (an orchestrator; its drain holds against the
+    /// app), `app` (the default) or `checker`. `X-Muster-Actor` may narrow it, never widen
+    /// it. An operator token speaks as any role.
+    #[arg(long, value_enum, value_name = "ROLE")]
+    pub role: Option<Role>,
     /// Server and token.
     #[command(flatten)]
     pub server: ServerArgs,
@@ -123,6 +154,16 @@ pub async fn run(command: AclCommand, json: bool, out: &mut dyn Write) -> Result
             let reply = client.create_token(request).await?;
             emit(out, json, &reply, || {
                 format!("accessor  {}\nsecret    {}\n", reply.accessor, reply.secret)
+            })
+        }
+        AclCommand::Whoami(args) => {
+            let reply = connect_to(&args.server, args.token.as_deref(), &args.tls)?
+                .acl_self()
+                .await?;
+            emit(out, json, &reply, || {
+                list_text(&TokenListReply {
+                    tokens: vec![reply.clone()],
+                })
             })
         }
         AclCommand::Token(TokenCommand::List(args)) => {
@@ -163,12 +204,15 @@ pub fn create_request(args: &TokenCreateArgs) -> Result<NewToken, CliError> {
     if let Some(san) = &args.san {
         token = token.san(san.clone());
     }
+    if let Some(role) = args.role {
+        token = token.role(role.into());
+    }
     let token = args.allow.iter().fold(token, |token, rule| token.allow(rule.clone()));
     Ok(args.deny.iter().fold(token, |token, rule| token.deny(rule.clone())))
 }
 
 fn list_text(reply: &TokenListReply) -> String {
-    let mut table = Table::new(["ACCESSOR", "TENANT", "ALLOW", "DENY", "SAN", "DESCRIPTION"]);
+    let mut table = Table::new(["ACCESSOR", "TENANT", "ROLE", "ALLOW", "DENY", "SAN", "DESCRIPTION"]);
     for token in &reply.tokens {
         table.row([
             token.accessor.clone(),
@@ -176,6 +220,7 @@ fn list_text(reply: &TokenListReply) -> String {
                 .tenant
                 .as_ref()
                 .map_or_else(|| "(operator)".to_owned(), ToString::to_string),
+            token.role.to_string(),
             token.allow.join(" "),
             token.deny.join(" "),
             token.san.clone().unwrap_or_default(),

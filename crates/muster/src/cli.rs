@@ -606,6 +606,11 @@ pub enum LeaseCommand {
 /// `muster lease grant`.
 #[derive(Debug, Clone, Args)]
 pub struct LeaseGrantArgs {
+    /// The service the lease is for, e.g. prod/api: renewed and revoked on that service's
+    /// rights, held only by its instances. Omitted: a lease of the whole tenant, which only a
+    /// token with rights on every service of it can renew.
+    #[arg(value_name = "NAMESPACE/SERVICE")]
+    pub service: Option<String>,
     /// The TTL (10s, 500ms, 2m).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub ttl: Duration,

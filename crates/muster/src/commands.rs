@@ -311,8 +311,13 @@ async fn lease(command: LeaseCommand, json: bool, out: &mut dyn Write) -> Result
     match command {
         LeaseCommand::Grant(args) => {
             let tenant = parse_tenant(&args.client.tenant)?;
+            let mut grant = LeaseGrant::new(args.ttl);
+            if let Some(service) = &args.service {
+                let key = parse_service_key(&args.client.tenant, service)?;
+                grant = grant.service(&key.namespace, &key.service);
+            }
             let client = connect(&args.client)?;
-            let reply = client.grant_lease(&tenant, LeaseGrant::new(args.ttl)).await?;
+            let reply = client.grant_lease(&tenant, grant).await?;
             emit(out, json, &reply, || render::grant_text(&reply))
         }
         LeaseCommand::Renew(args) => {

@@ -66,6 +66,12 @@ impl Registry {
     }
 
     fn add_token(&mut self, spec: &muster_auth::TokenSpec, meta: &CommandMeta) -> Result<(), Rejection> {
+        if spec.role != muster_core::Actor::App {
+            self.needs_format(2, "a token with a role")?;
+        }
+        if spec.rules.iter().any(|rule| rule.verbs.contains(muster_auth::Verb::Metrics)) {
+            self.needs_format(2, "the metrics right")?;
+        }
         self.acl.check(spec).map_err(|reason| Rejection::InvalidField {
             field: "token".into(),
             reason,
@@ -114,6 +120,7 @@ mod tests {
             rules: vec![Rule::parse("*/*=*", Effect::Allow).unwrap()],
             san: None,
             description: String::new(),
+            role: muster_core::Actor::App,
         };
         (spec, secret)
     }
@@ -174,6 +181,7 @@ mod tests {
         let grant = Command::GrantLease(crate::GrantLease {
             tenant: Label::new("tenant", "acme").unwrap(),
             ttl_ms: 10_000,
+            service: None,
         });
         registry.apply(&grant, &as_token).unwrap();
         registry

@@ -54,6 +54,9 @@ pub enum Unchanged {
     PolicyAdopted,
     /// A mirror heard from its source region and no mirrored set changed (SPEC G2).
     MirrorCurrent,
+    /// The registry's format was raised (DESIGN "Formats and versions"): nothing it holds
+    /// changed, so no revision was spent.
+    FormatRaised,
 }
 
 impl Unchanged {
@@ -65,6 +68,7 @@ impl Unchanged {
             Unchanged::NothingToExpire => "nothing_to_expire",
             Unchanged::PolicyAdopted => "policy_adopted",
             Unchanged::MirrorCurrent => "mirror_current",
+            Unchanged::FormatRaised => "format_raised",
         }
     }
 }

@@ -64,6 +64,9 @@ pub enum Command {
     RevokeToken(RevokeToken),
     /// Bring a mirror of a peer region's import up to a source revision (SPEC G2).
     Mirror(crate::mirror::Mirror),
+    /// Raise the registry's format (DESIGN "Formats and versions"): proposed by the leader
+    /// only once every member reports a version that knows it.
+    RaiseFormat(RaiseFormat),
 }
 
 impl Command {
@@ -83,7 +86,8 @@ impl Command {
             | Command::AclBootstrap(_)
             | Command::CreateToken(_)
             | Command::RevokeToken(_)
-            | Command::Mirror(_) => return None,
+            | Command::Mirror(_)
+            | Command::RaiseFormat(_) => return None,
         };
         Some((&target.key, &target.instance, target.incarnation))
     }
@@ -192,13 +196,25 @@ pub struct Evict {
     pub expected_revision: Option<Revision>,
 }
 
-/// Grant a lease to a tenant.
+/// Grant a lease to a tenant, or to one service of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GrantLease {
     /// The tenant that owns the lease; only its records can attach.
     pub tenant: Label,
     /// The TTL asked for.
     pub ttl_ms: u64,
+    /// The service it is for (of `tenant`): only that service's endpoints attach (SPEC L4).
+    /// Needs registry format 2; absent, a lease of the whole tenant, as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceKey>,
+}
+
+/// Raise the registry's format to `format` (DESIGN "Formats and versions").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaiseFormat {
+    /// The format from which on commands are applied: at most this build's
+    /// [`muster_core::FORMAT`].
+    pub format: u32,
 }
 
 /// Revoke a lease: its endpoints leave with reason `deregistered`, in one revision.
@@ -280,5 +296,6 @@ into_command!(
     SetPolicy,
     AclBootstrap,
     CreateToken,
-    RevokeToken
+    RevokeToken,
+    RaiseFormat
 );

@@ -21,6 +21,11 @@ pub struct Lease {
     pub ttl_ms: u64,
     /// The revision it was granted at.
     pub revision: Revision,
+    /// The service it was granted for: only that service's endpoints attach, and its
+    /// renewals and revocation are judged on that service's rules (SPEC L4). None: a lease
+    /// of the whole tenant (granted so, or before leases named a service).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceKey>,
 }
 
 /// Leases and the reverse index from lease to endpoints.

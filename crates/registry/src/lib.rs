@@ -82,7 +82,7 @@ mod state;
 pub use applied::{Applied, LeaseGrant, ReadError, Unchanged};
 pub use command::{
     AclBootstrap, Command, CommandMeta, CreateToken, Deregister, Drain, Evict, ExpireLeases, GrantLease, LeaseSpec,
-    Register, RevokeLease, RevokeToken, SetPolicy, SetServing, Target,
+    RaiseFormat, Register, RevokeLease, RevokeToken, SetPolicy, SetServing, Target,
 };
 pub use config::{MIN_FENCE_RETENTION_MS, Quotas, RegistryConfig};
 pub use deadlines::{DeadlinePassed, LeaseDeadlines};

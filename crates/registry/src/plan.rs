@@ -129,7 +129,7 @@ impl Registry {
         // already got, or a new grant (`true`) committed with the record.
         let lease: Option<(LeaseGrant, bool)> = match cmd.lease {
             LeaseSpec::None => None,
-            LeaseSpec::Attach(id) => Some((self.tenant_lease(&target.key.tenant, id)?, false)),
+            LeaseSpec::Attach(id) => Some((self.lease_for(&target.key, id)?, false)),
             LeaseSpec::Grant { ttl_ms } => {
                 self.check_ttl(ttl_ms)?;
                 let held = same_incarnation
@@ -172,6 +172,9 @@ impl Registry {
                     tenant: target.key.tenant.clone(),
                     ttl_ms,
                     revision: self.revision().next(),
+                    // From format 2 on, a lease granted with a registration is its
+                    // service's (SPEC L4): its own token can renew it, no other service's.
+                    service: (self.format() >= 2).then(|| target.key.clone()),
                 })
             }
             _ => None,
@@ -232,7 +235,10 @@ impl Registry {
         if existing.serving == state {
             return Ok(unchanged(existing.revision, None, Unchanged::AlreadyCommitted));
         }
-        if existing.serving == ServingState::Draining && meta.actor != Actor::Owner {
+        // A drain holds against all but the owner; from format 2 on, an app or checker may
+        // lift a drain it set itself (an app draining on shutdown), never the owner's (SPEC L5).
+        let own_drain = self.format() >= 2 && existing.observation.actor == meta.actor;
+        if existing.serving == ServingState::Draining && meta.actor != Actor::Owner && !own_drain {
             return Ok(unchanged(existing.revision, None, Unchanged::DrainHeld));
         }
         check_expected(
@@ -365,6 +371,15 @@ impl Registry {
     }
 
     pub(crate) fn plan_grant(&self, cmd: &GrantLease) -> Result<Planned, Rejection> {
+        if let Some(key) = &cmd.service {
+            self.needs_format(2, "a lease bound to a service")?;
+            if key.tenant != cmd.tenant {
+                return Err(Rejection::InvalidField {
+                    field: "service".into(),
+                    reason: format!("{key} is not a service of tenant '{}'", cmd.tenant),
+                });
+            }
+        }
         self.check_ttl(cmd.ttl_ms)?;
         self.check_quota_leases(&cmd.tenant)?;
         let id = self.lease_table().next_id();
@@ -374,6 +389,7 @@ impl Registry {
                 tenant: cmd.tenant.clone(),
                 ttl_ms: cmd.ttl_ms,
                 revision: self.revision().next(),
+                service: cmd.service.clone(),
             }),
             lease: Some(LeaseGrant { id, ttl_ms: cmd.ttl_ms }),
             ..Plan::default()
@@ -470,6 +486,20 @@ impl Registry {
             .and_then(|s| s.current.get(&target.instance))
             .filter(|e| e.incarnation == target.incarnation)
             .ok_or_else(|| not_found(target))
+    }
+
+    /// A lease an endpoint of `key` may hold: its tenant's, and if bound to a service, that
+    /// one (SPEC L4).
+    fn lease_for(&self, key: &ServiceKey, id: LeaseId) -> Result<LeaseGrant, Rejection> {
+        let grant = self.tenant_lease(&key.tenant, id)?;
+        match self.lease_table().get(id).and_then(|lease| lease.service.as_ref()) {
+            Some(owner) if owner != key => Err(Rejection::LeaseScopeMismatch {
+                lease: id,
+                owner: Box::new(owner.clone()),
+                key: Box::new(key.clone()),
+            }),
+            _ => Ok(grant),
+        }
     }
 
     fn tenant_lease(&self, tenant: &Label, id: LeaseId) -> Result<LeaseGrant, Rejection> {

@@ -120,6 +120,9 @@ pub struct Registry {
     pub(crate) acl: AclTable,
     /// What this region mirrors of its peers (`mirror.rs`, SPEC G2).
     pub(crate) mirrors: crate::mirror::MirrorTable,
+    /// The format commands are applied at (DESIGN "Formats and versions"): raised only by a
+    /// committed `RaiseFormat`, so every replica switches at the same command.
+    pub(crate) format: u32,
 }
 
 impl Registry {
@@ -140,6 +143,7 @@ impl Registry {
             drains: DrainTable::default(),
             acl: AclTable::default(),
             mirrors: crate::mirror::MirrorTable::default(),
+            format: muster_core::FIRST_FORMAT,
         }
     }
 
@@ -180,6 +184,7 @@ impl Registry {
             Command::CreateToken(c) => return self.create_token(c, meta),
             Command::RevokeToken(c) => return self.revoke_token(c),
             Command::Mirror(c) => return self.apply_mirror(c, meta.at_ms),
+            Command::RaiseFormat(c) => return self.raise_format(*c),
             Command::SetPolicy(c) => match self.plan_policy(c)? {
                 Some(planned) => planned,
                 None => return Ok(self.adopt_policy(c.policy.clone(), meta.at_ms)),
@@ -335,6 +340,46 @@ impl Registry {
     /// holds changes (only history and fences beyond the new bounds go), so no revision is
     /// spent, and a log that starts with it replays alike whatever policy each replica was
     /// created with.
+    /// Raises the format: from this command on, every replica applies what it adds.
+    fn raise_format(&mut self, command: crate::RaiseFormat) -> Result<Applied, Rejection> {
+        if command.format > muster_core::FORMAT {
+            return Err(Rejection::InvalidField {
+                field: "format".into(),
+                reason: format!(
+                    "this node applies formats up to {}, not {}",
+                    muster_core::FORMAT,
+                    command.format
+                ),
+            });
+        }
+        let unchanged = if command.format > self.format {
+            self.format = command.format;
+            crate::applied::Unchanged::FormatRaised
+        } else {
+            crate::applied::Unchanged::AlreadyCommitted
+        };
+        Ok(Applied {
+            revision: self.revision,
+            updates: Vec::new(),
+            lease: None,
+            unchanged: Some(unchanged),
+            released: Vec::new(),
+            mirrored: Vec::new(),
+        })
+    }
+
+    /// The refusal of a command that needs format `needed` while the registry is below it.
+    pub(crate) fn needs_format(&self, needed: u32, what: &str) -> Result<(), Rejection> {
+        if self.format >= needed {
+            return Ok(());
+        }
+        Err(Rejection::UpgradePending {
+            what: what.to_owned(),
+            format: self.format,
+            needed,
+        })
+    }
+
     fn adopt_policy(&mut self, policy: RegistryConfig, at_ms: u64) -> Applied {
         self.policy = policy;
         self.policy_revision = Some(self.revision);
@@ -395,6 +440,18 @@ impl Registry {
     }
 
     // ---- reads -------------------------------------------------------------------------
+
+    /// The registry with its format (an import).
+    pub(crate) fn with_format(mut self, format: u32) -> Registry {
+        self.format = format;
+        self
+    }
+
+    /// The format commands are applied at ([`muster_core::FORMAT`]; raised by a committed
+    /// [`RaiseFormat`](crate::RaiseFormat)).
+    pub fn format(&self) -> u32 {
+        self.format
+    }
 
     /// The policy commands are judged by now (replicated: see [`SetPolicy`](crate::SetPolicy)).
     pub fn policy(&self) -> &RegistryConfig {
@@ -668,6 +725,7 @@ impl Registry {
             drains: DrainTable::default(),
             acl: AclTable::default(),
             mirrors: crate::mirror::MirrorTable::default(),
+            format: muster_core::FIRST_FORMAT,
         }
     }
 

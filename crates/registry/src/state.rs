@@ -56,6 +56,19 @@ pub struct RegistryState {
     /// federation, and while nothing is mirrored).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     mirrors: Vec<MirrorRecord>,
+    /// The format commands are applied at (DESIGN "Formats and versions"); absent: the
+    /// first, and so not written while it is, which keeps a snapshot readable by a node of
+    /// the second wave until the format is raised.
+    #[serde(default = "first_format", skip_serializing_if = "is_first_format")]
+    format: u32,
+}
+
+fn first_format() -> u32 {
+    muster_core::FIRST_FORMAT
+}
+
+fn is_first_format(format: &u32) -> bool {
+    *format == muster_core::FIRST_FORMAT
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -158,6 +171,7 @@ impl Registry {
                     sets: m.sets.values().cloned().collect(),
                 })
                 .collect(),
+            format: self.format(),
         }
     }
 
@@ -167,6 +181,13 @@ impl Registry {
     /// snapshot written before the policy was replicated.
     pub fn import(initial_policy: RegistryConfig, state: RegistryState) -> Result<Registry, ImportError> {
         let fail = |what: String| Err(ImportError(what));
+        if state.format > muster_core::FORMAT {
+            return fail(format!(
+                "the state is at format {}; this node applies formats up to {}: upgrade it",
+                state.format,
+                muster_core::FORMAT
+            ));
+        }
         let (policy_revision, policy) = match state.policy {
             Some(record) if record.revision.is_some_and(|r| r > state.revision) => {
                 return fail("the policy is set at a revision beyond the state's".into());
@@ -187,6 +208,9 @@ impl Registry {
         for lease in state.leases {
             if lease.id >= state.next_lease || lease.revision > state.revision {
                 return fail(format!("lease {} is newer than the state", lease.id));
+            }
+            if lease.service.as_ref().is_some_and(|key| key.tenant != lease.tenant) {
+                return fail(format!("lease {} is for another tenant's service", lease.id));
             }
             usage.entry(lease.tenant.clone()).or_default().leases += 1;
             leases.insert(lease);
@@ -255,7 +279,9 @@ impl Registry {
             for endpoint in service.current.iter() {
                 if let Some(id) = endpoint.lease {
                     match leases.get(id) {
-                        Some(lease) if lease.tenant == key.tenant => {
+                        Some(lease)
+                            if lease.tenant == key.tenant && lease.service.as_ref().is_none_or(|owner| *owner == key) =>
+                        {
                             leases.attach(id, &service.key, &endpoint.instance)
                         }
                         _ => {
@@ -319,6 +345,7 @@ impl Registry {
         })
         .with_drains(drains)
         .with_acl(acl)
-        .with_mirrors(mirrors))
+        .with_mirrors(mirrors)
+        .with_format(state.format))
     }
 }

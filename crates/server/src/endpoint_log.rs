@@ -72,6 +72,7 @@ fn verb(command: &Command) -> &'static str {
         Command::CreateToken(_) => "create_token",
         Command::RevokeToken(_) => "revoke_token",
         Command::Mirror(_) => "mirror",
+        Command::RaiseFormat(_) => "raise_format",
     }
 }
 

@@ -56,6 +56,7 @@ mod cluster;
 mod config;
 mod dns;
 mod endpoint_log;
+mod format;
 mod join;
 mod lab_run;
 mod leader;

@@ -28,7 +28,7 @@ use crate::join::JoinKey;
 use crate::lab_run::Hooks;
 use crate::metrics::{Metrics, MetricsObserver};
 use crate::observers::Observers;
-use crate::{ServerConfig, ServerError, cluster, dns, leader, routes};
+use crate::{ServerConfig, ServerError, cluster, dns, format, leader, routes};
 use muster_api::PolicyWatch;
 use muster_consul as consul;
 use muster_consul::ConsulView;
@@ -523,6 +523,13 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
             Box::pin(muster_federation::lead(Arc::clone(&app.gate), Arc::clone(&federation)))
         });
     }
+    // The registry format rises once every member applies it (DESIGN "Formats and versions").
+    // A group of one raises it before it serves, so its first request sees this build's rules.
+    if !app.gate.in_cluster() {
+        format::raise_once(&app).await;
+    }
+    let raising = Arc::clone(&app);
+    duties.add("registry format", move |_term| Box::pin(format::raise(Arc::clone(&raising))));
     // The leader-only loops run while this node leads, and only then (DESIGN "Third wave").
     let leading = Arc::clone(&app);
     let duties = (!duties.is_empty()).then(|| {

@@ -230,6 +230,7 @@ impl Workload {
                 let command = GrantLease {
                     tenant: self.tenant.clone(),
                     ttl_ms: ttl,
+                    service: None,
                 };
                 Op {
                     what: format!("grant lease ttl {ttl}"),

@@ -677,6 +677,11 @@ impl Client {
         self.call(Method::POST, "/v1/acl/tokens", Some(token.wire())).await
     }
 
+    /// `GET /v1/acl/self`: the caller's own token.
+    pub async fn acl_self(&self) -> Result<muster_core::api::TokenInfo, ClientError> {
+        self.call(Method::GET, "/v1/acl/self", None::<&()>).await
+    }
+
     /// `GET /v1/acl/tokens`.
     pub async fn tokens(&self) -> Result<TokenListReply, ClientError> {
         self.call(Method::GET, "/v1/acl/tokens", None::<&()>).await

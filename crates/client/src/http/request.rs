@@ -296,9 +296,21 @@ impl Deregistration {
 pub struct LeaseGrant(GrantLeaseRequest);
 
 impl LeaseGrant {
-    /// A lease of `ttl` (whole milliseconds; the server clamps it to its bounds).
+    /// A lease of `ttl` (whole milliseconds; the server clamps it to its bounds) of the
+    /// whole tenant: only a token with rights on every service of it can keep it.
     pub fn new(ttl: Duration) -> LeaseGrant {
-        LeaseGrant(GrantLeaseRequest { ttl_ms: millis(ttl) })
+        LeaseGrant(GrantLeaseRequest {
+            ttl_ms: millis(ttl),
+            service: None,
+        })
+    }
+
+    /// The lease is `namespace/service`'s (SPEC L4): renewed and revoked on that service's
+    /// rights, held only by its endpoints.
+    #[must_use]
+    pub fn service(mut self, namespace: &Label, service: &Label) -> LeaseGrant {
+        self.0.service = Some(format!("{namespace}/{service}"));
+        self
     }
 
     pub(crate) fn wire(&self) -> &GrantLeaseRequest {
@@ -351,6 +363,14 @@ impl NewToken {
     #[must_use]
     pub fn description(mut self, description: impl Into<String>) -> NewToken {
         self.0.description = description.into();
+        self
+    }
+
+    /// The authority it speaks with (SPEC L5): `Owner` (an orchestrator: its drain holds
+    /// against the app), `App` (the default) or `Checker`.
+    #[must_use]
+    pub fn role(mut self, role: muster_core::Actor) -> NewToken {
+        self.0.role = Some(role);
         self
     }
 

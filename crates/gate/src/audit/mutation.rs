@@ -78,6 +78,7 @@ fn subject(command: &Command) -> Subject<'_> {
         },
         Command::GrantLease(grant) => Subject {
             tenant: Some(&grant.tenant),
+            key: grant.service.as_ref(),
             ..Subject::of("grant_lease")
         },
         Command::RevokeLease(revoke) => Subject {
@@ -111,6 +112,8 @@ fn subject(command: &Command) -> Subject<'_> {
         },
         // A peer region's history, applied as it was: not an endpoint write of this region.
         Command::Mirror(_) => Subject::of("mirror"),
+        // The cluster's, not a tenant's: an operator's record.
+        Command::RaiseFormat(_) => Subject::of("raise_format"),
     }
 }
 

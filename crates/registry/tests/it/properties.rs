@@ -192,7 +192,12 @@ fn to_command(op: &Op) -> (Command, CommandMeta) {
             }
             .into()
         }
-        Op::Grant { ttl_ms } => GrantLease { tenant: acme(), ttl_ms }.into(),
+        Op::Grant { ttl_ms } => GrantLease {
+            tenant: acme(),
+            ttl_ms,
+            service: None,
+        }
+        .into(),
         Op::Revoke { lease } => RevokeLease {
             tenant: acme(),
             lease: LeaseId(lease),

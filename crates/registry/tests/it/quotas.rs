@@ -129,6 +129,7 @@ fn tenants_beyond_max_tenants_are_refused_until_one_holds_nothing() {
     let grant = GrantLease {
         tenant: Label::new("tenant", "gamma").unwrap(),
         ttl_ms: 5_000,
+        service: None,
     };
     assert_eq!(
         quota_of(&mut registry, grant.into()),

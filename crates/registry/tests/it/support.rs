@@ -110,6 +110,7 @@ pub(crate) fn grant(ttl_ms: u64) -> Command {
     GrantLease {
         tenant: Label::new("tenant", "acme").unwrap(),
         ttl_ms,
+        service: None,
     }
     .into()
 }

@@ -40,7 +40,7 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::header;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::prometheus_text;
 
 pub(crate) use counters::{Metrics, expiry};
@@ -50,10 +50,26 @@ use render::render;
 use crate::app::App;
 use muster_gate::Caller;
 
-/// `GET /v1/metrics` and `GET /metrics`.
-pub(crate) async fn metrics(State(app): State<Arc<App>>, caller: Caller) -> impl IntoResponse {
+/// `GET /v1/metrics` and `GET /metrics`: an operator's token sees every series; a tenant's
+/// needs the `metrics` right on the whole tenant (`*/*=metrics`) and sees that tenant's
+/// series only; any other token is refused `403`, on the audit trail.
+pub(crate) async fn metrics(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    peer: Option<axum::Extension<muster_http::peer::Peer>>,
+) -> Response {
+    if !caller.sees_every_tenant() {
+        let asked = muster_auth::Request {
+            tenant: caller.confined_to(),
+            scope: muster_auth::Scope::Whole,
+            verb: muster_auth::Verb::Metrics,
+        };
+        if let Err(denied) = app.gate.require(&caller, peer.as_deref(), &asked) {
+            return denied.into_response();
+        }
+    }
     let out = render(&app, &caller);
-    ([(header::CONTENT_TYPE, prometheus_text::CONTENT_TYPE)], out)
+    ([(header::CONTENT_TYPE, prometheus_text::CONTENT_TYPE)], out).into_response()
 }
 
 /// Counts leader changes until the node stops (a task of its own, started with the server).

@@ -11,7 +11,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use muster_auth::Verb;
 use muster_core::{Label, ServiceKey};
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::ConstCounter;
@@ -23,20 +22,22 @@ use super::tenants::TenantCounters;
 use crate::app::App;
 use muster_gate::Caller;
 
-/// Who may see which rows of a scrape.
+/// Who may see which rows of a scrape: an operator (or anyone, with authentication off)
+/// every row; a tenant's token, which reached the scrape with the `metrics` right on its
+/// tenant, that tenant's rows only.
 struct Visibility<'a> {
     caller: &'a Caller,
 }
 
 impl Visibility<'_> {
-    /// Rows of one tenant: only for callers who may read all of it.
+    /// Rows of one tenant.
     fn sees(&self, tenant: &Label) -> bool {
-        self.sees_all() || self.caller.reads_tenant(tenant)
+        self.sees_all() || self.caller.confined_to() == Some(tenant)
     }
 
-    /// Rows of one service: only for callers who may read it.
+    /// Rows of one service.
     fn reads(&self, key: &ServiceKey) -> bool {
-        self.sees_all() || self.caller.may(key, Verb::Read)
+        self.sees(&key.tenant)
     }
 
     /// Figures over every tenant together, rows of no tenant or past the tenant bound: only

@@ -515,9 +515,9 @@ async fn a_short_or_missing_bootstrap_secret_is_refused_at_start() {
 }
 
 /// Trace (who may do what): a query parked on a blocking read (up to 5 minutes) answered
-/// after its token was revoked. It now ends at once with 403, as an open watch does.
+/// after its token was revoked. It now ends at once with 401, as an open watch does.
 #[tokio::test]
-async fn a_parked_query_ends_with_403_when_its_token_is_revoked() {
+async fn a_parked_query_ends_with_401_when_its_token_is_revoked() {
     let server = secured().await;
     let operator = bootstrap(&server).await;
     let (accessor, secret) = token(&server, &operator, "acme", &["prod/*=read,watch"], &[]).await;
@@ -546,8 +546,8 @@ async fn a_parked_query_ends_with_403_when_its_token_is_revoked() {
         .expect(StatusCode::OK);
     };
     let (reply, ()) = tokio::join!(parked, revoke);
-    let reply = reply.expect(StatusCode::FORBIDDEN);
-    assert_eq!(reply.code(), "permission_denied");
+    let reply = reply.expect(StatusCode::UNAUTHORIZED);
+    assert_eq!(reply.code(), "unauthenticated");
     assert!(reply.message().contains("revoked"), "{}", reply.message());
 }
 
