@@ -703,6 +703,9 @@ async def setup(muster, work):
     ctx.live = await token("acme", "prod/x=read,watch")
     ctx.watcher = await token("acme", "prod/x=read,watch")
     ctx.parker = await token("acme", "prod/x=read,watch")
+    # Who may do what (SPEC L4, L5): an app's token, and a renew-only token of another service.
+    ctx.app_x = await token("acme", "prod/x=read,set_state")
+    ctx.renew_y = await token("acme", "prod/y=renew,deregister")
     for (tenant, namespace, service, instance), ip in SERVICES.items():
         body = json.dumps({"incarnation": 1, "endpoint": {"addresses": [{"ip": ip}],
                                                           "ports": [{"name": "http", "port": 8080}]}}).encode()
@@ -710,6 +713,12 @@ async def setup(muster, work):
                            bearer(ctx.operator), body)
         if reply.status not in (200, 201):
             ctx.server.fail(f"register {service}: {reply}")
+    # A lease of prod/x, long enough to outlive the run.
+    body = json.dumps({"ttl_ms": 3_600_000, "service": "prod/x"}).encode()
+    reply = await call(ctx.server.http, "POST", "/v1/leases/acme", bearer(ctx.operator), body)
+    if reply.status != 200:
+        ctx.server.fail(f"lease grant: {reply}")
+    ctx.lease_x = reply.json["lease"]["id"]
     return ctx
 
 
@@ -877,6 +886,23 @@ async def callers(ctx):
          f"x.prod.muster A -> {answer}; another tenant's vault-hidden.prod.muster -> {hidden} (the view is acme's)")
     for caller in ("no token", "other tenant's token", "one-service token"):
         not_applicable("dns", caller, "DNS takes no token: open by design, one tenant's view (SPEC D2, S3)")
+
+    # Who may do what (SPEC L4, L5, S2): a role is the token's, a lease its service's, the
+    # metrics a right of their own.
+    ready = json.dumps({"incarnation": 1, "state": "ready", "reason": "up"}).encode()
+    widened = await call(s.http, "PUT", x + "/x-0/serving", bearer(ctx.app_x) + [("X-Muster-Actor", "owner")], ready)
+    cell("http-api", "app token speaking as the owner", (widened.status, widened.code) == (403, "permission_denied"),
+         f"PUT x/x-0/serving with X-Muster-Actor: owner -> {widened} (expect 403 permission_denied)")
+    lease = f"/v1/leases/acme/{ctx.lease_x}"
+    got = [await call(s.http, "PUT", lease + "/renew", bearer(ctx.renew_y)),
+           await call(s.http, "DELETE", lease, bearer(ctx.renew_y))]
+    cell("http-api", "another service's token on a service's lease",
+         all((r.status, r.code) == (403, "permission_denied") for r in got),
+         f"renew, revoke prod/x's lease with a prod/y token -> {got} (expect 403 permission_denied)")
+    got = [await call(s.http, "GET", "/v1/metrics", bearer(t)) for t in (ctx.one, ctx.all)]
+    cell("http-api", "metrics without the metrics right",
+         all((r.status, r.code) == (403, "permission_denied") for r in got),
+         f"GET /v1/metrics with read tokens -> {got} (expect 403 permission_denied)")
 
     rev1 = await revision(ctx)
     cell("all", "every refusal above", rev1 == rev0, f"registry revision {rev0} -> {rev1}: nothing changed")

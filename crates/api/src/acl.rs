@@ -295,4 +295,3 @@ fn info(token: &Token) -> TokenInfo {
         principal: token.principal(),
     }
 }
-

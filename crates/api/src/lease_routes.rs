@@ -11,8 +11,8 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use muster_core::api::{GrantLeaseRequest, LeaseReply, WriteReply};
 use muster_auth::{Scope, Verb};
+use muster_core::api::{GrantLeaseRequest, LeaseReply, WriteReply};
 use muster_core::{Actor, Label, LeaseId, Rejection, Revision, ServiceKey};
 use muster_leader::RenewRefused;
 use muster_registry::{GrantLease, RevokeLease};
@@ -51,8 +51,11 @@ pub async fn grant(
         .as_deref()
         .map(|text| service_of(&tenant, text))
         .transpose()?;
-    app.gate
-        .require(&caller, peer.as_deref(), &lease_request(&tenant, service.as_ref(), Verb::Register))?;
+    app.gate.require(
+        &caller,
+        peer.as_deref(),
+        &lease_request(&tenant, service.as_ref(), Verb::Register),
+    )?;
     if service.is_some() {
         app.gate.require_format(2, "a lease bound to a service")?;
     }

@@ -48,7 +48,9 @@ pub async fn put(
     headers: HeaderMap,
     JsonBody(policy): JsonBody<RegistryConfig>,
 ) -> Result<Json<PolicySetReply>, ApiError> {
-    let actor = app.speaking_as(&caller, peer.as_deref(), &headers, Actor::Owner, || "PUT /v1/policy".to_owned())?;
+    let actor = app.speaking_as(&caller, peer.as_deref(), &headers, Actor::Owner, || {
+        "PUT /v1/policy".to_owned()
+    })?;
     let applied = app
         .gate
         .propose(

@@ -36,5 +36,9 @@ pub async fn status(State(app): State<Arc<Native>>, caller: Caller) -> Json<Stat
         policy: Some(app.gate.read(|registry| policy::status(registry, &app.config_policy))),
         // Totals over every tenant: only for a caller that sees them all (SPEC S3).
         admission: caller.sees_every_tenant().then(|| app.gate.admission_status()),
+        format: Some(muster_core::api::FormatStatus {
+            cluster: app.gate.format(),
+            node: muster_core::FORMAT,
+        }),
     })
 }

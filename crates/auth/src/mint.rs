@@ -112,7 +112,10 @@ pub fn within(
     for verb in Verb::ALL {
         // The tenant as a whole (token management, the audit trail), and every service of
         // it at once (a lease of the whole tenant): only `*/*` rules grant them.
-        for (scope, target) in [(Scope::Whole, "*/*"), (Scope::EveryService, "every service of the tenant")] {
+        for (scope, target) in [
+            (Scope::Whole, "*/*"),
+            (Scope::EveryService, "every service of the tenant"),
+        ] {
             let asked = Request { tenant, scope, verb };
             if authorize(tenant, &sorted, &asked).is_ok() && authorize(minter_tenant, minter, &asked).is_err() {
                 let rule = sorted

@@ -303,6 +303,22 @@ pub struct StatusReply {
     /// caller that sees every tenant, and absent from servers that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<AdmissionStatus>,
+    /// The registry format the cluster applies, and the newest this node's build knows
+    /// (DESIGN "Formats and versions"): below it while some member runs an older build;
+    /// absent from servers that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<FormatStatus>,
+}
+
+/// The registry format in `GET /v1/status`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FormatStatus {
+    /// The format the registry applies commands at: raised by the leader once every member
+    /// knows a newer one.
+    pub cluster: u32,
+    /// The newest format this node's build applies.
+    pub node: u32,
 }
 
 /// The node's admission table: every stream and parked query, whichever listener it came

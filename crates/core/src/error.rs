@@ -64,7 +64,9 @@ pub enum Rejection {
     },
     /// The command needs a newer registry format than the cluster runs (DESIGN "Formats and
     /// versions"): some member has not been upgraded yet.
-    #[error("{what} needs registry format {needed}; the cluster is at format {format} until every member runs a version that knows it")]
+    #[error(
+        "{what} needs registry format {needed}; the cluster is at format {format} until every member runs a version that knows it"
+    )]
     UpgradePending {
         /// What was asked for, e.g. `a lease bound to a service`.
         what: String,

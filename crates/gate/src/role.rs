@@ -139,7 +139,10 @@ mod tests {
         // Trace (who may do what): a drain defaults to the owner; an app draining itself
         // makes an app drain, which it may lift, and only an owner's drain holds.
         assert_eq!(speaking_as(Some(Actor::App), None, Actor::Owner), Ok(Actor::App));
-        assert_eq!(speaking_as(Some(Actor::Checker), None, Actor::Owner), Ok(Actor::Checker));
+        assert_eq!(
+            speaking_as(Some(Actor::Checker), None, Actor::Owner),
+            Ok(Actor::Checker)
+        );
         assert_eq!(speaking_as(Some(Actor::Checker), None, Actor::App), Ok(Actor::Checker));
         assert_eq!(speaking_as(Some(Actor::Owner), None, Actor::Owner), Ok(Actor::Owner));
         assert_eq!(speaking_as(Some(Actor::Owner), None, Actor::App), Ok(Actor::App));

@@ -69,7 +69,11 @@ impl Registry {
         if spec.role != muster_core::Actor::App {
             self.needs_format(2, "a token with a role")?;
         }
-        if spec.rules.iter().any(|rule| rule.verbs.contains(muster_auth::Verb::Metrics)) {
+        if spec
+            .rules
+            .iter()
+            .any(|rule| rule.verbs.contains(muster_auth::Verb::Metrics))
+        {
             self.needs_format(2, "the metrics right")?;
         }
         self.acl.check(spec).map_err(|reason| Rejection::InvalidField {
@@ -117,7 +121,13 @@ mod tests {
             accessor: Accessor::from_random([n; 16]),
             secret_hash: secret.hash(),
             tenant: tenant.map(|t| Label::new("tenant", t).unwrap()),
-            rules: vec![Rule::parse("*/*=*", Effect::Allow).unwrap()],
+            rules: vec![
+                Rule::parse(
+                    "*/*=read,watch,register,renew,set_state,deregister,admin",
+                    Effect::Allow,
+                )
+                .unwrap(),
+            ],
             san: None,
             description: String::new(),
             role: muster_core::Actor::App,

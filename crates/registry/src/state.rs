@@ -280,7 +280,8 @@ impl Registry {
                 if let Some(id) = endpoint.lease {
                     match leases.get(id) {
                         Some(lease)
-                            if lease.tenant == key.tenant && lease.service.as_ref().is_none_or(|owner| *owner == key) =>
+                            if lease.tenant == key.tenant
+                                && lease.service.as_ref().is_none_or(|owner| *owner == key) =>
                         {
                             leases.attach(id, &service.key, &endpoint.instance)
                         }

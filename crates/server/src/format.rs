@@ -59,14 +59,27 @@ pub(crate) async fn raise_once(app: &App) -> bool {
     }
     let members = app.gate.member_formats(ASK).await;
     let Some(format) = next(current, &members) else {
-        tracing::debug!(current, ?members, "registry format: a member's build is older or silent");
+        tracing::debug!(
+            current,
+            ?members,
+            "registry format: a member's build is older or silent"
+        );
         return false;
     };
     let principal = Principal::new(RAISER).expect("a valid principal");
     let meta = app.gate.meta_as(Actor::Owner, &principal);
     match app.gate.propose_as_leader(RaiseFormat { format }.into(), meta).await {
         Ok(Ok(_)) => {
-            tracing::info!(from = current, to = format, "registry format raised: every member applies it");
+            // Worth an operator's notice in a rolling upgrade; a group of one does it as it starts.
+            if app.gate.in_cluster() {
+                tracing::info!(
+                    from = current,
+                    to = format,
+                    "registry format raised: every member applies it"
+                );
+            } else {
+                tracing::debug!(from = current, to = format, "registry format raised");
+            }
             format >= muster_core::FORMAT
         }
         Ok(Err(rejection)) => {

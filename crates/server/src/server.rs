@@ -529,7 +529,9 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         format::raise_once(&app).await;
     }
     let raising = Arc::clone(&app);
-    duties.add("registry format", move |_term| Box::pin(format::raise(Arc::clone(&raising))));
+    duties.add("registry format", move |_term| {
+        Box::pin(format::raise(Arc::clone(&raising)))
+    });
     // The leader-only loops run while this node leads, and only then (DESIGN "Third wave").
     let leading = Arc::clone(&app);
     let duties = (!duties.is_empty()).then(|| {

@@ -2,6 +2,7 @@
 
 mod drains;
 mod fencing;
+mod formats;
 mod incarnation;
 mod lifecycle;
 mod model;

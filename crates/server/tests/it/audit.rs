@@ -541,8 +541,8 @@ async fn a_flood_of_made_up_tokens_leaves_every_mutation_on_record_and_is_counte
     let before = mutations(&all_records(&server, &operator, "").await);
     assert_eq!(
         before.len(),
-        13,
-        "the policy adopted, the bootstrap, 10 registrations, a token: {before:?}"
+        14,
+        "the policy adopted, the format raised, the bootstrap, 10 registrations, a token: {before:?}"
     );
 
     let flood_started = unix_ms();

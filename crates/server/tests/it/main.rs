@@ -28,6 +28,7 @@ mod openapi;
 mod policy;
 mod prometheus_sd;
 mod reads;
+mod roles;
 mod schema_check;
 mod support;
 mod tls;

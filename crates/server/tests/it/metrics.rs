@@ -327,7 +327,7 @@ async fn denials_are_counted_and_a_tenant_token_sees_only_its_own_tenant() {
             format!("Bearer {}", reply.body["secret"].as_str().unwrap())
         }
     };
-    let reader = token("acme", &["*/*=read"]).await;
+    let reader = token("acme", &["*/*=read,metrics"]).await;
     let register = |tenant: &str| {
         let body = serde_json::to_vec(&json!({"incarnation": 1, "endpoint": endpoint("10.0.0.1")})).unwrap();
         (format!("/v1/registry/{tenant}/prod/api/a"), body)
@@ -383,12 +383,13 @@ async fn denials_are_counted_and_a_tenant_token_sees_only_its_own_tenant() {
     }
 }
 
-/// SPEC S3: a token allowed only `prod/x=read,watch` in acme may read neither acme as a whole
-/// nor another tenant, so it sees no row by tenant (acme's registrations and denials
-/// included), no figure summed over every tenant (watches, convergence, blocking queries,
-/// checks, DNS, commit latency), only the node's own state that `/v1/status` gives anyone.
+/// SPEC S3 and DECISIONS "Metrics and tenant-wide views": a token allowed only
+/// `prod/x=read,watch` in acme holds no `metrics` right, so the scrape is refused (it once
+/// saw the node's own figures); a tenant's `metrics` right shows that tenant's rows and no
+/// figure summed over every tenant (watches, convergence, blocking queries, checks, DNS,
+/// commit latency).
 #[tokio::test]
-async fn a_one_service_token_sees_no_tenant_rows_nor_figures_over_every_tenant() {
+async fn a_token_without_the_metrics_right_is_refused_and_a_tenants_sees_no_figure_over_every_tenant() {
     let server = TestServer::start_with(|config| config.auth.enabled = true).await;
     let operator = server
         .call(Method::POST, "/v1/acl/bootstrap", None)
@@ -436,17 +437,29 @@ async fn a_one_service_token_sees_no_tenant_rows_nor_figures_over_every_tenant()
     assert!(all.iter().any(|s| s.name == "muster_watchers"), "the operator sees all");
 
     let (status, text) = server.get_text_with("/v1/metrics", &one_service_header).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{text}");
+    assert!(text.contains("permission_denied"), "{text}");
+    let body = serde_json::to_vec(&json!({"tenant": "acme", "allow": ["*/*=metrics"]})).unwrap();
+    let acme_metrics = server
+        .send(Method::POST, "/v1/acl/tokens", Some(body), &operator_header)
+        .await
+        .expect(StatusCode::CREATED)
+        .body["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let acme_metrics = format!("Bearer {acme_metrics}");
+    let (status, text) = server
+        .get_text_with("/v1/metrics", &[("authorization", acme_metrics.as_str())])
+        .await;
     assert_eq!(status, StatusCode::OK);
     let seen = parse(&text);
     assert!(seen.iter().any(|s| s.name == "muster_revision"), "{text}");
+    assert_eq!(value(&seen, "muster_registrations_total", &[("tenant", "acme")]), 2.0);
     for sample in &seen {
         assert!(
-            !sample.labels.contains_key("tenant"),
-            "a row of a tenant the token may not read whole: {sample:?}"
-        );
-        assert!(
-            sample.labels.get("service").is_none_or(|s| s == "acme/prod/x"),
-            "a service the token may not read: {sample:?}"
+            sample.labels.get("tenant").is_none_or(|t| t == "acme"),
+            "a row of another tenant: {sample:?}"
         );
         for over_every_tenant in [
             "muster_watchers",
