@@ -42,7 +42,7 @@ MUSTER_TOKEN="$operator" "$muster" acl token create --tenant acme --allow 'prod/
 MUSTER_TOKEN="$operator" "$muster" acl token create --tenant acme --allow 'prod/*=read,watch' --deny 'prod/secret=read' --json >"$work/reader.json"
 registrar=$(jq -r .secret "$work/registrar.json")
 reader=$(jq -r .secret "$work/reader.json")
-MUSTER_TOKEN="$operator" "$muster" acl token list --json | jq -e '.tokens | length == 3' >/dev/null
+MUSTER_TOKEN="$operator" "$muster" acl token list --json | jq -e '.tokens | length == 3 and all(.[]; .role != null)' >/dev/null
 
 # The registrar publishes prod/api; it may not publish prod/db, nor anything of another tenant.
 [ "$(status_of -X PUT "$base/v1/registry/acme/prod/api/a" -H "authorization: Bearer $registrar" -H 'content-type: application/json' -d "$body")" = 200 ]
@@ -51,6 +51,29 @@ MUSTER_TOKEN="$operator" "$muster" acl token list --json | jq -e '.tokens | leng
 # The reader reads through the CLI, and is refused what the deny rule names.
 MUSTER_TOKEN="$reader" "$muster" resolve prod/api --tenant acme --json | jq -e '.total == 1' >/dev/null
 [ "$(status_of "$base/v1/registry/acme/prod/secret" -H "authorization: Bearer $reader")" = 403 ]
+
+# Roles are the token's (SPEC L5): an owner token for the orchestrator; `acl self` and the list
+# show each token's role; an app token's `X-Muster-Actor: owner` is refused.
+MUSTER_TOKEN="$operator" "$muster" acl token create --tenant acme --role owner --allow 'prod/api=set_state,read' --json >"$work/owner.json"
+owner=$(jq -r .secret "$work/owner.json")
+MUSTER_TOKEN="$owner" "$muster" acl self --json | jq -e '.role == "owner" and .tenant == "acme"' >/dev/null
+MUSTER_TOKEN="$registrar" "$muster" acl self | grep -q ' app '
+MUSTER_TOKEN="$operator" "$muster" acl token list | grep -q ROLE
+serving='{"incarnation":1,"state":"ready","reason":"up"}'
+[ "$(status_of -X PUT "$base/v1/registry/acme/prod/api/a/serving" -H "authorization: Bearer $registrar" -H 'x-muster-actor: owner' -H 'content-type: application/json' -d "$serving")" = 403 ] && [ "$(code)" = permission_denied ]
+
+# A lease belongs to its service (SPEC L4): the registrar keeps prod/api's lease; a token of
+# another service cannot renew it.
+lease=$(MUSTER_TOKEN="$registrar" "$muster" lease grant prod/api --ttl 30s --tenant acme --json | jq -r .lease.id)
+MUSTER_TOKEN="$registrar" "$muster" lease renew "$lease" --tenant acme --json | jq -e ".id == $lease" >/dev/null
+MUSTER_TOKEN="$operator" "$muster" acl token create --tenant acme --allow 'prod/payments=renew' --json >"$work/payments.json"
+payments=$(jq -r .secret "$work/payments.json")
+[ "$(status_of -X PUT "$base/v1/leases/acme/$lease/renew" -H "authorization: Bearer $payments")" = 403 ] && [ "$(code)" = permission_denied ]
+
+# The metrics need the metrics right: the reader is refused, acme's metrics token sees acme.
+[ "$(status_of "$base/v1/metrics" -H "authorization: Bearer $reader")" = 403 ]
+MUSTER_TOKEN="$operator" "$muster" acl token create --tenant acme --allow '*/*=metrics' --json >"$work/metrics.json"
+curl -fsS "$base/v1/metrics" -H "authorization: Bearer $(jq -r .secret "$work/metrics.json")" | grep -q 'tenant="acme"'
 
 # Revoked: refused at once.
 accessor=$(jq -r .accessor "$work/reader.json")

@@ -38,7 +38,7 @@ pub(crate) enum Planned {
 pub(crate) struct Plan {
     pub(crate) puts: Vec<(ServiceKey, Arc<Endpoint>)>,
     pub(crate) deletes: Vec<Delete>,
-    pub(crate) grant: Option<Lease>,
+    pub(crate) grant: Option<Box<Lease>>,
     pub(crate) revoke: Vec<LeaseId>,
     /// The lease to report in the reply.
     pub(crate) lease: Option<LeaseGrant>,
@@ -167,7 +167,7 @@ impl Registry {
         let grant = match lease {
             Some((LeaseGrant { id, ttl_ms }, true)) => {
                 self.check_quota_leases(&target.key.tenant)?;
-                Some(Lease {
+                Some(Box::new(Lease {
                     id,
                     tenant: target.key.tenant.clone(),
                     ttl_ms,
@@ -175,7 +175,7 @@ impl Registry {
                     // From format 2 on, a lease granted with a registration is its
                     // service's (SPEC L4): its own token can renew it, no other service's.
                     service: (self.format() >= 2).then(|| target.key.clone()),
-                })
+                }))
             }
             _ => None,
         };
@@ -384,13 +384,13 @@ impl Registry {
         self.check_quota_leases(&cmd.tenant)?;
         let id = self.lease_table().next_id();
         Ok(Planned::Commit(Plan {
-            grant: Some(Lease {
+            grant: Some(Box::new(Lease {
                 id,
                 tenant: cmd.tenant.clone(),
                 ttl_ms: cmd.ttl_ms,
                 revision: self.revision().next(),
                 service: cmd.service.clone(),
-            }),
+            })),
             lease: Some(LeaseGrant { id, ttl_ms: cmd.ttl_ms }),
             ..Plan::default()
         }))

@@ -205,7 +205,7 @@ impl Registry {
         }
         if let Some(lease) = plan.grant {
             self.usage.entry(lease.tenant.clone()).or_default().leases += 1;
-            self.leases.insert(lease);
+            self.leases.insert(*lease);
         }
         let mut writes: BTreeMap<ServiceKey, BTreeMap<InstanceId, Write>> = BTreeMap::new();
         for (key, endpoint) in plan.puts {
