@@ -193,7 +193,7 @@ fn parse_verbs(text: &str) -> Result<Verbs, String> {
     for word in text.split(',').map(str::trim) {
         let verb = Verb::parse(word).ok_or_else(|| {
             format!(
-                "'{}' is not a verb (read, watch, register, renew, set_state, deregister, admin, or *)",
+                "'{}' is not a verb (read, watch, register, renew, set_state, deregister, admin, metrics, or *)",
                 word.escape_debug()
             )
         })?;

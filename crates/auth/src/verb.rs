@@ -24,7 +24,7 @@ pub enum Verb {
     /// routes (policy, membership).
     Admin,
     /// Scrape `/v1/metrics`: a tenant's series, with a `*/*` rule (operators see every
-    /// series). Needs registry format 2 (DESIGN "Formats and versions").
+    /// series). Needs registry format 2 (architecture.md "Formats and versions").
     Metrics,
 }
 

@@ -304,7 +304,7 @@ pub struct StatusReply {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<AdmissionStatus>,
     /// The registry format the cluster applies, and the newest this node's build knows
-    /// (DESIGN "Formats and versions"): below it while some member runs an older build;
+    /// (architecture.md "Formats and versions"): below it while some member runs an older build;
     /// absent from servers that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<FormatStatus>,

@@ -79,7 +79,7 @@ codes! {
     /// service holds only that service's endpoints.
     LeaseScopeMismatch = "lease_scope_mismatch", 409, false;
     /// The request needs a registry format the cluster has not raised to yet: some member
-    /// still runs an older version (DESIGN "Formats and versions"); retry once every member
+    /// still runs an older version (architecture.md "Formats and versions"); retry once every member
     /// is upgraded.
     UpgradePending = "upgrade_pending", 409, false;
     /// A name breaks the DNS-label rules (422 in a body, 400 in a path).

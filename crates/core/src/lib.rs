@@ -59,7 +59,7 @@ pub use ids::{Digest, Incarnation, LeaseId, Revision};
 pub use labels::Labels;
 pub use limits::Limits;
 
-/// The registry format this build writes and applies (DESIGN "Formats and versions"). A
+/// The registry format this build writes and applies (architecture.md "Formats and versions"). A
 /// cluster runs at the format its registry records; the leader raises it only once every
 /// member reports this build's format or newer, so no member is ever asked to apply a
 /// command it does not know. Until then the old behaviour stays, and a downgrade is possible.

@@ -1,5 +1,5 @@
 //! Who speaks with which authority (SPEC L5), and which registry format the cluster runs
-//! (DESIGN "Formats and versions").
+//! (architecture.md "Formats and versions").
 //!
 //! A caller's role is its token's (`owner`, `app` or `checker`), never its word: the
 //! `X-Muster-Actor` header may narrow it (an owner speaks as the app), and a route's default
@@ -98,7 +98,7 @@ impl Gate {
     }
 
     /// `409 upgrade_pending` unless the cluster runs format `needed`: what a newer format
-    /// adds is proposed only once every member knows it (DESIGN "Formats and versions").
+    /// adds is proposed only once every member knows it (architecture.md "Formats and versions").
     pub fn require_format(&self, needed: u32, what: &str) -> Result<(), ApiError> {
         let format = self.format();
         if format >= needed {

@@ -99,7 +99,7 @@ pub struct TokenCreateArgs {
     #[arg(long)]
     pub operator: bool,
     /// Allow rules: `NAMESPACE/SERVICE=VERB,...` (names exact, `prefix*` or `*`; verbs read,
-    /// watch, register, renew, set_state, deregister, admin, or `*`). Repeatable.
+    /// watch, register, renew, set_state, deregister, admin, metrics, or `*`). Repeatable.
     #[arg(long, value_name = "RULE")]
     pub allow: Vec<String>,
     /// Deny rules, same form; a deny wins a tie with an allow. Repeatable.

@@ -316,7 +316,8 @@ pub struct RegisterArgs {
     #[arg(long, value_name = "R")]
     pub expected_revision: Option<u64>,
     /// Speak as the owner (may lift a drain), the app or a checker [server default: drain as
-    /// owner, the rest as app].
+    /// owner, the rest as app]. With auth on, capped at the token's role: a narrower role
+    /// may be asked for, a wider one is refused (403).
     #[arg(long, value_enum, value_name = "ACTOR")]
     pub actor: Option<ActorArg>,
     /// Server and tenant.
@@ -346,7 +347,8 @@ pub struct SetStateArgs {
     #[arg(long, value_name = "R")]
     pub expected_revision: Option<u64>,
     /// Speak as the owner (may lift a drain), the app or a checker [server default: drain as
-    /// owner, the rest as app].
+    /// owner, the rest as app]. With auth on, capped at the token's role: a narrower role
+    /// may be asked for, a wider one is refused (403).
     #[arg(long, value_enum, value_name = "ACTOR")]
     pub actor: Option<ActorArg>,
     /// Server and tenant.
@@ -377,7 +379,8 @@ pub struct DrainArgs {
     #[arg(long, value_name = "R")]
     pub expected_revision: Option<u64>,
     /// Speak as the owner (may lift a drain), the app or a checker [server default: drain as
-    /// owner, the rest as app].
+    /// owner, the rest as app]. With auth on, capped at the token's role: a narrower role
+    /// may be asked for, a wider one is refused (403).
     #[arg(long, value_enum, value_name = "ACTOR")]
     pub actor: Option<ActorArg>,
     /// Server and tenant.
@@ -421,7 +424,8 @@ pub struct DeregisterArgs {
     #[arg(long, value_name = "R")]
     pub expected_revision: Option<u64>,
     /// Speak as the owner (may lift a drain), the app or a checker [server default: drain as
-    /// owner, the rest as app].
+    /// owner, the rest as app]. With auth on, capped at the token's role: a narrower role
+    /// may be asked for, a wider one is refused (403).
     #[arg(long, value_enum, value_name = "ACTOR")]
     pub actor: Option<ActorArg>,
     /// Server and tenant.

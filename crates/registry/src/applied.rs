@@ -54,7 +54,7 @@ pub enum Unchanged {
     PolicyAdopted,
     /// A mirror heard from its source region and no mirrored set changed (SPEC G2).
     MirrorCurrent,
-    /// The registry's format was raised (DESIGN "Formats and versions"): nothing it holds
+    /// The registry's format was raised (architecture.md "Formats and versions"): nothing it holds
     /// changed, so no revision was spent.
     FormatRaised,
 }

@@ -64,7 +64,7 @@ pub enum Command {
     RevokeToken(RevokeToken),
     /// Bring a mirror of a peer region's import up to a source revision (SPEC G2).
     Mirror(crate::mirror::Mirror),
-    /// Raise the registry's format (DESIGN "Formats and versions"): proposed by the leader
+    /// Raise the registry's format (architecture.md "Formats and versions"): proposed by the leader
     /// only once every member reports a version that knows it.
     RaiseFormat(RaiseFormat),
 }
@@ -209,7 +209,7 @@ pub struct GrantLease {
     pub service: Option<ServiceKey>,
 }
 
-/// Raise the registry's format to `format` (DESIGN "Formats and versions").
+/// Raise the registry's format to `format` (architecture.md "Formats and versions").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RaiseFormat {
     /// The format from which on commands are applied: at most this build's

@@ -120,7 +120,7 @@ pub struct Registry {
     pub(crate) acl: AclTable,
     /// What this region mirrors of its peers (`mirror.rs`, SPEC G2).
     pub(crate) mirrors: crate::mirror::MirrorTable,
-    /// The format commands are applied at (DESIGN "Formats and versions"): raised only by a
+    /// The format commands are applied at (architecture.md "Formats and versions"): raised only by a
     /// committed `RaiseFormat`, so every replica switches at the same command.
     pub(crate) format: u32,
 }

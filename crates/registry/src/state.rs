@@ -56,7 +56,7 @@ pub struct RegistryState {
     /// federation, and while nothing is mirrored).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     mirrors: Vec<MirrorRecord>,
-    /// The format commands are applied at (DESIGN "Formats and versions"); absent: the
+    /// The format commands are applied at (architecture.md "Formats and versions"); absent: the
     /// first, and so not written while it is, which keeps a snapshot readable by a node of
     /// the second wave until the format is raised.
     #[serde(default = "first_format", skip_serializing_if = "is_first_format")]

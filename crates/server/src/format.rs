@@ -1,4 +1,4 @@
-//! Raising the registry format (DESIGN "Formats and versions"): a leader duty. What a newer
+//! Raising the registry format (architecture.md "Formats and versions"): a leader duty. What a newer
 //! format adds to the log (a token's role, a lease's service) is proposed only once every
 //! member — voters and learners — runs a build that applies it; the leader asks each member
 //! its build's format and, once all know a newer one than the registry's, commits

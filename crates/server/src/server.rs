@@ -523,7 +523,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
             Box::pin(muster_federation::lead(Arc::clone(&app.gate), Arc::clone(&federation)))
         });
     }
-    // The registry format rises once every member applies it (DESIGN "Formats and versions").
+    // The registry format rises once every member applies it (architecture.md "Formats and versions").
     // A group of one raises it before it serves, so its first request sees this build's rules.
     if !app.gate.in_cluster() {
         format::raise_once(&app).await;

@@ -1,4 +1,4 @@
-//! The registry format (DESIGN "Formats and versions"): a log and a snapshot written by the
+//! The registry format (architecture.md "Formats and versions"): a log and a snapshot written by the
 //! second wave (`tests/golden/`, made by that build) still apply and load alike, nothing
 //! this build writes at format 1 differs from what the second wave wrote, and what format
 //! 2 adds (a token's role, a lease's service, the `metrics` verb, an app lifting its own
