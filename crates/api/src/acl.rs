@@ -120,7 +120,7 @@ pub async fn create(
     }
     // A role is written into the log only once every member knows the field.
     if role != Actor::App {
-        app.gate.require_format(muster_core::FORMAT, "a token with a role")?;
+        app.gate.require_format(2, "a token with a role")?;
     }
     let accessor = spec.accessor.to_string();
     app.gate
@@ -193,28 +193,19 @@ pub async fn revoke(
     }))
 }
 
-/// `rules` as the cluster's registry `format` can store them (DESIGN "Formats and
-/// versions"): below format 2 a member may not know the `metrics` verb, so `*` stands for the
-/// verbs it knows and a rule naming `metrics` waits for the upgrade (`409 upgrade_pending`).
+/// Refuses `rules` the cluster's registry `format` cannot store (architecture.md "Formats and
+/// versions"): below format 2 a member may not know the `metrics` verb, so a rule naming it
+/// (but for `*`, which such a member reads as the verbs it knows) waits for the upgrade
+/// (`409 upgrade_pending`).
 fn for_format(format: u32, rules: Vec<Rule>) -> Result<Vec<Rule>, ApiError> {
-    if format >= 2 {
-        return Ok(rules);
+    if format < 2 && rules.iter().any(|rule| rule.verbs.needs_format_2()) {
+        return Err(ApiError::from(muster_core::Rejection::UpgradePending {
+            what: "the metrics right".into(),
+            format,
+            needed: 2,
+        }));
     }
-    rules
-        .into_iter()
-        .map(|mut rule| {
-            if rule.verbs == muster_auth::Verbs::all() {
-                rule.verbs = rule.verbs.without(Verb::Metrics);
-            } else if rule.verbs.contains(Verb::Metrics) {
-                return Err(ApiError::from(muster_core::Rejection::UpgradePending {
-                    what: "the metrics right".into(),
-                    format,
-                    needed: 2,
-                }));
-            }
-            Ok(rule)
-        })
-        .collect()
+    Ok(rules)
 }
 
 /// Tokens are made only with authentication on: made while it is off (when anyone on the

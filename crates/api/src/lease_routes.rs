@@ -3,8 +3,11 @@
 //!
 //! A lease belongs to a service when its grant names one (SPEC L4): renewal, revocation and
 //! attachment are judged on that service's rules. A lease of the whole tenant (granted
-//! without a service, or before leases named one) any endpoint of the tenant may hold, so
-//! only a token with the verb on every service of the tenant may keep or end it.
+//! without a service, or before leases named one) is judged on what hangs on it: a token
+//! with the verb on every service of the tenant may, and otherwise one with the verb on
+//! every service whose endpoints it holds; an empty one as before (some service's right).
+//! A refusal never names the lease's services: lease ids are sequential, and a caller may
+//! not be allowed to read them (the audit trail has them).
 
 use std::sync::Arc;
 
@@ -51,13 +54,27 @@ pub async fn grant(
         .as_deref()
         .map(|text| service_of(&tenant, text))
         .transpose()?;
-    app.gate.require(
-        &caller,
-        peer.as_deref(),
-        &lease_request(&tenant, service.as_ref(), Verb::Register),
-    )?;
-    if service.is_some() {
-        app.gate.require_format(2, "a lease bound to a service")?;
+    match &service {
+        Some(key) => {
+            app.gate
+                .require(&caller, peer.as_deref(), &service_request(key, Verb::Register))?;
+            app.gate.require_format(2, "a lease bound to a service")?;
+        }
+        // Until the format is raised, as before: some service's right (the registry cannot
+        // yet bind a lease to a service, so that is how a registrar gets one).
+        None => {
+            let scope = if app.gate.format() >= 2 {
+                Scope::EveryService
+            } else {
+                Scope::AnyService
+            };
+            let asked = muster_auth::Request {
+                tenant: Some(&tenant),
+                scope,
+                verb: Verb::Register,
+            };
+            app.gate.require(&caller, peer.as_deref(), &asked)?;
+        }
     }
     let actor = app.speaking_as(&caller, peer.as_deref(), &headers, Actor::App, || {
         format!("POST /v1/leases/{tenant}")
@@ -83,25 +100,95 @@ fn service_of(tenant: &Label, text: &str) -> Result<ServiceKey, ApiError> {
         .map_err(|rejection| ApiError::from(rejection.for_field("service")))
 }
 
-/// What `verb` on a lease of `service` (none: of the whole tenant) asks of the rules.
-fn lease_request<'a>(tenant: &'a Label, service: Option<&'a ServiceKey>, verb: Verb) -> muster_auth::Request<'a> {
+/// What `verb` on `key` asks of the rules.
+fn service_request(key: &ServiceKey, verb: Verb) -> muster_auth::Request<'_> {
     muster_auth::Request {
-        tenant: Some(tenant),
-        scope: match service {
-            Some(key) => Scope::Service {
-                namespace: key.namespace.as_str(),
-                service: key.service.as_str(),
-            },
-            None => Scope::EveryService,
+        tenant: Some(&key.tenant),
+        scope: Scope::Service {
+            namespace: key.namespace.as_str(),
+            service: key.service.as_str(),
         },
         verb,
     }
 }
 
-/// Whether the caller may `verb` lease `id` of `tenant`: judged on the lease's service, or
-/// on every service for a lease of the whole tenant. A lease this node does not hold is
-/// `lease_not_found`, judged before anything else is learnt of it.
-fn judge_lease(
+/// What a lease is, as the rules judge it.
+enum Held {
+    /// A lease of one service.
+    Service(ServiceKey),
+    /// A lease of the whole tenant, and the services whose endpoints hang on it.
+    Tenant(Vec<ServiceKey>),
+}
+
+/// Lease `id` of `tenant` as the rules judge it. A lease this node does not hold may have
+/// been granted on the leader a moment ago: in a cluster the node first catches up with a
+/// consistent read (SPEC R3), then it is `lease_not_found`.
+async fn held(app: &Native, tenant: &Label, id: LeaseId) -> Result<Held, ApiError> {
+    let look = || {
+        app.gate.read(|registry| {
+            let lease = registry.lease(id).filter(|lease| lease.tenant == *tenant)?;
+            Some(match &lease.service {
+                Some(key) => Held::Service(key.clone()),
+                None => {
+                    let mut attached: Vec<ServiceKey> =
+                        registry.lease_endpoints(id).into_iter().map(|(key, _)| key).collect();
+                    attached.dedup();
+                    Held::Tenant(attached)
+                }
+            })
+        })
+    };
+    if let Some(held) = look() {
+        return Ok(held);
+    }
+    if app.gate.in_cluster() {
+        app.gate
+            .ready_for(muster_gate::consistency::Consistency::Consistent)
+            .await?;
+        if let Some(held) = look() {
+            return Ok(held);
+        }
+    }
+    Err(ApiError::from(Rejection::LeaseNotFound { lease: id }))
+}
+
+/// Whether the caller may `verb` lease `id`, held as `held` (see the module's documentation).
+/// The refusal is on the audit trail in full; its message names none of the lease's services.
+fn judge(
+    app: &Native,
+    caller: &Caller,
+    peer: Option<&Peer>,
+    tenant: &Label,
+    id: LeaseId,
+    held: &Held,
+    verb: Verb,
+) -> Result<(), ApiError> {
+    let whole = |scope| muster_auth::Request {
+        tenant: Some(tenant),
+        scope,
+        verb,
+    };
+    let verdict = match held {
+        Held::Service(key) => app.gate.require(caller, peer, &service_request(key, verb)),
+        Held::Tenant(attached) if attached.is_empty() => app.gate.require(caller, peer, &whole(Scope::AnyService)),
+        Held::Tenant(_) if caller.check(&whole(Scope::EveryService)).is_ok() => Ok(()),
+        Held::Tenant(attached) => attached
+            .iter()
+            .try_for_each(|key| app.gate.require(caller, peer, &service_request(key, verb))),
+    };
+    verdict.map_err(|_| {
+        ApiError::new(
+            muster_core::ErrorCode::PermissionDenied,
+            format!(
+                "{verb} on lease {id} of tenant '{tenant}': this token may not {verb} the service it is for \
+                 (or, for a lease of the whole tenant, every service whose endpoints it holds)"
+            ),
+        )
+    })
+}
+
+/// Whether the caller may `verb` lease `id` of `tenant` (authentication off: always).
+async fn judge_lease(
     app: &Native,
     caller: &Caller,
     peer: Option<&Peer>,
@@ -112,24 +199,16 @@ fn judge_lease(
     if !app.gate.auth.enabled {
         return Ok(());
     }
-    let service = app.gate.read(|registry| {
-        registry
-            .lease(id)
-            .filter(|lease| lease.tenant == *tenant)
-            .map(|lease| lease.service.clone())
-    });
-    let Some(service) = service else {
-        return Err(ApiError::from(Rejection::LeaseNotFound { lease: id }));
-    };
-    app.gate
-        .require(caller, peer, &lease_request(tenant, service.as_ref(), verb))
+    let held = held(app, tenant, id).await?;
+    judge(app, caller, peer, tenant, id, &held, verb)
 }
 
-/// Whether the caller may attach an endpoint of `key` to lease `id`: to a lease of the
-/// whole tenant only with `register` on every service (its holder's token can end every
-/// endpoint on it). A lease of a service takes only that service's endpoints, which the
-/// registry checks (`lease_scope_mismatch`); an unknown lease is the registry's to refuse.
-pub(crate) fn judge_attach(
+/// Whether the caller may attach an endpoint of `key` to lease `id`: a lease of a service
+/// takes only that service's endpoints (the registry refuses others, `lease_scope_mismatch`);
+/// a lease of the whole tenant, only with `register` on what already hangs on it (nothing:
+/// the endpoint's own service's right, which the route checked). An unknown lease is the
+/// registry's to refuse.
+pub(crate) async fn judge_attach(
     app: &Native,
     caller: &Caller,
     peer: Option<&Peer>,
@@ -139,16 +218,10 @@ pub(crate) fn judge_attach(
     if !app.gate.auth.enabled {
         return Ok(());
     }
-    let tenant_wide = app.gate.read(|registry| {
-        registry
-            .lease(id)
-            .is_some_and(|lease| lease.tenant == key.tenant && lease.service.is_none())
-    });
-    if !tenant_wide {
-        return Ok(());
+    match held(app, &key.tenant, id).await {
+        Ok(held @ Held::Tenant(_)) => judge(app, caller, peer, &key.tenant, id, &held, Verb::Register),
+        Ok(Held::Service(_)) | Err(_) => Ok(()),
     }
-    app.gate
-        .require(caller, peer, &lease_request(&key.tenant, None, Verb::Register))
 }
 
 /// `PUT /v1/leases/{tenant}/{id}/renew`: no log write. In a cluster the deadline lives on the
@@ -162,7 +235,7 @@ pub async fn renew(
 ) -> Result<Json<LeaseReply>, ApiError> {
     let tenant = segments.tenant()?;
     let id = segments.lease()?;
-    judge_lease(&app, &caller, peer.as_deref(), &tenant, id, Verb::Renew)?;
+    judge_lease(&app, &caller, peer.as_deref(), &tenant, id, Verb::Renew).await?;
     let call = LeaderCall::Renew {
         tenant: tenant.clone(),
         id,
@@ -214,7 +287,7 @@ pub async fn revoke(
 ) -> Result<Json<WriteReply>, ApiError> {
     let tenant = segments.tenant()?;
     let id = segments.lease()?;
-    judge_lease(&app, &caller, peer.as_deref(), &tenant, id, Verb::Deregister)?;
+    judge_lease(&app, &caller, peer.as_deref(), &tenant, id, Verb::Deregister).await?;
     let actor = app.speaking_as(&caller, peer.as_deref(), &headers, Actor::App, || {
         format!("DELETE /v1/leases/{tenant}/{id}")
     })?;

@@ -46,7 +46,7 @@ pub async fn register(
         None => LeaseSpec::None,
         Some(LeaseRequest::Grant { ttl_ms }) => LeaseSpec::Grant { ttl_ms },
         Some(LeaseRequest::Attach { id }) => {
-            crate::lease_routes::judge_attach(&app, &caller, peer.as_deref(), &key, id)?;
+            crate::lease_routes::judge_attach(&app, &caller, peer.as_deref(), &key, id).await?;
             LeaseSpec::Attach(id)
         }
     };

@@ -72,6 +72,12 @@ impl fmt::Display for Verb {
 }
 
 /// A set of verbs (a bit set), serialised as a list of their names.
+///
+/// Every verb but `metrics` stands for every verb (`*`): `metrics` came with registry format
+/// 2, and a token's `*` written before it, or read by a build before it, lists the seven
+/// others. So `*` is written as those seven (a build of the second wave reads it), and read
+/// back as every verb; only a set naming `metrics` without all the others is new to the log
+/// (architecture.md "Formats and versions").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(from = "Vec<Verb>", into = "Vec<Verb>")]
 pub struct Verbs(u8);
@@ -110,15 +116,37 @@ impl FromIterator<Verb> for Verbs {
     }
 }
 
+impl Verbs {
+    /// Every verb a registry of format 1 knows: all but `metrics`.
+    fn first_format() -> Verbs {
+        Verbs::all().without(Verb::Metrics)
+    }
+
+    /// Whether writing the set needs registry format 2: it names `metrics` and is not `*`.
+    pub fn needs_format_2(self) -> bool {
+        self.contains(Verb::Metrics) && self != Verbs::all()
+    }
+}
+
 impl From<Vec<Verb>> for Verbs {
     fn from(verbs: Vec<Verb>) -> Verbs {
-        verbs.into_iter().collect()
+        let set: Verbs = verbs.into_iter().collect();
+        if set.0 & Verbs::first_format().0 == Verbs::first_format().0 {
+            Verbs::all()
+        } else {
+            set
+        }
     }
 }
 
 impl From<Verbs> for Vec<Verb> {
     fn from(verbs: Verbs) -> Vec<Verb> {
-        verbs.iter().collect()
+        let written = if verbs == Verbs::all() {
+            Verbs::first_format()
+        } else {
+            verbs
+        };
+        written.iter().collect()
     }
 }
 
@@ -134,5 +162,29 @@ impl fmt::Display for Verbs {
             f.write_str(verb.as_str())?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A token's `*` stays readable by a build of registry format 1, which knows no `metrics`
+    /// verb (architecture.md "Formats and versions"), and means every verb when read back.
+    #[test]
+    fn every_verb_is_written_as_the_seven_a_format_1_build_knows_and_read_back_as_every_verb() {
+        let written = serde_json::to_value(Verbs::all()).unwrap();
+        assert_eq!(
+            written,
+            serde_json::json!(["read", "watch", "register", "renew", "set_state", "deregister", "admin"])
+        );
+        assert_eq!(serde_json::from_value::<Verbs>(written).unwrap(), Verbs::all());
+        assert!(!Verbs::all().needs_format_2());
+        let metrics: Verbs = [Verb::Metrics].into_iter().collect();
+        assert_eq!(serde_json::to_value(metrics).unwrap(), serde_json::json!(["metrics"]));
+        assert!(metrics.needs_format_2());
+        let some: Verbs = [Verb::Read, Verb::Watch].into_iter().collect();
+        assert_eq!(serde_json::from_value::<Verbs>(serde_json::to_value(some).unwrap()).unwrap(), some);
+        assert!(!some.needs_format_2());
     }
 }

@@ -773,19 +773,24 @@ impl Node {
         for member in self.members() {
             let format = if member.id == self.id {
                 Some(muster_core::FORMAT)
-            } else if let Some(peers) = &self.peers {
-                let addr = peers.address_of(member.id, &member.addr);
-                match peers.call::<_, u32>(&addr, Rpc::Format, &(), timeout).await {
-                    Ok(format) => Some(format),
-                    Err(crate::network::CallError::Refused { status: 404, .. }) => Some(muster_core::FIRST_FORMAT),
-                    Err(_) => None,
-                }
             } else {
-                None
+                self.format_of(member.id, &member.addr, timeout).await
             };
             formats.push((member.id, format));
         }
         formats
+    }
+
+    /// The registry format the build of node `id` (at cluster address `addr`) applies:
+    /// `404` is a build of the second wave (format 1); no answer within `timeout`, `None`.
+    pub async fn format_of(&self, id: u64, addr: &str, timeout: std::time::Duration) -> Option<u32> {
+        let peers = self.peers.as_ref()?;
+        let addr = peers.address_of(id, addr);
+        match peers.call::<_, u32>(&addr, Rpc::Format, &(), timeout).await {
+            Ok(format) => Some(format),
+            Err(crate::network::CallError::Refused { status: 404, .. }) => Some(muster_core::FIRST_FORMAT),
+            Err(_) => None,
+        }
     }
 
     /// Writes a snapshot now and purges the log it covers; returns when it is on disk.

@@ -200,8 +200,9 @@ async fn register(
         lease: LeaseSpec::None,
         expected_revision: None,
     });
+    let actor = muster_gate::role::capped(caller.caller().role(), Actor::App);
     app.gate
-        .propose(command, app.gate.meta(Actor::App, caller.caller()))
+        .propose(command, app.gate.meta(actor, caller.caller()))
         .await
         .map_err(refused)?;
     Ok(())
@@ -297,9 +298,10 @@ async fn deregister(
         target: target_of(&found),
         expected_revision: None,
     };
+    let actor = muster_gate::role::capped(caller.caller().role(), Actor::App);
     match app
         .gate
-        .propose(command.into(), app.gate.meta(Actor::App, caller.caller()))
+        .propose(command.into(), app.gate.meta(actor, caller.caller()))
         .await
     {
         Ok(_) => Ok(()),
@@ -370,10 +372,19 @@ async fn maintenance(
     // The owner's authority, capped at the token's role (SPEC L5): an app's token enters
     // and leaves its own maintenance, never lifts an owner's drain.
     let actor = muster_gate::role::capped(caller.caller().role(), Actor::Owner);
-    app.gate
+    let applied = app
+        .gate
         .propose(command, app.gate.meta(actor, caller.caller()))
         .await
         .map_err(refused)?;
+    // Leaving maintenance that the owner set (or, before the registry's format 2, any) is not
+    // the app's to do: said, not answered 200 with nothing changed.
+    if applied.unchanged == Some(muster_registry::Unchanged::DrainHeld) {
+        return Err(ConsulError::new(
+            StatusCode::FORBIDDEN,
+            "Permission denied: the instance was put in maintenance by its owner; only the owner's token takes it out",
+        ));
+    }
     Ok(())
 }
 

@@ -675,7 +675,9 @@ pub struct TokenInfo {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
     /// The authority it speaks with (SPEC L5); an operator token's is `owner`, and it may
-    /// speak as any role. `X-Muster-Actor` may narrow it, never widen it.
+    /// speak as any role. `X-Muster-Actor` may narrow it, never widen it. (A server that
+    /// predates roles sends none: `app`.)
+    #[serde(default = "app_role")]
     pub role: Actor,
     /// When it was created (ms since the Unix epoch, the creating command's time).
     pub created_at_ms: u64,
@@ -699,4 +701,8 @@ pub struct TokenListReply {
 pub struct TokenRevokeReply {
     /// The revision the revocation committed at: from it on, every node refuses the token.
     pub revision: Revision,
+}
+
+fn app_role() -> Actor {
+    Actor::App
 }

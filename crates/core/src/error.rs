@@ -52,13 +52,12 @@ pub enum Rejection {
         /// The lease asked for.
         lease: LeaseId,
     },
-    /// An endpoint named a lease granted for another service (SPEC L4).
-    #[error("lease: lease {lease} belongs to {owner}, not to {key}")]
+    /// An endpoint named a lease granted for another service (SPEC L4). Which service the
+    /// lease is for is not said: lease ids are sequential, and a caller may not read it.
+    #[error("lease: lease {lease} is bound to another service than {key}")]
     LeaseScopeMismatch {
         /// The lease asked for.
         lease: LeaseId,
-        /// The service the lease was granted for.
-        owner: Box<ServiceKey>,
         /// The service of the endpoint that named it.
         key: Box<ServiceKey>,
     },

@@ -69,11 +69,7 @@ impl Registry {
         if spec.role != muster_core::Actor::App {
             self.needs_format(2, "a token with a role")?;
         }
-        if spec
-            .rules
-            .iter()
-            .any(|rule| rule.verbs.contains(muster_auth::Verb::Metrics))
-        {
+        if spec.rules.iter().any(|rule| rule.verbs.needs_format_2()) {
             self.needs_format(2, "the metrics right")?;
         }
         self.acl.check(spec).map_err(|reason| Rejection::InvalidField {

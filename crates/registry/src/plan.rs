@@ -232,12 +232,18 @@ impl Registry {
     ) -> Result<Planned, Rejection> {
         let reason = bounded_text("reason", reason, self.policy().limits.max_text_bytes)?;
         let existing = self.fenced_existing(target, meta.at_ms)?;
-        if existing.serving == state {
+        // From format 2 on, the owner draining what the app drained makes it the owner's drain.
+        let owner_takes_drain = self.format() >= 2
+            && state == ServingState::Draining
+            && meta.actor == Actor::Owner
+            && existing.observation.actor != Actor::Owner;
+        if existing.serving == state && !owner_takes_drain {
             return Ok(unchanged(existing.revision, None, Unchanged::AlreadyCommitted));
         }
-        // A drain holds against all but the owner; from format 2 on, an app or checker may
-        // lift a drain it set itself (an app draining on shutdown), never the owner's (SPEC L5).
-        let own_drain = self.format() >= 2 && existing.observation.actor == meta.actor;
+        // A drain holds against all but the owner; from format 2 on, the app may lift a drain
+        // it set itself (an app draining on shutdown), never the owner's, and nothing lifts a
+        // checker's but the owner (the health checker speaks as one) (SPEC L5).
+        let own_drain = self.format() >= 2 && meta.actor == Actor::App && existing.observation.actor == Actor::App;
         if existing.serving == ServingState::Draining && meta.actor != Actor::Owner && !own_drain {
             return Ok(unchanged(existing.revision, None, Unchanged::DrainHeld));
         }
@@ -495,7 +501,6 @@ impl Registry {
         match self.lease_table().get(id).and_then(|lease| lease.service.as_ref()) {
             Some(owner) if owner != key => Err(Rejection::LeaseScopeMismatch {
                 lease: id,
-                owner: Box::new(owner.clone()),
                 key: Box::new(key.clone()),
             }),
             _ => Ok(grant),

@@ -100,6 +100,25 @@ pub(crate) async fn add(
     };
     let join = app.join.as_ref().expect("a cluster has a join key");
     join::challenge(join, link.tls.clone(), request.id, &request.addr).await?;
+    // A build that cannot apply the registry's format would stop at, or misread, the first
+    // entry it does not know (architecture.md "Formats and versions"): it is not added.
+    let format = app.gate.format();
+    if format > muster_core::FIRST_FORMAT {
+        let theirs = app
+            .node
+            .format_of(request.id, &request.addr, std::time::Duration::from_secs(1))
+            .await;
+        if theirs.is_none_or(|theirs| theirs < format) {
+            let theirs = theirs.map_or_else(|| "did not say".to_owned(), |f| format!("applies format {f}"));
+            return Err(ApiError::new(
+                muster_core::ErrorCode::MembershipRefused,
+                format!(
+                    "node {}'s build {theirs}, and the registry is at format {format}: start it on a build as new as the cluster's",
+                    request.id
+                ),
+            ));
+        }
+    }
     app.node.add_member(request.id, &request.addr).await?;
     Ok(Json(reply(&app)))
 }

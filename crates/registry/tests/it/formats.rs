@@ -154,7 +154,10 @@ fn a_lease_of_a_service_holds_only_that_services_endpoints() {
     let revision = registry.revision();
     let refused = registry.apply(&attach.clone().into(), &app()).unwrap_err();
     assert_eq!(refused.error_code(), ErrorCode::LeaseScopeMismatch);
-    assert!(refused.to_string().contains("acme/prod/payments"), "{refused}");
+    assert!(
+        !refused.to_string().contains("payments"),
+        "a lease's service is not told: {refused}"
+    );
     assert_eq!(registry.revision(), revision);
     let granted = Register {
         lease: LeaseSpec::Grant { ttl_ms: 10_000 },
@@ -190,7 +193,14 @@ fn an_app_lifts_its_own_drain_from_format_2_and_never_the_owners() {
         current(&registry, "api").iter().next().unwrap().serving,
         ServingState::Ready
     );
-    registry.apply(&drain("api", "api-0", 1), &owner()).unwrap();
+    // The app drains, then the owner: the drain is now the owner's, and holds.
+    registry.apply(&drain("api", "api-0", 1), &app()).unwrap();
+    let taken = registry.apply(&drain("api", "api-0", 1), &owner()).unwrap();
+    assert_eq!(taken.unchanged, None, "the owner takes the drain over");
+    assert_eq!(
+        current(&registry, "api").iter().next().unwrap().observation.actor,
+        Actor::Owner
+    );
     for actor in [Actor::App, Actor::Checker] {
         let held = registry
             .apply(
@@ -200,4 +210,16 @@ fn an_app_lifts_its_own_drain_from_format_2_and_never_the_owners() {
             .unwrap();
         assert_eq!(held.unchanged, Some(Unchanged::DrainHeld));
     }
+    // A checker-role token's drain is not the health checker's to lift (it speaks as one).
+    ok(&mut registry, crate::support::register("api", "api-1", 1, "10.0.0.2"));
+    registry
+        .apply(&drain("api", "api-1", 1), &crate::support::meta(Actor::Checker))
+        .unwrap();
+    let held = registry
+        .apply(
+            &set_serving("api", "api-1", 1, ServingState::Ready),
+            &crate::support::meta(Actor::Checker),
+        )
+        .unwrap();
+    assert_eq!(held.unchanged, Some(Unchanged::DrainHeld));
 }

@@ -51,8 +51,9 @@ use crate::app::App;
 use muster_gate::Caller;
 
 /// `GET /v1/metrics` and `GET /metrics`: an operator's token sees every series; a tenant's
-/// needs the `metrics` right on the whole tenant (`*/*=metrics`) and sees that tenant's
-/// series only; any other token is refused `403`, on the audit trail.
+/// needs a `metrics` right and sees that tenant's series only (its rows by tenant with
+/// `*/*=metrics` and no deny, a service's rows where the right covers the service); any
+/// other token is refused `403`, on the audit trail.
 pub(crate) async fn metrics(
     State(app): State<Arc<App>>,
     caller: Caller,
@@ -61,7 +62,7 @@ pub(crate) async fn metrics(
     if !caller.sees_every_tenant() {
         let asked = muster_auth::Request {
             tenant: caller.confined_to(),
-            scope: muster_auth::Scope::Whole,
+            scope: muster_auth::Scope::AnyService,
             verb: muster_auth::Verb::Metrics,
         };
         if let Err(denied) = app.gate.require(&caller, peer.as_deref(), &asked) {

@@ -4,9 +4,13 @@
 //! # What a caller sees (SPEC S3)
 //! | series | shown to |
 //! |---|---|
-//! | the node's own state (revision, applied index, apply lag, leader), as `/v1/status` gives anyone | every caller |
-//! | a row of one service (`protection_active`, `xds_subscribers*`) | a caller who may read that service |
-//! | a row of one tenant (`registrations`, `denials`, ...; `xds_streams` counts) | a caller who may read all of that tenant |
+//! A scrape needs a `metrics` right (an operator's token has every one); then:
+//!
+//! | series | shown to |
+//! |---|---|
+//! | the node's own state (revision, applied index, apply lag, leader), as `/v1/status` gives anyone | every caller with a `metrics` right |
+//! | a row of one service (`protection_active`, `xds_subscribers*`) | a caller whose `metrics` right covers that service |
+//! | a row of one tenant (`registrations`, `denials`, ...; `xds_streams` counts) | a caller with `metrics` on every service of that tenant |
 //! | figures over every tenant together (watches, convergence, blocking queries, checks, DNS, commit latency, xDS responses) and rows of no tenant | an operator or unrestricted caller |
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,8 +27,9 @@ use crate::app::App;
 use muster_gate::Caller;
 
 /// Who may see which rows of a scrape: an operator (or anyone, with authentication off)
-/// every row; a tenant's token, which reached the scrape with the `metrics` right on its
-/// tenant, that tenant's rows only.
+/// every row; a tenant's token, which reached the scrape with some `metrics` right, the rows
+/// of its tenant as a whole when the right covers every service of it, and the rows of each
+/// service it covers.
 struct Visibility<'a> {
     caller: &'a Caller,
 }
@@ -32,12 +37,20 @@ struct Visibility<'a> {
 impl Visibility<'_> {
     /// Rows of one tenant.
     fn sees(&self, tenant: &Label) -> bool {
-        self.sees_all() || self.caller.confined_to() == Some(tenant)
+        self.sees_all()
+            || self
+                .caller
+                .check(&muster_auth::Request {
+                    tenant: Some(tenant),
+                    scope: muster_auth::Scope::EveryService,
+                    verb: muster_auth::Verb::Metrics,
+                })
+                .is_ok()
     }
 
     /// Rows of one service.
     fn reads(&self, key: &ServiceKey) -> bool {
-        self.sees(&key.tenant)
+        self.sees_all() || self.caller.may(key, muster_auth::Verb::Metrics)
     }
 
     /// Figures over every tenant together, rows of no tenant or past the tenant bound: only

@@ -275,7 +275,11 @@ async fn a_lease_belongs_to_its_service() {
         .await
         .expect(StatusCode::FORBIDDEN);
     assert_eq!(refused.code(), "permission_denied");
-    assert!(refused.message().contains("prod/payments"), "{}", refused.message());
+    assert!(
+        !refused.message().contains("payments"),
+        "the lease's service is not told: {}",
+        refused.message()
+    );
     let revoke = as_token(&server, &api, Method::DELETE, &format!("/v1/leases/acme/{lease}"), None)
         .await
         .expect(StatusCode::FORBIDDEN);
@@ -321,9 +325,10 @@ async fn a_lease_belongs_to_its_service() {
 }
 
 /// A lease of the whole tenant (granted without a service, as every lease was before) is
-/// kept and ended only by a token with the right on every service of the tenant.
+/// judged on what hangs on it: a token with the right on every service of the tenant, or on
+/// every service whose endpoints it holds, may keep it; an empty one, as before.
 #[tokio::test]
-async fn a_lease_of_the_whole_tenant_needs_rights_on_every_service() {
+async fn a_lease_of_the_whole_tenant_is_judged_on_what_hangs_on_it() {
     let server = secured().await;
     let operator = bootstrap(&server).await;
     let (_, api) = mint(
@@ -341,7 +346,13 @@ async fn a_lease_of_the_whole_tenant_needs_rights_on_every_service() {
     let (_, all_but) = mint(
         &server,
         &operator,
-        json!({"tenant": "acme", "allow": ["*/*=renew"], "deny": ["prod/payroll=renew"]}),
+        json!({"tenant": "acme", "allow": ["*/*=renew"], "deny": ["prod/payments=renew"]}),
+    )
+    .await;
+    let (_, payments) = mint(
+        &server,
+        &operator,
+        json!({"tenant": "acme", "allow": ["prod/payments=renew"]}),
     )
     .await;
     let lease = lease_of(
@@ -350,15 +361,31 @@ async fn a_lease_of_the_whole_tenant_needs_rights_on_every_service() {
             .expect(StatusCode::OK),
     );
     let renew = format!("/v1/leases/acme/{lease}/renew");
+    // Empty, as before: some service's right.
+    as_token(&server, &api, Method::PUT, &renew, None)
+        .await
+        .expect(StatusCode::OK);
+    as_token(
+        &server,
+        &operator,
+        Method::PUT,
+        "/v1/registry/acme/prod/payments/pay-0",
+        Some(json!({"incarnation": 1, "endpoint": endpoint("10.0.0.5"), "lease": {"id": lease}})),
+    )
+    .await
+    .expect(StatusCode::OK);
     for narrow in [&api, &all_but] {
         let refused = as_token(&server, narrow, Method::PUT, &renew, None)
             .await
             .expect(StatusCode::FORBIDDEN);
         assert_eq!(refused.code(), "permission_denied");
     }
-    as_token(&server, &all, Method::PUT, &renew, None)
-        .await
-        .expect(StatusCode::OK);
+    for allowed in [&all, &payments] {
+        as_token(&server, allowed, Method::PUT, &renew, None)
+            .await
+            .expect(StatusCode::OK);
+    }
+    let revision = server.revision().await;
     let attach = as_token(
         &server,
         &api,
@@ -369,6 +396,12 @@ async fn a_lease_of_the_whole_tenant_needs_rights_on_every_service() {
     .await
     .expect(StatusCode::FORBIDDEN);
     assert_eq!(attach.code(), "permission_denied");
+    assert_eq!(server.revision().await, revision, "nothing attached");
+    // A lease of the whole tenant is granted only with the right on every service.
+    let refused = grant(&server, &api, json!({"ttl_ms": 10_000}))
+        .await
+        .expect(StatusCode::FORBIDDEN);
+    assert_eq!(refused.code(), "permission_denied");
     // An unknown lease is not found, whoever asks.
     let missing = as_token(&server, &api, Method::PUT, "/v1/leases/acme/999/renew", None)
         .await
