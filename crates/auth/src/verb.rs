@@ -184,7 +184,10 @@ mod tests {
         assert_eq!(serde_json::to_value(metrics).unwrap(), serde_json::json!(["metrics"]));
         assert!(metrics.needs_format_2());
         let some: Verbs = [Verb::Read, Verb::Watch].into_iter().collect();
-        assert_eq!(serde_json::from_value::<Verbs>(serde_json::to_value(some).unwrap()).unwrap(), some);
+        assert_eq!(
+            serde_json::from_value::<Verbs>(serde_json::to_value(some).unwrap()).unwrap(),
+            some
+        );
         assert!(!some.needs_format_2());
     }
 }

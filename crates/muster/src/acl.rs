@@ -137,9 +137,13 @@ pub async fn run(command: AclCommand, json: bool, out: &mut dyn Write) -> Result
     match command {
         AclCommand::Bootstrap(args) => {
             let server = &args.server;
-            let reply = connect_to(&server.server, server.token.as_deref(), &server.tls)?
-                .acl_bootstrap(args.bootstrap_secret.as_ref().map(muster_core::Secret::expose))
-                .await?;
+            let reply = connect_to(
+                &server.server,
+                server.token.as_ref().map(muster_core::Secret::expose),
+                &server.tls,
+            )?
+            .acl_bootstrap(args.bootstrap_secret.as_ref().map(muster_core::Secret::expose))
+            .await?;
             emit(out, json, &reply, || {
                 format!(
                     "bootstrapped: the first operator token (keep the secret safe; it is not shown again)\n\
@@ -150,16 +154,24 @@ pub async fn run(command: AclCommand, json: bool, out: &mut dyn Write) -> Result
         }
         AclCommand::Token(TokenCommand::Create(args)) => {
             let request = create_request(&args)?;
-            let client = connect_to(&args.server.server, args.server.token.as_deref(), &args.server.tls)?;
+            let client = connect_to(
+                &args.server.server,
+                args.server.token.as_ref().map(muster_core::Secret::expose),
+                &args.server.tls,
+            )?;
             let reply = client.create_token(request).await?;
             emit(out, json, &reply, || {
                 format!("accessor  {}\nsecret    {}\n", reply.accessor, reply.secret)
             })
         }
         AclCommand::Whoami(args) => {
-            let reply = connect_to(&args.server, args.token.as_deref(), &args.tls)?
-                .acl_self()
-                .await?;
+            let reply = connect_to(
+                &args.server,
+                args.token.as_ref().map(muster_core::Secret::expose),
+                &args.tls,
+            )?
+            .acl_self()
+            .await?;
             emit(out, json, &reply, || {
                 list_text(&TokenListReply {
                     tokens: vec![reply.clone()],
@@ -167,14 +179,22 @@ pub async fn run(command: AclCommand, json: bool, out: &mut dyn Write) -> Result
             })
         }
         AclCommand::Token(TokenCommand::List(args)) => {
-            let reply = connect_to(&args.server, args.token.as_deref(), &args.tls)?
-                .tokens()
-                .await?;
+            let reply = connect_to(
+                &args.server,
+                args.token.as_ref().map(muster_core::Secret::expose),
+                &args.tls,
+            )?
+            .tokens()
+            .await?;
             emit(out, json, &reply, || list_text(&reply))
         }
         AclCommand::Token(TokenCommand::Revoke(args)) => {
             let accessor = Accessor::parse(&args.accessor).map_err(|e| CliError::usage("bad_request", e))?;
-            let client = connect_to(&args.server.server, args.server.token.as_deref(), &args.server.tls)?;
+            let client = connect_to(
+                &args.server.server,
+                args.server.token.as_ref().map(muster_core::Secret::expose),
+                &args.server.tls,
+            )?;
             let reply = client.revoke_token(accessor.as_str()).await?;
             emit(out, json, &reply, || {
                 format!("revoked {accessor} at revision {}\n", reply.revision)

@@ -151,7 +151,7 @@ pub struct ClientArgs {
     pub tenant: String,
     /// The bearer token's secret, when the server has `[auth] enabled = true`.
     #[arg(long, env = "MUSTER_TOKEN", value_name = "SECRET", hide_env_values = true)]
-    pub token: Option<String>,
+    pub token: Option<muster_core::Secret>,
     /// TLS to an https:// server: --cacert, --client-cert, --client-key.
     #[command(flatten)]
     pub tls: crate::args::TlsArgs,
@@ -165,7 +165,7 @@ pub struct ServerArgs {
     pub server: String,
     /// The bearer token's secret, when the server has `[auth] enabled = true`.
     #[arg(long, env = "MUSTER_TOKEN", value_name = "SECRET", hide_env_values = true)]
-    pub token: Option<String>,
+    pub token: Option<muster_core::Secret>,
     /// TLS to an https:// server: --cacert, --client-cert, --client-key.
     #[command(flatten)]
     pub tls: crate::args::TlsArgs,

@@ -341,7 +341,11 @@ async fn lease(command: LeaseCommand, json: bool, out: &mut dyn Write) -> Result
 /// Prints frames as they arrive until the stream ends; the ending decides the exit code.
 async fn watch(args: WatchArgs, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let from = args.from_revision.map(Revision);
-    let builder = client_builder(&args.client.server, args.client.token.as_deref(), &args.client.tls)?;
+    let builder = client_builder(
+        &args.client.server,
+        args.client.token.as_ref().map(muster_core::Secret::expose),
+        &args.client.tls,
+    )?;
     let client = args.report.apply(builder).build().map_err(usage)?;
     let mut stream = if args.service.contains('/') {
         let key = parse_service_key(&args.client.tenant, &args.service)?;
@@ -392,7 +396,11 @@ pub(crate) fn connect(args: &ClientArgs) -> Result<Client, CliError> {
 
 /// [`connect`], speaking as `actor` when one is given (SPEC L5).
 fn connect_as(args: &ClientArgs, actor: Option<Actor>) -> Result<Client, CliError> {
-    let builder = client_builder(&args.server, args.token.as_deref(), &args.tls)?;
+    let builder = client_builder(
+        &args.server,
+        args.token.as_ref().map(muster_core::Secret::expose),
+        &args.tls,
+    )?;
     let builder = match actor {
         Some(actor) => builder.actor(actor),
         None => builder,

@@ -189,7 +189,11 @@ pub async fn run(args: ProxyArgs, json: bool, out: &mut dyn Write) -> Result<(),
         std::fs::create_dir_all(dir)
             .map_err(|err| CliError::usage("config", format!("cannot create {}: {err}", dir.display())))?;
     }
-    let builder = crate::commands::client_builder(&args.client.server, args.client.token.as_deref(), &args.client.tls)?;
+    let builder = crate::commands::client_builder(
+        &args.client.server,
+        args.client.token.as_ref().map(muster_core::Secret::expose),
+        &args.client.tls,
+    )?;
     let client = args.report.apply(builder).build().map_err(crate::commands::usage)?;
     let server = client.server().to_owned();
     let proxy = muster_proxy::start(config, client)

@@ -128,7 +128,7 @@ pub struct ClientBuilder {
     url: String,
     timeout: Duration,
     connect_timeout: Duration,
-    token: Option<String>,
+    token: Option<muster_core::Secret>,
     tls: Option<ClientTls>,
     actor: Option<Actor>,
     transport: Option<HttpService>,
@@ -176,7 +176,7 @@ impl ClientBuilder {
     /// character) is refused by [`build`](ClientBuilder::build), as `invalid_token`.
     #[must_use]
     pub fn token(mut self, secret: impl Into<String>) -> ClientBuilder {
-        self.token = Some(secret.into());
+        self.token = Some(muster_core::Secret::new(secret));
         self
     }
 
@@ -260,7 +260,7 @@ impl ClientBuilder {
     /// (`invalid_tls`).
     pub fn build(self) -> Result<Client, ClientError> {
         let base = parse_base(&self.url)?;
-        let authorization = self.token.as_deref().map(bearer).transpose()?;
+        let authorization = self.token.as_ref().map(|token| bearer(token.expose())).transpose()?;
         let http = match (self.transport, &self.tls) {
             (Some(_), Some(_)) => {
                 return Err(ClientError::InvalidTls {

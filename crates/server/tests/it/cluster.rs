@@ -189,6 +189,33 @@ async fn a_write_to_any_node_commits_through_the_leader_and_every_node_serves_it
     }
 }
 
+/// architecture.md "Formats and versions": the leader asks every member which format its
+/// build applies (`POST /raft/format`) and, once all know this build's, raises the
+/// registry's; every node then reports it in `/v1/status`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_raises_the_format_once_every_member_knows_it() {
+    let mut cluster = Cluster::start().await;
+    for i in 0..3 {
+        let node = cluster.node(i);
+        let raised = poll(Duration::from_millis(50), || async {
+            let status = node.get("/v1/status").await.expect(StatusCode::OK);
+            (status.body["format"]["cluster"] == muster_core::FORMAT).then_some(())
+        })
+        .await;
+        assert!(raised.is_some(), "node {i} never saw the format raised");
+        let status = node.get("/v1/status").await.expect(StatusCode::OK);
+        assert_eq!(status.body["format"]["node"], muster_core::FORMAT);
+    }
+    // The raise is on the audit trail, once.
+    let audit = cluster.node(0).get("/v1/audit").await.expect(StatusCode::OK);
+    let records = audit.body["records"].as_array().unwrap();
+    let raises = records.iter().filter(|r| r["verb"] == "raise_format").count();
+    assert_eq!(raises, 1, "{records:?}");
+    for i in 0..3 {
+        cluster.stop(i).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_renewed_through_a_follower_survives_a_leader_change() {
     let mut cluster = Cluster::start().await;
