@@ -674,13 +674,16 @@ async def setup(muster, work):
     for _ in range(100):
         try:
             status = (await call(ctx.server.http, "GET", "/v1/status")).json
-            if status and status.get("ready") and status.get("leader") == 1:
+            # Ready, leading, and at its build's registry format (leases bound to a service).
+            format_ = (status or {}).get("format") or {}
+            if status and status.get("ready") and status.get("leader") == 1 \
+                    and format_.get("cluster") == format_.get("node"):
                 break
         except OSError:
             pass
         await asyncio.sleep(0.1)
     else:
-        ctx.server.fail("the one-node cluster did not elect itself within 10 s")
+        ctx.server.fail("the one-node cluster did not elect itself and raise its format within 10 s")
     env = dict(os.environ, MUSTER_SERVER=f"http://127.0.0.1:{ctx.server.http}")
     env.pop("MUSTER_TOKEN", None)
     bootstrap = subprocess.run([muster, "acl", "bootstrap", "--json"], env=env, capture_output=True, text=True,

@@ -256,7 +256,7 @@ pub fn grant_text(reply: &WriteReply) -> String {
 fn unchanged_hint(code: &str) -> &'static str {
     match code {
         "already_committed" => ": a retry of a write that was already committed",
-        "drain_held" => ": the owner's drain holds; the owner lifts it (--actor owner)",
+        "drain_held" => ": the drain holds; its owner lifts it (an owner-role token, or --actor owner with auth off)",
         "nothing_to_expire" => ": nothing was due",
         _ => "",
     }

@@ -524,8 +524,9 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         });
     }
     // The registry format rises once every member applies it (architecture.md "Formats and versions").
-    // A group of one raises it before it serves, so its first request sees this build's rules.
-    if !app.gate.in_cluster() {
+    // A group of one member (with or without a cluster listener) raises it before it serves,
+    // so its first request sees this build's rules.
+    if app.node.members().len() <= 1 {
         format::raise_once(&app).await;
     }
     let raising = Arc::clone(&app);

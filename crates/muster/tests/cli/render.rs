@@ -140,8 +140,8 @@ fn write_outcomes_name_the_revision_and_the_lease() {
     reply.unchanged = Some("drain_held".into());
     assert_eq!(
         write_text("set default/prod/api api-0 to ready", &reply),
-        "set default/prod/api api-0 to ready: unchanged (drain_held: the owner's drain holds; \
-         the owner lifts it (--actor owner)) at revision 4\n",
+        "set default/prod/api api-0 to ready: unchanged (drain_held: the drain holds; its owner \
+         lifts it (an owner-role token, or --actor owner with auth off)) at revision 4\n",
         "a write that changed nothing says so, and why"
     );
 }
