@@ -525,8 +525,13 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
     }
     // The registry format rises once every member applies it (architecture.md "Formats and versions").
     // A group of one member (with or without a cluster listener) raises it before it serves,
-    // so its first request sees this build's rules.
-    if app.node.members().len() <= 1 {
+    // so its first request sees this build's rules; a one-member cluster first elects itself.
+    let alone = config.peers.is_empty() || config.peers.keys().eq([&config.node_id]);
+    if alone {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !app.gate.is_leader() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         format::raise_once(&app).await;
     }
     let raising = Arc::clone(&app);

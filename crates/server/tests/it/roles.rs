@@ -504,11 +504,22 @@ async fn metrics_need_the_metrics_right_and_show_a_tenant_its_own_series() {
     assert!(!own.contains("globex"), "another tenant's series: {own}");
 }
 
-/// A fresh server raises its registry to this build's format before it serves, and says so.
+/// A fresh server raises its registry to this build's format before it serves, and says so;
+/// so does a one-member cluster (it runs the cluster listener: the hostile matrix's setup
+/// once met `upgrade_pending` in its first second).
 #[tokio::test]
 async fn a_fresh_server_runs_this_builds_format() {
-    let server = TestServer::start().await;
-    let status = server.get("/v1/status").await.expect(StatusCode::OK);
-    assert_eq!(status.body["format"]["cluster"], muster_core::FORMAT);
-    assert_eq!(status.body["format"]["node"], muster_core::FORMAT);
+    let port = muster_testkit::fixed_tcp_port();
+    let one_member = TestServer::start_with(move |config| {
+        config.node_id = 1;
+        config.cluster_addr = Some(format!("127.0.0.1:{port}").parse().unwrap());
+        config.peers = std::collections::BTreeMap::from([(1, format!("127.0.0.1:{port}"))]);
+        config.cluster_secret = Some("a-cluster-secret-of-some-length".into());
+    })
+    .await;
+    for server in [TestServer::start().await, one_member] {
+        let status = server.get("/v1/status").await.expect(StatusCode::OK);
+        assert_eq!(status.body["format"]["cluster"], muster_core::FORMAT);
+        assert_eq!(status.body["format"]["node"], muster_core::FORMAT);
+    }
 }
