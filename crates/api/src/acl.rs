@@ -286,3 +286,27 @@ fn info(token: &Token) -> TokenInfo {
         principal: token.principal(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(text: &str) -> Rule {
+        Rule::parse(text, Effect::Allow).unwrap()
+    }
+
+    /// Below format 2 a member may not know the `metrics` verb (architecture.md "Formats and
+    /// versions"): a rule naming it waits for the raise, `*` (written as the verbs such a
+    /// member knows) does not.
+    #[test]
+    fn a_rule_naming_metrics_waits_for_format_2_and_star_does_not() {
+        let refused = for_format(1, vec![rule("*/*=read,metrics")]).unwrap_err();
+        assert_eq!(refused.code, muster_core::ErrorCode::UpgradePending);
+        assert!(refused.message.contains("the metrics right"), "{}", refused.message);
+        for rules in [vec![rule("*/*=*")], vec![rule("prod/*=read,watch")]] {
+            assert_eq!(for_format(1, rules.clone()).unwrap(), rules);
+        }
+        let metrics = vec![rule("*/*=metrics")];
+        assert_eq!(for_format(2, metrics.clone()).unwrap(), metrics);
+    }
+}
