@@ -592,3 +592,88 @@ async fn passing_web(server: &TestServer) -> Value {
         .expect(StatusCode::OK)
         .json()
 }
+
+/// SPEC L5 through the Consul API: maintenance speaks with the token's role. An app's token
+/// may take its own maintenance off; an owner's maintenance it may not, and is told so (403)
+/// rather than answered 200 with nothing changed.
+#[tokio::test]
+async fn maintenance_speaks_with_the_tokens_role() {
+    let server = TestServer::start_with(|config| config.auth.enabled = true).await;
+    let operator = server
+        .call(Method::POST, "/v1/acl/bootstrap", None)
+        .await
+        .expect(StatusCode::CREATED)
+        .body["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mint = |role: &'static str| {
+        let server = &server;
+        let operator = operator.clone();
+        async move {
+            let body = json!({"tenant": "default", "allow": ["default/web=*"], "role": role});
+            server
+                .send(
+                    Method::POST,
+                    "/v1/acl/tokens",
+                    Some(serde_json::to_vec(&body).unwrap()),
+                    &[("authorization", &format!("Bearer {operator}"))],
+                )
+                .await
+                .expect(StatusCode::CREATED)
+                .body["secret"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let (app, owner) = (mint("app").await, mint("owner").await);
+    let serving = |token: String| {
+        let server = &server;
+        async move {
+            let reply = server
+                .send(
+                    Method::GET,
+                    "/v1/registry/default/default/web",
+                    None,
+                    &[("authorization", &format!("Bearer {token}"))],
+                )
+                .await
+                .expect(StatusCode::OK);
+            reply.body["endpoints"][0]["serving"].as_str().unwrap().to_owned()
+        }
+    };
+    let body = r#"{"Name": "web", "ID": "web-1", "Address": "10.0.0.5"}"#;
+    consul(
+        &server,
+        Method::PUT,
+        "/v1/agent/service/register",
+        Some(body),
+        Some(&app),
+    )
+    .await
+    .expect(StatusCode::OK);
+    let on = "/v1/agent/service/maintenance/web-1?enable=true";
+    let off = "/v1/agent/service/maintenance/web-1?enable=false";
+    // The app's own maintenance: it takes it off.
+    consul(&server, Method::PUT, on, None, Some(&app))
+        .await
+        .expect(StatusCode::OK);
+    consul(&server, Method::PUT, off, None, Some(&app))
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(serving(operator.clone()).await, "ready");
+    // The owner's: it holds against the app, which hears so.
+    consul(&server, Method::PUT, on, None, Some(&owner))
+        .await
+        .expect(StatusCode::OK);
+    let held = consul(&server, Method::PUT, off, None, Some(&app))
+        .await
+        .expect(StatusCode::FORBIDDEN);
+    assert!(held.text.starts_with("Permission denied"), "{}", held.text);
+    assert_eq!(serving(operator.clone()).await, "draining");
+    consul(&server, Method::PUT, off, None, Some(&owner))
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(serving(operator.clone()).await, "ready");
+}

@@ -523,3 +523,112 @@ async fn a_fresh_server_runs_this_builds_format() {
         assert_eq!(status.body["format"]["node"], muster_core::FORMAT);
     }
 }
+
+/// architecture.md "Formats and versions": while a member is silent (it may run the older
+/// build) the leader does not raise the format, and until then the old behaviour stays:
+/// what format 2 adds is refused `409 upgrade_pending`, a lease of the whole tenant is
+/// granted and kept as before, and the app cannot lift even its own drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_silent_member_the_format_stays_1_and_so_does_the_old_behaviour() {
+    let ports: Vec<u16> = (0..3).map(|_| muster_testkit::fixed_tcp_port()).collect();
+    let peers: std::collections::BTreeMap<u64, String> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, port)| (i as u64 + 1, format!("127.0.0.1:{port}")))
+        .collect();
+    // Nodes 1 and 2 form a quorum; node 3 never starts.
+    let mut nodes = Vec::new();
+    for i in 0..2 {
+        let (peers, port) = (peers.clone(), ports[i]);
+        nodes.push(
+            TestServer::start_with(move |config| {
+                config.auth.enabled = true;
+                config.node_id = i as u64 + 1;
+                config.cluster_addr = Some(format!("127.0.0.1:{port}").parse().unwrap());
+                config.peers = peers;
+                config.cluster_secret = Some("a-cluster-secret-of-some-length".into());
+            })
+            .await,
+        );
+    }
+    let server = &nodes[0];
+    let ready = crate::support::poll(std::time::Duration::from_millis(50), || async {
+        let reply = server.call(Method::POST, "/v1/acl/bootstrap", None).await;
+        (reply.status == StatusCode::CREATED).then(|| reply.body["secret"].as_str().unwrap().to_owned())
+    })
+    .await;
+    let operator = ready.expect("the two-node quorum took the bootstrap");
+    // Longer than the leader's look (every 2 s): it still has not raised the format.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let status = server.get("/v1/status").await.expect(StatusCode::OK);
+    assert_eq!(status.body["format"]["cluster"], 1, "{}", status.body);
+
+    for body in [
+        json!({"tenant": "acme", "allow": ["prod/api=read"], "role": "owner"}),
+        json!({"tenant": "acme", "allow": ["*/*=metrics"]}),
+    ] {
+        let refused = as_token(server, &operator, Method::POST, "/v1/acl/tokens", Some(body))
+            .await
+            .expect(StatusCode::CONFLICT);
+        assert_eq!(refused.code(), "upgrade_pending");
+    }
+    let refused = grant(server, &operator, json!({"ttl_ms": 10_000, "service": "prod/api"}))
+        .await
+        .expect(StatusCode::CONFLICT);
+    assert_eq!(refused.code(), "upgrade_pending");
+
+    // As before: a one-service registrar gets a lease of the tenant and keeps it.
+    let (_, api) = mint(
+        server,
+        &operator,
+        json!({"tenant": "acme", "allow": ["prod/api=register,renew,set_state,read"]}),
+    )
+    .await;
+    grant(server, &api, json!({"ttl_ms": 10_000}))
+        .await
+        .expect(StatusCode::OK);
+    let registered = as_token(
+        server,
+        &api,
+        Method::PUT,
+        API_0,
+        Some(json!({"incarnation": 1, "endpoint": endpoint("10.0.0.1"), "lease": {"ttl_ms": 10_000}})),
+    )
+    .await
+    .expect(StatusCode::OK);
+    let lease = lease_of(&registered);
+    as_token(
+        server,
+        &api,
+        Method::PUT,
+        &format!("/v1/leases/acme/{lease}/renew"),
+        None,
+    )
+    .await
+    .expect(StatusCode::OK);
+    // The app's own drain holds against it at format 1.
+    with_headers(
+        server,
+        &api,
+        Method::POST,
+        &format!("{API_0}/drain"),
+        json!({"incarnation": 1, "reason": "shutting down"}),
+        &[],
+    )
+    .await
+    .expect(StatusCode::OK);
+    let held = with_headers(
+        server,
+        &api,
+        Method::PUT,
+        &format!("{API_0}/serving"),
+        json!({"incarnation": 1, "state": "ready", "reason": "back"}),
+        &[],
+    )
+    .await
+    .expect(StatusCode::OK);
+    assert_eq!(held.body["unchanged"], "drain_held", "{}", held.body);
+    for node in &mut nodes {
+        node.stop().await;
+    }
+}
