@@ -538,8 +538,8 @@ async fn with_a_silent_member_the_format_stays_1_and_so_does_the_old_behaviour()
         .collect();
     // Nodes 1 and 2 form a quorum; node 3 never starts.
     let mut nodes = Vec::new();
-    for i in 0..2 {
-        let (peers, port) = (peers.clone(), ports[i]);
+    for (i, &port) in ports.iter().enumerate().take(2) {
+        let peers = peers.clone();
         nodes.push(
             TestServer::start_with(move |config| {
                 config.auth.enabled = true;
