@@ -72,6 +72,22 @@ pub(crate) struct StateMachine {
     durable: DurableSnapshot,
 }
 
+/// A log entry raises the registry format past what this build applies.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the log raises the registry format to {0}; this build applies formats up to {max}: start this node on a newer build",
+    max = muster_core::FORMAT
+)]
+struct FormatTooNew(u32);
+
+/// The format a batch raises the registry to, if this build cannot apply it.
+fn newer_format(batch: &Batch) -> Option<u32> {
+    batch.proposals.iter().find_map(|proposal| match &proposal.command {
+        muster_registry::Command::RaiseFormat(raise) if raise.format > muster_core::FORMAT => Some(raise.format),
+        _ => None,
+    })
+}
+
 fn sm_error(verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {
     StorageIOError::new(ErrorSubject::StateMachine, verb, AnyError::new(&e)).into()
 }
@@ -267,6 +283,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let shared = Arc::clone(&self.shared);
         let mut registry = shared.write();
         for entry in entries {
+            // A log raising the registry format past what this build applies was written by
+            // a cluster this node's build cannot follow (architecture.md "Formats and
+            // versions"): it stops, as on a storage failure, before applying anything of it,
+            // rather than go on under other rules than its peers.
+            if let EntryPayload::Normal(batch) = &entry.payload
+                && let Some(format) = newer_format(batch)
+            {
+                return Err(sm_error(ErrorVerb::Write, FormatTooNew(format)));
+            }
             self.last_applied = Some(entry.log_id);
             self.shared
                 .applied_index

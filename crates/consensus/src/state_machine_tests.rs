@@ -253,3 +253,33 @@ async fn every_proposal_is_judged_once_refusals_included_and_a_retry_is_not_judg
         ]
     );
 }
+
+/// architecture.md "Formats and versions": a log raising the registry format past what this
+/// build applies stops the state machine (openraft then stops the node, as on a storage
+/// failure) before anything of the entry is applied, instead of going on under the old rules
+/// while its peers apply the new ones.
+#[tokio::test]
+async fn a_format_newer_than_this_build_stops_the_state_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut machine = open(dir.path());
+    machine.apply([entry(1, batch(1))]).await.unwrap();
+    let raise = |format| Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), 2),
+        payload: EntryPayload::Normal(Batch {
+            id: batch(2),
+            proposals: vec![
+                grant(),
+                Proposal {
+                    command: Command::RaiseFormat(muster_registry::RaiseFormat { format }),
+                    meta: grant().meta,
+                },
+            ],
+        }),
+    };
+    let error = machine.apply([raise(muster_core::FORMAT + 1)]).await.unwrap_err();
+    assert!(error.to_string().contains("newer build"), "{error}");
+    assert_eq!(revision(&machine), Revision(1), "nothing of the entry was applied");
+    // This build's own format applies.
+    machine.apply([raise(muster_core::FORMAT)]).await.unwrap();
+    assert_eq!(machine.shared().read().format(), muster_core::FORMAT);
+}
