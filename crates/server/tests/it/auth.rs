@@ -19,19 +19,8 @@ fn bearer(secret: &str) -> String {
 
 /// Creates a token of `tenant` with these rules; returns (accessor, secret).
 async fn token(server: &TestServer, operator: &str, tenant: &str, allow: &[&str], deny: &[&str]) -> (String, String) {
-    let reply = as_token(
-        server,
-        operator,
-        Method::POST,
-        "/v1/acl/tokens",
-        Some(json!({"tenant": tenant, "allow": allow, "deny": deny})),
-    )
-    .await
-    .expect(StatusCode::CREATED);
-    (
-        reply.body["accessor"].as_str().unwrap().to_owned(),
-        reply.body["secret"].as_str().unwrap().to_owned(),
-    )
+    let body = json!({"tenant": tenant, "allow": allow, "deny": deny});
+    crate::support::mint_token(server, operator, body).await
 }
 
 fn register_body() -> Value {

@@ -608,24 +608,9 @@ async fn maintenance_speaks_with_the_tokens_role() {
         .unwrap()
         .to_owned();
     let mint = |role: &'static str| {
-        let server = &server;
-        let operator = operator.clone();
-        async move {
-            let body = json!({"tenant": "default", "allow": ["default/web=*"], "role": role});
-            server
-                .send(
-                    Method::POST,
-                    "/v1/acl/tokens",
-                    Some(serde_json::to_vec(&body).unwrap()),
-                    &[("authorization", &format!("Bearer {operator}"))],
-                )
-                .await
-                .expect(StatusCode::CREATED)
-                .body["secret"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        }
+        let body = json!({"tenant": "default", "allow": ["default/web=*"], "role": role});
+        let (server, operator) = (&server, operator.clone());
+        async move { crate::support::mint_token(server, &operator, body).await.1 }
     };
     let (app, owner) = (mint("app").await, mint("owner").await);
     let serving = |token: String| {

@@ -439,15 +439,8 @@ async fn a_token_without_the_metrics_right_is_refused_and_a_tenants_sees_no_figu
     let (status, text) = server.get_text_with("/v1/metrics", &one_service_header).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{text}");
     assert!(text.contains("permission_denied"), "{text}");
-    let body = serde_json::to_vec(&json!({"tenant": "acme", "allow": ["*/*=metrics"]})).unwrap();
-    let acme_metrics = server
-        .send(Method::POST, "/v1/acl/tokens", Some(body), &operator_header)
-        .await
-        .expect(StatusCode::CREATED)
-        .body["secret"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (_, acme_metrics) =
+        crate::support::mint_token(&server, &operator, json!({"tenant": "acme", "allow": ["*/*=metrics"]})).await;
     let acme_metrics = format!("Bearer {acme_metrics}");
     let (status, text) = server
         .get_text_with("/v1/metrics", &[("authorization", acme_metrics.as_str())])

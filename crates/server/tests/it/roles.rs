@@ -11,16 +11,7 @@ async fn secured() -> TestServer {
     TestServer::start_with(|config| config.auth.enabled = true).await
 }
 
-/// Mints a token from `body` with the operator's token; (accessor, secret).
-async fn mint(server: &TestServer, operator: &str, body: Value) -> (String, String) {
-    let reply = as_token(server, operator, Method::POST, "/v1/acl/tokens", Some(body))
-        .await
-        .expect(StatusCode::CREATED);
-    (
-        reply.body["accessor"].as_str().unwrap().to_owned(),
-        reply.body["secret"].as_str().unwrap().to_owned(),
-    )
-}
+use crate::support::mint_token as mint;
 
 /// A request as `secret` with extra headers.
 async fn with_headers(

@@ -471,6 +471,18 @@ pub(crate) async fn bootstrap(server: &TestServer) -> String {
     reply.body["secret"].as_str().unwrap().to_owned()
 }
 
+/// Mints a token from `body` (the `POST /v1/acl/tokens` request) with `operator`'s token;
+/// (accessor, secret).
+pub(crate) async fn mint_token(server: &TestServer, operator: &str, body: Value) -> (String, String) {
+    let reply = as_token(server, operator, Method::POST, "/v1/acl/tokens", Some(body))
+        .await
+        .expect(StatusCode::CREATED);
+    (
+        reply.body["accessor"].as_str().unwrap().to_owned(),
+        reply.body["secret"].as_str().unwrap().to_owned(),
+    )
+}
+
 /// A request with `Authorization: Bearer <secret>`.
 pub(crate) async fn as_token(
     server: &TestServer,

@@ -1204,19 +1204,8 @@ async fn a_one_service_token_sees_only_the_streams_and_series_of_its_service() {
         .get_text_with("/metrics", &[("authorization", auth.as_str())])
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
-    let acme_metrics = server
-        .send(
-            Method::POST,
-            "/v1/acl/tokens",
-            Some(serde_json::to_vec(&json!({"tenant": "acme", "allow": ["*/*=metrics"]})).unwrap()),
-            &[("authorization", format!("Bearer {operator}").as_str())],
-        )
-        .await
-        .expect(StatusCode::CREATED)
-        .body["secret"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (_, acme_metrics) =
+        crate::support::mint_token(&server, &operator, json!({"tenant": "acme", "allow": ["*/*=metrics"]})).await;
     let auth = format!("Bearer {acme_metrics}");
     let (status, metrics) = server
         .get_text_with("/metrics", &[("authorization", auth.as_str())])
