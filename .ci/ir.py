@@ -1,95 +1,134 @@
 #!/usr/bin/env python3
-"""Instructions per request on one hot path of `muster serve`, counted by callgrind (all
-threads): the instructions of a run with N requests minus those of a run with N/4, over the
-difference in requests, so that start-up and stop cancel out. Counts, unlike wall-clock
-rates, hold on a shared machine; compare two binaries with it (the base first), and trust a
-difference of a few percent.
+"""The instruction-count gate (docs/performance.md "Instruction counts"): instructions per
+request on each hot path, counted by callgrind over the in-process driver
+(`crates/muster/examples/ir.rs`), against the committed baseline.
 
-    python3 .ci/ir.py target/release/muster renew 2000
-    python3 .ci/ir.py OLD_BINARY read 2000
+For each path the driver runs under callgrind with N and with N/4 requests; the difference in
+instructions over the difference in requests is the cost of one request, with start-up and
+stop cancelled out. Counts, unlike wall-clock rates, hold on a shared machine. What still
+moves them is timing: the log's group commit folds a varying number of writes into one
+transaction, and timers fire by the clock. That only ever adds work, so each run is made
+REPEATS times and the least count kept; the spread left is about 1-2% (register, watch).
 
-Paths: `register` (a new instance per request: one log write each), `renew` (one lease),
-`read` (a whole-set read of a 5-endpoint service). Needs valgrind (Debian: valgrind).
+    cargo build --release -p muster --example ir
+    python3 .ci/ir.py target/release/examples/ir                 # print the table
+    python3 .ci/ir.py --check .ci/ir-baseline.json target/release/examples/ir
+    python3 .ci/ir.py --write .ci/ir-baseline.json target/release/examples/ir
+
+`--check` fails (exit 1) when a path costs more than 5% over its baseline. A path over the
+line is measured once more and judged on the lower count, so that one noisy run does not
+fail CI; a real regression fails both. A change that makes a path dearer on purpose updates
+the baseline with `--write` in the same commit and says why in its note. Needs valgrind.
 """
-import glob
-import http.client
+import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 
-PORT = 17171
+# Requests per run (the short run does a quarter of them). `watch` counts one change
+# delivered to the driver's WATCHERS streams; its figure is the cost of one delivery:
+# (watch - register) / WATCHERS, both measured over the same number of changes.
+RUNS = {"register": 400, "renew": 2000, "read": 2000, "watch": 400, "dns": 20000, "proxy": 2000}
+WATCHERS = 100
+LIMIT = 1.05
+REPEATS = 3
+VERBOSE = False
 
 
-def endpoint(i):
-    return {"incarnation": 1, "endpoint": {"addresses": [{"ip": f"10.1.{i // 250}.{i % 250}"}],
-                                           "ports": [{"name": "http", "port": 8080, "protocol": "http"}]}}
-
-
-def run(binary, path, n):
-    """Total instructions of one server run serving `n` requests on `path`."""
-    work = tempfile.mkdtemp()
-    out = os.path.join(work, "cg.out")
-    server = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "serve",
-         "--consul", "off", "--xds", "off", "--data-dir", os.path.join(work, "data"),
-         "--http", f"127.0.0.1:{PORT}", "--dns", f"127.0.0.1:{PORT + 1}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(600):
-        try:
-            probe = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
-            probe.request("GET", "/v1/status")
-            if probe.getresponse().status == 200:
-                break
-        except OSError:
-            time.sleep(0.2)
-    else:
-        sys.exit("the server did not start")
-    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
-
-    def call(method, url, body=None):
-        headers = {"content-type": "application/json"} if body is not None else {}
-        conn.request(method, url, body=json.dumps(body) if body is not None else None, headers=headers)
-        reply = conn.getresponse()
-        data = reply.read()
-        if reply.status >= 300:
-            sys.exit(f"{method} {url}: {reply.status} {data!r}")
-        return data
-
-    if path == "renew":
-        lease = json.loads(call("POST", "/v1/leases/default", {"ttl_ms": 600000}))["lease"]["id"]
-    if path == "read":
-        for i in range(5):
-            call("PUT", f"/v1/registry/default/read/svc/i-{i}", endpoint(i))
-    for i in range(n):
-        if path == "register":
-            call("PUT", f"/v1/registry/default/bench/svc/i-{i}", endpoint(i))
-        elif path == "renew":
-            call("PUT", f"/v1/leases/default/{lease}/renew")
-        else:
-            call("GET", "/v1/registry/default/read/svc")
-    conn.close()
-    server.send_signal(signal.SIGTERM)
-    server.wait(timeout=300)
-    total = 0
-    for name in glob.glob(out + "*"):
-        with open(name) as f:
+def instructions(driver, path, n):
+    """Total instructions (every thread) of one driver run of `n` requests on `path`."""
+    with tempfile.TemporaryDirectory() as work:
+        out = os.path.join(work, "cg.out")
+        run = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", driver, path, str(n)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if run.returncode != 0:
+            sys.exit(f"ir: the driver failed on {path} {n}:\n{run.stderr[-2000:]}")
+        with open(out) as f:
             for line in f:
-                if line.startswith("totals:"):
-                    total += int(line.split()[1])
-    return total
+                if line.startswith("totals:") or line.startswith("summary:"):
+                    return int(line.split()[1])
+    sys.exit(f"ir: no totals in callgrind's output for {path} {n}")
+
+
+def least(driver, path, n):
+    counts = [instructions(driver, path, n) for _ in range(REPEATS)]
+    if VERBOSE:
+        print(f"# {path} {n}: {', '.join(f'{c:,}' for c in counts)}", file=sys.stderr)
+    return min(counts)
+
+
+def per_request(driver, path):
+    n = RUNS[path]
+    short = n // 4
+    return (least(driver, path, n) - least(driver, path, short)) / (n - short)
+
+
+def measure(driver, paths):
+    """Instructions per request of each path in `paths` (and `register`, which `watch` needs)."""
+    counts = {}
+    for path in ["register"] + [p for p in paths if p != "register"]:
+        counts[path] = per_request(driver, path)
+    if "watch" in counts:
+        counts["watch"] = (counts["watch"] - counts["register"]) / WATCHERS
+    return {path: round(counts[path]) for path in paths}
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[2] not in ("register", "renew", "read"):
-        sys.exit(__doc__)
-    binary, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    low = run(binary, path, n // 4)
-    high = run(binary, path, n)
-    print(f"{path} {binary} {(high - low) / (n - n // 4):,.0f} Ir/request")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("driver", help="the built driver: target/release/examples/ir")
+    parser.add_argument("--check", metavar="BASELINE", help="fail on a path over the baseline by >5%%")
+    parser.add_argument("--write", metavar="BASELINE", help="write the counts as the new baseline")
+    parser.add_argument("--paths", default=",".join(RUNS), help="comma-separated paths (all)")
+    parser.add_argument("--verbose", action="store_true", help="print every run's count")
+    args = parser.parse_args()
+    global VERBOSE
+    VERBOSE = args.verbose
+    paths = args.paths.split(",")
+    unknown = [p for p in paths if p not in RUNS]
+    if unknown:
+        sys.exit(f"ir: no such path: {', '.join(unknown)} (paths: {', '.join(RUNS)})")
+    baseline = {}
+    if args.check:
+        with open(args.check) as f:
+            baseline = json.load(f)["instructions_per_request"]
+    counts = measure(args.driver, paths)
+    over = []
+    print(f"{'path':<10}{'Ir/request':>12}{'baseline':>12}{'change':>9}")
+    for path in paths:
+        count, base = counts[path], baseline.get(path)
+        if base is None:
+            print(f"{path:<10}{count:>12,}")
+            continue
+        if count > base * LIMIT:
+            # Once more, to tell a regression from one noisy run.
+            again = measure(args.driver, [path])[path]
+            print(f"# {path}: {count:,} over the line; measured again: {again:,}")
+            count = min(count, again)
+            if count > base * LIMIT:
+                over.append(path)
+        flag = "  OVER" if path in over else ""
+        print(f"{path:<10}{count:>12,}{base:>12,}{(count / base - 1) * 100:>+8.1f}%{flag}")
+    if args.write:
+        if os.path.exists(args.write):
+            # A subset of the paths (--paths) keeps the others' counts.
+            with open(args.write) as f:
+                counts = {**json.load(f)["instructions_per_request"], **counts}
+        document = {
+            "about": "Instructions per request of each hot path, counted by callgrind over "
+                     "crates/muster/examples/ir.rs (.ci/ir.py); `watch` is one delivery. "
+                     "A change that raises one by more than 5% updates this file and says why.",
+            "instructions_per_request": counts,
+        }
+        with open(args.write, "w") as f:
+            json.dump(document, f, indent=2)
+            f.write("\n")
+        print(f"wrote {args.write}")
+    if over:
+        sys.exit(f"ir: {', '.join(over)} cost more than {round((LIMIT - 1) * 100)}% over the baseline "
+                 f"({args.check}); if that is intended, update it with --write and say why")
 
 
 if __name__ == "__main__":

@@ -204,7 +204,14 @@ fn read_meta<T: serde::de::DeserializeOwned>(db: &Database, key: &str) -> Result
 }
 
 /// The writer thread: drains queued ops into one transaction, commits, then answers them.
+///
+/// A batch of nothing but saves of the committed id gets no transaction of its own: the
+/// newest rides with the next one (or is written when the log closes). openraft needs the
+/// saved id to be no newer than the durable log, which riding later keeps; an older one only
+/// means a restart applies less before its first election commits the rest (SPEC R2). A lone
+/// writer otherwise paid two fsyncs per write, the append's and then its commit's.
 fn write_loop(db: &Database, ops: &mpsc::Receiver<WriteOp>, durable: &AtomicU64, fault_key: &Path) {
+    let mut held: Option<WriteOp> = None;
     while let Ok(first) = ops.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_OPS_PER_COMMIT {
@@ -213,6 +220,9 @@ fn write_loop(db: &Database, ops: &mpsc::Receiver<WriteOp>, durable: &AtomicU64,
                 Err(_) => break,
             }
         }
+        let Some(batch) = with_held(batch, &mut held) else {
+            continue;
+        };
         let result = match injected_failure(fault_key) {
             Some(error) => Err(error),
             None => commit(db, &batch),
@@ -248,6 +258,30 @@ fn write_loop(db: &Database, ops: &mpsc::Receiver<WriteOp>, durable: &AtomicU64,
             }
         }
     }
+    if let Some(op) = held
+        && let Err(error) = commit(db, &[op])
+    {
+        tracing::warn!(%error, "the last committed id was not saved; a restart applies less before its election");
+    }
+}
+
+/// The transaction [`write_loop`] commits for `batch`: `None` when the batch only saves the
+/// committed id (its newest save is `held` until the next one), else the batch with what was
+/// held put first, so that a newer save in the batch overwrites it.
+fn with_held(mut batch: Vec<WriteOp>, held: &mut Option<WriteOp>) -> Option<Vec<WriteOp>> {
+    if batch.iter().all(saves_committed) {
+        *held = batch.pop().or(held.take());
+        return None;
+    }
+    if let Some(op) = held.take() {
+        batch.insert(0, op);
+    }
+    Some(batch)
+}
+
+/// Whether `op` only saves the committed id.
+fn saves_committed(op: &WriteOp) -> bool {
+    matches!(op, WriteOp::Meta { key, .. } if *key == COMMITTED)
 }
 
 /// The failure a test injected for this log's directory, if any.
@@ -458,5 +492,62 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             cache.last_log = Some(log_id);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(key: &'static str, value: u8) -> WriteOp {
+        let (done, _) = tokio::sync::oneshot::channel();
+        WriteOp::Meta {
+            key,
+            value: vec![value],
+            done,
+        }
+    }
+
+    fn written(batch: &[WriteOp]) -> Vec<(&'static str, u8)> {
+        batch
+            .iter()
+            .map(|op| match op {
+                WriteOp::Meta { key, value, .. } => (*key, value[0]),
+                _ => ("other", 0),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn saves_of_the_committed_id_alone_wait_for_the_next_transaction_and_the_newest_rides_first() {
+        let mut held = None;
+        assert!(with_held(vec![meta(COMMITTED, 1)], &mut held).is_none());
+        assert!(with_held(vec![meta(COMMITTED, 2), meta(COMMITTED, 3)], &mut held).is_none());
+        let batch = with_held(vec![meta(VOTE, 9), meta(COMMITTED, 4)], &mut held).expect("a vote commits");
+        assert_eq!(written(&batch), [(COMMITTED, 3), (VOTE, 9), (COMMITTED, 4)]);
+        assert!(held.is_none());
+        let batch = with_held(vec![meta(VOTE, 8)], &mut held).expect("a vote commits");
+        assert_eq!(written(&batch), [(VOTE, 8)]);
+    }
+
+    #[test]
+    fn a_held_committed_id_is_written_when_the_log_closes() {
+        let dir = tempfile::tempdir().expect("a scratch directory");
+        let path = dir.path().join("log.redb");
+        {
+            let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime");
+            let mut store = LogStore::open(&path).expect("the log opens");
+            let committed = Some(LogId::new(openraft::CommittedLeaderId::new(1, 1), 7));
+            runtime
+                .block_on(store.save_committed(committed))
+                .expect("queued");
+            let writer = store.take_writer_thread().expect("the writer runs");
+            drop(store);
+            writer.join().expect("the writer ends");
+        }
+        let mut store = LogStore::open(&path).expect("the log opens again");
+        let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime");
+        let read = runtime.block_on(store.read_committed()).expect("readable");
+        assert_eq!(read.map(|id| id.index), Some(7));
     }
 }

@@ -94,15 +94,7 @@ pub async fn serve(
     budget: ConnectionBudget,
     listening: Listening,
 ) -> io::Result<()> {
-    let mut builder = http1::Builder::new();
-    // The timer makes hyper's header read timeout real: without one, a client could hold a
-    // connection forever with half a request head.
-    builder
-        .max_buf_size(MAX_BUF_SIZE)
-        .writev(true)
-        .keep_alive(true)
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(listening.header_read_timeout);
+    let builder = connection_builder(&listening);
     let (stopping, stopping_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
     let mut stop = std::pin::pin!(stop);
@@ -147,6 +139,43 @@ pub async fn serve(
     let _ = stopping.send(true);
     while connections.join_next().await.is_some() {}
     Ok(())
+}
+
+/// hyper's HTTP/1.1 settings for every connection of a listener.
+fn connection_builder(listening: &Listening) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    // The timer makes hyper's header read timeout real: without one, a client could hold a
+    // connection forever with half a request head.
+    builder
+        .max_buf_size(MAX_BUF_SIZE)
+        .writev(true)
+        .keep_alive(true)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(listening.header_read_timeout);
+    builder
+}
+
+/// Serves `router` on one in-memory connection (`io`, e.g. an end of `tokio::io::duplex`)
+/// as a plain TCP connection from `addr` would be served — the same connection settings and
+/// the same per-request service — until the other end closes or `stopping` turns. It holds
+/// no descriptor, so it is outside every budget. This is the request path driven
+/// in-process, bytes in and bytes out, by the instruction-count gate
+/// (`docs/performance.md` "Instruction counts").
+pub async fn serve_io<I>(
+    io: I,
+    router: Router,
+    listening: &Listening,
+    addr: std::net::SocketAddr,
+    stopping: watch::Receiver<bool>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let peer = Peer {
+        addr,
+        certificate: None,
+    };
+    let slot = Arc::new(crate::silent::Silent::default().enter());
+    serve_http(connection_builder(listening), TokioIo::new(io), router, peer, stopping, slot).await;
 }
 
 /// Serves one connection, after its TLS handshake on a TLS listener; `held` is its place in

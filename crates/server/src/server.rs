@@ -47,6 +47,10 @@ use muster_http::{accept, descriptors};
 use muster_hub::{WatchHub, WatchStats};
 use muster_leader::duties::Duties;
 
+/// The in-memory pipe of [`RunningServer::connect`], each way: a watch frame or a reply of a
+/// few services fits, and a larger one waits for the reader as on a socket.
+const IN_PROCESS_BUFFER: usize = 64 * 1024;
+
 /// How often the leader duties' runner looks at leadership: a new leader's reaper and
 /// mirrors start within this of its election, small beside the election itself.
 const LEADERSHIP_POLL: Duration = Duration::from_millis(200);
@@ -70,6 +74,17 @@ pub struct RunningServer {
     consul: Option<ConsulServe>,
     #[cfg(feature = "xds")]
     xds: Option<muster_xds::server::XdsServe>,
+    /// The HTTP API's router and settings and the DNS zone, for in-process callers.
+    in_process: InProcess,
+}
+
+/// What [`RunningServer::connect`] and [`RunningServer::answer_dns`] serve from: the very
+/// router, connection settings and zone the listeners use.
+struct InProcess {
+    router: axum::Router,
+    listening: Listening,
+    /// Set when DNS is enabled.
+    dns_zone: Option<Arc<muster_dns::LiveZone>>,
 }
 
 /// The Consul-compatible listener's accept loop (SPEC E1), stopped with the HTTP API's.
@@ -316,7 +331,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
             }
         },
     };
-    let dns = match dns::listen(&config, dns_zone).await {
+    let dns = match dns::listen(&config, Arc::clone(&dns_zone)).await {
         Ok(dns) => dns,
         Err(err) => {
             let _ = node.shutdown().await;
@@ -465,6 +480,11 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
             serve,
         }
     });
+    let in_process = InProcess {
+        router: router.clone(),
+        listening: http_listening.clone(),
+        dns_zone: dns.is_some().then_some(dns_zone),
+    };
     let serve = tokio::spawn(accept::serve(
         listener,
         router,
@@ -569,6 +589,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         consul,
         #[cfg(feature = "xds")]
         xds,
+        in_process,
     })
 }
 
@@ -594,6 +615,38 @@ impl RunningServer {
         return self.xds.as_ref().map(|xds| xds.addr);
         #[cfg(not(feature = "xds"))]
         None
+    }
+
+    /// A new in-memory connection to the HTTP API: write HTTP/1.1 requests into it and read
+    /// the responses back. It is served exactly as a plain TCP connection to
+    /// [`RunningServer::local_addr`] from loopback would be (the same router, guards and
+    /// connection settings), holds no descriptor, and ends when the server stops. The
+    /// instruction-count gate drives the request path through it (`docs/performance.md`
+    /// "Instruction counts").
+    pub fn connect(&self) -> tokio::io::DuplexStream {
+        let (client, server) = tokio::io::duplex(IN_PROCESS_BUFFER);
+        let in_process = &self.in_process;
+        tokio::spawn({
+            let router = in_process.router.clone();
+            let listening = in_process.listening.clone();
+            let stopping = self.stopping.subscribe();
+            async move {
+                let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+                accept::serve_io(server, router, &listening, loopback, stopping).await;
+            }
+        });
+        client
+    }
+
+    /// The DNS answer to one query, as the UDP listener would send it (SPEC N1); `None` when
+    /// DNS is off or the query gets no answer (a datagram too short to be a query).
+    pub fn answer_dns(&self, query: &[u8]) -> Option<Vec<u8>> {
+        let zone = self.in_process.dns_zone.as_ref()?;
+        let mut answer = Vec::new();
+        match zone.answer(query, muster_dns::Transport::Udp, 0, &mut answer) {
+            muster_dns::Outcome::Answered { .. } => Some(answer),
+            _ => None,
+        }
     }
 
     /// The Consul-compatible API's blocking queries and their wake-ups so far.
