@@ -34,6 +34,8 @@ RUNS = {"register": 400, "renew": 2000, "read": 2000, "watch": 400, "dns": 20000
 WATCHERS = 100
 LIMIT = 1.05
 REPEATS = 3
+# One run takes seconds; a hung one must not hold CI.
+RUN_TIMEOUT_S = 900
 VERBOSE = False
 
 
@@ -41,9 +43,12 @@ def instructions(driver, path, n):
     """Total instructions (every thread) of one driver run of `n` requests on `path`."""
     with tempfile.TemporaryDirectory() as work:
         out = os.path.join(work, "cg.out")
-        run = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", driver, path, str(n)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            run = subprocess.run(
+                ["valgrind", "-q", "--tool=callgrind", f"--callgrind-out-file={out}", driver, path, str(n)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            sys.exit(f"ir: the driver took over {RUN_TIMEOUT_S} s on {path} {n}")
         if run.returncode != 0:
             sys.exit(f"ir: the driver failed on {path} {n}:\n{run.stderr[-2000:]}")
         with open(out) as f:
@@ -69,11 +74,22 @@ def per_request(driver, path):
 def measure(driver, paths):
     """Instructions per request of each path in `paths` (and `register`, which `watch` needs)."""
     counts = {}
-    for path in ["register"] + [p for p in paths if p != "register"]:
+    needed = ["register"] if "watch" in paths and "register" not in paths else []
+    for path in needed + paths:
         counts[path] = per_request(driver, path)
     if "watch" in counts:
         counts["watch"] = (counts["watch"] - counts["register"]) / WATCHERS
     return {path: round(counts[path]) for path in paths}
+
+
+def tools():
+    """What the counts depend on besides the code: the compiler and the counter."""
+    def version(command):
+        try:
+            return subprocess.run(command, capture_output=True, text=True).stdout.strip()
+        except OSError:
+            return "missing"
+    return {"rustc": version(["rustc", "-V"]), "valgrind": version(["valgrind", "--version"])}
 
 
 def main():
@@ -93,23 +109,30 @@ def main():
     baseline = {}
     if args.check:
         with open(args.check) as f:
-            baseline = json.load(f)["instructions_per_request"]
+            document = json.load(f)
+        baseline = document["instructions_per_request"]
+        if document.get("measured_with", {}) != tools():
+            print(f"# note: the baseline was counted with {document.get('measured_with')}, "
+                  f"this run uses {tools()}; counts may differ by that alone")
     counts = measure(args.driver, paths)
     over = []
     print(f"{'path':<10}{'Ir/request':>12}{'baseline':>12}{'change':>9}")
     for path in paths:
         count, base = counts[path], baseline.get(path)
         if base is None:
-            print(f"{path:<10}{count:>12,}")
+            print(f"{path:<10}{count:>12,}{'(none)':>12}" + ("  no baseline: add it with --write" if args.check else ""))
             continue
         if count > base * LIMIT:
             # Once more, to tell a regression from one noisy run.
             again = measure(args.driver, [path])[path]
             print(f"# {path}: {count:,} over the line; measured again: {again:,}")
-            count = min(count, again)
+            count = counts[path] = min(count, again)
             if count > base * LIMIT:
                 over.append(path)
         flag = "  OVER" if path in over else ""
+        if count < base / LIMIT:
+            # Cheaper: a baseline left high would let the next change take it back unseen.
+            flag = "  under: lower the baseline with --write"
         print(f"{path:<10}{count:>12,}{base:>12,}{(count / base - 1) * 100:>+8.1f}%{flag}")
     if args.write:
         if os.path.exists(args.write):
@@ -120,6 +143,7 @@ def main():
             "about": "Instructions per request of each hot path, counted by callgrind over "
                      "crates/muster/examples/ir.rs (.ci/ir.py); `watch` is one delivery. "
                      "A change that raises one by more than 5% updates this file and says why.",
+            "measured_with": tools(),
             "instructions_per_request": counts,
         }
         with open(args.write, "w") as f:

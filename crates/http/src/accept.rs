@@ -175,7 +175,15 @@ pub async fn serve_io<I>(
         certificate: None,
     };
     let slot = Arc::new(crate::silent::Silent::default().enter());
-    serve_http(connection_builder(listening), TokioIo::new(io), router, peer, stopping, slot).await;
+    serve_http(
+        connection_builder(listening),
+        TokioIo::new(io),
+        router,
+        peer,
+        stopping,
+        slot,
+    )
+    .await;
 }
 
 /// Serves one connection, after its TLS handshake on a TLS listener; `held` is its place in

@@ -12,11 +12,12 @@
 //!  proxy     GET / through `muster proxy` (HTTP/1.1 keep-alive, loopback) to a tiny backend
 //! ```
 //!
-//! Everything runs on one current-thread runtime, so the instructions a request costs do not
-//! depend on how threads interleave. `.ci/ir.py` runs it under callgrind twice (`N` and
-//! `N / 4`), takes the difference over the difference in requests so that start-up and stop
-//! cancel out, and compares the result with the committed baseline (`.ci/ir-baseline.json`).
-//! Built with `cargo build --release -p muster --example ir`.
+//! The server and the driver share one current-thread runtime (the log writer and the DNS
+//! receivers keep their own threads), so little of a request's count depends on how threads
+//! interleave. `.ci/ir.py` runs it under callgrind with `N` and `N / 4` requests, takes the
+//! difference over the difference in requests so that start-up and stop cancel out, and
+//! compares the result with the committed baseline (`.ci/ir-baseline.json`). Built with
+//! `cargo build --release -p muster --example ir`; SPEC K2.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -32,6 +33,10 @@ const WATCHERS: usize = 100;
 
 /// How long the proxy may take to learn its backend before the driver gives up.
 const PROXY_READY: Duration = Duration::from_secs(120);
+
+/// How long the driver waits for the next bytes of a response (under callgrind, everything
+/// runs some fifty times slower) before it gives up instead of hanging CI.
+const READ_TIMEOUT: Duration = Duration::from_secs(120);
 
 type Failure = Box<dyn std::error::Error>;
 
@@ -68,7 +73,8 @@ async fn drive(path: &str, n: u64) -> Result<(), Failure> {
     match path {
         "register" => {
             for i in 0..n {
-                api.call("PUT", &format!("/v1/registry/default/bench/svc/i-{i}"), &endpoint(i)).await?;
+                api.call("PUT", &format!("/v1/registry/default/bench/svc/i-{i}"), &endpoint(i))
+                    .await?;
             }
         }
         "renew" => {
@@ -87,17 +93,21 @@ async fn drive(path: &str, n: u64) -> Result<(), Failure> {
             }
         }
         "watch" => {
-            api.call("PUT", "/v1/registry/default/w/svc/seed", &endpoint(u64::MAX)).await?;
+            api.call("PUT", "/v1/registry/default/w/svc/seed", &endpoint(u64::MAX))
+                .await?;
             let mut watchers = Vec::with_capacity(WATCHERS);
             for _ in 0..WATCHERS {
                 let mut watcher = Http::new(server.connect());
                 watcher.send("GET", "/v1/watch/default/w/svc", b"").await?;
-                watcher.head().await?;
+                if watcher.head().await?.0 != 200 {
+                    return Err("the watch was refused".into());
+                }
                 watcher.frame("snapshot").await?;
                 watchers.push(watcher);
             }
             for i in 0..n {
-                api.call("PUT", &format!("/v1/registry/default/w/svc/i-{i}"), &endpoint(i)).await?;
+                api.call("PUT", &format!("/v1/registry/default/w/svc/i-{i}"), &endpoint(i))
+                    .await?;
                 for watcher in &mut watchers {
                     watcher.frame("update").await?;
                 }
@@ -153,7 +163,8 @@ fn endpoint(i: u64) -> Vec<u8> {
 /// Registers five instances of `service` (`namespace/service`) in the default tenant.
 async fn fill<S: AsyncRead + AsyncWrite + Unpin>(api: &mut Http<S>, service: &str) -> Result<(), Failure> {
     for i in 0..5 {
-        api.call("PUT", &format!("/v1/registry/default/{service}/i-{i}"), &endpoint(i)).await?;
+        api.call("PUT", &format!("/v1/registry/default/{service}/i-{i}"), &endpoint(i))
+            .await?;
     }
     Ok(())
 }
@@ -184,7 +195,8 @@ async fn proxy<S: AsyncRead + AsyncWrite + Unpin>(
     let body = format!(
         r#"{{"incarnation":1,"endpoint":{{"addresses":[{{"ip":"127.0.0.1"}}],"ports":[{{"name":"http","port":{port},"protocol":"http"}}]}}}}"#
     );
-    api.call("PUT", "/v1/registry/default/proxy/svc/backend", body.as_bytes()).await?;
+    api.call("PUT", "/v1/registry/default/proxy/svc/backend", body.as_bytes())
+        .await?;
     let client = muster_client::Client::builder(format!("http://{}", server.local_addr())).build()?;
     let mut listener = muster_proxy::config::ListenerConfig::new(
         SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -287,11 +299,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http<S> {
         self.send(method, path, body).await?;
         match self.response().await? {
             (200..=299, body) => Ok(body),
-            (status, body) => Err(format!(
-                "{method} {path}: {status} {}",
-                String::from_utf8_lossy(&body)
-            )
-            .into()),
+            (status, body) => Err(format!("{method} {path}: {status} {}", String::from_utf8_lossy(&body)).into()),
         }
     }
 
@@ -360,7 +368,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http<S> {
     /// Reads what has arrived into the spare room of `buf` (no copy, no zeroing).
     async fn more(&mut self) -> Result<(), Failure> {
         self.buf.reserve(4096);
-        match self.io.read_buf(&mut self.buf).await? {
+        let read = tokio::time::timeout(READ_TIMEOUT, self.io.read_buf(&mut self.buf))
+            .await
+            .map_err(|_| "no answer in time")?;
+        match read? {
             0 => Err("the connection closed".into()),
             _ => Ok(()),
         }

@@ -85,6 +85,16 @@ struct InProcess {
     listening: Listening,
     /// Set when DNS is enabled.
     dns_zone: Option<Arc<muster_dns::LiveZone>>,
+    /// The connections [`RunningServer::connect`] made: none outlives [`RunningServer::stop`].
+    connections: std::sync::Mutex<tokio::task::JoinSet<()>>,
+}
+
+impl InProcess {
+    fn connections(&self) -> std::sync::MutexGuard<'_, tokio::task::JoinSet<()>> {
+        self.connections
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// The Consul-compatible listener's accept loop (SPEC E1), stopped with the HTTP API's.
@@ -484,6 +494,7 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         router: router.clone(),
         listening: http_listening.clone(),
         dns_zone: dns.is_some().then_some(dns_zone),
+        connections: std::sync::Mutex::default(),
     };
     let serve = tokio::spawn(accept::serve(
         listener,
@@ -618,15 +629,19 @@ impl RunningServer {
     }
 
     /// A new in-memory connection to the HTTP API: write HTTP/1.1 requests into it and read
-    /// the responses back. It is served exactly as a plain TCP connection to
-    /// [`RunningServer::local_addr`] from loopback would be (the same router, guards and
-    /// connection settings), holds no descriptor, and ends when the server stops. The
-    /// instruction-count gate drives the request path through it (`docs/performance.md`
-    /// "Instruction counts").
+    /// the responses back. It is served as a plain-HTTP connection from 127.0.0.1 to
+    /// [`RunningServer::local_addr`] would be — the same router, guards and connection
+    /// settings — but without TLS or a client certificate, even when the listener needs them,
+    /// and a loopback caller may bootstrap the ACL system when no bootstrap secret is set. It
+    /// holds no descriptor and ends when the server stops. Call it inside the server's Tokio
+    /// runtime (it spawns the connection's task). The instruction-count gate drives the
+    /// request path through it (`docs/performance.md` "Instruction counts", SPEC K2).
     pub fn connect(&self) -> tokio::io::DuplexStream {
         let (client, server) = tokio::io::duplex(IN_PROCESS_BUFFER);
         let in_process = &self.in_process;
-        tokio::spawn({
+        let mut connections = in_process.connections();
+        while connections.try_join_next().is_some() {}
+        connections.spawn({
             let router = in_process.router.clone();
             let listening = in_process.listening.clone();
             let stopping = self.stopping.subscribe();
@@ -638,8 +653,9 @@ impl RunningServer {
         client
     }
 
-    /// The DNS answer to one query, as the UDP listener would send it (SPEC N1); `None` when
-    /// DNS is off or the query gets no answer (a datagram too short to be a query).
+    /// The DNS answer to one query, as the UDP listener would send it (SPEC D2), counted in
+    /// the DNS metrics like any query; `None` when DNS is off or the query gets no answer (a
+    /// datagram too short to be a query).
     pub fn answer_dns(&self, query: &[u8]) -> Option<Vec<u8>> {
         let zone = self.in_process.dns_zone.as_ref()?;
         let mut answer = Vec::new();
@@ -745,6 +761,14 @@ impl RunningServer {
                 Ok(())
             }
         };
+        // In-process connections finish within the same grace, as the listener's do.
+        let mut connections = std::mem::take(&mut *self.in_process.connections());
+        if tokio::time::timeout_at(deadline, async { while connections.join_next().await.is_some() {} })
+            .await
+            .is_err()
+        {
+            connections.shutdown().await;
+        }
         let _ = self.leader.await;
         if let Some(duties) = self.duties {
             let _ = duties.await;
