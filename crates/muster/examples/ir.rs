@@ -319,16 +319,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http<S> {
             }
             self.more().await?;
         };
-        let head = std::str::from_utf8(&self.buf[..end])?;
+        // Read as bytes, cheaply: the driver's own instructions are counted with the server's.
+        // Muster and the backend write the header name in lower case.
+        let head = &self.buf[..end];
         let status = head
             .get(9..12)
-            .and_then(|code| code.parse().ok())
-            .ok_or_else(|| format!("not an HTTP response: {head}"))?;
-        let length = head.split("\r\n").find_map(|line| {
-            let (name, value) = line.split_once(':')?;
-            name.eq_ignore_ascii_case("content-length")
-                .then(|| value.trim().parse().ok())
-                .flatten()
+            .and_then(|code| std::str::from_utf8(code).ok()?.parse().ok())
+            .ok_or_else(|| format!("not an HTTP response: {}", String::from_utf8_lossy(head)))?;
+        const LENGTH: &[u8] = b"\r\ncontent-length: ";
+        let length = find(head, LENGTH).map(|at| {
+            head[at + LENGTH.len()..]
+                .iter()
+                .take_while(|byte| byte.is_ascii_digit())
+                .fold(0, |n, digit| n * 10 + usize::from(digit - b'0'))
         });
         self.buf.drain(..end + 4);
         Ok((status, length))
