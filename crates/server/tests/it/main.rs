@@ -20,6 +20,7 @@ mod faults;
 mod federation;
 mod health;
 mod hostile;
+mod in_process;
 mod leases;
 mod lifecycle;
 mod limits;
