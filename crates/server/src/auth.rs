@@ -62,6 +62,9 @@ pub(crate) async fn authenticate(
     mut request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    if let Some(refused) = crate::routes::refused_when_failed(&app, request.uri().path()) {
+        return refused.into_response();
+    }
     let route = request
         .extensions()
         .get::<MatchedPath>()

@@ -410,10 +410,6 @@ pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard, 
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(max_body_bytes))
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&app),
-            refuse_when_failed,
-        ))
         // The browser guard (SPEC S6): Origin, Host, JSON-only bodies, the body deadline.
         .layer(axum::middleware::from_fn_with_state(Arc::new(guard), guard::guard))
         .layer(axum::middleware::map_response(json_errors))
@@ -423,32 +419,28 @@ pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard, 
 /// A node whose storage failed answers only its status and metrics: its registry is frozen
 /// at the failure, so a read would pass stale state off as current, and nothing can be
 /// acknowledged any more (SPEC R2). Everything else gets `storage_failed` (503: ask another
-/// node) until the server has stopped.
-async fn refuse_when_failed(
-    State(app): State<Arc<App>>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let path = request.uri().path();
-    if path != "/v1/status"
-        && path != "/v1/metrics"
-        && path != "/metrics"
-        && let Some(fatal) = app.gate.fatal()
-    {
-        return ApiError::from(muster_consensus::ConsensusError::Failed(fatal)).into_response();
+/// node) until the server has stopped. Asked first by every route's auth layer and by the
+/// fallbacks, not by a layer of its own: each layer costs every request (SPEC K2).
+pub(crate) fn refused_when_failed(app: &App, path: &str) -> Option<ApiError> {
+    if path == "/v1/status" || path == "/v1/metrics" || path == "/metrics" {
+        return None;
     }
-    next.run(request).await
+    let fatal = app.gate.fatal()?;
+    Some(ApiError::from(muster_consensus::ConsensusError::Failed(fatal)))
 }
 
-async fn no_route() -> ApiError {
-    ApiError::not_found("no such route; the API is under /v1 (see muster_core::api)")
+async fn no_route(State(app): State<Arc<App>>, uri: axum::http::Uri) -> ApiError {
+    refused_when_failed(&app, uri.path())
+        .unwrap_or_else(|| ApiError::not_found("no such route; the API is under /v1 (see muster_core::api)"))
 }
 
-async fn wrong_method(request: axum::extract::Request) -> ApiError {
-    ApiError::new(
-        muster_core::ErrorCode::MethodNotAllowed,
-        format!("{} is not allowed on {}", request.method(), request.uri().path()),
-    )
+async fn wrong_method(State(app): State<Arc<App>>, request: axum::extract::Request) -> ApiError {
+    refused_when_failed(&app, request.uri().path()).unwrap_or_else(|| {
+        ApiError::new(
+            muster_core::ErrorCode::MethodNotAllowed,
+            format!("{} is not allowed on {}", request.method(), request.uri().path()),
+        )
+    })
 }
 
 /// Rewrites an error response that is not JSON into an [`ApiError`] body.
