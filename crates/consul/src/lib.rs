@@ -189,7 +189,7 @@ async fn write_rate(State(app): State<Arc<ConsulApp>>, request: Request, next: N
 }
 
 /// A node whose storage failed answers nothing but `500`s: its registry is frozen at the
-/// failure (as the native API's `refuse_when_failed`).
+/// failure (as the native API's `refused_when_failed`).
 async fn refuse_when_failed(State(app): State<Arc<ConsulApp>>, request: Request, next: Next) -> Response {
     if let Some(fatal) = app.gate.fatal() {
         return ConsulError::from(muster_http::error::ApiError::from(

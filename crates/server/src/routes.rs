@@ -383,7 +383,9 @@ pub(crate) fn need(method: &Method, path: &str) -> Option<Need> {
 }
 
 /// The API's router: [`ROUTES`], each behind the auth layer with its own need, then the
-/// fallbacks and the layers every request passes.
+/// fallbacks and the layers every request passes. A route added any other way (a `merge`,
+/// a `nest`) would pass neither the auth layer nor [`refused_when_failed`]: add it to the
+/// table.
 pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard, lab: Arc<LabState>) -> Router {
     let shared = Shared {
         gate: Arc::clone(&app.gate),

@@ -4,7 +4,7 @@
 //! run ends with the error (so `muster serve` exits non-zero). What was acknowledged before
 //! the failure is there after a restart on a healed disk.
 
-use hyper::StatusCode;
+use hyper::{Method, StatusCode};
 use muster_consensus::fault_injection;
 use muster_core::api::Frame;
 use muster_server::ServerError;
@@ -43,6 +43,22 @@ async fn a_failed_log_write_makes_the_node_say_so_refuse_everything_and_stop_wit
         (read.status, read.code()),
         (StatusCode::SERVICE_UNAVAILABLE, "storage_failed")
     );
+    // Every other way in says so too (each route's auth layer and the fallbacks ask first),
+    // and metrics stay readable.
+    for (method, path) in [
+        (Method::GET, "/v1/nope"),
+        (Method::POST, "/v1/registry/acme/prod/api"),
+        (Method::GET, "/v1/openapi.json"),
+    ] {
+        let refused = server.call(method.clone(), path, None).await;
+        assert_eq!(
+            (refused.status, refused.code()),
+            (StatusCode::SERVICE_UNAVAILABLE, "storage_failed"),
+            "{method} {path}: {}",
+            refused.body
+        );
+    }
+    assert_eq!(server.get_text("/v1/metrics").await.0, StatusCode::OK);
     // Watchers are drained, as for a shutdown.
     // (Frames before it — progress — are skipped; each wait is bounded by STEP.)
     let mut closing = false;
