@@ -62,7 +62,7 @@ pub(crate) async fn authenticate(
     mut request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if let Some(refused) = crate::routes::refused_when_failed(&app, request.uri().path()) {
+    if let Some(refused) = refused_when_failed(&app, request.uri().path()) {
         return refused.into_response();
     }
     let route = request
@@ -117,6 +117,19 @@ pub(crate) async fn authenticate(
     }
     request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// A node whose storage failed answers only its status and metrics: its registry is frozen
+/// at the failure, so a read would pass stale state off as current, and nothing can be
+/// acknowledged any more (SPEC R2). Everything else gets `storage_failed` (503: ask another
+/// node) until the server has stopped. Asked first by every route's auth layer and by the
+/// fallbacks (`routes`), not by a layer of its own: each layer costs every request (SPEC K2).
+pub(crate) fn refused_when_failed(app: &App, path: &str) -> Option<ApiError> {
+    if path == "/v1/status" || path == "/v1/metrics" || path == "/metrics" {
+        return None;
+    }
+    let fatal = app.gate.fatal()?;
+    Some(ApiError::from(muster_consensus::ConsensusError::Failed(fatal)))
 }
 
 /// The verdict for a route's need, from its path parameters (tenant, namespace, service).

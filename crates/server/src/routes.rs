@@ -384,7 +384,7 @@ pub(crate) fn need(method: &Method, path: &str) -> Option<Need> {
 
 /// The API's router: [`ROUTES`], each behind the auth layer with its own need, then the
 /// fallbacks and the layers every request passes. A route added any other way (a `merge`,
-/// a `nest`) would pass neither the auth layer nor [`refused_when_failed`]: add it to the
+/// a `nest`) would pass neither the auth layer nor [`auth::refused_when_failed`]: add it to the
 /// table.
 pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard, lab: Arc<LabState>) -> Router {
     let shared = Shared {
@@ -418,26 +418,13 @@ pub(crate) fn router(app: Arc<App>, max_body_bytes: usize, guard: RequestGuard, 
         .with_state(app)
 }
 
-/// A node whose storage failed answers only its status and metrics: its registry is frozen
-/// at the failure, so a read would pass stale state off as current, and nothing can be
-/// acknowledged any more (SPEC R2). Everything else gets `storage_failed` (503: ask another
-/// node) until the server has stopped. Asked first by every route's auth layer and by the
-/// fallbacks, not by a layer of its own: each layer costs every request (SPEC K2).
-pub(crate) fn refused_when_failed(app: &App, path: &str) -> Option<ApiError> {
-    if path == "/v1/status" || path == "/v1/metrics" || path == "/metrics" {
-        return None;
-    }
-    let fatal = app.gate.fatal()?;
-    Some(ApiError::from(muster_consensus::ConsensusError::Failed(fatal)))
-}
-
 async fn no_route(State(app): State<Arc<App>>, uri: axum::http::Uri) -> ApiError {
-    refused_when_failed(&app, uri.path())
+    auth::refused_when_failed(&app, uri.path())
         .unwrap_or_else(|| ApiError::not_found("no such route; the API is under /v1 (see muster_core::api)"))
 }
 
 async fn wrong_method(State(app): State<Arc<App>>, request: axum::extract::Request) -> ApiError {
-    refused_when_failed(&app, request.uri().path()).unwrap_or_else(|| {
+    auth::refused_when_failed(&app, request.uri().path()).unwrap_or_else(|| {
         ApiError::new(
             muster_core::ErrorCode::MethodNotAllowed,
             format!("{} is not allowed on {}", request.method(), request.uri().path()),
