@@ -42,10 +42,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, oneshot, watch};
 use tokio::task::JoinSet;
 
+use bytes::Bytes;
 use hyper::rt::{Read, Write};
 use muster_tls::{CertificateNames, TlsAcceptor};
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::descriptors::ConnectionBudget;
+use crate::direct::{self, After, Opening, Rewind};
 use crate::error::ApiError;
 use crate::listener::Listening;
 use crate::peer::{Peer, PeerCertificate};
@@ -175,15 +178,8 @@ pub async fn serve_io<I>(
         certificate: None,
     };
     let slot = Arc::new(crate::silent::Silent::default().enter());
-    serve_http(
-        connection_builder(listening),
-        TokioIo::new(io),
-        router,
-        peer,
-        stopping,
-        slot,
-    )
-    .await;
+    let builder = connection_builder(listening);
+    serve_http(builder, io, router, peer, stopping, slot, listening.header_read_timeout).await;
 }
 
 /// Serves one connection, after its TLS handshake on a TLS listener; `held` is its place in
@@ -194,7 +190,7 @@ async fn connection(
     router: Router,
     addr: std::net::SocketAddr,
     listening: Listening,
-    mut stopping: watch::Receiver<bool>,
+    stopping: watch::Receiver<bool>,
     held: (OwnedSemaphorePermit, SilentSlot),
 ) {
     let (_permit, slot) = held;
@@ -203,13 +199,36 @@ async fn connection(
     if let Err(error) = tcp.set_nodelay(true) {
         tracing::debug!(%error, "cannot set TCP_NODELAY");
     }
-    let Some(acceptor) = listening.tls else {
-        let peer = Peer {
-            addr,
-            certificate: None,
-        };
-        return serve_http(builder, TokioIo::new(tcp), router, peer, stopping, slot).await;
-    };
+    let timeout = listening.header_read_timeout;
+    match listening.tls.clone() {
+        None => {
+            let peer = Peer {
+                addr,
+                certificate: None,
+            };
+            serve_http(builder, tcp, router, peer, stopping, slot, timeout).await;
+        }
+        // Boxed: a plain connection's task never carries a TLS session's size.
+        Some(acceptor) => {
+            let served = tls_connection(acceptor, builder, tcp, router, addr, &listening, stopping, slot);
+            Box::pin(served).await;
+        }
+    }
+}
+
+/// A TLS connection: its handshake within the listener's bound, then HTTP as on plain TCP,
+/// the verified client certificate's names in its [`Peer`].
+#[expect(clippy::too_many_arguments, reason = "one connection's parts, passed on once")]
+async fn tls_connection(
+    acceptor: TlsAcceptor,
+    builder: http1::Builder,
+    tcp: TcpStream,
+    router: Router,
+    addr: std::net::SocketAddr,
+    listening: &Listening,
+    mut stopping: watch::Receiver<bool>,
+    slot: Arc<SilentSlot>,
+) {
     let handshake = tokio::time::timeout(listening.handshake_timeout, acceptor.accept(tcp));
     let tls = tokio::select! {
         done = handshake => match done {
@@ -228,12 +247,104 @@ async fn connection(
         .and_then(CertificateNames::of)
         .map(|names| Arc::new(PeerCertificate::from(names)));
     let peer = Peer { addr, certificate };
-    serve_http(builder, TokioIo::new(tls), router, peer, stopping, slot).await;
+    serve_http(
+        builder,
+        tls,
+        router,
+        peer,
+        stopping,
+        slot,
+        listening.header_read_timeout,
+    )
+    .await;
 }
 
 /// Serves HTTP/1.1 on `io` until the client is done, the server stops, or (before its first
-/// request) a newcomer evicts it.
+/// request) a newcomer evicts it. A first request that is a watch is answered beneath hyper
+/// (`direct`); hyper serves the rest of the connection, or all of it.
 async fn serve_http<I>(
+    builder: http1::Builder,
+    mut io: I,
+    router: Router,
+    peer: Peer,
+    mut stopping: watch::Receiver<bool>,
+    slot: Arc<SilentSlot>,
+    header_read_timeout: Duration,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let opening = tokio::select! {
+        read = tokio::time::timeout(header_read_timeout, direct::read_opening(&mut io, MAX_BUF_SIZE)) => match read {
+            Ok(opening) => opening,
+            Err(_) => return tracing::debug!("no request head within the header read timeout"),
+        },
+        _ = stopping.wait_for(|stopping| *stopping) => return,
+        () = slot.evicted().notified() => return tracing::debug!("evicted before its first request"),
+    };
+    let prefix = match opening {
+        Opening::Gone => return,
+        Opening::Other(prefix) => prefix,
+        Opening::Watch(request) => {
+            slot.spoke();
+            let Ok(response) = route(&router, &peer, *request).await;
+            match direct::answer(&mut io, response, now()).await {
+                Ok(After::KeepAlive) => Bytes::new(),
+                Ok(After::Close) => return,
+                Err(error) => return tracing::debug!(%error, "a watch stream ended with an error"),
+            }
+        }
+    };
+    // Boxed: a connection streaming a watch above never holds hyper's connection state.
+    let io = TokioIo::new(Rewind::new(prefix, io));
+    Box::pin(serve_hyper(builder, io, router, peer, stopping, slot)).await;
+}
+
+/// The `date` of a response written beneath hyper, as hyper dates its own.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "an HTTP response's Date header is the wall clock's"
+)]
+fn now() -> std::time::SystemTime {
+    std::time::SystemTime::now()
+}
+
+/// One request through `router`, as every connection's requests go: with who sent it
+/// ([`Peer`]) and, at debug under `muster::http`, a span (SPEC O2: off, and free, at the
+/// default level; the OTLP export turns it on).
+fn route<B>(
+    router: &Router,
+    peer: &Peer,
+    mut request: hyper::Request<B>,
+) -> impl Future<Output = Result<axum::response::Response, Infallible>> + use<B>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    request.extensions_mut().insert(peer.clone());
+    let span = tracing::debug_span!(
+        target: "muster::http",
+        "http request",
+        method = %request.method(),
+        path = request.uri().path(),
+        status = tracing::field::Empty,
+    );
+    // A Router is always ready: `call` without `poll_ready` is what axum::serve does.
+    let call = tower::Service::call(&mut router.clone(), request);
+    tracing::Instrument::instrument(
+        async move {
+            let response = call.await;
+            if let Ok(response) = &response {
+                tracing::Span::current().record("status", response.status().as_u16());
+            }
+            response
+        },
+        span,
+    )
+}
+
+/// hyper serving a connection until the client is done, the server stops, or (before its
+/// first request) a newcomer evicts it.
+async fn serve_hyper<I>(
     builder: http1::Builder,
     io: I,
     router: Router,
@@ -244,31 +355,9 @@ async fn serve_http<I>(
     I: Read + Write + Unpin + Send + 'static,
 {
     let spoke = Arc::clone(&slot);
-    // Every request of the connection carries who sent it ([`Peer`]).
-    let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+    let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
         spoke.spoke();
-        request.extensions_mut().insert(peer.clone());
-        // One span per request (SPEC O2), at debug under `muster::http`: off, and free, at
-        // the default level; the OTLP export (the binary's `otel` feature) turns it on.
-        let span = tracing::debug_span!(
-            target: "muster::http",
-            "http request",
-            method = %request.method(),
-            path = request.uri().path(),
-            status = tracing::field::Empty,
-        );
-        // A Router is always ready: `call` without `poll_ready` is what axum::serve does.
-        let call = tower::Service::call(&mut router.clone(), request);
-        tracing::Instrument::instrument(
-            async move {
-                let response = call.await;
-                if let Ok(response) = &response {
-                    tracing::Span::current().record("status", response.status().as_u16());
-                }
-                response
-            },
-            span,
-        )
+        route(&router, &peer, request)
     });
     let connection = builder.serve_connection(io, service);
     let mut connection = std::pin::pin!(connection);
@@ -331,6 +420,7 @@ async fn answer_refusal<I: Read + Write + Unpin + Send + 'static>(io: I) {
 
 #[cfg(test)]
 mod tests {
+    use futures_util::StreamExt;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
@@ -346,6 +436,88 @@ mod tests {
             .expect("an answer in time")
             .unwrap();
         String::from_utf8_lossy(&reply[..read]).into_owned()
+    }
+
+    /// Reads from `tcp` until `done` holds for what was read, within a bound.
+    async fn read_until(tcp: &mut TcpStream, done: impl Fn(&str) -> bool) -> String {
+        let mut read = Vec::new();
+        while !done(&String::from_utf8_lossy(&read)) {
+            let mut chunk = [0u8; 1024];
+            let n = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut chunk))
+                .await
+                .unwrap_or_else(|_| panic!("bytes in time after {}", String::from_utf8_lossy(&read)))
+                .unwrap();
+            assert_ne!(n, 0, "closed after {}", String::from_utf8_lossy(&read));
+            read.extend_from_slice(&chunk[..n]);
+        }
+        String::from_utf8_lossy(&read).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_watch_opening_a_connection_streams_beneath_hyper_and_other_requests_reach_hyper() {
+        // SPEC K1: a watch stream held hyper's whole connection state (25 KiB a stream).
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (frames, frames_rx) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
+        let frames_rx = Arc::new(std::sync::Mutex::new(Some(frames_rx)));
+        let stream = axum::routing::get(move |axum::Extension(peer): axum::Extension<Peer>| {
+            let rx = frames_rx.lock().unwrap().take().expect("one stream");
+            let mut rx = rx;
+            let body = async_stream_of(&mut rx, peer);
+            async move { axum::body::Body::from_stream(body) }
+        });
+        let router = Router::new()
+            .route("/v1/watch/acme/prod/api", stream)
+            .route("/v1/anything", axum::routing::get(|| async { "served" }));
+        let (stop, stop_rx) = oneshot::channel();
+        let listening = Listening::new(&crate::listener::ListenerLimits::default(), None);
+        let server = tokio::spawn(serve(listener, router, stop_rx, ConnectionBudget::of(8), listening));
+
+        // Not found on the direct path: a sized answer, and the connection goes on in hyper.
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(b"GET /v1/watch/none HTTP/1.1\r\nHost: test\r\n\r\n")
+            .await
+            .unwrap();
+        let missing = read_until(&mut tcp, |r| r.contains("\r\n\r\n")).await;
+        assert!(missing.starts_with("HTTP/1.1 404 Not Found\r\n"), "{missing}");
+        assert!(missing.contains("content-length: 0\r\n"), "{missing}");
+        tcp.write_all(REQUEST).await.unwrap();
+        let served = read_until(&mut tcp, |r| r.ends_with("served")).await;
+        assert!(served.starts_with("HTTP/1.1 200 OK\r\n"), "{served}");
+
+        // The watch: its head, then each frame as a chunk as it comes, the peer attached.
+        let mut watch = TcpStream::connect(addr).await.unwrap();
+        watch
+            .write_all(b"GET /v1/watch/acme/prod/api HTTP/1.1\r\nHost: test\r\n\r\n")
+            .await
+            .unwrap();
+        let head = read_until(&mut watch, |r| r.contains("127.0.0.1")).await;
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(head.contains("transfer-encoding: chunked\r\n"), "{head}");
+        frames.send(Bytes::from_static(b"{\"n\":1}\n")).unwrap();
+        read_until(&mut watch, |r| r.ends_with("8\r\n{\"n\":1}\n\r\n")).await;
+        drop(frames);
+        read_until(&mut watch, |r| r.ends_with("0\r\n\r\n")).await;
+        let mut rest = Vec::new();
+        watch.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty(), "closed after the stream's end");
+
+        // A request that is not a watch never meets the direct path.
+        assert!(exchange(addr).await.ends_with("served"));
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    /// The peer's address as the first frame, then what `rx` gives until it closes.
+    fn async_stream_of(
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<Bytes>,
+        peer: Peer,
+    ) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + use<> {
+        let mut rx = std::mem::replace(rx, tokio::sync::mpsc::unbounded_channel().1);
+        let first = Bytes::from(format!("{}\n", peer.addr.ip()));
+        futures_util::stream::once(async move { first })
+            .chain(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+            .map(Ok)
     }
 
     #[tokio::test]

@@ -12,6 +12,7 @@
 //!
 //! # Layout
 //! - [`accept`]: the HTTP/1.1 accept loop, plain or TLS, with its per-connection limits.
+//! - `direct`: a watch that opens a connection, served beneath hyper (its memory per stream).
 //! - [`descriptors`]: the connection budget under the process's descriptor limit.
 //! - [`silent`]: connections that have not sent a request yet, evicted when the budget is full.
 //! - [`listener`]: each listener's TLS and limits (`[tls]`, `[cluster_tls]`, `[limits.*]`).
@@ -24,6 +25,7 @@
 
 pub mod accept;
 pub mod descriptors;
+mod direct;
 pub mod error;
 pub mod extract;
 pub mod guard;
