@@ -36,8 +36,9 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::response::IntoResponse;
-use hyper::server::conn::http1;
-use hyper_util::rt::TokioIo;
+use hyper::server::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, oneshot, watch};
 use tokio::task::JoinSet;
@@ -58,6 +59,17 @@ use crate::silent::SilentSlot;
 /// small JSON bodies (capped by `max_body_bytes`, read in chunks anyway) and responses are
 /// written as they are produced, so a larger buffer would only let one connection hold more.
 const MAX_BUF_SIZE: usize = 8 * 1024;
+
+/// HTTP/2 streams open at once on one connection: a relay multiplexing the watches of many
+/// services, each stream still within the caller's watch budget (SPEC W4).
+const HTTP2_MAX_STREAMS: u32 = 1024;
+
+/// The largest request header list over HTTP/2, as over HTTP/1.1 (`MAX_BUF_SIZE`).
+const HTTP2_MAX_HEADER_LIST: u32 = 8 * 1024;
+
+/// Bytes a stream may have queued unsent: a reader that falls behind is cut off by the hub
+/// (`resync`), not buffered for (hyper's default is 400 KiB a stream).
+const HTTP2_MAX_SEND_BUF: usize = 64 * 1024;
 
 /// After an accept error (typically EMFILE: out of file descriptors), wait before trying
 /// again rather than spinning; as `axum::serve` does.
@@ -179,7 +191,7 @@ pub async fn serve_io<I>(
     };
     let slot = Arc::new(crate::silent::Silent::default().enter());
     let builder = connection_builder(listening);
-    serve_http(builder, io, router, peer, stopping, slot, listening.header_read_timeout).await;
+    serve_http(builder, io, router, peer, stopping, slot, listening.header_read_timeout, false).await;
 }
 
 /// Serves one connection, after its TLS handshake on a TLS listener; `held` is its place in
@@ -206,7 +218,7 @@ async fn connection(
                 addr,
                 certificate: None,
             };
-            serve_http(builder, tcp, router, peer, stopping, slot, timeout).await;
+            serve_http(builder, tcp, router, peer, stopping, slot, timeout, false).await;
         }
         // Boxed: a plain connection's task never carries a TLS session's size.
         Some(acceptor) => {
@@ -246,22 +258,18 @@ async fn tls_connection(
         .and_then(|chain| chain.first())
         .and_then(CertificateNames::of)
         .map(|names| Arc::new(PeerCertificate::from(names)));
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     let peer = Peer { addr, certificate };
-    serve_http(
-        builder,
-        tls,
-        router,
-        peer,
-        stopping,
-        slot,
-        listening.header_read_timeout,
-    )
-    .await;
+    let timeout = listening.header_read_timeout;
+    serve_http(builder, tls, router, peer, stopping, slot, timeout, h2).await;
 }
 
-/// Serves HTTP/1.1 on `io` until the client is done, the server stops, or (before its first
-/// request) a newcomer evicts it. A first request that is a watch is answered beneath hyper
-/// (`direct`); hyper serves the rest of the connection, or all of it.
+/// Serves HTTP on `io` until the client is done, the server stops, or (before its first
+/// request) a newcomer evicts it: HTTP/2 when TLS negotiated it (`h2`) or the client opens
+/// with its preface (prior knowledge), otherwise HTTP/1.1. A first HTTP/1.1 request that is a
+/// watch is answered beneath hyper (`direct`); hyper serves the rest of the connection, or
+/// all of it.
+#[expect(clippy::too_many_arguments, reason = "one connection's parts, passed on once")]
 async fn serve_http<I>(
     builder: http1::Builder,
     mut io: I,
@@ -270,20 +278,31 @@ async fn serve_http<I>(
     mut stopping: watch::Receiver<bool>,
     slot: Arc<SilentSlot>,
     header_read_timeout: Duration,
+    negotiated_h2: bool,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let opening = tokio::select! {
-        read = tokio::time::timeout(header_read_timeout, direct::read_opening(&mut io, MAX_BUF_SIZE)) => match read {
-            Ok(opening) => opening,
-            Err(_) => return tracing::debug!("no request head within the header read timeout"),
-        },
-        _ = stopping.wait_for(|stopping| *stopping) => return,
-        () = slot.evicted().notified() => return tracing::debug!("evicted before its first request"),
+    let opening = if negotiated_h2 {
+        Opening::Http2(Bytes::new())
+    } else {
+        tokio::select! {
+            read = tokio::time::timeout(header_read_timeout, direct::read_opening(&mut io, MAX_BUF_SIZE)) => match read {
+                Ok(opening) => opening,
+                Err(_) => return tracing::debug!("no request head within the header read timeout"),
+            },
+            _ = stopping.wait_for(|stopping| *stopping) => return,
+            () = slot.evicted().notified() => return tracing::debug!("evicted before its first request"),
+        }
     };
     let prefix = match opening {
         Opening::Gone => return,
         Opening::Other(prefix) => prefix,
+        Opening::Http2(prefix) => {
+            let io = TokioIo::new(Rewind::new(prefix, io));
+            let service = service(router, peer, Arc::clone(&slot));
+            let connection = http2_builder().serve_connection(io, service);
+            return Box::pin(drive(connection, stopping, slot)).await;
+        }
         Opening::Watch(request) => {
             slot.spoke();
             let Ok(response) = route(&router, &peer, *request).await;
@@ -296,7 +315,69 @@ async fn serve_http<I>(
     };
     // Boxed: a connection streaming a watch above never holds hyper's connection state.
     let io = TokioIo::new(Rewind::new(prefix, io));
-    Box::pin(serve_hyper(builder, io, router, peer, stopping, slot)).await;
+    let connection = builder.serve_connection(io, service(router, peer, Arc::clone(&slot)));
+    Box::pin(drive(connection, stopping, slot)).await;
+}
+
+/// hyper's HTTP/2 settings for every connection (SPEC W3's multiplexed watches): many
+/// streams, each a small request; a stream's unsent frames are bounded, as are its headers.
+fn http2_builder() -> http2::Builder<TokioExecutor> {
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .max_concurrent_streams(HTTP2_MAX_STREAMS)
+        .max_header_list_size(HTTP2_MAX_HEADER_LIST)
+        .max_send_buf_size(HTTP2_MAX_SEND_BUF);
+    builder
+}
+
+/// The service hyper calls for each request of a connection: the router, with the peer.
+fn service(
+    router: Router,
+    peer: Peer,
+    slot: Arc<SilentSlot>,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = Infallible,
+    Future = impl Future<Output = Result<axum::response::Response, Infallible>> + Send + 'static,
+> + Clone {
+    let service = move |request: hyper::Request<hyper::body::Incoming>| {
+        slot.spoke();
+        route(&router, &peer, request)
+    };
+    hyper::service::service_fn(service)
+}
+
+/// Drives hyper's `connection` until it is done, the server stops (then gracefully: in-flight
+/// responses finish), or, before its first request, a newcomer evicts it.
+async fn drive<C>(connection: C, mut stopping: watch::Receiver<bool>, slot: Arc<SilentSlot>)
+where
+    C: GracefulConnection,
+    C::Error: std::fmt::Display,
+{
+    let mut connection = std::pin::pin!(connection);
+    let finished = loop {
+        tokio::select! {
+            result = connection.as_mut() => break Some(result),
+            _ = stopping.wait_for(|stopping| *stopping) => break None,
+            // An eviction that raced with the first request is ignored: a caller keeps its
+            // place (`silent`).
+            () = slot.evicted().notified() => if !slot.has_spoken() {
+                return tracing::debug!("evicted before its first request");
+            },
+        }
+    };
+    let result = match finished {
+        Some(result) => result,
+        None => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(error) = result {
+        tracing::debug!(%error, "connection ended with an error");
+    }
 }
 
 /// The `date` of a response written beneath hyper, as hyper dates its own.
@@ -340,48 +421,6 @@ where
         },
         span,
     )
-}
-
-/// hyper serving a connection until the client is done, the server stops, or (before its
-/// first request) a newcomer evicts it.
-async fn serve_hyper<I>(
-    builder: http1::Builder,
-    io: I,
-    router: Router,
-    peer: Peer,
-    mut stopping: watch::Receiver<bool>,
-    slot: Arc<SilentSlot>,
-) where
-    I: Read + Write + Unpin + Send + 'static,
-{
-    let spoke = Arc::clone(&slot);
-    let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
-        spoke.spoke();
-        route(&router, &peer, request)
-    });
-    let connection = builder.serve_connection(io, service);
-    let mut connection = std::pin::pin!(connection);
-    let finished = loop {
-        tokio::select! {
-            result = connection.as_mut() => break Some(result),
-            _ = stopping.wait_for(|stopping| *stopping) => break None,
-            // An eviction that raced with the first request is ignored: a caller keeps its
-            // place (`silent`).
-            () = slot.evicted().notified() => if !slot.has_spoken() {
-                return tracing::debug!("evicted before its first request");
-            },
-        }
-    };
-    let result = match finished {
-        Some(result) => result,
-        None => {
-            connection.as_mut().graceful_shutdown();
-            connection.await
-        }
-    };
-    if let Err(error) = result {
-        tracing::debug!(%error, "connection ended with an error");
-    }
 }
 
 /// Answers one request on a connection over the budget with `503 too_many_connections`, then
@@ -504,6 +543,47 @@ mod tests {
 
         // A request that is not a watch never meets the direct path.
         assert!(exchange(addr).await.ends_with("served"));
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_http2_client_with_prior_knowledge_gets_many_streams_on_one_connection() {
+        // SPEC W3: a relay watching several services over one connection.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route(
+            "/v1/anything",
+            axum::routing::get(|axum::Extension(peer): axum::Extension<Peer>| async move {
+                format!("served {}", peer.addr.ip())
+            }),
+        );
+        let (stop, stop_rx) = oneshot::channel();
+        let listening = Listening::new(&crate::listener::ListenerLimits::default(), None);
+        let server = tokio::spawn(serve(listener, router, stop_rx, ConnectionBudget::of(1), listening));
+
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let (sender, connection) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let mut replies = Vec::new();
+        for _ in 0..3 {
+            let mut sender = sender.clone();
+            replies.push(tokio::spawn(async move {
+                let request = hyper::Request::get(format!("http://{addr}/v1/anything"))
+                    .body(http_body_util::Empty::<Bytes>::new())
+                    .unwrap();
+                let reply = sender.send_request(request).await.unwrap();
+                assert_eq!(reply.version(), hyper::Version::HTTP_2);
+                let body = http_body_util::BodyExt::collect(reply.into_body()).await.unwrap();
+                String::from_utf8(body.to_bytes().to_vec()).unwrap()
+            }));
+        }
+        for reply in replies {
+            assert_eq!(reply.await.unwrap(), "served 127.0.0.1");
+        }
+        drop(sender);
         stop.send(()).unwrap();
         server.await.unwrap().unwrap();
     }

@@ -36,6 +36,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 /// The requests served here: watches, without a query or with one.
 const WATCH: &[u8] = b"GET /v1/watch/";
 
+/// How an HTTP/2 client with prior knowledge opens a connection (RFC 9113 §3.4).
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 /// Bytes read at a time while the head is incomplete.
 const READ_CHUNK: usize = 1024;
 
@@ -48,6 +51,8 @@ pub(crate) enum Opening {
     Gone,
     /// A watch request, whole, and nothing after it.
     Watch(Box<Request<Body>>),
+    /// HTTP/2 with prior knowledge: the bytes read so far, the preface first.
+    Http2(Bytes),
     /// Anything else: the bytes read so far, for hyper to read first.
     Other(Bytes),
 }
@@ -68,11 +73,16 @@ pub(crate) async fn read_opening<I: AsyncRead + Unpin>(io: &mut I, limit: usize)
             Ok(0) | Err(_) => return Opening::Other(head.into()),
             Ok(_) => {}
         }
-        let seen = head.len().min(WATCH.len());
-        if head[..seen] != WATCH[..seen] {
+        if starts_like(&head, PREFACE) {
+            if head.len() >= PREFACE.len() {
+                return Opening::Http2(head.into());
+            }
+            continue;
+        }
+        if !starts_like(&head, WATCH) {
             return Opening::Other(head.into());
         }
-        if seen < WATCH.len() {
+        if head.len() < WATCH.len() {
             continue;
         }
         match parse(&head) {
@@ -81,6 +91,12 @@ pub(crate) async fn read_opening<I: AsyncRead + Unpin>(io: &mut I, limit: usize)
             Parsed::Other => return Opening::Other(head.into()),
         }
     }
+}
+
+/// Whether `bytes` and `prefix` agree as far as both go.
+fn starts_like(bytes: &[u8], prefix: &[u8]) -> bool {
+    let seen = bytes.len().min(prefix.len());
+    bytes[..seen] == prefix[..seen]
 }
 
 enum Parsed {
@@ -360,6 +376,7 @@ mod tests {
         match opening {
             Opening::Other(bytes) => bytes,
             Opening::Watch(request) => panic!("served here: {request:?}"),
+            Opening::Http2(bytes) => panic!("HTTP/2: {bytes:?}"),
             Opening::Gone => panic!("gone"),
         }
     }
@@ -396,6 +413,21 @@ mod tests {
             assert_eq!(other(opening(case).await), case, "{}", String::from_utf8_lossy(case));
         }
         assert!(matches!(opening(b"").await, Opening::Gone));
+        assert_eq!(other(opening(b"PRI * HTTP/1.1\r\n\r\n").await), &b"PRI * HTTP/1.1\r\n\r\n"[..]);
+    }
+
+    #[tokio::test]
+    async fn the_http2_preface_is_told_apart_even_when_it_comes_in_pieces() {
+        let (mut client, mut server) = duplex(1024);
+        let reading = tokio::spawn(async move { read_opening(&mut server, 8 * 1024).await });
+        for piece in PREFACE.chunks(5) {
+            client.write_all(piece).await.unwrap();
+            tokio::task::yield_now().await;
+        }
+        let Opening::Http2(read) = reading.await.unwrap() else {
+            panic!("not HTTP/2");
+        };
+        assert!(read.starts_with(PREFACE));
     }
 
     #[tokio::test]

@@ -144,8 +144,8 @@ impl Listening {
 }
 
 impl TlsConfig {
-    /// The HTTP API's server config; `None` when TLS is not configured. An error names the
-    /// setting.
+    /// The HTTP API's server config, offering HTTP/2 and HTTP/1.1; `None` when TLS is not
+    /// configured. An error names the setting.
     pub fn server_config(&self) -> Result<Option<Arc<muster_tls::ServerConfig>>, String> {
         let (cert, key) = match (&self.cert, &self.key) {
             (None, None) if self.client_ca.is_none() => return Ok(None),
@@ -163,9 +163,12 @@ impl TlsConfig {
                 }
             }
         };
-        muster_tls::server_config(&identity, &clients)
-            .map(Some)
-            .map_err(|e| format!("tls: {e}"))
+        let config = muster_tls::server_config(&identity, &clients).map_err(|e| format!("tls: {e}"))?;
+        // HTTP/2 first, for the clients that speak it (SPEC W3's multiplexed watches); rustls
+        // picks the first of these the client offers.
+        let mut config = Arc::unwrap_or_clone(config);
+        config.alpn_protocols.insert(0, b"h2".to_vec());
+        Ok(Some(Arc::new(config)))
     }
 }
 

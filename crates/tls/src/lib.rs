@@ -13,7 +13,7 @@
 //!
 //! Every config is built with [`provider`] explicitly rather than a process-wide default,
 //! so nothing depends on which provider some other crate installed first, and both offer
-//! only HTTP/1.1 over ALPN (the only protocol Muster serves).
+//! HTTP/1.1 over ALPN; the HTTP API adds `h2` to its own config (`muster_http::listener`).
 
 #![forbid(unsafe_code)]
 
