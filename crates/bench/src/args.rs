@@ -201,6 +201,11 @@ pub struct BenchArgs {
     /// stream, as gRPC clients with a channel each].
     #[arg(long, value_name = "N")]
     pub xds_connections: Option<usize>,
+    /// HTTP/2 connections (prior knowledge) the fanout and watchers streams share, round-robin
+    /// (SPEC W3's multiplexed watches) [default: one HTTP/1.1 connection per stream]. Muster
+    /// only: etcd's JSON gateway watches over HTTP/1.1.
+    #[arg(long, value_name = "N")]
+    pub watch_connections: Option<usize>,
     /// The xDS gRPC listener of the `--server`, e.g. 127.0.0.1:18000, for the xds workload
     /// (`--spawn` starts its server with one).
     #[arg(long = "xds", value_name = "ADDR", requires = "server")]
@@ -295,6 +300,8 @@ pub struct Plan {
     pub xds_streams: usize,
     /// Connections they share (`None`: one each).
     pub xds_connections: Option<usize>,
+    /// HTTP/2 connections the watch streams share (`None`: an HTTP/1.1 connection each).
+    pub watch_connections: Option<usize>,
     /// The exceptional-load workloads' sizes (reconnect, evacuation, expiry, hotcold).
     pub storms: crate::storms::StormPlan,
     /// Fleet sizes of the scale workload, ascending.
@@ -360,6 +367,7 @@ impl BenchArgs {
             consul_services: self.consul_services,
             xds_streams: self.xds_streams,
             xds_connections: self.xds_connections,
+            watch_connections: self.watch_connections,
             storms: crate::storms::StormPlan::resolve(self)?,
             endpoints: crate::scale::resolve_sizes(self.scale.endpoints.as_deref(), self.quick)?,
             read_servers: if self.servers.len() > 1 {
@@ -380,6 +388,7 @@ impl BenchArgs {
             ("--consul-services", plan.consul_services),
             ("--xds-streams", plan.xds_streams),
             ("--xds-connections", plan.xds_connections.unwrap_or(1)),
+            ("--watch-connections", plan.watch_connections.unwrap_or(1)),
         ] {
             if value == 0 {
                 return Err(BenchError::Usage(format!("{name} must be at least 1")));

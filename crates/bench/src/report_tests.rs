@@ -17,6 +17,7 @@ fn plan() -> Plan {
         consul_services: 1_000,
         xds_streams: 1_000,
         xds_connections: None,
+        watch_connections: None,
         storms: crate::storms::StormPlan::default(),
         endpoints: vec![10_000, 100_000],
         read_servers: Vec::new(),

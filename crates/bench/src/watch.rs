@@ -11,6 +11,8 @@
 //! Each watcher owns its own HTTP/1.1 connection (hyper's `client::conn`, no pool): a watch
 //! holds its connection for its whole life, so a pool would only add bookkeeping, and one
 //! task per watcher drives both the connection and the body, so aborting it closes the socket.
+//! With `--watch-connections N` (Muster only) the streams share N HTTP/2 connections
+//! instead, round-robin, each opened by its first watcher (SPEC W3's multiplexed watches).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -22,8 +24,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::Connection;
+use hyper::client::conn::http2;
 use hyper::{Method, Request};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use muster_core::api::WriteReply;
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
@@ -76,6 +79,46 @@ struct WatchRequest {
     method: Method,
     path: String,
     body: Bytes,
+    /// The HTTP/2 connections shared, and this watcher's turn among them.
+    shared: Option<(Arc<Shared>, usize)>,
+}
+
+/// HTTP/2 connections shared by the watchers, each opened by the first watcher on it; the
+/// tasks driving them end with the phase (when the last watcher drops its handle).
+struct Shared {
+    connections: Vec<tokio::sync::OnceCell<http2::SendRequest<Full<Bytes>>>>,
+    drivers: std::sync::Mutex<JoinSet<()>>,
+}
+
+impl Shared {
+    fn new(connections: usize) -> Shared {
+        Shared {
+            connections: (0..connections).map(|_| tokio::sync::OnceCell::new()).collect(),
+            drivers: std::sync::Mutex::new(JoinSet::new()),
+        }
+    }
+
+    /// The sender of connection `turn % N`, connected with prior knowledge on first use.
+    async fn sender(&self, target: &Target, turn: usize) -> Result<http2::SendRequest<Full<Bytes>>, String> {
+        let cell = &self.connections[turn % self.connections.len()];
+        let sender = cell
+            .get_or_try_init(|| async {
+                let tcp = TcpStream::connect(target.addr)
+                    .await
+                    .map_err(|err| format!("connect: {err}"))?;
+                tcp.set_nodelay(true).map_err(|err| err.to_string())?;
+                let (sender, connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                    .await
+                    .map_err(|err| format!("HTTP/2 handshake: {err}"))?;
+                let mut drivers = self.drivers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                drivers.spawn(async move {
+                    let _ = connection.await;
+                });
+                Ok::<_, String>(sender)
+            })
+            .await?;
+        Ok(sender.clone())
+    }
 }
 
 /// The server's resident memory, in bytes.
@@ -163,24 +206,49 @@ async fn watcher(request: WatchRequest, signals: mpsc::UnboundedSender<Signal>, 
     }
 }
 
+/// Opens one stream on the shared HTTP/2 connection of `turn`.
+async fn open_shared(request: &WatchRequest, shared: &Shared, turn: usize) -> Result<Incoming, String> {
+    let mut sender = shared.sender(&request.target, turn).await?;
+    let uri = format!("http://{}{}", request.target.host, request.path);
+    let request = Request::builder()
+        .method(request.method.clone())
+        .uri(uri)
+        .body(Full::new(request.body.clone()))
+        .map_err(|err| err.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|err| format!("request: {err}"))?;
+    if !response.status().is_success() {
+        return Err(format!("HTTP {}", response.status()));
+    }
+    Ok(response.into_body())
+}
+
 async fn stream<P>(
     request: &WatchRequest,
     signals: &mpsc::UnboundedSender<Signal>,
     opened: &mut Option<P>,
 ) -> Result<(), String> {
-    let (mut body, mut connection) = open(
-        &request.target,
-        request.method.clone(),
-        &request.path,
-        request.body.clone(),
-        |_| {},
-    )
-    .await?;
+    let (mut body, mut connection) = match &request.shared {
+        Some((shared, turn)) => (open_shared(request, shared, *turn).await?, None),
+        None => {
+            let (body, connection) = open(
+                &request.target,
+                request.method.clone(),
+                &request.path,
+                request.body.clone(),
+                |_| {},
+            )
+            .await?;
+            (body, Some(connection))
+        }
+    };
     let mut lines = Lines::default();
     loop {
         let frame = tokio::select! {
             frame = body.frame() => frame,
-            _ = &mut connection => return Ok(()),
+            _ = async { connection.as_mut().expect("guarded").await }, if connection.is_some() => return Ok(()),
         };
         let Some(frame) = frame else { return Ok(()) };
         let at = now();
@@ -264,12 +332,23 @@ pub(crate) async fn watch_phase(
         System::Muster | System::MusterTls => (Method::GET, names.muster_watch(FANOUT_SERVICE), Bytes::new()),
         System::Etcd => (Method::POST, "/v3/watch".to_owned(), names.etcd_watch(FANOUT_SERVICE)),
     };
+    let shared = match (plan.watch_connections, subject.system) {
+        (None, _) => None,
+        (Some(connections), System::Muster) => Some(Arc::new(Shared::new(connections.clamp(1, plan.watchers.max(1))))),
+        (Some(_), system) => {
+            return Err(setup_failed(format!(
+                "--watch-connections: for plain Muster only (HTTP/2 with prior knowledge), not {}",
+                system.name()
+            )));
+        }
+    };
     let request = WatchRequest {
         system: subject.system,
         target,
         method,
         path,
         body,
+        shared: None,
     };
     let pid = match (memory, subject.pid) {
         (true, Some(pid)) => Some(pid),
@@ -294,8 +373,10 @@ pub(crate) async fn watch_phase(
     let opening = Arc::new(Semaphore::new(OPEN_CONCURRENCY));
     let mut watchers = JoinSet::new();
     let open_start = now();
-    for _ in 0..plan.watchers {
-        watchers.spawn(watcher(request.clone(), signals.clone(), Arc::clone(&opening)));
+    for turn in 0..plan.watchers {
+        let mut request = request.clone();
+        request.shared = shared.as_ref().map(|shared| (Arc::clone(shared), turn));
+        watchers.spawn(watcher(request, signals.clone(), Arc::clone(&opening)));
     }
     drop(signals);
     let mut deliveries: HashMap<u64, Vec<Instant>> = HashMap::new();

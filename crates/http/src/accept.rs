@@ -191,7 +191,17 @@ pub async fn serve_io<I>(
     };
     let slot = Arc::new(crate::silent::Silent::default().enter());
     let builder = connection_builder(listening);
-    serve_http(builder, io, router, peer, stopping, slot, listening.header_read_timeout, false).await;
+    serve_http(
+        builder,
+        io,
+        router,
+        peer,
+        stopping,
+        slot,
+        listening.header_read_timeout,
+        false,
+    )
+    .await;
 }
 
 /// Serves one connection, after its TLS handshake on a TLS listener; `held` is its place in

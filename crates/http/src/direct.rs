@@ -413,7 +413,10 @@ mod tests {
             assert_eq!(other(opening(case).await), case, "{}", String::from_utf8_lossy(case));
         }
         assert!(matches!(opening(b"").await, Opening::Gone));
-        assert_eq!(other(opening(b"PRI * HTTP/1.1\r\n\r\n").await), &b"PRI * HTTP/1.1\r\n\r\n"[..]);
+        assert_eq!(
+            other(opening(b"PRI * HTTP/1.1\r\n\r\n").await),
+            &b"PRI * HTTP/1.1\r\n\r\n"[..]
+        );
     }
 
     #[tokio::test]
