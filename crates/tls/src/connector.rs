@@ -126,7 +126,17 @@ impl Connection for MaybeTls {
     fn connected(&self) -> Connected {
         match self {
             MaybeTls::Plain(tcp) => tcp.connected(),
-            MaybeTls::Tls(tls) => tls.inner().get_ref().0.connected(),
+            // hyper's pooled client speaks HTTP/2 on a connection that negotiated it; only
+            // configs that offer `h2` can (the client library's, SPEC W3).
+            MaybeTls::Tls(tls) => {
+                let (tcp, session) = tls.inner().get_ref();
+                let connected = tcp.connected();
+                if session.alpn_protocol() == Some(b"h2") {
+                    connected.negotiated_h2()
+                } else {
+                    connected
+                }
+            }
         }
     }
 }

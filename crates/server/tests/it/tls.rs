@@ -113,6 +113,53 @@ async fn a_client_with_the_ca_is_served_over_tls_and_one_with_another_ca_is_not(
 }
 
 #[tokio::test]
+async fn a_client_offering_http2_gets_it_over_tls_watches_included_and_an_http1_client_keeps_http1() {
+    // SPEC W3: the server offers `h2` by ALPN; a client that speaks it multiplexes its
+    // requests and watch streams over one connection.
+    let dir = TempDir::new().unwrap();
+    let ca = TestCa::new("muster test CA");
+    let mut server = tls_server(&dir, &ca, None).await;
+    let roots = Roots::from_pem(ca.pem().as_bytes()).unwrap();
+    let mut config = std::sync::Arc::unwrap_or_clone(muster_tls::client_config(&roots, None).unwrap());
+    config.alpn_protocols.insert(0, b"h2".to_vec());
+    let h2: Client<Connector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(Connector::new(
+        Some(std::sync::Arc::new(config)),
+        Duration::from_secs(5),
+    ));
+    let status = h2.get(https(&server, "/v1/status").parse().unwrap()).await.unwrap();
+    assert_eq!(
+        (status.status(), status.version()),
+        (StatusCode::OK, hyper::Version::HTTP_2)
+    );
+
+    let watch = h2
+        .get(https(&server, "/v1/watch/acme/prod/api").parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        (watch.status(), watch.version()),
+        (StatusCode::OK, hyper::Version::HTTP_2)
+    );
+    let mut body = watch.into_body();
+    let first = tokio::time::timeout(STEP, body.frame())
+        .await
+        .expect("a first frame in time")
+        .unwrap()
+        .unwrap()
+        .into_data()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("\"progress\""), "{first:?}");
+
+    let h1 = tls_client(&ca, None)
+        .get(https(&server, "/v1/status").parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(h1.version(), hyper::Version::HTTP_11);
+    drop(body);
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn plain_http_to_the_tls_port_fails() {
     let dir = TempDir::new().unwrap();
     let ca = TestCa::new("muster test CA");
