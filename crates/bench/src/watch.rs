@@ -490,8 +490,17 @@ pub(crate) async fn watch_phase(
             format!("; commits: p50 {:.2} ms, max {:.2} ms", w.p50_ms, w.max_ms)
         });
         meter.finish(&mut result);
+        // SPEC K1: what one delivered update costs the server, from its rusage over the phase
+        // (the commits and the idle progress frames between changes included).
+        let cpu_note = match (result.server_cores, latencies.count()) {
+            (Some(cores), delivered) if delivered > 0 => format!(
+                "; server CPU {:.2} µs per delivered update",
+                cores * elapsed.as_secs_f64() * 1e6 / delivered as f64
+            ),
+            _ => String::new(),
+        };
         result.note = Some(format!(
-            "{opened_note}{writes_note}{rss_note}{}",
+            "{opened_note}{writes_note}{cpu_note}{rss_note}{}",
             write_error.map_or_else(String::new, |err| format!("; first failed commit: {err}"))
         ));
         figures.fanout = Some(result);

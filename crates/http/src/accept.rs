@@ -1,13 +1,17 @@
-//! Serving HTTP/1.1 with our own accept loop on hyper's connection builder, instead of
+//! Serving HTTP with our own accept loop on hyper's connection builders, instead of
 //! `axum::serve`: that one serves through hyper-util's HTTP/1+2 auto builder and gives no
 //! access to its settings, and every connection it serves carries the HTTP/2 variant's size
 //! and two shutdown-signal futures. A registry with 10,000 open watch streams pays each
-//! byte 10,000 times.
+//! byte 10,000 times: here a connection's task holds only what its protocol needs (HTTP/2
+//! and TLS are boxed, entered only by the connections that use them).
 //!
 //! ```text
 //!  accept ──▶ within budget? ─yes─▶ TCP_NODELAY ──▶ spawn: [TLS handshake, bounded] ──▶
-//!    │            │                      http1 connection(router, Peer{addr, SANs}) ──┬─▶ done
-//!    │            │ no                                                              └─ stop: graceful_shutdown
+//!    │            │        first bytes: a watch? ─▶ `direct` (beneath hyper), then hyper HTTP/1.1
+//!    │            │                     HTTP/2 preface or ALPN h2? ─▶ hyper HTTP/2
+//!    │            │                     else ─▶ hyper HTTP/1.1
+//!    │            │                  each with (router, Peer{addr, SANs}) ──┬─▶ done
+//!    │            │ no                                                     └─ stop: graceful_shutdown
 //!    │            ├─▶ a connection still silent (no request head yet)? ─▶ evict the oldest, take its slot
 //!    │            └─▶ refusal slot? ─yes─▶ [TLS handshake] answer one request 503
 //!    │                      │                 too_many_connections, close (all bounded)

@@ -2,17 +2,19 @@
 //! API, the Consul API, the dashboard — share, and nothing about what they serve.
 //!
 //! ```text
-//!  TcpListener ──accept (within ConnectionBudget)──▶ [TLS] ──▶ hyper HTTP/1.1 ──▶ Peer ──▶ router
+//!  TcpListener ──accept (within ConnectionBudget)──▶ [TLS] ──▶ hyper HTTP/1.1 or HTTP/2 ──▶ Peer ──▶ router
 //!       │ descriptors: the budget behind every listener       │ header read deadline,
-//!       │ silent: connections that never spoke, evicted first   keep-alive, pipelining off
+//!       │ silent: connections that never spoke, evicted first   keep-alive, pipelining off;
+//!       ▼                                                      a first watch: `direct`, same router
 //!       ▼
 //!  router ──guard (Origin, Host, JSON only, body deadline)──▶ extract (body, query, path) ──▶ handler
 //!                                                              errors: ApiError ──▶ {"error": {...}}
 //! ```
 //!
 //! # Layout
-//! - [`accept`]: the HTTP/1.1 accept loop, plain or TLS, with its per-connection limits.
-//! - `direct`: a watch that opens a connection, served beneath hyper (its memory per stream).
+//! - [`accept`]: the accept loop, HTTP/1.1 and HTTP/2, plain or TLS, with its per-connection limits.
+//! - `direct`: a watch that opens a connection, served beneath hyper (its memory per stream);
+//!   the one place this crate knows a route, `/v1/watch/` (SPEC K1).
 //! - [`descriptors`]: the connection budget under the process's descriptor limit.
 //! - [`silent`]: connections that have not sent a request yet, evicted when the budget is full.
 //! - [`listener`]: each listener's TLS and limits (`[tls]`, `[cluster_tls]`, `[limits.*]`).
