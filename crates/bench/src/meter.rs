@@ -36,6 +36,12 @@ impl CpuMeter {
         }
     }
 
+    /// The server's CPU seconds since the start, if its PID is known.
+    pub(crate) fn server_seconds(&self) -> Option<f64> {
+        let (path, before) = self.server.as_ref()?;
+        Some(cpu_seconds(path)? - before)
+    }
+
     /// Fills `result`'s CPU figures, in cores over the phase.
     pub(crate) fn finish(&self, result: &mut SystemResult) {
         let wall = (now() - self.start).as_secs_f64();

@@ -489,16 +489,16 @@ pub(crate) async fn watch_phase(
         let writes_note = LatencySummary::of(&writes).map_or_else(String::new, |w| {
             format!("; commits: p50 {:.2} ms, max {:.2} ms", w.p50_ms, w.max_ms)
         });
-        meter.finish(&mut result);
         // SPEC K1: what one delivered update costs the server, from its rusage over the phase
         // (the commits and the idle progress frames between changes included).
-        let cpu_note = match (result.server_cores, latencies.count()) {
-            (Some(cores), delivered) if delivered > 0 => format!(
+        let cpu_note = match (meter.server_seconds(), latencies.count()) {
+            (Some(seconds), delivered) if delivered > 0 => format!(
                 "; server CPU {:.2} µs per delivered update",
-                cores * elapsed.as_secs_f64() * 1e6 / delivered as f64
+                seconds * 1e6 / delivered as f64
             ),
             _ => String::new(),
         };
+        meter.finish(&mut result);
         result.note = Some(format!(
             "{opened_note}{writes_note}{cpu_note}{rss_note}{}",
             write_error.map_or_else(String::new, |err| format!("; first failed commit: {err}"))

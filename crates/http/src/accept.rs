@@ -48,7 +48,6 @@ use tokio::sync::{OwnedSemaphorePermit, oneshot, watch};
 use tokio::task::JoinSet;
 
 use bytes::Bytes;
-use hyper::rt::{Read, Write};
 use muster_tls::{CertificateNames, TlsAcceptor};
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -70,6 +69,14 @@ const HTTP2_MAX_STREAMS: u32 = 1024;
 
 /// The largest request header list over HTTP/2, as over HTTP/1.1 (`MAX_BUF_SIZE`).
 const HTTP2_MAX_HEADER_LIST: u32 = 8 * 1024;
+
+/// A stream's receive window (a request body the server has not read yet) — requests are
+/// small JSON bodies; the connection's is four of them.
+const HTTP2_WINDOW: u32 = 64 * 1024;
+
+/// How often an HTTP/2 connection's peer is pinged, and how long its answer may take.
+const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(30);
+const HTTP2_PING_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Bytes a stream may have queued unsent: a reader that falls behind is cut off by the hub
 /// (`resync`), not buffered for (hyper's default is 400 KiB a stream).
@@ -310,12 +317,20 @@ async fn serve_http<I>(
     };
     let prefix = match opening {
         Opening::Gone => return,
-        Opening::Other(prefix) => prefix,
+        Opening::Other(prefix) => {
+            // A whole head has spoken, even before hyper dispatches it (`silent`).
+            if direct::has_whole_head(&prefix) {
+                slot.spoke();
+            }
+            prefix
+        }
         Opening::Http2(prefix) => {
             let io = TokioIo::new(Rewind::new(prefix, io));
-            let service = service(router, peer, Arc::clone(&slot));
+            let activity = Arc::new(Activity::default());
+            let service = http2_service(router, peer, Arc::clone(&slot), Arc::clone(&activity));
             let connection = http2_builder().serve_connection(io, service);
-            return Box::pin(drive(connection, stopping, slot)).await;
+            let idle = Some((activity, header_read_timeout));
+            return Box::pin(drive(connection, stopping, slot, idle)).await;
         }
         Opening::Watch(request) => {
             slot.spoke();
@@ -330,7 +345,7 @@ async fn serve_http<I>(
     // Boxed: a connection streaming a watch above never holds hyper's connection state.
     let io = TokioIo::new(Rewind::new(prefix, io));
     let connection = builder.serve_connection(io, service(router, peer, Arc::clone(&slot)));
-    Box::pin(drive(connection, stopping, slot)).await;
+    Box::pin(drive(connection, stopping, slot, None)).await;
 }
 
 /// hyper's HTTP/2 settings for every connection (SPEC W3's multiplexed watches): many
@@ -341,8 +356,98 @@ fn http2_builder() -> http2::Builder<TokioExecutor> {
         .timer(hyper_util::rt::TokioTimer::new())
         .max_concurrent_streams(HTTP2_MAX_STREAMS)
         .max_header_list_size(HTTP2_MAX_HEADER_LIST)
-        .max_send_buf_size(HTTP2_MAX_SEND_BUF);
+        .max_send_buf_size(HTTP2_MAX_SEND_BUF)
+        .initial_stream_window_size(HTTP2_WINDOW)
+        .initial_connection_window_size(4 * HTTP2_WINDOW)
+        // A peer that vanished without closing is found by its missing PING answer.
+        .keep_alive_interval(HTTP2_PING_INTERVAL)
+        .keep_alive_timeout(HTTP2_PING_TIMEOUT);
     builder
+}
+
+/// An HTTP/2 connection's streams: how many are open, and whether one began since the idle
+/// check last looked. A connection with none open and none begun for a whole
+/// `header_read_timeout` is closed, as an idle HTTP/1.1 connection is.
+#[derive(Default)]
+struct Activity {
+    open: std::sync::atomic::AtomicUsize,
+    began: std::sync::atomic::AtomicBool,
+}
+
+impl Activity {
+    /// Whether the connection has been idle since the last call.
+    fn idle(&self) -> bool {
+        let began = self.began.swap(false, std::sync::atomic::Ordering::Relaxed);
+        !began && self.open.load(std::sync::atomic::Ordering::Relaxed) == 0
+    }
+}
+
+/// One open HTTP/2 stream of an [`Activity`]: counted from its request until its response
+/// body is done or dropped.
+struct Open(Arc<Activity>);
+
+impl Open {
+    fn new(activity: Arc<Activity>) -> Open {
+        activity.began.store(true, std::sync::atomic::Ordering::Relaxed);
+        activity.open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Open(activity)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A response body that keeps its stream counted open while it lasts.
+struct Counted {
+    body: axum::body::Body,
+    _open: Open,
+}
+
+impl http_body::Body for Counted {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// [`service`] for HTTP/2: each stream counted in `activity` while it is open.
+fn http2_service(
+    router: Router,
+    peer: Peer,
+    slot: Arc<SilentSlot>,
+    activity: Arc<Activity>,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = hyper::Response<Counted>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<hyper::Response<Counted>, Infallible>> + Send + 'static,
+> + Clone {
+    let service = move |request: hyper::Request<hyper::body::Incoming>| {
+        slot.spoke();
+        let open = Open::new(Arc::clone(&activity));
+        let call = route(&router, &peer, request);
+        async move {
+            let Ok(response) = call.await;
+            Ok(response.map(|body| Counted { body, _open: open }))
+        }
+    };
+    hyper::service::service_fn(service)
 }
 
 /// The service hyper calls for each request of a connection: the router, with the peer.
@@ -363,18 +468,30 @@ fn service(
     hyper::service::service_fn(service)
 }
 
-/// Drives hyper's `connection` until it is done, the server stops (then gracefully: in-flight
-/// responses finish), or, before its first request, a newcomer evicts it.
-async fn drive<C>(connection: C, mut stopping: watch::Receiver<bool>, slot: Arc<SilentSlot>)
-where
+/// Drives hyper's `connection` until it is done, the server stops or (with `idle`: HTTP/2)
+/// it has had no stream for a whole period — then gracefully: in-flight responses finish —
+/// or, before its first request, a newcomer evicts it.
+async fn drive<C>(
+    connection: C,
+    mut stopping: watch::Receiver<bool>,
+    slot: Arc<SilentSlot>,
+    idle: Option<(Arc<Activity>, Duration)>,
+) where
     C: GracefulConnection,
     C::Error: std::fmt::Display,
 {
     let mut connection = std::pin::pin!(connection);
+    let mut checks = idle
+        .as_ref()
+        .map(|(_, period)| tokio::time::interval_at(tokio::time::Instant::now() + *period, *period));
     let finished = loop {
         tokio::select! {
             result = connection.as_mut() => break Some(result),
             _ = stopping.wait_for(|stopping| *stopping) => break None,
+            _ = async { checks.as_mut().expect("guarded").tick().await }, if checks.is_some() => if idle.as_ref().is_some_and(|(activity, _)| activity.idle()) {
+                tracing::debug!("an HTTP/2 connection idle for a whole period closes");
+                break None;
+            },
             // An eviction that raced with the first request is ignored: a caller keeps its
             // place (`silent`).
             () = slot.evicted().notified() => if !slot.has_spoken() {
@@ -443,9 +560,12 @@ where
 async fn refuse(tcp: TcpStream, tls: Option<TlsAcceptor>, _permit: OwnedSemaphorePermit) {
     let refused = async move {
         match tls {
-            None => answer_refusal(TokioIo::new(tcp)).await,
+            None => answer_refusal(tcp, false).await,
             Some(acceptor) => match acceptor.accept(tcp).await {
-                Ok(tls) => answer_refusal(TokioIo::new(tls)).await,
+                Ok(tls) => {
+                    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+                    answer_refusal(tls, h2).await;
+                }
                 Err(error) => tracing::debug!(%error, "TLS handshake of a refused connection failed"),
             },
         }
@@ -455,7 +575,9 @@ async fn refuse(tcp: TcpStream, tls: Option<TlsAcceptor>, _permit: OwnedSemaphor
     }
 }
 
-async fn answer_refusal<I: Read + Write + Unpin + Send + 'static>(io: I) {
+/// Answers `too_many_connections` in the protocol the client speaks: HTTP/2 when TLS
+/// negotiated it or the client opens with its preface, HTTP/1.1 otherwise.
+async fn answer_refusal<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(mut io: I, negotiated_h2: bool) {
     let service = hyper::service::service_fn(|_request| async {
         let refusal = ApiError::new(
             muster_core::ErrorCode::TooManyConnections,
@@ -464,11 +586,34 @@ async fn answer_refusal<I: Read + Write + Unpin + Send + 'static>(io: I) {
         );
         Ok::<_, Infallible>(refusal.into_response())
     });
-    let mut builder = http1::Builder::new();
-    builder.keep_alive(false).max_buf_size(MAX_BUF_SIZE);
-    if let Err(error) = builder.serve_connection(io, service).await {
+    let (h2, prefix) = match negotiated_h2 {
+        true => (true, Bytes::new()),
+        false => match direct::read_opening(&mut io, MAX_BUF_SIZE).await {
+            Opening::Gone => return,
+            Opening::Http2(prefix) => (true, prefix),
+            Opening::Other(prefix) => (false, prefix),
+            // The head as it came, for hyper to read and refuse like any other.
+            Opening::Watch(request) => (false, head_bytes(&request)),
+        },
+    };
+    let io = TokioIo::new(Rewind::new(prefix, io));
+    let served = if h2 {
+        http2_builder().serve_connection(io, service).await
+    } else {
+        let mut builder = http1::Builder::new();
+        builder.keep_alive(false).max_buf_size(MAX_BUF_SIZE);
+        builder.serve_connection(io, service).await
+    };
+    if let Err(error) = served {
         tracing::debug!(%error, "a refused connection ended with an error");
     }
+}
+
+/// A minimal request head for `request` (a watch read by `direct`), for hyper to refuse.
+fn head_bytes(request: &hyper::Request<axum::body::Body>) -> Bytes {
+    let mut head = format!("GET {} HTTP/1.1\r\n", request.uri()).into_bytes();
+    head.extend_from_slice(b"\r\n");
+    Bytes::from(head)
 }
 
 #[cfg(test)]
@@ -598,6 +743,135 @@ mod tests {
             assert_eq!(reply.await.unwrap(), "served 127.0.0.1");
         }
         drop(sender);
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    /// An HTTP/2 connection with prior knowledge to `addr`, driven in the background; the
+    /// handle ends when the connection does.
+    async fn h2_connect(
+        addr: std::net::SocketAddr,
+    ) -> (
+        hyper::client::conn::http2::SendRequest<http_body_util::Empty<Bytes>>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let (sender, connection) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+        let driven = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        (sender, driven)
+    }
+
+    async fn h2_get(
+        sender: &mut hyper::client::conn::http2::SendRequest<http_body_util::Empty<Bytes>>,
+        addr: std::net::SocketAddr,
+        path: &str,
+    ) -> hyper::Response<hyper::body::Incoming> {
+        let request = hyper::Request::get(format!("http://{addr}{path}"))
+            .body(http_body_util::Empty::<Bytes>::new())
+            .unwrap();
+        sender.send_request(request).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn over_the_budget_an_http2_client_is_answered_too_many_connections_over_http2() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route("/v1/anything", axum::routing::get(|| async { "served" }));
+        let (stop, stop_rx) = oneshot::channel();
+        let listening = Listening::new(&crate::listener::ListenerLimits::default(), None);
+        let server = tokio::spawn(serve(listener, router, stop_rx, ConnectionBudget::of(1), listening));
+        let (mut held, _held) = h2_connect(addr).await;
+        assert_eq!(h2_get(&mut held, addr, "/v1/anything").await.status(), 200);
+
+        let (mut refused, _refused) = h2_connect(addr).await;
+        let reply = h2_get(&mut refused, addr, "/v1/anything").await;
+        assert_eq!(
+            (reply.status().as_u16(), reply.version()),
+            (503, hyper::Version::HTTP_2)
+        );
+        let body = http_body_util::BodyExt::collect(reply.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        assert!(
+            String::from_utf8_lossy(&body).contains("too_many_connections"),
+            "{body:?}"
+        );
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_http2_connection_without_streams_for_a_whole_period_closes_and_one_with_a_stream_stays() {
+        // SPEC S6: an HTTP/2 connection that made one request and then idles would otherwise
+        // hold its place in the budget forever (an idle HTTP/1.1 one is closed by its header
+        // read timeout).
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (frames, frames_rx) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
+        let frames_rx = Arc::new(std::sync::Mutex::new(Some(frames_rx)));
+        let stream = axum::routing::get(move |axum::Extension(peer): axum::Extension<Peer>| {
+            let mut rx = frames_rx.lock().unwrap().take().expect("one stream");
+            let body = async_stream_of(&mut rx, peer);
+            async move { axum::body::Body::from_stream(body) }
+        });
+        let router = Router::new()
+            .route("/v1/watch/acme/prod/api", stream)
+            .route("/v1/anything", axum::routing::get(|| async { "served" }));
+        let limits = crate::listener::ListenerLimits {
+            header_read_timeout_ms: 100,
+            ..crate::listener::ListenerLimits::default()
+        };
+        let (stop, stop_rx) = oneshot::channel();
+        let server = tokio::spawn(serve(
+            listener,
+            router,
+            stop_rx,
+            ConnectionBudget::of(8),
+            Listening::new(&limits, None),
+        ));
+
+        let (mut idle, idle_driven) = h2_connect(addr).await;
+        assert_eq!(h2_get(&mut idle, addr, "/v1/anything").await.status(), 200);
+        tokio::time::timeout(Duration::from_secs(10), idle_driven)
+            .await
+            .expect("the idle connection is closed")
+            .unwrap();
+
+        let (mut watching, watching_driven) = h2_connect(addr).await;
+        let mut body = h2_get(&mut watching, addr, "/v1/watch/acme/prod/api").await.into_body();
+        let first = http_body_util::BodyExt::frame(&mut body).await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "127.0.0.1\n");
+        // Many idle periods pass with the stream open; it still delivers.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        frames.send(Bytes::from_static(b"later\n")).unwrap();
+        let later = http_body_util::BodyExt::frame(&mut body).await.unwrap().unwrap();
+        assert_eq!(later.into_data().unwrap(), "later\n");
+        assert!(!watching_driven.is_finished());
+        drop((body, frames));
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_watch_head_past_the_buffer_bound_is_answered_431_by_hyper() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route("/v1/watch/acme/prod/api", axum::routing::get(|| async { "streamed" }));
+        let (stop, stop_rx) = oneshot::channel();
+        let listening = Listening::new(&crate::listener::ListenerLimits::default(), None);
+        let server = tokio::spawn(serve(listener, router, stop_rx, ConnectionBudget::of(2), listening));
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        let mut head = b"GET /v1/watch/acme/prod/api HTTP/1.1\r\nx-pad: ".to_vec();
+        head.resize(MAX_BUF_SIZE + 512, b'a');
+        head.extend_from_slice(b"\r\n\r\n");
+        tcp.write_all(&head).await.unwrap();
+        let reply = read_until(&mut tcp, |r| r.contains("\r\n")).await;
+        assert!(reply.starts_with("HTTP/1.1 431"), "{reply}");
         stop.send(()).unwrap();
         server.await.unwrap().unwrap();
     }

@@ -93,6 +93,16 @@ pub(crate) async fn read_opening<I: AsyncRead + Unpin>(io: &mut I, limit: usize)
     }
 }
 
+/// Whether `bytes` begin with a whole HTTP/1.1 request head (its request is complete enough
+/// for the connection to count as having spoken, `crate::silent`).
+pub(crate) fn has_whole_head(bytes: &[u8]) -> bool {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    matches!(
+        httparse::Request::new(&mut headers).parse(bytes),
+        Ok(httparse::Status::Complete(_))
+    )
+}
+
 /// Whether `bytes` and `prefix` agree as far as both go.
 fn starts_like(bytes: &[u8], prefix: &[u8]) -> bool {
     let seen = bytes.len().min(prefix.len());
@@ -175,7 +185,9 @@ pub(crate) async fn answer<I: AsyncRead + AsyncWrite + Unpin>(
         }
         field(&mut head, name.as_str().as_bytes(), value.as_bytes());
     }
-    field(&mut head, b"date", httpdate::fmt_http_date(now).as_bytes());
+    if !parts.headers.contains_key(header::DATE) {
+        field(&mut head, b"date", httpdate::fmt_http_date(now).as_bytes());
+    }
     if bodiless {
         head.extend_from_slice(b"\r\n");
         io.write_all(&head).await?;
@@ -191,6 +203,8 @@ pub(crate) async fn answer<I: AsyncRead + AsyncWrite + Unpin>(
         io.flush().await?;
         return Ok(After::KeepAlive);
     }
+    // The connection ends with the stream: said up front, so a pooling client never reuses it.
+    field(&mut head, b"connection", b"close");
     field(&mut head, b"transfer-encoding", b"chunked");
     head.extend_from_slice(b"\r\n");
     io.write_all(&head).await?;
@@ -397,8 +411,9 @@ mod tests {
 
     #[tokio::test]
     async fn anything_but_one_plain_watch_head_goes_to_hyper_with_every_byte_read() {
-        let cases: [&[u8]; 8] = [
+        let cases: [&[u8]; 9] = [
             b"GET /v1/services/acme HTTP/1.1\r\n\r\n",
+            b"GET /v1/watch/acme/prod/api HTTP/1.1\r\ncontent-length: 2\r\n\r\n",
             b"POST /v1/watch/acme/prod/api HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}",
             b"GET /v1/watch/acme/prod/api HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n",
             b"GET /v1/watch/acme/prod/api HTTP/1.1\r\nConnection: close\r\n\r\n",
@@ -413,6 +428,7 @@ mod tests {
             assert_eq!(other(opening(case).await), case, "{}", String::from_utf8_lossy(case));
         }
         assert!(matches!(opening(b"").await, Opening::Gone));
+        assert!(has_whole_head(cases[0]) && !has_whole_head(cases[8]));
         assert_eq!(
             other(opening(b"PRI * HTTP/1.1\r\n\r\n").await),
             &b"PRI * HTTP/1.1\r\n\r\n"[..]
@@ -471,7 +487,7 @@ mod tests {
         assert_eq!(
             written,
             "HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\ndate: Fri, 15 Jan 2027 08:00:00 GMT\r\n\
-             transfer-encoding: chunked\r\n\r\n8\r\n{\"a\":1}\n\r\n19\r\n{\"progress\":12345678901}\n\r\n0\r\n\r\n"
+             connection: close\r\ntransfer-encoding: chunked\r\n\r\n8\r\n{\"a\":1}\n\r\n19\r\n{\"progress\":12345678901}\n\r\n0\r\n\r\n"
         );
     }
 

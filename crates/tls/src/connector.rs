@@ -126,8 +126,9 @@ impl Connection for MaybeTls {
     fn connected(&self) -> Connected {
         match self {
             MaybeTls::Plain(tcp) => tcp.connected(),
-            // hyper's pooled client speaks HTTP/2 on a connection that negotiated it; only
-            // configs that offer `h2` can (the client library's, SPEC W3).
+            // hyper's pooled client speaks HTTP/2 on a connection that negotiated it; only a
+            // config that offers `h2` can (none of Muster's own: SPEC W3's multiplexed
+            // watches are for relays that choose them).
             MaybeTls::Tls(tls) => {
                 let (tcp, session) = tls.inner().get_ref();
                 let connected = tcp.connected();

@@ -69,13 +69,7 @@ impl ClientTlsBuilder {
     /// The settings; fails when the key does not fit the certificate.
     pub fn build(self) -> Result<ClientTls, ClientError> {
         let config = muster_tls::client_config(&self.roots, self.identity.as_ref()).map_err(invalid)?;
-        // HTTP/2 when the server offers it (SPEC W3): every request and watch of the client
-        // then shares one connection per server, its streams multiplexed.
-        let mut config = Arc::unwrap_or_clone(config);
-        config.alpn_protocols.insert(0, b"h2".to_vec());
-        Ok(ClientTls {
-            config: Arc::new(config),
-        })
+        Ok(ClientTls { config })
     }
 }
 
