@@ -71,8 +71,9 @@ pub struct ListenerLimits {
     /// the descriptor budget allows (`crate::descriptors`); a larger setting is lowered to it.
     pub max_connections: Option<usize>,
     /// How long a client may take to send a request head (also how long an idle keep-alive
-    /// connection waits for its next request head): 30 s, hyper's default. A client that
-    /// trickles its head (slowloris) is cut off then.
+    /// connection waits for its next request head, and an HTTP/2 connection with no stream
+    /// open stays): 30 s, hyper's default. A client that trickles its head (slowloris) is cut
+    /// off then.
     pub header_read_timeout_ms: u64,
     /// How long a client may take to finish its TLS handshake: 10 s is many round trips on
     /// any network, and a client that connects and never handshakes gives its slot back then.
