@@ -70,6 +70,10 @@ pub const ACTOR_HEADER: &str = "x-muster-actor";
 #[derive(Debug, Clone)]
 pub struct Client {
     http: HttpService,
+    /// Where watches go: over built-in TLS, a transport of their own offering HTTP/2 (SPEC
+    /// W3), so unary calls (renewals among them) never queue behind a watch's flow control;
+    /// otherwise `http`.
+    watches: HttpService,
     /// `http://host:port`, without a trailing slash.
     base: Arc<str>,
     /// Sent as [`ACTOR_HEADER`] when set; the server's default otherwise.
@@ -261,21 +265,29 @@ impl ClientBuilder {
     pub fn build(self) -> Result<Client, ClientError> {
         let base = parse_base(&self.url)?;
         let authorization = self.token.as_ref().map(|token| bearer(token.expose())).transpose()?;
-        let http = match (self.transport, &self.tls) {
+        let (http, watches) = match (self.transport, &self.tls) {
             (Some(_), Some(_)) => {
                 return Err(ClientError::InvalidTls {
                     reason: "a custom connector or service brings its own TLS; do not also set tls".into(),
                     source: None,
                 });
             }
-            (Some(custom), None) => custom,
-            (None, tls) => transport::over(muster_tls::Connector::new(
-                tls.as_ref().map(ClientTls::config),
-                self.connect_timeout,
-            )),
+            (Some(custom), None) => (custom.clone(), custom),
+            (None, None) => {
+                let http = transport::over(muster_tls::Connector::new(None, self.connect_timeout));
+                (http.clone(), http)
+            }
+            (None, Some(tls)) => (
+                transport::over(muster_tls::Connector::new(Some(tls.config()), self.connect_timeout)),
+                transport::over_for_watches(muster_tls::Connector::new(
+                    Some(tls.watch_config()),
+                    self.connect_timeout,
+                )),
+            ),
         };
         let mut client = Client {
             http,
+            watches,
             base: base.into(),
             actor: self.actor,
             timeout: self.timeout,
@@ -746,7 +758,7 @@ impl Client {
         // The opening and, for a refusal, its error body share the bound: a server that sends
         // headers and then stalls must not hang the caller.
         let opening = async {
-            let response = self.send(Method::GET, &path, None, None).await?;
+            let response = self.send_on(&self.watches, Method::GET, &path, None, None).await?;
             if response.status().is_success() {
                 return Ok(response);
             }
@@ -804,6 +816,18 @@ impl Client {
         body: Option<Bytes>,
         header: Option<(&'static str, &str)>,
     ) -> Result<Response<Body>, ClientError> {
+        self.send_on(&self.http, method, path, body, header).await
+    }
+
+    /// [`Client::send`] through `http`.
+    async fn send_on(
+        &self,
+        http: &HttpService,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+        header: Option<(&'static str, &str)>,
+    ) -> Result<Response<Body>, ClientError> {
         let mut request = Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base))
@@ -827,7 +851,7 @@ impl Client {
                     url: format!("{}{path}", self.base),
                     reason: err.to_string(),
                 })?;
-        dispatch(self.http.clone(), request)
+        dispatch(http.clone(), request)
             .await
             .map_err(|err| ClientError::Connect {
                 server: self.base.to_string(),

@@ -56,6 +56,14 @@ impl ClientTls {
     pub(crate) fn config(&self) -> Arc<muster_tls::ClientConfig> {
         Arc::clone(&self.config)
     }
+
+    /// The config for watches: HTTP/2 offered first (SPEC W3), so a server that speaks it
+    /// carries every watch of the client on one connection.
+    pub(crate) fn watch_config(&self) -> Arc<muster_tls::ClientConfig> {
+        let mut config = muster_tls::ClientConfig::clone(&self.config);
+        config.alpn_protocols.insert(0, b"h2".to_vec());
+        Arc::new(config)
+    }
 }
 
 impl ClientTlsBuilder {

@@ -52,6 +52,28 @@ where
     boxed(HttpClient::builder(TokioExecutor::new()).build::<C, Body>(connector))
 }
 
+/// hyper-util's pooled client for watches over `connector`: HTTP/2 where the connection
+/// negotiated it, its streams multiplexed on one connection per server. A watch the caller
+/// stops reading holds at most its stream's window; the connection's window is many of
+/// those, so the other watches keep flowing (the server cuts the stalled one off, SPEC W4).
+pub(crate) fn over_for_watches<C>(connector: C) -> HttpService
+where
+    C: Connect + Clone + Send + Sync + 'static,
+{
+    boxed(
+        HttpClient::builder(TokioExecutor::new())
+            .http2_initial_stream_window_size(WATCH_STREAM_WINDOW)
+            .http2_initial_connection_window_size(WATCH_CONNECTION_WINDOW)
+            .build::<C, Body>(connector),
+    )
+}
+
+/// A watch stream's HTTP/2 receive window: frames the caller has not read yet.
+const WATCH_STREAM_WINDOW: u32 = 256 * 1024;
+
+/// The watch connection's receive window: 64 stalled streams before the others wait.
+const WATCH_CONNECTION_WINDOW: u32 = 64 * WATCH_STREAM_WINDOW;
+
 /// A body of `bytes`.
 pub(crate) fn full(bytes: Bytes) -> Body {
     http_body_util::Full::new(bytes)

@@ -91,3 +91,39 @@ async fn a_server_requiring_client_certificates_serves_a_client_with_one_from_it
     assert_eq!(wrong_key.code(), "invalid_tls", "{wrong_key}");
     registry.stop().await;
 }
+
+#[tokio::test]
+async fn over_tls_the_clients_watches_share_one_http2_connection_beside_its_calls() {
+    // SPEC W3: a server that offers HTTP/2 carries all of a client's watches on one
+    // connection. Two connections are all this server takes: over HTTP/1.1 the second watch
+    // would already be refused `too_many_connections`.
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("muster test CA");
+    let server = ca.localhost().write(dir.path(), "server");
+    let mut registry = Registry::start_with(move |mut config| {
+        config.tls.cert = Some(server.cert);
+        config.tls.key = Some(server.key);
+        config.limits.http.max_connections = Some(2);
+        config
+    })
+    .await;
+    let url = registry.client().server().replacen("http://", "https://", 1);
+    let tls = ClientTls::builder(ca.pem().as_bytes()).unwrap().build().unwrap();
+    let client = Client::builder(&url).tls(&tls).build().unwrap();
+    assert!(client.status().await.unwrap().ready);
+    let mut watches = Vec::new();
+    for service in ["a", "b", "c", "d", "e"] {
+        let key = muster_core::ServiceKey::new("acme", "prod", service).unwrap();
+        let mut watch = client
+            .watch_service(&key, None, std::time::Duration::from_secs(30))
+            .await
+            .unwrap();
+        let (_, first) = watch.next_frame().await.unwrap().expect("a first frame");
+        assert!(matches!(first, muster_core::api::Frame::Progress { .. }), "{first:?}");
+        watches.push(watch);
+    }
+    // Calls still go through beside the five open watches.
+    assert!(client.status().await.unwrap().ready);
+    drop(watches);
+    registry.stop().await;
+}
