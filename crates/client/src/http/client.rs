@@ -6,6 +6,9 @@
 //! `http://` and over rustls for `https://` with the CA (and, for mutual TLS, the client
 //! certificate) of [`ClientBuilder::tls`]; [`ClientBuilder::connector`] and
 //! [`ClientBuilder::service`] put another transport underneath (see [`transport`](super::transport)).
+//! Over built-in TLS, watches have a pool of their own that offers HTTP/2 by ALPN: a server
+//! that takes it carries all of the client's watches on one connection (SPEC W3), while
+//! unary calls stay on HTTP/1.1 and never wait behind a watch's flow control.
 //! Every unary call is bounded by [`REQUEST_TIMEOUT`] (or [`ClientBuilder::timeout`]); a
 //! watch is bounded per chunk instead (see [`Watch`]).
 
