@@ -319,8 +319,10 @@ async fn accept_loop(
                     detect::detect(&stream, settings.detect_timeout).await == Detected::Http
                 }
             };
+            // Boxed: an HTTP connection's hyper state is allocated by the connections that
+            // speak HTTP, so an idle TCP stream's task carries only its own (SPEC D3).
             match forwarder.filter(|_| http) {
-                Some(forwarder) => serve_http(stream, forwarder, &builder, watcher).await,
+                Some(forwarder) => Box::pin(serve_http(stream, forwarder, &builder, watcher)).await,
                 None => tcp::forward(target, stream, settings.connect_timeout, settings.grace, stopping).await,
             }
         });

@@ -145,3 +145,30 @@ async fn a_tcp_stream_to_a_draining_endpoint_runs_until_the_grace_then_is_cut() 
     let read = tokio::time::timeout(crate::support::STEP, stream.read_to_end(&mut rest)).await;
     assert!(read.is_ok(), "the stream was cut after the grace");
 }
+
+#[tokio::test]
+async fn a_tcp_stream_carries_a_megabyte_both_ways_and_a_half_close_reaches_the_far_end() {
+    // SPEC D3: the TCP pipe reads in chunks and holds no buffer between them; bulk bytes
+    // arrive whole and in order, and the client's end of writing ends the endpoint's.
+    let registry = Registry::start().await;
+    let echo = Backend::echo("echo").await;
+    registry.register("echo", echo.addr, Protocol::Tcp).await;
+    let proxy = proxy_with(&registry, ListenerProtocol::Tcp, |config| config).await;
+    until_eligible(&proxy, 1).await;
+    let stream = TcpStream::connect(proxy.listeners()[0]).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let sent: Vec<u8> = (0..1_048_576u32).map(|i| (i % 251) as u8).collect();
+    let sending = sent.clone();
+    let writer = tokio::spawn(async move {
+        write.write_all(&sending).await.unwrap();
+        write.shutdown().await.unwrap();
+    });
+    let mut received = Vec::new();
+    tokio::time::timeout(crate::support::STEP * 4, read.read_to_end(&mut received))
+        .await
+        .expect("the echo ends after the client's half-close")
+        .unwrap();
+    writer.await.unwrap();
+    assert_eq!(&received[..5], b"echo\n");
+    assert!(received[5..] == sent[..], "{} bytes came back", received.len() - 5);
+}
