@@ -61,19 +61,22 @@ const PIPE_CHUNK: usize = 16 * 1024;
 /// HAProxy holds about 3.4 KB per idle connection).
 async fn pipe(from: &ReadHalf<'_>, to: &mut WriteHalf<'_>) -> std::io::Result<u64> {
     let mut copied = 0;
+    // Kept while the socket has more to read; let go once it has none.
+    let mut chunk: Option<BytesMut> = None;
     loop {
         from.readable().await?;
-        let mut chunk = BytesMut::with_capacity(PIPE_CHUNK);
-        match from.try_read_buf(&mut chunk) {
+        let buffer = chunk.get_or_insert_with(|| BytesMut::with_capacity(PIPE_CHUNK));
+        buffer.clear();
+        match from.try_read_buf(buffer) {
             Ok(0) => {
                 to.shutdown().await?;
                 return Ok(copied);
             }
             Ok(n) => {
-                to.write_all(&chunk).await?;
+                to.write_all(buffer).await?;
                 copied += n as u64;
             }
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => chunk = None,
             Err(error) => return Err(error),
         }
     }
