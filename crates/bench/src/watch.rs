@@ -71,6 +71,9 @@ enum Signal {
     Delivered(u64, Instant),
 }
 
+/// The streams Muster takes on one HTTP/2 connection at once (`muster-http`'s accept loop).
+const SERVER_STREAMS_PER_CONNECTION: usize = 1024;
+
 /// How to open one watch stream.
 #[derive(Clone)]
 struct WatchRequest {
@@ -334,7 +337,17 @@ pub(crate) async fn watch_phase(
     };
     let shared = match (plan.watch_connections, subject.system) {
         (None, _) => None,
-        (Some(connections), System::Muster) => Some(Arc::new(Shared::new(connections.clamp(1, plan.watchers.max(1))))),
+        (Some(connections), System::Muster) => {
+            let connections = connections.clamp(1, plan.watchers.max(1));
+            let needed = plan.watchers.div_ceil(SERVER_STREAMS_PER_CONNECTION);
+            if connections < needed {
+                return Err(setup_failed(format!(
+                    "--watch-connections {connections}: {} watchers need at least {needed} (the server takes {SERVER_STREAMS_PER_CONNECTION} streams on a connection)",
+                    plan.watchers
+                )));
+            }
+            Some(Arc::new(Shared::new(connections)))
+        }
         (Some(_), system) => {
             return Err(setup_failed(format!(
                 "--watch-connections: for plain Muster only (HTTP/2 with prior knowledge), not {}",

@@ -366,8 +366,9 @@ fn http2_builder() -> http2::Builder<TokioExecutor> {
 }
 
 /// An HTTP/2 connection's streams: how many are open, and whether one began since the idle
-/// check last looked. A connection with none open and none begun for a whole
-/// `header_read_timeout` is closed, as an idle HTTP/1.1 connection is.
+/// check last looked. A connection with none open and none begun between two checks, a
+/// `header_read_timeout` apart, is closed (one to two periods after its last stream), as an
+/// idle HTTP/1.1 connection is.
 #[derive(Default)]
 struct Activity {
     open: std::sync::atomic::AtomicUsize,
@@ -483,7 +484,12 @@ async fn drive<C>(
     let mut connection = std::pin::pin!(connection);
     let mut checks = idle
         .as_ref()
-        .map(|(_, period)| tokio::time::interval_at(tokio::time::Instant::now() + *period, *period));
+        .map(|(_, period)| {
+            let mut checks = tokio::time::interval_at(tokio::time::Instant::now() + *period, *period);
+            // Two checks back to back after a stall would see one period as two.
+            checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            checks
+        });
     let finished = loop {
         tokio::select! {
             result = connection.as_mut() => break Some(result),
@@ -578,13 +584,20 @@ async fn refuse(tcp: TcpStream, tls: Option<TlsAcceptor>, _permit: OwnedSemaphor
 /// Answers `too_many_connections` in the protocol the client speaks: HTTP/2 when TLS
 /// negotiated it or the client opens with its preface, HTTP/1.1 otherwise.
 async fn answer_refusal<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(mut io: I, negotiated_h2: bool) {
-    let service = hyper::service::service_fn(|_request| async {
-        let refusal = ApiError::new(
-            muster_core::ErrorCode::TooManyConnections,
-            "this server holds as many connections as its file-descriptor budget allows; \
-             retry later or close idle connections",
-        );
-        Ok::<_, Infallible>(refusal.into_response())
+    // Told once a refusal was answered: an HTTP/2 connection is then closed (GOAWAY) rather
+    // than left open for the client's next request until `REFUSAL_TIME`.
+    let answered = Arc::new(tokio::sync::Notify::new());
+    let told = Arc::clone(&answered);
+    let service = hyper::service::service_fn(move |_request| {
+        told.notify_one();
+        async {
+            let refusal = ApiError::new(
+                muster_core::ErrorCode::TooManyConnections,
+                "this server holds as many connections as its file-descriptor budget allows; \
+                 retry later or close idle connections",
+            );
+            Ok::<_, Infallible>(refusal.into_response())
+        }
     });
     let (h2, prefix) = match negotiated_h2 {
         true => (true, Bytes::new()),
@@ -598,7 +611,15 @@ async fn answer_refusal<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(mut 
     };
     let io = TokioIo::new(Rewind::new(prefix, io));
     let served = if h2 {
-        http2_builder().serve_connection(io, service).await
+        let connection = http2_builder().serve_connection(io, service);
+        let mut connection = std::pin::pin!(connection);
+        tokio::select! {
+            served = connection.as_mut() => served,
+            () = answered.notified() => {
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        }
     } else {
         let mut builder = http1::Builder::new();
         builder.keep_alive(false).max_buf_size(MAX_BUF_SIZE);
@@ -753,15 +774,13 @@ mod tests {
         addr: std::net::SocketAddr,
     ) -> (
         hyper::client::conn::http2::SendRequest<http_body_util::Empty<Bytes>>,
-        tokio::task::JoinHandle<()>,
+        tokio::task::JoinHandle<Result<(), String>>,
     ) {
         let tcp = TcpStream::connect(addr).await.unwrap();
         let (sender, connection) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
             .await
             .unwrap();
-        let driven = tokio::spawn(async move {
-            let _ = connection.await;
-        });
+        let driven = tokio::spawn(async move { connection.await.map_err(|error| error.to_string()) });
         (sender, driven)
     }
 
@@ -787,7 +806,7 @@ mod tests {
         let (mut held, _held) = h2_connect(addr).await;
         assert_eq!(h2_get(&mut held, addr, "/v1/anything").await.status(), 200);
 
-        let (mut refused, _refused) = h2_connect(addr).await;
+        let (mut refused, refused_driven) = h2_connect(addr).await;
         let reply = h2_get(&mut refused, addr, "/v1/anything").await;
         assert_eq!(
             (reply.status().as_u16(), reply.version()),
@@ -801,6 +820,10 @@ mod tests {
             String::from_utf8_lossy(&body).contains("too_many_connections"),
             "{body:?}"
         );
+        // Closed by the server once answered (GOAWAY), the refusal slot given back: the
+        // client's connection ends cleanly while the client still holds its sender.
+        let ended = tokio::time::timeout(Duration::from_secs(10), refused_driven).await;
+        assert!(matches!(ended, Ok(Ok(Ok(())))), "{ended:?}");
         stop.send(()).unwrap();
         server.await.unwrap().unwrap();
     }

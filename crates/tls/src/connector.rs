@@ -127,8 +127,7 @@ impl Connection for MaybeTls {
         match self {
             MaybeTls::Plain(tcp) => tcp.connected(),
             // hyper's pooled client speaks HTTP/2 on a connection that negotiated it; only a
-            // config that offers `h2` can (none of Muster's own: SPEC W3's multiplexed
-            // watches are for relays that choose them).
+            // config that offers `h2` can (the client library's watch config, SPEC W3).
             MaybeTls::Tls(tls) => {
                 let (tcp, session) = tls.inner().get_ref();
                 let connected = tcp.connected();
