@@ -164,6 +164,7 @@ fn every_flag_keeps_its_name_with_the_storm_and_scale_flags_flattened_in() {
         "consul",
         "xds-streams",
         "xds-connections",
+        "watch-connections",
         "xds",
         "dns",
         "tls",

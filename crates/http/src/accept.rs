@@ -482,14 +482,12 @@ async fn drive<C>(
     C::Error: std::fmt::Display,
 {
     let mut connection = std::pin::pin!(connection);
-    let mut checks = idle
-        .as_ref()
-        .map(|(_, period)| {
-            let mut checks = tokio::time::interval_at(tokio::time::Instant::now() + *period, *period);
-            // Two checks back to back after a stall would see one period as two.
-            checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            checks
-        });
+    let mut checks = idle.as_ref().map(|(_, period)| {
+        let mut checks = tokio::time::interval_at(tokio::time::Instant::now() + *period, *period);
+        // Two checks back to back after a stall would see one period as two.
+        checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        checks
+    });
     let finished = loop {
         tokio::select! {
             result = connection.as_mut() => break Some(result),
