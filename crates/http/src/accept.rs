@@ -858,10 +858,10 @@ mod tests {
 
         let (mut idle, idle_driven) = h2_connect(addr).await;
         assert_eq!(h2_get(&mut idle, addr, "/v1/anything").await.status(), 200);
-        tokio::time::timeout(Duration::from_secs(10), idle_driven)
+        let closed = tokio::time::timeout(Duration::from_secs(10), idle_driven)
             .await
-            .expect("the idle connection is closed")
-            .unwrap();
+            .expect("the idle connection is closed");
+        assert!(matches!(closed, Ok(Ok(()))), "closed gracefully: {closed:?}");
 
         let (mut watching, watching_driven) = h2_connect(addr).await;
         let mut body = h2_get(&mut watching, addr, "/v1/watch/acme/prod/api").await.into_body();
