@@ -17,7 +17,7 @@
 pub mod append_pacer;
 mod applied_batches;
 mod batcher;
-#[cfg(feature = "fault-injection")]
+#[cfg(any(test, feature = "fault-injection"))]
 pub mod fault_injection;
 mod log_store;
 mod log_tail;
@@ -33,6 +33,7 @@ mod snapshot_files;
 pub mod snapshot_frame;
 #[cfg(test)]
 mod snapshot_frame_tests;
+mod snapshot_seal;
 mod snapshot_store;
 mod state_machine;
 #[cfg(test)]

@@ -168,6 +168,11 @@ impl LogStore {
         })
     }
 
+    /// The index of the last entry purged from the log (0: none).
+    pub(crate) fn last_purged_index(&self) -> u64 {
+        self.cache().last_purged.map_or(0, |id| id.index)
+    }
+
     /// From now on, purges never go past the snapshot `durable` says is on disk.
     pub(crate) fn guard_purges(&mut self, durable: DurableSnapshot) {
         self.purge_floor = Some(durable);
@@ -214,11 +219,14 @@ fn read_meta<T: serde::de::DeserializeOwned>(db: &Database, key: &str) -> Result
 /// or when the log closes. openraft needs the saved id to be no newer than the durable log,
 /// which riding later keeps; an older one only means a restart applies less before its first
 /// election commits the rest (SPEC R5). A lone writer otherwise paid two fsyncs per write,
-/// the append's and then its commit's. After a failed commit nothing is held: the id may
-/// name entries that never reached the disk.
+/// the append's and then its commit's.
+///
+/// Fail-stop (SPEC R6): after a failed commit nothing more is written, and every later op
+/// fails with that commit's cause. A later commit landing after a lost one would leave a
+/// hole in the log, or a committed id naming entries that never reached the disk.
 fn write_loop(db: &Database, ops: &mpsc::Receiver<WriteOp>, durable: &AtomicU64, fault_key: &Path) {
     let mut held: Option<WriteOp> = None;
-    let mut failed = false;
+    let mut failed: Option<String> = None;
     loop {
         // `alone`: what was held, written now with whatever else came.
         let (first, alone) = match ops.recv_timeout(HOLD_COMMITTED) {
@@ -239,11 +247,11 @@ fn write_loop(db: &Database, ops: &mpsc::Receiver<WriteOp>, durable: &AtomicU64,
                 Err(_) => break,
             }
         }
-        if failed {
-            batch.retain(|op| !saves_committed(op));
-            if batch.is_empty() {
-                continue;
-            }
+        if let Some(cause) = &failed {
+            held = None;
+            let stopped = || io::Error::other(format!("the log writer stopped after a failed commit: {cause}"));
+            answer(batch, &Err(stopped()));
+            continue;
         }
         let batch = match alone {
             true => batch,
@@ -256,7 +264,10 @@ fn write_loop(db: &Database, ops: &mpsc::Receiver<WriteOp>, durable: &AtomicU64,
             Some(error) => Err(error),
             None => commit(db, &batch),
         };
-        failed |= result.is_err();
+        if let Err(error) = &result {
+            tracing::error!(%error, "a log commit failed; the log writer stops");
+            failed = Some(error.to_string());
+        }
         let highest = batch
             .iter()
             .filter_map(|op| {
@@ -272,19 +283,24 @@ fn write_loop(db: &Database, ops: &mpsc::Receiver<WriteOp>, durable: &AtomicU64,
         {
             durable.fetch_max(highest, Ordering::AcqRel);
         }
-        for op in batch {
-            let result = result
-                .as_ref()
-                .map(|_| ())
-                .map_err(|e| io::Error::new(e.kind(), e.to_string()));
-            match op {
-                WriteOp::Append { done, .. } => done.log_io_completed(result),
-                WriteOp::Meta { done, .. }
-                | WriteOp::Truncate { done, .. }
-                | WriteOp::Purge { done, .. }
-                | WriteOp::Barrier { done } => {
-                    let _ = done.send(result);
-                }
+        answer(batch, &result);
+    }
+}
+
+/// Answers every op of `batch` with `result`.
+fn answer(batch: Vec<WriteOp>, result: &Result<(), io::Error>) {
+    for op in batch {
+        let result = result
+            .as_ref()
+            .map(|_| ())
+            .map_err(|e| io::Error::new(e.kind(), e.to_string()));
+        match op {
+            WriteOp::Append { done, .. } => done.log_io_completed(result),
+            WriteOp::Meta { done, .. }
+            | WriteOp::Truncate { done, .. }
+            | WriteOp::Purge { done, .. }
+            | WriteOp::Barrier { done } => {
+                let _ = done.send(result);
             }
         }
     }
@@ -310,12 +326,12 @@ fn saves_committed(op: &WriteOp) -> bool {
 }
 
 /// The failure a test injected for this log's directory, if any.
-#[cfg(feature = "fault-injection")]
+#[cfg(any(test, feature = "fault-injection"))]
 fn injected_failure(fault_key: &Path) -> Option<io::Error> {
     crate::fault_injection::log_write_failure(fault_key)
 }
 
-#[cfg(not(feature = "fault-injection"))]
+#[cfg(not(any(test, feature = "fault-injection")))]
 fn injected_failure(_fault_key: &Path) -> Option<io::Error> {
     None
 }
@@ -572,6 +588,40 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         panic!("the committed id was never written");
+    }
+
+    #[test]
+    fn after_a_failed_commit_the_writer_writes_nothing_more_even_once_the_disk_answers_again() {
+        // Trace: a disk refuses one commit, then takes writes again; a later commit landing
+        // after the lost one would leave a hole in the log (SPEC R6).
+        let dir = tempfile::tempdir().expect("a scratch directory");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        let mut store = LogStore::open(&dir.path().join("log.redb")).expect("the log opens");
+        let vote = |term| Vote::new(term, 1);
+        runtime
+            .block_on(store.save_vote(&vote(1)))
+            .expect("a healthy disk takes it");
+        crate::fault_injection::fail_log_writes(dir.path());
+        let failed = runtime
+            .block_on(store.save_vote(&vote(2)))
+            .expect_err("the disk refuses it");
+        assert!(failed.to_string().contains("injected fault"), "{failed}");
+        crate::fault_injection::heal(dir.path());
+        let stopped = runtime
+            .block_on(store.save_vote(&vote(3)))
+            .expect_err("nothing is written after a failure");
+        assert!(
+            stopped.to_string().contains("stopped after a failed commit"),
+            "{stopped}"
+        );
+        assert!(
+            stopped.to_string().contains("injected fault"),
+            "names the first cause: {stopped}"
+        );
+        assert_eq!(runtime.block_on(store.read_vote()).expect("readable"), Some(vote(1)));
     }
 
     #[test]

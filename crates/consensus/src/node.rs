@@ -18,7 +18,7 @@ use crate::network::{HttpPeers, NoPeers, PeerClient, Rpc};
 use crate::sim_disk::{SimDisk, SimSnapshots};
 use crate::sim_log_store::SimLogStore;
 use crate::snapshot_store::SnapshotStore;
-use crate::state_machine::{Shared, StateMachine};
+use crate::state_machine::{Opened, Shared, StateMachine};
 use crate::types::{Proposal, TypeConfig};
 
 /// The only member of a group of one.
@@ -244,10 +244,12 @@ impl Parts {
         disk: Option<&SimDisk>,
     ) -> Result<Parts, ConsensusError> {
         let storage = |e: std::io::Error| ConsensusError::Storage(e.to_string());
+        let log_path = config.data_dir.join("raft-log.redb");
         let (log, log_writer, snapshots) = match disk {
             None => {
                 std::fs::create_dir_all(&config.data_dir).map_err(storage)?;
-                let log = LogStore::open(&config.data_dir.join("raft-log.redb")).map_err(storage)?;
+                let log = LogStore::open(&log_path)
+                    .map_err(|e| ConsensusError::Storage(format!("{}: {e}", log_path.display())))?;
                 let writer = log.take_writer_thread();
                 let snapshots = SnapshotStore::open_dir(&config.data_dir).map_err(storage)?;
                 (Log::Disk(log), writer, snapshots)
@@ -257,8 +259,29 @@ impl Parts {
                 (Log::Sim(log), None, SnapshotStore::Sim(SimSnapshots::new(disk)))
             }
         };
+        let (last_purged, log_name) = match &log {
+            Log::Disk(log) => (log.last_purged_index(), log_path.display().to_string()),
+            Log::Sim(log) => (log.last_purged_index(), "the simulated log".to_owned()),
+        };
+        let opened = StateMachine::open_in(snapshots, config.registry.clone(), observer)
+            .map_err(storage)
+            .and_then(|machine| {
+                reaches_back(machine.opened(), machine.snapshot_index(), last_purged, &log_name)
+                    .map_err(ConsensusError::Storage)?;
+                Ok(machine)
+            });
+        let machine = match opened {
+            Ok(machine) => machine,
+            Err(error) => {
+                // Closed before the error returns, so the data directory is free again.
+                drop(log);
+                if let Some(writer) = log_writer {
+                    let _ = writer.join();
+                }
+                return Err(error);
+            }
+        };
         let log_writer = Arc::new(std::sync::Mutex::new(log_writer));
-        let machine = StateMachine::open_in(snapshots, config.registry.clone(), observer).map_err(storage)?;
         let mut log = log;
         match &mut log {
             Log::Disk(log) => log.guard_purges(machine.durable_snapshot()),
@@ -302,6 +325,28 @@ impl Parts {
             log_writer: self.log_writer,
         })
     }
+}
+
+/// Refuses to open a node whose log does not reach back to the snapshot it loaded: the
+/// entries in between were acknowledged and are in no file this node can read, so starting
+/// would leave it silently behind (SPEC R6). Names each file and why.
+fn reaches_back(opened: &Opened, snapshot_index: u64, last_purged: u64, log: &str) -> Result<(), String> {
+    if last_purged <= snapshot_index {
+        return Ok(());
+    }
+    let loaded = match opened.loaded {
+        Some(name) => format!("the newest snapshot that loads, {name}, ends at index {snapshot_index}"),
+        None => "no snapshot loads".to_owned(),
+    };
+    let passed_over = match opened.passed_over.is_empty() {
+        true => String::new(),
+        false => format!(" ({})", opened.passed_over.join("; ")),
+    };
+    Err(format!(
+        "cannot open without losing acknowledged writes: {log} is purged up to index {last_purged}, \
+         but {loaded}{passed_over}. Put back a good snapshot file, or, on a member of a cluster, \
+         remove this data directory and add the node again so that it catches up from the leader"
+    ))
 }
 
 /// A started Raft and what the node keeps beside it.
@@ -580,6 +625,11 @@ impl Node {
     /// (an upper bound on committed − applied, as openraft 0.9 publishes no commit index).
     pub fn log_index(&self) -> u64 {
         self.raft.metrics().borrow().last_log_index.unwrap_or(0)
+    }
+
+    /// The index of the last entry purged from this node's log, behind a snapshot (0: none).
+    pub fn purged_index(&self) -> u64 {
+        self.raft.metrics().borrow().purged.map_or(0, |id| id.index)
     }
 
     /// Waits until the leader this node knows differs from `known`, and returns the new one

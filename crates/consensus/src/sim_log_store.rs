@@ -110,6 +110,11 @@ impl SimLogStore {
         })
     }
 
+    /// The index of the last entry purged from the log (0: none).
+    pub(crate) fn last_purged_index(&self) -> u64 {
+        self.view().last_purged.map_or(0, |id| id.index)
+    }
+
     /// From now on, purges never go past the snapshot `durable` says is on the disk.
     pub(crate) fn guard_purges(&mut self, durable: DurableSnapshot) {
         self.purge_floor = Some(durable);

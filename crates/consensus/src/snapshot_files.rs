@@ -19,9 +19,12 @@
 //! - `snapshot.json` only ever moves forward in log order: a write whose last log id is not
 //!   newer than the current file's is discarded. So a build that started before an install
 //!   and finished after it cannot put the older state back after the log was purged.
-//! - A current file that cannot be read or parsed falls back to the previous one (its log
-//!   was purged only up to the previous snapshot's retained tail, so a cluster member then
-//!   catches up from the leader).
+//! - A current file that cannot be read, whose checksum does not hold or that does not parse
+//!   falls back to the previous one (the node then opens only if its log reaches back to it:
+//!   `Node::open` refuses, naming the files, rather than start behind).
+//! - A current file that was not loaded is never rotated over the previous one: the next
+//!   write moves it aside to `snapshot.json.corrupt` and keeps the previous file, the one
+//!   that was good (SPEC R6).
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -33,6 +36,16 @@ use crate::types::LogId;
 const CURRENT: &str = "snapshot.json";
 const PREVIOUS: &str = "snapshot.prev.json";
 const TEMPORARY_PREFIX: &str = "snapshot.json.tmp";
+/// Where a current file that could not be loaded goes when the next snapshot is written.
+const SET_ASIDE: &str = "snapshot.json.corrupt";
+
+/// One stored snapshot, as found on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Candidate {
+    /// The file it was read from.
+    pub(crate) name: &'static str,
+    pub(crate) bytes: Vec<u8>,
+}
 
 /// Whether a write became the current snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,13 +56,31 @@ pub(crate) enum Stored {
     Superseded,
 }
 
+/// The newest snapshot this process wrote or loaded.
+#[derive(Debug, Default, Clone, Copy)]
+struct Current {
+    /// Its last log id.
+    last_log_id: Option<LogId>,
+    /// The file it is in: `snapshot.json` once written here or loaded from there; the
+    /// previous file when that is what loaded (a file at `snapshot.json` is then one that
+    /// could not be); `None` when none loaded.
+    file: Option<&'static str>,
+}
+
+impl Current {
+    /// Whether `snapshot.json` is known good.
+    fn good(&self) -> bool {
+        self.file == Some(CURRENT)
+    }
+}
+
 /// A data directory's snapshot files.
 #[derive(Debug)]
 pub(crate) struct SnapshotFiles {
     dir: PathBuf,
-    /// The last log id of `snapshot.json`, as this process wrote or found it; the lock every
-    /// swap and every read of the current file holds.
-    current: Mutex<Option<LogId>>,
+    /// What this process knows of `snapshot.json`; the lock every swap and every read of
+    /// the current file holds.
+    current: Mutex<Current>,
     /// Numbers temporary files, unique within the process (the pid makes them unique across).
     writes: AtomicU64,
 }
@@ -65,37 +96,45 @@ impl SnapshotFiles {
         }
         Ok(SnapshotFiles {
             dir: dir.to_owned(),
-            current: Mutex::new(None),
+            current: Mutex::new(Current::default()),
             writes: AtomicU64::new(0),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<LogId>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
         self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The stored snapshots, newest first: the current file, then the previous one. The
     /// caller loads the first that parses and then calls [`SnapshotFiles::loaded`].
-    pub(crate) fn candidates(&self) -> Result<Vec<Vec<u8>>, io::Error> {
+    pub(crate) fn candidates(&self) -> Result<Vec<Candidate>, io::Error> {
         let _guard = self.lock();
         let mut found = Vec::new();
         for name in [CURRENT, PREVIOUS] {
-            if let Some(bytes) = read_optional(&self.dir.join(name))? {
-                found.push(bytes);
+            let path = self.dir.join(name);
+            let read =
+                read_optional(&path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+            if let Some(bytes) = read {
+                found.push(Candidate { name, bytes });
             }
         }
         Ok(found)
     }
 
-    /// Records the last log id of the snapshot that was loaded.
-    pub(crate) fn loaded(&self, last_log_id: Option<LogId>) {
-        *self.lock() = last_log_id;
+    /// Records which snapshot was loaded (`None`: none was) and its last log id.
+    pub(crate) fn loaded(&self, name: Option<&str>, last_log_id: Option<LogId>) {
+        let file = [CURRENT, PREVIOUS].into_iter().find(|file| name == Some(*file));
+        *self.lock() = Current { last_log_id, file };
     }
 
-    /// The current snapshot's bytes.
+    /// The newest good snapshot's bytes: `snapshot.json`, or the previous file while that is
+    /// what loaded.
     pub(crate) fn read_current(&self) -> Result<Option<Vec<u8>>, io::Error> {
-        let _guard = self.lock();
-        read_optional(&self.dir.join(CURRENT))
+        let current = self.lock();
+        match current.file {
+            Some(file) => read_optional(&self.dir.join(file)),
+            None => Ok(None),
+        }
     }
 
     /// Writes a snapshot taken at `last_log_id`; it replaces the current one only if newer.
@@ -110,16 +149,23 @@ impl SnapshotFiles {
         }
         let mut current = self.lock();
         let current_exists = self.dir.join(CURRENT).exists();
-        if current_exists && last_log_id <= *current {
+        if current_exists && current.good() && last_log_id <= current.last_log_id {
             std::fs::remove_file(&temporary)?;
             return Ok(Stored::Superseded);
         }
         if current_exists {
-            std::fs::rename(self.dir.join(CURRENT), self.dir.join(PREVIOUS))?;
+            let to = match current.good() {
+                true => PREVIOUS,
+                false => SET_ASIDE,
+            };
+            std::fs::rename(self.dir.join(CURRENT), self.dir.join(to))?;
         }
         std::fs::rename(&temporary, self.dir.join(CURRENT))?;
         std::fs::File::open(&self.dir)?.sync_all()?;
-        *current = last_log_id;
+        *current = Current {
+            last_log_id,
+            file: Some(CURRENT),
+        };
         Ok(Stored::Current)
     }
 }
@@ -171,10 +217,33 @@ mod tests {
         let files = SnapshotFiles::open(dir.path()).unwrap();
         files.store(log_id(10), b"ten").unwrap();
         files.store(log_id(20), b"twenty").unwrap();
-        assert_eq!(files.candidates().unwrap(), [b"twenty".to_vec(), b"ten".to_vec()]);
+        assert_eq!(bytes(&files), [b"twenty".to_vec(), b"ten".to_vec()]);
         // A crash between the two renames leaves only the previous file: it is still offered.
         std::fs::remove_file(dir.path().join(CURRENT)).unwrap();
-        assert_eq!(files.candidates().unwrap(), [b"ten".to_vec()]);
+        assert_eq!(bytes(&files), [b"ten".to_vec()]);
+    }
+
+    fn bytes(files: &SnapshotFiles) -> Vec<Vec<u8>> {
+        files.candidates().unwrap().into_iter().map(|c| c.bytes).collect()
+    }
+
+    #[test]
+    fn a_current_file_that_was_not_loaded_is_set_aside_never_rotated_over_the_good_previous_one() {
+        // Trace: snapshot.json is corrupt, the node loaded snapshot.prev.json and replayed
+        // the log after it; its next snapshot must not push the good file out.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(PREVIOUS), b"good at 10").unwrap();
+        std::fs::write(dir.path().join(CURRENT), b"corrupt").unwrap();
+        let files = SnapshotFiles::open(dir.path()).unwrap();
+        files.loaded(Some(PREVIOUS), log_id(10));
+        // Older than the corrupt file's claim or not, the write goes in: the file there is
+        // no snapshot this process could load.
+        assert_eq!(files.store(log_id(12), b"new at 12").unwrap(), Stored::Current);
+        assert_eq!(bytes(&files), [b"new at 12".to_vec(), b"good at 10".to_vec()]);
+        assert_eq!(std::fs::read(dir.path().join(SET_ASIDE)).unwrap(), b"corrupt");
+        // From then on the rotation is the usual one.
+        files.store(log_id(20), b"new at 20").unwrap();
+        assert_eq!(bytes(&files), [b"new at 20".to_vec(), b"new at 12".to_vec()]);
     }
 
     #[test]

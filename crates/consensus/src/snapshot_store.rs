@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::sim_disk::SimSnapshots;
-use crate::snapshot_files::{SnapshotFiles, Stored};
+use crate::snapshot_files::{Candidate, SnapshotFiles, Stored};
 use crate::types::LogId;
 
 /// The last log index covered by a snapshot that is on disk (or on the simulated disk), shared
@@ -78,17 +78,22 @@ impl SnapshotStore {
     }
 
     /// The stored snapshots, newest first.
-    pub(crate) fn candidates(&self) -> Result<Vec<Vec<u8>>, io::Error> {
+    pub(crate) fn candidates(&self) -> Result<Vec<Candidate>, io::Error> {
         match self {
             SnapshotStore::Files(files) => files.candidates(),
-            SnapshotStore::Sim(sim) => Ok(sim.candidates()),
+            SnapshotStore::Sim(sim) => Ok(sim
+                .candidates()
+                .into_iter()
+                .zip(["the simulated current snapshot", "the simulated previous snapshot"])
+                .map(|(bytes, name)| Candidate { name, bytes })
+                .collect()),
         }
     }
 
-    /// Records the last log id of the snapshot that was loaded.
-    pub(crate) fn loaded(&self, last_log_id: Option<LogId>) {
+    /// Records which snapshot was loaded (`None`: none was) and its last log id.
+    pub(crate) fn loaded(&self, name: Option<&str>, last_log_id: Option<LogId>) {
         if let SnapshotStore::Files(files) = self {
-            files.loaded(last_log_id);
+            files.loaded(name, last_log_id);
         }
     }
 

@@ -62,6 +62,15 @@ struct StoredSnapshot {
     batches: AppliedBatches,
 }
 
+/// Which stored snapshot a state machine opened on, and why the newer ones were passed over.
+#[derive(Debug, Default)]
+pub(crate) struct Opened {
+    /// The file loaded (`None`: none was, the state starts empty).
+    pub(crate) loaded: Option<&'static str>,
+    /// Each snapshot passed over, with the reason: `"snapshot.json: its checksum ..."`.
+    pub(crate) passed_over: Vec<String>,
+}
+
 pub(crate) struct StateMachine {
     shared: Arc<Shared>,
     config: RegistryConfig,
@@ -70,6 +79,7 @@ pub(crate) struct StateMachine {
     batches: AppliedBatches,
     files: SnapshotStore,
     durable: DurableSnapshot,
+    opened: Opened,
 }
 
 /// A log entry raises the registry format past what this build applies.
@@ -107,7 +117,9 @@ impl StateMachine {
         StateMachine::open_in(SnapshotStore::open_dir(dir)?, config, observer)
     }
 
-    /// Loads the newest readable snapshot from `files`, if there is one.
+    /// Loads the newest readable snapshot from `files`, if there is one; one that cannot be
+    /// read is passed over (and named in [`StateMachine::opened`]), so the caller can tell
+    /// whether the log reaches back to what was loaded.
     pub(crate) fn open_in(
         files: SnapshotStore,
         config: RegistryConfig,
@@ -125,26 +137,35 @@ impl StateMachine {
             batches: AppliedBatches::default(),
             files: files.clone(),
             durable: DurableSnapshot::default(),
+            opened: Opened::default(),
         };
-        let mut last_error = None;
-        for bytes in files.candidates()? {
-            match machine.restore(&bytes) {
+        for candidate in files.candidates()? {
+            match machine.restore(&candidate.bytes) {
                 Ok(()) => {
-                    files.loaded(machine.last_applied);
+                    files.loaded(Some(candidate.name), machine.last_applied);
                     machine.durable.advance(machine.last_applied);
+                    machine.opened.loaded = Some(candidate.name);
                     return Ok(machine);
                 }
                 Err(error) => {
-                    tracing::error!(%error, "a stored snapshot is unreadable; trying the previous one");
-                    last_error = Some(error);
+                    tracing::error!(file = candidate.name, %error, "a stored snapshot cannot be loaded; trying the one before it");
+                    machine.opened.passed_over.push(format!("{}: {error}", candidate.name));
                 }
             }
         }
-        if let Some(error) = last_error {
-            return Err(error);
-        }
+        files.loaded(None, None);
         machine.shared.observer.reset(&machine.shared.read());
         Ok(machine)
+    }
+
+    /// Which snapshot was loaded, and which were passed over and why.
+    pub(crate) fn opened(&self) -> &Opened {
+        &self.opened
+    }
+
+    /// The index of the last entry the loaded snapshot covers (0: none).
+    pub(crate) fn snapshot_index(&self) -> u64 {
+        self.last_applied.map_or(0, |id| id.index)
     }
 
     /// What the log store consults before it purges.
@@ -157,6 +178,7 @@ impl StateMachine {
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), io::Error> {
+        crate::snapshot_seal::unseal(bytes).map_err(io::Error::other)?;
         let stored: StoredSnapshot = serde_json::from_slice(bytes).map_err(io::Error::other)?;
         let registry = Registry::import(self.config.clone(), stored.state).map_err(io::Error::other)?;
         let mut current = self.shared.write();
@@ -236,7 +258,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             state: self.registry.export(),
             batches: self.batches.clone(),
         };
-        let bytes = serde_json::to_vec(&stored).map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
+        let json = serde_json::to_vec(&stored).map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
+        let bytes = crate::snapshot_seal::seal(&json);
         store(&self.files, &self.durable, meta.last_log_id, &bytes)
             .await
             .map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
@@ -330,6 +353,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let bytes = snapshot.into_inner();
+        crate::snapshot_seal::unseal(&bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
         let stored: StoredSnapshot = serde_json::from_slice(&bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
         if stored.meta.last_log_id != meta.last_log_id {
             let mismatch = io::Error::other("snapshot data does not match its metadata");

@@ -167,3 +167,141 @@ async fn concurrent_proposals_all_commit_in_order() {
     assert_eq!(*recorder.revisions.lock().unwrap(), revisions);
     node.shutdown().await.unwrap();
 }
+
+/// Opens with the given retention behind a snapshot; snapshots only when asked.
+async fn open_keeping(
+    dir: &std::path::Path,
+    keep_after_snapshot: u64,
+) -> Result<Node, muster_consensus::ConsensusError> {
+    let config = NodeConfig {
+        snapshot_every: 1_000_000,
+        keep_after_snapshot,
+        ..NodeConfig::new(dir)
+    };
+    Node::open(config, Arc::new(Recorder::default())).await
+}
+
+/// Writes 10 registrations and a snapshot, twice, then 5 more; returns the state and the
+/// previous snapshot's bytes, with the node shut down.
+async fn two_snapshots_and_a_tail(dir: &std::path::Path, keep_after_snapshot: u64) -> (Vec<u8>, Vec<u8>) {
+    let node = open_keeping(dir, keep_after_snapshot).await.expect("node opens");
+    for round in 0..2 {
+        for n in 0..10 {
+            node.propose(register(round * 10 + n, 1), meta())
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        node.snapshot().await.unwrap();
+    }
+    for n in 20..25 {
+        node.propose(register(n, 1), meta()).await.unwrap().unwrap();
+    }
+    // Bounded poll: the purge behind the second snapshot has happened when one is due.
+    let snapshot_index = node.status().applied_index - 5;
+    let due = snapshot_index.saturating_sub(keep_after_snapshot);
+    for _ in 0..200 {
+        if node.purged_index() >= due {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(node.purged_index() >= due, "the log was purged behind the snapshot");
+    let state = state(&node);
+    node.shutdown().await.unwrap();
+    drop(node);
+    (state, std::fs::read(dir.join("snapshot.prev.json")).unwrap())
+}
+
+/// Corrupts `snapshot.json` the way a flipped bit would, leaving it valid JSON that the
+/// registry's own digests do not cover: a digit of the state's revision. Returns the bytes.
+fn flip_a_digit(dir: &std::path::Path) -> Vec<u8> {
+    let path = dir.join("snapshot.json");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let field = b"\"state\":{\"revision\":";
+    let at = bytes
+        .windows(field.len())
+        .position(|w| w == field)
+        .expect("the state's revision")
+        + field.len();
+    bytes[at] = if bytes[at] == b'9' { b'8' } else { b'9' };
+    std::fs::write(&path, &bytes).unwrap();
+    bytes
+}
+
+/// SPEC R6: a current snapshot whose bytes changed on disk (still valid JSON) is detected by
+/// its checksum; the node opens on the previous one and the log after it, losing nothing,
+/// and its next snapshot sets the bad file aside instead of rotating it over the good one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_current_snapshot_falls_back_to_the_previous_one_and_the_log_without_losing_a_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let (before, previous) = two_snapshots_and_a_tail(dir.path(), 1_000).await;
+    let corrupt = flip_a_digit(dir.path());
+
+    let node = open_keeping(dir.path(), 1_000)
+        .await
+        .expect("opens on the previous snapshot");
+    assert!(
+        state(&node) == before,
+        "exactly the acknowledged state, not the corrupt one"
+    );
+    node.propose(register(30, 1), meta()).await.unwrap().unwrap();
+    node.snapshot().await.unwrap();
+    node.shutdown().await.unwrap();
+    let kept = std::fs::read(dir.path().join("snapshot.prev.json")).unwrap();
+    assert!(kept == previous, "the good previous snapshot is kept");
+    let set_aside = std::fs::read(dir.path().join("snapshot.json.corrupt")).unwrap();
+    assert!(set_aside == corrupt, "the corrupt file is kept aside to look at");
+}
+
+/// SPEC R6: a node whose log is purged past every snapshot it can load refuses to open, and
+/// says which files and why, rather than start behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_cannot_open_without_losing_writes_refuses_naming_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    two_snapshots_and_a_tail(dir.path(), 0).await;
+    flip_a_digit(dir.path());
+    let refused = open_keeping(dir.path(), 0)
+        .await
+        .err()
+        .expect("refuses to open")
+        .to_string();
+    for named in [
+        "cannot open without losing acknowledged writes",
+        "raft-log.redb is purged up to index",
+        "snapshot.prev.json, ends at index",
+        "snapshot.json: its checksum does not hold",
+    ] {
+        assert!(refused.contains(named), "{named:?} missing from: {refused}");
+    }
+    // With neither snapshot there at all, the same.
+    std::fs::remove_file(dir.path().join("snapshot.json")).unwrap();
+    std::fs::remove_file(dir.path().join("snapshot.prev.json")).unwrap();
+    let refused = open_keeping(dir.path(), 0)
+        .await
+        .err()
+        .expect("refuses to open")
+        .to_string();
+    assert!(refused.contains("no snapshot loads"), "{refused}");
+}
+
+/// SPEC R6: a log file cut short (a torn copy, a full disk at restore) is refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_log_file_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    two_snapshots_and_a_tail(dir.path(), 1_000).await;
+    let log = dir.path().join("raft-log.redb");
+    let len = std::fs::metadata(&log).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let refused = open_keeping(dir.path(), 1_000)
+        .await
+        .err()
+        .expect("refuses to open")
+        .to_string();
+    assert!(refused.contains("raft-log.redb"), "{refused}");
+}

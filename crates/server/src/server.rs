@@ -289,6 +289,11 @@ pub async fn start_with(config: ServerConfig, hooks: Hooks) -> Result<RunningSer
         NodeConfig {
             registry: config.registry.clone(),
             snapshot_every: config.snapshot_every,
+            // The log reaches back past the previous snapshot, so a current snapshot found
+            // corrupt at start falls back to the previous one and the log after it, losing
+            // nothing (SPEC R6); the 1,000 beyond that let a follower a little behind catch
+            // up from the log.
+            keep_after_snapshot: config.snapshot_every.saturating_add(1_000),
             cluster,
             ..NodeConfig::new(config.data_dir.clone())
         },
