@@ -41,6 +41,34 @@ use crate::types::TypeConfig;
 /// The header that carries the cluster secret on every node-to-node request.
 pub const SECRET_HEADER: &str = "x-muster-cluster-secret";
 
+/// The header naming the encoding of a node-to-node message, on every request and every
+/// reply (SPEC R7). A message without it is version 1, as every build before it sent.
+pub const WIRE_HEADER: &str = "x-muster-wire";
+
+/// The node-to-node encoding this build writes, and the newest it reads. A build that changes
+/// the encoding raises it, and must keep writing the older one until every member reads the
+/// new (the registry format's raise, architecture.md "Formats and versions").
+pub const WIRE_VERSION: u32 = 1;
+
+/// The version a message's [`WIRE_HEADER`] names (`None`: absent, so version 1), if this
+/// build reads it; else the refusal, naming both versions.
+pub fn readable_wire(header: Option<&[u8]>) -> Result<u32, String> {
+    let Some(value) = header else {
+        return Ok(1);
+    };
+    let version = std::str::from_utf8(value)
+        .ok()
+        .and_then(|text| text.trim().parse::<u32>().ok())
+        .ok_or_else(|| format!("{WIRE_HEADER} is not a version number"))?;
+    match version <= WIRE_VERSION {
+        true => Ok(version),
+        false => Err(format!(
+            "a node-to-node message of version {version}; this build reads versions up to {WIRE_VERSION}: \
+             upgrade this node"
+        )),
+    }
+}
+
 /// How long to wait for a peer's TCP connection: peers are on the local network, and
 /// openraft retries an unreachable peer on its next heartbeat anyway.
 const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -259,6 +287,7 @@ impl PeerClient {
             .uri(format!("{}://{addr}{path}", self.scheme))
             .header(hyper::header::CONTENT_TYPE, body.content_type)
             .header(SECRET_HEADER, self.secret.expose())
+            .header(WIRE_HEADER, WIRE_VERSION)
             .body(Full::new(Bytes::from(body.bytes)))
             .map_err(|e| CallError::Unreachable(e.to_string()))?;
         let response = client
@@ -266,6 +295,8 @@ impl PeerClient {
             .await
             .map_err(|e| CallError::Unreachable(format!("{addr}: {e}")))?;
         let status = response.status();
+        readable_wire(response.headers().get(WIRE_HEADER).map(|value| value.as_bytes()))
+            .map_err(|refused| CallError::Unreachable(format!("{addr} answered with {refused}")))?;
         let body = response
             .into_body()
             .collect()
@@ -447,5 +478,21 @@ impl RaftNetwork<TypeConfig> for NoPeer {
         _option: RPCOption,
     ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
         Err(self.unreachable())
+    }
+}
+
+#[cfg(test)]
+mod wire_tests {
+    use super::*;
+
+    #[test]
+    fn a_message_without_a_version_is_version_one_and_a_newer_one_is_refused_naming_both() {
+        assert_eq!(readable_wire(None), Ok(1));
+        assert_eq!(readable_wire(Some(b"1")), Ok(1));
+        let newer = (WIRE_VERSION + 1).to_string();
+        let refused = readable_wire(Some(newer.as_bytes())).unwrap_err();
+        assert!(refused.contains(&format!("version {newer}")), "{refused}");
+        assert!(refused.contains(&format!("up to {WIRE_VERSION}")), "{refused}");
+        assert!(readable_wire(Some(b"two")).is_err());
     }
 }

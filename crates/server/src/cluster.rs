@@ -25,7 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use std::sync::Arc;
 
-use muster_consensus::{Rpc, SECRET_HEADER, SNAPSHOT_CHUNK_BYTES};
+use muster_consensus::{Rpc, SECRET_HEADER, SNAPSHOT_CHUNK_BYTES, WIRE_HEADER, WIRE_VERSION};
 
 use crate::app::App;
 use crate::join::{self, JoinKey, PROOF_PATH};
@@ -62,13 +62,22 @@ pub(crate) fn router(app: Arc<App>, join: Arc<JoinKey>) -> Router {
 }
 
 /// Refuses a request without the cluster secret before its body is read: the handlers
-/// behind it read bodies, this layer only the head.
+/// behind it read bodies, this layer only the head. Then refuses a message in a node-to-node
+/// encoding newer than this build reads (SPEC R7), and names this build's on every reply.
 async fn authenticate_first(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
     let peer = request.extensions().get::<Peer>();
     if let Err(refused) = authenticate(&app, peer, request.uri().path(), request.headers()) {
         return refused.into_response();
     }
-    next.run(request).await
+    let wire = request.headers().get(WIRE_HEADER).map(|value| value.as_bytes());
+    let mut response = match muster_consensus::readable_wire(wire) {
+        Ok(_) => next.run(request).await,
+        Err(refused) => ApiError::bad_request(refused).into_response(),
+    };
+    response
+        .headers_mut()
+        .insert(WIRE_HEADER, header::HeaderValue::from(WIRE_VERSION));
+    response
 }
 
 fn authenticate(app: &App, peer: Option<&Peer>, resource: &str, headers: &HeaderMap) -> Result<(), ApiError> {

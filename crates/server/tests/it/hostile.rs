@@ -242,6 +242,31 @@ async fn the_cluster_listener_refuses_a_wrong_secret_before_reading_the_announce
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_to_node_message_newer_than_this_build_reads_is_refused_naming_both_versions() {
+    // SPEC R7: during an upgrade a newer member may speak an encoding this build cannot read;
+    // it is refused by name, before anything is decoded, and every reply names this build's.
+    let server = cluster_of_one().await;
+    let addr: std::net::SocketAddr = server.cluster_url().trim_start_matches("http://").parse().unwrap();
+    let vote = r#"{"vote":{"leader_id":{"term":0,"node_id":9},"committed":false},"last_log_id":null}"#;
+    let head = |wire: &str| {
+        format!(
+            "POST /raft/vote HTTP/1.1\r\nhost: 127.0.0.1\r\nx-muster-cluster-secret: {SECRET}\r\n{wire}\
+             content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{vote}",
+            vote.len()
+        )
+    };
+    let newer = muster_consensus::WIRE_VERSION + 1;
+    let reply = exchange_raw(addr, &head(&format!("x-muster-wire: {newer}\r\n"))).await.expect("a reply");
+    assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+    assert!(reply.contains(&format!("version {newer}")) && reply.contains("upgrade this node"), "{reply}");
+    assert!(reply.contains(&format!("x-muster-wire: {}", muster_consensus::WIRE_VERSION)), "{reply}");
+    // A message without the header is what every older build sends: read as version 1.
+    let reply = exchange_raw(addr, &head("")).await.expect("a reply");
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.contains(&format!("x-muster-wire: {}", muster_consensus::WIRE_VERSION)), "{reply}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adding_a_member_that_cannot_prove_the_secret_sends_it_nothing_and_changes_nothing() {
     // Trace: anyone who can reach the API asks the leader to add "node 2" at their own
     // address; the leader used to replicate the log to it, the cluster secret in every
