@@ -182,6 +182,13 @@ impl LogStore {
         })
     }
 
+    /// The index of the committed id the log holds (0: none).
+    pub(crate) fn committed_index(&self) -> Result<u64, io::Error> {
+        Ok(read_meta::<Option<LogId>>(&self.db, COMMITTED)?
+            .flatten()
+            .map_or(0, |id| id.index))
+    }
+
     /// The index of the last entry purged from the log (0: none).
     pub(crate) fn last_purged_index(&self) -> u64 {
         self.cache().last_purged.map_or(0, |id| id.index)

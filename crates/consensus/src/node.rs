@@ -149,6 +149,11 @@ pub struct Judged<'a> {
     pub meta: &'a CommandMeta,
     /// The verdict.
     pub result: &'a Result<Applied, Rejection>,
+    /// Applied again as the node starts: the entry is at or below the committed id the log
+    /// held when it opened, so the process before this one most likely applied it already.
+    /// Derived state rebuilt at open (the audit trail, the endpoint log) wants it; a count of
+    /// what happened since the process started (metrics) does not (SPEC O1).
+    pub replayed: bool,
 }
 
 /// A member of the group.
@@ -259,9 +264,17 @@ impl Parts {
                 (Log::Sim(log), None, SnapshotStore::Sim(SimSnapshots::new(disk)))
             }
         };
-        let (last_purged, log_name) = match &log {
-            Log::Disk(log) => (log.last_purged_index(), log_path.display().to_string()),
-            Log::Sim(log) => (log.last_purged_index(), "the simulated log".to_owned()),
+        let (last_purged, committed, log_name) = match &log {
+            Log::Disk(log) => (
+                log.last_purged_index(),
+                log.committed_index().map_err(storage)?,
+                log_path.display().to_string(),
+            ),
+            Log::Sim(log) => (
+                log.last_purged_index(),
+                log.committed_index(),
+                "the simulated log".to_owned(),
+            ),
         };
         let opened = StateMachine::open_in(snapshots, config.registry.clone(), observer)
             .map_err(storage)
@@ -270,7 +283,7 @@ impl Parts {
                     .map_err(ConsensusError::Storage)?;
                 Ok(machine)
             });
-        let machine = match opened {
+        let mut machine = match opened {
             Ok(machine) => machine,
             Err(error) => {
                 // Closed before the error returns, so the data directory is free again.
@@ -281,6 +294,7 @@ impl Parts {
                 return Err(error);
             }
         };
+        machine.replays_until(committed);
         let log_writer = Arc::new(std::sync::Mutex::new(log_writer));
         let mut log = log;
         match &mut log {

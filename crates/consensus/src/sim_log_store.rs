@@ -110,6 +110,11 @@ impl SimLogStore {
         })
     }
 
+    /// The index of the committed id the log holds (0: none).
+    pub(crate) fn committed_index(&self) -> u64 {
+        self.view().committed.map_or(0, |id| id.index)
+    }
+
     /// The index of the last entry purged from the log (0: none).
     pub(crate) fn last_purged_index(&self) -> u64 {
         self.view().last_purged.map_or(0, |id| id.index)

@@ -80,6 +80,8 @@ pub(crate) struct StateMachine {
     files: SnapshotStore,
     durable: DurableSnapshot,
     opened: Opened,
+    /// Entries up to this index are applied again at start ([`Judged::replayed`]).
+    replay_until: u64,
 }
 
 /// A log entry raises the registry format past what this build applies.
@@ -138,6 +140,7 @@ impl StateMachine {
             files: files.clone(),
             durable: DurableSnapshot::default(),
             opened: Opened::default(),
+            replay_until: 0,
         };
         for candidate in files.candidates()? {
             match machine.restore(&candidate.bytes) {
@@ -166,6 +169,11 @@ impl StateMachine {
     /// The index of the last entry the loaded snapshot covers (0: none).
     pub(crate) fn snapshot_index(&self) -> u64 {
         self.last_applied.map_or(0, |id| id.index)
+    }
+
+    /// Marks entries up to `index` (the committed id the log held at open) as replayed.
+    pub(crate) fn replays_until(&mut self, index: u64) {
+        self.replay_until = index;
     }
 
     /// What the log store consults before it purges.
@@ -221,6 +229,7 @@ impl StateMachine {
                         command: &proposal.command,
                         meta: &proposal.meta,
                         result: &result,
+                        replayed: log_index <= self.replay_until,
                     });
                     result
                 })

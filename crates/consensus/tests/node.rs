@@ -315,9 +315,20 @@ async fn a_flipped_bit_in_the_log_is_refused_by_name() {
     let log = dir.path().join("raft-log.redb");
     let mut bytes = std::fs::read(&log).unwrap();
     let address = b"10.0.0.23";
-    let at = bytes.windows(address.len()).rposition(|w| w == address).expect("the last entry's address") + 8;
+    let at = bytes
+        .windows(address.len())
+        .rposition(|w| w == address)
+        .expect("the last entry's address")
+        + 8;
     bytes[at] = b'4';
     std::fs::write(&log, bytes).unwrap();
-    let refused = open_keeping(dir.path(), 1_000).await.err().expect("refuses to open").to_string();
-    assert!(refused.contains("raft-log.redb") && refused.contains("integrity"), "{refused}");
+    let refused = open_keeping(dir.path(), 1_000)
+        .await
+        .err()
+        .expect("refuses to open")
+        .to_string();
+    assert!(
+        refused.contains("raft-log.redb") && refused.contains("integrity"),
+        "{refused}"
+    );
 }

@@ -219,6 +219,24 @@ impl Federation {
         f(links.entry((region.clone(), import.clone())).or_default())
     }
 
+    /// Drops the last decision of every service `gone` says is no longer covered.
+    pub(crate) fn forget_decisions(&self, gone: impl Fn(&ServiceKey) -> bool) {
+        self.decisions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|key, _| !gone(key));
+    }
+
+    /// The last decision made for `key`, if one is remembered.
+    #[cfg(test)]
+    pub(crate) fn remembered(&self, key: &ServiceKey) -> Option<FailoverDecision> {
+        self.decisions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .cloned()
+    }
+
     /// Decides from the previous decision (hysteresis starts from it) and records the new one.
     pub(crate) fn remember(
         &self,

@@ -107,6 +107,20 @@ impl Federation {
         }
     }
 
+    /// Lets go of what was remembered of services no longer covered (`covered`, sorted, as
+    /// [`Federation::covered`] gives it): the served-set memo and the last decisions would
+    /// otherwise grow with every covered service ever seen. A served revision that ran past
+    /// the registry's (`now`) is kept until the registry passes it, so a service that comes
+    /// back is never served at a revision older than one this node already served for it.
+    pub fn forget_uncovered(&self, covered: &[ServiceKey], now: Revision) {
+        let gone = |key: &ServiceKey| covered.binary_search(key).is_err();
+        self.served
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|key, (_, revision, _)| !gone(key) || *revision > now);
+        self.forget_decisions(|key| gone(key));
+    }
+
     /// Every service a policy covers that this region holds or mirrors, sorted.
     pub fn covered(&self, registry: &Registry) -> Vec<ServiceKey> {
         let mut keys: Vec<ServiceKey> = registry
@@ -142,6 +156,7 @@ pub async fn run_ticker(
             let now_ms = gate.clock.unix_now_ms();
             let covered = federation.covered(registry);
             published.retain(|key, _| covered.binary_search(key).is_ok());
+            federation.forget_uncovered(&covered, registry.revision());
             for key in covered {
                 let served = federation.served(registry, &key, now_ms);
                 let seen = served.as_ref().map(|set| (set.digest(), set.revision()));
@@ -152,5 +167,57 @@ pub async fn run_ticker(
                 published.insert(key, seen);
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(service: &str) -> ServiceKey {
+        ServiceKey::new("default", "prod", service).unwrap()
+    }
+
+    #[test]
+    fn what_is_remembered_of_a_service_no_longer_covered_is_let_go_once_the_registry_passed_it() {
+        // Trace: services under a failover policy come and go (one per deploy); the memo
+        // kept every one ever served.
+        let federation = serde_json::from_value::<crate::region::FederationConfig>(serde_json::json!({
+            "region": "b",
+            "peer": [{"name": "a", "url": "http://127.0.0.1:7070", "import": ["prod/*"]}],
+            "policy": [{"service": "prod/*", "failover": ["a"]}],
+        }))
+        .unwrap()
+        .resolve()
+        .unwrap()
+        .unwrap();
+        let digest = ServiceSnapshot::empty(key("x")).digest();
+        for (service, at) in [("kept", 5), ("gone", 6), ("ran-past", 9)] {
+            federation.served_revision(&key(service), digest, Revision(at), Revision(at));
+        }
+        federation.remember(&key("gone"), |_| muster_core::federation::FailoverDecision {
+            spill: false,
+            region: None,
+            share_percent: 0,
+            reason: muster_core::federation::FailoverReason::LocalSufficient,
+            local_eligible: 1,
+            local_total: 1,
+            required: 1,
+            spill_capacity: 0,
+            candidates: Vec::new(),
+        });
+        federation.forget_uncovered(&[key("kept")], Revision(7));
+        let memo = federation.served.lock().unwrap();
+        let mut left: Vec<&str> = memo.keys().map(|k| k.service.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(
+            left,
+            ["kept", "ran-past"],
+            "a revision past the registry's waits for it"
+        );
+        drop(memo);
+        assert!(federation.remembered(&key("gone")).is_none());
+        federation.forget_uncovered(&[key("kept")], Revision(9));
+        assert_eq!(federation.served.lock().unwrap().len(), 1);
     }
 }

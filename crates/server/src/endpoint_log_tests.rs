@@ -126,6 +126,7 @@ fn applied_and_refused_endpoint_writes_carry_the_six_fields_at_debug() {
     let events = captured(|| {
         log.reset(&registry);
         log.judged(&Judged {
+            replayed: false,
             log_index: 2,
             position: 0,
             origin: None,
@@ -151,6 +152,7 @@ fn applied_and_refused_endpoint_writes_carry_the_six_fields_at_debug() {
     let revision = result.as_ref().unwrap().revision;
     let events = captured(|| {
         log.judged(&Judged {
+            replayed: false,
             log_index: 3,
             position: 0,
             origin: None,

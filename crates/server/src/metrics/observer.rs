@@ -2,8 +2,9 @@
 //! verdict ([`ApplyObserver::judged`]), so registrations, fenced rejections and expiries are
 //! counted in one place, the same way on every node.
 //!
-//! Counted per node as applied there: after a restart the log after the newest snapshot is
-//! applied (and counted) again, which a counter that restarts from zero tolerates.
+//! Counted per node as applied there, from the start of this process: the log a restart
+//! applies again up to the committed id it held ([`Judged::replayed`]) was counted by the
+//! process before, and counting it again would show a burst of writes at every restart.
 
 use std::sync::Arc;
 
@@ -20,6 +21,9 @@ impl ApplyObserver for MetricsObserver {
     fn applied(&self, _registry: &Registry, _applied: &Applied) {}
 
     fn judged(&self, judged: &Judged<'_>) {
+        if judged.replayed {
+            return;
+        }
         let metrics = &self.0;
         let (target, command) = match judged.command {
             // A registration whose incarnation the registry picks (the Consul API's) is a

@@ -256,14 +256,25 @@ async fn a_node_to_node_message_newer_than_this_build_reads_is_refused_naming_bo
         )
     };
     let newer = muster_consensus::WIRE_VERSION + 1;
-    let reply = exchange_raw(addr, &head(&format!("x-muster-wire: {newer}\r\n"))).await.expect("a reply");
+    let reply = exchange_raw(addr, &head(&format!("x-muster-wire: {newer}\r\n")))
+        .await
+        .expect("a reply");
     assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
-    assert!(reply.contains(&format!("version {newer}")) && reply.contains("upgrade this node"), "{reply}");
-    assert!(reply.contains(&format!("x-muster-wire: {}", muster_consensus::WIRE_VERSION)), "{reply}");
+    assert!(
+        reply.contains(&format!("version {newer}")) && reply.contains("upgrade this node"),
+        "{reply}"
+    );
+    assert!(
+        reply.contains(&format!("x-muster-wire: {}", muster_consensus::WIRE_VERSION)),
+        "{reply}"
+    );
     // A message without the header is what every older build sends: read as version 1.
     let reply = exchange_raw(addr, &head("")).await.expect("a reply");
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
-    assert!(reply.contains(&format!("x-muster-wire: {}", muster_consensus::WIRE_VERSION)), "{reply}");
+    assert!(
+        reply.contains(&format!("x-muster-wire: {}", muster_consensus::WIRE_VERSION)),
+        "{reply}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -227,6 +227,32 @@ async fn registrations_fenced_rejections_renewals_watches_and_blocking_queries_a
 }
 
 #[tokio::test]
+async fn a_restart_does_not_count_again_what_the_process_before_it_counted() {
+    // Trace: every restart replayed the log after the newest snapshot through the metrics,
+    // so `muster_registrations_total` jumped by every registration since that snapshot and
+    // `rate()` showed a burst of writes at each restart.
+    let mut server = TestServer::start().await;
+    for (n, instance) in ["a", "b", "c"].into_iter().enumerate() {
+        server
+            .register("api", instance, &format!("10.0.0.{}", n + 1))
+            .await
+            .expect(StatusCode::OK);
+    }
+    let ok = [("tenant", "acme"), ("outcome", "ok")];
+    assert_eq!(value(&scrape(&server).await, "muster_registrations_total", &ok), 3.0);
+    server.restart_with(|_| {}).await;
+    let read = server.get("/v1/registry/acme/prod/api").await.expect(StatusCode::OK);
+    assert_eq!(
+        read.body["endpoints"].as_array().map(Vec::len),
+        Some(3),
+        "the state came back"
+    );
+    assert_eq!(value(&scrape(&server).await, "muster_registrations_total", &ok), 0.0);
+    server.register("api", "d", "10.0.0.4").await.expect(StatusCode::OK);
+    assert_eq!(value(&scrape(&server).await, "muster_registrations_total", &ok), 1.0);
+}
+
+#[tokio::test]
 async fn a_compacted_resume_is_counted() {
     let server = TestServer::start_with(|config| config.registry.history_revisions = 5).await;
     for n in 0..10 {
