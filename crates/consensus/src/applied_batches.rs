@@ -18,9 +18,12 @@
 //! - The table is part of the replicated state: every replica applies the same entries, so
 //!   every replica holds the same table, and it is written into every snapshot with the
 //!   registry, at the same cut.
-//! - Memory is bounded: [`MAX_SESSIONS`] sessions, the least recently applied one forgotten
-//!   first. A session only needs remembering while its newest batch may still be retried,
-//!   which is at most one write timeout (5 s) after it was proposed.
+//! - Memory is bounded by count and by time: [`MAX_SESSIONS`] sessions, the least recently
+//!   applied one forgotten first; and a session's verdicts are let go [`KEEP_VERDICTS_MS`]
+//!   after its newest batch, by the log's own clock (the newest `at_ms` of the batch being
+//!   applied, the same on every replica). Its number is kept, so a late copy is still
+//!   stale; a retry after that finds no verdicts and is answered as stale too, which is safe
+//!   because the proposer stopped waiting one write timeout (5 s) after it proposed.
 
 use std::collections::BTreeMap;
 
@@ -32,6 +35,11 @@ use crate::types::{BatchId, Outcome};
 /// within one write timeout is far beyond any real cluster, and each session costs one
 /// batch's verdicts.
 pub(crate) const MAX_SESSIONS: usize = 1024;
+
+/// How long a session's newest verdicts are kept after it was proposed: twelve write
+/// timeouts, so that a retry is answered even across a minute of clock skew between the
+/// proposer and a later proposer whose batch moves the log's clock on.
+pub(crate) const KEEP_VERDICTS_MS: u64 = 60_000;
 
 /// What the state machine must do with a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +59,13 @@ struct Last {
     seq: u64,
     /// The log index it was applied at: the eviction order.
     log_index: u64,
+    /// When it was proposed (its newest `at_ms`; 0 in snapshots written before this).
+    #[serde(default)]
+    at_ms: u64,
     outcome: Outcome,
+    /// Whether `outcome` was let go (then it is empty).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    dropped: bool,
 }
 
 /// The newest batch applied per (origin, session). Stored as a list (JSON keys are strings).
@@ -83,19 +97,28 @@ impl AppliedBatches {
         match self.sessions.get(&(id.origin, id.session)) {
             None => Seen::New,
             Some(last) if id.seq > last.seq => Seen::New,
-            Some(last) if id.seq == last.seq => Seen::Retry(last.outcome.clone()),
+            Some(last) if id.seq == last.seq && !last.dropped => Seen::Retry(last.outcome.clone()),
             Some(_) => Seen::Stale,
         }
     }
 
-    /// Records a new batch's verdicts, applied at `log_index`.
-    pub(crate) fn record(&mut self, id: BatchId, log_index: u64, outcome: Outcome) {
+    /// Records a new batch's verdicts, applied at `log_index` and proposed at `at_ms`, and
+    /// lets go of every session's verdicts older than [`KEEP_VERDICTS_MS`] by that clock.
+    pub(crate) fn record(&mut self, id: BatchId, log_index: u64, at_ms: u64, outcome: Outcome) {
+        for last in self.sessions.values_mut() {
+            if !last.dropped && at_ms.saturating_sub(last.at_ms) > KEEP_VERDICTS_MS {
+                last.outcome = Outcome(Vec::new());
+                last.dropped = true;
+            }
+        }
         let last = Last {
             origin: id.origin,
             session: id.session,
             seq: id.seq,
             log_index,
+            at_ms,
             outcome,
+            dropped: false,
         };
         self.sessions.insert((id.origin, id.session), last);
         if self.sessions.len() > MAX_SESSIONS {
@@ -131,9 +154,9 @@ mod tests {
     fn a_retry_of_the_newest_batch_answers_its_verdicts_and_older_ones_are_stale() {
         let mut batches = AppliedBatches::default();
         assert_eq!(batches.seen(id(9, 1)), Seen::New);
-        batches.record(id(9, 1), 10, outcome(1));
+        batches.record(id(9, 1), 10, 0, outcome(1));
         assert_eq!(batches.seen(id(9, 1)), Seen::Retry(outcome(1)));
-        batches.record(id(9, 2), 11, outcome(2));
+        batches.record(id(9, 2), 11, 0, outcome(2));
         assert_eq!(batches.seen(id(9, 2)), Seen::Retry(outcome(2)));
         assert_eq!(batches.seen(id(9, 1)), Seen::Stale);
         // Another session of the same node starts its own numbering.
@@ -144,10 +167,41 @@ mod tests {
     fn the_least_recently_applied_session_is_forgotten_beyond_the_bound() {
         let mut batches = AppliedBatches::default();
         for session in 0..=MAX_SESSIONS as u64 {
-            batches.record(id(session, 1), 100 + session, outcome(0));
+            batches.record(id(session, 1), 100 + session, 0, outcome(0));
         }
         assert_eq!(batches.sessions.len(), MAX_SESSIONS);
         assert_eq!(batches.seen(id(0, 1)), Seen::New, "the oldest session is gone");
         assert_eq!(batches.seen(id(1, 1)), Seen::Retry(outcome(0)));
+    }
+
+    #[test]
+    fn a_sessions_verdicts_are_let_go_by_the_logs_clock_and_its_late_copies_stay_stale() {
+        // Trace: sessions of nodes restarted long ago each held a whole batch's verdicts
+        // (up to 1,024 of them) until a thousand newer sessions pushed them out.
+        let mut batches = AppliedBatches::default();
+        batches.record(id(1, 7), 10, 1_000, outcome(1_024));
+        batches.record(id(2, 1), 11, 1_000 + KEEP_VERDICTS_MS, outcome(1));
+        assert_eq!(
+            batches.seen(id(1, 7)),
+            Seen::Retry(outcome(1_024)),
+            "still within the window"
+        );
+        batches.record(id(2, 2), 12, 1_001 + KEEP_VERDICTS_MS, outcome(1));
+        assert_eq!(
+            batches.seen(id(1, 7)),
+            Seen::Stale,
+            "its verdicts are gone, nobody waits"
+        );
+        assert_eq!(batches.seen(id(1, 6)), Seen::Stale);
+        assert_eq!(batches.seen(id(1, 8)), Seen::New);
+        let session = &batches.sessions[&(2, 1)]; // origin 2, session 1
+        assert!(session.outcome.0.is_empty() && session.dropped);
+        // The same on a replica that restored the table from a snapshot.
+        let restored: AppliedBatches = serde_json::from_slice(&serde_json::to_vec(&batches).unwrap()).unwrap();
+        assert_eq!(restored, batches);
+        // A snapshot written before the clock was kept still reads (its sessions count as old).
+        let legacy = r#"[{"origin":2,"session":3,"seq":4,"log_index":5,"outcome":[]}]"#;
+        let legacy: AppliedBatches = serde_json::from_str(legacy).unwrap();
+        assert_eq!(legacy.seen(id(3, 5)), Seen::New);
     }
 }

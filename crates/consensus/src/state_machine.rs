@@ -236,7 +236,13 @@ impl StateMachine {
                 .collect(),
         );
         if let Some((id, _)) = seen {
-            self.batches.record(id, log_index, outcome.clone());
+            let at_ms = batch
+                .proposals
+                .iter()
+                .map(|proposal| proposal.meta.at_ms)
+                .max()
+                .unwrap_or(0);
+            self.batches.record(id, log_index, at_ms, outcome.clone());
         }
         outcome
     }
