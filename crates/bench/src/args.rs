@@ -66,6 +66,11 @@ pub enum Workload {
     /// a's commit to b showing it, and b's memory per mirrored endpoint. Muster with
     /// `--spawn` only; opt-in.
     Mirror,
+    /// A spawned 3-node cluster for `--duration` under registrations, renewals, drains,
+    /// expiries, resuming watches and a leader change every few minutes: each node's RSS,
+    /// open files and threads every minute, and the client's history held against every
+    /// node at the end (SPEC R5, R6). Muster with `--spawn` only; opt-in.
+    Soak,
 }
 
 impl Workload {
@@ -97,6 +102,7 @@ impl Workload {
             Workload::Hotcold => "hotcold",
             Workload::Scale => "scale",
             Workload::Mirror => "mirror",
+            Workload::Soak => "soak",
         }
     }
 }
@@ -405,6 +411,7 @@ impl BenchArgs {
                 "the scale workload needs --spawn: it stops and restarts the server it grows".into(),
             ));
         }
+        crate::soak::check_args(self.spawn, &plan.workloads)?;
         if plan.workloads.contains(&Workload::Mirror) {
             if !self.spawn {
                 return Err(BenchError::Usage(

@@ -222,3 +222,12 @@ fn the_mirror_workload_needs_spawn_and_a_rate_in_range() {
         [Workload::Mirror]
     );
 }
+
+#[test]
+fn the_soak_workload_needs_spawn_and_takes_its_length_from_duration() {
+    let err = plan(&["--server", "http://127.0.0.1:1", "--workloads", "soak"]).unwrap_err();
+    assert!(err.to_string().contains("needs --spawn"), "{err}");
+    let soak = plan(&["--spawn", "--workloads", "soak", "--duration", "30m"]).unwrap();
+    assert_eq!(soak.workloads, [Workload::Soak]);
+    assert_eq!(soak.duration, Duration::from_secs(30 * 60));
+}

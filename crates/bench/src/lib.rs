@@ -80,6 +80,7 @@ mod render;
 mod report;
 mod requests;
 mod scale;
+mod soak;
 mod spawn;
 mod storms;
 mod tls;
@@ -155,12 +156,12 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         // limit when spawned after this); the margin covers the request workloads' pools.
         limits::raise_descriptor_limit(plan.watchers as u64 + 4_096);
     }
-    // The scale and mirror workloads spawn servers of their own; alone, they need no other.
+    // The scale, mirror and soak workloads spawn servers of their own; alone, they need no other.
     let spawn_muster_server = args.spawn
         && plan
             .workloads
             .iter()
-            .any(|w| !matches!(w, Workload::Scale | Workload::Mirror));
+            .any(|w| !matches!(w, Workload::Scale | Workload::Mirror | Workload::Soak));
     let muster = if spawn_muster_server {
         let bin = muster_bin(&args)?;
         info!(bin = %bin.display(), "starting muster serve");
@@ -402,6 +403,14 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         finished(
             &mut workloads,
             WorkloadReport::new(Workload::Mirror, vec![result], Vec::new()),
+        );
+    }
+    if plan.workloads.contains(&Workload::Soak) {
+        info!(duration = ?plan.duration, "running the soak workload");
+        let result = soak::soak(&muster_bin(&args)?, plan.duration).await?;
+        finished(
+            &mut workloads,
+            WorkloadReport::new(Workload::Soak, vec![result], Vec::new()),
         );
     }
     drop(spawned);

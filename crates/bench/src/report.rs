@@ -101,7 +101,7 @@ impl Target {
             },
             Workload::Handshake | Workload::Consul | Workload::Convergence => Target::Reported,
             Workload::Reconnect | Workload::Evacuation | Workload::Expiry | Workload::Hotcold => Target::Reported,
-            Workload::Scale | Workload::Mirror => Target::Reported,
+            Workload::Scale | Workload::Mirror | Workload::Soak => Target::Reported,
             Workload::Xds => Target::XdsConvergence {
                 push_p99_ms: 50.0,
                 ack_p99_ms: 100.0,
@@ -196,6 +196,10 @@ pub fn anchors(workload: Workload) -> &'static str {
         Workload::Mirror => {
             "10,000 mirrored endpoints under 100 changes/s: mirror lag p99 (source commit → visible in the \
              importing region) and memory per mirrored endpoint (SPEC G2)"
+        }
+        Workload::Soak => {
+            "a 3-node cluster under a steady mix with a leader change every few minutes: RSS, files and \
+             threads per node each minute (flat after warm-up), nothing acknowledged lost (SPEC R5, R6)"
         }
         Workload::Convergence => {
             "10,000 watch clients of one service: p50/p99/p999 commit→applied (the server's ledger) \

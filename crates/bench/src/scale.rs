@@ -28,7 +28,7 @@
 //! This module is the pure part (sizes, figures, the server's config); the I/O shell is in
 //! `scale/run.rs` and `scale/member.rs`, the table in `scale/table.rs`.
 
-mod member;
+pub(crate) mod member;
 mod run;
 mod table;
 
@@ -36,7 +36,7 @@ use serde::Serialize;
 
 use crate::report::LatencySummary;
 
-pub(crate) use run::scale;
+pub(crate) use run::{join, scale};
 pub(crate) use table::scale_notes;
 
 /// Instances per service while filling: a large deployment's replica count, so 1,000,000
@@ -188,8 +188,9 @@ pub(crate) fn server_config(largest: u64) -> String {
 }
 
 /// Log entries openraft keeps before a snapshot when it purges the log after it
-/// (`max_in_snapshot_log_to_keep`: `muster-consensus`'s `keep_after_snapshot`, 1,000).
-pub(crate) const KEPT_BEFORE_SNAPSHOT: u64 = 1_000;
+/// (`max_in_snapshot_log_to_keep`: `muster serve` sets `keep_after_snapshot` to
+/// `snapshot_every` + 1,000, so the log reaches back past the previous snapshot).
+pub(crate) const KEPT_BEFORE_SNAPSHOT: u64 = SNAPSHOT_EVERY + 1_000;
 
 /// How a new member caught up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -131,11 +131,11 @@ fn the_snapshot_index_is_read_from_the_files_head() {
 fn a_new_member_needs_the_snapshot_once_the_logs_start_is_purged() {
     assert_eq!(CatchUpPath::of(None), CatchUpPath::Log);
     assert_eq!(
-        CatchUpPath::of(Some(1_000)),
+        CatchUpPath::of(Some(KEPT_BEFORE_SNAPSHOT)),
         CatchUpPath::Log,
         "purged up to 0: the whole log is still there"
     );
-    assert_eq!(CatchUpPath::of(Some(1_001)), CatchUpPath::Snapshot);
+    assert_eq!(CatchUpPath::of(Some(KEPT_BEFORE_SNAPSHOT + 1)), CatchUpPath::Snapshot);
 }
 
 #[test]

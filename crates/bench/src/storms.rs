@@ -27,7 +27,7 @@ mod expiry;
 mod hotcold;
 mod measure;
 mod reconnect;
-mod stream;
+pub(crate) mod stream;
 
 pub use evacuation::EvacuationSummary;
 pub use expiry::ExpirySummary;

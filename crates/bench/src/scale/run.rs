@@ -218,38 +218,11 @@ async fn catch_up(
     full: &FullSet,
     row: &mut ScaleSize,
 ) -> Result<(), String> {
-    let mut joiner = Member::start(bin, id, Some(leader), config).map_err(|err| err.to_string())?;
-    joiner.wait_until(|_| true, None, START_TIMEOUT, None).await?;
+    let (mut joiner, added) = join(bin, leader, config, id).await?;
+    // The catch-up is timed from the add's start, as the add is.
+    let start = now() - added;
     let http = Http::new(&leader.url(), 1);
-    let request = AddMemberRequest {
-        id,
-        addr: joiner.cluster_addr().to_string(),
-    };
-    let body = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
-    let start = now();
-    // The add returns once the new node is a voter, having caught up as a learner: waited
-    // for beside its progress, so a catch-up that stalls ends the wait, not a timeout.
-    let adding = http.clone();
-    let add = tokio::spawn(async move {
-        adding
-            .send_full(Method::POST, "/v1/cluster/members", Some(body), RECOVERY_TIMEOUT)
-            .await
-    });
-    let waited = joiner
-        .wait_until(|_| add.is_finished(), None, RECOVERY_TIMEOUT, Some(STALL_TIMEOUT))
-        .await;
-    if let Err(why) = waited {
-        add.abort();
-        return Err(format!("adding node {id}: {why}"));
-    }
-    let (code, _, reply) = add.await.map_err(|err| err.to_string())??;
-    if !code.is_success() {
-        return Err(format!(
-            "adding node {id}: HTTP {code}: {}",
-            String::from_utf8_lossy(&reply)
-        ));
-    }
-    row.member_added_ms = Some(millis(now() - start));
+    row.member_added_ms = Some(millis(added));
     let target = status(&http)
         .await
         .map(|s| s.applied_index)
@@ -285,4 +258,41 @@ async fn catch_up(
         ));
     }
     Ok(())
+}
+
+/// Starts node `id` and adds it to `leader`'s cluster as a voter; returns it and how long the
+/// add took (its catch-up as a learner included). A catch-up that stalls ends the wait.
+pub(crate) async fn join(bin: &Path, leader: &Member, config: &str, id: u64) -> Result<(Member, Duration), String> {
+    let mut joiner = Member::start(bin, id, Some(leader), config).map_err(|err| err.to_string())?;
+    joiner.wait_until(|_| true, None, START_TIMEOUT, None).await?;
+    let http = Http::new(&leader.url(), 1);
+    let request = AddMemberRequest {
+        id,
+        addr: joiner.cluster_addr().to_string(),
+    };
+    let body = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
+    let start = now();
+    // The add returns once the new node is a voter, having caught up as a learner: waited
+    // for beside its progress, so a catch-up that stalls ends the wait, not a timeout.
+    let adding = http.clone();
+    let add = tokio::spawn(async move {
+        adding
+            .send_full(Method::POST, "/v1/cluster/members", Some(body), RECOVERY_TIMEOUT)
+            .await
+    });
+    let waited = joiner
+        .wait_until(|_| add.is_finished(), None, RECOVERY_TIMEOUT, Some(STALL_TIMEOUT))
+        .await;
+    if let Err(why) = waited {
+        add.abort();
+        return Err(format!("adding node {id}: {why}"));
+    }
+    let (code, _, reply) = add.await.map_err(|err| err.to_string())??;
+    if !code.is_success() {
+        return Err(format!(
+            "adding node {id}: HTTP {code}: {}",
+            String::from_utf8_lossy(&reply)
+        ));
+    }
+    Ok((joiner, now() - start))
 }
