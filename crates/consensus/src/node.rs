@@ -19,7 +19,7 @@ use crate::sim_disk::{SimDisk, SimSnapshots};
 use crate::sim_log_store::SimLogStore;
 use crate::snapshot_store::SnapshotStore;
 use crate::state_machine::{Opened, Shared, StateMachine};
-use crate::types::{Proposal, TypeConfig};
+use crate::types::{LogId, Proposal, TypeConfig};
 
 /// The only member of a group of one.
 const SINGLE_NODE_ID: u64 = 1;
@@ -339,6 +339,13 @@ impl Parts {
             log_writer: self.log_writer,
         })
     }
+}
+
+/// The term node `id` leads in: when it is the leader and has applied an entry of the
+/// current term (see [`Node::leading_term`]).
+fn leads_in(id: u64, leader: Option<u64>, term: u64, last_applied: Option<LogId>) -> Option<u64> {
+    let applied_this_term = last_applied.is_some_and(|applied| applied.leader_id.term == term);
+    (leader == Some(id) && applied_this_term).then_some(term)
 }
 
 /// Refuses to open a node whose log does not reach back to the snapshot it loaded: the
@@ -667,12 +674,23 @@ impl Node {
         self.raft.metrics().borrow().current_leader == Some(self.id)
     }
 
-    /// The term this node leads in, if it leads now. A node that lost and regained leadership
-    /// between two looks leads in a new term: what it knew as the old leader (deadlines of
-    /// renewals an interim leader took) is stale.
+    /// The term this node leads in, if it leads now and has applied an entry of that term. A
+    /// node that lost and regained leadership between two looks leads in a new term: what it
+    /// knew as the old leader (deadlines of renewals an interim leader took) is stale.
+    ///
+    /// A new leader commits a blank entry of its term first; until it has applied it, the
+    /// previous term's tail may not be applied yet, and a lease granted there would be
+    /// answered `lease_not_found` (SPEC R4). So leader duties start from a registry that
+    /// holds everything committed before the term.
     pub fn leading_term(&self) -> Option<u64> {
-        let metrics = self.raft.metrics().borrow().clone();
-        (metrics.current_leader == Some(self.id)).then_some(metrics.current_term)
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        leads_in(
+            self.id,
+            metrics.current_leader,
+            metrics.current_term,
+            metrics.last_applied,
+        )
     }
 
     /// How long ago this node last heard from a leader, in ms: for the leader, since a
@@ -907,5 +925,34 @@ impl Node {
             Ok(Ok(Ok(()))) => Ok(()),
             _ => Err(ConsensusError::Storage("the log writer did not stop".into())),
         }
+    }
+}
+
+#[cfg(test)]
+mod leading_tests {
+    use openraft::CommittedLeaderId;
+
+    use super::*;
+
+    fn applied(term: u64, index: u64) -> Option<LogId> {
+        Some(LogId::new(CommittedLeaderId::new(term, 1), index))
+    }
+
+    #[test]
+    fn a_new_leader_leads_only_once_it_applied_an_entry_of_its_own_term() {
+        // Trace: node 2 is elected in term 3 while the tail of term 2 (a lease grant) is
+        // committed but not yet applied here; a renewal of that lease got lease_not_found.
+        assert_eq!(
+            leads_in(2, Some(2), 3, applied(2, 40)),
+            None,
+            "the old term's tail may be unapplied"
+        );
+        assert_eq!(leads_in(2, Some(2), 3, None), None);
+        assert_eq!(
+            leads_in(2, Some(2), 3, applied(3, 41)),
+            Some(3),
+            "its blank entry is applied"
+        );
+        assert_eq!(leads_in(2, Some(1), 3, applied(3, 41)), None, "another node leads");
     }
 }
