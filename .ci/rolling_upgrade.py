@@ -212,6 +212,7 @@ def main():
     work = tempfile.mkdtemp(prefix="rolling-upgrade-")
     cluster = Cluster(work)
     failures = []
+    finished = False
 
     def check(ok, message):
         print(f"  {'ok' if ok else 'FAIL'}: {message}", flush=True)
@@ -247,13 +248,14 @@ def main():
                     return False
                 return statuses[i - 1]["revision"] >= max(s["revision"] for s in statuses) - 50
 
-            check(within(120, caught_up), f"node {i} stopped (exit {code}), restarted on the new build and caught up "
+            check(code == 0, f"node {i} stopped cleanly on SIGTERM (exit {code})")
+            check(within(120, caught_up), f"node {i} restarted on the new build and caught up "
                                           f"in {time.monotonic() - started:.1f} s")
             if i != NODES[-1]:
                 # An older build still runs: nothing the new format adds may be written yet.
                 time.sleep(3)
                 format_now = ((cluster.status(i) or {}).get("format") or {}).get("cluster")
-                check(format_now in (None, 1), f"the cluster's format stays 1 while an older node runs ({format_now})")
+                check(format_now == 1, f"the cluster's format stays 1 while an older node runs ({format_now})")
             time.sleep(per_node)
             check(len(writer.acked) > before, f"writes went on while node {i} was replaced "
                                               f"({len(writer.acked) - before} acknowledged)")
@@ -286,9 +288,10 @@ def main():
               f"the cluster's format was raised once every node ran the new build ({formats})")
         print(f"writes: {len(writer.attempted)} attempted, {len(acked)} acknowledged, {writer.retries} retried "
               f"({writer.errors}); watch: {watcher.resumes} resumes, final revision {watcher.revision}", flush=True)
+        finished = True
     finally:
         cluster.kill_all()
-        if failures:
+        if failures or not finished:
             print(f"logs kept in {work}", file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)

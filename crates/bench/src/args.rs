@@ -411,7 +411,11 @@ impl BenchArgs {
                 "the scale workload needs --spawn: it stops and restarts the server it grows".into(),
             ));
         }
-        crate::soak::check_args(self.spawn, &plan.workloads)?;
+        if plan.workloads.contains(&Workload::Soak) && !self.spawn {
+            return Err(BenchError::Usage(
+                "the soak workload needs --spawn: it starts a 3-node cluster of its own and stops its leaders".into(),
+            ));
+        }
         if plan.workloads.contains(&Workload::Mirror) {
             if !self.spawn {
                 return Err(BenchError::Usage(

@@ -105,6 +105,33 @@ impl Http {
             .map_err(|_| format!("no reply within {timeout:?}"))?
     }
 
+    /// Sends `GET path` and hands every line of a `200` reply's body to `on_line` as it
+    /// arrives (a watch stream), until the body ends. `Err` for another status or a transport
+    /// error; no timeout (the caller bounds it).
+    pub(crate) async fn stream_lines(&self, path: &str, mut on_line: impl FnMut(&[u8])) -> Result<(), String> {
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(format!("{}{path}", self.base))
+            .body(Full::new(Bytes::new()))
+            .map_err(|err| format!("bad request: {err}"))?;
+        let response = self.client.request(request).await.map_err(|err| format!("{err:?}"))?;
+        if response.status() != StatusCode::OK {
+            return Err(format!("HTTP {}", response.status()));
+        }
+        let mut body = response.into_body();
+        let mut lines = crate::codec::Lines::default();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|err| format!("reading the stream: {err}"))?;
+            if let Ok(data) = frame.into_data() {
+                lines.push(&data, |line| {
+                    on_line(line);
+                    Ok::<(), String>(())
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// Like [`Http::send`], but a non-2xx status is an error too (with the reply's text).
     pub(crate) async fn send_ok(&self, method: Method, path: &str, body: Option<Bytes>) -> Result<Bytes, String> {
         let (status, body) = self.send(method, path, body).await?;

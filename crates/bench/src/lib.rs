@@ -407,7 +407,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     }
     if plan.workloads.contains(&Workload::Soak) {
         info!(duration = ?plan.duration, "running the soak workload");
-        let result = soak::soak(&muster_bin(&args)?, plan.duration).await?;
+        let result = scale::soak_cluster(&muster_bin(&args)?, plan.duration).await?;
         finished(
             &mut workloads,
             WorkloadReport::new(Workload::Soak, vec![result], Vec::new()),

@@ -28,7 +28,7 @@
 //! This module is the pure part (sizes, figures, the server's config); the I/O shell is in
 //! `scale/run.rs` and `scale/member.rs`, the table in `scale/table.rs`.
 
-pub(crate) mod member;
+mod member;
 mod run;
 mod table;
 
@@ -36,7 +36,7 @@ use serde::Serialize;
 
 use crate::report::LatencySummary;
 
-pub(crate) use run::{join, scale};
+pub(crate) use run::{scale, soak_cluster};
 pub(crate) use table::scale_notes;
 
 /// Instances per service while filling: a large deployment's replica count, so 1,000,000

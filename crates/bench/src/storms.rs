@@ -27,7 +27,7 @@ mod expiry;
 mod hotcold;
 mod measure;
 mod reconnect;
-pub(crate) mod stream;
+mod stream;
 
 pub use evacuation::EvacuationSummary;
 pub use expiry::ExpirySummary;

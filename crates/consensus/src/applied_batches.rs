@@ -21,7 +21,8 @@
 //! - Memory is bounded by count and by time: [`MAX_SESSIONS`] sessions, the least recently
 //!   applied one forgotten first; and a session's verdicts are let go [`KEEP_VERDICTS_MS`]
 //!   after its newest batch, by the log's own clock (the newest `at_ms` of the batch being
-//!   applied, the same on every replica). Its number is kept, so a late copy is still
+//!   applied, the same on every replica), once [`KEEP_VERDICTS_ENTRIES`] entries have passed
+//!   too (a proposer's clock may be off). Its number is kept, so a late copy is still
 //!   stale; a retry after that finds no verdicts and is answered as stale too, which is safe
 //!   because the proposer stopped waiting one write timeout (5 s) after it proposed.
 
@@ -37,9 +38,13 @@ use crate::types::{BatchId, Outcome};
 pub(crate) const MAX_SESSIONS: usize = 1024;
 
 /// How long a session's newest verdicts are kept after it was proposed: twelve write
-/// timeouts, so that a retry is answered even across a minute of clock skew between the
-/// proposer and a later proposer whose batch moves the log's clock on.
+/// timeouts.
 pub(crate) const KEEP_VERDICTS_MS: u64 = 60_000;
+
+/// And how many log entries past it, at least: the time is the proposers' wall clocks, so a
+/// node whose clock runs minutes ahead must not take a retry's verdicts away while the retry
+/// can still come (one write timeout: far fewer entries than this at any write rate here).
+pub(crate) const KEEP_VERDICTS_ENTRIES: u64 = 100_000;
 
 /// What the state machine must do with a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +111,9 @@ impl AppliedBatches {
     /// lets go of every session's verdicts older than [`KEEP_VERDICTS_MS`] by that clock.
     pub(crate) fn record(&mut self, id: BatchId, log_index: u64, at_ms: u64, outcome: Outcome) {
         for last in self.sessions.values_mut() {
-            if !last.dropped && at_ms.saturating_sub(last.at_ms) > KEEP_VERDICTS_MS {
+            let old = at_ms.saturating_sub(last.at_ms) > KEEP_VERDICTS_MS
+                && log_index.saturating_sub(last.log_index) > KEEP_VERDICTS_ENTRIES;
+            if !last.dropped && old {
                 last.outcome = Outcome(Vec::new());
                 last.dropped = true;
             }
@@ -179,14 +186,22 @@ mod tests {
         // Trace: sessions of nodes restarted long ago each held a whole batch's verdicts
         // (up to 1,024 of them) until a thousand newer sessions pushed them out.
         let mut batches = AppliedBatches::default();
+        let far = 11 + KEEP_VERDICTS_ENTRIES;
         batches.record(id(1, 7), 10, 1_000, outcome(1_024));
-        batches.record(id(2, 1), 11, 1_000 + KEEP_VERDICTS_MS, outcome(1));
+        batches.record(id(2, 1), far, 1_000 + KEEP_VERDICTS_MS, outcome(1));
         assert_eq!(
             batches.seen(id(1, 7)),
             Seen::Retry(outcome(1_024)),
             "still within the window"
         );
-        batches.record(id(2, 2), 12, 1_001 + KEEP_VERDICTS_MS, outcome(1));
+        // A proposer whose clock runs far ahead: the time says old, the log does not.
+        batches.record(id(3, 1), 12, 1_000_000_000, outcome(1));
+        assert_eq!(
+            batches.seen(id(1, 7)),
+            Seen::Retry(outcome(1_024)),
+            "a clock alone lets nothing go"
+        );
+        batches.record(id(2, 2), far + 1, 1_001 + KEEP_VERDICTS_MS, outcome(1));
         assert_eq!(
             batches.seen(id(1, 7)),
             Seen::Stale,

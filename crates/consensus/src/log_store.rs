@@ -127,18 +127,28 @@ pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
 impl LogStore {
     /// Opens or creates the log database and starts its writer thread.
     pub(crate) fn open(path: &Path) -> Result<LogStore, io::Error> {
+        // A repair found at an earlier open is refused at every open after it: redb keeps its
+        // repair, so the file alone no longer shows that entries were dropped.
+        let damaged = damage_marker(path);
+        if let Ok(why) = std::fs::read_to_string(&damaged) {
+            return Err(io::Error::other(format!(
+                "{why} (recorded in {}: remove it once this log is restored, or clear this member's data \
+                 directory and add it again)",
+                damaged.display()
+            )));
+        }
         let mut db = Database::create(path).map_err(io_error)?;
-        // Every page against its checksum, once, before anything is read (SPEC R6): a
+        // Every page against its checksum, once, before anything is read (SPEC R1): a
         // flipped bit in a stored entry is found here, not by a follower that is sent it.
         // Opening already repaired what a crash left half-written, so a repair now means
         // damage to committed pages: refused, as the entries it dropped were acknowledged.
         match db.check_integrity() {
             Ok(true) => {}
             Ok(false) => {
-                return Err(io::Error::other(
-                    "the log failed its integrity check and was repaired by going back to an earlier \
-                     commit: acknowledged entries may be missing",
-                ));
+                let why = "the log failed its integrity check and redb repaired it by going back to an \
+                           earlier commit: acknowledged entries may be missing";
+                std::fs::write(&damaged, why)?;
+                return Err(io::Error::other(format!("{why} (recorded in {})", damaged.display())));
             }
             Err(error) => return Err(io::Error::other(format!("the log failed its integrity check: {error}"))),
         }
@@ -224,6 +234,13 @@ impl LogStore {
     fn tail(&self) -> std::sync::MutexGuard<'_, LogTail> {
         self.tail.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// The file that records a repair [`LogStore::open`] refused: `raft-log.redb.damaged`.
+fn damage_marker(path: &Path) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".damaged");
+    std::path::PathBuf::from(name)
 }
 
 fn read_meta<T: serde::de::DeserializeOwned>(db: &Database, key: &str) -> Result<Option<T>, io::Error> {

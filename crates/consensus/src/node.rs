@@ -250,40 +250,53 @@ impl Parts {
     ) -> Result<Parts, ConsensusError> {
         let storage = |e: std::io::Error| ConsensusError::Storage(e.to_string());
         let log_path = config.data_dir.join("raft-log.redb");
-        let (log, log_writer, snapshots) = match disk {
+        let log_name = match disk {
+            None => log_path.display().to_string(),
+            Some(_) => "the simulated log".to_owned(),
+        };
+        let named = |e: std::io::Error| ConsensusError::Storage(format!("{log_name}: {e}"));
+        // A log created by this open, beside a snapshot, means the log was lost: its vote and
+        // the entries after the snapshot with it.
+        let log_was_there = disk.is_some() || log_path.exists();
+        let (log, log_writer) = match disk {
             None => {
                 std::fs::create_dir_all(&config.data_dir).map_err(storage)?;
-                let log = LogStore::open(&log_path)
-                    .map_err(|e| ConsensusError::Storage(format!("{}: {e}", log_path.display())))?;
+                let log = LogStore::open(&log_path).map_err(named)?;
                 let writer = log.take_writer_thread();
-                let snapshots = SnapshotStore::open_dir(&config.data_dir).map_err(storage)?;
-                (Log::Disk(log), writer, snapshots)
+                (Log::Disk(log), writer)
             }
-            Some(disk) => {
-                let log = SimLogStore::open(disk).map_err(storage)?;
-                (Log::Sim(log), None, SnapshotStore::Sim(SimSnapshots::new(disk)))
+            Some(disk) => (Log::Sim(SimLogStore::open(disk).map_err(storage)?), None),
+        };
+        let opened = (|| {
+            let (snapshots, last_purged, committed) = match (&log, disk) {
+                (Log::Disk(log), _) => (
+                    SnapshotStore::open_dir(&config.data_dir).map_err(storage)?,
+                    log.last_purged_index(),
+                    log.committed_index().map_err(named)?,
+                ),
+                (Log::Sim(log), Some(disk)) => (
+                    SnapshotStore::Sim(SimSnapshots::new(disk)),
+                    log.last_purged_index(),
+                    log.committed_index(),
+                ),
+                (Log::Sim(_), None) => unreachable!("a simulated log is opened on a simulated disk"),
+            };
+            let mut machine = StateMachine::open_in(snapshots, config.registry.clone(), observer).map_err(storage)?;
+            if !log_was_there && machine.snapshot_index() > 0 {
+                return Err(ConsensusError::Storage(format!(
+                    "cannot open without losing acknowledged writes: {log_name} is missing beside {} at index \
+                     {}, so this node's vote and every entry after that snapshot are gone. Put the log back, or, \
+                     on a member of a cluster, remove this data directory and add the node again",
+                    machine.opened().loaded.unwrap_or("a snapshot"),
+                    machine.snapshot_index()
+                )));
             }
-        };
-        let (last_purged, committed, log_name) = match &log {
-            Log::Disk(log) => (
-                log.last_purged_index(),
-                log.committed_index().map_err(storage)?,
-                log_path.display().to_string(),
-            ),
-            Log::Sim(log) => (
-                log.last_purged_index(),
-                log.committed_index(),
-                "the simulated log".to_owned(),
-            ),
-        };
-        let opened = StateMachine::open_in(snapshots, config.registry.clone(), observer)
-            .map_err(storage)
-            .and_then(|machine| {
-                reaches_back(machine.opened(), machine.snapshot_index(), last_purged, &log_name)
-                    .map_err(ConsensusError::Storage)?;
-                Ok(machine)
-            });
-        let mut machine = match opened {
+            reaches_back(machine.opened(), machine.snapshot_index(), last_purged, &log_name)
+                .map_err(ConsensusError::Storage)?;
+            machine.replays_until(committed);
+            Ok(machine)
+        })();
+        let machine = match opened {
             Ok(machine) => machine,
             Err(error) => {
                 // Closed before the error returns, so the data directory is free again.
@@ -294,7 +307,6 @@ impl Parts {
                 return Err(error);
             }
         };
-        machine.replays_until(committed);
         let log_writer = Arc::new(std::sync::Mutex::new(log_writer));
         let mut log = log;
         match &mut log {

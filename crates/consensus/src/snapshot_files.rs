@@ -24,7 +24,7 @@
 //!   `Node::open` refuses, naming the files, rather than start behind).
 //! - A current file that was not loaded is never rotated over the previous one: the next
 //!   write moves it aside to `snapshot.json.corrupt` and keeps the previous file, the one
-//!   that was good (SPEC R6).
+//!   that was good (SPEC R1).
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -40,11 +40,12 @@ const TEMPORARY_PREFIX: &str = "snapshot.json.tmp";
 const SET_ASIDE: &str = "snapshot.json.corrupt";
 
 /// One stored snapshot, as found on disk.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) struct Candidate {
     /// The file it was read from.
     pub(crate) name: &'static str,
-    pub(crate) bytes: Vec<u8>,
+    /// Its bytes, or why they could not be read (then the next one is tried).
+    pub(crate) bytes: Result<Vec<u8>, io::Error>,
 }
 
 /// Whether a write became the current snapshot.
@@ -111,11 +112,13 @@ impl SnapshotFiles {
         let _guard = self.lock();
         let mut found = Vec::new();
         for name in [CURRENT, PREVIOUS] {
-            let path = self.dir.join(name);
-            let read =
-                read_optional(&path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-            if let Some(bytes) = read {
-                found.push(Candidate { name, bytes });
+            match read_optional(&self.dir.join(name)) {
+                Ok(Some(bytes)) => found.push(Candidate { name, bytes: Ok(bytes) }),
+                Ok(None) => {}
+                Err(error) => found.push(Candidate {
+                    name,
+                    bytes: Err(io::Error::new(error.kind(), format!("unreadable: {error}"))),
+                }),
             }
         }
         Ok(found)
@@ -155,8 +158,8 @@ impl SnapshotFiles {
         }
         if current_exists {
             let to = match current.good() {
-                true => PREVIOUS,
-                false => SET_ASIDE,
+                true => PREVIOUS.to_owned(),
+                false => set_aside_name(&self.dir),
             };
             std::fs::rename(self.dir.join(CURRENT), self.dir.join(to))?;
         }
@@ -168,6 +171,18 @@ impl SnapshotFiles {
         };
         Ok(Stored::Current)
     }
+}
+
+/// The first free name of `snapshot.json.corrupt`, `snapshot.json.corrupt.1`, ...: each file
+/// set aside is kept to look at.
+fn set_aside_name(dir: &Path) -> String {
+    (0_u32..)
+        .map(|n| match n {
+            0 => SET_ASIDE.to_owned(),
+            n => format!("{SET_ASIDE}.{n}"),
+        })
+        .find(|name| !dir.join(name).exists())
+        .unwrap_or_else(|| SET_ASIDE.to_owned())
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), io::Error> {
@@ -224,7 +239,12 @@ mod tests {
     }
 
     fn bytes(files: &SnapshotFiles) -> Vec<Vec<u8>> {
-        files.candidates().unwrap().into_iter().map(|c| c.bytes).collect()
+        files
+            .candidates()
+            .unwrap()
+            .into_iter()
+            .map(|c| c.bytes.unwrap())
+            .collect()
     }
 
     #[test]
@@ -244,6 +264,15 @@ mod tests {
         // From then on the rotation is the usual one.
         files.store(log_id(20), b"new at 20").unwrap();
         assert_eq!(bytes(&files), [b"new at 20".to_vec(), b"new at 12".to_vec()]);
+        // A second bad file is set aside beside the first, not over it.
+        std::fs::write(dir.path().join(CURRENT), b"corrupt again").unwrap();
+        files.loaded(Some(PREVIOUS), log_id(12));
+        files.store(log_id(30), b"new at 30").unwrap();
+        assert_eq!(std::fs::read(dir.path().join(SET_ASIDE)).unwrap(), b"corrupt");
+        assert_eq!(
+            std::fs::read(dir.path().join(format!("{SET_ASIDE}.1"))).unwrap(),
+            b"corrupt again"
+        );
     }
 
     #[test]

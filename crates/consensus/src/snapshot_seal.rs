@@ -1,5 +1,5 @@
 //! A snapshot's checksum, carried inside the snapshot's own JSON so that the file stays
-//! one JSON object every build reads (SPEC R6: a corrupt or truncated snapshot is detected,
+//! one JSON object every build reads (SPEC R1, R7: a corrupt or truncated snapshot is detected,
 //! never loaded or rotated over a good one).
 //!
 //! ```text

@@ -85,7 +85,7 @@ impl SnapshotStore {
                 .candidates()
                 .into_iter()
                 .zip(["the simulated current snapshot", "the simulated previous snapshot"])
-                .map(|(bytes, name)| Candidate { name, bytes })
+                .map(|(bytes, name)| Candidate { name, bytes: Ok(bytes) })
                 .collect()),
         }
     }

@@ -143,7 +143,8 @@ impl StateMachine {
             replay_until: 0,
         };
         for candidate in files.candidates()? {
-            match machine.restore(&candidate.bytes) {
+            let restored = candidate.bytes.and_then(|bytes| machine.restore(&bytes));
+            match restored {
                 Ok(()) => {
                     files.loaded(Some(candidate.name), machine.last_applied);
                     machine.durable.advance(machine.last_applied);
@@ -388,6 +389,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         else {
             return Ok(None);
         };
+        // Never sent on if it rotted on disk since it was written: this node stops on the error
+        // (another leads), rather than every follower that needs it stopping on installing it.
+        crate::snapshot_seal::unseal(&bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
         let stored: StoredSnapshot = serde_json::from_slice(&bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
         Ok(Some(Snapshot {
             meta: stored.meta,

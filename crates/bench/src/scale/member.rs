@@ -242,3 +242,26 @@ pub(crate) async fn full_set(http: &Http, path: String) -> Result<FullSet, Strin
         service_revision: reply.service_revision.0,
     })
 }
+
+impl crate::soak::SoakNode for Member {
+    fn id(&self) -> u64 {
+        Member::id(self)
+    }
+
+    fn url(&self) -> String {
+        Member::url(self)
+    }
+
+    fn pid(&self) -> u32 {
+        Member::pid(self)
+    }
+
+    fn restart(&mut self) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(async move {
+            Member::restart(self, Stop::Term).await.map_err(|err| err.to_string())?;
+            self.wait_until(|s| s.ready && s.leader.is_some(), None, Duration::from_secs(120), None)
+                .await
+                .map(|_| ())
+        })
+    }
+}

@@ -296,3 +296,41 @@ pub(crate) async fn join(bin: &Path, leader: &Member, config: &str, id: u64) -> 
     }
     Ok((joiner, now() - start))
 }
+
+/// The soak workload (`crate::soak`) on a 3-node cluster started here: node 1, then 2 and 3
+/// joined as voters.
+pub(crate) async fn soak_cluster(bin: &Path, duration: Duration) -> Result<SystemResult, BenchError> {
+    let fail = |detail: String| BenchError::Setup {
+        system: "muster",
+        workload: "soak",
+        detail,
+    };
+    let config = crate::soak::CONFIG;
+    let mut first = Member::start(bin, 1, None, config)?;
+    first
+        .wait_until(|s| s.ready && s.leader == Some(1), None, START_TIMEOUT, None)
+        .await
+        .map_err(fail)?;
+    let mut joined = Vec::new();
+    for id in [2, 3] {
+        joined.push(join(bin, &first, config, id).await.map_err(fail)?.0);
+    }
+    let mut members: Vec<Box<dyn crate::soak::SoakNode>> = vec![Box::new(first)];
+    members.extend(
+        joined
+            .into_iter()
+            .map(|m| Box::new(m) as Box<dyn crate::soak::SoakNode>),
+    );
+    let started = now();
+    let soaked = crate::soak::soak(members, duration).await.map_err(fail)?;
+    Ok(SystemResult {
+        note: Some(soaked.note),
+        ..SystemResult::from_requests(
+            System::Muster,
+            soaked.writes,
+            soaked.errors,
+            now() - started,
+            &soaked.latency,
+        )
+    })
+}
