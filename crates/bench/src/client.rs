@@ -18,6 +18,17 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a TCP connection may take: the systems under test are on loopback.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Why [`Http::stream_lines`] ended before its stream did.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StreamError {
+    /// The server answered another status than `200`.
+    #[error("HTTP {0}")]
+    Refused(StatusCode),
+    /// The connection failed or broke.
+    #[error("{0}")]
+    Transport(String),
+}
+
 /// A client of one base URL.
 #[derive(Debug, Clone)]
 pub(crate) struct Http {
@@ -108,24 +119,28 @@ impl Http {
     /// Sends `GET path` and hands every line of a `200` reply's body to `on_line` as it
     /// arrives (a watch stream), until the body ends. `Err` for another status or a transport
     /// error; no timeout (the caller bounds it).
-    pub(crate) async fn stream_lines(&self, path: &str, mut on_line: impl FnMut(&[u8])) -> Result<(), String> {
+    pub(crate) async fn stream_lines(&self, path: &str, mut on_line: impl FnMut(&[u8])) -> Result<(), StreamError> {
         let request = Request::builder()
             .method(Method::GET)
             .uri(format!("{}{path}", self.base))
             .body(Full::new(Bytes::new()))
-            .map_err(|err| format!("bad request: {err}"))?;
-        let response = self.client.request(request).await.map_err(|err| format!("{err:?}"))?;
+            .map_err(|err| StreamError::Transport(format!("bad request: {err}")))?;
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|err| StreamError::Transport(format!("{err:?}")))?;
         if response.status() != StatusCode::OK {
-            return Err(format!("HTTP {}", response.status()));
+            return Err(StreamError::Refused(response.status()));
         }
         let mut body = response.into_body();
         let mut lines = crate::codec::Lines::default();
         while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|err| format!("reading the stream: {err}"))?;
+            let frame = frame.map_err(|err| StreamError::Transport(format!("reading the stream: {err}")))?;
             if let Ok(data) = frame.into_data() {
                 lines.push(&data, |line| {
                     on_line(line);
-                    Ok::<(), String>(())
+                    Ok::<(), StreamError>(())
                 })?;
             }
         }

@@ -46,7 +46,21 @@ pub(crate) trait SoakNode: Send {
     fn pid(&self) -> u32;
     /// Stops it with SIGTERM and starts it again on the same data dir; resolves once it is
     /// ready and names a leader.
-    fn restart(&mut self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
+    fn restart(&mut self) -> Pin<Box<dyn Future<Output = Result<(), SoakError>> + Send + '_>>;
+}
+
+/// Why a soak ended early or failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SoakError {
+    /// The cluster did not do what the soak asked of it (grant, elect, restart, converge).
+    #[error("the cluster: {0}")]
+    Cluster(String),
+    /// A node's answer could not be read.
+    #[error("a node's answer: {0}")]
+    Answer(String),
+    /// A node serves something the client's record says it must not, or lacks what it must.
+    #[error("the history check failed: {0}")]
+    History(String),
 }
 
 /// What the soak measured, for the caller's report.
@@ -126,7 +140,7 @@ struct Sample {
 }
 
 /// Runs the soak for `duration` on `members`, a running 3-node cluster.
-pub(crate) async fn soak(mut members: Vec<Box<dyn SoakNode>>, duration: Duration) -> Result<Soaked, String> {
+pub(crate) async fn soak(mut members: Vec<Box<dyn SoakNode>>, duration: Duration) -> Result<Soaked, SoakError> {
     let load_at_start = crate::load::load_average();
     let urls: Vec<String> = members.iter().map(|m| m.url()).collect();
     let clients = Arc::new(urls.iter().map(|url| Http::new(url, 4)).collect::<Vec<_>>());
@@ -205,7 +219,7 @@ pub(crate) async fn soak(mut members: Vec<Box<dyn SoakNode>>, duration: Duration
         curve(&samples),
     );
     if verdict.contains("LOST") || verdict.contains("STILL") {
-        return Err(format!("the history check failed: {note}"));
+        return Err(SoakError::History(note));
     }
     Ok(Soaked {
         writes: history.writes,
@@ -216,15 +230,17 @@ pub(crate) async fn soak(mut members: Vec<Box<dyn SoakNode>>, duration: Duration
 }
 
 /// Grants a lease of `ttl_ms` on whichever node answers.
-async fn grant(clients: &[Http], ttl_ms: u64) -> Result<u64, String> {
+async fn grant(clients: &[Http], ttl_ms: u64) -> Result<u64, SoakError> {
     let body = Bytes::from(json!({ "ttl_ms": ttl_ms }).to_string());
     let (reply, _) = on_any(clients, 0, Method::POST, "/v1/leases/default", Some(body)).await;
     match reply {
         Some((status, body)) if status.is_success() => serde_json::from_slice::<serde_json::Value>(&body)
             .ok()
             .and_then(|v| v["lease"]["id"].as_u64())
-            .ok_or_else(|| format!("a lease grant answered {}", String::from_utf8_lossy(&body))),
-        other => Err(format!("no node granted the soak's lease: {other:?}")),
+            .ok_or_else(|| SoakError::Answer(format!("a lease grant: {}", String::from_utf8_lossy(&body)))),
+        other => Err(SoakError::Cluster(format!(
+            "no node granted the soak's lease: {other:?}"
+        ))),
     }
 }
 
@@ -404,7 +420,7 @@ async fn watcher(urls: Vec<String>, k: u64, stats: Arc<Mutex<WatchStats>>, mut s
 
 /// Stops the leader (SIGTERM) and starts it again; returns once the restarted node is ready
 /// and names a leader.
-async fn change_leader(members: &mut [Box<dyn SoakNode>]) -> Result<(), String> {
+async fn change_leader(members: &mut [Box<dyn SoakNode>]) -> Result<(), SoakError> {
     let mut leader = None;
     let asked = now();
     while leader.is_none() && now() - asked < Duration::from_secs(30) {
@@ -418,11 +434,11 @@ async fn change_leader(members: &mut [Box<dyn SoakNode>]) -> Result<(), String> 
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    let leader = leader.ok_or("no node named a leader within 30 s")?;
+    let leader = leader.ok_or_else(|| SoakError::Cluster("no node named a leader within 30 s".into()))?;
     let member = members
         .iter_mut()
         .find(|m| m.id() == leader)
-        .ok_or_else(|| format!("the leader {leader} is not a member"))?;
+        .ok_or_else(|| SoakError::Cluster(format!("the leader {leader} is not a member")))?;
     member.restart().await
 }
 
@@ -518,7 +534,7 @@ fn curve(samples: &[Sample]) -> String {
 }
 
 /// Waits until every node answers at one revision.
-async fn converge(clients: &[Http]) -> Result<(), String> {
+async fn converge(clients: &[Http]) -> Result<(), SoakError> {
     let started = now();
     loop {
         let mut revisions = BTreeSet::new();
@@ -529,31 +545,31 @@ async fn converge(clients: &[Http]) -> Result<(), String> {
             return Ok(());
         }
         if now() - started > Duration::from_secs(120) {
-            return Err(format!(
+            return Err(SoakError::Cluster(format!(
                 "the nodes did not reach one revision within 120 s: {revisions:?}"
-            ));
+            )));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 /// Holds every node's sets against the record; the verdict as one phrase.
-async fn check(clients: &[Http], expect: &BTreeMap<u64, Expect>) -> Result<String, String> {
+async fn check(clients: &[Http], expect: &BTreeMap<u64, Expect>) -> Result<String, SoakError> {
     let mut lost = BTreeSet::new();
     let mut still = BTreeSet::new();
     for client in clients {
         let mut served = BTreeSet::new();
         for k in 0..SERVICES {
             let path = format!("{NAMESPACE}/svc-{k}?consistency=stale");
-            let (status, body) = client.send(Method::GET, &path, None).await?;
+            let (status, body) = client.send(Method::GET, &path, None).await.map_err(SoakError::Answer)?;
             if status == StatusCode::NOT_FOUND {
                 continue;
             }
             if status != StatusCode::OK {
-                return Err(format!("{}{path}: HTTP {status}", client.base()));
+                return Err(SoakError::Answer(format!("{}{path}: HTTP {status}", client.base())));
             }
             let reply: serde_json::Value =
-                serde_json::from_slice(&body).map_err(|err| format!("{path}: {err} ({status})"))?;
+                serde_json::from_slice(&body).map_err(|err| SoakError::Answer(format!("{path}: {err} ({status})")))?;
             for endpoint in reply["endpoints"].as_array().into_iter().flatten() {
                 if let Some(n) = endpoint["instance"]
                     .as_str()

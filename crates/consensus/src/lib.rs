@@ -43,8 +43,8 @@ mod storage_tests;
 mod types;
 
 pub use network::{
-    CallError, PeerClient, PeerTransport, Rpc, SECRET_HEADER, TransportReply, WIRE_HEADER, WIRE_VERSION, readable_wire,
-    shrink,
+    CallError, PeerClient, PeerTransport, Rpc, SECRET_HEADER, TransportReply, WIRE_HEADER, WIRE_VERSION, WireError,
+    readable_wire, shrink,
 };
 pub use node::{
     ApplyObserver, ClusterConfig, ConsensusError, Judged, Member, Node, NodeConfig, NodeStatus, SNAPSHOT_CHUNK_BYTES,

@@ -50,22 +50,30 @@ pub const WIRE_HEADER: &str = "x-muster-wire";
 /// new (the registry format's raise, architecture.md "Formats and versions").
 pub const WIRE_VERSION: u32 = 1;
 
+/// Why a node-to-node message is refused by its [`WIRE_HEADER`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The header is not a version number.
+    #[error("{WIRE_HEADER} is not a version number")]
+    Unreadable,
+    /// A newer encoding than this build reads.
+    #[error("a node-to-node message of version {0}; this build reads versions up to {WIRE_VERSION}: upgrade this node")]
+    Newer(u32),
+}
+
 /// The version a message's [`WIRE_HEADER`] names (`None`: absent, so version 1), if this
 /// build reads it; else the refusal, naming both versions.
-pub fn readable_wire(header: Option<&[u8]>) -> Result<u32, String> {
+pub fn readable_wire(header: Option<&[u8]>) -> Result<u32, WireError> {
     let Some(value) = header else {
         return Ok(1);
     };
     let version = std::str::from_utf8(value)
         .ok()
         .and_then(|text| text.trim().parse::<u32>().ok())
-        .ok_or_else(|| format!("{WIRE_HEADER} is not a version number"))?;
+        .ok_or(WireError::Unreadable)?;
     match version <= WIRE_VERSION {
         true => Ok(version),
-        false => Err(format!(
-            "a node-to-node message of version {version}; this build reads versions up to {WIRE_VERSION}: \
-             upgrade this node"
-        )),
+        false => Err(WireError::Newer(version)),
     }
 }
 
@@ -490,7 +498,7 @@ mod wire_tests {
         assert_eq!(readable_wire(None), Ok(1));
         assert_eq!(readable_wire(Some(b"1")), Ok(1));
         let newer = (WIRE_VERSION + 1).to_string();
-        let refused = readable_wire(Some(newer.as_bytes())).unwrap_err();
+        let refused = readable_wire(Some(newer.as_bytes())).unwrap_err().to_string();
         assert!(refused.contains(&format!("version {newer}")), "{refused}");
         assert!(refused.contains(&format!("up to {WIRE_VERSION}")), "{refused}");
         assert!(readable_wire(Some(b"two")).is_err());

@@ -292,7 +292,7 @@ impl Parts {
                 )));
             }
             reaches_back(machine.opened(), machine.snapshot_index(), last_purged, &log_name)
-                .map_err(ConsensusError::Storage)?;
+                .map_err(|behind| ConsensusError::Storage(behind.to_string()))?;
             machine.replays_until(committed);
             Ok(machine)
         })();
@@ -360,10 +360,26 @@ fn leads_in(id: u64, leader: Option<u64>, term: u64, last_applied: Option<LogId>
     (leader == Some(id) && applied_this_term).then_some(term)
 }
 
+/// A node whose log does not reach back to the snapshot it loaded ([`reaches_back`]).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot open without losing acknowledged writes: {log} is purged up to index {last_purged}, but {loaded}\
+     {passed_over}. Put back a good snapshot file, or, on a member of a cluster, remove this data directory and \
+     add the node again so that it catches up from the leader"
+)]
+struct LogBehind {
+    log: String,
+    last_purged: u64,
+    /// Which snapshot loaded, and where it ends.
+    loaded: String,
+    /// The snapshots passed over and why, in parentheses (empty: none).
+    passed_over: String,
+}
+
 /// Refuses to open a node whose log does not reach back to the snapshot it loaded: the
 /// entries in between were acknowledged and are in no file this node can read, so starting
 /// would leave it silently behind (SPEC R6). Names each file and why.
-fn reaches_back(opened: &Opened, snapshot_index: u64, last_purged: u64, log: &str) -> Result<(), String> {
+fn reaches_back(opened: &Opened, snapshot_index: u64, last_purged: u64, log: &str) -> Result<(), LogBehind> {
     if last_purged <= snapshot_index {
         return Ok(());
     }
@@ -375,11 +391,12 @@ fn reaches_back(opened: &Opened, snapshot_index: u64, last_purged: u64, log: &st
         true => String::new(),
         false => format!(" ({})", opened.passed_over.join("; ")),
     };
-    Err(format!(
-        "cannot open without losing acknowledged writes: {log} is purged up to index {last_purged}, \
-         but {loaded}{passed_over}. Put back a good snapshot file, or, on a member of a cluster, \
-         remove this data directory and add the node again so that it catches up from the leader"
-    ))
+    Err(LogBehind {
+        log: log.to_owned(),
+        last_purged,
+        loaded,
+        passed_over,
+    })
 }
 
 /// A started Raft and what the node keeps beside it.

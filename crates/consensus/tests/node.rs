@@ -181,6 +181,15 @@ async fn open_keeping(
     Node::open(config, Arc::new(Recorder::default())).await
 }
 
+/// Why opening `dir` with that retention is refused (it must be).
+async fn refusal(dir: &std::path::Path, keep_after_snapshot: u64) -> String {
+    open_keeping(dir, keep_after_snapshot)
+        .await
+        .err()
+        .expect("refuses to open")
+        .to_string()
+}
+
 /// Writes 10 registrations and a snapshot, twice, then 5 more; returns the state and the
 /// previous snapshot's bytes, with the node shut down.
 async fn two_snapshots_and_a_tail(dir: &std::path::Path, keep_after_snapshot: u64) -> (Vec<u8>, Vec<u8>) {
@@ -261,11 +270,7 @@ async fn a_node_that_cannot_open_without_losing_writes_refuses_naming_the_files(
     let dir = tempfile::tempdir().unwrap();
     two_snapshots_and_a_tail(dir.path(), 0).await;
     flip_a_digit(dir.path());
-    let refused = open_keeping(dir.path(), 0)
-        .await
-        .err()
-        .expect("refuses to open")
-        .to_string();
+    let refused = refusal(dir.path(), 0).await;
     for named in [
         "cannot open without losing acknowledged writes",
         "raft-log.redb is purged up to index",
@@ -277,11 +282,7 @@ async fn a_node_that_cannot_open_without_losing_writes_refuses_naming_the_files(
     // With neither snapshot there at all, the same.
     std::fs::remove_file(dir.path().join("snapshot.json")).unwrap();
     std::fs::remove_file(dir.path().join("snapshot.prev.json")).unwrap();
-    let refused = open_keeping(dir.path(), 0)
-        .await
-        .err()
-        .expect("refuses to open")
-        .to_string();
+    let refused = refusal(dir.path(), 0).await;
     assert!(refused.contains("no snapshot loads"), "{refused}");
 }
 
@@ -298,11 +299,7 @@ async fn a_truncated_log_file_is_refused_by_name() {
         .unwrap()
         .set_len(len / 2)
         .unwrap();
-    let refused = open_keeping(dir.path(), 1_000)
-        .await
-        .err()
-        .expect("refuses to open")
-        .to_string();
+    let refused = refusal(dir.path(), 1_000).await;
     assert!(refused.contains("raft-log.redb"), "{refused}");
 }
 
@@ -324,11 +321,7 @@ async fn a_flipped_bit_in_the_log_is_refused_by_name() {
         bytes[at + 8] = b'4';
     }
     std::fs::write(&log, bytes).unwrap();
-    let refused = open_keeping(dir.path(), 1_000)
-        .await
-        .err()
-        .expect("refuses to open")
-        .to_string();
+    let refused = refusal(dir.path(), 1_000).await;
     assert!(
         refused.contains("raft-log.redb") && refused.contains("integrity"),
         "{refused}"
@@ -343,11 +336,7 @@ async fn a_missing_log_beside_a_snapshot_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     two_snapshots_and_a_tail(dir.path(), 1_000).await;
     std::fs::remove_file(dir.path().join("raft-log.redb")).unwrap();
-    let refused = open_keeping(dir.path(), 1_000)
-        .await
-        .err()
-        .expect("refuses to open")
-        .to_string();
+    let refused = refusal(dir.path(), 1_000).await;
     assert!(
         refused.contains("raft-log.redb is missing beside snapshot.json"),
         "{refused}"

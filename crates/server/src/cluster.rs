@@ -72,7 +72,7 @@ async fn authenticate_first(State(app): State<Arc<App>>, request: Request, next:
     let wire = request.headers().get(WIRE_HEADER).map(|value| value.as_bytes());
     let mut response = match muster_consensus::readable_wire(wire) {
         Ok(_) => next.run(request).await,
-        Err(refused) => ApiError::bad_request(refused).into_response(),
+        Err(refused) => ApiError::bad_request(refused.to_string()).into_response(),
     };
     response
         .headers_mut()

@@ -256,12 +256,18 @@ impl crate::soak::SoakNode for Member {
         Member::pid(self)
     }
 
-    fn restart(&mut self) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + '_>> {
+    fn restart(
+        &mut self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), crate::soak::SoakError>> + Send + '_>> {
+        use crate::soak::SoakError;
         Box::pin(async move {
-            Member::restart(self, Stop::Term).await.map_err(|err| err.to_string())?;
+            Member::restart(self, Stop::Term)
+                .await
+                .map_err(|err| SoakError::Cluster(err.to_string()))?;
             self.wait_until(|s| s.ready && s.leader.is_some(), None, Duration::from_secs(120), None)
                 .await
                 .map(|_| ())
+                .map_err(SoakError::Cluster)
         })
     }
 }

@@ -218,7 +218,7 @@ async fn catch_up(
     full: &FullSet,
     row: &mut ScaleSize,
 ) -> Result<(), String> {
-    let (mut joiner, added) = join(bin, leader, config, id).await?;
+    let (mut joiner, added) = join(bin, leader, config, id).await.map_err(|err| err.to_string())?;
     // The catch-up is timed from the add's start, as the add is.
     let start = now() - added;
     let http = Http::new(&leader.url(), 1);
@@ -262,9 +262,13 @@ async fn catch_up(
 
 /// Starts node `id` and adds it to `leader`'s cluster as a voter; returns it and how long the
 /// add took (its catch-up as a learner included). A catch-up that stalls ends the wait.
-pub(crate) async fn join(bin: &Path, leader: &Member, config: &str, id: u64) -> Result<(Member, Duration), String> {
-    let mut joiner = Member::start(bin, id, Some(leader), config).map_err(|err| err.to_string())?;
-    joiner.wait_until(|_| true, None, START_TIMEOUT, None).await?;
+pub(crate) async fn join(bin: &Path, leader: &Member, config: &str, id: u64) -> Result<(Member, Duration), BenchError> {
+    let fail = |detail: String| BenchError::Spawn { what: "muster", detail };
+    let mut joiner = Member::start(bin, id, Some(leader), config)?;
+    joiner
+        .wait_until(|_| true, None, START_TIMEOUT, None)
+        .await
+        .map_err(fail)?;
     let http = Http::new(&leader.url(), 1);
     let request = AddMemberRequest {
         id,
@@ -285,14 +289,17 @@ pub(crate) async fn join(bin: &Path, leader: &Member, config: &str, id: u64) -> 
         .await;
     if let Err(why) = waited {
         add.abort();
-        return Err(format!("adding node {id}: {why}"));
+        return Err(fail(format!("adding node {id}: {why}")));
     }
-    let (code, _, reply) = add.await.map_err(|err| err.to_string())??;
+    let (code, _, reply) = add
+        .await
+        .map_err(|err| fail(err.to_string()))?
+        .map_err(|err| fail(format!("adding node {id}: {err}")))?;
     if !code.is_success() {
-        return Err(format!(
+        return Err(fail(format!(
             "adding node {id}: HTTP {code}: {}",
             String::from_utf8_lossy(&reply)
-        ));
+        )));
     }
     Ok((joiner, now() - start))
 }
@@ -313,7 +320,7 @@ pub(crate) async fn soak_cluster(bin: &Path, duration: Duration) -> Result<Syste
         .map_err(fail)?;
     let mut joined = Vec::new();
     for id in [2, 3] {
-        joined.push(join(bin, &first, config, id).await.map_err(fail)?.0);
+        joined.push(join(bin, &first, config, id).await?.0);
     }
     let mut members: Vec<Box<dyn crate::soak::SoakNode>> = vec![Box::new(first)];
     members.extend(
@@ -322,7 +329,9 @@ pub(crate) async fn soak_cluster(bin: &Path, duration: Duration) -> Result<Syste
             .map(|m| Box::new(m) as Box<dyn crate::soak::SoakNode>),
     );
     let started = now();
-    let soaked = crate::soak::soak(members, duration).await.map_err(fail)?;
+    let soaked = crate::soak::soak(members, duration)
+        .await
+        .map_err(|err| fail(err.to_string()))?;
     Ok(SystemResult {
         note: Some(soaked.note),
         ..SystemResult::from_requests(
