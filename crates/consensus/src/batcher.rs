@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  propose ─┐
-//!  propose ─┼─▶ queue ─▶ batcher: drain everything queued (≤ MAX_BATCH) ─▶ one client_write
+//!  propose ─┼─▶ queue ─▶ batcher: drain what is queued (≤ MAX_BATCH, ≤ MAX_BATCH_BYTES) ─▶ one client_write
 //!  propose ─┘                      ◀── one fsync, one apply of the batch ──┘   │
 //!                                  reply to each proposer with its own verdict ◀┘
 //! ```
@@ -39,6 +39,15 @@ use crate::types::{Batch, BatchId, Outcome, Proposal, TypeConfig};
 /// Proposals in one entry at most: 1,024 registrations of ~1 KiB keep an entry near 1 MiB,
 /// and far more writers than that are already waiting on latency, not throughput.
 const MAX_BATCH: usize = 1024;
+/// Encoded bytes of the proposals in one entry at most, its first proposal aside: the bound
+/// that keeps any entry, and so any AppendEntries of one entry, inside the node-to-node limit
+/// (SPEC R5; [`crate::append_pacer`] bounds a request of several).
+pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// Encoded bytes of one proposal at most; a larger one is refused before it is queued.
+pub const MAX_PROPOSAL_BYTES: usize = 2 * 1024 * 1024;
+// The largest entry (a batch just under the bound, then one of the largest proposals) fits
+// one AppendEntries with room for its frame.
+const _: () = assert!(MAX_BATCH_BYTES + MAX_PROPOSAL_BYTES + 64 * 1024 <= crate::append_pacer::MAX_APPEND_BYTES);
 /// How long a write may wait for a quorum before it fails with `no_quorum` (R2: never
 /// hangs): ten election timeouts, so a leader change in between still commits.
 pub(crate) const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -52,6 +61,8 @@ type Verdict = Result<Result<Applied, Rejection>, ConsensusError>;
 
 struct Pending {
     proposal: Proposal,
+    /// Its encoded length.
+    bytes: usize,
     reply: oneshot::Sender<Verdict>,
 }
 
@@ -74,9 +85,16 @@ impl Batcher {
 
     /// Queues a proposal and waits for its verdict.
     pub(crate) async fn propose(&self, proposal: Proposal) -> Verdict {
+        let bytes = encoded_len(&proposal);
+        if bytes > MAX_PROPOSAL_BYTES {
+            return Err(ConsensusError::TooLarge {
+                bytes,
+                limit: MAX_PROPOSAL_BYTES,
+            });
+        }
         let (reply, verdict) = oneshot::channel();
         self.queue
-            .send(Pending { proposal, reply })
+            .send(Pending { proposal, bytes, reply })
             .await
             .map_err(|_| ConsensusError::ShuttingDown)?;
         verdict.await.map_err(|_| ConsensusError::ShuttingDown)?
@@ -89,14 +107,17 @@ async fn run(
     mut pending: mpsc::Receiver<Pending>,
     mut ids: impl Iterator<Item = BatchId>,
 ) {
-    while let Some(first) = pending.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match pending.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
-        }
+    let mut carried = None;
+    loop {
+        let first = match carried.take() {
+            Some(first) => first,
+            None => match pending.recv().await {
+                Some(first) => first,
+                None => return,
+            },
+        };
+        let (batch, over) = gather(first, || pending.try_recv().ok(), |p| p.bytes);
+        carried = over;
         let (proposals, replies): (Vec<_>, Vec<_>) = batch.into_iter().map(|p| (p.proposal, p.reply)).unzip();
         let batch = Batch {
             id: ids.next(),
@@ -120,6 +141,45 @@ async fn run(
             }
         }
     }
+}
+
+/// One entry's proposals: `first`, then what `next` has queued, while the entry holds fewer
+/// than [`MAX_BATCH`] and at most [`MAX_BATCH_BYTES`] beyond its first. The one taken that
+/// did not fit comes back, to start the next entry.
+pub(crate) fn gather<T>(
+    first: T,
+    mut next: impl FnMut() -> Option<T>,
+    bytes: impl Fn(&T) -> usize,
+) -> (Vec<T>, Option<T>) {
+    let mut batch = vec![first];
+    let mut held = 0;
+    while batch.len() < MAX_BATCH {
+        let Some(more) = next() else { break };
+        held += bytes(&more);
+        if held > MAX_BATCH_BYTES {
+            return (batch, Some(more));
+        }
+        batch.push(more);
+    }
+    (batch, None)
+}
+
+/// The length of a proposal as the log encodes it (JSON), counted without keeping the bytes.
+pub(crate) fn encoded_len(proposal: &Proposal) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail, and a proposal always serialises (as the log does).
+    let _ = serde_json::to_writer(&mut count, proposal);
+    count.0
 }
 
 /// Commits a batch: here when this node leads, else forwarded to the leader, then waits until
@@ -212,5 +272,54 @@ fn classify(error: RaftError<u64, ClientWriteError<u64, openraft::BasicNode>>) -
         RaftError::APIError(e) => ConsensusError::Storage(e.to_string()),
         RaftError::Fatal(Fatal::Stopped) => ConsensusError::ShuttingDown,
         RaftError::Fatal(e) => ConsensusError::Storage(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Trace (wave-2 notes): 1,024 registrations per entry of any size made an entry bounded
+    /// only by the request limits; 1,024 bodies of 64 KiB are a 64 MiB entry, past the
+    /// node-to-node limit, refused on every resend.
+    #[test]
+    fn an_entry_holds_at_most_the_byte_bound_beyond_its_first_proposal() {
+        let size = 64 * 1024;
+        let mut queued = (1..MAX_BATCH).collect::<std::collections::VecDeque<_>>();
+        let (batch, over) = gather(0, || queued.pop_front(), |_| size);
+        assert_eq!(batch.len(), MAX_BATCH_BYTES / size + 1);
+        assert_eq!(batch.last(), Some(&(MAX_BATCH_BYTES / size)));
+        assert_eq!(
+            over,
+            Some(MAX_BATCH_BYTES / size + 1),
+            "the one that did not fit starts the next"
+        );
+        assert_eq!(queued.front(), Some(&(MAX_BATCH_BYTES / size + 2)), "nothing was lost");
+    }
+
+    #[test]
+    fn small_proposals_fill_an_entry_to_the_count_and_a_large_first_one_goes_alone() {
+        let mut queued = (1..2 * MAX_BATCH).collect::<std::collections::VecDeque<_>>();
+        let (batch, over) = gather(0, || queued.pop_front(), |_| 100);
+        assert_eq!((batch.len(), over), (MAX_BATCH, None));
+
+        let mut queued = std::collections::VecDeque::from([1, 2]);
+        let (batch, over) = gather(
+            0,
+            || queued.pop_front(),
+            |n| if *n == 1 { MAX_BATCH_BYTES + 1 } else { 1 },
+        );
+        assert_eq!((batch, over), (vec![0], Some(1)));
+        let mut queued = std::collections::VecDeque::from([2]);
+        let (batch, over) = gather(
+            1,
+            || queued.pop_front(),
+            |n| if *n == 1 { MAX_BATCH_BYTES + 1 } else { 1 },
+        );
+        assert_eq!(
+            (batch, over),
+            (vec![1, 2], None),
+            "the first is not counted against the bound"
+        );
     }
 }

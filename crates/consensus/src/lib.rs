@@ -42,6 +42,7 @@ mod state_machine_tests;
 mod storage_tests;
 mod types;
 
+pub use batcher::{MAX_BATCH_BYTES, MAX_PROPOSAL_BYTES};
 pub use network::{
     CallError, PeerClient, PeerTransport, Rpc, SECRET_HEADER, TransportReply, WIRE_HEADER, WIRE_VERSION, WireError,
     readable_wire, shrink,

@@ -110,6 +110,45 @@ async fn appends_of_entries_full_of_large_registrations_never_exceed_the_byte_bo
     assert!(bodies.len() > 1 && bodies.iter().sum::<usize>() > MAX_RPC_BYTES);
 }
 
+/// The largest entry the batcher makes (proposals up to the byte bound, then one of the
+/// largest proposals a node accepts) is sent whole, in one request inside the limit.
+#[tokio::test]
+async fn the_largest_entry_the_batcher_makes_goes_out_in_one_request_inside_the_limit() {
+    use crate::batcher::{MAX_BATCH_BYTES, MAX_PROPOSAL_BYTES, encoded_len, gather};
+    // Proposals just under the largest accepted, queued deeper than one entry holds.
+    let sized = |n: usize| {
+        let mut proposal = large_registration(n);
+        let muster_registry::Command::Register(register) = &mut proposal.command else {
+            unreachable!()
+        };
+        let filler = MAX_PROPOSAL_BYTES - encoded_len(&large_registration(n)) - 64;
+        register.spec.labels.insert("filler".into(), "f".repeat(filler));
+        proposal
+    };
+    let mut queued: std::collections::VecDeque<Proposal> = (1..6).map(sized).collect();
+    assert!(queued.iter().all(|p| encoded_len(p) <= MAX_PROPOSAL_BYTES));
+    let (proposals, over) = gather(sized(0), || queued.pop_front(), encoded_len);
+    assert!(over.is_some(), "the entry was cut at the byte bound");
+    let batch = Batch { id: None, proposals };
+    let follower = Arc::new(Follower::default());
+    let client = PeerClient::with_transport("secret".into(), Default::default(), follower.clone());
+    let mut peer = HttpPeers { client }.new_client(2, &BasicNode::new("node-2")).await;
+    let request = AppendEntriesRequest {
+        vote: leader(),
+        prev_log_id: None,
+        leader_commit: None,
+        entries: vec![entry(1, &batch)],
+    };
+    let reply = peer
+        .append_entries(request, RPCOption::new(std::time::Duration::from_secs(5)))
+        .await;
+    assert!(matches!(reply, Ok(AppendEntriesResponse::Success)), "{reply:?}");
+    let bodies = follower.bodies.lock().unwrap().clone();
+    assert_eq!(bodies.len(), 1);
+    assert!(bodies[0] > MAX_BATCH_BYTES, "the entry is a large one: {bodies:?}");
+    assert!(bodies[0] <= MAX_APPEND_BYTES, "{bodies:?} over {MAX_APPEND_BYTES}");
+}
+
 /// A follower that takes longer than openraft's timeout: openraft drops the call, and the
 /// next request to it carries half as many entries.
 #[tokio::test]

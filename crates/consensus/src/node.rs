@@ -215,6 +215,14 @@ pub enum ConsensusError {
     /// known).
     #[error("this node does not lead{}: ask the leader", .0.map(|id| format!(" (node {id} does)")).unwrap_or_default())]
     NotLeader(Option<u64>),
+    /// A proposal too large for one log entry, refused before it was queued: nothing changed.
+    #[error("the write encodes to {bytes} bytes, more than the {limit} one log entry may hold")]
+    TooLarge {
+        /// Its encoded length.
+        bytes: usize,
+        /// [`crate::MAX_PROPOSAL_BYTES`].
+        limit: usize,
+    },
     /// Storage or the Raft core failed.
     #[error("storage: {0}")]
     Storage(String),

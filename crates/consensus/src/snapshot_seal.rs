@@ -50,17 +50,32 @@ pub(crate) enum SealError {
 }
 
 /// `json` (one serialised JSON object with at least one member) with its checksum put first.
+#[cfg(test)]
 pub(crate) fn seal(json: &[u8]) -> Vec<u8> {
-    let Some(rest) = json.strip_prefix(b"{").filter(|rest| rest.starts_with(b"\"")) else {
+    let written: Result<Vec<u8>, std::convert::Infallible> = sealed(|bytes| {
+        bytes.extend_from_slice(json);
+        Ok(())
+    });
+    written.unwrap_or_else(|never| match never {})
+}
+
+/// What `write` serialises (one JSON object with at least one member), sealed in the same
+/// buffer: room for the checksum is kept before it, so a snapshot of any size is held once,
+/// not copied to add 38 bytes.
+pub(crate) fn sealed<E>(write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>) -> Result<Vec<u8>, E> {
+    let head = PREFIX.len() + SUM_LEN + SUFFIX.len();
+    // The object's own `{` becomes the header's last byte, the `,` before its first member.
+    let mut bytes = vec![b' '; head - 1];
+    write(&mut bytes)?;
+    if !bytes[head - 1..].starts_with(b"{\"") {
         // Not an object with members: nothing a snapshot serialises to; kept as it is.
-        return json.to_vec();
-    };
-    let mut sealed = Vec::with_capacity(json.len() + PREFIX.len() + SUM_LEN + SUFFIX.len());
-    sealed.extend_from_slice(PREFIX);
-    sealed.extend_from_slice(format!("{:016x}", xxhash_rust::xxh3::xxh3_64(rest)).as_bytes());
-    sealed.extend_from_slice(SUFFIX);
-    sealed.extend_from_slice(rest);
-    sealed
+        bytes.drain(..head - 1);
+        return Ok(bytes);
+    }
+    let sum = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes[head..]));
+    let header = [PREFIX, sum.as_bytes(), SUFFIX].concat();
+    bytes[..head].copy_from_slice(&header);
+    Ok(bytes)
 }
 
 /// Checks the checksum of a snapshot's bytes, if it carries one.

@@ -21,19 +21,37 @@ use crate::types::LogId;
 /// this index waits until a snapshot covering it is stored. (Skipping it instead is not
 /// safe: openraft also truncates around an installed snapshot, and a skipped purge leaves a
 /// hole between the last purged entry and the next one.)
+///
+/// The wait runs inside openraft's core, so it must end as soon as its answer is known: when
+/// the snapshot is stored, and also when storing it failed (a damaged transfer, a full disk),
+/// which [`DurableSnapshot::failed`] records; only a store that hangs meets [`PURGE_WAIT`].
 #[derive(Debug, Clone, Default)]
-pub(crate) struct DurableSnapshot(Arc<std::sync::atomic::AtomicU64>);
+pub(crate) struct DurableSnapshot(Arc<Durable>);
+
+#[derive(Debug, Default)]
+struct Durable {
+    /// The index covered by a snapshot on disk (0: none).
+    index: std::sync::atomic::AtomicU64,
+    /// A snapshot this store was given could not be stored: openraft stops on the error, and a
+    /// purge waiting for that snapshot fails at once instead of holding the core.
+    failed: std::sync::atomic::AtomicBool,
+}
 
 impl DurableSnapshot {
     /// The index covered (0: no snapshot).
     pub(crate) fn index(&self) -> u64 {
-        self.0.load(std::sync::atomic::Ordering::Acquire)
+        self.0.index.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Records that a snapshot up to `last_log_id` is on disk.
     pub(crate) fn advance(&self, last_log_id: Option<LogId>) {
         let index = last_log_id.map_or(0, |id| id.index);
-        self.0.fetch_max(index, std::sync::atomic::Ordering::AcqRel);
+        self.0.index.fetch_max(index, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Records that a snapshot could not be read or stored: a purge waiting for it fails now.
+    pub(crate) fn failed(&self) {
+        self.0.failed.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Whether purging the log up to `index` keeps every entry after the snapshot on disk.
@@ -42,11 +60,16 @@ impl DurableSnapshot {
     }
 
     /// Waits until purging up to `index` is safe, polling every millisecond (a poll, not a
-    /// notification, so a simulation on a paused clock stays deterministic); `Err` after
-    /// [`PURGE_WAIT`]: the snapshot was not stored, and the caller fails rather than purge.
+    /// notification, so a simulation on a paused clock stays deterministic); `Err` once a
+    /// snapshot failed to store, or after [`PURGE_WAIT`]: the caller fails rather than purge.
     pub(crate) async fn until_purge_allowed(&self, index: u64) -> Result<(), io::Error> {
         let deadline = tokio::time::Instant::now() + PURGE_WAIT;
         while !self.allows_purge(index) {
+            if self.0.failed.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(io::Error::other(format!(
+                    "the snapshot covering log index {index} could not be stored; not purging"
+                )));
+            }
             if tokio::time::Instant::now() >= deadline {
                 return Err(io::Error::other(format!(
                     "no snapshot covering log index {index} was stored within {PURGE_WAIT:?}; not purging"
@@ -105,20 +128,35 @@ impl SnapshotStore {
         }
     }
 
-    /// Stores a snapshot taken at `last_log_id`; it becomes current only if newer.
-    pub(crate) async fn store(&self, last_log_id: Option<LogId>, bytes: &[u8]) -> Result<Stored, io::Error> {
+    /// Stores a snapshot taken at `last_log_id`; it becomes current only if newer. The bytes
+    /// come back, moved and not copied: a snapshot can be large.
+    pub(crate) async fn store(
+        &self,
+        last_log_id: Option<LogId>,
+        bytes: Vec<u8>,
+    ) -> (Result<Stored, io::Error>, Vec<u8>) {
         match self {
             SnapshotStore::Files(files) => {
                 let files = Arc::clone(files);
-                let bytes = bytes.to_vec();
-                tokio::task::spawn_blocking(move || files.store(last_log_id, &bytes))
+                let written = tokio::task::spawn_blocking(move || {
+                    let stored = files.store(last_log_id, &bytes);
+                    (stored, bytes)
+                });
+                // A panicked write lost the bytes too; the caller fails on the error.
+                written
                     .await
-                    .map_err(io::Error::other)?
+                    .unwrap_or_else(|gone| (Err(io::Error::other(gone)), Vec::new()))
             }
-            SnapshotStore::Sim(sim) => Ok(match sim.store(last_log_id, bytes.to_vec()).await? {
-                true => Stored::Current,
-                false => Stored::Superseded,
-            }),
+            SnapshotStore::Sim(sim) => {
+                let stored = sim
+                    .store(last_log_id, bytes.clone())
+                    .await
+                    .map(|current| match current {
+                        true => Stored::Current,
+                        false => Stored::Superseded,
+                    });
+                (stored, bytes)
+            }
         }
     }
 }

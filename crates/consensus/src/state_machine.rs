@@ -186,9 +186,28 @@ impl StateMachine {
         Arc::clone(&self.shared)
     }
 
+    /// Checks, stores and loads a snapshot received from the leader (parsed once).
+    async fn install(&mut self, meta: &SnapshotMeta<u64, BasicNode>, bytes: Vec<u8>) -> Result<(), StorageError> {
+        crate::snapshot_seal::unseal(&bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
+        let stored: StoredSnapshot = serde_json::from_slice(&bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
+        if stored.meta.last_log_id != meta.last_log_id {
+            let mismatch = io::Error::other("snapshot data does not match its metadata");
+            return Err(snapshot_error(ErrorVerb::Read, mismatch));
+        }
+        store(&self.files, &self.durable, meta.last_log_id, bytes)
+            .await
+            .map_err(|e| sm_error(ErrorVerb::Write, e))?;
+        self.load(stored).map_err(|e| sm_error(ErrorVerb::Write, e))
+    }
+
     fn restore(&mut self, bytes: &[u8]) -> Result<(), io::Error> {
         crate::snapshot_seal::unseal(bytes).map_err(io::Error::other)?;
         let stored: StoredSnapshot = serde_json::from_slice(bytes).map_err(io::Error::other)?;
+        self.load(stored)
+    }
+
+    /// Makes a parsed snapshot the state machine's state.
+    fn load(&mut self, stored: StoredSnapshot) -> Result<(), io::Error> {
         let registry = Registry::import(self.config.clone(), stored.state).map_err(io::Error::other)?;
         let mut current = self.shared.write();
         *current = registry;
@@ -274,9 +293,10 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             state: self.registry.export(),
             batches: self.batches.clone(),
         };
-        let json = serde_json::to_vec(&stored).map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
-        let bytes = crate::snapshot_seal::seal(&json);
-        store(&self.files, &self.durable, meta.last_log_id, &bytes)
+        let bytes = crate::snapshot_seal::sealed(|bytes| serde_json::to_writer(bytes, &stored))
+            .map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
+        drop(stored);
+        let bytes = store(&self.files, &self.durable, meta.last_log_id, bytes)
             .await
             .map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
         Ok(Snapshot {
@@ -286,14 +306,16 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     }
 }
 
-/// Writes a snapshot's bytes (newer wins, [`SnapshotFiles::store`]).
+/// Writes a snapshot's bytes (newer wins, [`SnapshotFiles::store`]) and hands them back; a
+/// failure is recorded in `durable` (a purge waiting for this snapshot then fails at once).
 async fn store(
     files: &SnapshotStore,
     durable: &DurableSnapshot,
     last_log_id: Option<LogId>,
-    bytes: &[u8],
-) -> Result<(), io::Error> {
-    let stored = files.store(last_log_id, bytes).await?;
+    bytes: Vec<u8>,
+) -> Result<Vec<u8>, io::Error> {
+    let (stored, bytes) = files.store(last_log_id, bytes).await;
+    let stored = stored.inspect_err(|_| durable.failed())?;
     if stored == crate::snapshot_files::Stored::Current {
         durable.advance(last_log_id);
     }
@@ -303,7 +325,7 @@ async fn store(
             "a newer snapshot is already on disk; this one was discarded"
         );
     }
-    Ok(())
+    Ok(bytes)
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
@@ -368,17 +390,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMeta<u64, BasicNode>,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
-        let bytes = snapshot.into_inner();
-        crate::snapshot_seal::unseal(&bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
-        let stored: StoredSnapshot = serde_json::from_slice(&bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
-        if stored.meta.last_log_id != meta.last_log_id {
-            let mismatch = io::Error::other("snapshot data does not match its metadata");
-            return Err(snapshot_error(ErrorVerb::Read, mismatch));
+        let installed = self.install(meta, snapshot.into_inner()).await;
+        if installed.is_err() {
+            // openraft purged the log up to this snapshot already, and that purge waits for
+            // it to be stored: it must fail now, not hold the core (snapshot_store).
+            self.durable.failed();
         }
-        store(&self.files, &self.durable, meta.last_log_id, &bytes)
-            .await
-            .map_err(|e| sm_error(ErrorVerb::Write, e))?;
-        self.restore(&bytes).map_err(|e| sm_error(ErrorVerb::Write, e))
+        installed
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {

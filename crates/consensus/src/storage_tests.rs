@@ -56,3 +56,36 @@ async fn a_purge_past_the_snapshot_on_disk_waits_for_it() {
     purge.await.unwrap().expect("purges once the snapshot is stored");
     assert_eq!(log.get_log_state().await.unwrap().last_purged_log_id, Some(upto));
 }
+
+#[tokio::test]
+async fn a_purge_waiting_for_a_snapshot_that_fails_to_install_fails_at_once() {
+    // The purge above runs inside openraft's core: while it waits, that node's Raft stands
+    // still. A snapshot from the leader that cannot be stored (here a damaged transfer) must
+    // end the wait at once with an error, not after the 30 s bound.
+    use openraft::storage::{RaftLogStorage, RaftStateMachine};
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut machine = StateMachine::open(dir.path(), RegistryConfig::default(), Arc::new(Quiet)).expect("opens");
+    let mut log = LogStore::open(&dir.path().join("raft-log.redb")).expect("a new log opens");
+    log.guard_purges(machine.durable_snapshot());
+    let upto = openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), 15);
+    let purge = tokio::spawn(async move { log.purge(upto).await });
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert!(!purge.is_finished(), "the purge waits for the snapshot");
+
+    let meta = openraft::SnapshotMeta {
+        last_log_id: Some(upto),
+        last_membership: openraft::StoredMembership::default(),
+        snapshot_id: "1-15".to_owned(),
+    };
+    let damaged = Box::new(std::io::Cursor::new(b"{\"checksum\":\"xxh3-64:00".to_vec()));
+    machine
+        .install_snapshot(&meta, damaged)
+        .await
+        .expect_err("a damaged snapshot is refused");
+    let purged = tokio::time::timeout(std::time::Duration::from_secs(10), purge)
+        .await
+        .expect("the purge ends once the snapshot it waits for failed")
+        .unwrap();
+    let error = purged.expect_err("nothing is purged past the snapshot on disk");
+    assert!(error.to_string().contains("could not be stored"), "{error}");
+}

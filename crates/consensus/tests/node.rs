@@ -145,6 +145,30 @@ async fn a_restart_from_snapshot_plus_log_reaches_the_same_state() {
     node.shutdown().await.unwrap();
 }
 
+/// A write too large for one log entry is refused with its own error before it is queued,
+/// and changes nothing: an entry must stay inside the node-to-node limit (SPEC R5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_too_large_for_one_entry_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let recorder = Arc::new(Recorder::default());
+    let node = open(dir.path(), 10_000, Arc::clone(&recorder)).await;
+    node.propose(register(1, 1), meta()).await.unwrap().unwrap();
+    let before = state(&node);
+    let Command::Register(mut huge) = register(2, 1) else {
+        unreachable!()
+    };
+    huge.spec.labels = (0..600).map(|i| (format!("label-{i}"), "v".repeat(4096))).collect();
+    let refused = node.propose(huge.into(), meta()).await.expect_err("refused");
+    assert!(
+        matches!(refused, muster_consensus::ConsensusError::TooLarge { bytes, limit }
+            if bytes > limit && limit == muster_consensus::MAX_PROPOSAL_BYTES),
+        "{refused:?}"
+    );
+    assert_eq!(state(&node), before, "nothing changed");
+    assert_eq!(recorder.revisions.lock().unwrap().len(), 1);
+    node.shutdown().await.unwrap();
+}
+
 /// Many concurrent writers all commit, each at its own revision, and the observer sees
 /// every revision once, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

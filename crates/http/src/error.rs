@@ -117,6 +117,7 @@ impl From<ConsensusError> for ApiError {
             ConsensusError::NotLeader(_) => ErrorCode::NotLeader,
             ConsensusError::Membership(_) => ErrorCode::MembershipRefused,
             ConsensusError::Failed(_) => ErrorCode::StorageFailed,
+            ConsensusError::TooLarge { .. } => ErrorCode::PayloadTooLarge,
             _ => ErrorCode::Internal,
         };
         ApiError::new(code, error.to_string())
@@ -239,6 +240,19 @@ mod tests {
             assert!(code.is_transient(), "{code}");
             assert!(!reply.message.contains("write"), "{}", reply.message);
         }
+    }
+
+    #[test]
+    fn a_write_too_large_for_one_log_entry_is_payload_too_large_not_internal() {
+        let reply = ApiError::from(ConsensusError::TooLarge {
+            bytes: 3_000_000,
+            limit: 2_097_152,
+        });
+        assert_eq!(
+            (reply.code, reply.status),
+            (ErrorCode::PayloadTooLarge, StatusCode::PAYLOAD_TOO_LARGE)
+        );
+        assert!(reply.message.contains("3000000"), "{}", reply.message);
     }
 
     #[test]
