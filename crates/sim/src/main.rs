@@ -42,6 +42,11 @@ struct Args {
     /// Regions (1 or 2): with 2, region b mirrors region a's `prod/*` (SPEC G2).
     #[arg(long, default_value_t = 1)]
     regions: u64,
+    /// Only the faults the first traces were found with (no lost and regained leadership,
+    /// no slow node, appends paced at the real byte bound): replays a trace found before
+    /// those faults existed
+    #[arg(long)]
+    shallow: bool,
 }
 
 fn parse_seeds(text: &str) -> Result<std::ops::RangeInclusive<u64>, String> {
@@ -102,20 +107,21 @@ fn main() -> ExitCode {
         steps: args.steps,
         verbose: args.verbose,
         regions: args.regions,
+        shallow: args.shallow,
     };
     // The binary's wiring measures its own wall time for the statistics line; nothing the
     // simulation decides reads it.
     #[allow(clippy::disallowed_methods)]
     let started = std::time::Instant::now();
     let (mut failed, mut steps, mut simulated_ms, mut seeds_run) = (0_u64, 0_u64, 0_u64, 0_u64);
-    let (mut paced, mut supervised) = (0_u64, 0_u64);
+    let (mut paced, mut faults) = (0_u64, muster_sim::FaultCounts::default());
     for seed in seeds {
         let report = run_seed(seed, &options);
         seeds_run += 1;
         steps += report.steps;
         simulated_ms += report.simulated_ms;
         paced += report.net.paced;
-        supervised += report.faults.supervised;
+        faults += report.faults;
         match &report.violation {
             None => println!(
                 "seed={seed} result=ok trace={:016x}{}",
@@ -135,6 +141,9 @@ fn main() -> ExitCode {
                 if args.regions == 2 {
                     nodes.push_str(" --regions 2");
                 }
+                if args.shallow {
+                    nodes.push_str(" --shallow");
+                }
                 println!("  replay: cargo run --release -p muster-sim -- --seeds {seed}{nodes} --verbose");
             }
         }
@@ -142,10 +151,14 @@ fn main() -> ExitCode {
     if args.stats {
         let wall = started.elapsed().as_secs_f64();
         println!(
-            "stats: seeds={seeds_run} failed={failed} steps={steps} simulated_s={:.1} wall_s={wall:.1} steps_per_s={:.0} simulated_x={:.1} paced_appends={paced} supervisor_restarts={supervised}",
+            "stats: seeds={seeds_run} failed={failed} steps={steps} simulated_s={:.1} wall_s={wall:.1} steps_per_s={:.0} simulated_x={:.1} paced_appends={paced} supervisor_restarts={} deposed={} regained={} slowed={}",
             simulated_ms as f64 / 1000.0,
             steps as f64 / wall.max(1e-9),
             simulated_ms as f64 / 1000.0 / wall.max(1e-9),
+            faults.supervised,
+            faults.deposed,
+            faults.regained,
+            faults.slowed,
         );
     }
     if failed > 0 {

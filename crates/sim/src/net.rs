@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use muster_consensus::append_pacer::{AppendPacer, Pace};
+use muster_consensus::append_pacer::{AppendPacer, MAX_RPC_BYTES, Pace};
 use muster_consensus::{CallError, Node, PeerTransport, Rpc, TransportReply, TypeConfig};
 use openraft::BasicNode;
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError};
@@ -69,14 +69,29 @@ pub struct NetStats {
     /// Appends the pacer sent back smaller ([`muster_consensus::append_pacer`]): after a
     /// follower too slow for openraft's timeout, or a request over the byte bound.
     pub paced: u64,
+    /// Messages refused for their size, as the listener refuses a body over
+    /// [`MAX_RPC_BYTES`]: none may be (a final check).
+    pub oversized: u64,
 }
+
+/// The longest one-way delay of a slow node's message.
+const SLOW_DELAY_MS: u64 = 2_000;
+
+/// The byte bound of a simulated append of several entries: far below the real one
+/// ([`muster_consensus::append_pacer::MAX_APPEND_BYTES`]), so that the simulation's small
+/// entries reach it and every run paces appends by size as a large registry does.
+pub const SIM_APPEND_BYTES: usize = 16 * 1024;
 
 struct NetState {
     nodes: BTreeMap<u64, Node>,
     cut: BTreeSet<(u64, u64)>,
+    /// Nodes whose messages are slower than the weather's, by a factor.
+    slow: BTreeMap<u64, u64>,
     weather: Weather,
     rng: SimRng,
     stats: NetStats,
+    /// The pacer's byte bound for an append of several entries.
+    append_bytes: usize,
 }
 
 /// The network. Shared by every node's transports.
@@ -99,15 +114,17 @@ struct Fate {
 }
 
 impl Net {
-    /// A network with no node running yet.
-    pub fn new(rng: SimRng) -> Net {
+    /// A network with no node running yet, whose appends are paced to `append_bytes`.
+    pub fn new(rng: SimRng, append_bytes: usize) -> Net {
         Net {
             state: Mutex::new(NetState {
                 nodes: BTreeMap::new(),
                 cut: BTreeSet::new(),
+                slow: BTreeMap::new(),
                 weather: Weather::CALM,
                 rng,
                 stats: NetStats::default(),
+                append_bytes,
             }),
         }
     }
@@ -156,6 +173,20 @@ impl Net {
         from == to || !self.state().cut.contains(&(from, to))
     }
 
+    /// Every message to or from `id` takes `factor` times the weather's delay (1: normal).
+    pub fn set_slow(&self, id: u64, factor: u64) {
+        let mut state = self.state();
+        match factor {
+            0 | 1 => state.slow.remove(&id),
+            _ => state.slow.insert(id, factor),
+        };
+    }
+
+    /// The slow nodes and their factors.
+    pub fn slow(&self) -> BTreeMap<u64, u64> {
+        self.state().slow.clone()
+    }
+
     /// Sets the weather.
     pub fn set_weather(&self, weather: Weather) {
         self.state().weather = weather;
@@ -171,14 +202,22 @@ impl Net {
         self.state().stats
     }
 
-    fn fate(&self, duplicable: bool) -> Fate {
+    fn fate(&self, from: u64, to: u64, duplicable: bool) -> Fate {
         let mut state = self.state();
         let weather = state.weather;
         let (low, high) = weather.delay_ms;
+        let slow = [from, to]
+            .map(|id| state.slow.get(&id).copied().unwrap_or(1))
+            .into_iter()
+            .max()
+            .unwrap_or(1);
         let rng = &mut state.rng;
+        // A slow node's messages take `slow` times the weather's delay, at most
+        // SLOW_DELAY_MS each way: slow, not lost (a storm's 250 ms would be 25 s).
+        let slowed = |ms: u64| if slow > 1 { (ms * slow).min(SLOW_DELAY_MS) } else { ms };
         let fate = Fate {
-            there_ms: rng.between(low, high),
-            back_ms: rng.between(low, high),
+            there_ms: slowed(rng.between(low, high)),
+            back_ms: slowed(rng.between(low, high)),
             request_lost: rng.chance(weather.loss),
             reply_lost: rng.chance(weather.loss),
             duplicate_after_ms: (duplicable && rng.chance(weather.duplicate)).then(|| rng.between(low, high * 4)),
@@ -211,7 +250,7 @@ impl Net {
         F: FnOnce(Node) -> Fut,
         Fut: Future<Output = T>,
     {
-        let fate = self.fate(duplicate.is_some());
+        let fate = self.fate(from, to, duplicate.is_some());
         tokio::time::sleep(Duration::from_millis(fate.there_ms)).await;
         if fate.request_lost || !self.link(from, to) {
             return Err(self.lost(from, to));
@@ -247,6 +286,14 @@ impl Net {
         rpc: Rpc,
         body: Vec<u8>,
     ) -> Result<Result<Reply, String>, Lost> {
+        if body.len() > MAX_RPC_BYTES {
+            // The listener's answer to a body over its limit, before anything is read.
+            self.state().stats.oversized += 1;
+            return Ok(Err(format!(
+                "payload_too_large: {} bytes over the {MAX_RPC_BYTES} limit",
+                body.len()
+            )));
+        }
         let copy = body.clone();
         let duplicate: Duplicate = Box::new(move |node: Node| {
             Box::pin(async move {
@@ -288,7 +335,7 @@ impl RaftNetworkFactory<TypeConfig> for SimPeers {
             net: Arc::clone(&self.net),
             from: self.me,
             to: target,
-            pacer: AppendPacer::default(),
+            pacer: AppendPacer::new(self.net.state().append_bytes),
         }
     }
 }
@@ -398,5 +445,20 @@ impl PeerTransport for ForwardTransport {
                 Err(lost) => Err(CallError::Unreachable(lost.to_string())),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_message_over_the_listeners_limit_is_refused_and_counted_as_the_listener_would() {
+        let net = Arc::new(Net::new(SimRng::new(1, 2), SIM_APPEND_BYTES));
+        let refused = net.rpc(1, 2, Rpc::Append, vec![b' '; MAX_RPC_BYTES + 1]).await;
+        let message = refused.expect("answered, not lost").expect_err("refused");
+        assert!(message.starts_with("payload_too_large"), "{message}");
+        assert_eq!(net.stats().oversized, 1);
+        assert_eq!(net.stats().sent, 0, "nothing was delivered");
     }
 }

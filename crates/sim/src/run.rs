@@ -50,6 +50,10 @@ pub struct Options {
     pub verbose: bool,
     /// Regions: 1, or 2 (region b mirrors region a's `prod/*`, see [`crate::regions`]).
     pub regions: u64,
+    /// Only the faults the first traces were found with: no lost and regained leadership,
+    /// no slow node ([`faults::draw_deep`]), appends paced at the real byte bound. A trace
+    /// found before those faults replays so.
+    pub shallow: bool,
 }
 
 impl Default for Options {
@@ -59,6 +63,7 @@ impl Default for Options {
             steps: 250,
             verbose: false,
             regions: 1,
+            shallow: false,
         }
     }
 }
@@ -104,6 +109,12 @@ pub struct FaultCounts {
     /// Not injected: nodes their supervisor started again after Raft stopped on an error
     /// of its own ([`crate::supervisor`]).
     pub supervised: u64,
+    /// Leaders isolated until another node led ([`Fault::Depose`]).
+    pub deposed: u64,
+    /// Deposed nodes seen leading again, in a later term.
+    pub regained: u64,
+    /// Nodes made slow, disk and network ([`Fault::SlowNode`]).
+    pub slowed: u64,
 }
 
 impl std::ops::AddAssign for FaultCounts {
@@ -113,6 +124,9 @@ impl std::ops::AddAssign for FaultCounts {
         self.partitions += other.partitions;
         self.failed_disks += other.failed_disks;
         self.supervised += other.supervised;
+        self.deposed += other.deposed;
+        self.regained += other.regained;
+        self.slowed += other.slowed;
     }
 }
 
@@ -154,6 +168,8 @@ pub(crate) struct Sim {
     seed: u64,
     pub(crate) options: Options,
     rng: SimRng,
+    /// Draws the later faults, apart from `rng` so that the first schedule stays as it was.
+    deep_rng: SimRng,
     pub(crate) clock: Clock,
     pub(crate) cluster: Cluster,
     pub(crate) duties: Arc<Duties>,
@@ -172,6 +188,9 @@ pub(crate) struct Sim {
     pub(crate) hold_faults: bool,
     /// The faults injected so far.
     pub(crate) faults: FaultCounts,
+    /// Nodes deposed, with the term they led in then: one seen leading in a later term has
+    /// regained its leadership.
+    deposed: BTreeMap<u64, u64>,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -183,7 +202,11 @@ impl Sim {
         muster_consensus::seed_election_rng(SimRng::new(seed, 3).next_u64());
         let clock = Clock::start();
         let checks = Arc::new(Mutex::new(Checks::default()));
-        let net = Arc::new(Net::new(SimRng::new(seed, 2)));
+        let append_bytes = match options.shallow {
+            true => muster_consensus::append_pacer::MAX_APPEND_BYTES,
+            false => crate::net::SIM_APPEND_BYTES,
+        };
+        let net = Arc::new(Net::new(SimRng::new(seed, 2), append_bytes));
         let registry = RegistryConfig {
             history_revisions: HISTORY_REVISIONS,
             ..RegistryConfig::default()
@@ -209,6 +232,7 @@ impl Sim {
         let mut sim = Sim {
             seed,
             rng: SimRng::new(seed, 1),
+            deep_rng: SimRng::new(seed, 4),
             clock,
             cluster,
             duties,
@@ -223,6 +247,7 @@ impl Sim {
             failed_disks: std::collections::BTreeSet::new(),
             hold_faults: false,
             faults: FaultCounts::default(),
+            deposed: BTreeMap::new(),
             options,
         };
         for id in sim.cluster.ids() {
@@ -298,6 +323,10 @@ impl Sim {
                 self.launch(op);
             }
         }
+        if !self.options.shallow && !self.hold_faults && self.deep_rng.chance(25) {
+            let fault = faults::draw_deep(&mut self.deep_rng, &self.cluster.ids());
+            self.apply(fault, false).await;
+        }
         let renewals = lock(&self.workload).renewals(&mut self.rng);
         for (lease, ttl) in renewals {
             self.launch(Op {
@@ -315,6 +344,7 @@ impl Sim {
             && self.failed_disks.is_empty()
             && self.cluster.net.cuts().is_empty()
             && self.cluster.net.weather() == Weather::CALM
+            && self.cluster.net.slow().is_empty()
     }
 
     /// Samples every running node into the invariants (and the trace).
@@ -328,6 +358,13 @@ impl Sim {
             if always || self.sampled.get(&id) != Some(&at) {
                 self.sampled.insert(id, at);
                 lock(&self.checks).sample(id, at.0, at.1, hash);
+            }
+            if let (Some(term), Some(deposed_in)) = (node.leading_term(), self.deposed.get(&id))
+                && term > *deposed_in
+            {
+                self.deposed.remove(&id);
+                self.faults.regained += 1;
+                lock(&self.trace).line(self.clock.now_ms(), &format!("node {id} leads again, in term {term}"));
             }
             summary.push(format!(
                 "n{id}:{}/{}/{}{}",
@@ -369,10 +406,7 @@ impl Sim {
                 }
             }
             Fault::Isolate(id) => {
-                for other in self.cluster.ids().into_iter().filter(|o| *o != id) {
-                    self.cluster.net.cut(id, other);
-                    self.cluster.net.cut(other, id);
-                }
+                self.isolate(id);
                 self.line(format!("fault: {described}"));
                 self.faults.partitions += 1;
                 self.later(500, 4_000, Fault::Heal, true);
@@ -416,6 +450,61 @@ impl Sim {
                 *lock(&self.duties.trap) = true;
                 self.line(format!("fault armed: {described}"));
             }
+            Fault::Depose => {
+                let leading = self
+                    .cluster
+                    .net
+                    .nodes()
+                    .into_iter()
+                    .find_map(|(id, node)| node.leading_term().map(|t| (id, t)));
+                let Some((leader, term)) = leading else { return };
+                self.isolate(leader);
+                self.deposed.insert(leader, term);
+                self.line(format!("fault: {described} node {leader} (leading in term {term})"));
+                self.faults.deposed += 1;
+                self.faults.partitions += 1;
+                self.later(1_500, 3_000, Fault::Regain(leader), true);
+            }
+            Fault::Regain(deposed) => {
+                self.cluster.net.heal();
+                let leading = self
+                    .cluster
+                    .net
+                    .nodes()
+                    .into_iter()
+                    .find(|(_, node)| node.leading_term().is_some());
+                match leading {
+                    Some((leader, _)) if leader != deposed => {
+                        self.isolate(leader);
+                        self.line(format!(
+                            "fault: {described}: node {deposed} healed, node {leader} isolated"
+                        ));
+                        self.faults.partitions += 1;
+                        self.later(1_000, 3_000, Fault::Heal, true);
+                    }
+                    _ => self.line(format!("fault ends: {described}")),
+                }
+            }
+            Fault::SlowNode(id, factor) => {
+                self.cluster.net.set_slow(id, factor);
+                let write = if factor > 1 { faults::SLOW_WRITE_MS } else { 0 };
+                self.cluster.disks[&id].set_write_delay(Duration::from_millis(write));
+                if factor > 1 {
+                    self.line(format!("fault: {described}"));
+                    self.faults.slowed += 1;
+                    self.later(1_000, 6_000, Fault::SlowNode(id, 1), true);
+                } else {
+                    self.line(format!("fault ends: {described}"));
+                }
+            }
+        }
+    }
+
+    /// Cuts every link of node `id`, both ways.
+    fn isolate(&self, id: u64) {
+        for other in self.cluster.ids().into_iter().filter(|o| *o != id) {
+            self.cluster.net.cut(id, other);
+            self.cluster.net.cut(other, id);
         }
     }
 

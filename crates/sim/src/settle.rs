@@ -33,6 +33,7 @@ impl Sim {
             self.duties.forget(id);
         }
         for id in self.cluster.ids() {
+            self.cluster.net.set_slow(id, 1);
             self.cluster.disks[&id].set_write_delay(Duration::ZERO);
             self.cluster.disks[&id].fail_next_writes(0);
             if !self.cluster.running().contains(&id) {
@@ -121,6 +122,12 @@ impl Sim {
             Some(stuck) => Err(format!("{stuck} is still draining long after its grace")),
         };
         checks.fail("every drain's grace ends", drained);
+        let oversized = self.cluster.net.stats().oversized;
+        let fitted = match oversized {
+            0 => Ok(()),
+            n => Err(format!("{n} messages over the listener's limit were refused")),
+        };
+        checks.fail("every node-to-node message fits the listener's limit", fitted);
     }
 }
 

@@ -28,6 +28,16 @@ fn assert_faults_happened(reports: &[Report]) {
         total.failed_disks > 0,
         "no failed disk write across the seeds: {total:?}"
     );
+    // The later faults (SPEC R5): a slow node, and a leadership lost and then won back in
+    // a later term by the same node; appends paced by their size.
+    assert!(total.slowed > 0, "no slow node across the seeds: {total:?}");
+    assert!(total.deposed > 0, "no leader deposed across the seeds: {total:?}");
+    assert!(
+        total.regained > 0,
+        "no deposed leader led again across the seeds: {total:?}"
+    );
+    let paced: u64 = reports.iter().map(|r| r.net.paced).sum();
+    assert!(paced > 0, "no append was paced across the seeds");
 }
 
 #[test]
