@@ -35,8 +35,8 @@ use crate::log_tail::LogTail;
 use crate::snapshot_store::DurableSnapshot;
 use crate::types::{Entry, LogId, StorageError, TypeConfig};
 
-const LOG: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("log");
-const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
+pub(crate) const LOG: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("log");
+pub(crate) const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
 // The metadata keys, shared with the simulated store (`sim_log_store`).
 pub(crate) const VOTE: &str = "vote";
 pub(crate) const COMMITTED: &str = "committed";

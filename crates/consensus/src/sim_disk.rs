@@ -84,6 +84,48 @@ impl SimDisk {
         SimDisk::default()
     }
 
+    /// A disk holding what a data directory holds: its redb log (entries and metadata) and
+    /// its snapshot files, byte for byte. The simulation so starts a node from a directory
+    /// an older build wrote (the checked-in golden one). Opening the redb file may write to
+    /// it: give a copy.
+    pub fn from_data_dir(dir: &std::path::Path) -> Result<SimDisk, io::Error> {
+        use redb::{ReadableDatabase, ReadableTable};
+        let db = redb::Database::open(dir.join("raft-log.redb")).map_err(io::Error::other)?;
+        let read = db.begin_read().map_err(io::Error::other)?;
+        let mut state = DiskState::default();
+        let log = read.open_table(crate::log_store::LOG).map_err(io::Error::other)?;
+        for row in log.iter().map_err(io::Error::other)? {
+            let (index, bytes) = row.map_err(io::Error::other)?;
+            state.log.insert(index.value(), bytes.value().to_vec());
+        }
+        let meta = read.open_table(crate::log_store::META).map_err(io::Error::other)?;
+        for key in [
+            crate::log_store::VOTE,
+            crate::log_store::COMMITTED,
+            crate::log_store::LAST_PURGED,
+        ] {
+            if let Some(bytes) = meta.get(key).map_err(io::Error::other)? {
+                state.meta.insert(key, bytes.value().to_vec());
+            }
+        }
+        for name in [crate::snapshot_files::CURRENT, crate::snapshot_files::PREVIOUS] {
+            let bytes = match std::fs::read(dir.join(name)) {
+                Ok(bytes) => bytes,
+                Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+                Err(error) => return Err(error),
+            };
+            #[derive(serde::Deserialize)]
+            struct Head {
+                meta: openraft::SnapshotMeta<u64, openraft::BasicNode>,
+            }
+            let head: Head = serde_json::from_slice(&bytes).map_err(io::Error::other)?;
+            state.snapshots.push((head.meta.last_log_id, bytes));
+        }
+        Ok(SimDisk {
+            inner: Arc::new(Mutex::new(state)),
+        })
+    }
+
     pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, DiskState> {
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }

@@ -33,8 +33,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::types::LogId;
 
-const CURRENT: &str = "snapshot.json";
-const PREVIOUS: &str = "snapshot.prev.json";
+pub(crate) const CURRENT: &str = "snapshot.json";
+pub(crate) const PREVIOUS: &str = "snapshot.prev.json";
 const TEMPORARY_PREFIX: &str = "snapshot.json.tmp";
 /// Where a current file that could not be loaded goes when the next snapshot is written.
 const SET_ASIDE: &str = "snapshot.json.corrupt";

@@ -78,7 +78,9 @@ pub mod run;
 mod settle;
 mod supervisor;
 pub mod trace;
+pub mod upgrade;
 pub mod wan;
 pub mod workload;
 
 pub use run::{FaultCounts, Options, Report, run_seed};
+pub use upgrade::run_seed_from;

@@ -47,6 +47,11 @@ struct Args {
     /// those faults existed
     #[arg(long)]
     shallow: bool,
+    /// Start node 1 on this data directory (one an older build wrote, e.g.
+    /// `crates/consensus/tests/golden/v1/data`, read but never written) and grow a 3-node
+    /// cluster from it before the schedule plays
+    #[arg(long, value_name = "DIR")]
+    from_data_dir: Option<std::path::PathBuf>,
 }
 
 fn parse_seeds(text: &str) -> Result<std::ops::RangeInclusive<u64>, String> {
@@ -116,7 +121,16 @@ fn main() -> ExitCode {
     let (mut failed, mut steps, mut simulated_ms, mut seeds_run) = (0_u64, 0_u64, 0_u64, 0_u64);
     let (mut paced, mut faults) = (0_u64, muster_sim::FaultCounts::default());
     for seed in seeds {
-        let report = run_seed(seed, &options);
+        let report = match &args.from_data_dir {
+            None => run_seed(seed, &options),
+            Some(dir) => match muster_consensus::SimDisk::from_data_dir(dir) {
+                Ok(disk) => muster_sim::run_seed_from(seed, &options, disk),
+                Err(error) => {
+                    eprintln!("--from-data-dir {}: {error}", dir.display());
+                    return ExitCode::from(2);
+                }
+            },
+        };
         seeds_run += 1;
         steps += report.steps;
         simulated_ms += report.simulated_ms;
@@ -143,6 +157,9 @@ fn main() -> ExitCode {
                 }
                 if args.shallow {
                     nodes.push_str(" --shallow");
+                }
+                if let Some(dir) = &args.from_data_dir {
+                    nodes.push_str(&format!(" --from-data-dir {}", dir.display()));
                 }
                 println!("  replay: cargo run --release -p muster-sim -- --seeds {seed}{nodes} --verbose");
             }

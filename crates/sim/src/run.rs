@@ -199,6 +199,17 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Sim {
     pub(crate) async fn new(seed: u64, options: Options, region: Region) -> Sim {
+        let mut sim = Sim::unstarted(seed, options, region);
+        for id in sim.cluster.ids() {
+            sim.start(id).await;
+            sim.duties.spawn(id);
+        }
+        sim.line(format!("seed {} cluster of {}", sim.seed, sim.options.nodes));
+        sim
+    }
+
+    /// The simulation with no node started yet.
+    pub(crate) fn unstarted(seed: u64, options: Options, region: Region) -> Sim {
         muster_consensus::seed_election_rng(SimRng::new(seed, 3).next_u64());
         let clock = Clock::start();
         let checks = Arc::new(Mutex::new(Checks::default()));
@@ -229,7 +240,7 @@ impl Sim {
                 Trace::labelled(options.verbose, &format!("{name}| ")),
             ),
         };
-        let mut sim = Sim {
+        Sim {
             seed,
             rng: SimRng::new(seed, 1),
             deep_rng: SimRng::new(seed, 4),
@@ -249,13 +260,7 @@ impl Sim {
             faults: FaultCounts::default(),
             deposed: BTreeMap::new(),
             options,
-        };
-        for id in sim.cluster.ids() {
-            sim.start(id).await;
-            sim.duties.spawn(id);
         }
-        sim.line(format!("seed {} cluster of {}", sim.seed, sim.options.nodes));
-        sim
     }
 
     pub(crate) fn line(&self, line: String) {
@@ -277,7 +282,7 @@ impl Sim {
         self.pending.entry(at).or_default().push((fault, forced));
     }
 
-    async fn play(&mut self) {
+    pub(crate) async fn play(&mut self) {
         for _ in 0..self.options.steps {
             self.step().await;
             self.steps += 1;

@@ -43,12 +43,23 @@ impl Sim {
         if !self.converge("after healing").await {
             return;
         }
+        // Every lease the registry holds, not only the workload's: one whose revoke had an
+        // unknown outcome, or one a data directory came with, must be waited out too.
+        let held = self
+            .cluster
+            .net
+            .nodes()
+            .values()
+            .map(|node| node.read(|r| r.leases().map(|l| l.ttl_ms).max().unwrap_or(0)))
+            .max()
+            .unwrap_or(0);
         let max_ttl = lock(&self.workload)
             .leases
             .values()
             .copied()
             .max()
             .unwrap_or(0)
+            .max(held)
             .max(5_000);
         let quiet = max_ttl + ELECTION_GRACE_MS + MAX_GRACE_MS + 10 * TICK.as_millis() as u64 + 2_000;
         lock(&self.workload).leases.clear();
