@@ -232,6 +232,10 @@ pub enum ConsensusError {
     Failed(String),
 }
 
+/// Encoded bytes of a leader duty's one command at most ([`Node::propose_as_leader`]): half
+/// the node-to-node listener's limit, so the entry, framed, is never refused by it.
+const MAX_LEADER_ENTRY_BYTES: usize = crate::append_pacer::MAX_RPC_BYTES / 2;
+
 /// The log store a node runs on.
 enum Log {
     /// redb in the data directory.
@@ -641,9 +645,20 @@ impl Node {
         meta: CommandMeta,
     ) -> Result<Result<Applied, Rejection>, ConsensusError> {
         use openraft::error::{ClientWriteError, RaftError};
+        let proposal = Proposal { command, meta };
+        // A duty's command (a federation import replaces a whole mirrored set) is not bounded
+        // by the batcher's size: it is refused here before it could become an entry the
+        // node-to-node listener refuses on every resend (SPEC R5).
+        let bytes = crate::batcher::encoded_len(&proposal);
+        if bytes > MAX_LEADER_ENTRY_BYTES {
+            return Err(ConsensusError::TooLarge {
+                bytes,
+                limit: MAX_LEADER_ENTRY_BYTES,
+            });
+        }
         let batch = crate::types::Batch {
             id: None,
-            proposals: vec![Proposal { command, meta }],
+            proposals: vec![proposal],
         };
         match tokio::time::timeout(crate::batcher::WRITE_TIMEOUT, self.raft.client_write(batch)).await {
             Err(_) => Err(ConsensusError::NoQuorum),

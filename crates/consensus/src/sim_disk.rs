@@ -86,11 +86,10 @@ impl SimDisk {
 
     /// A disk holding what a data directory holds: its redb log (entries and metadata) and
     /// its snapshot files, byte for byte. The simulation so starts a node from a directory
-    /// an older build wrote (the checked-in golden one). Opening the redb file may write to
-    /// it: give a copy.
+    /// an older build wrote (the checked-in golden one). The directory is only read.
     pub fn from_data_dir(dir: &std::path::Path) -> Result<SimDisk, io::Error> {
         use redb::{ReadableDatabase, ReadableTable};
-        let db = redb::Database::open(dir.join("raft-log.redb")).map_err(io::Error::other)?;
+        let db = redb::ReadOnlyDatabase::open(dir.join("raft-log.redb")).map_err(io::Error::other)?;
         let read = db.begin_read().map_err(io::Error::other)?;
         let mut state = DiskState::default();
         let log = read.open_table(crate::log_store::LOG).map_err(io::Error::other)?;

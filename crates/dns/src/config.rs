@@ -26,6 +26,14 @@ pub struct ZoneConfig {
     /// client's buffer, TC clear. TCP answers carry as many as fit 64 KiB. 65535 (the
     /// default, DNS's own maximum) means no count limit, only the size; at least 1.
     pub max_answers: u16,
+    /// What a UDP answer does with an RRset too large for the client's buffer: `"truncate"`
+    /// (the default) sets TC, as RFC 2181 section 9 asks, so the resolver asks again over
+    /// TCP and gets the whole RRset (up to 64 KiB); the records that fit travel too, always
+    /// the same ones. `"rotate"` answers a rotating window of the records instead, TC clear:
+    /// it spreads A/AAAA load over clients that take what one answer gives and never retry
+    /// over TCP, but a client that needs every record (HAProxy's `server-template` over SRV)
+    /// sees them come and go with each answer.
+    pub large_rrsets: LargeRrsets,
     /// Whether `degraded` endpoints are answered (SPEC M3); `ready` ones always are.
     pub accept_degraded: bool,
     /// Network scopes whose addresses this view may hand out, besides unscoped addresses
@@ -48,6 +56,17 @@ const DEFAULT_MAX_UDP_PAYLOAD: u16 = 1232;
 /// over for no gain; operators who want Consul's old three-record answers set it.
 const DEFAULT_MAX_ANSWERS: u16 = u16::MAX;
 
+/// What a UDP answer does with an RRset too large for it ([`ZoneConfig::large_rrsets`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LargeRrsets {
+    /// TC set, with the records that fit from the first: the resolver retries over TCP.
+    #[default]
+    Truncate,
+    /// A rotating window of the records that fit, TC clear.
+    Rotate,
+}
+
 /// RFC 1035's UDP limit, which every client accepts without EDNS.
 pub(crate) const CLASSIC_UDP_PAYLOAD: u16 = 512;
 
@@ -60,6 +79,7 @@ impl Default for ZoneConfig {
             negative_ttl_s: DEFAULT_TTL_S,
             max_udp_payload: DEFAULT_MAX_UDP_PAYLOAD,
             max_answers: DEFAULT_MAX_ANSWERS,
+            large_rrsets: LargeRrsets::default(),
             accept_degraded: false,
             reachable_scopes: Vec::new(),
         }

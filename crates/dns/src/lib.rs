@@ -28,11 +28,12 @@
 //! # Protocol
 //! NXDOMAIN for unknown names, NODATA for known names without that type, both with the SOA
 //! (serial = revision, minimum = negative TTL) in authority (RFC 2308); EDNS(0) with BADVERS
-//! above version 0; an answer larger than the limit (UDP: the client's buffer, 512 without
-//! EDNS, at most `max_udp_payload`; TCP: 65,535 bytes) or, over UDP, with more than
-//! `max_answers` records is answered with a rotating window of the RRset, as many records as
-//! fit, then their additional records as space allows, TC clear; TC with no records only
-//! when not even one record fits (why: `zone.rs`, "Large RRsets"); the same query over TCP
+//! above version 0; an RRset larger than a UDP answer's limit (the client's buffer, 512
+//! without EDNS, at most `max_udp_payload`) sets TC with the records that fit, so the
+//! resolver retries over TCP (RFC 2181 section 9), or, with `large_rrsets = "rotate"`, is
+//! answered with a rotating window of the RRset, TC clear; an RRset over `max_answers`
+//! records gets such a window over UDP whatever the setting; additional records travel as
+//! space allows and never set TC (why: `zone.rs`, "Large RRsets"); the same query over TCP
 //! gets everything that fits 64 KiB; the question is echoed as sent (0x20 case);
 //! REFUSED outside the domain, for other classes and for zone transfers; FORMERR or silence
 //! for malformed packets, never a panic.
@@ -61,7 +62,7 @@ mod stats;
 mod wire;
 mod zone;
 
-pub use config::{ConfigError, ZoneConfig};
+pub use config::{ConfigError, LargeRrsets, ZoneConfig};
 pub use listener::{DnsListener, ListenError};
 pub use live::LiveZone;
 pub use stats::QueryStats;

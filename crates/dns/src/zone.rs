@@ -14,15 +14,21 @@
 //!
 //! # Large RRsets (SPEC D2)
 //! An answer that fits the limit (UDP: the client's buffer, at most `max_udp_payload`; TCP:
-//! 65,535 bytes) and, over UDP, holds at most `max_answers` records is sent whole. Any other
-//! is sent as a window: the records from a start chosen by the caller's `rotation`, wrapping
-//! round, as many as fit and (over UDP) at most `max_answers`, then the additional records of
-//! those (an SRV's target addresses) as space allows. The window is the answer this server
-//! gives, so TC stays clear; a client that wants every record asks over TCP, which carries
-//! everything up to 64 KiB. TC is set only when not even one record fits, so the client
-//! retries over TCP rather than act on an empty answer. (RFC 2181 section 9 asks for TC when
-//! an RRset is cut; like Consul and Route 53, Muster serves a subset as the RRset instead,
-//! because a TC answer of a service too large for TCP left every resolver with nothing.)
+//! 65,535 bytes) and, over UDP, holds at most `max_answers` records is sent whole. Otherwise:
+//! - **Cut by size, over UDP** (`large_rrsets = "truncate"`, the default): TC set, as RFC 2181
+//!   section 9 asks when an RRset is cut, so the resolver asks again over TCP, which carries
+//!   everything up to 64 KiB. The records that fit travel too, from the first, the same ones
+//!   every time: a client that acts on a truncated answer anyway (HAProxy over UDP) sees a
+//!   steady set rather than one that changes with every answer.
+//! - **Cut by size, `large_rrsets = "rotate"`, or cut by the `max_answers` count** (the
+//!   operator's cap, as Consul's `a_record_limit`): a window, the records from a start chosen
+//!   by the caller's `rotation`, wrapping round, as many as fit and (over UDP) at most
+//!   `max_answers`, TC clear: the window is the answer this server gives, and successive
+//!   queries spread over every record. TC is set only when not even one record fits.
+//! - **Additional records** (an SRV's target addresses) travel with their records as space
+//!   allows; leaving some out never sets TC (RFC 2181 section 9).
+//! - Over TCP an RRset beyond 64 KiB is a window too, TC clear: there is no larger transport
+//!   to retry on.
 //!
 //! A name exists (NOERROR, possibly NODATA) while some owned name is at or below it, so empty
 //! non-terminals like `<ns>.<d>` or `_tcp.<service>.<ns>.<d>` never answer NXDOMAIN (RFC
@@ -36,7 +42,7 @@ use muster_core::{Label, Revision, ServiceKey, ServiceSnapshot};
 use crate::precomputed::{self, Precomputed, Selection};
 use crate::records::{Builder, Owned};
 use crate::wire::{self, HEADER_LEN, Query, QueryError, Rcode, class, rtype};
-use crate::{ConfigError, ZoneConfig};
+use crate::{ConfigError, LargeRrsets, ZoneConfig};
 
 /// Largest DNS message: TCP's two-byte length prefix.
 const MAX_MESSAGE: usize = 65_535;
@@ -44,8 +50,8 @@ const MAX_MESSAGE: usize = 65_535;
 /// How an answer travels: UDP is bounded by the client's buffer, TCP by 64 KiB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
-    /// Datagrams: an RRset over the client's size or over `max_answers` is answered with a
-    /// window of it.
+    /// Datagrams: an RRset over the client's size sets TC (or, configured so, is answered
+    /// with a window of it); one over `max_answers` is answered with a window.
     Udp,
     /// A stream: every answer is complete up to 64 KiB, a window of the RRset beyond.
     Tcp,
@@ -308,6 +314,7 @@ impl Zone {
             cap,
             rotation,
             payload: self.config.max_udp_payload,
+            truncate: transport == Transport::Udp && self.config.large_rrsets == LargeRrsets::Truncate,
         };
         if query.edns.is_some_and(|edns| edns.version > 0) {
             return reply.bare(Rcode::BadVers, out);
@@ -361,6 +368,8 @@ struct Reply<'a> {
     rotation: u32,
     /// Our UDP payload size, for the OPT record.
     payload: u16,
+    /// An RRset cut by size sets TC (UDP with `large_rrsets = "truncate"`).
+    truncate: bool,
 }
 
 impl Reply<'_> {
@@ -428,7 +437,12 @@ impl Reply<'_> {
     }
 
     fn precomputed(&self, answer: &Precomputed, out: &mut Vec<u8>) -> Outcome {
-        let start = precomputed::start(self.rotation, answer.len());
+        // Under the count cap, a set cut by size starts at the first record every time.
+        let steady = self.truncate && answer.len() <= self.cap;
+        let start = match steady {
+            true => 0,
+            false => precomputed::start(self.rotation, answer.len()),
+        };
         match answer.select(start, self.limit, self.opt_len(), self.cap) {
             Selection::Whole => {
                 out.extend_from_slice(answer.whole());
@@ -452,7 +466,7 @@ impl Reply<'_> {
                 out[6..8].copy_from_slice(&answered.to_be_bytes());
                 let additional = additional.saturating_add(u16::from(self.query.edns.is_some()));
                 out[10..12].copy_from_slice(&additional.to_be_bytes());
-                self.finish(Rcode::NoError, false, out)
+                self.finish(Rcode::NoError, steady && answers < answer.len(), out)
             }
         }
     }

@@ -10,9 +10,9 @@
 //! | failing disk | the next write fails; Raft stops on it, and the node is restarted (as its supervisor would once the process exits) |
 //! | leader change during lease expiry | while the leader's expiry is in flight, the leader is isolated or crashed |
 //!
-//! The last three came after seeds had been found and replayed by their traces; they are
-//! drawn from a stream of their own ([`draw_deep`]), and `Options::shallow` leaves them out,
-//! so that an older trace replays as it was found:
+//! The last three came after seeds had been found and replayed by their traces; they (and
+//! their ends) are drawn from a stream of their own ([`draw_deep`]), and `Options::shallow`
+//! leaves them out, so that an older trace replays exactly as it was found:
 //!
 //! | fault | how |
 //! | --- | --- |

@@ -168,7 +168,9 @@ pub(crate) struct Sim {
     seed: u64,
     pub(crate) options: Options,
     rng: SimRng,
-    /// Draws the later faults, apart from `rng` so that the first schedule stays as it was.
+    /// Draws the later faults and their ends, apart from `rng`: with them off
+    /// (`Options::shallow`) the first schedule is exactly as it was; with them on, the same
+    /// seed plays the same first faults, though what they meet differs.
     deep_rng: SimRng,
     pub(crate) clock: Clock,
     pub(crate) cluster: Cluster,
@@ -456,38 +458,30 @@ impl Sim {
                 self.line(format!("fault armed: {described}"));
             }
             Fault::Depose => {
-                let leading = self
-                    .cluster
-                    .net
-                    .nodes()
-                    .into_iter()
-                    .find_map(|(id, node)| node.leading_term().map(|t| (id, t)));
-                let Some((leader, term)) = leading else { return };
+                // An isolated leader keeps believing it leads (openraft steps down only on a
+                // higher term): the leader is the one leading in the highest term.
+                let Some((leader, term)) = self.leader(None) else {
+                    return;
+                };
                 self.isolate(leader);
                 self.deposed.insert(leader, term);
                 self.line(format!("fault: {described} node {leader} (leading in term {term})"));
                 self.faults.deposed += 1;
                 self.faults.partitions += 1;
-                self.later(1_500, 3_000, Fault::Regain(leader), true);
+                self.later_deep(1_500, 3_000, Fault::Regain(leader));
             }
             Fault::Regain(deposed) => {
                 self.cluster.net.heal();
-                let leading = self
-                    .cluster
-                    .net
-                    .nodes()
-                    .into_iter()
-                    .find(|(_, node)| node.leading_term().is_some());
-                match leading {
-                    Some((leader, _)) if leader != deposed => {
+                match self.leader(Some(deposed)) {
+                    Some((leader, _)) => {
                         self.isolate(leader);
                         self.line(format!(
                             "fault: {described}: node {deposed} healed, node {leader} isolated"
                         ));
                         self.faults.partitions += 1;
-                        self.later(1_000, 3_000, Fault::Heal, true);
+                        self.later_deep(1_000, 3_000, Fault::Heal);
                     }
-                    _ => self.line(format!("fault ends: {described}")),
+                    None => self.line(format!("fault ends: {described}")),
                 }
             }
             Fault::SlowNode(id, factor) => {
@@ -497,12 +491,29 @@ impl Sim {
                 if factor > 1 {
                     self.line(format!("fault: {described}"));
                     self.faults.slowed += 1;
-                    self.later(1_000, 6_000, Fault::SlowNode(id, 1), true);
+                    self.later_deep(1_000, 6_000, Fault::SlowNode(id, 1));
                 } else {
                     self.line(format!("fault ends: {described}"));
                 }
             }
         }
+    }
+
+    /// The running node leading in the highest term, `but` aside, and that term.
+    fn leader(&self, but: Option<u64>) -> Option<(u64, u64)> {
+        self.cluster
+            .net
+            .nodes()
+            .into_iter()
+            .filter(|(id, _)| Some(*id) != but)
+            .filter_map(|(id, node)| node.leading_term().map(|term| (id, term)))
+            .max_by_key(|(_, term)| *term)
+    }
+
+    /// Schedules the end of a later fault, drawn from their own stream.
+    fn later_deep(&mut self, low_ms: u64, high_ms: u64, fault: Fault) {
+        let at = self.clock.now_ms() + self.deep_rng.between(low_ms, high_ms);
+        self.pending.entry(at).or_default().push((fault, true));
     }
 
     /// Cuts every link of node `id`, both ways.

@@ -1,6 +1,8 @@
-//! Services of 1,000, 5,000 and 20,000 endpoints over real sockets (SPEC D2): every resolver
-//! gets a usable answer, over UDP a rotating window with TC clear, over TCP as much as fits
-//! 64 KiB, for A and for SRV with the targets' addresses in the additional section.
+//! Services of 1,000, 5,000 and 20,000 endpoints over real sockets (SPEC D2): over UDP, by
+//! default, TC set with the same first records every time, so resolvers retry over TCP
+//! (RFC 2181 section 9); with `large_rrsets = "rotate"` a rotating window with TC clear; over
+//! TCP as much as fits 64 KiB, for A and for SRV with the targets' addresses in the
+//! additional section.
 //!
 //! The zone is built once for the whole binary straight from snapshots (no registry, no
 //! HTTP) and folded in before any listener serves it, so no query waits on the build.
@@ -13,21 +15,26 @@ use hickory_proto::rr::{RData, RecordType};
 use hickory_resolver::TokioResolver;
 use hickory_resolver::config::NameServerConfig;
 use muster_core::Revision;
-use muster_dns::{DnsListener, LiveZone};
+use muster_dns::{DnsListener, LargeRrsets, LiveZone};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 
 use crate::fixture::{key, snapshot};
-use crate::support::{query, zone};
+use crate::support::{query, zone_with};
 use crate::zone::{assert_additionals_are_the_targets, many};
 
 /// The sizes asked for: each is service `big<n>` in namespace `prod`.
 const SIZES: [usize; 3] = [1_000, 5_000, 20_000];
 
-fn shared_zone() -> Arc<LiveZone> {
-    static ZONE: OnceLock<Arc<LiveZone>> = OnceLock::new();
-    Arc::clone(ZONE.get_or_init(|| {
-        let live = Arc::new(LiveZone::new(zone()));
+fn shared_zone(large_rrsets: LargeRrsets) -> Arc<LiveZone> {
+    static TRUNCATE: OnceLock<Arc<LiveZone>> = OnceLock::new();
+    static ROTATE: OnceLock<Arc<LiveZone>> = OnceLock::new();
+    let once = match large_rrsets {
+        LargeRrsets::Truncate => &TRUNCATE,
+        LargeRrsets::Rotate => &ROTATE,
+    };
+    Arc::clone(once.get_or_init(|| {
+        let live = Arc::new(LiveZone::new(zone_with(large_rrsets)));
         for (n, size) in SIZES.into_iter().enumerate() {
             let service = key("default", "prod", &format!("big{size}"));
             live.stage(
@@ -41,8 +48,8 @@ fn shared_zone() -> Arc<LiveZone> {
     }))
 }
 
-async fn serve() -> DnsListener {
-    let live = shared_zone();
+async fn serve(large_rrsets: LargeRrsets) -> DnsListener {
+    let live = shared_zone(large_rrsets);
     DnsListener::bind("127.0.0.1:0".parse().unwrap(), live).await.unwrap()
 }
 
@@ -85,8 +92,8 @@ fn names(size: usize) -> (String, String) {
 }
 
 #[tokio::test]
-async fn resolvers_get_a_and_srv_of_large_services_over_udp_with_tc_clear_and_over_tcp() {
-    let listener = serve().await;
+async fn rotating_resolvers_get_a_and_srv_of_large_services_over_udp_with_tc_clear_and_over_tcp() {
+    let listener = serve(LargeRrsets::Rotate).await;
     let server = listener.local_addr();
     let (udp, udp_plain, tcp) = (
         resolver(server, false, true),
@@ -128,8 +135,8 @@ async fn resolvers_get_a_and_srv_of_large_services_over_udp_with_tc_clear_and_ov
 }
 
 #[tokio::test]
-async fn tcp_answers_are_larger_than_udp_ones_and_within_64_kib() {
-    let listener = serve().await;
+async fn rotating_tcp_answers_are_larger_than_udp_ones_and_within_64_kib() {
+    let listener = serve(LargeRrsets::Rotate).await;
     let server = listener.local_addr();
     for size in SIZES {
         let (a, srv) = names(size);
@@ -157,8 +164,8 @@ async fn tcp_answers_are_larger_than_udp_ones_and_within_64_kib() {
 }
 
 #[tokio::test]
-async fn successive_udp_queries_get_different_windows() {
-    let listener = serve().await;
+async fn rotating_successive_udp_queries_get_different_windows() {
+    let listener = serve(LargeRrsets::Rotate).await;
     let server = listener.local_addr();
     for size in SIZES {
         let (a, srv) = names(size);
@@ -189,5 +196,49 @@ async fn successive_udp_queries_get_different_windows() {
     seen.sort();
     seen.dedup();
     assert!(seen.len() > 1, "{seen:?}");
+    listener.stop().await;
+}
+
+/// Trace (HAProxy 2.6 against a 30-instance service): every UDP answer carried a different
+/// 28 of the 30 SRV records with TC clear, and HAProxy's `server-template` marked servers
+/// DOWN and UP again 20 times in 10 s. By default a cut RRset now sets TC, carries the same
+/// first records every time, and TCP has them all.
+#[tokio::test]
+async fn by_default_a_udp_answer_that_cuts_an_rrset_sets_tc_and_tcp_has_it_whole() {
+    let listener = serve(LargeRrsets::Truncate).await;
+    let server = listener.local_addr();
+    for size in SIZES {
+        let (a, srv) = names(size);
+        for (name, rtype) in [(&a, RecordType::A), (&srv, RecordType::SRV)] {
+            let packet = query(name, rtype, Some(1232));
+            let mut sets = Vec::new();
+            for _ in 0..4 {
+                let (udp_len, udp) = ask_udp(server, &packet).await;
+                assert!(udp_len <= 1232, "{name} {rtype}: {udp_len} bytes over udp");
+                assert!(udp.metadata.truncation, "{name} {rtype}: an RRset cut without TC");
+                assert!(
+                    !udp.answers.is_empty(),
+                    "{name} {rtype}: the records that fit travel too"
+                );
+                sets.push(
+                    udp.answers
+                        .iter()
+                        .map(|r| crate::support::render(&r.data))
+                        .collect::<Vec<_>>(),
+                );
+            }
+            sets.dedup();
+            assert_eq!(
+                sets.len(),
+                1,
+                "{name} {rtype}: a truncated answer changed between queries"
+            );
+            let (_, tcp) = ask_tcp(server, &packet).await;
+            assert!(!tcp.metadata.truncation && tcp.answers.len() > sets[0].len());
+            if size == 1_000 {
+                assert_eq!(tcp.answers.len(), 1_000, "{name} {rtype}: the whole RRset over tcp");
+            }
+        }
+    }
     listener.stop().await;
 }

@@ -11,8 +11,14 @@ pub(crate) const ID: u16 = 0x4d53;
 /// A zone for tenant `default` under `muster.` with TTL 5 and negative TTL 7 (so the two are
 /// told apart).
 pub(crate) fn zone() -> Zone {
+    zone_with(muster_dns::LargeRrsets::default())
+}
+
+/// [`zone`], answering RRsets too large for a UDP answer as `large_rrsets` says.
+pub(crate) fn zone_with(large_rrsets: muster_dns::LargeRrsets) -> Zone {
     Zone::new(ZoneConfig {
         negative_ttl_s: 7,
+        large_rrsets,
         ..ZoneConfig::default()
     })
     .unwrap()

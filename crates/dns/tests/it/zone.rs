@@ -278,7 +278,7 @@ fn big_zone(n: u8) -> Zone {
 }
 
 #[test]
-fn udp_answers_over_the_clients_size_are_a_window_with_tc_clear_and_tcp_returns_everything() {
+fn udp_answers_over_the_clients_size_set_tc_with_the_first_records_and_tcp_returns_everything() {
     let zone = big_zone(40);
     let plain = query("big.prod.muster.", RecordType::A, None);
     let (outcome, message, bytes) = reply(&zone, &plain, Transport::Udp);
@@ -286,13 +286,18 @@ fn udp_answers_over_the_clients_size_are_a_window_with_tc_clear_and_tcp_returns_
         outcome,
         Outcome::Answered {
             rcode: Rcode::NoError,
-            truncated: false
+            truncated: true
         }
     );
-    // 512 bytes: the header and question (33) and 29 addresses of 16 bytes, no TC.
-    assert!(!message.metadata.truncation);
+    // 512 bytes: the header and question (33) and 29 addresses of 16 bytes, TC set (RFC
+    // 2181 section 9), the first 29 in the stored order whatever the rotation.
+    assert!(message.metadata.truncation);
     assert_eq!(message.answers.len(), 29);
     assert!(bytes.len() <= 512);
+    let mut rotated = Vec::new();
+    zone.answer(&plain, Transport::Udp, 0x9e37, &mut rotated);
+    assert_eq!(rotated, bytes, "a truncated answer does not rotate");
+    let first = answers(&message);
     let (outcome, message, _) = reply(&zone, &plain, Transport::Tcp);
     assert_eq!(
         outcome,
@@ -303,6 +308,7 @@ fn udp_answers_over_the_clients_size_are_a_window_with_tc_clear_and_tcp_returns_
     );
     assert_eq!(message.answers.len(), 40);
     let whole = answers(&message);
+    assert_eq!(first, whole[..29], "the truncated answer's records are the first ones");
     // With EDNS the client's buffer (up to our 1,232 bytes) is the limit: all 40, in order.
     let (_, message, bytes) = reply(
         &zone,
@@ -413,8 +419,8 @@ fn max_answers_bounds_udp_answers_and_leaves_room_for_the_targets_addresses() {
 }
 
 #[test]
-fn the_rotation_picks_the_window_and_the_same_rotation_the_same_bytes() {
-    let mut zone = zone();
+fn rotating_the_rotation_picks_the_window_and_the_same_rotation_the_same_bytes() {
+    let mut zone = crate::support::zone_with(muster_dns::LargeRrsets::Rotate);
     let big = key("default", "prod", "big");
     zone.update(&big, Some(&snapshot(&big, 1, many(5_000))));
     let packet = query("big.prod.muster.", RecordType::A, Some(1232));
