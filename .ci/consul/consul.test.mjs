@@ -81,6 +81,10 @@ test("a TTL check passed is listed as passing", async () => {
   assert.equal(node.Service.Meta.team, "edge");
   assert.equal(checkStatus(node, "service:node-web-1"), "passing", JSON.stringify(node.Checks));
   assert.equal(checkStatus(node, "serfHealth"), "passing", JSON.stringify(node.Checks));
+  // The pass's note is the check's Output, in health and in the agent's own view.
+  const output = node.Checks.find((ch) => ch.CheckID === "service:node-web-1")?.Output;
+  assert.equal(output, "warmed up", JSON.stringify(node.Checks));
+  assert.equal((await c.agent.check.list())["service:node-web-1"].Output, "warmed up");
   await c.agent.service.deregister("node-web-1");
   await poll(async () => [!(await listed(c, "node-web", "node-web-1")())[0], null], "node-web-1 deregistered");
 });

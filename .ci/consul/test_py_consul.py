@@ -93,6 +93,10 @@ class PyConsulAgainstMuster(unittest.TestCase):
         self.assertEqual(node["Service"]["Meta"].get("team"), "edge")
         self.assertEqual(check_status(node, "service:py-web-1"), "passing", node["Checks"])
         self.assertEqual(check_status(node, "serfHealth"), "passing", node["Checks"])
+        # The pass's note is the check's Output, in health and in the agent's own view.
+        output = next(ch["Output"] for ch in node["Checks"] if ch["CheckID"] == "service:py-web-1")
+        self.assertEqual(output, "warmed up", node["Checks"])
+        self.assertEqual(c.agent.checks()["service:py-web-1"]["Output"], "warmed up")
         accepted(c.agent.service.deregister("py-web-1"))
         poll(lambda: (entry(c.health.service("py-web")[1], "py-web-1") is None, None), "py-web-1 deregistered")
 

@@ -40,8 +40,14 @@
 //!   `degraded` state, as a Consul agent keeps check status across re-registration;
 //! - leases: a Consul registration has none and stays until deregistered or reaped;
 //! - compare-and-swap, the owner/app split (maintenance speaks as the owner, everything else
-//!   as the app), per-check TTL reports (a report applies to every TTL check of the
-//!   endpoint) and check output (`note`, `Output` are not stored).
+//!   as the app) and per-check TTL reports (a report applies to every TTL check of the
+//!   endpoint, and its note is the endpoint's one `Output`).
+//!
+//! A TTL report's `?note=` (or `update`'s `Output`) is the reason recorded with the state it
+//! sets, shown as `Output` wherever Consul shows it; cut to the registry's text limit (256
+//! bytes by default, where Consul keeps 4 KiB). A note that changes while the state holds is
+//! recorded at most once a minute per instance (Consul's `check_update_interval` is 5
+//! minutes), from the cluster's format 3 on.
 //!
 //! What Consul accepts and this path refuses (400, nothing changed): an `Address` that is a
 //! host name (Muster records IP addresses; `localhost` is 127.0.0.1), a registration whose
@@ -396,6 +402,7 @@ async fn report(
     query: Option<&str>,
     id: &str,
     status: TtlStatus,
+    note: Option<String>,
 ) -> Result<(), ConsulError> {
     let (place, _) = agent_lookup::placement(view, &query_pairs(query));
     caller.require_in(&app, &place, Verb::Renew)?;
@@ -415,6 +422,7 @@ async fn report(
     let request = CheckReportRequest {
         incarnation: found.endpoint.incarnation,
         status,
+        note,
     };
     let call = LeaderCall::Report {
         key: key.clone(),
@@ -444,7 +452,12 @@ async fn report_as(
     request: Request,
 ) -> Result<(), ConsulError> {
     caller.authenticated(&app, request.uri().path())?;
-    report(app, caller, &view, request.uri().query(), &id, status).await
+    let query = request.uri().query();
+    // Consul's `?note=`: the check's `Output` (an empty note is none).
+    let note = query_pairs(query)
+        .into_iter()
+        .find_map(|(name, value)| (name == "note" && !value.is_empty()).then_some(value));
+    report(app, caller, &view, query, &id, status, note).await
 }
 
 /// `PUT /v1/agent/check/update/<id>` with `{"Status": ..., "Output": ...}`.
@@ -464,7 +477,8 @@ async fn update(
         InitialStatus::Warning => TtlStatus::Warn,
         InitialStatus::Critical => TtlStatus::Fail,
     };
-    report(app, caller, &view, query.as_deref(), &id, status).await
+    let note = Some(update.output).filter(|output| !output.is_empty());
+    report(app, caller, &view, query.as_deref(), &id, status, note).await
 }
 
 #[cfg(test)]

@@ -134,6 +134,12 @@ pub struct CheckReportRequest {
     pub incarnation: Incarnation,
     /// Pass, warn or fail.
     pub status: CheckStatus,
+    /// What the check saw, in the app's words (Consul's `?note=` and `Output`): the reason
+    /// recorded with the state this report sets, cut to the registry's text limit. A note
+    /// that changes while the state holds is recorded at most once a minute per instance
+    /// (SPEC H4). Applied from the cluster's format 3 on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// The reply to a TTL report, after any change it caused has committed.

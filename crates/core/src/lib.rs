@@ -68,7 +68,9 @@ pub use limits::Limits;
 /// - 2: tokens carry a role (SPEC L5); leases may be bound to one service, and a lease
 ///   granted with a registration is bound to its service (SPEC L4); an app or checker may
 ///   lift a drain it set itself, never the owner's (SPEC L5).
-pub const FORMAT: u32 = 2;
+/// - 3: the checker records a new reason for a state it holds (a TTL report's note, SPEC
+///   H4), and a TTL report may carry a note.
+pub const FORMAT: u32 = 3;
 
 /// The format of a registry that records none: the second wave's.
 pub const FIRST_FORMAT: u32 = 1;

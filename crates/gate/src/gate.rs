@@ -365,7 +365,16 @@ impl Gate {
         here: impl Future<Output = Result<R, ApiError>>,
     ) -> Result<R, ApiError> {
         match &self.cluster {
-            Some(link) if !self.node.is_leader() => link.to_leader(self.node.status().leader, &call).await,
+            Some(link) if !self.node.is_leader() => {
+                let mut call = call;
+                // A leader on a build before format 3 refuses a report with a note.
+                if let LeaderCall::Report { request, .. } = &mut call
+                    && self.format() < 3
+                {
+                    request.note = None;
+                }
+                link.to_leader(self.node.status().leader, &call).await
+            }
             _ => here.await,
         }
     }
@@ -410,6 +419,7 @@ impl Gate {
             instance,
             incarnation: request.incarnation,
             status: request.status,
+            note: request.note,
         };
         match self
             .ask(|engine, registry, now, to| engine.ttl_report(registry, &report, to, now))

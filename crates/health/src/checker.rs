@@ -137,7 +137,15 @@ struct Tracked {
     checks: Vec<CheckState>,
     /// What the checker last proposed (or the registered state, before any proposal).
     proposed: ServingState,
+    /// The TTL note last proposed, and when (ms): a changed note with no crossing is
+    /// recorded at most once per [`NOTE_EVERY_MS`].
+    note: Option<(String, u64)>,
 }
+
+/// The least time between two records of a TTL check's note when its state holds: apps often
+/// put a timestamp or a counter in every report (Consul's `check_update_interval` is for the
+/// same; its default is 5 minutes), and every record is a replicated write.
+pub const NOTE_EVERY_MS: u64 = 60_000;
 
 /// The checker's state: every checked endpoint, its checks and the schedule.
 pub struct Checker<R> {
@@ -276,6 +284,7 @@ impl<R: RngCore> Checker<R> {
                 incarnation: endpoint.incarnation,
                 checks,
                 proposed: endpoint.serving,
+                note: None,
             },
         );
         self.by_instance.insert(slot, id);
@@ -443,6 +452,7 @@ impl<R: RngCore> Checker<R> {
             instance,
             incarnation,
             status,
+            note,
         } = report;
         let (incarnation, status) = (*incarnation, *status);
         let not_found = || ReportError::NotFound {
@@ -490,7 +500,44 @@ impl<R: RngCore> Checker<R> {
             let reason = format!("reported {}", format!("{status:?}").to_lowercase());
             decisions.extend(self.observe(id, result, Some(reason), now_ms, brakes, counts));
         }
+        if let Some(note) = note {
+            self.note(endpoint, note, now_ms, &mut decisions);
+        }
         Ok(decisions)
+    }
+
+    /// A report's note is the reason of the state it sets (SPEC H4: the app's own words for
+    /// what its check saw). With no crossing, a changed note is recorded on its own, at most
+    /// once per [`NOTE_EVERY_MS`], while the checker's own state stands (not during a drain,
+    /// whose reason is the drainer's).
+    fn note(&mut self, endpoint: u64, note: &str, now_ms: u64, decisions: &mut Vec<Decision>) {
+        let Some(tracked) = self.tracked.get_mut(&endpoint) else {
+            return;
+        };
+        let mut crossed = false;
+        for decision in decisions.iter_mut() {
+            if let Decision::Propose(proposal) = decision {
+                note.clone_into(&mut proposal.reason);
+                crossed = true;
+            }
+        }
+        let due = match &tracked.note {
+            Some((last, at)) => last != note && now_ms.saturating_sub(*at) >= NOTE_EVERY_MS,
+            None => true,
+        };
+        if !crossed && (!due || !decisions.is_empty() || tracked.proposed == ServingState::Draining) {
+            return;
+        }
+        tracked.note = Some((note.to_owned(), now_ms));
+        if !crossed {
+            decisions.push(Decision::Note(Proposal {
+                key: tracked.key.clone(),
+                instance: tracked.instance.clone(),
+                incarnation: tracked.incarnation,
+                state: tracked.proposed,
+                reason: note.to_owned(),
+            }));
+        }
     }
 
     /// Tells the checker a proposal did not commit, so the next result proposes again.

@@ -109,6 +109,7 @@ impl Harness {
                     self.states.insert(proposal.instance.clone(), proposal.state);
                     self.proposals.push(proposal);
                 }
+                Decision::Note(proposal) => self.proposals.push(proposal),
                 Decision::Held { reason, .. } => self.held.push(reason),
                 Decision::Liveness { health, .. } => self.liveness.push(health),
             }
@@ -153,6 +154,7 @@ impl Harness {
             instance: InstanceId::new(&format!("i-{n}")).unwrap(),
             incarnation: Incarnation(incarnation),
             status,
+            note: None,
         };
         let decisions = self.checker.report(&report, now, &mut self.brakes, &mut counts)?;
         self.take(decisions);

@@ -26,6 +26,8 @@ pub struct Proposal {
 pub enum Decision {
     /// Propose this state.
     Propose(Proposal),
+    /// Record a TTL check's new note: the state stays, the reason is the note.
+    Note(Proposal),
     /// The endpoint should leave routing but the brake holds it there (logged, retried).
     Held {
         /// The service.
@@ -59,6 +61,8 @@ pub struct TtlReport {
     pub incarnation: Incarnation,
     /// Its status.
     pub status: CheckStatus,
+    /// What the check saw, in the app's words: the reason of the state it sets.
+    pub note: Option<String>,
 }
 
 /// Why a TTL report was refused (nothing changed).

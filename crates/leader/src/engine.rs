@@ -281,6 +281,23 @@ impl<R: RngCore> LeaderEngine<R> {
             }];
         }
         self.brakes.expire(now.monotonic_ms);
+        // A note is the reason the registry records: cut to its text limit, never refused.
+        let limit = registry.policy().limits.max_text_bytes;
+        let cut;
+        let report = match &report.note {
+            Some(note) if note.len() > limit => {
+                let mut end = limit;
+                while !note.is_char_boundary(end) {
+                    end -= 1;
+                }
+                cut = TtlReport {
+                    note: Some(note[..end].to_owned()),
+                    ..report.clone()
+                };
+                &cut
+            }
+            _ => report,
+        };
         let decisions = {
             let pending = &self.pending_removals;
             self.checker
@@ -526,6 +543,25 @@ impl<R: RngCore> LeaderEngine<R> {
                     key: proposal.key.clone(),
                     instance: proposal.instance.clone(),
                     removal,
+                    report,
+                };
+                let command = SetServing {
+                    target: Target {
+                        key: proposal.key,
+                        instance: proposal.instance,
+                        incarnation: proposal.incarnation,
+                    },
+                    state: proposal.state,
+                    reason: proposal.reason,
+                    expected_revision: None,
+                };
+                outputs.push(self.propose(Duty::Checker, command.into(), purpose));
+            }
+            Decision::Note(proposal) => {
+                let purpose = Purpose::Check {
+                    key: proposal.key.clone(),
+                    instance: proposal.instance.clone(),
+                    removal: false,
                     report,
                 };
                 let command = SetServing {

@@ -393,6 +393,7 @@ fn a_ttl_report_is_answered_after_the_change_it_caused_settles() {
         instance: InstanceId::new("a").unwrap(),
         incarnation: Incarnation(1),
         status: CheckStatus::Pass,
+        note: None,
     };
     let outputs = engine.ttl_report(&registry, &report, ReplyTo(5), at(100));
     let [Output::Note(Note::Crossing { state, .. }), Output::Propose(proposal)] = outputs.as_slice() else {
@@ -431,6 +432,128 @@ fn a_ttl_report_is_answered_after_the_change_it_caused_settles() {
         matches!(refused.as_slice(), [Output::Reply { to: ReplyTo(6), reply: Reply::Report(Err(e)) }] if e.code() == "stale_incarnation"),
         "{refused:?}"
     );
+}
+
+/// The reason a TTL report's proposal carries, applied to the registry (what Consul's
+/// `Output` shows), and the revision it committed at (`None` when nothing was proposed).
+fn report_note(
+    engine: &mut LeaderEngine<Xoshiro256PlusPlus>,
+    registry: &mut Registry,
+    note: &str,
+    now_ms: u64,
+) -> Option<Revision> {
+    let report = TtlReport {
+        key: key(),
+        instance: InstanceId::new("a").unwrap(),
+        incarnation: Incarnation(1),
+        status: CheckStatus::Pass,
+        note: Some(note.to_owned()),
+    };
+    let outputs = engine.ttl_report(registry, &report, ReplyTo(now_ms), at(now_ms));
+    let proposal = outputs.iter().find_map(|o| match o {
+        Output::Propose(proposal) => Some(proposal.clone()),
+        _ => None,
+    })?;
+    let applied = registry.apply(&proposal.command, &meta(Actor::Checker)).unwrap();
+    engine.settled(
+        registry,
+        proposal.tag,
+        Outcome::Committed {
+            revision: applied.revision,
+            changed: applied.unchanged.is_none(),
+        },
+    );
+    applied.unchanged.is_none().then_some(applied.revision)
+}
+
+/// SPEC H4 (the app's words for what its check saw): a TTL report's note is the reason
+/// recorded with the state it sets; a changed note while the state holds is recorded on its
+/// own, at most once per `NOTE_EVERY_MS`; one longer than the registry's text limit is cut,
+/// never refused.
+#[test]
+fn a_ttl_note_is_the_recorded_reason_and_a_changed_one_is_recorded_once_a_minute() {
+    use muster_health::checker::NOTE_EVERY_MS;
+    let mut registry = Registry::new(RegistryConfig::default());
+    apply(
+        &mut registry,
+        muster_registry::RaiseFormat { format: 3 }.into(),
+        Actor::Owner,
+    );
+    let checked = Register {
+        target: target("a", 1),
+        spec: spec(vec![CheckSpec {
+            ttl_ms: Some(600_000),
+            rise: Some(1),
+            ..CheckSpec::default()
+        }]),
+        lease: LeaseSpec::None,
+        expected_revision: None,
+    };
+    apply(&mut registry, checked.into(), Actor::App);
+    let mut engine = engine(no_brake());
+    engine.became_leader(&registry, at(0));
+    let endpoint = |registry: &Registry| registry.snapshot(&key()).unwrap().iter().next().unwrap().clone();
+
+    assert!(report_note(&mut engine, &mut registry, "all good", 100).is_some());
+    let now = endpoint(&registry);
+    assert_eq!(
+        (now.serving, now.observation.reason.as_str()),
+        (ServingState::Ready, "all good")
+    );
+    assert_eq!(now.observation.actor, Actor::Checker);
+
+    // The same note, then a changed one within the minute: nothing is proposed.
+    assert_eq!(report_note(&mut engine, &mut registry, "all good", 200), None);
+    assert_eq!(report_note(&mut engine, &mut registry, "3 jobs queued", 300), None);
+    assert_eq!(endpoint(&registry).observation.reason, "all good");
+    // A minute after the last record, the changed note is recorded, the state unchanged.
+    let revision = report_note(&mut engine, &mut registry, "3 jobs queued", 100 + NOTE_EVERY_MS).unwrap();
+    let now = endpoint(&registry);
+    assert_eq!(now.revision, revision);
+    assert_eq!(
+        (now.serving, now.observation.reason.as_str()),
+        (ServingState::Ready, "3 jobs queued")
+    );
+
+    // Longer than the registry's limit (256 bytes by default): cut at a character boundary.
+    let long = "é".repeat(200);
+    report_note(&mut engine, &mut registry, &long, 100 + 2 * NOTE_EVERY_MS).unwrap();
+    let reason = endpoint(&registry).observation.reason.clone();
+    assert_eq!(reason.len(), 256);
+    assert!(long.starts_with(reason.as_str()));
+}
+
+/// Before format 3 the registry records no note on its own: a mixed cluster's older members
+/// would apply it differently.
+#[test]
+fn before_format_3_a_changed_note_with_no_crossing_changes_nothing() {
+    let mut registry = Registry::new(RegistryConfig::default());
+    let checked = Register {
+        target: target("a", 1),
+        spec: spec(vec![CheckSpec {
+            ttl_ms: Some(600_000),
+            rise: Some(1),
+            ..CheckSpec::default()
+        }]),
+        lease: LeaseSpec::None,
+        expected_revision: None,
+    };
+    apply(&mut registry, checked.into(), Actor::App);
+    let mut engine = engine(no_brake());
+    engine.became_leader(&registry, at(0));
+    // The crossing's reason is the note at any format.
+    assert!(report_note(&mut engine, &mut registry, "all good", 100).is_some());
+    let revision = registry.revision();
+    assert_eq!(
+        report_note(
+            &mut engine,
+            &mut registry,
+            "changed",
+            100 + 2 * muster_health::checker::NOTE_EVERY_MS
+        ),
+        None
+    );
+    assert_eq!(registry.revision(), revision);
 }
 
 /// reference/control-plane-state.txt, "Health checker causes fleet eviction": every probe

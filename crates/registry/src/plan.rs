@@ -237,7 +237,13 @@ impl Registry {
             && state == ServingState::Draining
             && meta.actor == Actor::Owner
             && existing.observation.actor != Actor::Owner;
-        if existing.serving == state && !owner_takes_drain {
+        // From format 3 on, the checker records a new reason for the state it holds (a TTL
+        // report's note, SPEC H4); never during a drain, whose reason is the drainer's.
+        let new_note = self.format() >= 3
+            && meta.actor == Actor::Checker
+            && state != ServingState::Draining
+            && existing.observation.reason != reason;
+        if existing.serving == state && !owner_takes_drain && !new_note {
             return Ok(unchanged(existing.revision, None, Unchanged::AlreadyCommitted));
         }
         // A drain holds against all but the owner; from format 2 on, the app may lift a drain

@@ -243,7 +243,18 @@ pub struct CheckReport(CheckReportRequest);
 impl CheckReport {
     /// `incarnation` reports `status` (pass, warn or fail).
     pub fn new(incarnation: Incarnation, status: CheckStatus) -> CheckReport {
-        CheckReport(CheckReportRequest { incarnation, status })
+        CheckReport(CheckReportRequest {
+            incarnation,
+            status,
+            note: None,
+        })
+    }
+
+    /// What the check saw, recorded as the reason of the state the report sets.
+    #[must_use]
+    pub fn note(mut self, note: impl Into<String>) -> CheckReport {
+        self.0.note = Some(note.into());
+        self
     }
 
     pub(crate) fn wire(&self) -> &CheckReportRequest {

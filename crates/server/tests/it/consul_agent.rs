@@ -184,6 +184,51 @@ async fn a_ttl_check_passes_turns_critical_when_silent_and_is_deregistered_after
     );
 }
 
+/// A TTL report's note is the check's `Output` (SPEC H4), on the agent's and the health
+/// endpoints, as py-consul's `check.ttl_pass(check_id, notes)` and Go's `UpdateTTL` send it.
+#[tokio::test]
+async fn a_ttl_note_and_an_update_s_output_are_the_check_s_output() {
+    let server = TestServer::start().await;
+    let body = r#"{"Name": "web", "ID": "web-1", "Address": "10.0.0.5", "Check": {"TTL": "30s"}}"#;
+    put(&server, "/v1/agent/service/register", Some(body))
+        .await
+        .expect(StatusCode::OK);
+    put(&server, "/v1/agent/check/pass/service:web-1?note=all%20good", None)
+        .await
+        .expect(StatusCode::OK);
+    let outputs = |path: &'static str| {
+        let server = &server;
+        async move {
+            let body = consul(server, Method::GET, path, None, None)
+                .await
+                .expect(StatusCode::OK)
+                .json();
+            match path {
+                "/v1/agent/checks" => vec![body["service:web-1"]["Output"].clone()],
+                "/v1/health/checks/web" => body.as_array().unwrap().iter().map(|c| c["Output"].clone()).collect(),
+                _ => body[0]["Checks"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|c| c["CheckID"] == "service:web-1")
+                    .map(|c| c["Output"].clone())
+                    .collect(),
+            }
+        }
+    };
+    for path in ["/v1/agent/checks", "/v1/health/checks/web", "/v1/health/service/web"] {
+        assert_eq!(outputs(path).await, [json!("all good")], "{path}");
+    }
+    put(
+        &server,
+        "/v1/agent/check/update/service:web-1",
+        Some(r#"{"Status": "warning", "Output": "queue 90% full"}"#),
+    )
+    .await
+    .expect(StatusCode::OK);
+    assert_eq!(outputs("/v1/agent/checks").await, [json!("queue 90% full")]);
+}
+
 #[tokio::test]
 async fn check_updates_set_warning_and_critical_and_unknown_checks_are_404() {
     let server = TestServer::start().await;
