@@ -14,7 +14,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use muster_client::Member;
 use muster_client::OutlierDetector;
 use muster_client::{
-    Balance, EligibilityConfig, EligibleSet, HashRing, HashRingConfig, LeastRequest, LocalityAware, LocalityConfig,
+    Balancer, EligibilityConfig, EligibleSet, HashRing, HashRingConfig, LeastRequest, LocalityAware, LocalityConfig,
     RoundRobin, SmoothWeighted,
 };
 use muster_core::{

@@ -6,7 +6,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use muster_client::{Next, View};
+use muster_client::view::{Next, View};
 use muster_core::{Revision, ServiceSnapshot};
 use muster_registry::Scope;
 

@@ -9,7 +9,7 @@
 //!
 //! Run with `cargo bench -p muster-client --bench view_memory`.
 
-use muster_client::View;
+use muster_client::view::View;
 use muster_core::ServiceSnapshot;
 use muster_testkit::Counting;
 

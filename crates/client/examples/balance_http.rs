@@ -10,6 +10,10 @@
 //! muster register prod/web web-2 --addr 127.0.0.1:8082 --incarnation 1 --ttl 5m
 //! cargo run -p muster-client --example balance_http -- default/prod/web
 //! ```
+//!
+//! Cargo features it needs, in a crate of your own: `muster-client`, `tokio` (`macros`,
+//! `rt-multi-thread`), `hyper`, `hyper-util` (`client-legacy`, `http1`, `tokio`),
+//! `http-body-util` and `tower` (`balance`, `load`, `util`).
 
 use std::sync::Arc;
 
@@ -45,7 +49,7 @@ async fn main() -> Result<(), BoxError> {
     let reporter = ejections.clone();
     // One service per endpoint: the shared client pointed at its address, outcomes reported.
     let discover = EndpointDiscover::with_ejections(
-        &resolver,
+        resolver.clone(),
         EligibilityConfig::default(),
         ejections,
         move |endpoint: &Arc<Member>| {

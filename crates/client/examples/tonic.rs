@@ -10,8 +10,9 @@
 //! muster register prod/pay pay-2 --addr 127.0.0.1:50052 --port-name grpc --incarnation 1 --ttl 5m
 //! cargo run -p muster-client --example tonic -- default/prod/pay
 //! ```
-
-use std::sync::Arc;
+//!
+//! Cargo features it needs, in a crate of your own: `muster-client`, `tokio` (`macros`, `rt-multi-thread`),
+//! `tonic` (`channel`), `tonic-health`.
 
 use muster_client::tower::{Balance, Target};
 use muster_client::{BoxError, Client, DEFAULT_SERVER, Resolver, ResolverConfig, ServiceKey};
@@ -31,7 +32,7 @@ async fn main() -> Result<(), BoxError> {
         .unwrap_or("default/prod/pay")
         .parse()?;
     let server = std::env::var("MUSTER_SERVER").unwrap_or_else(|_| DEFAULT_SERVER.into());
-    let resolver = Arc::new(Resolver::start(Client::new(&server)?, key, ResolverConfig::default()));
+    let resolver = Resolver::start(Client::new(&server)?, key, ResolverConfig::default());
 
     // The whole integration: a Channel per endpoint's `grpc` port, made on first pick.
     let channels = Balance::builder(resolver)

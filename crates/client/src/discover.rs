@@ -59,7 +59,31 @@ impl<S: Send + 'static> EndpointDiscover<S> {
     /// Follows `resolver`'s views; `make` turns each newly eligible endpoint into the
     /// service the balancer will call (e.g. an HTTP client bound to its address). No local
     /// ejection: nobody reports outcomes to this source (see [`EndpointDiscover::with_ejections`]).
-    pub fn new<F>(resolver: &Resolver, eligibility: EligibilityConfig, make: F) -> EndpointDiscover<S>
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = muster_testkit::server::InProcess::start().await;
+    /// # let client = server.client();
+    /// use std::future::poll_fn;
+    /// use std::pin::Pin;
+    /// use muster_client::discover::EndpointDiscover;
+    /// use muster_client::{EligibilityConfig, Incarnation, InstanceId, Registration, Resolver, ResolverConfig, ServingState};
+    /// use tower::discover::{Change, Discover};
+    ///
+    /// let key: muster_client::ServiceKey = "prod/web".parse()?;
+    /// let web_1 = Registration::new(Incarnation(1)).address("10.0.0.7").port("http", 8080).serving(ServingState::Ready);
+    /// client.register(&key, &InstanceId::new("web-1")?, web_1).await?;
+    /// let resolver = Resolver::start(client, key, ResolverConfig::default());
+    /// // Each endpoint becomes the service a balancer calls: here, just its address.
+    /// let mut discover = EndpointDiscover::new(resolver, EligibilityConfig::default(), |endpoint| endpoint.addresses[0].ip.to_string());
+    /// // tower's balancers poll this; a Stream of Change by hand:
+    /// let change = poll_fn(|cx| Pin::new(&mut discover).poll_discover(cx)).await.expect("the resolver runs")?;
+    /// let Change::Insert(_, address) = change else { panic!("an insert first") };
+    /// assert_eq!(address, "10.0.0.7");
+    /// # Ok(()) }
+    /// ```
+    pub fn new<F>(resolver: Resolver, eligibility: EligibilityConfig, make: F) -> EndpointDiscover<S>
     where
         F: FnMut(&Arc<Member>) -> S + Send + 'static,
     {
@@ -70,7 +94,7 @@ impl<S: Send + 'static> EndpointDiscover<S> {
     /// endpoint it ejects is removed, and inserted again when the ejection ends. Wrap the
     /// services `make` returns with [`SharedEjections::report`] to feed it.
     pub fn with_ejections<F>(
-        resolver: &Resolver,
+        resolver: Resolver,
         eligibility: EligibilityConfig,
         ejections: SharedEjections,
         make: F,
@@ -84,7 +108,7 @@ impl<S: Send + 'static> EndpointDiscover<S> {
     /// Like [`EndpointDiscover::with_ejections`], ending the stream with `unavailable` when
     /// no view arrived within `first_view_timeout` (default: [`DEFAULT_FIRST_VIEW_TIMEOUT`]).
     pub fn with_first_view_timeout<F>(
-        resolver: &Resolver,
+        resolver: Resolver,
         eligibility: EligibilityConfig,
         ejections: SharedEjections,
         first_view_timeout: Duration,
@@ -95,14 +119,16 @@ impl<S: Send + 'static> EndpointDiscover<S> {
     {
         let deadline = tokio::time::Instant::now() + first_view_timeout;
         let (sender, changes) = mpsc::channel(CHANGE_BUFFER);
+        let views = resolver.subscribe();
         let diff = Diff {
             eligibility,
             ejections,
             sender,
             service: resolver.key().clone(),
             sent: BTreeSet::new(),
+            _resolver: resolver,
         };
-        tokio::spawn(diff.run(resolver.subscribe(), deadline, make));
+        tokio::spawn(diff.run(views, deadline, make));
         EndpointDiscover { changes }
     }
 }
@@ -114,6 +140,8 @@ struct Diff<S> {
     sender: mpsc::Sender<Result<Change<EndpointKey, S>, StaleError>>,
     service: ServiceKey,
     sent: BTreeSet<EndpointKey>,
+    /// The resolver this source owns: its watch runs as long as the source does.
+    _resolver: Resolver,
 }
 
 /// Why the diff task stopped: the balancer dropped the stream, or the resolver stopped.

@@ -1,12 +1,15 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # A tour
+//!
 //! Muster's client library (SPEC section 7): resolve a service to an eligible endpoint from a
 //! local view that is provably complete and current, keep working through registry outages
 //! within a stated budget, route around failing endpoints locally, and register with correct
 //! fencing and draining. One dependency suffices: the vocabulary of `muster-core` a caller
-//! needs is re-exported here.
+//! needs is re-exported here. The examples below run against an in-process server.
 //!
-//! # A tour
-//!
-//! **A client** of one server, built once and cloned freely (SPEC C7, D4):
+//! **A client** of one server, built once and cloned freely (SPEC C7, D4); over TLS with a
+//! token:
 //!
 //! ```no_run
 //! # async fn tour() -> Result<(), Box<dyn std::error::Error>> {
@@ -24,53 +27,81 @@
 //! [`ClientBuilder::connector`] or [`ClientBuilder::service`] put any hyper connector, tower
 //! middleware stack or mock underneath.
 //!
-//! **Resolve and pick**: a [`Resolver`] keeps one service's verified [`View`] current over a
+//! **Register** once with the request types [`Registration`], [`ServingChange`], [`Drain`],
+//! [`Deregistration`], ...; a [`Registrar`] keeps a registration alive (a lease renewed with
+//! jitter, readiness, a drain on shutdown, SPEC C6):
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let server = muster_testkit::server::InProcess::start().await;
+//! # let client = server.client();
+//! use muster_client::{InstanceId, Registration, ServiceKey, ServingState, incarnation_at_start};
+//!
+//! let key: ServiceKey = "prod/api".parse()?;
+//! let registration = Registration::new(incarnation_at_start())
+//!     .address("10.0.0.7")
+//!     .port("http", 8080)
+//!     .serving(ServingState::Ready);
+//! let written = client.register(&key, &InstanceId::new("api-1")?, registration).await?;
+//! assert!(written.revision.0 > 0);
+//! # Ok(()) }
+//! ```
+//!
+//! **Resolve and pick**: a [`Resolver`] keeps one service's verified view current over a
 //! watch; a [`Picker`] picks from its eligible set with a [`Strategy`] and ejects failing
 //! endpoints locally ([`OutlierDetector`]):
 //!
-//! ```no_run
-//! # async fn tour(client: muster_client::Client, now_ms: u64) -> Result<(), Box<dyn std::error::Error>> {
-//! use std::sync::Arc;
-//! use muster_client::{EligibilityConfig, OutlierDetector, Picker, Resolver, ResolverConfig};
-//! use muster_client::{Risk, ServiceKey, Strategy};
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let server = muster_testkit::server::InProcess::start().await;
+//! # let client = server.client();
+//! # let key: muster_client::ServiceKey = "prod/api".parse()?;
+//! # let ready = muster_client::Registration::new(muster_client::Incarnation(1))
+//! #     .address("10.0.0.7").port("http", 8080).serving(muster_client::ServingState::Ready);
+//! # client.register(&key, &muster_client::InstanceId::new("api-1")?, ready).await?;
+//! use std::time::Duration;
+//! use muster_client::{EligibilityConfig, OutlierDetector, Picker, Resolver, ResolverConfig, Risk, Strategy};
 //!
-//! let key = ServiceKey::new("acme", "prod", "api")?;
-//! let resolver = Arc::new(Resolver::start(client, key, ResolverConfig::default()));
-//! let strategy = Strategy::RoundRobin;
-//! let picker = Picker::new(resolver, EligibilityConfig::default(), strategy, OutlierDetector::default())?;
+//! let resolver = Resolver::start(client, key, ResolverConfig::default());
+//! resolver.first_view(Duration::from_secs(5)).await?;
+//! let picker = Picker::new(resolver, EligibilityConfig::default(), Strategy::RoundRobin, OutlierDetector::default())?;
+//! let now_ms = 0; // the picker's clock for local ejection: any monotonic milliseconds
 //! let pick = picker.pick(Risk::ReadOnly, now_ms)?;
+//! assert_eq!(pick.endpoint.instance.as_str(), "api-1");
 //! println!("calling {} at revision {}", pick.endpoint.instance, pick.revision);
 //! # Ok(()) }
 //! ```
 //!
-//! **Register**: a [`Registrar`] registers with a fencing [`Incarnation`] and a lease, renews
-//! it with jitter, reports readiness and drains on shutdown (SPEC C6); one-off writes take
-//! the request types [`Registration`], [`ServingChange`], [`Drain`], [`Deregistration`], ...:
-//!
-//! ```no_run
-//! # async fn tour(client: muster_client::Client, key: muster_client::ServiceKey) -> Result<(), Box<dyn std::error::Error>> {
-//! use muster_client::{Incarnation, InstanceId, Registration, incarnation_at_start};
-//!
-//! let instance = InstanceId::new("api-1")?;
-//! let registration = Registration::new(incarnation_at_start()).address("10.0.0.7").port("http", 8080);
-//! let written = client.register(&key, &instance, registration).await?;
-//! # Ok(()) }
-//! ```
-//!
 //! **tower**: [`tower::Balance`] is a `tower::Service` that balances a hyper or tonic client
-//! over a service's endpoints and ejects failing ones from the calls' own outcomes;
-//! [`discover`] turns a resolver into a `tower::discover::Discover` source for tower's own
-//! balancers:
+//! over a service's endpoints and ejects failing ones from the calls' own outcomes (here the
+//! one backend is the server itself); [`discover`] turns a resolver into a
+//! `tower::discover::Discover` source for tower's own balancers:
 //!
-//! ```no_run
-//! # async fn tour(resolver: std::sync::Arc<muster_client::Resolver>) -> Result<(), Box<dyn std::error::Error>> {
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let server = muster_testkit::server::InProcess::start().await;
+//! # let client = server.client();
+//! # let backend = server.addr();
+//! use muster_client::{Incarnation, InstanceId, Registration, Resolver, ResolverConfig, ServingState};
 //! use tower::{Service, ServiceExt};
 //!
+//! let key: muster_client::ServiceKey = "prod/web".parse()?;
+//! let web_1 = Registration::new(Incarnation(1))
+//!     .address(backend.ip().to_string())
+//!     .port("http", backend.port())
+//!     .serving(ServingState::Ready);
+//! client.register(&key, &InstanceId::new("web-1")?, web_1).await?;
+//!
+//! let resolver = Resolver::start(client, key, ResolverConfig::default());
 //! let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
 //!     .build_http::<http_body_util::Empty<bytes::Bytes>>();
 //! let mut web = muster_client::tower::Balance::builder(resolver).port("http").shared(http)?;
-//! let request = hyper::Request::get("/health").body(http_body_util::Empty::new())?;
+//! let request = hyper::Request::get("/v1/status").body(http_body_util::Empty::new())?;
 //! let response = web.ready().await?.call(request).await?; // 5xx and errors count toward ejection
+//! assert_eq!(response.status(), 200);
 //! # Ok(()) }
 //! ```
 //!
@@ -118,7 +149,7 @@ mod resolver_set;
 mod seed;
 mod tier;
 pub mod tower;
-mod view;
+pub mod view;
 
 /// The HTTP API's bodies and watch frames (the replies a [`Client`] returns), as
 /// `muster-core` defines them.
@@ -149,11 +180,11 @@ pub use report::{DEFAULT_REPORT_INTERVAL, ReportIdentity};
 pub use member::{Member, MemberSet};
 pub use resolver::{Resolver, ResolverConfig, ViewChanges};
 pub use resolver_set::{ResolverSet, ResolverSetConfig};
-pub use view::{Next, Resnapshot, Risk, StaleBudget, StaleError, Usable, View, ViewStatus};
+pub use view::{Risk, StaleBudget, StaleError, ViewStatus};
 
 // Eligibility, the balancers, ejection, and the picker over them.
 pub use balance::{
-    Balance, ConfigError, EligibilityConfig, EligibleSet, Excluded, Fraction, HashRing, HashRingConfig, LeastRequest,
+    Balancer, ConfigError, EligibilityConfig, EligibleSet, Excluded, Fraction, HashRing, HashRingConfig, LeastRequest,
     LocalityAware, LocalityConfig, Pick, PickReason, PickTrace, Proximity, RoundRobin, SetMode, SmoothWeighted,
     Standing, Tier, Unhealthy,
 };

@@ -13,7 +13,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::balance::{
-    Balance, ConfigError, EligibilityConfig, EligibleSet, HashRing, HashRingConfig, LeastRequest, LocalityAware,
+    Balancer, ConfigError, EligibilityConfig, EligibleSet, HashRing, HashRingConfig, LeastRequest, LocalityAware,
     LocalityConfig, Pick, RoundRobin, SmoothWeighted,
 };
 use crate::eject::OutlierDetector;
@@ -91,7 +91,7 @@ struct Cache {
 
 /// Resolves a service and picks endpoints for calls.
 pub struct Picker {
-    resolver: Arc<Resolver>,
+    resolver: Resolver,
     /// Another region's endpoints balanced over beside the view while the region's failover
     /// decision spills (SPEC G1).
     tier: Option<FailoverTier>,
@@ -110,10 +110,10 @@ impl std::fmt::Debug for Picker {
 }
 
 impl Picker {
-    /// A picker over `resolver`'s views (a [`Resolver`] or an `Arc<Resolver>`); refuses a strategy that cannot work (a hash ring
+    /// A picker over `resolver`'s views; refuses a strategy that cannot work (a hash ring
     /// without points).
     pub fn new(
-        resolver: impl Into<Arc<Resolver>>,
+        resolver: Resolver,
         eligibility: EligibilityConfig,
         strategy: Strategy,
         ejections: OutlierDetector,
@@ -125,7 +125,6 @@ impl Picker {
                 field: "vnodes_per_endpoint",
             });
         }
-        let resolver = resolver.into();
         let key = resolver.key().clone();
         Ok(Picker {
             resolver,
@@ -213,7 +212,7 @@ impl Picker {
         let picked = match cache.balancer.as_mut() {
             Some(Built::RoundRobin(b)) => b.pick(&mut cache.rng),
             Some(Built::Weighted(b)) => b.pick(&mut cache.rng),
-            Some(Built::Locality(b)) => Balance::pick(b, &mut cache.rng),
+            Some(Built::Locality(b)) => Balancer::pick(b, &mut cache.rng),
             Some(Built::LeastRequest(b)) => b.pick(&mut cache.rng),
             // Without a key, any point of the ring: spread like random.
             Some(Built::Hash(ring)) => ring.pick_u64(key.unwrap_or_else(|| cache.rng.next_u64())),

@@ -294,6 +294,35 @@ impl Resolver {
         usable
     }
 
+    /// Waits for the first view, at most `timeout`, then answers as [`Resolver::usable`] for a
+    /// read: the set, `unknown_service` as soon as the server says it holds nothing of the
+    /// service, or `unavailable` with the last transport error when no view came in time.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = muster_testkit::server::InProcess::start().await;
+    /// # let client = server.client();
+    /// use std::time::Duration;
+    /// use muster_client::{Resolver, ResolverConfig};
+    ///
+    /// let resolver = Resolver::start(client, "prod/web-typo".parse()?, ResolverConfig::default());
+    /// let error = resolver.first_view(Duration::from_secs(5)).await.unwrap_err();
+    /// assert_eq!(error.code(), "unknown_service");
+    /// assert_eq!(error.to_string(), "unknown_service: the registry holds nothing of default/prod/web-typo");
+    /// # Ok(()) }
+    /// ```
+    pub async fn first_view(&self, timeout: Duration) -> Result<Usable, StaleError> {
+        let mut views = self.subscribe();
+        // Timing out is no error here: `usable` says what there is, and why not.
+        let _ = tokio::time::timeout(
+            timeout,
+            views.wait_for(|view| view.active().is_some() || view.is_unknown()),
+        )
+        .await;
+        self.usable(Risk::ReadOnly)
+    }
+
     /// Every published view, for a caller that reacts to changes (a balancer, `Discover`).
     pub fn subscribe(&self) -> watch::Receiver<Arc<View>> {
         self.inner.views.clone()
@@ -303,6 +332,32 @@ impl Resolver {
     /// one published after it (a frame may publish a view whose set did not change: compare
     /// [`View::active`] by pointer to see set changes). A reader that lags sees the latest
     /// view, not every one in between. The stream ends when the resolver stops.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = muster_testkit::server::InProcess::start().await;
+    /// # let client = server.client();
+    /// use std::future::poll_fn;
+    /// use std::pin::Pin;
+    /// use futures_core::Stream;
+    /// use muster_client::{Incarnation, InstanceId, Registration, Resolver, ResolverConfig, ServingState};
+    ///
+    /// let key: muster_client::ServiceKey = "prod/web".parse()?;
+    /// let resolver = Resolver::start(client.clone(), key.clone(), ResolverConfig::default());
+    /// let mut changes = resolver.changes();
+    /// let web_1 = Registration::new(Incarnation(1)).address("10.0.0.7").port("http", 8080).serving(ServingState::Ready);
+    /// client.register(&key, &InstanceId::new("web-1")?, web_1).await?;
+    /// // With futures' StreamExt: `while let Some(view) = changes.next().await`.
+    /// loop {
+    ///     let view = poll_fn(|cx| Pin::new(&mut changes).poll_next(cx)).await.expect("the resolver runs");
+    ///     if let Some(set) = view.active().filter(|set| !set.is_empty()) {
+    ///         assert_eq!(set.len(), 1);
+    ///         break;
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn changes(&self) -> ViewChanges {
         ViewChanges::new(self.subscribe())
     }

@@ -17,6 +17,10 @@
 //!
 //! The set is kept as a [`MemberSet`]: compact records with each record's cached fingerprint,
 //! so updates are still digest-checked without holding the server's full records.
+//!
+//! An application reads a view through its [`Resolver`](crate::Resolver) (`view()`,
+//! `status()`, `changes()`); the machine's inputs ([`View::install`], [`View::on_frame`], ...)
+//! are here for a shell of your own, as [`registrar`](crate::registrar) holds the registrar's.
 
 use std::sync::Arc;
 
@@ -336,6 +340,16 @@ pub enum Risk {
 }
 
 /// How stale a view each kind of operation may use.
+///
+/// ```
+/// use muster_client::{Risk, StaleBudget};
+///
+/// let budget = StaleBudget::default();
+/// assert_eq!(budget.limit_ms(Risk::Mutation), 30_000);
+/// assert_eq!(budget.limit_ms(Risk::Privileged), 5_000);
+/// // Fail static: reads go on with the last known set beyond the budget.
+/// assert!(budget.stale_reads_allowed);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StaleBudget {
     /// Age up to which any operation may use the view.

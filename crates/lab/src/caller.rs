@@ -14,8 +14,9 @@
 
 use std::sync::Arc;
 
+use muster_client::view::{Next, View};
 use muster_client::{
-    Balance, EjectionConfig, EligibilityConfig, EligibleSet, FailureOutcome, Next, OutlierDetector, RoundRobin, View,
+    Balancer, EjectionConfig, EligibilityConfig, EligibleSet, FailureOutcome, OutlierDetector, RoundRobin,
 };
 use muster_core::{Revision, ServiceSnapshot, ServiceUpdate};
 use rand_xoshiro::Xoshiro256PlusPlus;

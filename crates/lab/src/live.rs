@@ -40,10 +40,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use muster_client::{
-    Client, Drain, EligibilityConfig, OutlierDetector, Picker, Registrar, RegistrarConfig, Resolver, ResolverConfig,
-    Risk, Strategy,
+    Client, Drain, EligibilityConfig, OutlierDetector, Picker, Registrar, RegistrarConfig, Registration, Resolver,
+    ResolverConfig, Risk, Strategy,
 };
-use muster_core::{AddressSpec, EndpointSpec, Incarnation, PortSpec, Protocol, ServiceKey, ServingState};
+use muster_core::{Incarnation, Protocol, ServiceKey, ServingState};
 use muster_proxy::RunningProxy;
 use muster_proxy::config::{ListenerConfig, ListenerProtocol, ProxyConfig};
 use rand_core::SeedableRng;
@@ -261,33 +261,18 @@ async fn start_instance(
             }
         }
     });
-    let endpoint = EndpointSpec {
-        addresses: vec![AddressSpec {
-            ip: "127.0.0.1".into(),
-            scope: None,
-        }],
-        ports: vec![PortSpec {
-            name: "tcp".into(),
-            port,
-            protocol: Protocol::Tcp,
-        }],
-        ..EndpointSpec::default()
-    };
+    let registration = Registration::new(Incarnation(1))
+        .address("127.0.0.1")
+        .port_speaking("tcp", port, Protocol::Tcp);
     let config = RegistrarConfig {
         ttl: Duration::from_millis(ttl_ms),
         initial_serving: ServingState::Ready,
         ..RegistrarConfig::default()
     };
-    let registrar = Registrar::builder(
-        client.clone(),
-        key.clone(),
-        instance_id(index),
-        endpoint,
-        Incarnation(1),
-    )
-    .config(config)
-    .rng(Xoshiro256PlusPlus::seed_from_u64(seed ^ u64::from(index)))
-    .start();
+    let registrar = Registrar::builder(client.clone(), key.clone(), instance_id(index), registration)
+        .config(config)
+        .rng(Xoshiro256PlusPlus::seed_from_u64(seed ^ u64::from(index)))
+        .start();
     registrar
         .registered()
         .await
@@ -613,7 +598,7 @@ async fn start_proxy(client: &Client, key: &ServiceKey) -> Result<RunningProxy, 
 async fn until_every_view(
     resolvers: &[Arc<Resolver>],
     what: &str,
-    seen: impl Fn(&muster_client::View) -> bool,
+    seen: impl Fn(&muster_client::view::View) -> bool,
 ) -> Result<(), LabError> {
     for resolver in resolvers {
         let mut views = resolver.subscribe();
@@ -669,7 +654,7 @@ async fn drive_callers(
     for _ in 0..scenario.callers {
         let resolver = Arc::new(Resolver::start(client.clone(), key.clone(), ResolverConfig::default()));
         let picker = Picker::new(
-            Arc::clone(&resolver),
+            Resolver::clone(&resolver),
             EligibilityConfig::default(),
             Strategy::RoundRobin,
             OutlierDetector::default(),

@@ -132,7 +132,7 @@ impl Target {
             }),
         };
         let picker = Picker::new(
-            Arc::clone(&resolver),
+            Resolver::clone(&resolver),
             EligibilityConfig::default(),
             strategy,
             OutlierDetector::default(),
@@ -164,7 +164,7 @@ impl Target {
 
     /// Whether new work may still go to `key`: the view routes it (see [`routed`]), or it is
     /// a member of the failover tier now.
-    pub fn routes(&self, view: &muster_client::View, key: &EndpointKey) -> bool {
+    pub fn routes(&self, view: &muster_client::view::View, key: &EndpointKey) -> bool {
         routed(view, key)
             || self.tier.as_ref().is_some_and(|tier| {
                 tier.members()
@@ -321,7 +321,7 @@ pub(crate) async fn tier_changed(tier: Option<&mut FailoverTier>) {
 }
 
 /// Whether `view` still routes new work to `key` (absent views route what they had).
-pub fn routed(view: &muster_client::View, key: &EndpointKey) -> bool {
+pub fn routed(view: &muster_client::view::View, key: &EndpointKey) -> bool {
     let Some(set) = view.active() else {
         return true;
     };

@@ -2,7 +2,7 @@ use muster_core::ServingState::{Degraded, Draining, NotServing, Ready, Starting,
 
 use super::*;
 use crate::balance::fixtures::{Fixture, REVISION, picks, ready, rng, set_of, set_with, tally};
-use crate::balance::{Balance, RoundRobin};
+use crate::balance::{Balancer, RoundRobin};
 use crate::eject::{EjectionConfig, FailureOutcome};
 
 fn scope(text: &str) -> Label {

@@ -11,7 +11,7 @@ use muster_core::{
 use rand_core::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::balance::{Balance, EligibilityConfig, EligibleSet, Pick};
+use crate::balance::{Balancer, EligibilityConfig, EligibleSet, Pick};
 use crate::eject::OutlierDetector;
 use crate::member::Member;
 
@@ -146,7 +146,7 @@ pub(crate) fn tally(picks: impl IntoIterator<Item = Pick>) -> BTreeMap<String, u
 }
 
 /// `count` picks from `balancer` with a generator seeded `seed`.
-pub(crate) fn picks(balancer: &mut impl Balance, seed: u64, count: usize) -> Vec<Pick> {
+pub(crate) fn picks(balancer: &mut impl Balancer, seed: u64, count: usize) -> Vec<Pick> {
     let mut rng = rng(seed);
     (0..count)
         .map(|_| balancer.pick(&mut rng).expect("the set has a candidate"))

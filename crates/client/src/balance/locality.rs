@@ -52,7 +52,7 @@ use muster_core::{Label, Locality, Revision};
 use rand_core::RngCore;
 
 use crate::balance::draw::WeightedPool;
-use crate::balance::{Balance, EligibleSet, Fraction, Pick, PickReason, SetMode};
+use crate::balance::{Balancer, EligibleSet, Fraction, Pick, PickReason, SetMode};
 use crate::member::Member;
 
 /// How near an endpoint is to the caller.
@@ -228,7 +228,7 @@ impl LocalityAware {
     }
 }
 
-impl Balance for LocalityAware {
+impl Balancer for LocalityAware {
     fn pick<R: RngCore + ?Sized>(&mut self, rng: &mut R) -> Option<Pick> {
         LocalityAware::pick(self, rng)
     }

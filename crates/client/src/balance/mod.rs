@@ -25,7 +25,7 @@
 //! their only shared-memory write. Measured medians (500 endpoints, `benches/balance.rs`):
 //! round robin 21 ns, smooth weighted 23 ns, P2C 24 ns, consistent hash 26 ns, locality 31 ns.
 //!
-//! [`HashRing`] needs no randomness and takes a key instead. The others implement [`Balance`],
+//! [`HashRing`] needs no randomness and takes a key instead. The others implement [`Balancer`],
 //! whose `pick` takes the RNG: P2C and locality draw on every pick, round robin and smooth
 //! weighted only when built (a random starting point, so a fleet does not move in step).
 //!
@@ -77,7 +77,7 @@ pub use round_robin::RoundRobin;
 pub use weighted::SmoothWeighted;
 
 /// A balancer that picks without a request key. [`HashRing`] takes a key instead.
-pub trait Balance {
+pub trait Balancer {
     /// Picks an endpoint for one new request, or `None` when nothing may be picked.
     fn pick<R: RngCore + ?Sized>(&mut self, rng: &mut R) -> Option<Pick>;
 }

@@ -26,7 +26,7 @@ use muster_core::{Incarnation, InstanceId, Revision};
 use rand_core::RngCore;
 
 use crate::balance::draw::{below, effective_weight};
-use crate::balance::{Balance, EligibleSet, Pick, PickReason};
+use crate::balance::{Balancer, EligibleSet, Pick, PickReason};
 use crate::member::Member;
 
 /// Power-of-two-choices least-request over an [`EligibleSet`]'s routable endpoints.
@@ -107,7 +107,7 @@ impl LeastRequest {
     }
 }
 
-impl Balance for LeastRequest {
+impl Balancer for LeastRequest {
     fn pick<R: RngCore + ?Sized>(&mut self, rng: &mut R) -> Option<Pick> {
         let len = self.endpoints.len() as u64;
         let chosen = match len {

@@ -10,7 +10,7 @@ use muster_core::Revision;
 use rand_core::RngCore;
 
 use crate::balance::draw::below;
-use crate::balance::{Balance, EligibleSet, Pick, PickReason};
+use crate::balance::{Balancer, EligibleSet, Pick, PickReason};
 use crate::member::Member;
 
 /// Round robin over an [`EligibleSet`]'s routable endpoints.
@@ -40,7 +40,7 @@ impl RoundRobin {
     }
 }
 
-impl Balance for RoundRobin {
+impl Balancer for RoundRobin {
     fn pick<R: RngCore + ?Sized>(&mut self, _rng: &mut R) -> Option<Pick> {
         let endpoint = self.endpoints.get(self.next)?;
         self.next += 1;

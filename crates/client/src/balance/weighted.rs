@@ -24,7 +24,7 @@ use muster_core::Revision;
 use rand_core::RngCore;
 
 use crate::balance::draw::{below, effective_weight};
-use crate::balance::{Balance, EligibleSet, Pick, PickReason};
+use crate::balance::{Balancer, EligibleSet, Pick, PickReason};
 use crate::member::Member;
 
 /// Smooth weighted round robin over an [`EligibleSet`]'s routable endpoints.
@@ -93,7 +93,7 @@ impl SmoothWeighted {
     }
 }
 
-impl Balance for SmoothWeighted {
+impl Balancer for SmoothWeighted {
     fn pick<R: RngCore + ?Sized>(&mut self, _rng: &mut R) -> Option<Pick> {
         let mut best = 0;
         for index in 0..self.classes.len() {

@@ -358,7 +358,21 @@ fn bearer(secret: &str) -> Result<HeaderValue, ClientError> {
 
 impl Client {
     /// A builder of a client of the server at `server` (`http://host:port`, or
-    /// `https://host:port` with [`ClientBuilder::tls`]).
+    /// `https://host:port` with [`ClientBuilder::tls`]). A URL the client cannot use is
+    /// refused when it is built, saying what to write instead:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use muster_client::Client;
+    ///
+    /// let client = Client::builder("http://127.0.0.1:7070").timeout(Duration::from_secs(2)).build()?;
+    /// assert_eq!(client.server(), "http://127.0.0.1:7070");
+    ///
+    /// let error = Client::builder("http://127.0.0.1:7070/v1").build().unwrap_err();
+    /// assert_eq!(error.code().as_str(), "invalid_url");
+    /// assert!(error.to_string().contains("http://127.0.0.1:7070"), "{error}");
+    /// # Ok::<(), muster_client::ClientError>(())
+    /// ```
     pub fn builder(server: impl Into<String>) -> ClientBuilder {
         ClientBuilder {
             url: server.into(),
@@ -440,7 +454,26 @@ impl Client {
         self.call(Method::GET, &path, None::<&()>).await
     }
 
-    /// `PUT /v1/registry/{tenant}/{namespace}/{service}/{instance}`.
+    /// `PUT /v1/registry/{tenant}/{namespace}/{service}/{instance}`. A refusal is a typed
+    /// error with the server's stable code, and changes nothing:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = muster_testkit::server::InProcess::start().await;
+    /// # let client = server.client();
+    /// use muster_client::{Incarnation, InstanceId, Registration, SnapshotQuery};
+    ///
+    /// let (key, api_1) = ("prod/api".parse()?, InstanceId::new("api-1")?);
+    /// client.register(&key, &api_1, Registration::new(Incarnation(2)).address("10.0.0.7").port("http", 8080)).await?;
+    /// // A late write of an older run of the instance is fenced off.
+    /// let old = Registration::new(Incarnation(1)).address("10.0.0.9").port("http", 8080);
+    /// let error = client.register(&key, &api_1, old).await.unwrap_err();
+    /// assert_eq!(error.code().as_str(), "stale_incarnation");
+    /// let set = client.snapshot(&key, &SnapshotQuery::default()).await?;
+    /// assert_eq!(set.endpoints[0].incarnation, Incarnation(2));
+    /// # Ok(()) }
+    /// ```
     pub async fn register(
         &self,
         key: &ServiceKey,

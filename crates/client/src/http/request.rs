@@ -158,6 +158,10 @@ impl Registration {
     pub(crate) fn wire(&self) -> &RegisterRequest {
         &self.0
     }
+
+    pub(crate) fn into_request(self) -> RegisterRequest {
+        self.0
+    }
 }
 
 /// A serving-state change (`PUT .../{instance}/serving`).

@@ -36,6 +36,14 @@ pub fn incarnation_from_unix_ms(unix_ms: u64) -> Incarnation {
 
 /// The first incarnation of the `generation`-th start of a process, for callers that persist
 /// a start counter.
+///
+/// ```
+/// use muster_client::{INCARNATION_STRIDE, incarnation_from_counter};
+///
+/// // Each start leaves room for the registrar's own re-registrations after a lost lease.
+/// assert_eq!(incarnation_from_counter(2).0 - incarnation_from_counter(1).0, INCARNATION_STRIDE);
+/// assert!(incarnation_from_counter(7) > incarnation_from_counter(6));
+/// ```
 pub fn incarnation_from_counter(generation: u64) -> Incarnation {
     Incarnation(generation.saturating_mul(INCARNATION_STRIDE))
 }

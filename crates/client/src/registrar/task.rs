@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use muster_core::api::LeaseRequest;
 use muster_core::{EndpointSpec, ErrorCode, Incarnation, InstanceId, ServiceKey, ServingState};
 use rand_core::RngCore;
 use tokio::sync::watch;
@@ -40,6 +41,9 @@ pub struct RegistrarBuilder {
     instance: InstanceId,
     endpoint: EndpointSpec,
     incarnation: Incarnation,
+    /// Whether the registration named a lease to attach to, and an expected revision: both
+    /// unused, warned about at start.
+    unused: (bool, bool),
     config: RegistrarConfig,
     rng: Option<Box<dyn RngCore + Send>>,
 }
@@ -110,6 +114,14 @@ impl RegistrarBuilder {
     /// Starts the task on the current Tokio runtime; the first registration is attempted at
     /// once. Wait for it with [`Registrar::registered`].
     pub fn start(self) -> Registrar {
+        if self.unused.0 || self.unused.1 {
+            tracing::warn!(
+                service = %self.key,
+                instance = %self.instance,
+                "the registration's attached lease or expected revision is not used: the registrar grants \
+                 and renews a lease of its own, and fences its writes by the incarnation"
+            );
+        }
         let rng = self.rng.unwrap_or_else(|| {
             let identity = (self.key.to_string(), self.instance.to_string(), self.incarnation.0);
             Box::new(SplitMix64::from_identity(&identity))
@@ -146,22 +158,60 @@ impl RegistrarBuilder {
 }
 
 impl Registrar {
-    /// A builder for the registration of `instance` of `key` with this record, fenced by
-    /// `incarnation` (see [`incarnation_at_start`](crate::incarnation_at_start) and [`incarnation_from_counter`](crate::incarnation_from_counter) for choosing one).
+    /// A builder for a registrar that keeps `registration` of `instance` of `key` alive: its
+    /// record and its fencing incarnation (see [`incarnation_at_start`](crate::incarnation_at_start)
+    /// and [`incarnation_from_counter`](crate::incarnation_from_counter) for choosing one).
+    ///
+    /// The registrar grants, renews and at shutdown lets go of a lease of its own: the
+    /// registration's [`lease_ttl`](Registration::lease_ttl) is that lease's TTL (else
+    /// [`DEFAULT_TTL`](crate::DEFAULT_TTL)). A lease the registration attaches to, and an
+    /// expected revision, are not used (every write of the registrar is fenced by the
+    /// incarnation instead); a WARN says so when the registrar starts.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = muster_testkit::server::InProcess::start().await;
+    /// # let client = server.client();
+    /// use std::time::Duration;
+    /// use muster_client::{InstanceId, Registrar, Registration, incarnation_at_start};
+    ///
+    /// let registration = Registration::new(incarnation_at_start())
+    ///     .address("10.0.0.7")
+    ///     .port("http", 8080)
+    ///     .lease_ttl(Duration::from_secs(10));
+    /// let instance = InstanceId::new("api-1")?;
+    /// let registrar = Registrar::builder(client, "prod/api".parse()?, instance, registration)
+    ///     .drain_grace(Duration::from_millis(100))
+    ///     .start();
+    /// let live = registrar.registered().await?; // a refusal is an error naming its cause
+    /// registrar.set_ready();
+    /// assert_eq!(live.ttl_ms, 10_000);
+    /// registrar.shutdown().await; // draining, then deregistered
+    /// # Ok(()) }
+    /// ```
     pub fn builder(
         client: Client,
         key: ServiceKey,
         instance: InstanceId,
-        endpoint: EndpointSpec,
-        incarnation: Incarnation,
+        registration: Registration,
     ) -> RegistrarBuilder {
+        let request = registration.into_request();
+        let mut config = RegistrarConfig::default();
+        if let Some(LeaseRequest::Grant { ttl_ms }) = request.lease {
+            config.ttl = Duration::from_millis(ttl_ms);
+        }
         RegistrarBuilder {
             client,
             key,
             instance,
-            endpoint,
-            incarnation,
-            config: RegistrarConfig::default(),
+            endpoint: request.endpoint,
+            incarnation: request.incarnation,
+            unused: (
+                matches!(request.lease, Some(LeaseRequest::Attach { .. })),
+                request.expected_revision.is_some(),
+            ),
+            config,
             rng: None,
         }
     }

@@ -268,7 +268,7 @@ fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 /// Settings of a [`Balance`]; start from [`Balance::builder`].
 #[derive(Debug, Clone)]
 pub struct BalanceBuilder {
-    resolver: Arc<Resolver>,
+    resolver: Resolver,
     eligibility: EligibilityConfig,
     ejection: EjectionConfig,
     strategy: Strategy,
@@ -278,13 +278,13 @@ pub struct BalanceBuilder {
 }
 
 impl BalanceBuilder {
-    /// Settings for a balancer over `resolver`'s service (a [`Resolver`] or an
-    /// `Arc<Resolver>`): least-request, default eligibility and ejection, [`Risk::ReadOnly`]
+    /// Settings for a balancer over `resolver`'s service (a clone shares its view and
+    /// watch): least-request, default eligibility and ejection, [`Risk::ReadOnly`]
     /// (fail static: the last known set beyond the stale budget, SPEC C2), each endpoint's
     /// first port.
-    pub fn new(resolver: impl Into<Arc<Resolver>>) -> BalanceBuilder {
+    pub fn new(resolver: Resolver) -> BalanceBuilder {
         BalanceBuilder {
-            resolver: resolver.into(),
+            resolver,
             eligibility: EligibilityConfig::default(),
             ejection: EjectionConfig::default(),
             strategy: Strategy::LeastRequest,
@@ -346,7 +346,7 @@ impl BalanceBuilder {
     /// first picked (e.g. a lazily connecting tonic `Channel`).
     pub fn per_endpoint<N: NewEndpointService>(self, new_service: N) -> Result<Balance<N>, ConfigError> {
         let ejections = OutlierDetector::new(self.ejection)?;
-        let picker = Picker::new(Arc::clone(&self.resolver), self.eligibility, self.strategy, ejections)?;
+        let picker = Picker::new(self.resolver.clone(), self.eligibility, self.strategy, ejections)?;
         let clock = Clock::start();
         Ok(Balance {
             shared: Arc::new(Shared {
@@ -416,7 +416,7 @@ struct Ready<S> {
 }
 
 struct Shared<N: NewEndpointService> {
-    resolver: Arc<Resolver>,
+    resolver: Resolver,
     picker: Picker,
     new_service: N,
     services: Mutex<Services<N::Service>>,
@@ -448,7 +448,7 @@ struct Services<S> {
 
 impl Balance<NewSetAuthority<()>> {
     /// Settings for a balancer over `resolver`'s service ([`BalanceBuilder::new`]).
-    pub fn builder(resolver: impl Into<Arc<Resolver>>) -> BalanceBuilder {
+    pub fn builder(resolver: Resolver) -> BalanceBuilder {
         BalanceBuilder::new(resolver)
     }
 }
@@ -465,7 +465,7 @@ impl<N: NewEndpointService> Balance<N> {
     }
 
     /// The resolver.
-    pub fn resolver(&self) -> &Arc<Resolver> {
+    pub fn resolver(&self) -> &Resolver {
         &self.shared.resolver
     }
 }

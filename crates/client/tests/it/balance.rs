@@ -57,7 +57,7 @@ async fn get(balance: &mut Balance<NewSetAuthority<Http>>) -> u16 {
 }
 
 /// Two backends registered as `service` web-a and web-b, and a resolver holding both.
-async fn two_backends(registry: &Registry, service: &str) -> (Backend, Backend, Arc<Resolver>) {
+async fn two_backends(registry: &Registry, service: &str) -> (Backend, Backend, Resolver) {
     let (a, b) = (Backend::start().await, Backend::start().await);
     registry.register(service, "web-a", a.port()).await;
     registry.register(service, "web-b", b.port()).await;
@@ -96,7 +96,7 @@ async fn a_backend_answering_5xx_is_ejected_and_gets_no_more_requests() {
     let (a, b, resolver) = two_backends(&registry, "web").await;
     b.answer(500);
     // Longer than the test: the ejection cannot end while it runs.
-    let mut balance = Balance::builder(Arc::clone(&resolver))
+    let mut balance = Balance::builder(resolver.clone())
         .ejection(ejection(600_000))
         .shared(http())
         .unwrap();
@@ -123,7 +123,7 @@ async fn an_ejected_backend_gets_requests_again_when_its_ejection_ends() {
     let registry = Registry::start().await;
     let (_a, b, resolver) = two_backends(&registry, "web").await;
     b.answer(503);
-    let mut balance = Balance::builder(Arc::clone(&resolver))
+    let mut balance = Balance::builder(resolver.clone())
         .ejection(ejection(300))
         .shared(http())
         .unwrap();
@@ -183,7 +183,7 @@ async fn no_view_at_all_is_unavailable_after_the_first_view_timeout() {
         .unwrap()
         .port();
     let client = Client::new(&format!("http://127.0.0.1:{port}")).unwrap();
-    let resolver = Arc::new(Resolver::start(client, key("web"), ResolverConfig::default()));
+    let resolver = Resolver::start(client, key("web"), ResolverConfig::default());
     let mut balance = Balance::builder(resolver)
         .first_view_timeout(Duration::from_millis(200))
         .shared(http())

@@ -76,8 +76,12 @@ async fn an_ejected_endpoint_is_removed_and_inserted_again_when_its_ejection_end
     until_endpoints(&resolver, 2).await;
     // Short enough to end within the test, long enough to see the removal first.
     let ejections = ejections(300);
-    let mut discover =
-        EndpointDiscover::with_ejections(&resolver, EligibilityConfig::default(), ejections.clone(), Arc::clone);
+    let mut discover = EndpointDiscover::with_ejections(
+        resolver.clone(),
+        EligibilityConfig::default(),
+        ejections.clone(),
+        Arc::clone,
+    );
     let endpoints = inserted(&mut discover, 2).await;
 
     eject(&ejections, &endpoints["web-1"]);
@@ -107,8 +111,12 @@ async fn a_view_change_during_an_ejection_keeps_the_ejected_endpoint_out() {
     until_endpoints(&resolver, 2).await;
     // Longer than the test: the ejection cannot end while it runs.
     let ejections = ejections(600_000);
-    let mut discover =
-        EndpointDiscover::with_ejections(&resolver, EligibilityConfig::default(), ejections.clone(), Arc::clone);
+    let mut discover = EndpointDiscover::with_ejections(
+        resolver.clone(),
+        EligibilityConfig::default(),
+        ejections.clone(),
+        Arc::clone,
+    );
     let endpoints = inserted(&mut discover, 2).await;
     eject(&ejections, &endpoints["api-0"]);
     assert_eq!(describe(&next(&mut discover).await), "-api-0#1");
@@ -135,7 +143,7 @@ async fn outcomes_reported_by_the_endpoint_services_eject_through_discovery() {
     let reporter = ejections.clone();
     // Every endpoint answers 503: its wrapped service reports each answer as a failure.
     let mut discover = EndpointDiscover::with_ejections(
-        &resolver,
+        resolver.clone(),
         EligibilityConfig::default(),
         ejections.clone(),
         move |endpoint: &Arc<Member>| {

@@ -12,9 +12,8 @@ use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use muster_client::tower::{Balance, NewSetAuthority};
-use muster_client::{
-    EjectionConfig, Fraction, Resolver, ResolverConfig, Risk, ServingState, StaleBudget, StaleError, View,
-};
+use muster_client::view::View;
+use muster_client::{EjectionConfig, Fraction, Resolver, ResolverConfig, Risk, ServingState, StaleBudget, StaleError};
 use muster_core::{Actor, AddressSpec, EndpointSpec, Incarnation, InstanceId, Principal, Revision};
 use muster_registry::{
     Command, CommandMeta, Deregister, LeaseSpec, Register, Registry, RegistryConfig, Scope, SetServing, Target,

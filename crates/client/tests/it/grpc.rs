@@ -2,8 +2,6 @@
 //! connecting `Channel` per endpoint, tonic-health servers as backends, and an endpoint that
 //! refuses connections ejected by the balancer after its first failure.
 
-use std::sync::Arc;
-
 use muster_client::tower::{Balance, BalanceError, Target};
 use muster_client::{EjectionConfig, Fraction};
 use tokio::net::TcpListener;
@@ -47,7 +45,7 @@ async fn a_tonic_client_is_balanced_and_a_refusing_endpoint_is_ejected() {
     let resolver = registry.resolver("pay").await;
     until_endpoints(&resolver, 3).await;
 
-    let balance = Balance::builder(Arc::clone(&resolver))
+    let balance = Balance::builder(resolver.clone())
         .port("http")
         .ejection(EjectionConfig {
             consecutive_failures: 1,

@@ -64,10 +64,10 @@ impl Registry {
     }
 
     /// A resolver of `service`, holding a view (bounded wait).
-    pub(crate) async fn resolver(&self, service: &str) -> Arc<Resolver> {
+    pub(crate) async fn resolver(&self, service: &str) -> Resolver {
         let resolver = Resolver::start(self.client(), key(service), ResolverConfig::default());
         until("the resolver has a view", || resolver.view().active().is_some()).await;
-        Arc::new(resolver)
+        resolver
     }
 
     /// Registers `instance` of `service` at 127.0.0.1 with its `http` port.

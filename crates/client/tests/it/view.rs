@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use muster_client::{MemberSet, Next, Risk, StaleBudget, StaleError, View};
+use muster_client::view::{Next, View};
+use muster_client::{MemberSet, Risk, StaleBudget, StaleError};
 use muster_core::{
     Actor, AddressSpec, EndpointSpec, Incarnation, InstanceId, Principal, Revision, ServiceKey, ServiceSnapshot,
     ServiceUpdate, ServingState,
@@ -324,7 +325,7 @@ fn a_gap_or_a_bad_digest_keeps_the_old_set_and_asks_for_a_snapshot() {
     );
     assert!(matches!(
         at_two.on_update(&mangled, 1),
-        Next::Resnapshot(muster_client::Resnapshot::DigestMismatch { .. })
+        Next::Resnapshot(muster_client::view::Resnapshot::DigestMismatch { .. })
     ));
     assert_eq!(at_two.active().unwrap().revision(), Revision(2));
 }
@@ -349,7 +350,7 @@ fn a_watch_refused_at_the_resume_point_keeps_the_set_and_asks_for_a_snapshot() {
     };
     assert!(matches!(
         view.on_refused(&refusal),
-        Next::Resnapshot(muster_client::Resnapshot::Invalid(_))
+        Next::Resnapshot(muster_client::view::Resnapshot::Invalid(_))
     ));
     assert!(view.status(0).resnapshot_pending);
     assert_eq!(view.active().unwrap().len(), 1, "the old set is kept, never emptied");

@@ -103,7 +103,7 @@ async fn next(
 
 fn discover(resolver: &Resolver, first_view_timeout: Duration) -> Discover {
     EndpointDiscover::with_first_view_timeout(
-        resolver,
+        resolver.clone(),
         EligibilityConfig::default(),
         SharedEjections::default(),
         first_view_timeout,

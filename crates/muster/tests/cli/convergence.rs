@@ -322,8 +322,7 @@ async fn a_drain_ends_once_the_callers_applied_it_not_after_the_whole_grace() {
         admin.clone(),
         key(),
         instance,
-        spec,
-        muster_client::incarnation_from_counter(1),
+        muster_client::Registration::new(muster_client::incarnation_from_counter(1)).endpoint(spec),
     )
     .drain_grace(Duration::from_secs(60))
     .drain_until_converged(1.0)

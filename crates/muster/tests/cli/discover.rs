@@ -46,7 +46,7 @@ async fn discovery_follows_eligibility_and_incarnations() {
     register(&client, "web-0", 1).await;
     register(&client, "web-1", 1).await;
     let resolver = Resolver::start(client.clone(), key(), ResolverConfig::default());
-    let mut discover = EndpointDiscover::new(&resolver, EligibilityConfig::default(), |e| {
+    let mut discover = EndpointDiscover::new(resolver.clone(), EligibilityConfig::default(), |e| {
         e.addresses[0].ip.to_string()
     });
 

@@ -3,7 +3,6 @@
 //! empty set is "no endpoint", never an older set.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use muster_client::{
     Deregistration, Drain, EligibilityConfig, OutlierDetector, PickError, Picker, Resolver, ResolverConfig, Risk,
@@ -47,9 +46,9 @@ async fn picks_follow_eligibility_ejection_and_drain() {
     let registry = Registry::start().await;
     let client = registry.client();
     register_three(&client).await;
-    let resolver = Arc::new(Resolver::start(client.clone(), key(), ResolverConfig::default()));
+    let resolver = Resolver::start(client.clone(), key(), ResolverConfig::default());
     let picker = Picker::new(
-        Arc::clone(&resolver),
+        resolver.clone(),
         EligibilityConfig::default(),
         Strategy::RoundRobin,
         OutlierDetector::default(),
@@ -100,9 +99,9 @@ async fn least_request_picks_prefer_the_idle_endpoint() {
     let registry = Registry::start().await;
     let client = registry.client();
     register_three(&client).await;
-    let resolver = Arc::new(Resolver::start(client.clone(), key(), ResolverConfig::default()));
+    let resolver = Resolver::start(client.clone(), key(), ResolverConfig::default());
     let picker = Picker::new(
-        Arc::clone(&resolver),
+        resolver.clone(),
         EligibilityConfig::default(),
         Strategy::LeastRequest,
         OutlierDetector::default(),
@@ -138,10 +137,10 @@ async fn hash_picks_keep_a_key_on_its_endpoint() {
     let registry = Registry::start().await;
     let client = registry.client();
     register_three(&client).await;
-    let resolver = Arc::new(Resolver::start(client.clone(), key(), ResolverConfig::default()));
+    let resolver = Resolver::start(client.clone(), key(), ResolverConfig::default());
     let zero = muster_client::HashRingConfig { vnodes_per_endpoint: 0 };
     let refused = Picker::new(
-        Arc::clone(&resolver),
+        resolver.clone(),
         EligibilityConfig::default(),
         Strategy::Hash(zero),
         OutlierDetector::default(),
@@ -149,7 +148,7 @@ async fn hash_picks_keep_a_key_on_its_endpoint() {
     assert_eq!(refused.unwrap_err().code(), "zero_not_allowed");
     let hash = Strategy::Hash(muster_client::HashRingConfig::default());
     let picker = Picker::new(
-        Arc::clone(&resolver),
+        resolver.clone(),
         EligibilityConfig::default(),
         hash,
         OutlierDetector::default(),

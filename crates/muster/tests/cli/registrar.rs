@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use muster_client::Client;
-use muster_client::{LeaseLossPolicy, Registrar, RegistrarStatus, incarnation_from_counter};
+use muster_client::{LeaseLossPolicy, Registrar, RegistrarStatus, Registration, incarnation_from_counter};
 use muster_core::api::Frame;
 use muster_core::{
     AddressSpec, DeleteReason, Endpoint, EndpointSpec, Event, Incarnation, InstanceId, PortSpec, Protocol, ServiceKey,
@@ -43,8 +43,7 @@ fn registrar(registry: &Registry) -> muster_client::RegistrarBuilder {
         registry.client(),
         key(),
         instance(),
-        spec(),
-        incarnation_from_counter(1),
+        Registration::new(incarnation_from_counter(1)).endpoint(spec()),
     )
     .ttl(TTL)
     .drain_grace(Duration::from_millis(500))

@@ -8,9 +8,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_core::Stream;
+use muster_client::view::View;
 use muster_client::{
-    Client, Deregistration, Drain, Resolver, ResolverConfig, ResolverSet, ResolverSetConfig, StaleBudget, View,
-    ViewChanges,
+    Client, Deregistration, Drain, Resolver, ResolverConfig, ResolverSet, ResolverSetConfig, StaleBudget, ViewChanges,
 };
 use muster_core::{Incarnation, InstanceId, ServiceKey, ServingState};
 
