@@ -13,10 +13,10 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use muster_client::Member;
 use muster_client::OutlierDetector;
-use muster_client::{
-    Balancer, EligibilityConfig, EligibleSet, HashRing, HashRingConfig, LeastRequest, LocalityAware, LocalityConfig,
-    RoundRobin, SmoothWeighted,
+use muster_client::balance::{
+    Balancer, EligibleSet, HashRing, LeastRequest, LocalityAware, RoundRobin, SmoothWeighted,
 };
+use muster_client::{EligibilityConfig, HashRingConfig, LocalityConfig};
 use muster_core::{
     Actor, Address, Endpoint, Incarnation, InstanceId, Label, Labels, Locality, NamedPort, Observation, Principal,
     Protocol, Provenance, Revision, ServingState,

@@ -106,21 +106,24 @@
 //! ```
 //!
 //! # One path per item
-//! Every item is public at exactly one path. The crate root holds everything an application
-//! names, and the modules that define those items are private. The public modules hold only
-//! what is not at the root: [`api`] (the wire bodies and replies, muster-core's), [`duration`]
-//! (milliseconds on the wire), [`lkg`] (the last-known-good file), [`discover`] and [`tower`] (tower), and
-//! [`registrar`] (the registrar's pure machine, for a shell of your own).
+//! Every item is public at exactly one path. The crate root holds what an application names:
+//! the client and its requests, the resolver, the picker and its configuration, the registrar,
+//! the errors, and muster-core's vocabulary. The public modules hold the rest: [`balance`]
+//! (the balancers and the eligible set, for a picker of your own), [`view`] (the view's pure
+//! machine, for a watch shell of your own), [`registrar`] (the registrar's pure machine),
+//! [`convergence`] (convergence reports), [`discover`] and [`tower`] (tower), [`api`] (the
+//! wire bodies and replies, muster-core's), [`duration`] (milliseconds on the wire) and
+//! [`lkg`] (the last-known-good file).
 //!
 //! # Layout
 //! - `http`: [`Client`], [`ClientBuilder`], the request types, [`ClientError`] and its typed
 //!   [`ClientErrorCode`], [`ClientTls`], [`Watch`] (a `Stream` of frames), the pluggable
 //!   [`HttpService`].
-//! - `view`: the view state machine (pure, C1) and the stale budget (C2): [`View`],
+//! - `view`: the view state machine (pure, C1) and the stale budget (C2): [`view::View`],
 //!   [`StaleBudget`], [`Risk`].
 //! - `resolver`: the I/O shell that keeps one service's view current over a watch and
 //!   publishes it (reconnects, backoff, last-known-good saves): [`Resolver`].
-//! - `balance`: eligibility (C3) and the balancers (C4), all over one [`EligibleSet`].
+//! - `balance`: eligibility (C3) and the balancers (C4), all over one [`balance::EligibleSet`].
 //! - `eject`: local outlier ejection (C5, H6): [`OutlierDetector`].
 //! - `picker`: resolve and pick in one call, traced, with local ejection: [`Picker`].
 //! - `resolver_set`: resolvers of many services sharing one namespace watch: [`ResolverSet`].
@@ -134,7 +137,7 @@
 
 #![forbid(unsafe_code)]
 
-mod balance;
+pub mod balance;
 pub mod discover;
 mod eject;
 pub mod failover;
@@ -168,13 +171,17 @@ pub use muster_core::{
 // The HTTP client.
 pub use http::{
     ACTOR_HEADER, Body, BoxError, CONNECT_TIMEOUT, CheckReport, Client, ClientBuilder, ClientError, ClientErrorCode,
-    ClientTls, ClientTlsBuilder, ConvergenceQuery, DEFAULT_SERVER, Deregistration, Drain, ErrorSource, HttpService,
-    InFlightReport, LeaseGrant, NewToken, REQUEST_TIMEOUT, Registration, ServingChange, SnapshotQuery, Watch,
+    ClientTls, ClientTlsBuilder, DEFAULT_SERVER, Deregistration, Drain, ErrorSource, HttpService, InFlightReport,
+    LeaseGrant, NewToken, REQUEST_TIMEOUT, Registration, ServingChange, SnapshotQuery, Watch,
 };
 
-// Convergence reports (SPEC O3).
-pub use muster_core::convergence::{ClientId, Cohort, ConvergenceReply, ConvergenceReport};
-pub use report::{DEFAULT_REPORT_INTERVAL, ReportIdentity};
+/// Convergence reports (SPEC O3): who this client says it is ([`ClientBuilder::client_id`],
+/// [`ClientBuilder::cohort`]), what it reports, and the server's read of a fleet.
+pub mod convergence {
+    pub use crate::http::ConvergenceQuery;
+    pub use crate::report::{DEFAULT_REPORT_INTERVAL, ReportIdentity};
+    pub use muster_core::convergence::{ClientId, Cohort, ConvergenceReply, ConvergenceReport};
+}
 
 // The view, its stale budget, and the resolver that keeps it current.
 pub use member::{Member, MemberSet};
@@ -183,11 +190,10 @@ pub use resolver_set::{ResolverSet, ResolverSetConfig};
 pub use view::{Risk, StaleBudget, StaleError, ViewStatus};
 
 // Eligibility, the balancers, ejection, and the picker over them.
-pub use balance::{
-    Balancer, ConfigError, EligibilityConfig, EligibleSet, Excluded, Fraction, HashRing, HashRingConfig, LeastRequest,
-    LocalityAware, LocalityConfig, Pick, PickReason, PickTrace, Proximity, RoundRobin, SetMode, SmoothWeighted,
-    Standing, Tier, Unhealthy,
-};
+pub use balance::config::{ConfigError, Fraction};
+pub use balance::eligibility::EligibilityConfig;
+pub use balance::hash::HashRingConfig;
+pub use balance::locality::LocalityConfig;
 pub use eject::{Ejection, EjectionConfig, FailureOutcome, OutlierDetector};
 pub use picker::{PickError, Picker, Strategy};
 pub use tier::FailoverTier;

@@ -14,10 +14,9 @@
 
 use std::sync::Arc;
 
+use muster_client::balance::{Balancer, EligibleSet, RoundRobin};
 use muster_client::view::{Next, View};
-use muster_client::{
-    Balancer, EjectionConfig, EligibilityConfig, EligibleSet, FailureOutcome, OutlierDetector, RoundRobin,
-};
+use muster_client::{EjectionConfig, EligibilityConfig, FailureOutcome, OutlierDetector};
 use muster_core::{Revision, ServiceSnapshot, ServiceUpdate};
 use rand_xoshiro::Xoshiro256PlusPlus;
 

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use clap::Args;
-use muster_client::{ConvergenceQuery, ConvergenceReply};
+use muster_client::convergence::{ConvergenceQuery, ConvergenceReply};
 use muster_core::Revision;
 use muster_core::convergence::Cohort;
 
@@ -23,7 +23,7 @@ use crate::error::CliError;
 use crate::table::Table;
 
 /// How often the gate asks: a subscriber reports within a quarter second of applying
-/// (`muster_client::DEFAULT_REPORT_INTERVAL`), so a deploy waits at most about that long
+/// (`muster_client::convergence::DEFAULT_REPORT_INTERVAL`), so a deploy waits at most about that long
 /// past the moment the fleet converged.
 const POLL_EVERY: Duration = Duration::from_millis(250);
 

@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Json};
 use axum::routing::get;
-use muster_client::{Excluded, Standing, Unhealthy};
+use muster_client::balance::{Excluded, Standing, Unhealthy};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

@@ -11,7 +11,7 @@
 //!   least 1 (a locality of weight 0 is dropped by gRPC, which can leave a priority empty).
 //! - Priority: every endpoint's tier is (its failover tier `locality.priority`, its proximity
 //!   to the caller: same zone, same region, other region) — the client library's order
-//!   (`muster_client::LocalityAware`); the tiers present are ranked densely from 0, since
+//!   (`muster_client::balance::LocalityAware`); the tiers present are ranked densely from 0, since
 //!   xDS priorities must be contiguous. Tiers count every endpoint, ready or not, so an
 //!   endpoint's priority does not move when health changes: a priority whose endpoints are
 //!   all unusable is what makes gRPC fail over to the next one. A failover tier's endpoints

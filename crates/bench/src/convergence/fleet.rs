@@ -10,10 +10,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use muster_client::{
-    Client, ClientId, Cohort, ConvergenceQuery, ConvergenceReply, Incarnation, InstanceId, Registration, Resolver,
-    ResolverConfig, Revision, ServiceKey,
-};
+use muster_client::convergence::{ClientId, Cohort, ConvergenceQuery, ConvergenceReply};
+use muster_client::{Client, Incarnation, InstanceId, Registration, Resolver, ResolverConfig, Revision, ServiceKey};
 use tokio::net::UdpSocket;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;

@@ -36,7 +36,7 @@
 //!
 //! An endpoint is *eligible* when its authoritative serving state is `ready` (or `degraded`,
 //! if the caller accepts it), one of its addresses is reachable from the caller's scopes, and
-//! this client has not ejected it ([`eligibility`]). The *known* endpoints are the reachable
+//! this client has not ejected it (`eligibility`). The *known* endpoints are the reachable
 //! ones that are not `starting` or `draining`: the pool the panic threshold is measured against
 //! and falls back to. When fewer than `panic_threshold` of the known endpoints are eligible,
 //! the health evidence is more likely wrong (a partitioned checker, a shared dependency) than
@@ -56,11 +56,11 @@ use rand_core::RngCore;
 
 use crate::member::Member;
 
-mod config;
+pub(crate) mod config;
 mod draw;
-mod eligibility;
-mod hash;
-mod locality;
+pub(crate) mod eligibility;
+pub(crate) mod hash;
+pub(crate) mod locality;
 mod p2c;
 mod round_robin;
 mod weighted;
@@ -68,10 +68,15 @@ mod weighted;
 #[cfg(test)]
 pub(crate) mod fixtures;
 
-pub use config::{ConfigError, Fraction};
-pub use eligibility::{EligibilityConfig, EligibleSet, Excluded, SetMode, Standing, Unhealthy};
-pub use hash::{HashRing, HashRingConfig};
-pub use locality::{LocalityAware, LocalityConfig, Proximity, Tier};
+// What an application names is at the crate root (the picker's configuration, its pick);
+// the balancers and the eligible set they share are here, for a picker of your own.
+pub(crate) use config::{ConfigError, Fraction};
+pub(crate) use eligibility::EligibilityConfig;
+pub use eligibility::{EligibleSet, Excluded, SetMode, Standing, Unhealthy};
+pub use hash::HashRing;
+pub(crate) use hash::HashRingConfig;
+pub(crate) use locality::LocalityConfig;
+pub use locality::{LocalityAware, Proximity, Tier};
 pub use p2c::LeastRequest;
 pub use round_robin::RoundRobin;
 pub use weighted::SmoothWeighted;

@@ -560,7 +560,7 @@ where
         // this balancer ejects it (SPEC L6, C5): it would otherwise get the next call. Checked
         // once per poll, before picking, so a pick made in panic mode is not refused at once.
         if let Some(ready) = &self.ready
-            && ready.pick.reason != crate::PickReason::Panic
+            && ready.pick.reason != crate::balance::PickReason::Panic
             && !self.shared.still_eligible(&ready.pick.endpoint)
         {
             self.ready = None;

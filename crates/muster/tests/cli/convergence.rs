@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-use muster_client::{Client, ClientId, Cohort, ConvergenceQuery, Resolver, ResolverConfig};
+use muster_client::convergence::{ClientId, Cohort, ConvergenceQuery};
+use muster_client::{Client, Resolver, ResolverConfig};
 use muster_core::ServiceKey;
 use muster_server::{ConvergenceConfig, ServerConfig};
 use serde_json::Value;

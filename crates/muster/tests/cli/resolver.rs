@@ -4,7 +4,8 @@
 //! while the registry is down.
 
 use muster_client::Client;
-use muster_client::{Deregistration, Drain, EligibilityConfig, EligibleSet, OutlierDetector};
+use muster_client::balance::EligibleSet;
+use muster_client::{Deregistration, Drain, EligibilityConfig, OutlierDetector};
 use muster_client::{Resolver, ResolverConfig, Risk, StaleBudget};
 use muster_core::{Incarnation, InstanceId, ServiceKey, ServingState};
 
