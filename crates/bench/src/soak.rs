@@ -181,8 +181,17 @@ pub(crate) async fn soak(mut members: Vec<Box<dyn SoakNode>>, duration: Duration
     }
     let started = now();
     let leader_every = LEADER_EVERY.min(duration / 5).max(Duration::from_secs(10));
-    let warm_up = if duration >= Duration::from_secs(600) { WARM_UP } else { Duration::ZERO };
-    let mut next_change = started + if warm_up.is_zero() { leader_every } else { WARM_CHANGE_EVERY };
+    let warm_up = if duration >= Duration::from_secs(600) {
+        WARM_UP
+    } else {
+        Duration::ZERO
+    };
+    let mut next_change = started
+        + if warm_up.is_zero() {
+            leader_every
+        } else {
+            WARM_CHANGE_EVERY
+        };
     let mut next_sample = started;
     let (mut samples, mut leader_changes) = (Vec::new(), 0_u64);
     // The nodes seen leading, and whether the warm-up's rotation is still going.

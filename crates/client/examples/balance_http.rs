@@ -64,7 +64,16 @@ async fn main() -> Result<(), BoxError> {
         let request = hyper::Request::get("/").body(Empty::new())?;
         // A misspelt service or an unreachable registry ends discovery with its error
         // (`unknown_service: ...`, `unavailable: ...`): `ready` fails rather than hangs.
-        let response = balance.ready().await?.call(request).await?;
+        let ready = match balance.ready().await {
+            Ok(ready) => ready,
+            Err(error) => {
+                // tower wraps it: print the cause, code first.
+                let cause = std::error::Error::source(&*error).map_or_else(|| error.to_string(), ToString::to_string);
+                eprintln!("{cause}");
+                std::process::exit(1);
+            }
+        };
+        let response = ready.call(request).await?;
         println!("{}", response.status());
     }
     resolver.stop().await;
