@@ -343,11 +343,44 @@ impl Encoded {
 /// Builds connections to peers over HTTP.
 pub(crate) struct HttpPeers {
     pub(crate) client: PeerClient,
+    pub(crate) reach: std::sync::Arc<Reachability>,
+}
+
+/// Whether each peer answered the last Raft call, so that a change is logged once (SPEC O2):
+/// openraft reports every failed call, every half second while a peer is down, and its own
+/// lines are held below error (the server's log filter). A peer not reached yet (a cluster
+/// starting node by node) is INFO; one lost after answering is WARN; one back is INFO.
+#[derive(Debug, Default)]
+pub(crate) struct Reachability(std::sync::Mutex<std::collections::HashMap<u64, bool>>);
+
+impl Reachability {
+    /// Records the outcome of a call to `target` at `addr` (`Err` with why when the call
+    /// was not answered) and logs a change; returns the level it logged at, if it did.
+    pub(crate) fn observe(&self, target: u64, addr: &str, outcome: Result<(), &CallError>) -> Option<tracing::Level> {
+        let mut known = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let was = known.insert(target, outcome.is_ok());
+        match (was, outcome) {
+            (None, Err(why)) => {
+                tracing::info!(peer = target, addr, "waiting for peer {target} at {addr}: {why}");
+                Some(tracing::Level::INFO)
+            }
+            (Some(true), Err(why)) => {
+                tracing::warn!(peer = target, addr, "peer {target} at {addr} is unreachable: {why}");
+                Some(tracing::Level::WARN)
+            }
+            (Some(false), Ok(())) => {
+                tracing::info!(peer = target, addr, "peer {target} at {addr} is reachable again");
+                Some(tracing::Level::INFO)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// A connection to one peer.
 pub(crate) struct HttpPeer {
     client: PeerClient,
+    reach: std::sync::Arc<Reachability>,
     target: u64,
     addr: String,
     /// How many entries an append to this peer may carry ([`crate::append_pacer`]).
@@ -361,6 +394,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpPeers {
         HttpPeer {
             addr: self.client.address_of(target, &node.addr),
             client: self.client.clone(),
+            reach: std::sync::Arc::clone(&self.reach),
             target,
             pacer: AppendPacer::default(),
         }
@@ -379,11 +413,13 @@ impl HttpPeer {
         E: std::error::Error + DeserializeOwned,
     {
         let unreachable = |e: CallError| RPCError::Unreachable(Unreachable::new(&e));
-        let reply: Result<R, RaftError<u64, E>> = self
+        let answered = self
             .client
             .call_encoded(&self.addr, rpc, body.map_err(unreachable)?, option.hard_ttl())
-            .await
-            .map_err(unreachable)?;
+            .await;
+        self.reach
+            .observe(self.target, &self.addr, answered.as_ref().map(|_| ()));
+        let reply: Result<R, RaftError<u64, E>> = answered.map_err(unreachable)?;
         reply.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }

@@ -10,7 +10,7 @@ use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
 use openraft::{BasicNode, CommittedLeaderId, EntryPayload, Vote};
 
 use crate::append_pacer::{MAX_APPEND_BYTES, MAX_APPEND_ENTRIES, MAX_RPC_BYTES};
-use crate::network::{HttpPeers, PeerClient, PeerTransport, TransportReply};
+use crate::network::{CallError, HttpPeers, PeerClient, PeerTransport, Reachability, TransportReply};
 use crate::types::{Batch, Entry, LogId, Proposal};
 
 /// A follower that answers every append with success and records each body's length.
@@ -76,7 +76,12 @@ async fn appends_of_entries_full_of_large_registrations_never_exceed_the_byte_bo
     let log: Vec<Entry> = (1..=entries).map(|i| entry(i, &batch)).collect();
     let follower = Arc::new(Follower::default());
     let client = PeerClient::with_transport("secret".into(), Default::default(), follower.clone());
-    let mut peer = HttpPeers { client }.new_client(2, &BasicNode::new("node-2")).await;
+    let mut peer = HttpPeers {
+        client,
+        reach: Default::default(),
+    }
+    .new_client(2, &BasicNode::new("node-2"))
+    .await;
     // As openraft replicates: from the follower's match, as many entries as allowed.
     let (mut matched, mut allowed, mut refusals) = (0_u64, MAX_APPEND_ENTRIES, 0);
     while matched < entries {
@@ -132,7 +137,12 @@ async fn the_largest_entry_the_batcher_makes_goes_out_in_one_request_inside_the_
     let batch = Batch { id: None, proposals };
     let follower = Arc::new(Follower::default());
     let client = PeerClient::with_transport("secret".into(), Default::default(), follower.clone());
-    let mut peer = HttpPeers { client }.new_client(2, &BasicNode::new("node-2")).await;
+    let mut peer = HttpPeers {
+        client,
+        reach: Default::default(),
+    }
+    .new_client(2, &BasicNode::new("node-2"))
+    .await;
     let request = AppendEntriesRequest {
         vote: leader(),
         prev_log_id: None,
@@ -160,7 +170,12 @@ async fn an_append_dropped_by_the_timeout_makes_the_next_one_smaller() {
         }
     }
     let client = PeerClient::with_transport("secret".into(), Default::default(), Arc::new(Slow));
-    let mut peer = HttpPeers { client }.new_client(2, &BasicNode::new("node-2")).await;
+    let mut peer = HttpPeers {
+        client,
+        reach: Default::default(),
+    }
+    .new_client(2, &BasicNode::new("node-2"))
+    .await;
     let batch = Batch {
         id: None,
         proposals: vec![large_registration(0)],
@@ -189,4 +204,31 @@ async fn an_append_dropped_by_the_timeout_makes_the_next_one_smaller() {
         }
         other => panic!("the same batch was sent again: {other:?}"),
     }
+}
+
+/// SPEC O2 (quiet when healthy): a peer not up yet is reported once at INFO, not on every
+/// retry; losing a peer that answered is one WARN; its return one INFO.
+#[test]
+fn a_peer_s_reachability_is_logged_once_per_change() {
+    use tracing::Level;
+    let reach = Reachability::default();
+    let down = CallError::Unreachable("connection refused".into());
+    let seen: Vec<Option<Level>> = [Err(&down), Err(&down), Ok(()), Ok(()), Err(&down), Err(&down), Ok(())]
+        .into_iter()
+        .map(|outcome| reach.observe(3, "127.0.0.1:7303", outcome))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            Some(Level::INFO),
+            None,
+            Some(Level::INFO),
+            None,
+            Some(Level::WARN),
+            None,
+            Some(Level::INFO)
+        ]
+    );
+    // Another peer has its own state.
+    assert_eq!(reach.observe(2, "127.0.0.1:7302", Ok(())), None);
 }

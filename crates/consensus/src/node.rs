@@ -462,7 +462,10 @@ impl Node {
             None => Node::open_single(config, observer).await,
             Some(cluster) => {
                 let client = PeerClient::new(cluster.secret.clone(), cluster.members.clone(), cluster.tls.clone());
-                let network = HttpPeers { client: client.clone() };
+                let network = HttpPeers {
+                    client: client.clone(),
+                    reach: Default::default(),
+                };
                 Node::open_member(config, cluster, observer, network, Some(client), None).await
             }
         }

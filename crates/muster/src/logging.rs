@@ -4,15 +4,16 @@
 //!  --log-level  ▶  MUSTER_LOG  ▶  RUST_LOG  ▶  the default      (the first one given wins)
 //!      │                                          serve, bench: info   other commands: warn
 //!      ▼
-//!  EnvFilter (+ openraft=warn unless the directive names openraft) ──▶ fmt layer on stderr
+//!  EnvFilter (+ openraft held, OPENRAFT_HELD, unless the directive names it) ──▶ fmt layer
 //!                                                           text (default) or --log-format json
 //!                                                     [feature otel] + OTLP span export layer
 //! ```
 //!
 //! Logs always go to stderr: stdout is the command's answer (for `serve`, the one line saying
 //! where it listens, which scripts read). openraft logs its internal state at `info` (a
-//! multi-kilobyte `RaftState` dump at startup, every vote change): it is held at `warn` unless
-//! the directive names it, e.g. `--log-level debug,openraft=info`.
+//! multi-kilobyte `RaftState` dump at startup, every vote change) and a healthy cluster's
+//! chatter as warnings and errors: it is held ([`OPENRAFT_HELD`]) unless the directive names
+//! it, e.g. `--log-level debug,openraft=info`.
 //!
 //! Endpoint events carry `tenant`, `namespace`, `service`, `instance`, `incarnation` and
 //! `revision` as fields under the target `muster::endpoint` (see `muster_server`'s
@@ -23,6 +24,15 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+
+/// Where openraft's own lines are held unless the directive names openraft. It logs what a
+/// healthy cluster does as warnings and errors: a vote that changed under a message at every
+/// election, and every failed call to a peer (each half second while one is not up yet, as
+/// in a cluster started node by node: an ERROR per vote request, a WARN and an ERROR per
+/// append). Its core and replication modules are off: `muster_consensus` reports each peer's
+/// reachability itself, once per change, and the server logs the error the core stopped on
+/// (`the node's storage failed`). Its other modules' errors stay.
+pub const OPENRAFT_HELD: &str = "openraft=error,openraft::core::raft_core=off,openraft::replication=off";
 
 /// The environment variable of the log filter; `--log-level` wins over it.
 pub const LOG_ENV: &str = "MUSTER_LOG";
@@ -71,7 +81,7 @@ pub enum FilterSource {
 
 /// The filter directive in force and where it came from: the flag, else `MUSTER_LOG`, else
 /// `RUST_LOG`, else `info` for a server (`serving`) or `warn` for a client command. openraft
-/// is held at `warn` unless the directive names it.
+/// is held ([`OPENRAFT_HELD`]) unless the directive names it.
 pub fn directive(flag: Option<&str>, env: impl Fn(&str) -> Option<String>, serving: bool) -> (String, FilterSource) {
     let given = flag
         .map(|flag| (flag.to_owned(), FilterSource::Flag))
@@ -85,7 +95,7 @@ pub fn directive(flag: Option<&str>, env: impl Fn(&str) -> Option<String>, servi
     if base.contains("openraft") {
         (base, source)
     } else {
-        (format!("{base},openraft=warn"), source)
+        (format!("{base},{OPENRAFT_HELD}"), source)
     }
 }
 

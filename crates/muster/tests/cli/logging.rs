@@ -1,5 +1,5 @@
-//! Logs (SPEC O2): quiet by default, `--log-level` / `--log-format` global, openraft held at
-//! warn.
+//! Logs (SPEC O2): quiet by default, `--log-level` / `--log-format` global, openraft held
+//! below its healthy chatter.
 
 use clap::Parser;
 use muster_cli::cli::Cli;
@@ -12,29 +12,44 @@ fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 
 }
 
 /// The flag wins over MUSTER_LOG, which wins over RUST_LOG, which wins over the command's
-/// default; openraft is held at warn unless the directive names it.
+/// default; openraft is held (its healthy chatter) unless the directive names it.
 #[test]
 fn the_log_level_comes_from_the_flag_then_muster_log_then_rust_log_then_the_default() {
     let both = [("MUSTER_LOG", "debug"), ("RUST_LOG", "trace")];
     assert_eq!(
         directive(Some("error"), env(&both), true),
-        ("error,openraft=warn".to_owned(), FilterSource::Flag)
+        (
+            "error,openraft=error,openraft::core::raft_core=off,openraft::replication=off".to_owned(),
+            FilterSource::Flag
+        )
     );
     assert_eq!(
         directive(None, env(&both), true),
-        ("debug,openraft=warn".to_owned(), FilterSource::MusterLog)
+        (
+            "debug,openraft=error,openraft::core::raft_core=off,openraft::replication=off".to_owned(),
+            FilterSource::MusterLog
+        )
     );
     assert_eq!(
         directive(None, env(&[("RUST_LOG", "trace")]), true),
-        ("trace,openraft=warn".to_owned(), FilterSource::RustLog)
+        (
+            "trace,openraft=error,openraft::core::raft_core=off,openraft::replication=off".to_owned(),
+            FilterSource::RustLog
+        )
     );
     assert_eq!(
         directive(None, env(&[]), true),
-        ("info,openraft=warn".to_owned(), FilterSource::Default)
+        (
+            "info,openraft=error,openraft::core::raft_core=off,openraft::replication=off".to_owned(),
+            FilterSource::Default
+        )
     );
     assert_eq!(
         directive(None, env(&[]), false),
-        ("warn,openraft=warn".to_owned(), FilterSource::Default)
+        (
+            "warn,openraft=error,openraft::core::raft_core=off,openraft::replication=off".to_owned(),
+            FilterSource::Default
+        )
     );
     assert_eq!(
         directive(Some("debug,openraft=info"), env(&[]), true).0,
