@@ -108,8 +108,6 @@ const WARM_UP: Duration = Duration::from_secs(300);
 /// has led (about 5 MiB here, a one-time step), so the judged part starts with each node's
 /// step behind it, as in a cluster that has run a while.
 const WARM_CHANGE_EVERY: Duration = Duration::from_secs(60);
-/// Hand-overs in a row at most, while the new leader is one that has led already.
-const WARM_HANDOVERS: usize = 6;
 /// How often memory is sampled and printed.
 const SAMPLE_EVERY: Duration = Duration::from_secs(60);
 /// Where the soak writes.
@@ -211,22 +209,13 @@ pub(crate) async fn soak(mut members: Vec<Box<dyn SoakNode>>, duration: Duration
         }
         if now() >= next_change {
             if rotating {
-                // Which node wins an election is the cluster's choice: hand over again (a
-                // few times at most) while the winner is one that has led already.
-                for _ in 0..WARM_HANDOVERS {
-                    hand_over(&mut members).await?;
-                    leader_changes += 1;
-                    let leader = current_leader(&members).await;
-                    if leader.is_none_or(|leader| have_led.insert(leader)) {
-                        break;
-                    }
-                }
+                hand_over(&mut members).await?;
                 next_change = now() + WARM_CHANGE_EVERY;
             } else {
                 change_leader(&mut members).await?;
-                leader_changes += 1;
                 next_change = next_change.max(started + warm_up) + leader_every;
             }
+            leader_changes += 1;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
