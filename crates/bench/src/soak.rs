@@ -10,9 +10,7 @@
 //!              WINDOW instances the oldest is deregistered (the registry stays bounded)
 //!    renewer   the shared lease, every second
 //!    watchers  WATCHERS streams, each resuming by revision on the next node every 20-40 s
-//!    leader    in the warm-up, every WARM_CHANGE_EVERY until every node has led: the leader
-//!              stopped until another leads, then started again; after it, every
-//!              LEADER_EVERY: the leader stopped (SIGTERM) and started again
+//!    leader    every LEADER_EVERY: the leader stopped (SIGTERM) and started again
 //!    sampler   every minute: RSS, open files and threads of each node, printed
 //!  then: writes stop, every node reaches one revision, leases run out, and each node's sets
 //!  are held against the record: nothing acknowledged lost, nothing removed still there
@@ -49,9 +47,6 @@ pub(crate) trait SoakNode: Send {
     /// Stops it with SIGTERM and starts it again on the same data dir; resolves once it is
     /// ready and names a leader.
     fn restart(&mut self) -> Pin<Box<dyn Future<Output = Result<(), SoakError>> + Send + '_>>;
-    /// Stops it with SIGTERM, waits (at most 30 s) until one of `others` names another
-    /// leader, then starts it again; resolves once it is ready and names a leader.
-    fn hand_over(&mut self, others: Vec<String>) -> Pin<Box<dyn Future<Output = Result<(), SoakError>> + Send + '_>>;
 }
 
 /// Why a soak ended early or failed.
@@ -101,13 +96,6 @@ const LEASE_TTL_MS: u64 = 10_000;
 const SHORT_TTL_MS: u64 = 2_000;
 /// The longest between two leader changes; a short soak has five.
 const LEADER_EVERY: Duration = Duration::from_secs(180);
-/// The warm-up's memory is not judged (DECISIONS "Soak": 5 minutes; a run under 10 minutes
-/// judges from its first minute).
-const WARM_UP: Duration = Duration::from_secs(300);
-/// Leader changes in the warm-up, until every node has led: a node holds more memory once it
-/// has led (about 5 MiB here, a one-time step), so the judged part starts with each node's
-/// step behind it, as in a cluster that has run a while.
-const WARM_CHANGE_EVERY: Duration = Duration::from_secs(60);
 /// How often memory is sampled and printed.
 const SAMPLE_EVERY: Duration = Duration::from_secs(60);
 /// Where the soak writes.
@@ -179,22 +167,8 @@ pub(crate) async fn soak(mut members: Vec<Box<dyn SoakNode>>, duration: Duration
     }
     let started = now();
     let leader_every = LEADER_EVERY.min(duration / 5).max(Duration::from_secs(10));
-    let warm_up = if duration >= Duration::from_secs(600) {
-        WARM_UP
-    } else {
-        Duration::ZERO
-    };
-    let mut next_change = started
-        + if warm_up.is_zero() {
-            leader_every
-        } else {
-            WARM_CHANGE_EVERY
-        };
-    let mut next_sample = started;
+    let (mut next_change, mut next_sample) = (started + leader_every, started);
     let (mut samples, mut leader_changes) = (Vec::new(), 0_u64);
-    // The nodes seen leading, and whether the warm-up's rotation is still going.
-    let mut have_led = BTreeSet::new();
-    let mut rotating = !warm_up.is_zero();
     while now() - started < duration {
         if now() >= next_sample {
             let minute = (now() - started).as_secs() / 60;
@@ -203,19 +177,10 @@ pub(crate) async fn soak(mut members: Vec<Box<dyn SoakNode>>, duration: Duration
             eprintln!("soak: minute {minute}: {line}");
             next_sample += SAMPLE_EVERY;
         }
-        if rotating {
-            have_led.extend(current_leader(&members).await);
-            rotating = have_led.len() < members.len() && now() - started < warm_up;
-        }
         if now() >= next_change {
-            if rotating {
-                hand_over(&mut members).await?;
-                next_change = now() + WARM_CHANGE_EVERY;
-            } else {
-                change_leader(&mut members).await?;
-                next_change = next_change.max(started + warm_up) + leader_every;
-            }
+            change_leader(&mut members).await?;
             leader_changes += 1;
+            next_change += leader_every;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -458,29 +423,6 @@ async fn watcher(urls: Vec<String>, k: u64, stats: Arc<Mutex<WatchStats>>, mut s
     }
 }
 
-/// The leader a member names now, if any answers.
-async fn current_leader(members: &[Box<dyn SoakNode>]) -> Option<u64> {
-    for member in members {
-        if let Some(named) = leader_of(&Http::new(&member.url(), 1)).await {
-            return Some(named);
-        }
-    }
-    None
-}
-
-/// Stops the leader until another node leads, then starts it again (the warm-up's rotation).
-async fn hand_over(members: &mut [Box<dyn SoakNode>]) -> Result<(), SoakError> {
-    let leader = current_leader(members)
-        .await
-        .ok_or_else(|| SoakError::Cluster("no node named a leader".into()))?;
-    let others: Vec<String> = members.iter().filter(|m| m.id() != leader).map(|m| m.url()).collect();
-    let member = members
-        .iter_mut()
-        .find(|m| m.id() == leader)
-        .ok_or_else(|| SoakError::Cluster(format!("the leader {leader} is not a member")))?;
-    member.hand_over(others).await
-}
-
 /// Stops the leader (SIGTERM) and starts it again; returns once the restarted node is ready
 /// and names a leader.
 async fn change_leader(members: &mut [Box<dyn SoakNode>]) -> Result<(), SoakError> {
@@ -506,7 +448,7 @@ async fn change_leader(members: &mut [Box<dyn SoakNode>]) -> Result<(), SoakErro
 }
 
 /// The leader a node names, from its `/v1/status`.
-pub(crate) async fn leader_of(http: &Http) -> Option<u64> {
+async fn leader_of(http: &Http) -> Option<u64> {
     status_field(http, "leader").await
 }
 

@@ -270,38 +270,4 @@ impl crate::soak::SoakNode for Member {
                 .map_err(SoakError::Cluster)
         })
     }
-
-    fn hand_over(
-        &mut self,
-        others: Vec<String>,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), crate::soak::SoakError>> + Send + '_>> {
-        use crate::soak::SoakError;
-        Box::pin(async move {
-            let me = Member::id(self);
-            self.process
-                .stop(Stop::Term)
-                .await
-                .map_err(|detail| SoakError::Cluster(format!("stopping node {me}: {detail}")))?;
-            let asked = now();
-            'waiting: while now() - asked < Duration::from_secs(30) {
-                for url in &others {
-                    if crate::soak::leader_of(&Http::new(url, 1))
-                        .await
-                        .is_some_and(|leader| leader != me)
-                    {
-                        break 'waiting;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            let command = self.launch.command(self.process.dir());
-            self.process
-                .relaunch("muster", command)
-                .map_err(|err| SoakError::Cluster(err.to_string()))?;
-            self.wait_until(|s| s.ready && s.leader.is_some(), None, Duration::from_secs(120), None)
-                .await
-                .map(|_| ())
-                .map_err(SoakError::Cluster)
-        })
-    }
 }
