@@ -230,6 +230,12 @@ def main():
         if not within(60, leader_agreed):
             raise SystemExit("the old cluster never agreed on a leader")
         print(f"3 nodes of {old_bin} agree on a leader", flush=True)
+        # The format the old build writes (1 for a wave-2 build, which reports none), which a
+        # fresh cluster of it raises to once every member reports it.
+        old_format = ((cluster.status(1) or {}).get("format") or {}).get("node", 1)
+        within(30, lambda: all(((cluster.status(n) or {}).get("format") or {}).get("cluster", 1) == old_format
+                               for n in NODES))
+        new_format = None
 
         writer, watcher = Writer(), Watcher()
         watcher.start()
@@ -251,11 +257,13 @@ def main():
             check(code == 0, f"node {i} stopped cleanly on SIGTERM (exit {code})")
             check(within(120, caught_up), f"node {i} restarted on the new build and caught up "
                                           f"in {time.monotonic() - started:.1f} s")
+            new_format = ((cluster.status(i) or {}).get("format") or {}).get("node", new_format)
             if i != NODES[-1]:
                 # An older build still runs: nothing the new format adds may be written yet.
                 time.sleep(3)
                 format_now = ((cluster.status(i) or {}).get("format") or {}).get("cluster")
-                check(format_now == 1, f"the cluster's format stays 1 while an older node runs ({format_now})")
+                check(format_now == old_format,
+                      f"the cluster's format stays {old_format} while an older node runs ({format_now})")
             time.sleep(per_node)
             check(len(writer.acked) > before, f"writes went on while node {i} was replaced "
                                               f"({len(writer.acked) - before} acknowledged)")
@@ -283,9 +291,10 @@ def main():
         check(not watcher.faults, f"the watch resumed by revision every time ({watcher.resumes} resumes, "
                                   f"{watcher.snapshots} snapshot): {watcher.faults[:3]}")
         formats = [((cluster.status(n) or {}).get("format") or {}).get("cluster") for n in NODES]
-        check(within(30, lambda: all(((cluster.status(n) or {}).get("format") or {}).get("cluster", 0) >= 2
+        check(within(30, lambda: all(((cluster.status(n) or {}).get("format") or {}).get("cluster", 0) == new_format
                                      for n in NODES)),
-              f"the cluster's format was raised once every node ran the new build ({formats})")
+              f"the cluster's format is the new build's ({new_format}, from {old_format}) once every node runs it "
+              f"({formats})")
         print(f"writes: {len(writer.attempted)} attempted, {len(acked)} acknowledged, {writer.retries} retried "
               f"({writer.errors}); watch: {watcher.resumes} resumes, final revision {watcher.revision}", flush=True)
         finished = True
