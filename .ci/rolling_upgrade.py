@@ -233,8 +233,9 @@ def main():
         # The format the old build writes (1 for a wave-2 build, which reports none), which a
         # fresh cluster of it raises to once every member reports it.
         old_format = ((cluster.status(1) or {}).get("format") or {}).get("node", 1)
-        within(30, lambda: all(((cluster.status(n) or {}).get("format") or {}).get("cluster", 1) == old_format
-                               for n in NODES))
+        check(within(30, lambda: all(((cluster.status(n) or {}).get("format") or {}).get("cluster", 1) == old_format
+                                     for n in NODES)),
+              f"the old cluster runs its build's format ({old_format})")
         new_format = None
 
         writer, watcher = Writer(), Watcher()

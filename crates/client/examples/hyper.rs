@@ -14,11 +14,11 @@
 //! `rt-multi-thread`), `hyper`, `hyper-util` (`client-legacy`, `http1`, `tokio`),
 //! `http-body-util` and `tower` (`util`).
 //!
-//! It prints one line per request: the status, or the error's code and message. With the
-//! defaults (20 requests, 100 ms apart) and the registry killed meanwhile, every request
-//! is still answered (`Risk::ReadOnly`); `--mutation` declares the calls mutating
-//! (`.risk(Risk::Mutation)`), and they fail `stale` once the view is older than its 30 s
-//! budget.
+//! It prints one line per request: the status, or the error's code and message (the defaults
+//! send 20 requests, 100 ms apart). With `--requests 600 --every 100ms` and the registry
+//! killed meanwhile, every request is still answered (`Risk::ReadOnly`); `--mutation`
+//! declares the calls mutating (`.risk(Risk::Mutation)`), and they fail `stale` once the view
+//! is older than its 30 s budget.
 //!
 //! Balanced calls are read-only by default: killing the registry leaves them answered from
 //! the last known set (fail static, SPEC C2). A misspelt service fails `unknown_service`, and

@@ -10,7 +10,9 @@ use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
 use openraft::{BasicNode, CommittedLeaderId, EntryPayload, Vote};
 
 use crate::append_pacer::{MAX_APPEND_BYTES, MAX_APPEND_ENTRIES, MAX_RPC_BYTES};
-use crate::network::{CallError, HttpPeers, PeerClient, PeerTransport, Reachability, TransportReply};
+use crate::network::{
+    Heard, HttpPeers, PeerClient, PeerTransport, Reachability, SILENT_WARN_MS, TransportReply, WAITING_WARN_MS,
+};
 use crate::types::{Batch, Entry, LogId, Proposal};
 
 /// A follower that answers every append with success and records each body's length.
@@ -206,29 +208,44 @@ async fn an_append_dropped_by_the_timeout_makes_the_next_one_smaller() {
     }
 }
 
-/// SPEC O2 (quiet when healthy): a peer not up yet is reported once at INFO, not on every
-/// retry; losing a peer that answered is one WARN; its return one INFO.
+/// SPEC O2 (quiet when healthy): a peer not up yet is one INFO, not a line per retry, and a
+/// WARN only once it has not answered for `WAITING_WARN_MS`; losing a peer that answered is
+/// one WARN after that long; a refusal (a wrong secret) is a WARN at once, once per text;
+/// an answer after any of them is one INFO.
 #[test]
 fn a_peer_s_reachability_is_logged_once_per_change() {
     use tracing::Level;
     let reach = Reachability::default();
-    let down = CallError::Unreachable("connection refused".into());
-    let seen: Vec<Option<Level>> = [Err(&down), Err(&down), Ok(()), Ok(()), Err(&down), Err(&down), Ok(())]
-        .into_iter()
-        .map(|outcome| reach.observe(3, "127.0.0.1:7303", outcome))
-        .collect();
+    let silent = || Heard::Silence("connection refused");
+    let at = |heard: Heard<'_>, ms: u64| reach.observe(3, "127.0.0.1:7303", heard, ms);
+    // Starting: the peer is not up yet, then it is.
+    assert_eq!(at(silent(), 0), Some(Level::INFO));
+    assert_eq!(at(silent(), 500), None);
+    assert_eq!(at(Heard::Answer, 1_000), Some(Level::INFO));
+    assert_eq!(at(Heard::Answer, 1_100), None);
+    // A blip shorter than SILENT_WARN_MS is not worth a line.
+    assert_eq!(at(silent(), 2_000), None);
+    assert_eq!(at(Heard::Answer, 2_500), None);
+    // Lost: one WARN once it has lasted, then quiet, then one INFO when it is back.
+    assert_eq!(at(silent(), 10_000), None);
+    assert_eq!(at(silent(), 10_000 + SILENT_WARN_MS), Some(Level::WARN));
+    assert_eq!(at(silent(), 20_000), None);
+    assert_eq!(at(Heard::Answer, 21_000), Some(Level::INFO));
+    // A refusal is a WARN at once, once per text.
+    assert_eq!(at(Heard::Refusal("HTTP 401"), 22_000), Some(Level::WARN));
+    assert_eq!(at(Heard::Refusal("HTTP 401"), 22_500), None);
+    assert_eq!(at(Heard::Answer, 23_000), Some(Level::INFO));
+    // A peer never reached that stays silent is a WARN after WAITING_WARN_MS, not before.
     assert_eq!(
-        seen,
-        [
-            Some(Level::INFO),
-            None,
-            Some(Level::INFO),
-            None,
-            Some(Level::WARN),
-            None,
-            Some(Level::INFO)
-        ]
+        reach.observe(2, "127.0.0.1:7302", Heard::Silence("timeout"), 0),
+        Some(Level::INFO)
     );
-    // Another peer has its own state.
-    assert_eq!(reach.observe(2, "127.0.0.1:7302", Ok(())), None);
+    assert_eq!(
+        reach.observe(2, "127.0.0.1:7302", Heard::Silence("timeout"), SILENT_WARN_MS),
+        None
+    );
+    assert_eq!(
+        reach.observe(2, "127.0.0.1:7302", Heard::Silence("timeout"), WAITING_WARN_MS),
+        Some(Level::WARN)
+    );
 }

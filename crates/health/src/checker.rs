@@ -55,7 +55,9 @@ use std::collections::{BinaryHeap, HashMap};
 use std::time::Duration;
 
 use muster_core::check::CheckStatus;
-use muster_core::{Check, CheckKind, Endpoint, Incarnation, InstanceId, Label, ServiceKey, ServingState, Signal};
+use muster_core::{
+    Actor, Check, CheckKind, Endpoint, Incarnation, InstanceId, Label, ServiceKey, ServingState, Signal,
+};
 use rand_core::RngCore;
 
 use crate::hysteresis::{Health, Hysteresis, ProbeResult, Thresholds};
@@ -284,7 +286,10 @@ impl<R: RngCore> Checker<R> {
                 incarnation: endpoint.incarnation,
                 checks,
                 proposed: endpoint.serving,
-                note: None,
+                // A reason the checker recorded counts as its last note, so a new leader does
+                // not write every instance's note again at once.
+                note: (endpoint.observation.actor == Actor::Checker)
+                    .then(|| (endpoint.observation.reason.to_string(), now_ms)),
             },
         );
         self.by_instance.insert(slot, id);
@@ -546,6 +551,8 @@ impl<R: RngCore> Checker<R> {
             && let Some(tracked) = self.tracked.get_mut(id)
         {
             tracked.proposed = registered;
+            // A note that did not commit is due again with the next report.
+            tracked.note = None;
         }
     }
 

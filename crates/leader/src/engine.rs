@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use muster_core::api::{CheckReportReply, LeaseReply};
-use muster_core::{Event, InstanceId, Label, LeaseId, Revision, ServiceKey, ServiceUpdate, ServingState};
+use muster_core::{Actor, Event, InstanceId, Label, LeaseId, Revision, ServiceKey, ServiceUpdate, ServingState};
 use muster_health::checker::{Checker, CheckerConfig, Decision, ProbeId, TtlReport};
 use muster_health::hysteresis::ProbeResult;
 use muster_health::preservation::{Brakes, Counts, in_routing};
@@ -281,20 +281,22 @@ impl<R: RngCore> LeaderEngine<R> {
             }];
         }
         self.brakes.expire(now.monotonic_ms);
-        // A note is the reason the registry records: cut to its text limit, never refused.
+        // A note is the reason the registry records: control characters (a multi-line
+        // output) become spaces and it is cut to the text limit, so it is never refused.
         let limit = registry.policy().limits.max_text_bytes;
-        let cut;
+        let fit;
         let report = match &report.note {
-            Some(note) if note.len() > limit => {
-                let mut end = limit;
+            Some(note) if note.len() > limit || note.chars().any(char::is_control) => {
+                let mut end = note.len().min(limit);
                 while !note.is_char_boundary(end) {
                     end -= 1;
                 }
-                cut = TtlReport {
-                    note: Some(note[..end].to_owned()),
+                let clean = note[..end].replace(char::is_control, " ");
+                fit = TtlReport {
+                    note: Some(clean),
                     ..report.clone()
                 };
-                &cut
+                &fit
             }
             _ => report,
         };
@@ -316,7 +318,7 @@ impl<R: RngCore> LeaderEngine<R> {
         };
         let mut outputs = Vec::new();
         for decision in decisions {
-            self.decide(decision, Some(reply), &mut outputs);
+            self.decide(registry, decision, Some(reply), &mut outputs);
         }
         let remaining = outputs.iter().filter(|o| matches!(o, Output::Propose(_))).count();
         if remaining == 0 {
@@ -348,7 +350,7 @@ impl<R: RngCore> LeaderEngine<R> {
             });
         let mut outputs = Vec::new();
         if let Some(decision) = decision {
-            self.decide(decision, None, &mut outputs);
+            self.decide(registry, decision, None, &mut outputs);
         }
         outputs
     }
@@ -386,7 +388,7 @@ impl<R: RngCore> LeaderEngine<R> {
         };
         outputs.extend(probes.into_iter().map(Output::Probe));
         for decision in decisions {
-            self.decide(decision, None, &mut outputs);
+            self.decide(registry, decision, None, &mut outputs);
         }
         outputs
     }
@@ -526,7 +528,7 @@ impl<R: RngCore> LeaderEngine<R> {
         Some(self.propose(Duty::Drain, command.into(), Purpose::EndDrain { slot, reply }))
     }
 
-    fn decide(&mut self, decision: Decision, report: Option<ReplyTo>, outputs: &mut Vec<Output>) {
+    fn decide(&mut self, registry: &Registry, decision: Decision, report: Option<ReplyTo>, outputs: &mut Vec<Output>) {
         match decision {
             Decision::Propose(proposal) => {
                 let removal = !in_routing(proposal.state);
@@ -558,6 +560,20 @@ impl<R: RngCore> LeaderEngine<R> {
                 outputs.push(self.propose(Duty::Checker, command.into(), purpose));
             }
             Decision::Note(proposal) => {
+                // Only over a record whose state and observation are the checker's own, fenced
+                // by its revision, so a note never sets a state nor takes over another actor's
+                // observation (and a cluster below format 3 gets no write it would ignore).
+                let record = registry
+                    .snapshot(&proposal.key)
+                    .and_then(|snapshot| snapshot.get(&proposal.instance).cloned());
+                let Some(record) = record.filter(|record| {
+                    registry.format() >= 3
+                        && record.incarnation == proposal.incarnation
+                        && record.serving == proposal.state
+                        && record.observation.actor == Actor::Checker
+                }) else {
+                    return;
+                };
                 let purpose = Purpose::Check {
                     key: proposal.key.clone(),
                     instance: proposal.instance.clone(),
@@ -572,7 +588,7 @@ impl<R: RngCore> LeaderEngine<R> {
                     },
                     state: proposal.state,
                     reason: proposal.reason,
-                    expected_revision: None,
+                    expected_revision: Some(record.revision),
                 };
                 outputs.push(self.propose(Duty::Checker, command.into(), purpose));
             }

@@ -454,7 +454,12 @@ fn report_note(
         Output::Propose(proposal) => Some(proposal.clone()),
         _ => None,
     })?;
-    let applied = registry.apply(&proposal.command, &meta(Actor::Checker)).unwrap();
+    // Committed at the report's time, so a record's time shows which write set it.
+    let at = CommandMeta {
+        at_ms: AT_MS + now_ms,
+        ..meta(Actor::Checker)
+    };
+    let applied = registry.apply(&proposal.command, &at).unwrap();
     engine.settled(
         registry,
         proposal.tag,
@@ -501,6 +506,7 @@ fn a_ttl_note_is_the_recorded_reason_and_a_changed_one_is_recorded_once_a_minute
         (ServingState::Ready, "all good")
     );
     assert_eq!(now.observation.actor, Actor::Checker);
+    let first_at = now.observation.at_ms;
 
     // The same note, then a changed one within the minute: nothing is proposed.
     assert_eq!(report_note(&mut engine, &mut registry, "all good", 200), None);
@@ -515,12 +521,21 @@ fn a_ttl_note_is_the_recorded_reason_and_a_changed_one_is_recorded_once_a_minute
         (ServingState::Ready, "3 jobs queued")
     );
 
-    // Longer than the registry's limit (256 bytes by default): cut at a character boundary.
-    let long = "é".repeat(200);
+    // The time recorded is the transition's, not the note's (SPEC H4; Consul's reaper counts
+    // "critical since" from it).
+    assert_eq!(now.observation.at_ms, first_at);
+
+    // Longer than the registry's limit (256 bytes by default): cut at a character boundary
+    // (byte 256 falls inside an `é`).
+    let long = format!("a{}", "é".repeat(200));
     report_note(&mut engine, &mut registry, &long, 100 + 2 * NOTE_EVERY_MS).unwrap();
     let reason = endpoint(&registry).observation.reason.clone();
-    assert_eq!(reason.len(), 256);
+    assert_eq!(reason.len(), 255);
     assert!(long.starts_with(reason.as_str()));
+
+    // Control characters (a multi-line output) become spaces: the write is never refused.
+    report_note(&mut engine, &mut registry, "disk ok\nqueue ok", 100 + 3 * NOTE_EVERY_MS).unwrap();
+    assert_eq!(endpoint(&registry).observation.reason, "disk ok queue ok");
 }
 
 /// Before format 3 the registry records no note on its own: a mixed cluster's older members

@@ -237,10 +237,12 @@ impl Registry {
             && state == ServingState::Draining
             && meta.actor == Actor::Owner
             && existing.observation.actor != Actor::Owner;
-        // From format 3 on, the checker records a new reason for the state it holds (a TTL
-        // report's note, SPEC H4); never during a drain, whose reason is the drainer's.
+        // From format 3 on, the checker records a new reason for a state it set itself (a TTL
+        // report's note, SPEC H4), keeping the time of the transition; never another actor's
+        // observation, nor a drain's, whose reason is the drainer's.
         let new_note = self.format() >= 3
             && meta.actor == Actor::Checker
+            && existing.observation.actor == Actor::Checker
             && state != ServingState::Draining
             && existing.observation.reason != reason;
         if existing.serving == state && !owner_takes_drain && !new_note {
@@ -258,13 +260,18 @@ impl Registry {
             expected,
             existing.revision,
         )?;
+        let note_only = existing.serving == state && !owner_takes_drain;
         let mut endpoint = Endpoint::clone(existing);
         endpoint.serving = state;
         endpoint.revision = self.revision().next();
         endpoint.observation = Observation {
             actor: meta.actor,
             principal: meta.principal.clone(),
-            at_ms: meta.at_ms,
+            at_ms: if note_only {
+                existing.observation.at_ms
+            } else {
+                meta.at_ms
+            },
             reason,
         };
         self.check_size(&endpoint)?;
