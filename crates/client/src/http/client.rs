@@ -504,6 +504,27 @@ impl Client {
     }
 
     /// `POST .../{instance}/drain`.
+    ///
+    /// A drain as the app would on shutdown: `draining` at once, so resolvers stop picking it;
+    /// then deregistered when the grace ends (or when it reports nothing in flight):
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = muster_testkit::server::InProcess::start().await;
+    /// # let client = server.client();
+    /// use std::time::Duration;
+    /// use muster_client::{Drain, Incarnation, InstanceId, Registration, ServingState, SnapshotQuery};
+    ///
+    /// let (key, api_1) = ("prod/api".parse()?, InstanceId::new("api-1")?);
+    /// let ready = Registration::new(Incarnation(1)).address("10.0.0.7").port("http", 8080).serving(ServingState::Ready);
+    /// client.register(&key, &api_1, ready).await?;
+    /// client.drain(&key, &api_1, Drain::new(Incarnation(1)).grace(Duration::from_secs(30)).reason("shutting down")).await?;
+    /// let set = client.snapshot(&key, &SnapshotQuery::default()).await?;
+    /// assert_eq!(set.endpoints[0].serving, ServingState::Draining);
+    /// assert_eq!(set.endpoints[0].observation.reason, "shutting down");
+    /// # Ok(()) }
+    /// ```
     pub async fn drain(
         &self,
         key: &ServiceKey,
@@ -656,6 +677,37 @@ impl Client {
     }
 
     /// `GET /v1/watch/{tenant}/{namespace}/{service}[?from_revision=R]`.
+    ///
+    /// The raw stream of frames (a [`Resolver`](crate::Resolver) verifies and applies them for
+    /// you): a snapshot of a service that holds endpoints first, then updates, each naming the
+    /// revision it follows, and progress frames.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = muster_testkit::server::InProcess::start().await;
+    /// # let client = server.client();
+    /// use std::time::Duration;
+    /// use muster_client::api::Frame;
+    /// use muster_client::{Incarnation, InstanceId, Registration};
+    ///
+    /// let key = "prod/web".parse()?;
+    /// client.register(&key, &InstanceId::new("web-1")?, Registration::new(Incarnation(1)).address("10.0.0.7")).await?;
+    /// let mut watch = client.watch_service(&key, None, Duration::from_secs(30)).await?;
+    /// let Some((_, Frame::Snapshot { snapshot, .. })) = watch.next_frame().await? else { panic!("a snapshot first") };
+    /// assert_eq!(snapshot.len(), 1);
+    /// client.register(&key, &InstanceId::new("web-2")?, Registration::new(Incarnation(1)).address("10.0.0.8")).await?;
+    /// loop {
+    ///     match watch.next_frame().await?.expect("the watch stays open") {
+    ///         (_, Frame::Update(update)) => {
+    ///             assert_eq!(update.events.len(), 1);
+    ///             break;
+    ///         }
+    ///         _ => continue, // progress
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn watch_service(
         &self,
         key: &ServiceKey,
