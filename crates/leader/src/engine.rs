@@ -528,6 +528,33 @@ impl<R: RngCore> LeaderEngine<R> {
         Some(self.propose(Duty::Drain, command.into(), Purpose::EndDrain { slot, reply }))
     }
 
+    /// The checker's set-serving of `proposal` (fenced by `expected`, when given).
+    fn propose_serving(
+        &mut self,
+        proposal: muster_health::checker::Proposal,
+        removal: bool,
+        report: Option<ReplyTo>,
+        expected: Option<Revision>,
+    ) -> Output {
+        let purpose = Purpose::Check {
+            key: proposal.key.clone(),
+            instance: proposal.instance.clone(),
+            removal,
+            report,
+        };
+        let command = SetServing {
+            target: Target {
+                key: proposal.key,
+                instance: proposal.instance,
+                incarnation: proposal.incarnation,
+            },
+            state: proposal.state,
+            reason: proposal.reason,
+            expected_revision: expected,
+        };
+        self.propose(Duty::Checker, command.into(), purpose)
+    }
+
     fn decide(&mut self, registry: &Registry, decision: Decision, report: Option<ReplyTo>, outputs: &mut Vec<Output>) {
         match decision {
             Decision::Propose(proposal) => {
@@ -541,23 +568,7 @@ impl<R: RngCore> LeaderEngine<R> {
                     state: proposal.state,
                     reason: proposal.reason.clone(),
                 }));
-                let purpose = Purpose::Check {
-                    key: proposal.key.clone(),
-                    instance: proposal.instance.clone(),
-                    removal,
-                    report,
-                };
-                let command = SetServing {
-                    target: Target {
-                        key: proposal.key,
-                        instance: proposal.instance,
-                        incarnation: proposal.incarnation,
-                    },
-                    state: proposal.state,
-                    reason: proposal.reason,
-                    expected_revision: None,
-                };
-                outputs.push(self.propose(Duty::Checker, command.into(), purpose));
+                outputs.push(self.propose_serving(proposal, removal, report, None));
             }
             Decision::Note(proposal) => {
                 // Only over a record whose state and observation are the checker's own, fenced
@@ -574,23 +585,7 @@ impl<R: RngCore> LeaderEngine<R> {
                 }) else {
                     return;
                 };
-                let purpose = Purpose::Check {
-                    key: proposal.key.clone(),
-                    instance: proposal.instance.clone(),
-                    removal: false,
-                    report,
-                };
-                let command = SetServing {
-                    target: Target {
-                        key: proposal.key,
-                        instance: proposal.instance,
-                        incarnation: proposal.incarnation,
-                    },
-                    state: proposal.state,
-                    reason: proposal.reason,
-                    expected_revision: Some(record.revision),
-                };
-                outputs.push(self.propose(Duty::Checker, command.into(), purpose));
+                outputs.push(self.propose_serving(proposal, false, report, Some(record.revision)));
             }
             Decision::Held { key, instance, reason } => {
                 outputs.push(Output::Note(Note::Held { key, instance, reason }))
