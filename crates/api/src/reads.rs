@@ -194,7 +194,12 @@ pub async fn snapshot(
     // large set never holds up a write.
     let page = app
         .gate
-        .read(|registry| registry.page(&key, start.at, start.after.as_ref(), limit))?
+        .read(|registry| {
+            let page = registry.page(&key, start.at, start.after.as_ref(), limit)?;
+            // A released service whose removals are still fenced is known, and empty (W5).
+            let known_empty = page.is_none() && start.at.is_none() && registry.known_snapshot(&key).is_some();
+            Ok::<_, muster_registry::ReadError>(page.or_else(|| known_empty.then(|| Page::empty(registry.revision()))))
+        })?
         .ok_or_else(|| match start.at {
             Some(at) => ApiError::not_found(format!("service {key} did not exist at revision {at}")),
             None => ApiError::not_found(format!("service {key} is not registered")),
@@ -215,7 +220,7 @@ fn federated_page(
 ) -> Result<Response, ApiError> {
     let now_ms = app.gate.clock.unix_now_ms();
     let first_current = start.at.is_none() && start.after.is_none();
-    let (page, at, (mirrors, failover)) = app.gate.read(|registry| {
+    let (page, at, (mirrors, failover), known) = app.gate.read(|registry| {
         let page = registry.page(key, start.at, start.after.as_ref(), limit)?;
         let parts = if first_current {
             let local = registry.snapshot(key);
@@ -223,18 +228,12 @@ fn federated_page(
         } else {
             (Vec::new(), None)
         };
-        Ok::<_, muster_registry::ReadError>((page, registry.revision(), parts))
+        let known = registry.known_snapshot(key).is_some();
+        Ok::<_, muster_registry::ReadError>((page, registry.revision(), parts, known))
     })?;
     let page = match page {
         Some(page) => page,
-        None if first_current && !mirrors.is_empty() => Page {
-            at,
-            revision: Revision::ZERO,
-            digest: Digest::EMPTY,
-            total: 0,
-            endpoints: Vec::new(),
-            next: None,
-        },
+        None if first_current && (known || !mirrors.is_empty()) => Page::empty(at),
         None => return Err(ApiError::not_found(format!("service {key} is not registered"))),
     };
     Ok(page_response(
@@ -248,7 +247,9 @@ fn federated_page(
 /// The whole current set, its endpoints encoded once per service revision (`read_cache`).
 /// Only the snapshot's `Arc` is taken under the read lock; the encoding happens after.
 fn whole_set(app: &Native, key: &ServiceKey) -> Result<Response, ApiError> {
-    let (at, snapshot) = app.gate.read(|registry| (registry.revision(), registry.snapshot(key)));
+    let (at, snapshot) = app
+        .gate
+        .read(|registry| (registry.revision(), registry.known_snapshot(key)));
     let snapshot = snapshot.ok_or_else(|| ApiError::not_found(format!("service {key} is not registered")))?;
     let endpoints = match app.read_cache.get(key, snapshot.revision()) {
         Some(json) => json,
@@ -344,9 +345,10 @@ pub async fn services(
 ) -> Result<Response, ApiError> {
     let namespace = segments.namespace()?;
     app.gate.ready_for(query.consistency).await?;
+    let now_ms = app.gate.clock.unix_now_ms();
     let (revision, snapshots) = app
         .gate
-        .read(|registry| (registry.revision(), registry.services(&namespace)));
+        .read(|registry| (registry.revision(), registry.listed_services(&namespace, now_ms)));
     // Only the services the caller may read (SPEC S3): the route's gate let it into the
     // namespace, each service is judged on its own.
     let services = snapshots

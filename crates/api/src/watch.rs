@@ -125,7 +125,7 @@ fn start(
                 Err(error) => return Ok((at, Beginning::Refused(error), None)),
             },
             None => Beginning::Snapshots(match &scope {
-                Scope::Service(key) => registry.snapshot(key).into_iter().collect(),
+                Scope::Service(key) => registry.known_snapshot(key).into_iter().collect(),
                 Scope::Namespace(namespace) => {
                     let mut services = registry.services(namespace);
                     services.retain(|snapshot| visible(snapshot.key()));

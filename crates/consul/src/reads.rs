@@ -62,6 +62,7 @@ impl ConsulView {
         params: &Params,
     ) -> Result<NamespaceRead, ConsulError> {
         let namespace = self.namespace(params)?;
+        let now_ms = app.gate.clock.unix_now_ms();
         let found = blocking::read(
             app,
             self,
@@ -70,7 +71,7 @@ impl ConsulView {
             WaitScope::Namespace(namespace.clone()),
             |registry| {
                 let (visible, hidden): (Vec<_>, Vec<_>) = registry
-                    .services(&namespace)
+                    .listed_services(&namespace, now_ms)
                     .into_iter()
                     .partition(|snapshot| caller.may(snapshot.key(), Verb::Read));
                 Indexed {

@@ -270,7 +270,8 @@ pub struct ServiceSummary {
 pub struct ServicesReply {
     /// The global revision the listing was read at.
     pub revision: Revision,
-    /// The services, sorted by name.
+    /// The services, sorted by name; one left empty more than 5 minutes ago is not listed
+    /// (it is still readable as an empty set while its removals are fenced).
     pub services: Vec<ServiceSummary>,
 }
 

@@ -124,12 +124,13 @@ pub async fn overview(
 /// The overview as `caller` may see it now.
 pub fn read(gate: &Gate, caller: &Caller) -> OverviewReply {
     let protected: BTreeSet<ServiceKey> = gate.protected().into_iter().collect();
+    let now_ms = gate.clock.unix_now_ms();
     let (revision, mut namespaces) = gate.read(|registry| {
         let namespaces: Vec<NamespaceOverview> = registry
             .namespace_keys()
             .filter_map(|namespace| {
                 let services: Vec<ServiceOverview> = registry
-                    .services(namespace)
+                    .listed_services(namespace, now_ms)
                     .iter()
                     .filter(|snapshot| caller.may(snapshot.key(), Verb::Read))
                     .map(|snapshot| {

@@ -448,6 +448,10 @@ pub struct ResolveArgs {
     /// Read the set as it was at this past revision.
     #[arg(long, value_name = "R")]
     pub revision: Option<u64>,
+    /// Read a service that is not registered as an empty set (exit 0) instead of failing
+    /// `not_found`; for scripts that wait for a service to appear.
+    #[arg(long, conflicts_with = "revision")]
+    pub allow_empty: bool,
     /// Server and tenant.
     #[command(flatten)]
     pub client: ClientArgs,

@@ -5,11 +5,14 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use muster_client::{
-    Actor, CheckReport, Client, ClientBuilder, ClientError, Deregistration, Drain, LeaseGrant, Registration,
-    ServingChange,
+    Actor, CheckReport, Client, ClientBuilder, ClientError, ClientErrorCode, Deregistration, Drain, LeaseGrant,
+    Registration, ServingChange,
 };
-use muster_core::api::{AddMemberRequest, Frame};
-use muster_core::{AddressSpec, CheckSpec, EndpointSpec, Incarnation, LocalitySpec, PortSpec, Revision, ServingState};
+use muster_core::api::{AddMemberRequest, Frame, SnapshotReply};
+use muster_core::{
+    AddressSpec, CheckSpec, Digest, EndpointSpec, ErrorCode, Incarnation, LocalitySpec, PortSpec, Revision,
+    ServingState,
+};
 use muster_registry::RegistryConfig;
 use serde::Serialize;
 
@@ -290,9 +293,35 @@ async fn resolve(args: ResolveArgs, json: bool, out: &mut dyn Write) -> Result<(
     let key = parse_service_key(&args.client.tenant, &args.service)?;
     let client = connect(&args.client)?;
     // A current read also shows the service's mirrors of other regions, when federated.
-    let mut reply = match args.revision {
-        Some(revision) => client.snapshot_all(&key, Some(Revision(revision))).await?,
-        None => client.snapshot_federated(&key).await?,
+    let read = match args.revision {
+        Some(revision) => client.snapshot_all(&key, Some(Revision(revision))).await,
+        None => client.snapshot_federated(&key).await,
+    };
+    // Unknown is not empty (SPEC W5): a service nothing is held of fails `not_found`, so a
+    // typo exits non-zero, unless the caller asked to read it as an empty set.
+    let mut reply = match read {
+        Err(err)
+            if args.allow_empty
+                && args.revision.is_none()
+                && err.code() == ClientErrorCode::Api(ErrorCode::NotFound) =>
+        {
+            let revision = client.status().await?.revision;
+            let reply = SnapshotReply {
+                revision,
+                service_revision: Revision::ZERO,
+                digest: Digest::EMPTY,
+                total: 0,
+                endpoints: Vec::new(),
+                next_page_token: None,
+                protection_active: false,
+                mirrors: Vec::new(),
+                failover: None,
+            };
+            return emit(out, json, &reply, || {
+                format!("{key}: not registered, read as empty (--allow-empty): 0 endpoints at revision {revision}\n")
+            });
+        }
+        read => read?,
     };
     if !args.all {
         reply = render::eligible_only(reply, args.degraded);
@@ -347,8 +376,15 @@ async fn watch(args: WatchArgs, json: bool, out: &mut dyn Write) -> Result<(), C
         &args.client.tls,
     )?;
     let client = args.report.apply(builder).build().map_err(usage)?;
+    // A watch of one service from now starts with its snapshot; one that starts with
+    // progress instead found nothing of the service held (SPEC W5: unknown is not empty),
+    // which the first line says rather than leaving a typo silent.
+    let mut unknown = None;
     let mut stream = if args.service.contains('/') {
         let key = parse_service_key(&args.client.tenant, &args.service)?;
+        if from.is_none() {
+            unknown = Some(key.clone());
+        }
         client.watch_service(&key, from, args.idle_timeout).await?
     } else {
         let namespace = parse_namespace_key(&args.client.tenant, &args.service)?;
@@ -372,6 +408,10 @@ async fn watch(args: WatchArgs, json: bool, out: &mut dyn Write) -> Result<(), C
             Frame::Closing { revision } => Some(CliError::Closing { revision: *revision }),
             Frame::Snapshot { .. } | Frame::Update(_) | Frame::Progress { .. } => None,
         };
+        let first = unknown.take();
+        if let (Some(key), Frame::Progress { revision }, false) = (first, &frame, json) {
+            print(out, &format!("{}\n", render::unknown_line(&key, *revision)))?;
+        }
         // In human mode a final frame is reported once, as the error on stderr.
         let reader_gone = if json {
             !print(out, &format!("{raw}\n"))?

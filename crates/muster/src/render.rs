@@ -5,7 +5,7 @@ use muster_core::api::{
     ClusterReply, Frame, LeaseReply, PolicyReply, ServicesReply, SnapshotReply, StatusReply, WriteReply,
 };
 use muster_core::federation::{FailoverDecision, FederationStatusReply, MirrorState};
-use muster_core::{Endpoint, Event, NamespaceKey, ServiceKey, ServiceUpdate};
+use muster_core::{Endpoint, Event, NamespaceKey, Revision, ServiceKey, ServiceUpdate};
 use muster_registry::RegistryConfig;
 
 use crate::duration::format_millis;
@@ -388,6 +388,15 @@ pub fn frame_line(frame: &Frame) -> String {
         Frame::Resync { revision } => format!("rev {revision} resync"),
         Frame::Closing { revision } => format!("rev {revision} closing"),
     }
+}
+
+/// The line a watch of `key` starts with when the server holds nothing of it: an empty
+/// snapshot, saying it is not registered (a typo looks like this too).
+pub fn unknown_line(key: &ServiceKey, revision: Revision) -> String {
+    format!(
+        "rev {revision} snapshot {key}: 0 endpoints (not registered: nothing of this service is held; \
+         its first registration shows here)"
+    )
 }
 
 fn update_line(update: &ServiceUpdate) -> String {

@@ -67,6 +67,12 @@ impl FenceTable {
             .filter(|fence| fence.holds(now_ms, retention_ms))
     }
 
+    /// When the last of `key`'s fenced instances was removed, in the log's time; `None`
+    /// when none is fenced.
+    pub(crate) fn last_removal_ms(&self, key: &ServiceKey) -> Option<u64> {
+        self.fences.get(key)?.values().map(|fence| fence.removed_at_ms).max()
+    }
+
     /// Fences an instance, replacing any earlier fence on it.
     pub(crate) fn insert(&mut self, key: &Arc<ServiceKey>, instance: InstanceId, fence: Fence) {
         self.remove(key, &instance);

@@ -89,5 +89,5 @@ pub use deadlines::{DeadlinePassed, LeaseDeadlines};
 pub use drains::{DrainDeadline, MAX_DRAIN_GRACE_MS};
 pub use leases::Lease;
 pub use mirror::{Mirror, MirrorChange, MirrorImport};
-pub use registry::{MAX_INCARNATION, Page, Registry, Scope};
+pub use registry::{EMPTY_LISTED_MS, MAX_INCARNATION, Page, Registry, Scope};
 pub use state::{ImportError, RegistryState};

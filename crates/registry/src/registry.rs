@@ -18,6 +18,12 @@ use crate::leases::{Lease, LeaseTable};
 use crate::plan::{Delete, Plan, Planned};
 use crate::service::{Change, ServiceState, delete_event};
 
+/// How long a service left empty stays in listings (`services`, the dashboard, Consul's
+/// catalog): 5 minutes outlasts a redeploy that takes every instance down before the new
+/// ones register, while a retired or mistyped service leaves the lists the same hour, long
+/// before its history is released (`history_revisions`).
+pub const EMPTY_LISTED_MS: u64 = 5 * 60 * 1000;
+
 /// The highest incarnation a command may carry: 2^53 − 1, the largest integer every JSON
 /// client (JavaScript's doubles included) represents exactly, so no client can present an
 /// incarnation it cannot read back. It also keeps an instance from being squatted: a record
@@ -50,6 +56,21 @@ pub struct Page {
     pub endpoints: Vec<Arc<Endpoint>>,
     /// The instance to continue after, if more remain.
     pub next: Option<InstanceId>,
+}
+
+impl Page {
+    /// The one page of a known service with no endpoints (or of none held here, mirrored
+    /// from another region), read at `at`.
+    pub fn empty(at: Revision) -> Page {
+        Page {
+            at,
+            revision: Revision::ZERO,
+            digest: muster_core::Digest::EMPTY,
+            total: 0,
+            endpoints: Vec::new(),
+            next: None,
+        }
+    }
 }
 
 /// What an imported registry is assembled from (`state.rs` checks and builds them).
@@ -497,6 +518,17 @@ impl Registry {
         self.service(key).map(|s| Arc::clone(&s.current))
     }
 
+    /// The current set of a known service (SPEC W5: unknown is not empty): its
+    /// snapshot, or an empty one for a service released with its removals still fenced
+    /// (known, and empty). `None`: nothing of it is held, the service is unknown.
+    pub fn known_snapshot(&self, key: &ServiceKey) -> Option<Arc<ServiceSnapshot>> {
+        self.snapshot(key).or_else(|| {
+            self.fences
+                .last_removal_ms(key)
+                .map(|_| Arc::new(ServiceSnapshot::empty(key.clone())))
+        })
+    }
+
     /// The endpoint set of a service as it was at global revision `at` (within retained
     /// history). `Ok(None)`: the service did not exist then.
     pub fn snapshot_at(&self, key: &ServiceKey, at: Revision) -> Result<Option<Arc<ServiceSnapshot>>, ReadError> {
@@ -534,6 +566,22 @@ impl Registry {
             .get(namespace)
             .map(|services| services.values().map(|s| Arc::clone(&s.current)).collect())
             .unwrap_or_default()
+    }
+
+    /// The services of a namespace that listings show at `now_ms` (SPEC U1, W5), sorted by
+    /// name: all but those left empty more than [`EMPTY_LISTED_MS`] ago, by their last
+    /// removal's logged time. Such a service is still known: its reads answer an empty set
+    /// and its fences hold until they expire.
+    pub fn listed_services(&self, namespace: &NamespaceKey, now_ms: u64) -> Vec<Arc<ServiceSnapshot>> {
+        let mut services = self.services(namespace);
+        services.retain(|set| {
+            !set.is_empty()
+                || self
+                    .fences
+                    .last_removal_ms(set.key())
+                    .is_some_and(|at| at.saturating_add(EMPTY_LISTED_MS) > now_ms)
+        });
+        services
     }
 
     /// Every service of every tenant, each as its current snapshot (for rebuilding derived

@@ -41,7 +41,7 @@ impl DnsFeed {
         }
         match &self.federation {
             Some((federation, clock)) => federation.served(registry, key, clock.unix_now_ms()),
-            None => registry.snapshot(key),
+            None => registry.known_snapshot(key),
         }
     }
 }

@@ -201,6 +201,45 @@ fn a_refusal_prints_its_code_and_exits_1() {
     assert_eq!(body["error"]["code"], "not_found");
 }
 
+/// SPEC W5, the newcomer's typo: `resolve prod/aip` is `not_found` (exit 1), not a silent
+/// "0 eligible of 0"; `--allow-empty` reads it as empty (exit 0); `watch` of a service nothing
+/// is held of starts with an empty snapshot line that says so, then shows its first
+/// registration.
+#[test]
+fn an_unknown_service_is_named_as_such_by_resolve_and_watch() {
+    let server = Server::start();
+    let output = server.run(&["resolve", "prod/aip"]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stderr(&output).starts_with("error: not_found: service default/prod/aip is not registered"),
+        "{}",
+        stderr(&output)
+    );
+    let empty: SnapshotReply =
+        serde_json::from_str(&server.ok(&["resolve", "prod/aip", "--allow-empty", "--json"])).unwrap();
+    assert_eq!((empty.total, empty.endpoints.len()), (0, 0));
+    let text = server.ok(&["resolve", "prod/aip", "--allow-empty"]);
+    assert!(text.contains("default/prod/aip: not registered"), "{text}");
+
+    let mut watch = server.spawn(&["watch", "prod/api"]);
+    let lines = read_lines(&mut watch);
+    let first = lines.recv_timeout(LINE_WAIT).unwrap();
+    assert!(
+        first.starts_with("rev ") && first.contains("snapshot default/prod/api: 0 endpoints (not registered"),
+        "{first}"
+    );
+    register(&server, "api-0", "10.0.0.1:8080");
+    let shown = (0..10)
+        .filter_map(|_| lines.recv_timeout(LINE_WAIT).ok())
+        .find(|line| line.contains(" update default/prod/api "));
+    assert!(
+        shown.is_some_and(|line| line.contains("put api-0#1")),
+        "the first registration shows on the watch"
+    );
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
+
 #[test]
 fn watch_streams_a_drain_as_it_happens() {
     let server = Server::start();

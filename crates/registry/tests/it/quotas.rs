@@ -170,3 +170,48 @@ fn usage_survives_export_and_import() {
     }
     assert_eq!(state_bytes(&restored), state_bytes(&original));
 }
+
+/// The newcomer's trace (SPEC W5): a service emptied and idle leaves the listings after
+/// `EMPTY_LISTED_MS` from its last removal, while a live one stays however old its last
+/// change; the emptied one is still known (an empty set) and its fences still hold.
+#[test]
+fn a_service_emptied_and_idle_leaves_the_listing_but_stays_known_and_fenced() {
+    use muster_registry::EMPTY_LISTED_MS;
+
+    let mut registry = registry();
+    ok(&mut registry, register("api", "api-0", 1, "10.0.0.1"));
+    ok(&mut registry, register("old", "old-0", 2, "10.0.0.2"));
+    ok(&mut registry, deregister("old", "old-0", 2));
+    let namespace = key("api").namespace_key();
+    let listed = |registry: &Registry, now_ms: u64| -> Vec<String> {
+        registry
+            .listed_services(&namespace, now_ms)
+            .iter()
+            .map(|set| set.key().service.to_string())
+            .collect()
+    };
+    // Removed at the command's time, 1,000 ms.
+    assert_eq!(listed(&registry, 1_000 + EMPTY_LISTED_MS - 1), ["api", "old"]);
+    assert_eq!(listed(&registry, 1_000 + EMPTY_LISTED_MS), ["api"]);
+    assert_eq!(listed(&registry, u64::MAX), ["api"], "a live service never leaves");
+    assert!(current(&registry, "old").is_empty(), "still known, and empty");
+    let err = registry
+        .apply(&register("old", "old-0", 1, "10.0.0.2"), &app())
+        .unwrap_err();
+    assert_eq!(err.code(), "stale_incarnation", "its fence holds");
+}
+
+/// A service released with its removals still fenced is known (an empty set, at service
+/// revision 0 as a re-registration starts it), one never held is unknown.
+#[test]
+fn a_released_service_with_fences_is_known_and_empty_and_one_never_held_is_unknown() {
+    let mut registry = with_quotas(Quotas::default(), 1);
+    ok(&mut registry, register("old", "old-0", 1, "10.0.0.1"));
+    ok(&mut registry, deregister("old", "old-0", 1));
+    ok(&mut registry, register("web", "web-0", 1, "10.0.0.2"));
+    assert!(registry.snapshot(&key("old")).is_none(), "released");
+    let known = registry.known_snapshot(&key("old")).expect("known by its fences");
+    assert!(known.is_empty());
+    assert_eq!(known.revision(), rev(0));
+    assert!(registry.known_snapshot(&key("never")).is_none());
+}

@@ -169,3 +169,45 @@ async fn dns_can_be_disabled_and_bad_dns_settings_are_refused() {
     };
     assert!(message.contains("loopback"), "{message}");
 }
+
+/// SPEC W5 (unknown is not empty) past a release: a service left empty for the history
+/// window is released, but while its removals are fenced it is still known, so HTTP answers
+/// an empty set and DNS NODATA; a service never held is 404 and NXDOMAIN.
+#[tokio::test]
+async fn a_released_service_whose_removals_are_fenced_is_known_and_empty() {
+    let mut server = TestServer::start_with(|config| {
+        config.dns_zone.tenant = Label::new("tenant", "acme").unwrap();
+        config.registry.history_revisions = 2;
+    })
+    .await;
+    let dns = resolver::resolver(server.dns_addr(), true);
+    server.register("old", "o", "10.0.0.9").await.expect(StatusCode::OK);
+    server.deregister("old", "o").await.expect(StatusCode::OK);
+    for (n, ip) in ["10.0.0.1", "10.0.0.2", "10.0.0.3"].iter().enumerate() {
+        server
+            .register("api", &format!("a{n}"), ip)
+            .await
+            .expect(StatusCode::OK);
+    }
+    let listing = server.get("/v1/registry/acme/prod").await.expect(StatusCode::OK);
+    assert_eq!(listing.body["services"].as_array().unwrap().len(), 1, "old is released");
+    let read = server.get("/v1/registry/acme/prod/old").await.expect(StatusCode::OK);
+    assert_eq!(
+        (read.body["total"].clone(), read.body["endpoints"].clone()),
+        (json!(0), json!([]))
+    );
+    let paged = server
+        .get("/v1/registry/acme/prod/old?limit=10")
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(paged.body["total"], 0);
+    server
+        .get("/v1/registry/acme/prod/never")
+        .await
+        .expect(StatusCode::NOT_FOUND);
+    let nothing = addresses(&dns, "old.prod.muster.").await.unwrap_err();
+    assert_eq!(response_code(nothing), ResponseCode::NoError, "known and empty: NODATA");
+    let unknown = addresses(&dns, "never.prod.muster.").await.unwrap_err();
+    assert_eq!(response_code(unknown), ResponseCode::NXDomain);
+    server.stop().await;
+}
