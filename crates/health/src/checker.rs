@@ -52,6 +52,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use muster_core::check::CheckStatus;
@@ -142,6 +143,9 @@ struct Tracked {
     /// The TTL note last proposed, and when (ms): a changed note with no crossing is
     /// recorded at most once per [`NOTE_EVERY_MS`].
     note: Option<(String, u64)>,
+    /// Self-preservation holds this endpoint's removal (it is told once per hold; the brake
+    /// is asked again at every probe).
+    held: bool,
 }
 
 /// The least time between two records of a TTL check's note when its state holds: apps often
@@ -290,6 +294,7 @@ impl<R: RngCore> Checker<R> {
                 // not write every instance's note again at once.
                 note: (endpoint.observation.actor == Actor::Checker)
                     .then(|| (endpoint.observation.reason.to_string(), now_ms)),
+                held: false,
             },
         );
         self.by_instance.insert(slot, id);
@@ -596,30 +601,63 @@ impl<R: RngCore> Checker<R> {
         }
         let (desired, deciding) = combine(&tracked.checks)?;
         if desired == tracked.proposed {
+            tracked.held = false;
             return None;
         }
         let reason = crossing.unwrap_or_else(|| {
             let state = &tracked.checks[deciding];
             format!("{}: {:?}", state.check.target(), state.hysteresis.health()).to_lowercase()
         });
-        if in_routing(tracked.proposed)
-            && !in_routing(desired)
-            && let Verdict::Hold(why) = brakes.decide(&tracked.key, counts(&tracked.key), now_ms)
-        {
-            return Some(Decision::Held {
-                key: tracked.key.clone(),
-                instance: tracked.instance.clone(),
-                reason: format!("{reason}; held: {why}"),
-            });
+        if in_routing(tracked.proposed) && !in_routing(desired) {
+            let key = tracked.key.clone();
+            // Direct evidence: a readiness check refused at each of its last `fall` probes.
+            // Endpoints "fail at once" when their failures began within twice the time that
+            // took to see of this one's.
+            let refused = tracked
+                .checks
+                .iter()
+                .filter(|c| c.check.signal == Signal::Readiness && c.hysteresis.refused_in_a_row())
+                .filter_map(|c| {
+                    let span = 2 * u64::from(c.check.fall) * millis(c.check.interval);
+                    let began = c.hysteresis.failing_since()?;
+                    Some(began.saturating_sub(span)..=began.saturating_add(span))
+                })
+                .next();
+            let verdict = if let Some(began) = refused {
+                let failing = self.failing_at_once(&key, &began);
+                brakes.decide_evidenced(&key, counts(&key), failing, now_ms)
+            } else {
+                brakes.decide(&key, counts(&key), now_ms)
+            };
+            let tracked = self.tracked.get_mut(&id.endpoint)?;
+            if let Verdict::Hold(why) = verdict {
+                if std::mem::replace(&mut tracked.held, true) {
+                    return None;
+                }
+                return Some(Decision::Held {
+                    key,
+                    instance: tracked.instance.clone(),
+                    reason: format!("{reason}; held: {why}"),
+                });
+            }
+            return Some(propose(tracked, desired, reason));
         }
-        tracked.proposed = desired;
-        Some(Decision::Propose(Proposal {
-            key: tracked.key.clone(),
-            instance: tracked.instance.clone(),
-            incarnation: tracked.incarnation,
-            state: desired,
-            reason,
-        }))
+        Some(propose(tracked, desired, reason))
+    }
+
+    /// How many of `key`'s checked endpoints fail a readiness check still, their failures
+    /// having begun within `began`: those failing at once, removed already or not.
+    fn failing_at_once(&self, key: &ServiceKey, began: &RangeInclusive<u64>) -> usize {
+        self.tracked
+            .values()
+            .filter(|t| t.key == *key)
+            .filter(|t| {
+                t.checks.iter().any(|c| {
+                    c.check.signal == Signal::Readiness
+                        && c.hysteresis.failing_since().is_some_and(|at| began.contains(&at))
+                })
+            })
+            .count()
     }
 
     /// `finished` probes of `tenant` stopped running.
@@ -713,6 +751,19 @@ fn combine(checks: &[CheckState]) -> Option<(ServingState, usize)> {
                 .position(|c| c.check.signal == Signal::Startup)
                 .map(|index| (ServingState::Ready, index))
         })
+}
+
+/// Proposes `desired` for a tracked endpoint (the checker's own state moves with it).
+fn propose(tracked: &mut Tracked, desired: ServingState, reason: String) -> Decision {
+    tracked.held = false;
+    tracked.proposed = desired;
+    Decision::Propose(Proposal {
+        key: tracked.key.clone(),
+        instance: tracked.instance.clone(),
+        incarnation: tracked.incarnation,
+        state: desired,
+        reason,
+    })
 }
 
 #[cfg(test)]

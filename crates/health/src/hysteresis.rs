@@ -30,8 +30,12 @@ pub enum ProbeResult {
     Pass,
     /// The target answered, degraded (a TTL check's `warn`).
     Warn,
-    /// The target answered unhealthy, refused, or did not answer in time.
+    /// The target answered unhealthy, or did not answer in time.
     Fail,
+    /// The target's host refused the connection: nothing listens there (a process that
+    /// died). A failure, and direct evidence of that one endpoint's death when it repeats
+    /// (SPEC H5: [`Hysteresis::refused_in_a_row`]).
+    Refused,
     /// The checker could not run the probe (no route from here, no probe budget left): says
     /// nothing about the target.
     Unreachable,
@@ -108,6 +112,10 @@ pub struct Hysteresis {
     passes: u32,
     warns: u32,
     fails: u32,
+    /// Consecutive refused connections (part of `fails`).
+    refusals: u32,
+    /// When the current run of failures began (its first failed probe).
+    failing_since_ms: Option<u64>,
     blind: u32,
     /// Times of recent crossings, oldest first, at most `flap_limit + 1`.
     crossings: VecDeque<u64>,
@@ -123,6 +131,8 @@ impl Hysteresis {
             passes: 0,
             warns: 0,
             fails: 0,
+            refusals: 0,
+            failing_since_ms: None,
             blind: 0,
             crossings: VecDeque::new(),
             damped: false,
@@ -150,6 +160,18 @@ impl Hysteresis {
         self.health
     }
 
+    /// Whether the target refused the connection at each of the last `fall` probes: direct
+    /// evidence that nothing listens there any more, not a dependency it shares with others.
+    pub fn refused_in_a_row(&self) -> bool {
+        self.refusals >= self.thresholds.fall
+    }
+
+    /// When the current run of failed probes began; `None` unless the last probe the
+    /// checker ran failed.
+    pub fn failing_since(&self) -> Option<u64> {
+        self.failing_since_ms
+    }
+
     /// The serving state routing should use: the health's, or `degraded` while damped.
     pub fn serving(&self) -> ServingState {
         if self.damped && self.health != Health::Starting {
@@ -163,6 +185,16 @@ impl Hysteresis {
     pub fn observe(&mut self, result: ProbeResult, now_ms: u64) -> Option<Transition> {
         let before = self.serving();
         let t = self.thresholds;
+        self.refusals = if result == ProbeResult::Refused {
+            self.refusals + 1
+        } else {
+            0
+        };
+        self.failing_since_ms = match result {
+            ProbeResult::Fail | ProbeResult::Refused => Some(self.failing_since_ms.unwrap_or(now_ms)),
+            ProbeResult::Pass | ProbeResult::Warn => None,
+            ProbeResult::Unreachable => self.failing_since_ms,
+        };
         let (next, why) = match result {
             ProbeResult::Pass => {
                 (self.passes, self.warns, self.fails, self.blind) = (self.passes + 1, 0, 0, 0);
@@ -180,14 +212,19 @@ impl Hysteresis {
                     format!("{} consecutive warnings", self.warns),
                 )
             }
-            ProbeResult::Fail => {
+            ProbeResult::Fail | ProbeResult::Refused => {
                 (self.passes, self.warns, self.fails, self.blind) = (0, 0, self.fails + 1, 0);
                 // From `starting` too (H2): `fall` failures before any pass are as much
                 // evidence as `fall` failures after one.
                 let falling = self.fails >= t.fall;
+                let refused = if self.refused_in_a_row() {
+                    ", the connection refused each time"
+                } else {
+                    ""
+                };
                 (
                     falling.then_some(Health::Failing),
-                    format!("{} consecutive failures", self.fails),
+                    format!("{} consecutive failures{refused}", self.fails),
                 )
             }
             ProbeResult::Unreachable => {

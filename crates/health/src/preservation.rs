@@ -7,6 +7,14 @@
 //! the service: then protection is active, the service says so (`protection_active`), and
 //! held removals are retried as the window slides. An instance that is really dead keeps its
 //! traffic a little longer; a fleet that only looks dead keeps serving.
+//!
+//! The brake exists for correlated loss, so it stays out of the way of what is not:
+//! - a service smaller than `min_endpoints` gets no brake (only its floor): at 30%, a service
+//!   of 4 may lose one endpoint a minute, so every second real death would be held;
+//! - direct evidence of one endpoint's death (its connection refused at each of the last
+//!   `fall` probes: nothing listens there any more) passes the brake while the endpoints
+//!   failing at once are no more than the brake allows in a window. A rolling kill passes
+//!   one by one; a shared dependency failing many endpoints at once is still held.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -24,6 +32,11 @@ pub struct PreservationConfig {
     /// routing on purpose (fail-open), a choice to make per service where it is justified
     /// (reference/control-plane-state.txt), not for every service.
     pub floor: usize,
+    /// Services with fewer endpoints than this get no brake (their floor still holds): 5.
+    /// Below 5, 30% is one endpoint a window, so the brake would hold the second of two
+    /// real failures, which is what anyone testing with 2–4 instances meets first; a
+    /// correlated loss of a service that small is kept by a floor, set where it is wanted.
+    pub min_endpoints: usize,
 }
 
 impl Default for PreservationConfig {
@@ -32,6 +45,7 @@ impl Default for PreservationConfig {
             max_fraction: 0.3,
             window_ms: 60_000,
             floor: 0,
+            min_endpoints: 5,
         }
     }
 }
@@ -90,6 +104,24 @@ impl Preservation {
     /// but not yet [recorded](Preservation::record) — for a batch that is all or nothing
     /// (the endpoints of one lease). Counts nothing; a hold by rate turns protection on.
     pub fn check(&mut self, serving: usize, total: usize, pending: usize, now_ms: u64) -> Verdict {
+        self.judge(serving, total, pending, None, now_ms)
+    }
+
+    /// Like [`check`](Self::check) for a removal with direct evidence of its endpoint's death
+    /// while `failing_at_once` endpoints of the service (this one included) are failing out
+    /// of routing: allowed past the rate while they are no more than a window allows.
+    pub fn check_evidenced(&mut self, serving: usize, total: usize, failing_at_once: usize, now_ms: u64) -> Verdict {
+        self.judge(serving, total, 0, Some(failing_at_once), now_ms)
+    }
+
+    fn judge(
+        &mut self,
+        serving: usize,
+        total: usize,
+        pending: usize,
+        evidenced: Option<usize>,
+        now_ms: u64,
+    ) -> Verdict {
         self.expire(now_ms);
         let serving = serving.saturating_sub(pending);
         if serving <= self.config.floor {
@@ -99,8 +131,12 @@ impl Preservation {
             ));
         }
         self.peak_total = self.peak_total.max(total);
-        let allowed = (self.config.max_fraction * self.peak_total as f64).floor() as usize;
-        if self.removals.len() + pending + 1 > allowed.max(1) {
+        if self.peak_total < self.config.min_endpoints {
+            return Verdict::Remove;
+        }
+        let allowed = ((self.config.max_fraction * self.peak_total as f64).floor() as usize).max(1);
+        let within_rate = self.removals.len() + pending < allowed;
+        if !within_rate && evidenced.is_none_or(|failing| failing > allowed) {
             self.last_hold_ms = Some(now_ms);
             return Verdict::Hold(format!(
                 "protection_active: {} of {total} endpoints already left within {} s (at most {:.0}%)",
@@ -190,8 +226,31 @@ impl Brakes {
         verdict
     }
 
+    /// [`Preservation::check_evidenced`] for `key`, counted when allowed.
+    pub fn decide_evidenced(
+        &mut self,
+        key: &ServiceKey,
+        counts: Counts,
+        failing_at_once: usize,
+        now_ms: u64,
+    ) -> Verdict {
+        let verdict = self.judge(key, counts, |brake| {
+            brake.check_evidenced(counts.serving, counts.total, failing_at_once, now_ms)
+        });
+        if verdict == Verdict::Remove {
+            self.record(key, now_ms);
+        }
+        verdict
+    }
+
     /// [`Preservation::check`] for `key`: counts nothing.
     pub fn check(&mut self, key: &ServiceKey, counts: Counts, pending: usize, now_ms: u64) -> Verdict {
+        self.judge(key, counts, |brake| {
+            brake.check(counts.serving, counts.total, pending, now_ms)
+        })
+    }
+
+    fn judge(&mut self, key: &ServiceKey, counts: Counts, judge: impl FnOnce(&mut Preservation) -> Verdict) -> Verdict {
         let (config, floors) = (self.config, &self.floors);
         let brake = self.services.entry(key.clone()).or_insert_with(|| {
             Preservation::new(PreservationConfig {
@@ -200,7 +259,7 @@ impl Brakes {
             })
         });
         let was_active = brake.protection_active();
-        let verdict = brake.check(counts.serving, counts.total, pending, now_ms);
+        let verdict = judge(brake);
         if !was_active && brake.protection_active() {
             tracing::error!(
                 service = %key, serving = counts.serving, total = counts.total,

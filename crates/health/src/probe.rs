@@ -50,6 +50,7 @@ pub async fn probe(kind: &CheckKind, timeout: Duration) -> ProbeResult {
         Ok(Ok(true)) => ProbeResult::Pass,
         Ok(Ok(false)) => ProbeResult::Fail,
         Ok(Err(error)) if checker_cannot_reach(&error) => ProbeResult::Unreachable,
+        Ok(Err(error)) if error.kind() == io::ErrorKind::ConnectionRefused => ProbeResult::Refused,
         Ok(Err(_)) | Err(_) => ProbeResult::Fail,
     }
 }

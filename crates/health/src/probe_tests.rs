@@ -131,7 +131,11 @@ async fn a_tcp_check_fails_once_the_port_closes() {
     let check = kind(&format!("tcp://{}", listener.local_addr().unwrap()));
     assert_eq!(probe(&check, TIMEOUT).await, ProbeResult::Pass);
     drop(listener);
-    assert_eq!(probe(&check, TIMEOUT).await, ProbeResult::Fail);
+    assert_eq!(
+        probe(&check, TIMEOUT).await,
+        ProbeResult::Refused,
+        "a failure: nothing listens"
+    );
 }
 
 /// A wedged instance accepts TCP and never answers HTTP: its HTTP check fails by timeout,
@@ -237,6 +241,28 @@ async fn a_refused_connection_from_the_first_probe_is_not_serving_at_the_fall_th
             "{url}"
         );
     }
+}
+
+/// SPEC H5's direct evidence: a port nothing listens on answers `Refused` for every probe
+/// kind (a killed process), while a listener that answers 500 is a plain `Fail` (it is
+/// alive, and may share its failing dependency with the rest of the fleet).
+#[tokio::test]
+async fn a_closed_port_is_refused_and_an_answering_failure_is_not() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    for url in [
+        format!("http://{addr}/healthz"),
+        format!("tcp://{addr}"),
+        format!("grpc://{addr}"),
+    ] {
+        assert_eq!(probe(&kind(&url), TIMEOUT).await, ProbeResult::Refused, "{url}");
+    }
+    let answering = http_server(Arc::new(AtomicU16::new(500))).await;
+    assert_eq!(
+        probe(&kind(&format!("http://{answering}/healthz")), TIMEOUT).await,
+        ProbeResult::Fail
+    );
 }
 
 /// Trace: a backend that accepts and never answers, from its first probe: each probe fails

@@ -38,6 +38,7 @@ const NO_BRAKE: PreservationConfig = PreservationConfig {
     max_fraction: 1.0,
     window_ms: 1,
     floor: 0,
+    min_endpoints: usize::MAX,
 };
 
 /// The instance id of instance `index`: zero-padded, so the client's sort by instance keeps
@@ -328,6 +329,7 @@ mod tests {
     fn the_brake_holds_expiries_beyond_its_fraction_and_lets_orphans_go() {
         let config = PreservationConfig {
             max_fraction: 0.5,
+            min_endpoints: 0,
             ..PreservationConfig::default()
         };
         let mut control = ControlPlane::new(1_000, Some(config));

@@ -346,6 +346,7 @@ fn lease_expiry_beyond_the_brakes_fraction_is_held() {
         .collect();
     let mut engine = engine(PreservationConfig {
         max_fraction: 0.5,
+        min_endpoints: 0,
         ..PreservationConfig::default()
     });
     engine.became_leader(&registry, at(0));
@@ -597,6 +598,7 @@ fn a_failing_probe_proposes_not_serving_and_the_brake_holds_the_next_removal() {
     }
     let mut engine = engine(PreservationConfig {
         max_fraction: 0.5,
+        min_endpoints: 0,
         ..PreservationConfig::default()
     });
     engine.became_leader(&registry, at(0));

@@ -343,6 +343,11 @@ pub struct HealthConfig {
     pub preservation_percent: u8,
     /// The self-preservation window.
     pub preservation_window_ms: u64,
+    /// Services with fewer endpoints than this get no brake, only their floor. Below 5,
+    /// `preservation_percent` (30%) is one endpoint a window, so the brake would hold the
+    /// second of two real failures, the first thing anyone testing with 2–4 instances
+    /// meets; a correlated loss of a service that small is kept by a `floor` set for it.
+    pub brake_min_endpoints: usize,
     /// Serving endpoints never removed below, per service unless `floors` says otherwise.
     pub floor: usize,
     /// Per-service floors: `"tenant/namespace/service" = 3`.
@@ -369,6 +374,7 @@ impl Default for HealthConfig {
             flap_window_ms: checker.flap_window_ms,
             preservation_percent: (brake.max_fraction * 100.0).round() as u8,
             preservation_window_ms: brake.window_ms,
+            brake_min_endpoints: brake.min_endpoints,
             floor: brake.floor,
             floors: BTreeMap::new(),
             tenant_budget_per_s: checker.tenant_budget_per_s,
@@ -439,6 +445,7 @@ impl HealthConfig {
                 max_fraction: f64::from(self.preservation_percent) / 100.0,
                 window_ms: self.preservation_window_ms,
                 floor: self.floor,
+                min_endpoints: self.brake_min_endpoints,
             },
             floors,
         ))

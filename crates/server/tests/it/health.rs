@@ -197,14 +197,14 @@ async fn a_check_failing_from_its_first_probe_makes_the_endpoint_not_serving_wit
     let refused = format!("http://{}/healthz", closed.local_addr().unwrap());
     drop(closed);
     let cases = [
-        ("b-500", broken.url()),
-        ("b-refused", refused),
-        ("b-timeout", wedged.url()),
+        ("b-500", broken.url(), ""),
+        ("b-refused", refused, ", the connection refused each time"),
+        ("b-timeout", wedged.url(), ""),
     ];
-    for (instance, url) in &cases {
+    for (instance, url, _) in &cases {
         register_checked(&server, "boot", instance, json!([fast_check(url)])).await;
     }
-    for (instance, url) in &cases {
+    for (instance, url, cause) in &cases {
         let down = until_state(&server, "boot", instance, "not_serving").await;
         let observation = &down["observation"];
         assert_eq!(
@@ -214,7 +214,7 @@ async fn a_check_failing_from_its_first_probe_makes_the_endpoint_not_serving_wit
         );
         assert_eq!(
             observation["reason"],
-            format!("{url}: 2 consecutive failures"),
+            format!("{url}: 2 consecutive failures{cause}"),
             "{instance}"
         );
         assert!(observation["at_ms"].as_u64().unwrap() > 0, "{instance}");
@@ -254,6 +254,35 @@ async fn a_tcp_check_fails_when_the_port_closes_and_recovers_when_it_opens() {
     let listener = TcpListener::bind(addr).await.unwrap();
     tokio::spawn(async move { while listener.accept().await.is_ok() {} });
     until_state(&server, "db", "db-0", "ready").await;
+}
+
+/// The newcomer's trace (SPEC H5): 4 checked backends, one broken, then a second killed;
+/// the killed one stayed `ready` (and in DNS) for more than 20 s under the brake. A service
+/// that small has no brake (`brake_min_endpoints`): both leave, nothing is protected.
+#[tokio::test]
+async fn in_a_small_service_a_second_killed_backend_leaves_routing() {
+    let server = TestServer::start().await;
+    let mut accepts = Vec::new();
+    for n in 0..4 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        accepts.push(tokio::spawn(async move { while listener.accept().await.is_ok() {} }));
+        let instance = format!("s-{n}");
+        register_checked(
+            &server,
+            "small",
+            &instance,
+            json!([fast_check(&format!("tcp://{addr}"))]),
+        )
+        .await;
+        until_state(&server, "small", &instance, "ready").await;
+    }
+    for (n, accept) in accepts.iter().enumerate().take(2) {
+        accept.abort();
+        until_state(&server, "small", &format!("s-{n}"), "not_serving").await;
+    }
+    let (_, protected) = read(&server, "small").await;
+    assert!(!protected, "nothing is held");
 }
 
 #[tokio::test]
