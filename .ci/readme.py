@@ -14,6 +14,8 @@ What a page says is checked three ways:
 - `<!-- readme.sh: background NAME -->` runs a block in the background (a watch), and
   `<!-- readme.sh: output NAME -->` on a ```text block waits for those lines in its output.
 
+`<!-- readme.sh: until -->` runs a block that only reads again until it prints what the page
+says (bounded): a mirror or an election a second away.
 `<!-- readme.sh: skip REASON -->` leaves a block out, saying why (another machine, a
 certificate authority, a package the CI stage installs elsewhere).
 
@@ -115,7 +117,7 @@ def up(addr, deadline):
     while time.time() < deadline:
         try:
             with urllib.request.urlopen(f"http://{addr}/v1/status", timeout=1) as reply:
-                if reply.status == 200:
+                if reply.status == 200 and b'"ready":true' in reply.read():
                     return True
         except OSError:
             pass
@@ -134,13 +136,17 @@ class Page:
         self.env.pop("MUSTER_SERVER", None)
         self.env.pop("MUSTER_TOKEN", None)
         self.background = {}
+        # Every block's process group: what a block left running (`serve ... &`) ends with
+        # the page.
+        self.groups = []
         self.last_output = ""
         self.failures = []
 
-    def fail(self, line, why, output=""):
+    def fail(self, line, why, output="", quiet=False):
         where = f"{self.path.relative_to(ROOT)}:{line}"
         self.failures.append(f"{where}: {why}\n{output[-3000:]}")
-        print(f"FAIL {where}: {why}", flush=True)
+        if not quiet:
+            print(f"FAIL {where}: {why}", flush=True)
 
     def start(self, name, text):
         log = self.dir / f".{name}.log"
@@ -168,27 +174,41 @@ class Page:
                 return
             time.sleep(0.2)
 
-    def run(self, line, text):
+    def run_until(self, line, text):
+        deadline = time.time() + WAIT_S
+        while True:
+            failures = len(self.failures)
+            self.run(line, text, quiet=time.time() < deadline)
+            if len(self.failures) == failures or time.time() >= deadline:
+                return
+            self.failures.pop()
+            time.sleep(0.5)
+
+    def run(self, line, text, quiet=False):
+        process = subprocess.Popen(
+            ["bash", "-c", script(text)],
+            cwd=self.dir,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.groups.append(process.pid)
         try:
-            done = subprocess.run(
-                ["bash", "-c", script(text)],
-                cwd=self.dir,
-                env=self.env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                timeout=BLOCK_TIMEOUT_S,
-                text=True,
-            )
-        except subprocess.TimeoutExpired as timeout:
-            self.fail(line, f"still running after {BLOCK_TIMEOUT_S} s", str(timeout.output or ""))
+            output, _ = process.communicate(timeout=BLOCK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
+            self.fail(line, f"still running after {BLOCK_TIMEOUT_S} s", output)
             return
-        self.last_output = done.stdout
-        if done.returncode != 0:
-            self.fail(line, f"exit {done.returncode}", done.stdout)
+        self.last_output = output
+        if process.returncode != 0:
+            self.fail(line, f"exit {process.returncode}", output, quiet)
             return
-        gone = missing(expected_in_script(text), done.stdout)
+        gone = missing(expected_in_script(text), output)
         if gone is not None:
-            self.fail(line, f"the page says it prints: {gone}", done.stdout)
+            self.fail(line, f"the page says it prints: {gone}", output, quiet)
 
     def serve(self, line, text):
         name = f"server{len(self.background)}"
@@ -200,6 +220,11 @@ class Page:
         self.wait_for(name, expected_in_script(text), line)
 
     def stop(self):
+        for group in self.groups:
+            try:
+                os.killpg(group, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
         for process, _ in self.background.values():
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
@@ -227,6 +252,8 @@ def run_page(path, binary):
                 print(f"   skip {path.relative_to(ROOT)}:{line}: {argument}", flush=True)
             elif language == "sh" and directive == "server":
                 page.serve(line, text)
+            elif language == "sh" and directive == "until":
+                page.run_until(line, text)
             elif language == "sh" and directive == "background":
                 page.start(argument, text)
                 page.wait_for(argument, expected_in_script(text), line)

@@ -9,7 +9,7 @@
 //!                                          XdsClients (per stream ledger) ──▶ XdsState::page, the metrics
 //! ```
 //!
-//! What is served, and the resource names: `muster_xds` (crate docs) and the README's xDS
+//! What is served, and the resource names: `muster_xds` (crate docs) and docs/xds.md's tour
 //! section. Supported: ADS only (no separate LDS/RDS/CDS/EDS services), state of the world for
 //! all four types, Delta for all four; wildcard CDS lists every service of the tenant,
 //! wildcard LDS lists none (an API listener is for gRPC clients, which always name theirs).
