@@ -198,6 +198,18 @@ pub fn in_routing(state: ServingState) -> bool {
     state.is_eligible(true)
 }
 
+/// Protection beginning or ending for a service: told once per hold, for its owner to report
+/// (the brakes log nothing themselves).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtectionChange {
+    /// The service.
+    pub key: ServiceKey,
+    /// Protection began (`true`) or ended.
+    pub active: bool,
+    /// The service's endpoints when it began (zero when it ended).
+    pub counts: Counts,
+}
+
 /// The brakes of every service, shared by everything that removes endpoints (the checker and
 /// the lease keeper), with per-service serving floors.
 #[derive(Debug, Clone, Default)]
@@ -205,6 +217,8 @@ pub struct Brakes {
     config: PreservationConfig,
     floors: HashMap<ServiceKey, usize>,
     services: HashMap<ServiceKey, Preservation>,
+    /// Changes not yet taken ([`Brakes::take_changes`]).
+    changes: Vec<ProtectionChange>,
 }
 
 impl Brakes {
@@ -214,6 +228,7 @@ impl Brakes {
             config,
             floors,
             services: HashMap::new(),
+            changes: Vec::new(),
         }
     }
 
@@ -261,10 +276,11 @@ impl Brakes {
         let was_active = brake.protection_active();
         let verdict = judge(brake);
         if !was_active && brake.protection_active() {
-            tracing::error!(
-                service = %key, serving = counts.serving, total = counts.total,
-                "SELF-PRESERVATION: too many endpoints leaving at once; holding removals (protection_active)"
-            );
+            self.changes.push(ProtectionChange {
+                key: key.clone(),
+                active: true,
+                counts,
+            });
         }
         verdict
     }
@@ -294,16 +310,26 @@ impl Brakes {
     }
 
     /// Slides every window; forgets services with nothing left in theirs. Protection that
-    /// ends is logged, as loudly as it began.
+    /// ends is a change, as its beginning was.
     pub fn expire(&mut self, now_ms: u64) {
+        let changes = &mut self.changes;
         self.services.retain(|key, brake| {
             let was_active = brake.protection_active();
             brake.expire(now_ms);
             if was_active && !brake.protection_active() {
-                tracing::warn!(service = %key, "self-preservation ended: removals resume");
+                changes.push(ProtectionChange {
+                    key: key.clone(),
+                    active: false,
+                    counts: Counts::default(),
+                });
             }
             brake.protection_active() || !brake.removals.is_empty()
         });
+    }
+
+    /// The protection changes since the last take, oldest first.
+    pub fn take_changes(&mut self) -> Vec<ProtectionChange> {
+        std::mem::take(&mut self.changes)
     }
 }
 

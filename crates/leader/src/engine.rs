@@ -337,6 +337,7 @@ impl<R: RngCore> LeaderEngine<R> {
                 },
             );
         }
+        self.protection_notes(&mut outputs);
         outputs
     }
 
@@ -352,7 +353,20 @@ impl<R: RngCore> LeaderEngine<R> {
         if let Some(decision) = decision {
             self.decide(registry, decision, None, &mut outputs);
         }
+        self.protection_notes(&mut outputs);
         outputs
+    }
+
+    /// What the brakes began or stopped holding, as notes (SPEC H5: a hold is told once).
+    fn protection_notes(&mut self, outputs: &mut Vec<Output>) {
+        outputs.extend(self.brakes.take_changes().into_iter().map(|change| {
+            Output::Note(Note::Protection {
+                key: change.key,
+                active: change.active,
+                serving: change.counts.serving,
+                total: change.counts.total,
+            })
+        }));
     }
 
     // ---- time -------------------------------------------------------------------------
@@ -390,6 +404,7 @@ impl<R: RngCore> LeaderEngine<R> {
         for decision in decisions {
             self.decide(registry, decision, None, &mut outputs);
         }
+        self.protection_notes(&mut outputs);
         outputs
     }
 

@@ -367,6 +367,18 @@ fn lease_expiry_beyond_the_brakes_fraction_is_held() {
         .into()]
     );
     assert!(engine.brakes().protection_active(&key()));
+    // The hold is told once, when it begins (SPEC H5), not with every held expiry.
+    let protection = |outputs: &[Output]| -> Vec<bool> {
+        outputs
+            .iter()
+            .filter_map(|o| match o {
+                Output::Note(Note::Protection { active, .. }) => Some(*active),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(protection(&outputs), [true]);
+    assert_eq!(protection(&engine.tick(&registry, at(3_000))), Vec::<bool>::new());
 }
 
 #[test]
@@ -620,7 +632,13 @@ fn a_failing_probe_proposes_not_serving_and_the_brake_holds_the_next_removal() {
     assert_eq!((proposal.tag, proposal.duty), (Tag(1), Duty::Checker));
     let second = engine.probe_result(&registry, probes[1], ProbeResult::Fail, at(1_100));
     assert!(
-        matches!(second.as_slice(), [Output::Note(Note::Held { .. })]),
+        matches!(
+            second.as_slice(),
+            [
+                Output::Note(Note::Held { .. }),
+                Output::Note(Note::Protection { active: true, .. })
+            ]
+        ),
         "{second:?}"
     );
     assert!(engine.brakes().protection_active(&key()));

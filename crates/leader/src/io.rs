@@ -145,6 +145,18 @@ pub enum Note {
         /// The brake's reason.
         reason: String,
     },
+    /// Self-preservation began holding removals from a service, or ended (SPEC H5): told
+    /// once per hold.
+    Protection {
+        /// The service.
+        key: ServiceKey,
+        /// Began (`true`) or ended.
+        active: bool,
+        /// Its endpoints in routing when it began.
+        serving: usize,
+        /// All its endpoints when it began.
+        total: usize,
+    },
     /// Self-preservation held a lease's expiry (tried again next tick).
     ExpiryHeld {
         /// The lease.

@@ -255,11 +255,27 @@ fn log(app: &App, note: Note) {
         Note::Held { key, instance, reason } => {
             app.metrics.checker.held.fetch_add(1, Ordering::Relaxed);
             let (incarnation, revision, _) = record(&key, &instance);
+            // Once per held endpoint; the service's hold is the one WARN (`Note::Protection`).
             endpoint_event!(
-                Level::WARN, key, instance, incarnation, revision, %reason,
+                Level::INFO, key, instance, incarnation, revision, %reason,
                 "checker: removal held by self-preservation"
             );
         }
+        Note::Protection {
+            key,
+            active: true,
+            serving,
+            total,
+        } => tracing::warn!(
+            target: crate::endpoint_log::TARGET,
+            tenant = %key.tenant, namespace = %key.namespace, service = %key.service, serving, total,
+            "self-preservation: too many endpoints leaving at once; holding removals (protection_active)"
+        ),
+        Note::Protection { key, active: false, .. } => tracing::info!(
+            target: crate::endpoint_log::TARGET,
+            tenant = %key.tenant, namespace = %key.namespace, service = %key.service,
+            "self-preservation ended: removals resume"
+        ),
         Note::ExpiryHeld { lease, key, reason } => {
             app.metrics
                 .expiries

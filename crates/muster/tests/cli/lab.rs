@@ -127,3 +127,18 @@ fn live_with_drain_reports_the_library_then_the_proxy_setup_and_no_failure_throu
     assert_eq!(proxied["failed"], 0, "{proxied}");
     assert_eq!(proxied["expected"]["failed"], 0.0);
 }
+
+/// SPEC U4, quiet when healthy: a lab run logs nothing at WARN or above, even the setup whose
+/// simulated registry holds expiries by self-preservation (its own simulation's state, not
+/// this process's health; it used to print an ERROR line in the middle of the report).
+#[test]
+fn a_run_with_self_preservation_logs_nothing_at_warn_or_above() {
+    let mut args = vec!["lab", "--setup", "preservation"];
+    args.extend(SMALL);
+    let output = run(&args);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains("self-preservation held expiries"), "{stdout}");
+    assert!(!stderr.contains("WARN") && !stderr.contains("ERROR"), "{stderr}");
+}
