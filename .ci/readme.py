@@ -9,7 +9,8 @@ is the binary under test and `cargo run --release --` is replaced by it.
 
 What a page says is checked three ways:
 - a full-line comment right under a command (`# 10.0.0.1`) is output that command's block
-  must print, in order (runs of spaces match one, a duration any duration);
+  must print, in order: a line that starts with it (`... X`: holds it), whole words and
+  numbers only (`1` is not `10`), runs of spaces as one, a duration as any duration;
 - a ```text block marked `<!-- readme.sh: output -->` is output of the block before it;
 - `<!-- readme.sh: background NAME -->` runs a block in the background (a watch), and
   `<!-- readme.sh: output NAME -->` on a ```text block waits for those lines in its output.
@@ -35,6 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DIRECTIVE = re.compile(r"<!--\s*readme\.sh:\s*(\w[\w-]*)\s*(.*?)\s*-->")
+DIRECTIVES = {"server", "background", "output", "until", "skip"}
 WAIT_S = 20
 BLOCK_TIMEOUT_S = 120
 
@@ -84,13 +86,30 @@ def normal(line):
     return re.sub(r"\b\d+(\.\d+)?(ms|s|µs)\b", "<duration>", " ".join(line.split()))
 
 
+def matches(want, line):
+    """Whether output `line` starts with `want` (a whole word or number at its end: `1` is not
+    `10`); `... X` finds X anywhere in the line, on word boundaries too."""
+    anywhere = want.startswith("... ")
+    if anywhere:
+        want = want[4:]
+    start = line.find(want) if anywhere else (0 if line.startswith(want) else -1)
+    while start >= 0:
+        end = start + len(want)
+        left = start == 0 or not (line[start - 1].isalnum() and want[0].isalnum())
+        right = end == len(line) or not (line[end].isalnum() and want[-1].isalnum())
+        if left and right:
+            return True
+        start = line.find(want, start + 1) if anywhere else -1
+    return False
+
+
 def missing(expected, output):
     """The first expected line not found (in order) in `output`, or None."""
     lines = [normal(line) for line in output.split("\n")]
     at = 0
     for want in expected:
         want_n = normal(want)
-        while at < len(lines) and want_n not in lines[at]:
+        while at < len(lines) and not matches(want_n, lines[at]):
             at += 1
         if at == len(lines):
             return want
@@ -220,21 +239,30 @@ class Page:
         self.wait_for(name, expected_in_script(text), line)
 
     def stop(self):
-        for group in self.groups:
-            try:
-                os.killpg(group, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        """Ends every process the page started (servers started with `&` included) and waits
+        until they are gone, so the next page finds its ports free."""
+        groups = self.groups + [process.pid for process, _ in self.background.values()]
+        for group in groups:
+            signal_group(group, signal.SIGTERM)
+        deadline = time.time() + 15
+        while time.time() < deadline and any(signal_group(group, 0) for group in groups):
+            for process, _ in self.background.values():
+                process.poll()
+            time.sleep(0.1)
+        for group in groups:
+            signal_group(group, signal.SIGKILL)
         for process, _ in self.background.values():
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process, _ in self.background.values():
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            process.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def signal_group(group, number):
+    """Sends `number` to process group `group`; whether the group was there."""
+    try:
+        os.killpg(group, number)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 def run_page(path, binary):
@@ -244,6 +272,9 @@ def run_page(path, binary):
     if not runnable:
         return page.failures
     print(f"== {path.relative_to(ROOT)}", flush=True)
+    unknown = [(line, d) for line, _, _, d, _ in found if d is not None and d not in DIRECTIVES]
+    for line, directive in unknown:
+        page.fail(line, f"unknown directive readme.sh: {directive} (one of {', '.join(sorted(DIRECTIVES))})")
     try:
         if not any(b[3] == "server" for b in found):
             page.serve(0, "muster serve")
@@ -271,6 +302,8 @@ def run_page(path, binary):
 
 
 def main():
+    # Stopped from outside (CI's timeout): end the current page's processes on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     binary = Path(sys.argv[1]).resolve()
     pages = [Path(p).resolve() for p in sys.argv[2:]] or [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     failures = []

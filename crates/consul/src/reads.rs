@@ -62,7 +62,6 @@ impl ConsulView {
         params: &Params,
     ) -> Result<NamespaceRead, ConsulError> {
         let namespace = self.namespace(params)?;
-        let now_ms = app.gate.clock.unix_now_ms();
         let found = blocking::read(
             app,
             self,
@@ -70,12 +69,17 @@ impl ConsulView {
             blocking,
             WaitScope::Namespace(namespace.clone()),
             |registry| {
-                let (visible, hidden): (Vec<_>, Vec<_>) = registry
-                    .listed_services(&namespace, now_ms)
+                let (readable, hidden): (Vec<_>, Vec<_>) = registry
+                    .services(&namespace)
                     .into_iter()
                     .partition(|snapshot| caller.may(snapshot.key(), Verb::Read));
+                // The index counts services emptied long ago too, so that leaving the list
+                // (with time, no command) never takes it backwards.
+                let index = newest(&readable);
+                let listed = registry.listed_services(&namespace, app.gate.clock.unix_now_ms());
+                let visible = listed.into_iter().filter(|s| caller.may(s.key(), Verb::Read)).collect();
                 Indexed {
-                    index: newest(&visible),
+                    index,
                     result: (visible, !hidden.is_empty()),
                 }
             },

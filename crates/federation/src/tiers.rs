@@ -35,10 +35,10 @@ impl Federation {
     /// The set callers of `key` are served at `now_ms`: the registry's own set unless a
     /// policy covers the service.
     pub fn served(&self, registry: &Registry, key: &ServiceKey, now_ms: u64) -> Option<Arc<ServiceSnapshot>> {
-        let local = registry.snapshot(key);
         if self.policy(key).is_none() {
-            return local;
+            return registry.known_snapshot(key);
         }
+        let local = registry.snapshot(key);
         let decision = decision(self, registry, key, local.as_deref(), now_ms);
         // Only the spill region's set is read, and only its eligible records copied (`Tiers`).
         let mirrored = decision

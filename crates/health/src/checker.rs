@@ -51,7 +51,7 @@
 //! the endpoint's next probe.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
@@ -160,6 +160,9 @@ pub struct Checker<R> {
     next_id: u64,
     tracked: HashMap<u64, Tracked>,
     by_instance: HashMap<(ServiceKey, InstanceId), u64>,
+    /// Each service's tracked endpoints, for what concerns a whole service (SPEC H5's
+    /// "failing at once").
+    by_service: HashMap<ServiceKey, HashSet<u64>>,
     schedule: BinaryHeap<Reverse<(u64, ProbeId)>>,
     in_flight: usize,
     /// The start of the current budget second and the probes started in it.
@@ -186,6 +189,7 @@ impl<R: RngCore> Checker<R> {
             next_id: 0,
             tracked: HashMap::new(),
             by_instance: HashMap::new(),
+            by_service: HashMap::new(),
             schedule: BinaryHeap::new(),
             in_flight: 0,
             budget: (0, 0),
@@ -298,6 +302,7 @@ impl<R: RngCore> Checker<R> {
             },
         );
         self.by_instance.insert(slot, id);
+        self.by_service.entry(key.clone()).or_default().insert(id);
     }
 
     /// Forgets an endpoint (it left the registry). Its queued turns and running probes are
@@ -306,6 +311,12 @@ impl<R: RngCore> Checker<R> {
         if let Some(id) = self.by_instance.remove(&(key.clone(), instance.clone()))
             && let Some(tracked) = self.tracked.remove(&id)
         {
+            if let Some(ids) = self.by_service.get_mut(key) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    self.by_service.remove(key);
+                }
+            }
             let running = tracked.checks.iter().filter(|c| c.in_flight).count();
             self.in_flight -= running;
             self.tenant_done(&tracked.key.tenant, running);
@@ -316,6 +327,7 @@ impl<R: RngCore> Checker<R> {
     pub fn clear(&mut self) {
         self.tracked.clear();
         self.by_instance.clear();
+        self.by_service.clear();
         self.schedule.clear();
         self.in_flight = 0;
         self.tenants.clear();
@@ -535,7 +547,9 @@ impl<R: RngCore> Checker<R> {
             Some((last, at)) => last != note && now_ms.saturating_sub(*at) >= NOTE_EVERY_MS,
             None => true,
         };
-        if !crossed && (!due || !decisions.is_empty() || tracked.proposed == ServingState::Draining) {
+        // A held removal leaves the record routed: a note ("db down") must not be written
+        // onto it as if it were the reason it is ready.
+        if !crossed && (!due || !decisions.is_empty() || tracked.held || tracked.proposed == ServingState::Draining) {
             return;
         }
         tracked.note = Some((note.to_owned(), now_ms));
@@ -624,7 +638,8 @@ impl<R: RngCore> Checker<R> {
                 })
                 .next();
             let verdict = if let Some(began) = refused {
-                let failing = self.failing_at_once(&key, &began);
+                // Counted only when the rate alone would hold the removal.
+                let failing = || self.failing_at_once(&key, &began);
                 brakes.decide_evidenced(&key, counts(&key), failing, now_ms)
             } else {
                 brakes.decide(&key, counts(&key), now_ms)
@@ -648,9 +663,11 @@ impl<R: RngCore> Checker<R> {
     /// How many of `key`'s checked endpoints fail a readiness check still, their failures
     /// having begun within `began`: those failing at once, removed already or not.
     fn failing_at_once(&self, key: &ServiceKey, began: &RangeInclusive<u64>) -> usize {
-        self.tracked
-            .values()
-            .filter(|t| t.key == *key)
+        self.by_service
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.tracked.get(id))
             .filter(|t| {
                 t.checks.iter().any(|c| {
                     c.check.signal == Signal::Readiness

@@ -217,10 +217,10 @@ impl Hysteresis {
                 // From `starting` too (H2): `fall` failures before any pass are as much
                 // evidence as `fall` failures after one.
                 let falling = self.fails >= t.fall;
-                let refused = if self.refused_in_a_row() {
-                    ", the connection refused each time"
-                } else {
-                    ""
+                let refused = match self.refusals {
+                    n if n == self.fails => ", the connection refused each time".to_owned(),
+                    n if self.refused_in_a_row() => format!(", the connection refused the last {n} times"),
+                    _ => String::new(),
                 };
                 (
                     falling.then_some(Health::Failing),

@@ -13,8 +13,9 @@
 //!   of 4 may lose one endpoint a minute, so every second real death would be held;
 //! - direct evidence of one endpoint's death (its connection refused at each of the last
 //!   `fall` probes: nothing listens there any more) passes the brake while the endpoints
-//!   failing at once are no more than the brake allows in a window. A rolling kill passes
-//!   one by one; a shared dependency failing many endpoints at once is still held.
+//!   failing at once are no more than the brake allows in a window, up to twice that many
+//!   removals in the window. A rolling kill passes one by one; a shared dependency failing
+//!   many endpoints at once is still held.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -104,13 +105,20 @@ impl Preservation {
     /// but not yet [recorded](Preservation::record) — for a batch that is all or nothing
     /// (the endpoints of one lease). Counts nothing; a hold by rate turns protection on.
     pub fn check(&mut self, serving: usize, total: usize, pending: usize, now_ms: u64) -> Verdict {
-        self.judge(serving, total, pending, None, now_ms)
+        self.judge(serving, total, pending, None::<fn() -> usize>, now_ms)
     }
 
     /// Like [`check`](Self::check) for a removal with direct evidence of its endpoint's death
-    /// while `failing_at_once` endpoints of the service (this one included) are failing out
-    /// of routing: allowed past the rate while they are no more than a window allows.
-    pub fn check_evidenced(&mut self, serving: usize, total: usize, failing_at_once: usize, now_ms: u64) -> Verdict {
+    /// while `failing_at_once()` endpoints of the service (this one included; counted only
+    /// when the rate alone would hold) are failing: allowed past the rate while they are no
+    /// more than a window allows, and the window's removals no more than twice that.
+    pub fn check_evidenced(
+        &mut self,
+        serving: usize,
+        total: usize,
+        failing_at_once: impl FnOnce() -> usize,
+        now_ms: u64,
+    ) -> Verdict {
         self.judge(serving, total, 0, Some(failing_at_once), now_ms)
     }
 
@@ -119,7 +127,7 @@ impl Preservation {
         serving: usize,
         total: usize,
         pending: usize,
-        evidenced: Option<usize>,
+        evidenced: Option<impl FnOnce() -> usize>,
         now_ms: u64,
     ) -> Verdict {
         self.expire(now_ms);
@@ -136,7 +144,10 @@ impl Preservation {
         }
         let allowed = ((self.config.max_fraction * self.peak_total as f64).floor() as usize).max(1);
         let within_rate = self.removals.len() + pending < allowed;
-        if !within_rate && evidenced.is_none_or(|failing| failing > allowed) {
+        let evidence_passes = || {
+            self.removals.len() < 2 * allowed && evidenced.is_some_and(|failing_at_once| failing_at_once() <= allowed)
+        };
+        if !within_rate && !evidence_passes() {
             self.last_hold_ms = Some(now_ms);
             return Verdict::Hold(format!(
                 "protection_active: {} of {total} endpoints already left within {} s (at most {:.0}%)",
@@ -246,7 +257,7 @@ impl Brakes {
         &mut self,
         key: &ServiceKey,
         counts: Counts,
-        failing_at_once: usize,
+        failing_at_once: impl FnOnce() -> usize,
         now_ms: u64,
     ) -> Verdict {
         let verdict = self.judge(key, counts, |brake| {

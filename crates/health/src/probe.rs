@@ -2,7 +2,9 @@
 //! bounded by the check's timeout and answers a [`ProbeResult`]; everything else
 //! (thresholds, damping, the service-wide brake) is decided by the pure modules.
 //!
-//! - TCP: a connect. Refused or timed out: `Fail`; no route from here: `Unreachable`.
+//! - TCP: a connect. Refused: `Refused` (nothing listens: direct evidence of a death, SPEC
+//!   H5); timed out: `Fail`; no route from here: `Unreachable`. HTTP and gRPC connect the same
+//!   way first.
 //! - HTTP: `GET path` over HTTP/1.1; the status must lie in the range and the body (first
 //!   [`MAX_BODY_BYTES`]) hold the text. A target that accepts TCP but never answers (wedged)
 //!   fails by timeout.

@@ -92,13 +92,20 @@ pub async fn run(args: AuditArgs, json: bool, out: &mut dyn Write) -> Result<(),
     let query = query(&args, now)?;
     let client = crate::commands::connect(&args.client)?;
     let reply = client.audit(&query).await?;
-    crate::commands::emit(out, json, &reply, || audit_text(&reply))
+    crate::commands::emit(out, json, &reply, || audit_text(&reply, query.tenant.as_deref()))
 }
 
-/// The page as a table, newest first, with how to continue.
-pub fn audit_text(reply: &AuditReply) -> String {
+/// The page as a table, newest first, with how to continue; `tenant` is the tenant the
+/// records were filtered to (an empty page says so, and how to see others').
+pub fn audit_text(reply: &AuditReply, tenant: Option<&str>) -> String {
     if reply.records.is_empty() {
-        return "no audit records match\n".to_owned();
+        return match tenant {
+            Some(tenant) => format!(
+                "no audit records of tenant {tenant} match (--tenant NAME for another, --all-tenants for \
+                 every tenant's and the cluster's own)\n"
+            ),
+            None => "no audit records match\n".to_owned(),
+        };
     }
     let mut table = Table::new([
         "SEQ",

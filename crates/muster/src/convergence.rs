@@ -232,11 +232,14 @@ pub fn summary_text(reply: &ConvergenceReply) -> String {
         ]);
     }
     for path in &reply.paths {
-        groups.row([
-            format!("path={}", path.path.as_str()),
-            path.live.to_string(),
-            path.applied.to_string(),
-        ]);
+        // The DNS listener applies at commit and routes nobody: it is never a live subscriber
+        // (the total above leaves it out), so it shows no live count.
+        let live = if path.path.as_str() == "dns" {
+            "-".to_owned()
+        } else {
+            path.live.to_string()
+        };
+        groups.row([format!("path={}", path.path.as_str()), live, path.applied.to_string()]);
     }
     if !groups.is_empty() {
         text.push_str(&groups.render());

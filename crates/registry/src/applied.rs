@@ -19,8 +19,10 @@ pub struct Applied {
     /// Why nothing changed, when nothing did.
     pub unchanged: Option<Unchanged>,
     /// Services released by this revision: left empty for the whole history window, they
-    /// are unknown from now on (their fences stay). Derived views drop them; a watcher of one
-    /// sees a new lineage (`prev_revision` 0) if it is registered again.
+    /// hold no state from now on (their fences stay: known and empty while any holds); and
+    /// released services whose last fence expired (unknown from now on). Derived views read
+    /// them again; a watcher of one sees a new lineage (`prev_revision` 0) if it is
+    /// registered again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub released: Vec<ServiceKey>,
     /// Services whose set mirrored from a peer region changed (SPEC G2): what a failover

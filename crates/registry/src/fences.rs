@@ -96,15 +96,27 @@ impl FenceTable {
             .remove(&(fence.removed_at_ms, Arc::clone(key), instance.clone()));
     }
 
-    /// Drops every fence that no longer holds at `now_ms`.
-    pub(crate) fn prune(&mut self, now_ms: u64, retention_ms: u64) {
+    /// Drops every fence that no longer holds at `now_ms`; returns the services left with no
+    /// fence at all, sorted.
+    pub(crate) fn prune(&mut self, now_ms: u64, retention_ms: u64) -> Vec<ServiceKey> {
+        let mut unfenced = Vec::new();
         while let Some((removed_at_ms, key, instance)) = self.by_removal.first() {
             if removed_at_ms.saturating_add(retention_ms) > now_ms {
                 break;
             }
             let (key, instance) = (Arc::clone(key), instance.clone());
             self.remove(&key, &instance);
+            if !self.fences.contains_key(&key) {
+                unfenced.push(ServiceKey::clone(&key));
+            }
         }
+        unfenced.sort();
+        unfenced
+    }
+
+    /// The services with at least one fence, sorted.
+    pub(crate) fn services(&self) -> impl Iterator<Item = &Arc<ServiceKey>> {
+        self.fences.keys()
     }
 
     /// Every fence, by service then instance.

@@ -261,8 +261,7 @@ impl Registry {
             self.drains.set(drain);
         }
         self.revision = revision;
-        self.fences.prune(at_ms, self.policy.fence_retention_ms);
-        let released = self.compact();
+        let released = self.prune_and_compact(at_ms);
         Applied {
             revision,
             updates,
@@ -404,8 +403,7 @@ impl Registry {
     fn adopt_policy(&mut self, policy: RegistryConfig, at_ms: u64) -> Applied {
         self.policy = policy;
         self.policy_revision = Some(self.revision);
-        self.fences.prune(at_ms, self.policy.fence_retention_ms);
-        let released = self.compact();
+        let released = self.prune_and_compact(at_ms);
         Applied {
             revision: self.revision,
             updates: Vec::new(),
@@ -414,6 +412,17 @@ impl Registry {
             released,
             mirrored: Vec::new(),
         }
+    }
+
+    /// Prunes expired fences and compacts history: the services that became unknown (SPEC
+    /// W5), sorted: released ones, and released ones whose last fence just expired.
+    fn prune_and_compact(&mut self, at_ms: u64) -> Vec<ServiceKey> {
+        let unfenced = self.fences.prune(at_ms, self.policy.fence_retention_ms);
+        let mut gone = self.compact();
+        gone.extend(unfenced.into_iter().filter(|key| self.service(key).is_none()));
+        gone.sort();
+        gone.dedup();
+        gone
     }
 
     /// Compacts history after a commit that wrote no local service (a mirror's).
@@ -582,6 +591,14 @@ impl Registry {
                     .is_some_and(|at| at.saturating_add(EMPTY_LISTED_MS) > now_ms)
         });
         services
+    }
+
+    /// Every service known only by its fences (released, its removals still fenced), sorted.
+    pub fn fenced_only(&self) -> impl Iterator<Item = &ServiceKey> {
+        self.fences
+            .services()
+            .map(|key| &**key)
+            .filter(|key| self.service(key).is_none())
     }
 
     /// Every service of every tenant, each as its current snapshot (for rebuilding derived

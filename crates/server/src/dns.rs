@@ -64,11 +64,13 @@ impl ApplyObserver for DnsFeed {
             .flat_map(|namespace| registry.services(namespace))
             .map(|set| set.key().clone())
             .collect();
+        // Released services still fenced are known, and empty (NODATA, SPEC W5).
+        keys.extend(registry.fenced_only().filter(|key| key.tenant == *tenant).cloned());
         if let Some((federation, _)) = &self.federation {
             keys.extend(federation.covered(registry));
-            keys.sort();
-            keys.dedup();
         }
+        keys.sort();
+        keys.dedup();
         let snapshots: Vec<_> = keys.iter().filter_map(|key| self.served(registry, key)).collect();
         self.zone.stage_reset(snapshots, registry.revision());
     }

@@ -118,7 +118,7 @@ fn the_table_shows_who_what_when_and_why_and_how_to_continue() {
         denial_retention: 10_000,
         denials_evicted: 0,
     };
-    let text = audit_text(&reply);
+    let text = audit_text(&reply, None);
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].starts_with("SEQ  TIME (UTC)"), "{text}");
     let cells = |line: &str| line.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
@@ -150,7 +150,14 @@ fn the_table_shows_who_what_when_and_why_and_how_to_continue() {
         denial_retention: 10_000,
         denials_evicted: 0,
     };
-    assert_eq!(audit_text(&empty), "no audit records match\n");
+    assert_eq!(audit_text(&empty, None), "no audit records match\n");
+    // The newcomer's trace: an operator on an auth-on server of tenant acme ran `muster audit`
+    // and saw only "no audit records match" (filtered to tenant default, unsaid).
+    assert_eq!(
+        audit_text(&empty, Some("default")),
+        "no audit records of tenant default match (--tenant NAME for another, --all-tenants for every \
+         tenant's and the cluster's own)\n"
+    );
 }
 
 #[test]
@@ -190,5 +197,9 @@ fn muster_audit_lists_the_writes_of_a_running_server() {
     assert!(table.contains("refused:stale_incarnation"), "{table}");
     assert!(!table.contains("  applied"), "{table}");
     // Another tenant's view holds none of it.
-    assert_eq!(server.ok(&["audit", "--tenant", "other"]), "no audit records match\n");
+    assert!(
+        server
+            .ok(&["audit", "--tenant", "other"])
+            .starts_with("no audit records of tenant other match")
+    );
 }

@@ -214,4 +214,17 @@ fn a_released_service_with_fences_is_known_and_empty_and_one_never_held_is_unkno
     assert!(known.is_empty());
     assert_eq!(known.revision(), rev(0));
     assert!(registry.known_snapshot(&key("never")).is_none());
+    assert_eq!(registry.fenced_only().collect::<Vec<_>>(), [&key("old")]);
+    // Its last fence expires (a commit past the retention prunes it): unknown now, and the
+    // commit says so, so derived views (DNS) drop it.
+    let later = muster_registry::CommandMeta {
+        at_ms: 1_000 + RegistryConfig::default().fence_retention_ms,
+        ..app()
+    };
+    let applied = registry
+        .apply(&register("web", "web-1", 1, "10.0.0.3"), &later)
+        .unwrap();
+    assert_eq!(applied.released, [key("old")]);
+    assert!(registry.known_snapshot(&key("old")).is_none());
+    assert_eq!(registry.fenced_only().count(), 0);
 }

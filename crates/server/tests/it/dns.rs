@@ -209,5 +209,14 @@ async fn a_released_service_whose_removals_are_fenced_is_known_and_empty() {
     assert_eq!(response_code(nothing), ResponseCode::NoError, "known and empty: NODATA");
     let unknown = addresses(&dns, "never.prod.muster.").await.unwrap_err();
     assert_eq!(response_code(unknown), ResponseCode::NXDomain);
+    // A restart rebuilds the zone from the registry: still known by its fences.
+    server.restart().await;
+    let dns = resolver::resolver(server.dns_addr(), true);
+    let nothing = addresses(&dns, "old.prod.muster.").await.unwrap_err();
+    assert_eq!(
+        response_code(nothing),
+        ResponseCode::NoError,
+        "known and empty after a restart"
+    );
     server.stop().await;
 }

@@ -382,7 +382,7 @@ async fn dns_addresses(dns: &hickory_resolver::TokioResolver) -> Vec<String> {
     for _ in 0..3 {
         match crate::dns::addresses(dns, "api.prod.muster.").await {
             Ok(found) => return found,
-            Err(NetError::Timeout | NetError::Io(_) | NetError::Busy) => continue,
+            Err(NetError::Timeout | NetError::Io(_) | NetError::Busy | NetError::NoConnections) => continue,
             Err(_) => return Vec::new(),
         }
     }
