@@ -126,10 +126,12 @@ pub fn audit_text(reply: &AuditReply, tenant: Option<&str>) -> String {
             utc(record.at_ms),
             record.principal.clone().unwrap_or_else(dash),
             record.verb.clone(),
+            // A record filed under a tenant with no key (a token's reach into another tenant
+            // is filed under its own, SPEC S3) says so, rather than look like a key.
             record
                 .key
                 .clone()
-                .or_else(|| record.tenant.as_ref().map(ToString::to_string))
+                .or_else(|| record.tenant.as_ref().map(|tenant| format!("tenant {tenant}")))
                 .unwrap_or_else(dash),
             record.instance.as_ref().map_or_else(dash, ToString::to_string),
             record.incarnation.map_or_else(dash, |i| i.to_string()),

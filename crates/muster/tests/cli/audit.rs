@@ -151,6 +151,21 @@ fn the_table_shows_who_what_when_and_why_and_how_to_continue() {
         denials_evicted: 0,
     };
     assert_eq!(audit_text(&empty, None), "no audit records match\n");
+    // The newcomer's trace: an acme token denied on tenant default showed KEY `acme` beside
+    // a detail naming `default prod/api`; the record is filed under the token's tenant.
+    let reach = AuditRecord {
+        key: None,
+        resource: Some("default prod/api".into()),
+        ..record(13, AuditKind::Denial, "denied:permission_denied")
+    };
+    let text = audit_text(
+        &AuditReply {
+            records: vec![reach],
+            ..empty.clone()
+        },
+        None,
+    );
+    assert!(text.lines().nth(1).unwrap().contains(" tenant acme "), "{text}");
     // The newcomer's trace: an operator on an auth-on server of tenant acme ran `muster audit`
     // and saw only "no audit records match" (filtered to tenant default, unsaid).
     assert_eq!(
