@@ -403,14 +403,7 @@ fn bad_ttl_reports_are_refused_with_codes_and_change_nothing() {
 /// active.
 #[test]
 fn trace_health_checker_causes_fleet_eviction() {
-    let mut h = Harness::new(CheckerConfig::default());
-    for n in 0..10 {
-        h.add(&endpoint(
-            n,
-            ServingState::Ready,
-            vec![check("http://10.0.0.1:80/deep", 2, 3)],
-        ));
-    }
+    let mut h = fleet(10, "http://10.0.0.1:80/deep");
     h.run(0, 20_000, |_, now| {
         if now < 5_000 {
             ProbeResult::Pass
@@ -418,9 +411,9 @@ fn trace_health_checker_causes_fleet_eviction() {
             ProbeResult::Fail
         }
     });
-    let removed = h.states.values().filter(|s| **s == ServingState::NotServing).count();
+    let removed = in_state(&h, ServingState::NotServing);
     assert_eq!(removed, 3, "30% of 10 may leave within the window");
-    assert_eq!(h.states.values().filter(|s| **s == ServingState::Ready).count(), 7);
+    assert_eq!(in_state(&h, ServingState::Ready), 7);
     assert!(h.brakes.protection_active(&key()));
     assert_eq!(h.brakes.protected(), [key()]);
     assert!(
@@ -435,6 +428,21 @@ fn trace_health_checker_causes_fleet_eviction() {
     assert!(h.states.values().all(|s| *s == ServingState::Ready));
 }
 
+/// A harness tracking `n` ready endpoints `i-0`.. of one service, each with one readiness
+/// check of `url` (rise 2, fall 3, every second).
+fn fleet(n: u32, url: &str) -> Harness {
+    let mut h = Harness::new(CheckerConfig::default());
+    for i in 0..n {
+        h.add(&endpoint(i, ServingState::Ready, vec![check(url, 2, 3)]));
+    }
+    h
+}
+
+/// How many endpoints the harness holds in `state`.
+fn in_state(h: &Harness, state: ServingState) -> usize {
+    h.states.values().filter(|s| **s == state).count()
+}
+
 /// The probe id's endpoint number of instance `i-{n}`.
 fn endpoint_id(h: &Harness, n: u32) -> u64 {
     h.checker.by_instance[&(key(), InstanceId::new(&format!("i-{n}")).unwrap())]
@@ -445,14 +453,7 @@ fn endpoint_id(h: &Harness, n: u32) -> u64 {
 /// probe. A service smaller than `min_endpoints` has no brake: both leave.
 #[test]
 fn a_small_service_loses_its_failing_endpoints_without_a_brake() {
-    let mut h = Harness::new(CheckerConfig::default());
-    for n in 0..4 {
-        h.add(&endpoint(
-            n,
-            ServingState::Ready,
-            vec![check("http://10.0.0.1:80/healthz", 2, 3)],
-        ));
-    }
+    let mut h = fleet(4, "http://10.0.0.1:80/healthz");
     let (first, second) = (endpoint_id(&h, 0), endpoint_id(&h, 1));
     h.run(0, 10_000, |id, now| match id.endpoint {
         e if e == first => ProbeResult::Fail,
@@ -475,14 +476,7 @@ fn a_small_service_loses_its_failing_endpoints_without_a_brake() {
 #[test]
 fn killed_backends_refusing_one_at_a_time_pass_the_brake() {
     for (result, left) in [(ProbeResult::Refused, 5), (ProbeResult::Fail, 3)] {
-        let mut h = Harness::new(CheckerConfig::default());
-        for n in 0..10 {
-            h.add(&endpoint(
-                n,
-                ServingState::Ready,
-                vec![check("http://10.0.0.1:80/healthz", 2, 3)],
-            ));
-        }
+        let mut h = fleet(10, "http://10.0.0.1:80/healthz");
         let killed: Vec<(u64, u64)> = (0..5)
             .map(|n| (endpoint_id(&h, n), 2_000 + u64::from(n) * 8_000))
             .collect();
@@ -493,7 +487,7 @@ fn killed_backends_refusing_one_at_a_time_pass_the_brake() {
                 ProbeResult::Pass
             }
         });
-        let removed = h.states.values().filter(|s| **s == ServingState::NotServing).count();
+        let removed = in_state(&h, ServingState::NotServing);
         assert_eq!(removed, left, "{result:?}: {:?}", h.held);
     }
 }
@@ -502,14 +496,7 @@ fn killed_backends_refusing_one_at_a_time_pass_the_brake() {
 /// endpoint's death, so the brake holds as for any correlated failure.
 #[test]
 fn a_whole_fleet_refusing_at_once_is_still_held() {
-    let mut h = Harness::new(CheckerConfig::default());
-    for n in 0..10 {
-        h.add(&endpoint(
-            n,
-            ServingState::Ready,
-            vec![check("http://10.0.0.1:80/deep", 2, 3)],
-        ));
-    }
+    let mut h = fleet(10, "http://10.0.0.1:80/deep");
     h.run(0, 20_000, |_, now| {
         if now < 5_000 {
             ProbeResult::Pass
@@ -517,7 +504,7 @@ fn a_whole_fleet_refusing_at_once_is_still_held() {
             ProbeResult::Refused
         }
     });
-    let removed = h.states.values().filter(|s| **s == ServingState::NotServing).count();
+    let removed = in_state(&h, ServingState::NotServing);
     assert_eq!(removed, 3, "30% of 10 may leave within the window");
     assert!(h.brakes.protection_active(&key()));
 }
