@@ -96,8 +96,13 @@ const LEASE_TTL_MS: u64 = 10_000;
 const SHORT_TTL_MS: u64 = 2_000;
 /// The longest between two leader changes; a short soak has five.
 const LEADER_EVERY: Duration = Duration::from_secs(180);
-/// How often memory is sampled and printed.
+/// How often memory is printed: each node's median RSS over the minute.
 const SAMPLE_EVERY: Duration = Duration::from_secs(60);
+/// How often RSS is read for that median. A snapshot being built holds a transient copy for
+/// a second or two (the state's encoding, up to tens of MiB), which one reading a minute would
+/// report as growth whenever it happened to land on one; the median over the minute is what
+/// the node holds, and the minute's highest reading is printed beside it.
+const RSS_EVERY: Duration = Duration::from_secs(5);
 /// Where the soak writes.
 const NAMESPACE: &str = "/v1/registry/default/soak";
 
@@ -139,7 +144,9 @@ struct History {
 struct Sample {
     minute: u64,
     node: u64,
+    /// The median of the minute's readings, and the highest.
     rss_kib: u64,
+    rss_max_kib: u64,
     files: u64,
     threads: u64,
 }
@@ -167,12 +174,19 @@ pub(crate) async fn soak(mut members: Vec<Box<dyn SoakNode>>, duration: Duration
     }
     let started = now();
     let leader_every = LEADER_EVERY.min(duration / 5).max(Duration::from_secs(10));
-    let (mut next_change, mut next_sample) = (started + leader_every, started);
+    let (mut next_change, mut next_sample, mut next_rss) = (started + leader_every, started, started);
     let (mut samples, mut leader_changes) = (Vec::new(), 0_u64);
+    let mut readings: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
     while now() - started < duration {
+        if now() >= next_rss {
+            for member in &members {
+                readings.entry(member.id()).or_default().push(rss_kib(member.pid()));
+            }
+            next_rss += RSS_EVERY;
+        }
         if now() >= next_sample {
             let minute = (now() - started).as_secs() / 60;
-            let line = sample(&members, minute, &mut samples);
+            let line = sample(&members, minute, &mut readings, &mut samples);
             tracing::info!("soak: minute {minute}: {line}");
             eprintln!("soak: minute {minute}: {line}");
             next_sample += SAMPLE_EVERY;
@@ -185,7 +199,7 @@ pub(crate) async fn soak(mut members: Vec<Box<dyn SoakNode>>, duration: Duration
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let minute = duration.as_secs().div_ceil(60);
-    let line = sample(&members, minute, &mut samples);
+    let line = sample(&members, minute, &mut readings, &mut samples);
     eprintln!("soak: end: {line}");
     stop.send_replace(true);
     while tasks.join_next().await.is_some() {}
@@ -470,12 +484,22 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// Samples every node's memory, files and threads; returns them as one line.
-fn sample(members: &[Box<dyn SoakNode>], minute: u64, samples: &mut Vec<Sample>) -> String {
+/// Samples every node's memory (the median and highest of `readings`, which it empties; a
+/// reading now if there are none), files and threads; returns them as one line.
+fn sample(
+    members: &[Box<dyn SoakNode>],
+    minute: u64,
+    readings: &mut BTreeMap<u64, Vec<u64>>,
+    samples: &mut Vec<Sample>,
+) -> String {
     let mut line = Vec::new();
     for member in members {
         let pid = member.pid();
-        let rss_kib = rss_kib(pid);
+        let mut minute_rss = readings.remove(&member.id()).unwrap_or_default();
+        if minute_rss.is_empty() {
+            minute_rss.push(rss_kib(pid));
+        }
+        let (rss_kib, rss_max_kib) = median_and_max(&mut minute_rss);
         let files = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
         let threads = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .ok()
@@ -488,20 +512,32 @@ fn sample(members: &[Box<dyn SoakNode>], minute: u64, samples: &mut Vec<Sample>)
             minute,
             node: member.id(),
             rss_kib,
+            rss_max_kib,
             files,
             threads,
         });
         line.push(format!(
-            "node {} {:.1} MiB, {files} files, {threads} threads",
+            "node {} {:.1} MiB (median; highest {:.1}), {files} files, {threads} threads",
             member.id(),
-            rss_kib as f64 / 1024.0
+            rss_kib as f64 / 1024.0,
+            rss_max_kib as f64 / 1024.0
         ));
     }
     line.join("; ")
 }
 
-/// The RSS curve of each node (MiB by minute), its growth after the warm-up (5 minutes, or
-/// 1 in a run under 10), and its open files and threads first and last.
+/// The median (the upper one of an even count) and the highest of `values`; (0, 0) if none.
+fn median_and_max(values: &mut [u64]) -> (u64, u64) {
+    values.sort_unstable();
+    (
+        values.get(values.len() / 2).copied().unwrap_or(0),
+        values.last().copied().unwrap_or(0),
+    )
+}
+
+/// The RSS curve of each node (the median MiB of each minute), its growth after the warm-up
+/// (5 minutes, or 1 in a run under 10), its highest reading, and its open files and threads
+/// first and last.
 fn curve(samples: &[Sample]) -> String {
     let nodes: BTreeSet<u64> = samples.iter().map(|s| s.node).collect();
     let last_minute = samples.iter().map(|s| s.minute).max().unwrap_or(0);
@@ -525,9 +561,12 @@ fn curve(samples: &[Sample]) -> String {
                     || "?".to_owned(),
                     |warmed| format!("{:+.1}%", (last.rss_kib as f64 / warmed.rss_kib as f64 - 1.0) * 100.0),
                 );
+            let highest = mine.iter().map(|s| s.rss_max_kib).max().unwrap_or(0);
             format!(
-                "node {node} [min:MiB] {} (growth after minute {warm}: {growth}; files {}→{}, threads {}→{})",
+                "node {node} [min:median MiB] {} (growth after minute {warm}: {growth}; highest reading {:.0} MiB; \
+                 files {}→{}, threads {}→{})",
                 points.join(" "),
+                highest as f64 / 1024.0,
                 first.files,
                 last.files,
                 first.threads,
@@ -619,4 +658,20 @@ async fn check(clients: &[Http], expect: &BTreeMap<u64, Expect>) -> Result<Strin
         ));
     }
     Ok(verdict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median_and_max;
+
+    #[test]
+    fn a_minute_s_memory_is_its_median_reading_so_one_transient_is_not_growth() {
+        // Twelve readings, one landing on a snapshot's transient copy.
+        let mut minute = [
+            70_000, 70_100, 69_900, 70_050, 110_000, 70_000, 70_020, 69_980, 70_010, 70_000, 70_030, 70_060,
+        ];
+        assert_eq!(median_and_max(&mut minute), (70_020, 110_000));
+        assert_eq!(median_and_max(&mut [5]), (5, 5));
+        assert_eq!(median_and_max(&mut []), (0, 0));
+    }
 }

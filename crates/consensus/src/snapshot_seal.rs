@@ -52,7 +52,7 @@ pub(crate) enum SealError {
 /// `json` (one serialised JSON object with at least one member) with its checksum put first.
 #[cfg(test)]
 pub(crate) fn seal(json: &[u8]) -> Vec<u8> {
-    let written: Result<Vec<u8>, std::convert::Infallible> = sealed(|bytes| {
+    let written: Result<Vec<u8>, std::convert::Infallible> = sealed(0, |bytes| {
         bytes.extend_from_slice(json);
         Ok(())
     });
@@ -61,11 +61,12 @@ pub(crate) fn seal(json: &[u8]) -> Vec<u8> {
 
 /// What `write` serialises (one JSON object with at least one member), sealed in the same
 /// buffer: room for the checksum is kept before it, so a snapshot of any size is held once,
-/// not copied to add 38 bytes.
-pub(crate) fn sealed<E>(write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>) -> Result<Vec<u8>, E> {
+/// not copied to add 38 bytes. `capacity`: the buffer's expected size (0: unknown).
+pub(crate) fn sealed<E>(capacity: usize, write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>) -> Result<Vec<u8>, E> {
     let head = PREFIX.len() + SUM_LEN + SUFFIX.len();
     // The object's own `{` becomes the header's last byte, the `,` before its first member.
-    let mut bytes = vec![b' '; head - 1];
+    let mut bytes = Vec::with_capacity(capacity.max(head));
+    bytes.resize(head - 1, b' ');
     write(&mut bytes)?;
     if !bytes[head - 1..].starts_with(b"{\"") {
         // Not an object with members: nothing a snapshot serialises to; kept as it is.

@@ -62,6 +62,14 @@ struct StoredSnapshot {
     batches: AppliedBatches,
 }
 
+/// A snapshot file's metadata alone: what sending a stored snapshot needs. The rest of the
+/// file is skipped by the parser (serde ignores unknown fields) without building the state,
+/// which would be a transient copy of the whole registry on the leader (SPEC R5).
+#[derive(Deserialize)]
+struct StoredMeta {
+    meta: SnapshotMeta<u64, BasicNode>,
+}
+
 /// Which stored snapshot a state machine opened on, and why the newer ones were passed over.
 #[derive(Debug, Default)]
 pub(crate) struct Opened {
@@ -79,6 +87,9 @@ pub(crate) struct StateMachine {
     batches: AppliedBatches,
     files: SnapshotStore,
     durable: DurableSnapshot,
+    /// The size of the last snapshot this node built: the next one's buffer is sized from it
+    /// (see [`SnapshotBuilder::build_snapshot`]).
+    built_bytes: Arc<std::sync::atomic::AtomicUsize>,
     opened: Opened,
     /// Entries up to this index are applied again at start ([`Judged::replayed`]).
     replay_until: u64,
@@ -139,6 +150,7 @@ impl StateMachine {
             batches: AppliedBatches::default(),
             files: files.clone(),
             durable: DurableSnapshot::default(),
+            built_bytes: Arc::default(),
             opened: Opened::default(),
             replay_until: 0,
         };
@@ -203,7 +215,10 @@ impl StateMachine {
     fn restore(&mut self, bytes: &[u8]) -> Result<(), io::Error> {
         crate::snapshot_seal::unseal(bytes).map_err(io::Error::other)?;
         let stored: StoredSnapshot = serde_json::from_slice(bytes).map_err(io::Error::other)?;
-        self.load(stored)
+        self.load(stored)?;
+        self.built_bytes
+            .store(bytes.len(), std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Makes a parsed snapshot the state machine's state.
@@ -276,6 +291,7 @@ pub(crate) struct SnapshotBuilder {
     membership: StoredMembership<u64, BasicNode>,
     files: SnapshotStore,
     durable: DurableSnapshot,
+    built_bytes: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -293,9 +309,15 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             state: self.registry.export(),
             batches: self.batches.clone(),
         };
-        let bytes = crate::snapshot_seal::sealed(|bytes| serde_json::to_writer(bytes, &stored))
+        // Sized from the last one (plus an eighth): a buffer grown by doubling holds up to twice
+        // the snapshot, and three times while it is copied; the soak's memory is flat only if
+        // a snapshot's transient is one buffer the allocator hands back whole (SPEC R5).
+        let last = self.built_bytes.load(std::sync::atomic::Ordering::Relaxed);
+        let bytes = crate::snapshot_seal::sealed(last + last / 8, |bytes| serde_json::to_writer(bytes, &stored))
             .map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
         drop(stored);
+        self.built_bytes
+            .store(bytes.len(), std::sync::atomic::Ordering::Relaxed);
         let bytes = store(&self.files, &self.durable, meta.last_log_id, bytes)
             .await
             .map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
@@ -378,6 +400,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             membership: self.membership.clone(),
             files: self.files.clone(),
             durable: self.durable.clone(),
+            built_bytes: Arc::clone(&self.built_bytes),
         }
     }
 
@@ -410,7 +433,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // Never sent on if it rotted on disk since it was written: this node stops on the error
         // (another leads), rather than every follower that needs it stopping on installing it.
         crate::snapshot_seal::unseal(&bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
-        let stored: StoredSnapshot = serde_json::from_slice(&bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
+        let stored: StoredMeta = serde_json::from_slice(&bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
         Ok(Some(Snapshot {
             meta: stored.meta,
             snapshot: Box::new(Cursor::new(bytes)),

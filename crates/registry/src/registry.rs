@@ -349,7 +349,7 @@ impl Registry {
         });
         service.history.push_back(Change {
             update: Arc::clone(&update),
-            before,
+            before: before.into(),
         });
         self.touched.push_back((revision, Arc::clone(&service.key)));
         self.forget_idle_tenant(&update.key.tenant);

@@ -13,7 +13,10 @@ use serde::{Deserialize, Serialize};
 pub(crate) struct Change {
     pub(crate) update: Arc<ServiceUpdate>,
     /// For each event, the record it replaced or removed (`None`: the event created it).
-    pub(crate) before: Vec<Option<Arc<Endpoint>>>,
+    /// Shared, so cloning the registry for a snapshot (and exporting it) allocates nothing per
+    /// retained change: a snapshot's transient copy stays a few large buffers, not tens of
+    /// thousands of small ones interleaved with live state (SPEC R5, the soak's flat memory).
+    pub(crate) before: Arc<[Option<Arc<Endpoint>>]>,
 }
 
 #[derive(Debug, Clone)]
@@ -49,7 +52,7 @@ impl ServiceState {
         }
         let mut past = ServiceSnapshot::clone(&self.current);
         for change in self.history.iter().rev().take_while(|c| c.update.revision > at) {
-            for (event, before) in change.update.events.iter().zip(&change.before) {
+            for (event, before) in change.update.events.iter().zip(change.before.iter()) {
                 match before {
                     Some(endpoint) => past.put(Arc::clone(endpoint)),
                     None => past.remove(event.instance()),
