@@ -182,14 +182,18 @@ pub(crate) async fn soak(mut members: Vec<Box<dyn SoakNode>>, duration: Duration
             for member in &members {
                 readings.entry(member.id()).or_default().push(rss_kib(member.pid()));
             }
-            next_rss += RSS_EVERY;
+            // From now, not from the missed tick: a restart that held the loop is not made up
+            // for with a burst of readings of the fresh process.
+            next_rss = now() + RSS_EVERY;
         }
         if now() >= next_sample {
             let minute = (now() - started).as_secs() / 60;
             let line = sample(&members, minute, &mut readings, &mut samples);
             tracing::info!("soak: minute {minute}: {line}");
             eprintln!("soak: minute {minute}: {line}");
-            next_sample += SAMPLE_EVERY;
+            while next_sample <= now() {
+                next_sample += SAMPLE_EVERY;
+            }
         }
         if now() >= next_change {
             change_leader(&mut members).await?;

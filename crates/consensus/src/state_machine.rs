@@ -206,10 +206,13 @@ impl StateMachine {
             let mismatch = io::Error::other("snapshot data does not match its metadata");
             return Err(snapshot_error(ErrorVerb::Read, mismatch));
         }
-        store(&self.files, &self.durable, meta.last_log_id, bytes)
+        let bytes = store(&self.files, &self.durable, meta.last_log_id, bytes)
             .await
             .map_err(|e| sm_error(ErrorVerb::Write, e))?;
-        self.load(stored).map_err(|e| sm_error(ErrorVerb::Write, e))
+        self.load(stored).map_err(|e| sm_error(ErrorVerb::Write, e))?;
+        self.built_bytes
+            .store(bytes.len(), std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), io::Error> {

@@ -45,6 +45,11 @@ type Failure = Box<dyn std::error::Error>;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // SAFETY: the first statement of `main`: no other thread exists yet.
+    #[allow(unsafe_code)]
+    unsafe {
+        muster_cli::allocator::purge_at_once();
+    }
     let args: Vec<String> = std::env::args().collect();
     let (Some(path), Some(Ok(n))) = (args.get(1), args.get(2).map(|n| n.parse::<u64>())) else {
         eprintln!("usage: ir register|renew|read|watch|dns|proxy N");

@@ -37,9 +37,10 @@
 //! Every error prints `error: <code>: <message>` on stderr; with `--json` the same error
 //! is also printed on stdout as `{"error":{"code":...,"message":...}}`.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod acl;
+pub mod allocator;
 pub mod args;
 pub mod audit;
 pub mod cli;

@@ -2,7 +2,8 @@
 //! Wiring only: argv, logging (`muster_cli::logging`), the runtime, and the error → exit code mapping; everything
 //! else is in the `muster_cli` library.
 
-#![forbid(unsafe_code)]
+// Denied, not forbidden: `main`'s first statement sets the allocator's option (below).
+#![deny(unsafe_code)]
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -21,6 +22,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(10);
 
 fn main() -> ExitCode {
+    // SAFETY: the first statement of `main`: no other thread exists yet.
+    #[allow(unsafe_code)]
+    unsafe {
+        muster_cli::allocator::purge_at_once();
+    }
     // Usage errors exit 2 here, and --help / --version exit 0.
     let cli = Cli::parse_exact();
     // The server and the load generator need every core, and so does the lab's live server;
