@@ -11,7 +11,7 @@
 //!    renewer   the shared lease, every second
 //!    watchers  WATCHERS streams, each resuming by revision on the next node every 20-40 s
 //!    leader    every LEADER_EVERY: the leader stopped (SIGTERM) and started again
-//!    sampler   every minute: RSS, open files and threads of each node, printed
+//!    sampler   every minute: RSS, open files, sockets and threads of each node, printed
 //!  then: writes stop, every node reaches one revision, leases run out, and each node's sets
 //!  are held against the record: nothing acknowledged lost, nothing removed still there
 //! ```
@@ -147,7 +147,11 @@ struct Sample {
     /// The median of the minute's readings, and the highest.
     rss_kib: u64,
     rss_max_kib: u64,
+    /// Open descriptors other than sockets (the data dir's files, the runtime's own), and
+    /// sockets: these come and go with the soak's own connections (watchers move every
+    /// 20-40 s), so a leak shows in `files` and in a trend of `sockets`, not in one reading.
     files: u64,
+    sockets: u64,
     threads: u64,
 }
 
@@ -504,7 +508,7 @@ fn sample(
             minute_rss.push(rss_kib(pid));
         }
         let (rss_kib, rss_max_kib) = median_and_max(&mut minute_rss);
-        let files = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
+        let (files, sockets) = descriptors(pid);
         let threads = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .ok()
             .and_then(|s| {
@@ -518,16 +522,30 @@ fn sample(
             rss_kib,
             rss_max_kib,
             files,
+            sockets,
             threads,
         });
         line.push(format!(
-            "node {} {:.1} MiB (median; highest {:.1}), {files} files, {threads} threads",
+            "node {} {:.1} MiB (median; highest {:.1}), {files} files, {sockets} sockets, {threads} threads",
             member.id(),
             rss_kib as f64 / 1024.0,
             rss_max_kib as f64 / 1024.0
         ));
     }
     line.join("; ")
+}
+
+/// A process's open descriptors: (files and others, sockets).
+fn descriptors(pid: u32) -> (u64, u64) {
+    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return (0, 0);
+    };
+    entries.flatten().fold((0, 0), |(files, sockets), entry| {
+        match std::fs::read_link(entry.path()).is_ok_and(|to| to.to_string_lossy().starts_with("socket:")) {
+            true => (files, sockets + 1),
+            false => (files + 1, sockets),
+        }
+    })
 }
 
 /// The median (the upper one of an even count) and the highest of `values`; (0, 0) if none.
@@ -540,8 +558,8 @@ fn median_and_max(values: &mut [u64]) -> (u64, u64) {
 }
 
 /// The RSS curve of each node (the median MiB of each minute), its growth after the warm-up
-/// (5 minutes, or 1 in a run under 10), its highest reading, and its open files and threads
-/// first and last.
+/// (5 minutes, or 1 in a run under 10), its highest reading, its open files and threads at
+/// the warm-up's end and last, and the range of its sockets after the warm-up.
 fn curve(samples: &[Sample]) -> String {
     let nodes: BTreeSet<u64> = samples.iter().map(|s| s.node).collect();
     let last_minute = samples.iter().map(|s| s.minute).max().unwrap_or(0);
@@ -557,24 +575,24 @@ fn curve(samples: &[Sample]) -> String {
             let (Some(first), Some(last)) = (mine.first(), mine.last()) else {
                 return format!("node {node}: no samples");
             };
-            let growth = mine
-                .iter()
-                .find(|s| s.minute >= warm)
-                .filter(|warmed| warmed.rss_kib > 0)
-                .map_or_else(
-                    || "?".to_owned(),
-                    |warmed| format!("{:+.1}%", (last.rss_kib as f64 / warmed.rss_kib as f64 - 1.0) * 100.0),
-                );
+            let warmed = mine.iter().find(|s| s.minute >= warm).copied().unwrap_or(first);
+            let after: Vec<u64> = mine.iter().filter(|s| s.minute >= warm).map(|s| s.sockets).collect();
+            let growth = Some(warmed).filter(|warmed| warmed.rss_kib > 0).map_or_else(
+                || "?".to_owned(),
+                |warmed| format!("{:+.1}%", (last.rss_kib as f64 / warmed.rss_kib as f64 - 1.0) * 100.0),
+            );
             let highest = mine.iter().map(|s| s.rss_max_kib).max().unwrap_or(0);
             format!(
                 "node {node} [min:median MiB] {} (growth after minute {warm}: {growth}; highest reading {:.0} MiB; \
-                 files {}→{}, threads {}→{})",
+                 files {}→{}, threads {}→{}, sockets {}–{} after minute {warm})",
                 points.join(" "),
                 highest as f64 / 1024.0,
-                first.files,
+                warmed.files,
                 last.files,
-                first.threads,
-                last.threads
+                warmed.threads,
+                last.threads,
+                after.iter().min().unwrap_or(&0),
+                after.iter().max().unwrap_or(&0),
             )
         })
         .collect::<Vec<_>>()
